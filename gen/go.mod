@@ -1,0 +1,3 @@
+module github.com/conch-sh/conch/gen
+
+go 1.26.8
