@@ -29,8 +29,10 @@ import (
 
 // FieldError reports a problem with one configuration field.
 type FieldError struct {
-	// Field names the field as the user spells it: "--http-addr", or
-	// the environment variable for env-only fields.
+	// Field names the field as the user spells it: "--http-addr", or the
+	// environment variable for env-only fields. Errors in a value also
+	// name the variable when the field has both: "--http-addr
+	// (CONCH_HTTP_ADDR)".
 	Field string
 	// Err says what is wrong.
 	Err error
