@@ -1,0 +1,112 @@
+// Package discovery registers conch services in etcd under a lease and
+// dials them through etcd's gRPC naming resolver, so no service ever dials
+// a hard-wired address.
+//
+// A service at addr registers the key conch/services/<service>/<addr>.
+// Clients dial "etcd:///conch/services/<service>"; the resolver watches the
+// prefix, so a connection follows services as they come, go and move.
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/naming/endpoints"
+	"go.etcd.io/etcd/client/v3/naming/resolver"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Prefix is the etcd key prefix under which services register.
+const Prefix = "conch/services/"
+
+// Target returns the endpoints-manager target of service, the key prefix
+// its instances register under (without the trailing slash).
+func Target(service string) string { return Prefix + service }
+
+func checkService(service string) error {
+	if service == "" || strings.Contains(service, "/") {
+		return fmt.Errorf("discovery: invalid service name %q", service)
+	}
+	return nil
+}
+
+// Dial returns a client connection to service that resolves instances
+// through etcd and balances round-robin across them. The connection is
+// lazy: it does not wait for an instance to exist; use CheckReady for
+// that. opts are appended to the defaults (plaintext, keepalive, OpenTelemetry
+// client instrumentation).
+func Dial(ctx context.Context, cli *clientv3.Client, service string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if err := checkService(service); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("discovery: dial %s: %w", service, err)
+	}
+	b, err := resolver.NewBuilder(cli)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: dial %s: build resolver: %w", service, err)
+	}
+	defaults := []grpc.DialOption{
+		grpc.WithResolvers(b),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time:                20 * time.Second,
+			Timeout:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	}
+	conn, err := grpc.NewClient("etcd:///"+Target(service), slices.Concat(defaults, opts)...)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: dial %s: %w", service, err)
+	}
+	return conn, nil
+}
+
+// Endpoints lists the addresses currently registered for service, sorted.
+func Endpoints(ctx context.Context, cli *clientv3.Client, service string) ([]string, error) {
+	if err := checkService(service); err != nil {
+		return nil, err
+	}
+	em, err := endpoints.NewManager(cli, Target(service))
+	if err != nil {
+		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
+	}
+	eps, err := em.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
+	}
+	addrs := make([]string, 0, len(eps))
+	for _, ep := range eps {
+		addrs = append(addrs, ep.Addr)
+	}
+	slices.Sort(addrs)
+	return addrs, nil
+}
+
+// ErrNotServing is returned by CheckReady when the service answers but
+// reports that it is not serving.
+var ErrNotServing = errors.New("not serving")
+
+// CheckReady asks service over conn for its overall health and returns an
+// error naming the service unless it reports SERVING.
+func CheckReady(ctx context.Context, conn *grpc.ClientConn, service string) error {
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fmt.Errorf("discovery: health check of %s: %w", service, err)
+	}
+	if s := resp.GetStatus(); s != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("discovery: %s is %v: %w", service, s, ErrNotServing)
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package etcdx
+
+import (
+	"bytes"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func TestEmbeddedKeepsDataAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		run  func(t *testing.T, cli *clientv3.Client)
+	}{
+		{"write", func(t *testing.T, cli *clientv3.Client) {
+			if _, err := cli.Put(t.Context(), "conch/test", "v1"); err != nil {
+				t.Fatalf("put: %v", err)
+			}
+		}},
+		{"read after restart on new ports", func(t *testing.T, cli *clientv3.Client) {
+			resp, err := cli.Get(t.Context(), "conch/test")
+			if err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v1" {
+				t.Fatalf("get = %v, want v1", resp.Kvs)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		ok := t.Run(tt.name, func(t *testing.T) {
+			e, err := StartEmbedded(t.Context(), EmbeddedOptions{Dir: dir, UnsafeNoFsync: true})
+			if err != nil {
+				t.Fatalf("StartEmbedded: %v", err)
+			}
+			defer e.Close()
+			if len(e.Endpoints()) != 1 || !strings.HasPrefix(e.Endpoints()[0], "http://127.0.0.1:") {
+				t.Fatalf("Endpoints() = %v, want one loopback URL", e.Endpoints())
+			}
+			cli, err := NewClient(t.Context(), ClientOptions{Endpoints: e.Endpoints()})
+			if err != nil {
+				t.Fatalf("NewClient: %v", err)
+			}
+			defer cli.Close()
+			tt.run(t, cli)
+		})
+		if !ok {
+			return
+		}
+	}
+}
+
+func TestNewClientErrors(t *testing.T) {
+	// A port that was free a moment ago: nothing answers there.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	dead := lis.Addr().String()
+	lis.Close()
+
+	tests := []struct {
+		name    string
+		opts    ClientOptions
+		wantMsg string
+	}{
+		{"no endpoints", ClientOptions{}, "no endpoints"},
+		{"nothing listening", ClientOptions{Endpoints: []string{dead}, DialTimeout: 300 * time.Millisecond}, dead},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			began := time.Now()
+			cli, err := NewClient(t.Context(), tt.opts)
+			if err == nil {
+				cli.Close()
+				t.Fatal("NewClient succeeded, want error")
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("NewClient() = %q, want it to name %q", err, tt.wantMsg)
+			}
+			if took := time.Since(began); took > 5*time.Second {
+				t.Errorf("NewClient took %v, want it bounded by DialTimeout", took)
+			}
+		})
+	}
+}
+
+func TestZapBridge(t *testing.T) {
+	tests := []struct {
+		name    string
+		logf    func(*zap.Logger)
+		want    []string
+		wantNil bool
+	}{
+		{
+			name: "error forwarded with fields",
+			logf: func(l *zap.Logger) {
+				l.With(zap.String("member", "m1")).Error("request failed", zap.Int("attempt", 3))
+			},
+			want: []string{"level=ERROR", `msg="request failed"`, "component=etcd", "member=m1", "attempt=3"},
+		},
+		{
+			name:    "warn dropped",
+			logf:    func(l *zap.Logger) { l.Warn("retrying") },
+			wantNil: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tt.logf(zapLogger(slog.New(slog.NewTextHandler(&buf, nil)), zap.ErrorLevel))
+			out := buf.String()
+			if tt.wantNil && out != "" {
+				t.Errorf("logged %q, want nothing", out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("log %q lacks %q", out, w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,34 @@
+// Package etcdxtest starts a real embedded etcd for integration tests.
+package etcdxtest
+
+import (
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+)
+
+// StartForTest starts an embedded etcd with its data in t.TempDir() and
+// fsync disabled, and returns a client connected to it. Both are closed
+// when the test ends. Use cli.Endpoints() to connect further clients.
+func StartForTest(t testing.TB) *clientv3.Client {
+	t.Helper()
+	ctx := t.Context()
+	e, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: t.TempDir(), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatalf("start embedded etcd: %v", err)
+	}
+	t.Cleanup(e.Close)
+
+	cli, err := etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: e.Endpoints()})
+	if err != nil {
+		t.Fatalf("connect to embedded etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cli.Close(); err != nil {
+			t.Errorf("close etcd client: %v", err)
+		}
+	})
+	return cli
+}

@@ -1,0 +1,140 @@
+// Package telemetry sets up OpenTelemetry tracing and metrics for a
+// process: traces go to an OTLP collector when one is configured, metrics
+// are served in Prometheus text format from a registry owned by the
+// process.
+//
+// Setup installs the global tracer provider, meter provider and
+// propagator, so call it once per process. When several services share a
+// process (conch dev), they share one Telemetry named for the process,
+// e.g. "conch-dev"; each service is told apart by its instrumentation
+// scope and RPC attributes.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// Options configures Setup.
+type Options struct {
+	// ServiceName is the service.name resource attribute. Required.
+	ServiceName string
+	// OTLPEndpoint is the OTLP/gRPC collector to export traces to, as
+	// host:port (plaintext) or a URL (http:// plaintext, https:// TLS).
+	// Empty disables trace export; spans are still created and
+	// propagated so trace ids appear in logs and downstream calls.
+	OTLPEndpoint string
+}
+
+// Telemetry owns the process's tracer and meter providers and its
+// Prometheus registry.
+type Telemetry struct {
+	tp      *sdktrace.TracerProvider
+	mp      *sdkmetric.MeterProvider
+	metrics http.Handler
+}
+
+// Setup creates the providers, registers them and the W3C trace context
+// and baggage propagator globally, and returns a Telemetry to serve
+// metrics from and shut down.
+func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
+	if opts.ServiceName == "" {
+		return nil, errors.New("telemetry: setup: service name is empty")
+	}
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		resource.WithAttributes(attribute.String("service.name", opts.ServiceName)),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: build resource for %s: %w", opts.ServiceName, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("telemetry: register go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("telemetry: register process collector: %w", err)
+	}
+	metricExp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: create prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(metricExp))
+
+	tpOpts := []sdktrace.TracerProviderOption{
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+	}
+	if opts.OTLPEndpoint != "" {
+		traceExp, err := newTraceExporter(ctx, opts.OTLPEndpoint)
+		if err != nil {
+			return nil, errors.Join(err, mp.Shutdown(ctx))
+		}
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(traceExp))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(
+		propagation.TraceContext{}, propagation.Baggage{},
+	))
+	return &Telemetry{
+		tp:      tp,
+		mp:      mp,
+		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	}, nil
+}
+
+func newTraceExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
+	var opts []otlptracegrpc.Option
+	if strings.Contains(endpoint, "://") {
+		u, err := url.Parse(endpoint)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("telemetry: invalid OTLP endpoint %q: want host:port or an http(s) URL", endpoint)
+		}
+		opts = append(opts, otlptracegrpc.WithEndpointURL(endpoint))
+	} else {
+		opts = append(opts, otlptracegrpc.WithEndpoint(endpoint), otlptracegrpc.WithInsecure())
+	}
+	exp, err := otlptracegrpc.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: create OTLP trace exporter for %s: %w", endpoint, err)
+	}
+	return exp, nil
+}
+
+// MetricsHandler serves the process's metrics in Prometheus format.
+func (t *Telemetry) MetricsHandler() http.Handler { return t.metrics }
+
+// TracerProvider returns the process's tracer provider.
+func (t *Telemetry) TracerProvider() *sdktrace.TracerProvider { return t.tp }
+
+// MeterProvider returns the process's meter provider.
+func (t *Telemetry) MeterProvider() *sdkmetric.MeterProvider { return t.mp }
+
+// Shutdown flushes pending spans and stops both providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	if err := errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx)); err != nil {
+		return fmt.Errorf("telemetry: shutdown: %w", err)
+	}
+	return nil
+}
