@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,7 +54,7 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 		DialKeepAliveTimeout: 10 * time.Second,
 		MaxCallSendMsgSize:   maxCallSendMsgSize,
 		MaxCallRecvMsgSize:   maxCallRecvMsgSize,
-		Logger:               zapLogger(opts.Logger, zapcore.ErrorLevel),
+		Logger:               zapLogger(opts.Logger, zapcore.ErrorLevel, new(atomic.Bool)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdx: connect to etcd at %s: %w", eps, err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ type EmbeddedOptions struct {
 type Embedded struct {
 	etcd      *embed.Etcd
 	endpoints []string
+	mute      *atomic.Bool
 }
 
 // StartEmbedded starts a single-member etcd on free loopback ports and
@@ -86,7 +88,8 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 	cfg.QuotaBackendBytes = embeddedQuotaBytes
 	cfg.UnsafeNoFsync = opts.UnsafeNoFsync
 	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(opts.Logger, zapcore.ErrorLevel))
+	mute := new(atomic.Bool)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(opts.Logger, zapcore.ErrorLevel, mute))
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -106,7 +109,7 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 		e.Close()
 		return nil, fmt.Errorf("wait until ready: %w", ctx.Err())
 	}
-	return &Embedded{etcd: e, endpoints: []string{clientURL.String()}}, nil
+	return &Embedded{etcd: e, endpoints: []string{clientURL.String()}, mute: mute}, nil
 }
 
 // freeLoopbackURL returns an http URL on a loopback port that was free a
@@ -132,4 +135,7 @@ func (e *Embedded) Endpoints() []string { return e.endpoints }
 func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 
 // Close stops etcd and waits for it to exit.
-func (e *Embedded) Close() { e.etcd.Close() }
+func (e *Embedded) Close() {
+	e.mute.Store(true)
+	e.etcd.Close()
+}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,7 +115,7 @@ func TestZapBridge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			tt.logf(zapLogger(slog.New(slog.NewTextHandler(&buf, nil)), zap.ErrorLevel))
+			tt.logf(zapLogger(slog.New(slog.NewTextHandler(&buf, nil)), zap.ErrorLevel, new(atomic.Bool)))
 			out := buf.String()
 			if tt.wantNil && out != "" {
 				t.Errorf("logged %q, want nothing", out)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -12,11 +13,13 @@ import (
 
 // zapLogger returns a zap logger that forwards entries at level and above
 // to log, or a no-op logger if log is nil.
-func zapLogger(log *slog.Logger, level zapcore.Level) *zap.Logger {
+// Entries stop once mute is set: etcd reports its own orderly shutdown as
+// errors ("use of closed network connection"), which would only be noise.
+func zapLogger(log *slog.Logger, level zapcore.Level, mute *atomic.Bool) *zap.Logger {
 	if log == nil {
 		return zap.NewNop()
 	}
-	return zap.New(&slogCore{log: log.With(slog.String("component", "etcd")), level: level})
+	return zap.New(&slogCore{log: log.With(slog.String("component", "etcd")), level: level, mute: mute})
 }
 
 // slogCore is a zapcore.Core writing to slog.
@@ -24,12 +27,13 @@ type slogCore struct {
 	log    *slog.Logger
 	level  zapcore.Level
 	fields []zapcore.Field
+	mute   *atomic.Bool
 }
 
-func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.level }
+func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.level && !c.mute.Load() }
 
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
-	return &slogCore{log: c.log, level: c.level, fields: slices.Concat(c.fields, fields)}
+	return &slogCore{log: c.log, level: c.level, fields: slices.Concat(c.fields, fields), mute: c.mute}
 }
 
 func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
