@@ -1,0 +1,304 @@
+// Package restjson is the JSON codec of conch's REST API: protojson with the
+// proto field names (snake_case) on output, zero values emitted, and enums
+// written as the lowercase words the spec uses ("exit", "allow-once",
+// "on-miss") instead of their proto names. Input accepts snake_case or
+// camelCase field names and enums as words, proto names or numbers.
+package restjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Marshaler is a runtime.Marshaler for grpc-gateway.
+type Marshaler struct {
+	runtime.JSONPb
+}
+
+var _ runtime.Marshaler = (*Marshaler)(nil)
+
+// New returns the REST marshaler.
+func New() *Marshaler {
+	return &Marshaler{JSONPb: runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{},
+	}}
+}
+
+// Marshal writes v as JSON, enums as words.
+func (m *Marshaler) Marshal(v any) ([]byte, error) {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return m.JSONPb.Marshal(v)
+	}
+	b, err := m.MarshalOptions.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	md := msg.ProtoReflect().Descriptor()
+	if !hasEnums(md, map[protoreflect.FullName]bool{}) {
+		// protojson varies its whitespace on purpose; clients and tests
+		// get one stable, compact form.
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, b); err != nil {
+			return nil, fmt.Errorf("restjson: compact: %w", err)
+		}
+		return buf.Bytes(), nil
+	}
+	tree, err := decodeTree(b)
+	if err != nil {
+		return nil, err
+	}
+	tree = rewriteMessage(md, tree, toWord)
+	return encodeTree(tree)
+}
+
+// NewEncoder returns an encoder using Marshal.
+func (m *Marshaler) NewEncoder(w io.Writer) runtime.Encoder {
+	return runtime.EncoderFunc(func(v any) error {
+		b, err := m.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		_, err = w.Write(m.Delimiter())
+		return err
+	})
+}
+
+// Unmarshal reads JSON into v, accepting enum words.
+func (m *Marshaler) Unmarshal(data []byte, v any) error {
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return m.JSONPb.Unmarshal(data, v)
+	}
+	data, err := wordsToNames(msg, data)
+	if err != nil {
+		return err
+	}
+	return m.UnmarshalOptions.Unmarshal(data, msg)
+}
+
+// NewDecoder returns a decoder using Unmarshal on each JSON value of r.
+func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	dec := json.NewDecoder(r)
+	return runtime.DecoderFunc(func(v any) error {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		return m.Unmarshal(raw, v)
+	})
+}
+
+func wordsToNames(msg proto.Message, data []byte) ([]byte, error) {
+	md := msg.ProtoReflect().Descriptor()
+	if !hasEnums(md, map[protoreflect.FullName]bool{}) {
+		return data, nil
+	}
+	tree, err := decodeTree(data)
+	if err != nil {
+		// Let protojson report the syntax error with its position.
+		return data, nil
+	}
+	return encodeTree(rewriteMessage(md, tree, toName))
+}
+
+// QueryParser parses query parameters like grpc-gateway's default parser but
+// accepts enum words.
+type QueryParser struct{}
+
+var _ runtime.QueryParameterParser = QueryParser{}
+
+// Parse implements runtime.QueryParameterParser.
+func (QueryParser) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
+	md := msg.ProtoReflect().Descriptor()
+	rewritten := make(url.Values, len(values))
+	for key, vals := range values {
+		fd := fieldByPath(md, key)
+		if fd == nil || fd.Enum() == nil {
+			rewritten[key] = vals
+			continue
+		}
+		out := make([]string, len(vals))
+		for i, v := range vals {
+			if name, ok := toName(fd.Enum(), v); ok {
+				out[i] = name
+			} else {
+				out[i] = v
+			}
+		}
+		rewritten[key] = out
+	}
+	return (&runtime.DefaultQueryParser{}).Parse(msg, rewritten, filter)
+}
+
+func fieldByPath(md protoreflect.MessageDescriptor, path string) protoreflect.FieldDescriptor {
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		fd := md.Fields().ByName(protoreflect.Name(p))
+		if fd == nil {
+			fd = md.Fields().ByJSONName(p)
+		}
+		if fd == nil {
+			return nil
+		}
+		if i == len(parts)-1 {
+			return fd
+		}
+		if fd.Message() == nil {
+			return nil
+		}
+		md = fd.Message()
+	}
+	return nil
+}
+
+// enumPrefix is the common prefix of an enum's value names, taken from its
+// zero value: OUTCOME_TYPE_UNSPECIFIED gives OUTCOME_TYPE_.
+func enumPrefix(ed protoreflect.EnumDescriptor) string {
+	zero := string(ed.Values().Get(0).Name())
+	return strings.TrimSuffix(zero, "UNSPECIFIED")
+}
+
+// toWord turns a proto enum name into the spec's word: ASK_ON_MISS → on-miss,
+// and an *_UNSPECIFIED zero value into "".
+func toWord(ed protoreflect.EnumDescriptor, name string) (string, bool) {
+	if ed.Values().ByName(protoreflect.Name(name)) == nil {
+		return "", false
+	}
+	word := strings.TrimPrefix(name, enumPrefix(ed))
+	if word == "UNSPECIFIED" {
+		return "", true
+	}
+	return strings.ReplaceAll(strings.ToLower(word), "_", "-"), true
+}
+
+// toName turns a word back into the proto enum name; "" is the zero value.
+func toName(ed protoreflect.EnumDescriptor, word string) (string, bool) {
+	if word == "" {
+		return string(ed.Values().Get(0).Name()), true
+	}
+	if strings.ContainsAny(word, "_") || strings.ToLower(word) != word {
+		return "", false // a proto name or something protojson will reject
+	}
+	name := enumPrefix(ed) + strings.ToUpper(strings.ReplaceAll(word, "-", "_"))
+	if ed.Values().ByName(protoreflect.Name(name)) == nil || strings.HasSuffix(name, "_UNSPECIFIED") {
+		return "", false
+	}
+	return name, true
+}
+
+type enumFunc func(protoreflect.EnumDescriptor, string) (string, bool)
+
+func hasEnums(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] || isWellKnown(md) {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		if fd.Enum() != nil && fd.Enum().FullName() != "google.protobuf.NullValue" {
+			return true
+		}
+		if fd.Message() != nil && hasEnums(fd.Message(), seen) {
+			return true
+		}
+	}
+	return false
+}
+
+func isWellKnown(md protoreflect.MessageDescriptor) bool {
+	return md.ParentFile().Package() == "google.protobuf"
+}
+
+func rewriteMessage(md protoreflect.MessageDescriptor, node any, f enumFunc) any {
+	obj, ok := node.(map[string]any)
+	if !ok || isWellKnown(md) {
+		return node
+	}
+	for key, val := range obj {
+		fd := md.Fields().ByName(protoreflect.Name(key))
+		if fd == nil {
+			fd = md.Fields().ByJSONName(key)
+		}
+		if fd == nil {
+			continue
+		}
+		obj[key] = rewriteField(fd, val, f)
+	}
+	return obj
+}
+
+func rewriteField(fd protoreflect.FieldDescriptor, val any, f enumFunc) any {
+	switch {
+	case fd.IsMap():
+		if m, ok := val.(map[string]any); ok {
+			for k, v := range m {
+				m[k] = rewriteSingle(fd.MapValue(), v, f)
+			}
+		}
+		return val
+	case fd.IsList():
+		if l, ok := val.([]any); ok {
+			for i, v := range l {
+				l[i] = rewriteSingle(fd, v, f)
+			}
+		}
+		return val
+	default:
+		return rewriteSingle(fd, val, f)
+	}
+}
+
+func rewriteSingle(fd protoreflect.FieldDescriptor, val any, f enumFunc) any {
+	switch {
+	case fd.Enum() != nil:
+		if s, ok := val.(string); ok {
+			if out, ok := f(fd.Enum(), s); ok {
+				return out
+			}
+		}
+		return val
+	case fd.Message() != nil:
+		return rewriteMessage(fd.Message(), val, f)
+	default:
+		return val
+	}
+}
+
+func decodeTree(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, fmt.Errorf("restjson: decode: %w", err)
+	}
+	return tree, nil
+}
+
+func encodeTree(tree any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(tree); err != nil {
+		return nil, fmt.Errorf("restjson: encode: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
