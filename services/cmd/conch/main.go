@@ -1,0 +1,92 @@
+// Command conch is the single binary of conch: the whole cluster in one
+// process (`conch dev`), one service for clusters (`conch router|executor|
+// approval|workspace`), and client commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/launch"
+)
+
+const usage = `usage: conch <command> [flags]
+
+Commands:
+  dev         run the whole cluster in one process (embedded etcd, scripted model)
+  router      run the router service (public HTTP, REST, agent loop)
+  executor    run the executor service (sandboxes)
+  approval    run the approval service (exec policy, approvals)
+  workspace   run the workspace service (persistent workspaces)
+
+Run "conch <command> -h" for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "conch:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// errUsage marks a command line that could not be understood.
+var errUsage = errors.New("usage")
+
+func exitCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "dev":
+		var cfg launch.DevConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunDev(ctx, cfg, stdout)
+	case "router":
+		var cfg launch.RouterConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunRouter(ctx, cfg)
+	case "executor", "approval", "workspace":
+		var cfg launch.ServiceConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunService(ctx, cmd, cfg)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	}
+}
+
+// load parses a command's flags and environment into cfg and validates it.
+func load(cmd string, args []string, cfg any, stderr io.Writer) error {
+	fs := flag.NewFlagSet("conch "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return config.Load(fs, args, cfg)
+}

@@ -1,0 +1,73 @@
+package launch
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/conch-sh/conch/services/internal/platform/config"
+)
+
+// TestConfigErrorsNameTheField checks that every rejected setting names the
+// flag or variable that holds it.
+func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	const secret = "CONCH_INTERNAL_SECRET=0123456789abcdef"
+	tests := []struct {
+		name      string
+		newConfig func() any
+		args      []string
+		env       []string
+		wantField string // "" means valid
+	}{
+		{"dev defaults", devConfig, nil, nil, ""},
+		{"dev bad http addr", devConfig, []string{"--http-addr", "8080"}, nil, "--http-addr"},
+		{"dev bad http addr from env", devConfig, nil, []string{"CONCH_HTTP_ADDR=nope"}, "--http-addr"},
+		{"dev flag wins over env", devConfig, []string{"--http-addr", "127.0.0.1:1"}, []string{"CONCH_HTTP_ADDR=nope"}, ""},
+		{"dev empty data dir", devConfig, []string{"--data-dir", " "}, nil, "--data-dir"},
+		{"dev short api key", devConfig, nil, []string{"CONCH_API_KEY=short"}, "CONCH_API_KEY"},
+		{"dev s3 without keys", devConfig, nil, []string{"CONCH_S3_ENDPOINT=http://127.0.0.1:9000"}, "CONCH_S3_ACCESS_KEY"},
+		{"dev bad log level", devConfig, []string{"--log-level", "loud"}, nil, "--log-level"},
+		{"dev bad public url", devConfig, []string{"--public-url", "conch.example"}, nil, "--public-url"},
+		{"router valid", routerConfig, nil, []string{secret}, ""},
+		{"router missing secret", routerConfig, nil, nil, "CONCH_INTERNAL_SECRET"},
+		{"router bad grpc addr", routerConfig, []string{"--grpc-addr", "x"}, []string{secret}, "--grpc-addr"},
+		{"router empty etcd", routerConfig, []string{"--etcd-endpoints", ""}, []string{secret}, "--etcd-endpoints"},
+		{"router short admin key", routerConfig, nil, []string{secret, "CONCH_ADMIN_KEY=abc"}, "CONCH_ADMIN_KEY"},
+		{"router bad shutdown timeout", routerConfig, []string{"--shutdown-timeout", "soon"}, []string{secret}, "--shutdown-timeout"},
+		{"router zero shutdown timeout", routerConfig, []string{"--shutdown-timeout", "0s"}, []string{secret}, "--shutdown-timeout"},
+		{"service valid", serviceConfig, []string{"--etcd-endpoints", "a:2379,b:2379"}, []string{secret}, ""},
+		{"service missing secret", serviceConfig, nil, nil, "CONCH_INTERNAL_SECRET"},
+		{"service unknown flag", serviceConfig, []string{"--http-addr", "x:1"}, []string{secret}, "http-addr"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{}
+			for _, kv := range tt.env {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			err := config.LoadWith(fs, tt.args, tt.newConfig(), func(k string) (string, bool) {
+				v, ok := env[k]
+				return v, ok
+			})
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantField) {
+				t.Fatalf("error = %v, want one naming %s", err, tt.wantField)
+			}
+		})
+	}
+}
+
+func devConfig() any     { return &DevConfig{} }
+func routerConfig() any  { return &RouterConfig{} }
+func serviceConfig() any { return &ServiceConfig{} }

@@ -1,0 +1,141 @@
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/logging"
+	"github.com/conch-sh/conch/services/router"
+)
+
+// DevAccount is the account of the dev-mode API key.
+const DevAccount = "dev"
+
+// DevConfig is the configuration of `conch dev` (SPEC §1).
+type DevConfig struct {
+	HTTPAddr    string `flag:"http-addr" env:"CONCH_HTTP_ADDR" default:"127.0.0.1:8080" usage:"public HTTP listen address"`
+	DataDir     string `flag:"data-dir" env:"CONCH_DATA_DIR" default:"./.conch" usage:"where etcd data, workspaces and the API key live"`
+	APIKey      string `env:"CONCH_API_KEY" usage:"API key of the dev account (default: random, written to <data-dir>/api-key)"`
+	PublicURL   string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router (default: the request's host)"`
+	S3Endpoint  string `env:"CONCH_S3_ENDPOINT" usage:"S3 endpoint for workspaces (default: local disk under the data dir)"`
+	S3AccessKey string `env:"CONCH_S3_ACCESS_KEY" usage:"S3 access key"`
+	S3SecretKey string `env:"CONCH_S3_SECRET_KEY" usage:"S3 secret key"`
+	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
+	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+}
+
+// Validate checks the dev settings.
+func (c *DevConfig) Validate() error {
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return config.Invalid("--http-addr", "%v", err)
+	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return config.Invalid("--data-dir", "must not be empty")
+	}
+	if c.APIKey != "" && (len(c.APIKey) < 16 || strings.ContainsAny(c.APIKey, " \t\r\n")) {
+		return config.Invalid("CONCH_API_KEY", "must be at least 16 characters without spaces")
+	}
+	if c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == "") {
+		return config.Invalid("CONCH_S3_ACCESS_KEY", "CONCH_S3_ACCESS_KEY and CONCH_S3_SECRET_KEY are required with CONCH_S3_ENDPOINT")
+	}
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return config.Invalid("--log-level", "%v", err)
+	}
+	return validPublicURL(c.PublicURL)
+}
+
+// RunDev runs the whole cluster in one process: embedded etcd, the four
+// services each on its own loopback gRPC listener registered in etcd, and the
+// router's HTTP server. It writes a ready banner to banner once the HTTP
+// server listens.
+func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("dev: data dir: %w", err)
+	}
+	key, err := devAPIKey(cfg)
+	if err != nil {
+		return err
+	}
+	lvl, _ := logging.ParseLevel(cfg.LogLevel)
+	emb, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: filepath.Join(cfg.DataDir, "etcd"), Logger: logging.New(os.Stderr, lvl)})
+	if err != nil {
+		return fmt.Errorf("dev: start etcd: %w", err)
+	}
+	defer emb.Close()
+
+	p, err := newProcess(ctx, "conch-dev", cfg.LogLevel, "", emb.Endpoints(), randomSecret())
+	if err != nil {
+		return err
+	}
+	defer p.close(ctx)
+
+	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL})
+	if err != nil {
+		return err
+	}
+	common := &Common{ShutdownTimeout: 5 * time.Second}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
+	for _, name := range []string{"executor", "approval", "workspace"} {
+		register, err := registerFunc(name)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return p.serve(gctx, name, "127.0.0.1:0", "", common, register) })
+	}
+	ready := make(chan string, 1)
+	g.Go(func() error {
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, common.ShutdownTimeout, ready)
+	})
+	g.Go(func() error {
+		select {
+		case addr := <-ready:
+			fmt.Fprintf(banner, "conch dev is up on http://%s\n  data dir: %s\n  API key:  %s (account %q, also in %s)\n",
+				addr, cfg.DataDir, key, DevAccount, filepath.Join(cfg.DataDir, "api-key"))
+		case <-gctx.Done():
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// devAPIKey returns CONCH_API_KEY, else the key kept in the data dir, else a
+// new random key, and writes it to <data-dir>/api-key for the CLI.
+func devAPIKey(cfg DevConfig) (string, error) {
+	path := filepath.Join(cfg.DataDir, "api-key")
+	key := cfg.APIKey
+	if key == "" {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil && len(strings.TrimSpace(string(b))) >= 16:
+			return strings.TrimSpace(string(b)), nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("dev: read API key: %w", err)
+		}
+		key = "conch_dev_" + randomSecret()
+	}
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("dev: write API key: %w", err)
+	}
+	return key, nil
+}
+
+func randomSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return base64.RawURLEncoding.EncodeToString(b)
+}

@@ -1,0 +1,295 @@
+// Package launch starts conch processes: one service against an external
+// etcd (`conch router|executor|approval|workspace`), or the whole cluster in
+// one process with embedded etcd (`conch dev`). Either way the services talk
+// only through etcd discovery, exactly as in a cluster.
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/conch-sh/conch/services/approval"
+	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/discovery"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/logging"
+	"github.com/conch-sh/conch/services/internal/platform/serving"
+	"github.com/conch-sh/conch/services/internal/platform/telemetry"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/workspace"
+)
+
+// Common is the configuration every single-service command shares.
+type Common struct {
+	EtcdEndpoints   []string      `flag:"etcd-endpoints" env:"CONCH_ETCD_ENDPOINTS" default:"127.0.0.1:2379" usage:"etcd endpoints, comma separated"`
+	GRPCAddr        string        `flag:"grpc-addr" env:"CONCH_GRPC_ADDR" default:"127.0.0.1:0" usage:"gRPC listen address"`
+	AdvertiseAddr   string        `flag:"advertise-addr" env:"CONCH_ADVERTISE_ADDR" usage:"address registered in etcd for other services to dial (default: the listen address)"`
+	InternalSecret  string        `env:"CONCH_INTERNAL_SECRET" usage:"secret shared by the cluster's services to sign call scopes (at least 16 bytes)"`
+	MetricsAddr     string        `flag:"metrics-addr" env:"CONCH_METRICS_ADDR" usage:"address serving /metrics (empty: none; the router serves it on --http-addr)"`
+	LogLevel        string        `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+	OTLPEndpoint    string        `flag:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" usage:"OTLP gRPC endpoint for traces (empty: no export)"`
+	ShutdownTimeout time.Duration `flag:"shutdown-timeout" env:"CONCH_SHUTDOWN_TIMEOUT" default:"10s" usage:"hard deadline for draining on shutdown"`
+	DrainDelay      time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
+}
+
+// Validate checks the shared settings.
+func (c *Common) Validate() error {
+	if len(c.EtcdEndpoints) == 0 {
+		return config.Invalid("--etcd-endpoints", "at least one endpoint is required")
+	}
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		return config.Invalid("--grpc-addr", "%v", err)
+	}
+	if len(c.InternalSecret) < 16 {
+		return config.Invalid("CONCH_INTERNAL_SECRET", "must be set to at least 16 bytes")
+	}
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return config.Invalid("--log-level", "%v", err)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return config.Invalid("--shutdown-timeout", "must be positive")
+	}
+	return nil
+}
+
+// RouterConfig is the configuration of `conch router`.
+type RouterConfig struct {
+	Common
+	HTTPAddr     string `flag:"http-addr" env:"CONCH_HTTP_ADDR" default:"127.0.0.1:8080" usage:"public HTTP listen address"`
+	PublicURL    string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router, for links it hands out (default: the request's host)"`
+	AdminKey     string `env:"CONCH_ADMIN_KEY" usage:"API key of the admin, who manages accounts"`
+	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
+}
+
+// Validate checks the router's settings.
+func (c *RouterConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return config.Invalid("--http-addr", "%v", err)
+	}
+	if c.AdminKey != "" && len(c.AdminKey) < 16 {
+		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
+	}
+	return validPublicURL(c.PublicURL)
+}
+
+// ServiceConfig is the configuration of `conch executor|approval|workspace`.
+type ServiceConfig struct {
+	Common
+}
+
+// process is what every conch process sets up before its services: logging,
+// telemetry, an etcd client and the scope signer.
+type process struct {
+	log    *slog.Logger
+	tel    *telemetry.Telemetry
+	etcd   *clientv3.Client
+	signer *tenant.Signer
+}
+
+func newProcess(ctx context.Context, name, level, otlp string, endpoints []string, secret string) (*process, error) {
+	lvl, err := logging.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{log: logging.New(os.Stderr, lvl)}
+	slog.SetDefault(p.log)
+	if p.tel, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: name, OTLPEndpoint: otlp}); err != nil {
+		return nil, err
+	}
+	if p.signer, err = tenant.NewSigner(secret); err != nil {
+		p.close(ctx)
+		return nil, err
+	}
+	if p.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: p.log}); err != nil {
+		p.close(ctx)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *process) close(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	if p.etcd != nil {
+		_ = p.etcd.Close()
+	}
+	if p.tel != nil {
+		if err := p.tel.Shutdown(ctx); err != nil {
+			p.log.Warn("telemetry shutdown failed", "error", err)
+		}
+	}
+}
+
+// dial connects to a service through discovery, signing the call scope.
+func (p *process) dial(ctx context.Context, service string) (*grpc.ClientConn, error) {
+	return discovery.Dial(ctx, p.etcd, service,
+		grpc.WithChainUnaryInterceptor(p.signer.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(p.signer.StreamClientInterceptor()),
+	)
+}
+
+func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, func(), error) {
+	conns := make(map[string]*grpc.ClientConn, len(router.ServiceNames))
+	closeAll := func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	for _, name := range router.ServiceNames {
+		c, err := p.dial(ctx, name)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("dial %s: %w", name, err)
+		}
+		conns[name] = c
+	}
+	return conns, closeAll, nil
+}
+
+// serve runs one service's gRPC server on addr until ctx ends.
+func (p *process) serve(ctx context.Context, name, addr, advertise string, c *Common, register func(*grpc.Server)) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: listen: %w", name, err)
+	}
+	return serving.Run(ctx, serving.Options{
+		Name:           name,
+		Listener:       lis,
+		AdvertiseAddr:  advertise,
+		Etcd:           p.etcd,
+		Signer:         p.signer,
+		Register:       register,
+		Logger:         p.log,
+		DrainDelay:     c.DrainDelay,
+		StopTimeout:    c.ShutdownTimeout,
+		TracerProvider: p.tel.TracerProvider(),
+		MeterProvider:  p.tel.MeterProvider(),
+	})
+}
+
+// RunRouter runs `conch router`.
+func RunRouter(ctx context.Context, cfg RouterConfig) error {
+	p, err := newProcess(ctx, "conch-router", cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	if err != nil {
+		return err
+	}
+	defer p.close(ctx)
+	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: cfg.AdminKey, AdminAccount: cfg.AdminAccount, PublicURL: cfg.PublicURL})
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
+	})
+	g.Go(func() error { return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.ShutdownTimeout, nil) })
+	return g.Wait()
+}
+
+// RunService runs `conch executor|approval|workspace`.
+func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
+	register, err := registerFunc(name)
+	if err != nil {
+		return err
+	}
+	p, err := newProcess(ctx, "conch-"+name, cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	if err != nil {
+		return err
+	}
+	defer p.close(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.serve(gctx, name, cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, register) })
+	if cfg.MetricsAddr != "" {
+		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
+	}
+	return g.Wait()
+}
+
+func registerFunc(name string) (func(*grpc.Server), error) {
+	switch name {
+	case "executor":
+		return executor.New().Register, nil
+	case "approval":
+		return approval.New().Register, nil
+	case "workspace":
+		return workspace.New().Register, nil
+	}
+	return nil, fmt.Errorf("unknown service %q", name)
+}
+
+// serveHTTP serves the router's public HTTP API on addr until ctx ends. When
+// ready is not nil it receives the bound address once the server listens.
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, timeout time.Duration, ready chan<- string) error {
+	conns, closeConns, err := p.dialAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConns()
+	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
+		Auth: svc.Accounts(), Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
+	})
+	if err != nil {
+		return err
+	}
+	return p.listenAndServe(ctx, addr, h, timeout, ready)
+}
+
+func (p *process) serveMetrics(ctx context.Context, addr string, timeout time.Duration) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", p.tel.MetricsHandler())
+	return p.listenAndServe(ctx, addr, mux, timeout, nil)
+}
+
+func (p *process) listenAndServe(ctx context.Context, addr string, h http.Handler, timeout time.Duration, ready chan<- string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("http: listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	p.log.Info("http server started", "addr", lis.Addr().String())
+	if ready != nil {
+		ready <- lis.Addr().String()
+	}
+	select {
+	case err := <-served:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+func validPublicURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return config.Invalid("--public-url", "must be an absolute http:// or https:// URL without query or fragment")
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+// Package accounts stores conch's accounts and their API keys in etcd and
+// authenticates bearer keys.
+//
+// Keys are 32 random bytes; only their SHA-256 is stored, so a copy of etcd
+// does not hold usable keys. A slow hash buys nothing for keys of that
+// entropy and would cost every request.
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+// KeyPrefix starts every API key, so leaked keys are easy to recognise.
+const KeyPrefix = "conch_"
+
+const (
+	accountsPrefix = "conch/accounts/"     // <id> → account JSON
+	keysPrefix     = "conch/apikeys/"      // <sha256 hex> → key JSON
+	indexPrefix    = "conch/account-keys/" // <account>/<key id> → sha256 hex
+)
+
+// Account is a tenant.
+type Account struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Key describes an API key without its secret.
+type Key struct {
+	ID        string    `json:"id"`
+	AccountID string    `json:"account_id"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Principal is who a request authenticated as.
+type Principal struct {
+	Account string
+	Admin   bool
+}
+
+// Store keeps accounts and keys in etcd.
+type Store struct {
+	cli          *clientv3.Client
+	adminHash    [sha256.Size]byte
+	adminAccount string
+}
+
+// New returns a Store. adminKey (may be empty: no admin) authenticates as the
+// admin of adminAccount, which is created if missing.
+func New(ctx context.Context, cli *clientv3.Client, adminKey, adminAccount string) (*Store, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("accounts: nil etcd client")
+	}
+	s := &Store{cli: cli, adminAccount: adminAccount}
+	if adminKey != "" {
+		if err := validAccountID(adminAccount); err != nil {
+			return nil, fmt.Errorf("accounts: admin account: %w", err)
+		}
+		s.adminHash = sha256.Sum256([]byte(adminKey))
+		if err := s.ensureAccount(ctx, Account{ID: adminAccount, Name: adminAccount, CreatedAt: time.Now().UTC()}); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// ensureAccount creates a if no account with its id exists.
+func (s *Store) ensureAccount(ctx context.Context, a Account) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	key := accountsPrefix + a.ID
+	_, err = s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("accounts: create %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// Authenticate returns the principal of a bearer key.
+func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error) {
+	if key == "" {
+		return Principal{}, errs.New(errs.Unauthenticated, "missing API key")
+	}
+	sum := sha256.Sum256([]byte(key))
+	if s.adminAccount != "" && subtle.ConstantTimeCompare(sum[:], s.adminHash[:]) == 1 {
+		return Principal{Account: s.adminAccount, Admin: true}, nil
+	}
+	if !strings.HasPrefix(key, KeyPrefix) {
+		return Principal{}, errs.New(errs.Unauthenticated, "invalid API key")
+	}
+	resp, err := s.cli.Get(ctx, keysPrefix+hex.EncodeToString(sum[:]))
+	if err != nil {
+		return Principal{}, errs.Wrap(errs.Unavailable, err, "accounts: look up key")
+	}
+	if len(resp.Kvs) == 0 {
+		return Principal{}, errs.New(errs.Unauthenticated, "invalid API key")
+	}
+	var k Key
+	if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
+		return Principal{}, fmt.Errorf("accounts: decode key: %w", err)
+	}
+	return Principal{Account: k.AccountID}, nil
+}
+
+// validName reports whether name is 1-128 printable characters.
+func validName(name string) bool {
+	if name == "" || utf8.RuneCountInString(name) > 128 || !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// CreateAccount creates an account with a new id.
+func (s *Store) CreateAccount(ctx context.Context, name string) (Account, error) {
+	if !validName(name) {
+		return Account{}, errs.New(errs.InvalidArgument, "name: must be 1-128 printable characters")
+	}
+	a := Account{ID: "acct-" + randomID(10), Name: name, CreatedAt: time.Now().UTC()}
+	if err := s.ensureAccount(ctx, a); err != nil {
+		return Account{}, err
+	}
+	return a, nil
+}
+
+// GetAccount returns an account.
+func (s *Store) GetAccount(ctx context.Context, id string) (Account, error) {
+	if err := validAccountID(id); err != nil {
+		return Account{}, errs.New(errs.NotFound, "account %q not found", id)
+	}
+	resp, err := s.cli.Get(ctx, accountsPrefix+id)
+	if err != nil {
+		return Account{}, fmt.Errorf("accounts: get %s: %w", id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Account{}, errs.New(errs.NotFound, "account %q not found", id)
+	}
+	var a Account
+	if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
+		return Account{}, fmt.Errorf("accounts: decode %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// ListAccounts lists every account, by id.
+func (s *Store) ListAccounts(ctx context.Context) ([]Account, error) {
+	resp, err := s.cli.Get(ctx, accountsPrefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("accounts: list: %w", err)
+	}
+	out := make([]Account, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var a Account
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			return nil, fmt.Errorf("accounts: decode %s: %w", kv.Key, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// CreateKey issues a key for an account and returns its secret, shown once.
+func (s *Store) CreateKey(ctx context.Context, accountID string) (string, Key, error) {
+	if _, err := s.GetAccount(ctx, accountID); err != nil {
+		return "", Key{}, err
+	}
+	secret := KeyPrefix + randomID(52)
+	sum := sha256.Sum256([]byte(secret))
+	hash := hex.EncodeToString(sum[:])
+	k := Key{ID: "key-" + randomID(10), AccountID: accountID, CreatedAt: time.Now().UTC()}
+	b, err := json.Marshal(k)
+	if err != nil {
+		return "", Key{}, err
+	}
+	acct := accountsPrefix + accountID
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(acct), ">", 0)).
+		Then(clientv3.OpPut(keysPrefix+hash, string(b)), clientv3.OpPut(indexPrefix+accountID+"/"+k.ID, hash)).
+		Commit()
+	if err != nil {
+		return "", Key{}, fmt.Errorf("accounts: store key: %w", err)
+	}
+	if !resp.Succeeded {
+		return "", Key{}, errs.New(errs.NotFound, "account %q not found", accountID)
+	}
+	return secret, k, nil
+}
+
+// ListKeys lists an account's keys.
+func (s *Store) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
+	if _, err := s.GetAccount(ctx, accountID); err != nil {
+		return nil, err
+	}
+	idx, err := s.cli.Get(ctx, indexPrefix+accountID+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("accounts: list keys: %w", err)
+	}
+	out := make([]Key, 0, len(idx.Kvs))
+	for _, kv := range idx.Kvs {
+		resp, err := s.cli.Get(ctx, keysPrefix+string(kv.Value))
+		if err != nil {
+			return nil, fmt.Errorf("accounts: list keys: %w", err)
+		}
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		var k Key
+		if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
+			return nil, fmt.Errorf("accounts: decode key: %w", err)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// DeleteKey revokes a key.
+func (s *Store) DeleteKey(ctx context.Context, accountID, keyID string) error {
+	if !idPattern.MatchString(accountID) || !idPattern.MatchString(keyID) {
+		return errs.New(errs.NotFound, "key %q not found", keyID)
+	}
+	idx := indexPrefix + accountID + "/" + keyID
+	resp, err := s.cli.Get(ctx, idx)
+	if err != nil {
+		return fmt.Errorf("accounts: delete key: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return errs.New(errs.NotFound, "key %q not found", keyID)
+	}
+	kv := resp.Kvs[0]
+	txn, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(idx), "=", kv.ModRevision)).
+		Then(clientv3.OpDelete(idx), clientv3.OpDelete(keysPrefix+string(kv.Value))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("accounts: delete key: %w", err)
+	}
+	if !txn.Succeeded {
+		return errs.New(errs.NotFound, "key %q not found", keyID)
+	}
+	return nil
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func validAccountID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("id %q: must be 1-63 characters of [a-z0-9-], starting with a letter or digit", id)
+	}
+	return nil
+}
+
+var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// randomID returns n characters of lowercase base32 from the system's CSPRNG.
+func randomID(n int) string {
+	b := make([]byte, (n*5+7)/8)
+	_, _ = rand.Read(b) // never fails: crypto/rand.Read panics rather than return an error
+	return lowerBase32.EncodeToString(b)[:n]
+}

@@ -1,0 +1,264 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/discovery"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/accounts"
+)
+
+// ServiceNames are the four services, in the order /readyz reports them.
+var ServiceNames = []string{"router", "executor", "approval", "workspace"}
+
+// authenticator resolves a bearer key to a principal.
+type authenticator interface {
+	Authenticate(ctx context.Context, key string) (accounts.Principal, error)
+}
+
+// HTTPOptions configure the router's HTTP handler.
+type HTTPOptions struct {
+	// Auth authenticates bearer keys.
+	Auth authenticator
+	// Conns are client connections, through discovery, to each service of
+	// ServiceNames.
+	Conns map[string]*grpc.ClientConn
+	// Metrics serves /metrics.
+	Metrics http.Handler
+	// PublicURL is the base of links handed out; empty: the request's host.
+	PublicURL string
+	// Logger receives request errors.
+	Logger *slog.Logger
+}
+
+// NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
+// /metrics without auth; /v1 and /api/v1 behind bearer auth.
+func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error) {
+	if opts.Auth == nil || opts.Metrics == nil {
+		return nil, errors.New("router: Auth and Metrics are required")
+	}
+	for _, name := range ServiceNames {
+		if opts.Conns[name] == nil {
+			return nil, fmt.Errorf("router: no connection to %s", name)
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	gw, err := newGatewayMux(ctx, opts.Conns)
+	if err != nil {
+		return nil, err
+	}
+	a := &authMiddleware{auth: opts.Auth, publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.Handle("GET /readyz", &readiness{conns: opts.Conns})
+	mux.Handle("GET /metrics", opts.Metrics)
+	mux.Handle("/v1/", a.wrap(openAIErrors, http.HandlerFunc(notImplementedOpenAI)))
+	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
+	return otelhttp.NewHandler(mux, "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		return r.Method + " " + r.URL.Path
+	})), nil
+}
+
+func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn) (*runtime.ServeMux, error) {
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, restjson.New()),
+		runtime.SetQueryParameterParser(restjson.QueryParser{}),
+		// Nothing from the HTTP request becomes gRPC metadata: the scope the
+		// services trust is set by the auth middleware and signed on the way
+		// out, so no header can be smuggled through.
+		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
+	)
+	register := []struct {
+		service string
+		fn      func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
+	}{
+		{"router", routerv1.RegisterAccountServiceHandler},
+		{"router", routerv1.RegisterGatewayServiceHandler},
+		{"executor", executorv1.RegisterExecutorServiceHandler},
+		{"approval", approvalv1.RegisterApprovalServiceHandler},
+		{"workspace", workspacev1.RegisterWorkspaceServiceHandler},
+	}
+	for _, r := range register {
+		if err := r.fn(ctx, mux, conns[r.service]); err != nil {
+			return nil, fmt.Errorf("router: register %s REST handlers: %w", r.service, err)
+		}
+	}
+	return mux, nil
+}
+
+// errorWriter writes an error in the shape of an API surface.
+type errorWriter func(w http.ResponseWriter, code codes.Code, msg string)
+
+// openAIErrors writes OpenAI's error shape, used on /v1.
+func openAIErrors(w http.ResponseWriter, code codes.Code, msg string) {
+	typ, c := "invalid_request_error", strings.ToLower(code.String())
+	switch code {
+	case codes.Unauthenticated:
+		c = "invalid_api_key"
+	case codes.Unavailable, codes.Internal:
+		typ = "server_error"
+	case codes.Unimplemented:
+		typ, c = "not_implemented", "not_implemented"
+	}
+	writeJSON(w, runtime.HTTPStatusFromCode(code), map[string]any{
+		"error": map[string]any{"message": msg, "type": typ, "code": c},
+	})
+}
+
+// statusErrors writes grpc-gateway's status JSON, used on /api/v1.
+func statusErrors(w http.ResponseWriter, code codes.Code, msg string) {
+	b, err := restjson.New().Marshal(status.New(code, msg).Proto())
+	if err != nil {
+		http.Error(w, msg, runtime.HTTPStatusFromCode(code))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(runtime.HTTPStatusFromCode(code))
+	_, _ = w.Write(b)
+}
+
+// authMiddleware authenticates the bearer key and puts the request's scope in
+// its context.
+type authMiddleware struct {
+	auth      authenticator
+	publicURL string
+	log       *slog.Logger
+}
+
+func (a *authMiddleware) wrap(fail errorWriter, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="conch"`)
+			fail(w, codes.Unauthenticated, "missing or malformed Authorization header: want \"Bearer <API key>\"")
+			return
+		}
+		p, err := a.auth.Authenticate(r.Context(), key)
+		if err != nil {
+			code := errs.KindOf(err).Code()
+			msg := err.Error()
+			if code == codes.Unauthenticated {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="conch", error="invalid_token"`)
+			} else {
+				a.log.ErrorContext(r.Context(), "authentication failed", "error", err)
+				code, msg = codes.Unavailable, "authentication is unavailable; try again"
+			}
+			fail(w, code, msg)
+			return
+		}
+		scope := tenant.Scope{Account: p.Account, Admin: p.Admin, PublicURL: a.publicURL}
+		if scope.PublicURL == "" {
+			scope.PublicURL = requestBaseURL(r)
+		}
+		if v, ok := r.Header["X-Shell-User-Id"]; ok {
+			if len(v) != 1 || !tenant.ValidUserID(v[0]) {
+				fail(w, codes.InvalidArgument, "X-Shell-User-Id: must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\"")
+				return
+			}
+			scope.User = v[0]
+		}
+		if v, ok := r.Header["X-Conch-Session-Id"]; ok {
+			if len(v) != 1 || !tenant.ValidSessionID(v[0]) {
+				fail(w, codes.InvalidArgument, "X-Conch-Session-Id: must be 1-128 characters of [A-Za-z0-9._:@-]")
+				return
+			}
+			scope.Session = v[0]
+		}
+		next.ServeHTTP(w, r.WithContext(tenant.With(r.Context(), scope)))
+	})
+}
+
+// bearer extracts the token of an "Authorization: Bearer <token>" header.
+func bearer(h string) (string, bool) {
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	tok := strings.TrimSpace(h[len(prefix):])
+	return tok, tok != "" && !strings.ContainsAny(tok, " \t")
+}
+
+func requestBaseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func notImplementedOpenAI(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/models", "/v1/chat/completions":
+		openAIErrors(w, codes.Unimplemented, r.URL.Path+" is not implemented yet")
+	default:
+		openAIErrors(w, codes.NotFound, "unknown path "+r.URL.Path)
+	}
+}
+
+// readiness answers /readyz: 200 when every service has a registered
+// endpoint that reports SERVING through discovery.
+type readiness struct {
+	conns map[string]*grpc.ClientConn
+}
+
+func (h *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, len(ServiceNames))
+	for _, name := range ServiceNames {
+		go func() {
+			results <- result{name, discovery.CheckReady(ctx, h.conns[name], name)}
+		}()
+	}
+	services := make(map[string]string, len(ServiceNames))
+	ready := true
+	for range ServiceNames {
+		res := <-results
+		services[res.name] = "ok"
+		if res.err != nil {
+			ready = false
+			services[res.name] = res.err.Error()
+		}
+	}
+	code, state := http.StatusOK, "ready"
+	if !ready {
+		code, state = http.StatusServiceUnavailable, "unavailable"
+	}
+	writeJSON(w, code, map[string]any{"status": state, "services": services})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

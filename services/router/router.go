@@ -1,0 +1,55 @@
+// Package router is the router service: the only public HTTP entry of conch.
+// It authenticates API keys, serves the REST API of all four services through
+// grpc-gateway, and (in later work) the OpenAI-compatible API, the agent loop
+// and the web UI.
+package router
+
+import (
+	"context"
+	"errors"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/router/accounts"
+)
+
+// Config is the router's own configuration, shared by `conch router` and
+// `conch dev`.
+type Config struct {
+	// AdminKey authenticates as the admin of AdminAccount; empty: no admin.
+	AdminKey string
+	// AdminAccount is the account of the admin key.
+	AdminAccount string
+	// PublicURL is the base of links the router hands out; empty means the
+	// request's own scheme and host.
+	PublicURL string
+}
+
+// Service is the router's gRPC side.
+type Service struct {
+	accounts *accounts.Store
+}
+
+// New returns the router service.
+func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Service, error) {
+	if cli == nil {
+		return nil, errors.New("router: nil etcd client")
+	}
+	store, err := accounts.New(ctx, cli, cfg.AdminKey, cfg.AdminAccount)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{accounts: store}, nil
+}
+
+// Accounts returns the account store, which authenticates HTTP requests.
+func (s *Service) Accounts() *accounts.Store { return s.accounts }
+
+// Register registers the router's gRPC services on g.
+func (s *Service) Register(g *grpc.Server) {
+	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts})
+	routerv1.RegisterGatewayServiceServer(g, routerv1.UnimplementedGatewayServiceServer{})
+	routerv1.RegisterToolHostServiceServer(g, routerv1.UnimplementedToolHostServiceServer{})
+}
