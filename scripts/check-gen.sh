@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Fails when `make gen` would change gen/: generates into a scratch dir and
+# compares, without touching the work tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go tool buf generate -o "$tmp"
+if ! diff -r -q -x go.mod -x go.sum "$tmp/gen" gen >/dev/null; then
+	echo "generated code is stale: run 'make gen' and commit gen/" >&2
+	diff -r -x go.mod -x go.sum "$tmp/gen" gen | head -40 >&2 || true
+	exit 1
+fi
+echo "generated code is current"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the system packages conch needs to run, or names them when it
+# cannot install (not root, or no apt-get).
+set -euo pipefail
+
+need=()
+command -v go >/dev/null || { echo "conch needs Go 1.26 or later: https://go.dev/dl/" >&2; exit 1; }
+command -v bwrap >/dev/null || need+=(bubblewrap)
+
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+	echo "installing: ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq "${need[@]}" >/dev/null
+else
+	echo "conch needs these packages; install them and retry: ${need[*]}" >&2
+	echo "  e.g. sudo apt-get install ${need[*]}" >&2
+	exit 1
+fi

@@ -1,0 +1,219 @@
+// Package e2e is the end-to-end suite: it runs the conch binary as a
+// subprocess (`conch dev`) and talks to it only through its public HTTP API.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// conchBin is the binary under test: $CONCH_BIN (set by `make test`), else
+// built once into a temp dir.
+var conchBin = sync.OnceValues(func() (string, error) {
+	if bin := os.Getenv("CONCH_BIN"); bin != "" {
+		return bin, nil
+	}
+	dir, err := os.MkdirTemp("", "conch-e2e-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "conch")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/conch-sh/conch/services/cmd/conch").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build conch: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// dev is a running `conch dev`.
+type dev struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	URL     string
+	Key     string
+	DataDir string
+	waited  chan error
+	stderr  *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startDev starts `conch dev` on a free port in a fresh data dir and waits
+// until /readyz answers 200. env adds to the environment.
+func startDev(t *testing.T, env ...string) *dev {
+	t.Helper()
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dev{t: t, DataDir: t.TempDir(), waited: make(chan error, 1), stderr: &lockedBuffer{}}
+	addr := freeAddr(t)
+	d.URL = "http://" + addr
+	d.cmd = exec.Command(bin, "dev", "--http-addr", addr, "--data-dir", d.DataDir)
+	d.cmd.Env = append(cleanEnv(), env...)
+	d.cmd.Stderr = d.stderr
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	banner := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			banner <- sc.Text()
+		}
+		close(banner)
+	}()
+	go func() { d.waited <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			_ = d.cmd.Process.Kill()
+			<-d.waited
+		}
+		if t.Failed() {
+			t.Logf("conch dev stderr:\n%s", tail(d.stderr.String(), 4000))
+		}
+	})
+
+	d.waitReady(30 * time.Second)
+	key, err := os.ReadFile(filepath.Join(d.DataDir, "api-key"))
+	if err != nil {
+		t.Fatalf("read api-key: %v", err)
+	}
+	d.Key = strings.TrimSpace(string(key))
+	return d
+}
+
+// cleanEnv is the test's environment without conch settings, so a developer's
+// own CONCH_* variables do not leak into the cluster under test.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CONCH_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func (d *dev) waitReady(timeout time.Duration) {
+	d.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-d.waited:
+			d.t.Fatalf("conch dev exited before ready: %v\n%s", err, tail(d.stderr.String(), 4000))
+		default:
+		}
+		resp, err := http.Get(d.URL + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.t.Fatalf("conch dev not ready after %v: %s", timeout, last)
+}
+
+// stop sends SIGTERM and returns how long the process took to exit.
+func (d *dev) stop(timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	select {
+	case err := <-d.waited:
+		return time.Since(start), err
+	case <-time.After(timeout):
+		return time.Since(start), fmt.Errorf("conch dev still running %v after SIGTERM", timeout)
+	}
+}
+
+// call makes an HTTP request and returns status and body.
+func (d *dev) call(method, path, key string, body any, headers ...string) (int, []byte) {
+	d.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(d.t.Context(), method, d.URL+path, r)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		d.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
