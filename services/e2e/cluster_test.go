@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+)
+
+// TestSingleServiceCommands runs each service as its own process against one
+// etcd, as in a cluster, and checks that the router reaches all of them
+// through discovery, including an executor restarted on a new port.
+func TestSingleServiceCommands(t *testing.T) {
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := etcdxtest.StartForTest(t)
+	const adminKey = "cluster-admin-key-0123456789"
+	env := append(cleanEnv(),
+		"CONCH_ETCD_ENDPOINTS="+strings.Join(cli.Endpoints(), ","),
+		"CONCH_INTERNAL_SECRET=cluster-secret-0123456789",
+		"CONCH_ADMIN_KEY="+adminKey,
+		"CONCH_LOG_LEVEL=warn",
+	)
+	start := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out := &lockedBuffer{}
+		cmd.Stderr = out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("conch %s stderr:\n%s", args[0], tail(out.String(), 2000))
+			}
+		})
+		return cmd
+	}
+	start("workspace")
+	start("approval")
+	executor := start("executor")
+	httpAddr := freeAddr(t)
+	start("router", "--http-addr", httpAddr)
+	d := &dev{t: t, URL: "http://" + httpAddr, Key: adminKey, waited: make(chan error)}
+	d.waitReady(30 * time.Second)
+
+	if code, body := d.call("GET", "/api/v1/accounts", adminKey, nil); code != http.StatusOK || !strings.Contains(string(body), `"id":"admin"`) {
+		t.Fatalf("accounts = %d %s, want 200 with the admin account", code, body)
+	}
+	if code, body := d.call("GET", "/api/v1/sandboxes", adminKey, nil); code != http.StatusNotImplemented {
+		t.Fatalf("executor = %d %s, want 501", code, body)
+	}
+
+	// Kill the executor without a chance to deregister: readiness fails,
+	// then a new executor on another port is found through etcd by the same
+	// router connections.
+	if err := executor.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, d, "/readyz", http.StatusServiceUnavailable)
+	start("executor")
+	waitStatus(t, d, "/readyz", http.StatusOK)
+	if code, body := d.call("GET", "/api/v1/sandboxes", adminKey, nil); code != http.StatusNotImplemented {
+		t.Fatalf("restarted executor = %d %s, want 501", code, body)
+	}
+}
+
+// waitStatus polls path until it answers code.
+func waitStatus(t *testing.T, d *dev, path string, code int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, body := d.call("GET", path, d.Key, nil)
+		if got == code {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s = %d %s, want %d", path, got, body, code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
