@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/conch-sh/conch/services/cli"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/launch"
 )
@@ -40,11 +41,8 @@ func main() {
 	}
 }
 
-// errUsage marks a command line that could not be understood.
-var errUsage = errors.New("usage")
-
 func exitCode(err error) int {
-	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+	if errors.Is(err, flag.ErrHelp) || errors.Is(err, cli.ErrUsage) {
 		return 2
 	}
 	return 1
@@ -53,7 +51,7 @@ func exitCode(err error) int {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errUsage
+		return cli.ErrUsage
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
@@ -80,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+		return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, cmd)
 	}
 }
 

@@ -1,0 +1,201 @@
+// Package cli holds what conch's client commands share: finding the router
+// and the API key, calling the REST API, and printing results as text or
+// JSON (SPEC §9b). Each command group lives in its own file.
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultServer is the router address when neither --server nor CONCH_URL
+// is set.
+const DefaultServer = "http://127.0.0.1:8080"
+
+// Options are the flags every client command takes.
+type Options struct {
+	Server  string
+	APIKey  string
+	DataDir string
+	Output  string
+}
+
+// AddFlags defines the common client flags on fs, with defaults from the
+// environment.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Server, "server", envOr("CONCH_URL", DefaultServer), "router URL (env CONCH_URL)")
+	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else <data-dir>/api-key)")
+	fs.StringVar(&o.DataDir, "data-dir", envOr("CONCH_DATA_DIR", "./.conch"), "data dir of conch dev, for its api-key file")
+	fs.StringVar(&o.Output, "o", "text", "output format: text or json")
+}
+
+func envOr(k, def string) string {
+	if v, ok := os.LookupEnv(k); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// JSON reports whether -o json was asked for.
+func (o *Options) JSON() bool { return o.Output == "json" }
+
+// Client calls the router's REST API.
+type Client struct {
+	base string
+	key  string
+	http *http.Client
+	// Header is added to every request (e.g. X-Shell-User-Id).
+	Header http.Header
+}
+
+// NewClient returns a client for o, checking the flags.
+func NewClient(o *Options) (*Client, error) {
+	if o.Output != "text" && o.Output != "json" {
+		return nil, fmt.Errorf("-o: want text or json, got %q", o.Output)
+	}
+	server := strings.TrimRight(o.Server, "/")
+	if !strings.HasPrefix(server, "http://") && !strings.HasPrefix(server, "https://") {
+		return nil, fmt.Errorf("--server: want an http:// or https:// URL, got %q", o.Server)
+	}
+	key := o.APIKey
+	if key == "" {
+		key = os.Getenv("CONCH_API_KEY")
+	}
+	if key == "" {
+		b, err := os.ReadFile(filepath.Join(o.DataDir, "api-key"))
+		if err != nil {
+			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY (or run conch dev, which writes %s)", filepath.Join(o.DataDir, "api-key"))
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	return &Client{base: server, key: key, http: &http.Client{Timeout: 0}, Header: http.Header{}}, nil
+}
+
+// APIError is an error answer of the router.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
+}
+
+// Request builds a request to path with the key and the client's headers.
+func (c *Client) Request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	for k, v := range c.Header {
+		req.Header[k] = v
+	}
+	return req, nil
+}
+
+// Do sends req and returns the response when it succeeded (2xx); otherwise
+// it returns an *APIError with the server's message.
+func (c *Client) Do(req *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return nil, &APIError{Status: resp.StatusCode, Message: errorMessage(b)}
+}
+
+// errorMessage extracts the message of a status JSON ({"message"}), an
+// OpenAI error ({"error": {"message"}}) or plain text.
+func errorMessage(b []byte) string {
+	var v struct {
+		Message string `json:"message"`
+		Error   struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &v) == nil {
+		if v.Message != "" {
+			return v.Message
+		}
+		if v.Error.Message != "" {
+			return v.Error.Message
+		}
+	}
+	if s := strings.TrimSpace(string(b)); s != "" {
+		return s
+	}
+	return "no message"
+}
+
+// JSON sends a JSON body (nil for none) and decodes a JSON answer into out
+// (nil to discard it).
+func (c *Client) JSON(ctx context.Context, method, path string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := c.Request(ctx, method, path, r)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// PrintJSON writes v as indented JSON.
+func PrintJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// ErrUsage marks a command line that could not be understood; the command
+// exits 2.
+var ErrUsage = errors.New("usage")
+
+// Usagef returns an ErrUsage error with a message.
+func Usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+}
+
+// FormatTime prints t for people, or "-" when zero.
+func FormatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}

@@ -1,0 +1,41 @@
+package cli
+
+import "testing"
+
+func TestErrorMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ body, want string }{
+		{`{"code":5,"message":"sandbox \"x\" not found","details":[]}`, `sandbox "x" not found`},
+		{`{"error":{"message":"model not found","type":"invalid_request_error"}}`, "model not found"},
+		{"plain failure\n", "plain failure"},
+		{"", "no message"},
+	}
+	for _, tt := range tests {
+		if got := errorMessage([]byte(tt.body)); got != tt.want {
+			t.Errorf("errorMessage(%q) = %q, want %q", tt.body, got, tt.want)
+		}
+	}
+}
+
+func TestNewClientChecksFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Options
+		ok   bool
+	}{
+		{"valid", Options{Server: "http://127.0.0.1:8080", APIKey: "k", Output: "text"}, true},
+		{"json", Options{Server: "https://conch.example/", APIKey: "k", Output: "json"}, true},
+		{"bad output", Options{Server: "http://x", APIKey: "k", Output: "yaml"}, false},
+		{"bad server", Options{Server: "127.0.0.1:8080", APIKey: "k", Output: "text"}, false},
+		{"no key anywhere", Options{Server: "http://x", Output: "text", DataDir: t.TempDir()}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("CONCH_API_KEY", "")
+			_, err := NewClient(&tt.o)
+			if (err == nil) != tt.ok {
+				t.Errorf("NewClient(%+v) error = %v, want ok=%v", tt.o, err, tt.ok)
+			}
+		})
+	}
+}
