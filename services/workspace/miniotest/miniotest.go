@@ -1,0 +1,165 @@
+// Package miniotest starts a real MinIO server process for tests.
+//
+// The binary is $CONCH_MINIO_BIN (set by .ci/run), else .cache/bin/minio at
+// the repository root, else it is built there with `go install`, as
+// .ci/run does. Tests never skip for want of it.
+package miniotest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Version is the MinIO module version .ci/run installs.
+const Version = "v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// Server is a running MinIO.
+type Server struct {
+	// Endpoint is host:port.
+	Endpoint string
+	// AccessKey and SecretKey are the root credentials.
+	AccessKey, SecretKey string
+	cmd                  *exec.Cmd
+}
+
+var binary = sync.OnceValues(func() (string, error) {
+	if b := os.Getenv("CONCH_MINIO_BIN"); b != "" {
+		return b, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, ".cache", "bin", "minio")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	cmd := exec.Command("go", "install", "github.com/minio/minio@"+Version)
+	cmd.Env = append(os.Environ(), "GOBIN="+filepath.Dir(bin), "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build minio: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// repoRoot finds the directory holding go.work above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("miniotest: no go.work above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start starts MinIO on a free loopback port with its data in a temp dir
+// and stops it when the test ends.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bin, err := binary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{AccessKey: "conchtest", SecretKey: randomHex(16)}
+	s.Endpoint = freeAddr(tb)
+	console := freeAddr(tb)
+	s.cmd = exec.Command(bin, "server", "--quiet", "--address", s.Endpoint, "--console-address", console, tb.TempDir())
+	s.cmd.Env = append(os.Environ(),
+		"MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
+	out := &strings.Builder{}
+	var mu sync.Mutex
+	s.cmd.Stdout = lockedWriter{&mu, out}
+	s.cmd.Stderr = lockedWriter{&mu, out}
+	if err := s.cmd.Start(); err != nil {
+		tb.Fatalf("start minio: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- s.cmd.Wait() }()
+	tb.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-exited
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			mu.Lock()
+			defer mu.Unlock()
+			tb.Fatalf("minio exited: %v\n%s", err, out.String())
+		default:
+		}
+		if ready(tb.Context(), s.Endpoint) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			tb.Fatalf("minio not ready after 60s:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Bucket returns a fresh bucket name, for per-test isolation.
+func Bucket() string { return "t-" + randomHex(8) }
+
+func ready(ctx context.Context, endpoint string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+endpoint+"/minio/health/ready", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func freeAddr(tb testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
