@@ -75,14 +75,30 @@ func repoRoot() (string, error) {
 // and stops it when the test ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	bin, err := binary()
+	s, stop, err := Launch(tb.TempDir())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := &Server{AccessKey: "conchtest", SecretKey: randomHex(16)}
-	s.Endpoint = freeAddr(tb)
-	console := freeAddr(tb)
-	s.cmd = exec.Command(bin, "server", "--quiet", "--address", s.Endpoint, "--console-address", console, tb.TempDir())
+	tb.Cleanup(stop)
+	return s
+}
+
+// Launch starts MinIO with its data in dir, for a TestMain that shares one
+// server between tests; stop kills it.
+func Launch(dir string) (s *Server, stop func(), err error) {
+	bin, err := binary()
+	if err != nil {
+		return nil, nil, err
+	}
+	s = &Server{AccessKey: "conchtest", SecretKey: randomHex(16)}
+	if s.Endpoint, err = freeAddr(); err != nil {
+		return nil, nil, err
+	}
+	console, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	s.cmd = exec.Command(bin, "server", "--quiet", "--address", s.Endpoint, "--console-address", console, dir)
 	s.cmd.Env = append(os.Environ(),
 		"MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
@@ -91,30 +107,32 @@ func Start(tb testing.TB) *Server {
 	s.cmd.Stdout = lockedWriter{&mu, out}
 	s.cmd.Stderr = lockedWriter{&mu, out}
 	if err := s.cmd.Start(); err != nil {
-		tb.Fatalf("start minio: %v", err)
+		return nil, nil, fmt.Errorf("start minio: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- s.cmd.Wait() }()
-	tb.Cleanup(func() {
+	stop = func() {
 		_ = s.cmd.Process.Kill()
 		<-exited
-	})
+	}
+	output := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.String()
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
 		case err := <-exited:
-			mu.Lock()
-			defer mu.Unlock()
-			tb.Fatalf("minio exited: %v\n%s", err, out.String())
+			return nil, nil, fmt.Errorf("minio exited: %v\n%s", err, output())
 		default:
 		}
-		if ready(tb.Context(), s.Endpoint) {
-			return s
+		if ready(s.Endpoint) {
+			return s, stop, nil
 		}
 		if time.Now().After(deadline) {
-			mu.Lock()
-			defer mu.Unlock()
-			tb.Fatalf("minio not ready after 60s:\n%s", out.String())
+			stop()
+			return nil, nil, fmt.Errorf("minio not ready after 60s:\n%s", output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -123,8 +141,8 @@ func Start(tb testing.TB) *Server {
 // Bucket returns a fresh bucket name, for per-test isolation.
 func Bucket() string { return "t-" + randomHex(8) }
 
-func ready(ctx context.Context, endpoint string) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+func ready(endpoint string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+endpoint+"/minio/health/ready", nil)
 	if err != nil {
@@ -138,13 +156,13 @@ func ready(ctx context.Context, endpoint string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func freeAddr(tb testing.TB) string {
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 func randomHex(n int) string {

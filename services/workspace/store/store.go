@@ -68,6 +68,9 @@ type PutOptions struct {
 	SHA256 string
 	// LinkTarget stores a symbolic link; the content must be empty.
 	LinkTarget string
+	// Unhashed stores content that is only ever copied with Copy (given
+	// its hash), never read: the store may skip recording the hash.
+	Unhashed bool
 }
 
 // Store is an object store.

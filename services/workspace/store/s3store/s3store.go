@@ -123,6 +123,23 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, o store.PutOpt
 		}
 		return s.putSmall(ctx, key, extra, o)
 	}
+	if o.Unhashed {
+		cr := &countingReader{r: r}
+		if _, err := s.c.PutObject(ctx, s.bucket, key, cr, -1, minio.PutObjectOptions{
+			PartSize: partSize, ContentType: "application/octet-stream", UserMetadata: userMeta(o),
+		}); err != nil {
+			if cr.err != nil {
+				err = cr.err
+			}
+			return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
+		}
+		if err := check(o, cr.n, ""); err != nil {
+			s.remove(context.WithoutCancel(ctx), key)
+			return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
+		}
+		o.Size = cr.n
+		return infoOf(key, o), nil
+	}
 	// Read up to the buffer limit; small content goes in one direct put.
 	buf := &bytes.Buffer{}
 	n, err := io.Copy(buf, io.LimitReader(r, bufferLimit+1))

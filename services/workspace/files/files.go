@@ -1,0 +1,534 @@
+// Package files is the domain of the workspace service: one persistent
+// workspace per (account, user) in an object store, the file operations of
+// the Shell file API, and the sync (hydrate and flush) of the executor.
+//
+// Layout: a workspace path "/a/b" is the key
+// "accounts/<account>/users/<user>/files/a/b"; a directory is the marker
+// key ending in '/'; uploads in progress are staged under ".../staging/".
+// Every change runs under the workspace's lock in etcd, which also keeps
+// the workspace's revision and usage, so quotas hold across processes.
+package files
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/workspace/store"
+)
+
+// Type is the kind of an entry.
+type Type int
+
+// The kinds of entries.
+const (
+	File Type = iota + 1
+	Dir
+	Symlink
+)
+
+// Entry is one file, directory or symlink of a workspace.
+type Entry struct {
+	Name       string
+	Path       string
+	Type       Type
+	Size       int64
+	Mode       uint32
+	ModTime    time.Time
+	LinkTarget string
+	// ETag is the hex SHA-256 of a file's content.
+	ETag string
+}
+
+// Workspace names a workspace.
+type Workspace struct {
+	Account, User string
+}
+
+// NewWorkspace checks account and user and returns their workspace.
+func NewWorkspace(account, user string) (Workspace, error) {
+	if !tenant.ValidUserID(account) {
+		return Workspace{}, errs.New(errs.Unauthenticated, "no valid account in the call")
+	}
+	if !tenant.ValidUserID(user) {
+		return Workspace{}, errs.New(errs.InvalidArgument, "user (X-Shell-User-Id): must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\"")
+	}
+	return Workspace{Account: account, User: user}, nil
+}
+
+func (w Workspace) base() string    { return "accounts/" + w.Account + "/users/" + w.User + "/" }
+func (w Workspace) root() string    { return w.base() + "files/" }
+func (w Workspace) staging() string { return w.base() + "staging/" }
+
+// key is the object of a clean path; dirKey its directory marker.
+func (w Workspace) key(p string) string    { return w.root() + p[1:] }
+func (w Workspace) dirKey(p string) string { return w.root() + strings.TrimPrefix(p+"/", "/") }
+
+// pathOf is the workspace path of a key below root.
+func (w Workspace) pathOf(key string) string {
+	return "/" + strings.TrimSuffix(strings.TrimPrefix(key, w.root()), "/")
+}
+
+// Config tunes the service.
+type Config struct {
+	// QuotaBytes and QuotaFiles limit each workspace; files count every
+	// entry (files, directories and links).
+	QuotaBytes, QuotaFiles int64
+	// MaxFileSize limits one file written through the file API.
+	MaxFileSize int64
+	// LockTimeout bounds the wait for a workspace's lock.
+	LockTimeout time.Duration
+	// LockTTL is the lease of the process's locks, in seconds: how long the
+	// locks of a process that died stay held.
+	LockTTL int
+}
+
+// Defaults for Config's zero fields.
+const (
+	DefaultQuotaBytes  = 10 << 30
+	DefaultQuotaFiles  = 1_000_000
+	DefaultMaxFileSize = 100 << 20
+)
+
+// memLimit is the largest content kept in memory before staging it.
+const memLimit = 4 << 20
+
+// Service operates on workspaces.
+type Service struct {
+	store store.Store
+	locks *locker
+	cfg   Config
+}
+
+// New returns the service over st, coordinating through etcd.
+func New(st store.Store, cli *clientv3.Client, cfg Config) (*Service, error) {
+	if st == nil || cli == nil {
+		return nil, errors.New("files: store and etcd client are required")
+	}
+	if cfg.QuotaBytes <= 0 {
+		cfg.QuotaBytes = DefaultQuotaBytes
+	}
+	if cfg.QuotaFiles <= 0 {
+		cfg.QuotaFiles = DefaultQuotaFiles
+	}
+	if cfg.MaxFileSize <= 0 {
+		cfg.MaxFileSize = DefaultMaxFileSize
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = 30 * time.Second
+	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 10
+	}
+	return &Service{store: st, locks: &locker{cli: cli, ttl: cfg.LockTTL}, cfg: cfg}, nil
+}
+
+// Close releases the service's etcd session and with it any lock.
+func (s *Service) Close() { s.locks.close() }
+
+// MaxFileSize is the limit of one file written through the file API.
+func (s *Service) MaxFileSize() int64 { return s.cfg.MaxFileSize }
+
+func entryOf(ws Workspace, info store.Info) Entry {
+	p := ws.pathOf(info.Key)
+	e := Entry{Name: base(p), Path: p, Type: File, Size: info.Size, Mode: info.Mode, ModTime: info.ModTime, ETag: info.SHA256}
+	switch {
+	case info.IsDir():
+		e.Type, e.Size, e.ETag = Dir, 0, ""
+		if info.Prefix && e.Mode == 0 {
+			e.Mode = 0o755
+		}
+	case info.LinkTarget != "":
+		e.Type, e.LinkTarget, e.ETag = Symlink, info.LinkTarget, ""
+	}
+	return e
+}
+
+func rootEntry() Entry { return Entry{Name: "", Path: "/", Type: Dir, Mode: 0o755} }
+
+func storeErr(err error, what, p string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return errs.New(errs.NotFound, "%s: no such file or directory", p)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return errs.Wrap(errs.KindOf(err), err, "%s %s", what, p)
+	}
+	return errs.Wrap(errs.Unavailable, err, "workspace storage: %s %s", what, p)
+}
+
+// lookup finds what is at a clean path: a file or link, a directory
+// (marker, or only keys below it), or nothing (NotFound).
+func (s *Service) lookup(ctx context.Context, ws Workspace, p string) (Entry, error) {
+	if p == "/" {
+		return rootEntry(), nil
+	}
+	info, err := s.store.Stat(ctx, ws.key(p))
+	if err == nil {
+		return entryOf(ws, info), nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return Entry{}, storeErr(err, "stat", p)
+	}
+	info, err = s.store.Stat(ctx, ws.dirKey(p))
+	if err == nil {
+		return entryOf(ws, info), nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return Entry{}, storeErr(err, "stat", p)
+	}
+	for _, err := range s.store.List(ctx, ws.dirKey(p), false) {
+		if err != nil {
+			return Entry{}, storeErr(err, "list", p)
+		}
+		return entryOf(ws, store.Info{Key: ws.dirKey(p), Prefix: true}), nil
+	}
+	return Entry{}, errs.New(errs.NotFound, "%s: no such file or directory", p)
+}
+
+// Stat returns the entry at path.
+func (s *Service) Stat(ctx context.Context, ws Workspace, path string) (Entry, error) {
+	p, err := CleanPath("path", path)
+	if err != nil {
+		return Entry{}, err
+	}
+	return s.lookup(ctx, ws, p)
+}
+
+// maxListEntries bounds one directory listing, which is one response.
+const maxListEntries = 50_000
+
+// List returns a directory's entries sorted by name.
+func (s *Service) List(ctx context.Context, ws Workspace, path string) ([]Entry, error) {
+	p, err := CleanPath("path", path)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.lookup(ctx, ws, p)
+	if err != nil {
+		return nil, err
+	}
+	if e.Type != Dir {
+		return nil, errs.New(errs.FailedPrecondition, "%s: not a directory", p)
+	}
+	prefix := ws.dirKey(p)
+	if p == "/" {
+		prefix = ws.root()
+	}
+	entries := []Entry{}
+	for info, err := range s.store.List(ctx, prefix, false) {
+		if err != nil {
+			return nil, storeErr(err, "list", p)
+		}
+		if len(entries) == maxListEntries {
+			return nil, errs.New(errs.ResourceExhausted, "%s: more than %d entries; list a subdirectory", p, maxListEntries)
+		}
+		entries = append(entries, entryOf(ws, info))
+	}
+	return entries, nil
+}
+
+// Open opens a regular file for reading. Links are never followed.
+func (s *Service) Open(ctx context.Context, ws Workspace, path string) (io.ReadCloser, Entry, error) {
+	p, err := CleanPath("path", path)
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	return s.open(ctx, ws, p, "")
+}
+
+func (s *Service) open(ctx context.Context, ws Workspace, p, etag string) (io.ReadCloser, Entry, error) {
+	if p != "/" {
+		rc, info, err := s.store.Get(ctx, ws.key(p))
+		if err == nil {
+			e := entryOf(ws, info)
+			switch {
+			case e.Type == Symlink:
+				rc.Close()
+				return nil, Entry{}, errs.New(errs.FailedPrecondition, "%s: is a symbolic link (to %q); links are not followed", p, e.LinkTarget)
+			case etag != "" && e.ETag != etag:
+				rc.Close()
+				return nil, Entry{}, errs.New(errs.NotFound, "%s: the file changed since the link was made", p)
+			}
+			return rc, e, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, Entry{}, storeErr(err, "read", p)
+		}
+	}
+	e, err := s.lookup(ctx, ws, p)
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	return nil, Entry{}, errs.New(errs.FailedPrecondition, "%s: is a directory", e.Path)
+}
+
+// WriteOptions describe a file to write.
+type WriteOptions struct {
+	// Mode is the permission bits; 0 means 0644.
+	Mode uint32
+	// ModTime is the modification time; zero means now.
+	ModTime time.Time
+	// Size is the expected size, or -1.
+	Size int64
+}
+
+// staged is content read and hashed, in memory or under a staging key.
+type staged struct {
+	data []byte
+	key  string
+	size int64
+	sum  string
+}
+
+// stage reads r whole, up to limit bytes, into memory or a staging object.
+func (s *Service) stage(ctx context.Context, ws Workspace, r io.Reader, limit int64, expect string, mem int64) (*staged, error) {
+	tooBig := func() error {
+		return errs.New(errs.ResourceExhausted, "file larger than the limit of %d bytes", limit)
+	}
+	buf := &bytes.Buffer{}
+	n, err := io.Copy(buf, io.LimitReader(r, min(limit, mem)+1))
+	if err != nil {
+		return nil, readErr(err)
+	}
+	if n > limit {
+		return nil, tooBig()
+	}
+	check := func(st *staged) error {
+		if expect != "" && !strings.EqualFold(expect, st.sum) {
+			return errs.New(errs.InvalidArgument, "etag: content has SHA-256 %s, not %s", st.sum, expect)
+		}
+		return nil
+	}
+	if n <= mem {
+		sum := sha256.Sum256(buf.Bytes())
+		st := &staged{data: buf.Bytes(), size: n, sum: hex.EncodeToString(sum[:])}
+		return st, check(st)
+	}
+	h := sha256.New()
+	lr := &limitedReader{r: io.MultiReader(buf, r), n: limit}
+	key := ws.staging() + newID()
+	info, err := s.store.Put(ctx, key, io.TeeReader(lr, h), store.PutOptions{Size: -1, Mode: 0o600, ModTime: time.Now(), Unhashed: true})
+	if err != nil {
+		s.dropStaged(ctx, key)
+		if lr.over {
+			return nil, tooBig()
+		}
+		if lr.err != nil {
+			return nil, readErr(lr.err)
+		}
+		return nil, storeErr(err, "stage", "upload")
+	}
+	st := &staged{key: key, size: info.Size, sum: hex.EncodeToString(h.Sum(nil))}
+	if err := check(st); err != nil {
+		s.dropStaged(ctx, key)
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s *Service) dropStaged(ctx context.Context, keys ...string) {
+	if len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = s.store.Delete(ctx, keys)
+}
+
+// commitStaged makes staged content visible at key.
+func (s *Service) commitStaged(ctx context.Context, key string, st *staged, mode uint32, mtime time.Time) (store.Info, error) {
+	o := store.PutOptions{Size: st.size, Mode: mode, ModTime: mtime, SHA256: st.sum}
+	if st.key == "" {
+		return s.store.Put(ctx, key, bytes.NewReader(st.data), o)
+	}
+	return s.store.Copy(ctx, key, st.key, o)
+}
+
+func readErr(err error) error {
+	if k := errs.KindOf(err); k != errs.Internal {
+		return errs.Wrap(k, err, "read upload")
+	}
+	return errs.Wrap(errs.InvalidArgument, err, "read upload")
+}
+
+type limitedReader struct {
+	r    io.Reader
+	n    int64
+	over bool
+	err  error
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		l.over = true
+		return 0, errors.New("file larger than the limit")
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.n < 0 {
+		l.over = true
+		return 0, errors.New("file larger than the limit")
+	}
+	if err != nil && err != io.EOF {
+		l.err = err
+	}
+	return n, err
+}
+
+// Write stores a file from r, creating parent directories. Nothing is
+// visible until the whole content arrived; a failed write leaves nothing.
+func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Reader, o WriteOptions) (Entry, error) {
+	p, err := CleanPath("path", path)
+	if err != nil {
+		return Entry{}, err
+	}
+	if p == "/" {
+		return Entry{}, errs.New(errs.InvalidArgument, "path: / is the workspace's root directory, not a file")
+	}
+	if o.Mode == 0 {
+		o.Mode = 0o644
+	}
+	if o.Mode > 0o7777 {
+		return Entry{}, errs.New(errs.InvalidArgument, "mode: %o is not a permission mode", o.Mode)
+	}
+	if o.ModTime.IsZero() {
+		o.ModTime = time.Now()
+	}
+	if o.Size > s.cfg.MaxFileSize {
+		return Entry{}, errs.New(errs.ResourceExhausted, "size: %d bytes is more than the limit of %d", o.Size, s.cfg.MaxFileSize)
+	}
+	st, err := s.stage(ctx, ws, r, s.cfg.MaxFileSize, "", memLimit)
+	if err != nil {
+		return Entry{}, err
+	}
+	if st.key != "" {
+		defer s.dropStaged(ctx, st.key)
+	}
+	if o.Size >= 0 && o.Size != st.size {
+		return Entry{}, errs.New(errs.InvalidArgument, "size: the upload had %d bytes, not the %d announced", st.size, o.Size)
+	}
+	var out Entry
+	err = s.change(ctx, ws, func(c *changeSet) error {
+		if err := c.makeParents(p); err != nil {
+			return err
+		}
+		old, err := c.existing(p)
+		if err != nil {
+			return err
+		}
+		if old.Type == Dir {
+			return errs.New(errs.FailedPrecondition, "%s: is a directory", p)
+		}
+		c.add(st.size-old.Size, boolInt(old.Type == 0))
+		if err := c.checkQuota(); err != nil {
+			return err
+		}
+		info, err := s.commitStaged(ctx, ws.key(p), st, o.Mode, o.ModTime)
+		if err != nil {
+			return storeErr(err, "write", p)
+		}
+		out = entryOf(ws, info)
+		return nil
+	})
+	return out, err
+}
+
+// Mkdir creates a directory and its parents; an existing directory is fine.
+func (s *Service) Mkdir(ctx context.Context, ws Workspace, path string) (Entry, error) {
+	p, err := CleanPath("path", path)
+	if err != nil {
+		return Entry{}, err
+	}
+	if p == "/" {
+		return rootEntry(), nil
+	}
+	var out Entry
+	err = s.change(ctx, ws, func(c *changeSet) error {
+		if err := c.makeParents(p); err != nil {
+			return err
+		}
+		e, err := c.makeDir(p)
+		out = e
+		return err
+	})
+	return out, err
+}
+
+// Delete deletes a file, link or directory (with recursive, its content;
+// "/" empties the workspace) and returns how many entries went.
+func (s *Service) Delete(ctx context.Context, ws Workspace, path string, recursive bool) (int64, error) {
+	p, err := CleanPath("path", path)
+	if err != nil {
+		return 0, err
+	}
+	if p == "/" && !recursive {
+		return 0, errs.New(errs.FailedPrecondition, "deleting / empties the whole workspace and needs recursive=true")
+	}
+	var n int64
+	err = s.change(ctx, ws, func(c *changeSet) error {
+		var err error
+		n, err = c.remove(p, recursive, true)
+		return err
+	})
+	return n, err
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// OpenVersion opens a regular file only if its content still has etag.
+func (s *Service) OpenVersion(ctx context.Context, ws Workspace, path, etag string) (io.ReadCloser, Entry, error) {
+	p, err := CleanPath("path", path)
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	if etag == "" {
+		return nil, Entry{}, errs.New(errs.InvalidArgument, "etag: required")
+	}
+	return s.open(ctx, ws, p, etag)
+}
+
+// Usage is a workspace's usage and quota.
+type Usage struct {
+	Bytes, Files           int64
+	QuotaBytes, QuotaFiles int64
+}
+
+// Usage returns ws's usage as of its last change (counted when unknown).
+func (s *Service) Usage(ctx context.Context, ws Workspace) (Usage, error) {
+	u := Usage{QuotaBytes: s.cfg.QuotaBytes, QuotaFiles: s.cfg.QuotaFiles}
+	h, err := s.locks.lock(ctx, ws, s.cfg.LockTimeout)
+	if err != nil {
+		return u, err
+	}
+	defer h.unlock(ctx)
+	if h.has && !h.st.Dirty {
+		u.Bytes, u.Files = h.st.Bytes, h.st.Files
+		return u, nil
+	}
+	u.Bytes, u.Files, err = s.usage(ctx, ws)
+	return u, err
+}
