@@ -19,6 +19,8 @@ type changeSet struct {
 	bytes int64
 	files int64
 	start state
+	// applied is set before the first write to the store.
+	applied bool
 	// dirty marks a change that failed after applying part of itself.
 	dirty bool
 }
@@ -46,11 +48,14 @@ func (s *Service) change(ctx context.Context, ws Workspace, fn func(c *changeSet
 	// Whether or not fn failed half-way, the recorded usage must match
 	// what is stored: a failure after some operations applied recounts.
 	next := state{Revision: st.Revision, Bytes: c.bytes, Files: c.files}
-	if ferr == nil {
+	switch {
+	case ferr == nil:
 		next.Revision++
-	} else if c.dirty || c.bytes != st.Bytes || c.files != st.Files {
+	case c.applied || c.dirty:
 		next.Dirty = true
 		next.Revision++
+	default:
+		next.Bytes, next.Files = st.Bytes, st.Files
 	}
 	if err := h.put(context.WithoutCancel(ctx), next); err != nil && ferr == nil {
 		return err
@@ -130,6 +135,7 @@ func (c *changeSet) makeDir(p string) (Entry, error) {
 	if err := c.checkQuota(); err != nil {
 		return Entry{}, err
 	}
+	c.applied = true
 	info, err := c.s.store.Put(c.ctx, c.ws.dirKey(p), nil, store.PutOptions{Size: 0, Mode: 0o755, ModTime: time.Now()})
 	if err != nil {
 		c.add(0, -1)
@@ -144,6 +150,7 @@ func (c *changeSet) makeDir(p string) (Entry, error) {
 func (c *changeSet) remove(p string, recursive, mustExist bool) (int64, error) {
 	if p != "/" {
 		if info, err := c.s.store.Stat(c.ctx, c.ws.key(p)); err == nil {
+			c.applied = true
 			if err := c.s.store.Delete(c.ctx, []string{info.Key}); err != nil {
 				return 0, storeErr(err, "delete", p)
 			}
@@ -180,6 +187,7 @@ func (c *changeSet) remove(p string, recursive, mustExist bool) (int64, error) {
 	}
 	// Delete children first and the marker last, so that a failure never
 	// leaves children without their directory.
+	c.applied = true
 	for i := 0; i < len(keys); i += 1000 {
 		batch := keys[i:min(i+1000, len(keys))]
 		if err := c.s.store.Delete(c.ctx, batch); err != nil {

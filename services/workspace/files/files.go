@@ -436,6 +436,7 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 		if err := c.checkQuota(); err != nil {
 			return err
 		}
+		c.applied = true
 		info, err := s.commitStaged(ctx, ws.key(p), st, o.Mode, o.ModTime)
 		if err != nil {
 			return storeErr(err, "write", p)

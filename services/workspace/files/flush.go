@@ -134,6 +134,10 @@ func (f *Flush) Commit(ctx context.Context) (FlushResult, error) {
 		// Simulate first: conflicts and the quota are checked before
 		// anything changes.
 		plans := make([][]string, len(f.ops))
+		refuse := func(err error) error {
+			c.bytes, c.files = c.start.Bytes, c.start.Files
+			return err
+		}
 		for i, op := range f.ops {
 			var err error
 			if op.remove != "" {
@@ -142,12 +146,13 @@ func (f *Flush) Commit(ctx context.Context) (FlushResult, error) {
 				err = sim.put(op)
 			}
 			if err != nil {
-				return err
+				return refuse(err)
 			}
 		}
 		if err := c.checkQuota(); err != nil {
-			return err
+			return refuse(err)
 		}
+		c.applied = true
 		for i, op := range f.ops {
 			if err := f.apply(ctx, op, plans[i]); err != nil {
 				c.dirty = true
