@@ -35,6 +35,8 @@ type DevConfig struct {
 	S3AccessKey string `env:"CONCH_S3_ACCESS_KEY" usage:"S3 access key"`
 	S3SecretKey string `env:"CONCH_S3_SECRET_KEY" usage:"S3 secret key"`
 	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
+	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
+	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (default: one kept in <data-dir>/signing-key)"`
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
 }
 
@@ -87,10 +89,23 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if err != nil {
 		return err
 	}
+	signingKeys, err := devSigningKeys(cfg)
+	if err != nil {
+		return err
+	}
+	ws, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
+		dir: filepath.Join(cfg.DataDir, "workspaces"), endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey,
+		bucket: cfg.S3Bucket, secure: cfg.S3Secure, signingKeys: signingKeys,
+	})
+	if err != nil {
+		return err
+	}
+	defer closeWS()
 	common := &Common{ShutdownTimeout: 5 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
-	for _, name := range []string{"executor", "approval", "workspace"} {
+	g.Go(func() error { return p.serve(gctx, "workspace", "127.0.0.1:0", "", common, ws.Register) })
+	for _, name := range []string{"executor", "approval"} {
 		register, err := registerFunc(name)
 		if err != nil {
 			return err

@@ -29,7 +29,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router"
-	"github.com/conch-sh/conch/services/workspace"
 )
 
 // Common is the configuration every single-service command shares.
@@ -88,7 +87,7 @@ func (c *RouterConfig) Validate() error {
 	return validPublicURL(c.PublicURL)
 }
 
-// ServiceConfig is the configuration of `conch executor|approval|workspace`.
+// ServiceConfig is the configuration of `conch executor|approval`.
 type ServiceConfig struct {
 	Common
 }
@@ -201,7 +200,7 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 	return g.Wait()
 }
 
-// RunService runs `conch executor|approval|workspace`.
+// RunService runs `conch executor|approval`.
 func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 	register, err := registerFunc(name)
 	if err != nil {
@@ -212,22 +211,27 @@ func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 		return err
 	}
 	defer p.close(ctx)
+	return p.runService(ctx, name, &cfg.Common, register)
+}
+
+// runService serves one service's gRPC server, and /metrics when asked.
+func (p *process) runService(ctx context.Context, name string, c *Common, register func(*grpc.Server)) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return p.serve(gctx, name, cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, register) })
-	if cfg.MetricsAddr != "" {
-		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
+	g.Go(func() error { return p.serve(gctx, name, c.GRPCAddr, c.AdvertiseAddr, c, register) })
+	if c.MetricsAddr != "" {
+		g.Go(func() error { return p.serveMetrics(gctx, c.MetricsAddr, c.ShutdownTimeout) })
 	}
 	return g.Wait()
 }
 
+// registerFunc returns the registration of a service without
+// configuration of its own; the workspace service has RunWorkspace.
 func registerFunc(name string) (func(*grpc.Server), error) {
 	switch name {
 	case "executor":
 		return executor.New().Register, nil
 	case "approval":
 		return approval.New().Register, nil
-	case "workspace":
-		return workspace.New().Register, nil
 	}
 	return nil, fmt.Errorf("unknown service %q", name)
 }

@@ -78,6 +78,8 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.Handle("GET /metrics", opts.Metrics)
 	mux.Handle("/v1/", a.wrap(openAIErrors, http.HandlerFunc(notImplementedOpenAI)))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
+	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger}
+	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(statusErrors, h) }, gw)
 	return otelhttp.NewHandler(mux, "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	})), nil

@@ -67,7 +67,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunRouter(ctx, cfg)
-	case "executor", "approval", "workspace":
+	case "workspace":
+		var cfg launch.WorkspaceConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunWorkspace(ctx, cfg)
+	case "executor", "approval":
 		var cfg launch.ServiceConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err
