@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/workspace/miniotest"
 )
 
 // fileClient calls the Shell file API of a running conch as one user.
@@ -106,10 +108,18 @@ func newAccount(t *testing.T, d *dev, name string) string {
 
 const limit = 100 << 20
 
-// TestFiles checks the Shell file API end to end on conch dev: the calls
-// of SPEC §9, upload limits, signed URLs, tenant isolation and traversal.
+// TestFiles checks the Shell file API end to end on conch dev, on local
+// disk and on MinIO: the calls of SPEC §9, upload limits, signed URLs,
+// tenant isolation and traversal.
 func TestFiles(t *testing.T) {
-	d := startDev(t)
+	t.Run("local disk", func(t *testing.T) { testFiles(t, startDev(t)) })
+	t.Run("minio", func(t *testing.T) {
+		m := miniotest.Start(t)
+		testFiles(t, startDev(t, "CONCH_S3_ENDPOINT="+m.Endpoint, "CONCH_S3_ACCESS_KEY="+m.AccessKey, "CONCH_S3_SECRET_KEY="+m.SecretKey, "CONCH_S3_BUCKET="+miniotest.Bucket()))
+	})
+}
+
+func testFiles(t *testing.T, d *dev) {
 	alice := &fileClient{t: t, d: d, key: d.Key, user: "alice"}
 
 	t.Run("round trip", func(t *testing.T) {
