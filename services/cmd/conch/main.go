@@ -26,6 +26,7 @@ Commands:
   executor    run the executor service (sandboxes)
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
+  files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
 Run "conch <command> -h" for the flags of a command.
 `
@@ -79,6 +80,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunService(ctx, cmd, cfg)
+	case "files":
+		return cli.Files(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
