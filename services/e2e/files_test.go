@@ -17,7 +17,7 @@ import (
 
 // fileClient calls the Shell file API of a running conch as one user.
 type fileClient struct {
-	t    *testing.T
+	t    testing.TB
 	d    *dev
 	key  string
 	user string

@@ -108,6 +108,7 @@ type Service struct {
 	store store.Store
 	locks *locker
 	cfg   Config
+	cache manifestCache
 }
 
 // New returns the service over st, coordinating through etcd.

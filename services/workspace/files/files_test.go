@@ -16,7 +16,7 @@ import (
 	"github.com/conch-sh/conch/services/workspace/files"
 )
 
-func ws(t *testing.T, account, user string) files.Workspace {
+func ws(t testing.TB, account, user string) files.Workspace {
 	t.Helper()
 	w, err := files.NewWorkspace(account, user)
 	if err != nil {

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 // stores returns one fresh store of each implementation.
-func stores(t *testing.T) map[string]store.Store {
+func stores(t testing.TB) map[string]store.Store {
 	t.Helper()
 	fs, err := fsstore.New(t.TempDir())
 	if err != nil {

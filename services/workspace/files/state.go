@@ -155,6 +155,22 @@ func (l *locker) lock(ctx context.Context, ws Workspace, timeout time.Duration) 
 	return h, nil
 }
 
+// peek reads ws's state without the lock.
+func (l *locker) peek(ctx context.Context, ws Workspace) (state, bool, error) {
+	resp, err := l.cli.Get(ctx, statePrefix+ws.Account+"/"+ws.User)
+	if err != nil {
+		return state{}, false, errs.Wrap(errs.Unavailable, err, "workspace: read state")
+	}
+	if len(resp.Kvs) != 1 {
+		return state{}, false, nil
+	}
+	var st state
+	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+		return state{}, false, fmt.Errorf("workspace: decode state: %w", err)
+	}
+	return st, true, nil
+}
+
 // put writes the state if the lock is still ours.
 func (h *held) put(ctx context.Context, st state) error {
 	b, err := json.Marshal(st)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/conch-sh/conch/services/workspace/store"
@@ -38,21 +39,10 @@ const (
 // SHA-256 is not the one in have (path → etag), and the paths of have that
 // no longer exist. Links are sent as links.
 func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]string, send func(HydrateMsg) error) error {
-	h, err := s.locks.lock(ctx, ws, s.cfg.LockTimeout)
+	infos, rev, err := s.manifest(ctx, ws)
 	if err != nil {
 		return err
 	}
-	rev := h.st.Revision
-	var infos []store.Info
-	for info, err := range s.store.List(ctx, ws.root(), true) {
-		if err != nil {
-			h.unlock(ctx)
-			return storeErr(err, "list", "/")
-		}
-		infos = append(infos, info)
-	}
-	h.unlock(ctx)
-	s.sweepStaging(ctx, ws)
 
 	need := func(info store.Info) bool {
 		return !info.IsDir() && info.LinkTarget == "" && have[ws.pathOf(info.Key)] != info.SHA256
@@ -187,6 +177,86 @@ func (s *Service) hydrateLarge(ctx context.Context, ws Workspace, info store.Inf
 			return storeErr(err, "read", e.Path)
 		}
 	}
+}
+
+// manifest returns ws's listing and revision: from the cache when etcd
+// says the workspace has not changed since, else listed under the lock.
+// Every change goes through the lock and marks the state dirty before it
+// writes, so a clean state at the cached revision means the same content.
+func (s *Service) manifest(ctx context.Context, ws Workspace) ([]store.Info, int64, error) {
+	st, ok, err := s.locks.peek(ctx, ws)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ok && !st.Dirty {
+		if infos, hit := s.cache.get(ws, st.Revision); hit {
+			return infos, st.Revision, nil
+		}
+	}
+	h, err := s.locks.lock(ctx, ws, s.cfg.LockTimeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	rev := h.st.Revision
+	var infos []store.Info
+	for info, err := range s.store.List(ctx, ws.root(), true) {
+		if err != nil {
+			h.unlock(ctx)
+			return nil, 0, storeErr(err, "list", "/")
+		}
+		infos = append(infos, info)
+	}
+	h.unlock(ctx)
+	s.cache.put(ws, rev, infos)
+	s.sweepStaging(ctx, ws)
+	return infos, rev, nil
+}
+
+// manifestCache keeps recent workspace listings, bounded by their total
+// number of entries.
+type manifestCache struct {
+	mu      sync.Mutex
+	m       map[Workspace]cachedManifest
+	entries int
+}
+
+type cachedManifest struct {
+	rev   int64
+	infos []store.Info
+}
+
+// maxCachedEntries bounds the cache's memory (roughly 200 bytes each).
+const maxCachedEntries = 500_000
+
+func (c *manifestCache) get(ws Workspace, rev int64) ([]store.Info, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.m[ws]
+	return m.infos, ok && m.rev == rev
+}
+
+func (c *manifestCache) put(ws Workspace, rev int64, infos []store.Info) {
+	if len(infos) > maxCachedEntries/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[Workspace]cachedManifest{}
+	}
+	if old, ok := c.m[ws]; ok {
+		c.entries -= len(old.infos)
+	}
+	// Evict arbitrary workspaces until the new listing fits.
+	for k, v := range c.m {
+		if c.entries+len(infos) <= maxCachedEntries {
+			break
+		}
+		c.entries -= len(v.infos)
+		delete(c.m, k)
+	}
+	c.m[ws] = cachedManifest{rev: rev, infos: infos}
+	c.entries += len(infos)
 }
 
 // sweepStaging drops staged content a dead process left behind.

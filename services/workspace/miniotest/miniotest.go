@@ -19,6 +19,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // Version is the MinIO module version .ci/run installs.
@@ -127,7 +130,7 @@ func Launch(dir string) (s *Server, stop func(), err error) {
 			return nil, nil, fmt.Errorf("minio exited: %v\n%s", err, output())
 		default:
 		}
-		if ready(s.Endpoint) {
+		if s.ready() {
 			return s, stop, nil
 		}
 		if time.Now().After(deadline) {
@@ -141,10 +144,12 @@ func Launch(dir string) (s *Server, stop func(), err error) {
 // Bucket returns a fresh bucket name, for per-test isolation.
 func Bucket() string { return "t-" + randomHex(8) }
 
-func ready(endpoint string) bool {
+// ready reports whether the server answers S3 calls: its health endpoint
+// turns ready before the object layer is initialised.
+func (s *Server) ready() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+endpoint+"/minio/health/ready", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+s.Endpoint+"/minio/health/ready", nil)
 	if err != nil {
 		return false
 	}
@@ -153,7 +158,15 @@ func ready(endpoint string) bool {
 		return false
 	}
 	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	c, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, "")})
+	if err != nil {
+		return false
+	}
+	_, err = c.BucketExists(ctx, "readiness-probe")
+	return err == nil
 }
 
 func freeAddr() (string, error) {
