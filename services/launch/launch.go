@@ -134,11 +134,19 @@ func (p *process) close(ctx context.Context) {
 	}
 }
 
+// streamWindow is the gRPC flow-control window of one stream.
+const streamWindow = 1 << 20
+
 // dial connects to a service through discovery, signing the call scope.
 func (p *process) dial(ctx context.Context, service string) (*grpc.ClientConn, error) {
 	return discovery.Dial(ctx, p.etcd, service,
 		grpc.WithChainUnaryInterceptor(p.signer.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(p.signer.StreamClientInterceptor()),
+		// Fixed flow-control windows: gRPC's bandwidth-delay estimate
+		// otherwise grows them to many MiB on fast links, and a streamed
+		// download would sit in the router's memory that far ahead.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(4*streamWindow),
 	)
 }
 

@@ -4,7 +4,8 @@
 //
 // Layout: a workspace path "/a/b" is the key
 // "accounts/<account>/users/<user>/files/a/b"; a directory is the marker
-// key ending in '/'; uploads in progress are staged under ".../staging/".
+// key ending in '/'. Large content is staged in the store (invisible) while
+// it streams in, and published under the lock.
 // Every change runs under the workspace's lock in etcd, which also keeps
 // the workspace's revision and usage, so quotas hold across processes.
 package files
@@ -12,10 +13,10 @@ package files
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -66,13 +67,24 @@ func NewWorkspace(account, user string) (Workspace, error) {
 	return Workspace{Account: account, User: user}, nil
 }
 
-func (w Workspace) base() string    { return "accounts/" + w.Account + "/users/" + w.User + "/" }
-func (w Workspace) root() string    { return w.base() + "files/" }
-func (w Workspace) staging() string { return w.base() + "staging/" }
+func (w Workspace) base() string { return "accounts/" + w.Account + "/users/" + w.User + "/" }
+func (w Workspace) root() string { return w.base() + "files/" }
 
 // key is the object of a clean path; dirKey its directory marker.
 func (w Workspace) key(p string) string    { return w.root() + p[1:] }
 func (w Workspace) dirKey(p string) string { return w.root() + strings.TrimPrefix(p+"/", "/") }
+
+// cleanPath checks a path (see CleanPath) and that its keys fit the store.
+func (w Workspace) cleanPath(field, path string) (string, error) {
+	p, err := CleanPath(field, path)
+	if err != nil {
+		return "", err
+	}
+	if len(w.dirKey(p)) > store.PortableKeyLen {
+		return "", errs.New(errs.InvalidArgument, "%s: too long; at most %d bytes in this workspace", field, store.PortableKeyLen-len(w.root())-1)
+	}
+	return p, nil
+}
 
 // pathOf is the workspace path of a key below root.
 func (w Workspace) pathOf(key string) string {
@@ -198,7 +210,7 @@ func (s *Service) lookup(ctx context.Context, ws Workspace, p string) (Entry, er
 
 // Stat returns the entry at path.
 func (s *Service) Stat(ctx context.Context, ws Workspace, path string) (Entry, error) {
-	p, err := CleanPath("path", path)
+	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -210,7 +222,7 @@ const maxListEntries = 50_000
 
 // List returns a directory's entries sorted by name.
 func (s *Service) List(ctx context.Context, ws Workspace, path string) ([]Entry, error) {
-	p, err := CleanPath("path", path)
+	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +252,7 @@ func (s *Service) List(ctx context.Context, ws Workspace, path string) ([]Entry,
 
 // Open opens a regular file for reading. Links are never followed.
 func (s *Service) Open(ctx context.Context, ws Workspace, path string) (io.ReadCloser, Entry, error) {
-	p, err := CleanPath("path", path)
+	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return nil, Entry{}, err
 	}
@@ -283,76 +295,82 @@ type WriteOptions struct {
 	Size int64
 }
 
-// staged is content read and hashed, in memory or under a staging key.
+// staged is content read and hashed: in memory, or staged in the store.
 type staged struct {
-	data []byte
-	key  string
-	size int64
-	sum  string
+	data      []byte
+	st        *store.Staged
+	size      int64
+	sum       string
+	published bool
 }
 
-// stage reads r whole, up to limit bytes, into memory or a staging object.
-func (s *Service) stage(ctx context.Context, ws Workspace, r io.Reader, limit int64, expect string, mem int64) (*staged, error) {
+// stage reads r whole, up to limit bytes, for key: into memory when it
+// fits mem, else into the store's staging. A size known in advance (else
+// -1) beyond mem goes straight to the store.
+func (s *Service) stage(ctx context.Context, key string, r io.Reader, size, limit int64, expect string, mem int64) (*staged, error) {
 	tooBig := func() error {
 		return errs.New(errs.ResourceExhausted, "file larger than the limit of %d bytes", limit)
 	}
-	buf := &bytes.Buffer{}
-	n, err := io.Copy(buf, io.LimitReader(r, min(limit, mem)+1))
-	if err != nil {
-		return nil, readErr(err)
-	}
-	if n > limit {
+	if size > limit {
 		return nil, tooBig()
 	}
-	check := func(st *staged) error {
-		if expect != "" && !strings.EqualFold(expect, st.sum) {
-			return errs.New(errs.InvalidArgument, "etag: content has SHA-256 %s, not %s", st.sum, expect)
+	buf := &bytes.Buffer{}
+	if size < 0 || size <= mem {
+		n, err := io.Copy(buf, io.LimitReader(r, min(limit, mem)+1))
+		if err != nil {
+			return nil, readErr(err)
 		}
-		return nil
-	}
-	if n <= mem {
-		sum := sha256.Sum256(buf.Bytes())
-		st := &staged{data: buf.Bytes(), size: n, sum: hex.EncodeToString(sum[:])}
-		return st, check(st)
-	}
-	h := sha256.New()
-	lr := &limitedReader{r: io.MultiReader(buf, r), n: limit}
-	key := ws.staging() + newID()
-	info, err := s.store.Put(ctx, key, io.TeeReader(lr, h), store.PutOptions{Size: -1, Mode: 0o600, ModTime: time.Now(), Unhashed: true})
-	if err != nil {
-		s.dropStaged(ctx, key)
-		if lr.over {
+		if n > limit {
 			return nil, tooBig()
 		}
-		if lr.err != nil {
-			return nil, readErr(lr.err)
+		if n <= mem {
+			sum := sha256.Sum256(buf.Bytes())
+			st := &staged{data: buf.Bytes(), size: n, sum: hex.EncodeToString(sum[:])}
+			if size >= 0 && size != n {
+				return nil, errs.New(errs.InvalidArgument, "size: the content has %d bytes, not the %d announced", n, size)
+			}
+			if expect != "" && !strings.EqualFold(expect, st.sum) {
+				return nil, errs.New(errs.InvalidArgument, "etag: content has SHA-256 %s, not %s", st.sum, expect)
+			}
+			return st, nil
 		}
+	}
+	lr := &limitedReader{r: io.MultiReader(buf, r), n: limit}
+	st, err := s.store.Stage(ctx, key, lr, store.PutOptions{Size: size, SHA256: expect})
+	switch {
+	case lr.over:
+		return nil, tooBig()
+	case lr.err != nil:
+		return nil, readErr(lr.err)
+	case errors.Is(err, store.ErrContentMismatch):
+		return nil, errs.New(errs.InvalidArgument, "the content does not match the size or etag announced: %v", err)
+	case err != nil:
 		return nil, storeErr(err, "stage", "upload")
 	}
-	st := &staged{key: key, size: info.Size, sum: hex.EncodeToString(h.Sum(nil))}
-	if err := check(st); err != nil {
-		s.dropStaged(ctx, key)
-		return nil, err
-	}
-	return st, nil
+	return &staged{st: &st, size: st.Size, sum: st.SHA256}, nil
 }
 
-func (s *Service) dropStaged(ctx context.Context, keys ...string) {
-	if len(keys) == 0 {
+// dropStaged discards staged content that was not published.
+func (s *Service) dropStaged(ctx context.Context, st *staged) {
+	if st == nil || st.st == nil || st.published {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_ = s.store.Delete(ctx, keys)
+	_ = s.store.Discard(ctx, *st.st)
 }
 
 // commitStaged makes staged content visible at key.
 func (s *Service) commitStaged(ctx context.Context, key string, st *staged, mode uint32, mtime time.Time) (store.Info, error) {
 	o := store.PutOptions{Size: st.size, Mode: mode, ModTime: mtime, SHA256: st.sum}
-	if st.key == "" {
+	if st.st == nil {
 		return s.store.Put(ctx, key, bytes.NewReader(st.data), o)
 	}
-	return s.store.Copy(ctx, key, st.key, o)
+	if st.st.Key != key {
+		return store.Info{}, fmt.Errorf("workspace: content staged for %s, not %s", st.st.Key, key)
+	}
+	st.published = true
+	return s.store.Publish(ctx, *st.st, o)
 }
 
 func readErr(err error) error {
@@ -392,7 +410,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // Write stores a file from r, creating parent directories. Nothing is
 // visible until the whole content arrived; a failed write leaves nothing.
 func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Reader, o WriteOptions) (Entry, error) {
-	p, err := CleanPath("path", path)
+	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -411,13 +429,11 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 	if o.Size > s.cfg.MaxFileSize {
 		return Entry{}, errs.New(errs.ResourceExhausted, "size: %d bytes is more than the limit of %d", o.Size, s.cfg.MaxFileSize)
 	}
-	st, err := s.stage(ctx, ws, r, s.cfg.MaxFileSize, "", memLimit)
+	st, err := s.stage(ctx, ws.key(p), r, o.Size, s.cfg.MaxFileSize, "", memLimit)
 	if err != nil {
 		return Entry{}, err
 	}
-	if st.key != "" {
-		defer s.dropStaged(ctx, st.key)
-	}
+	defer s.dropStaged(ctx, st)
 	if o.Size >= 0 && o.Size != st.size {
 		return Entry{}, errs.New(errs.InvalidArgument, "size: the upload had %d bytes, not the %d announced", st.size, o.Size)
 	}
@@ -450,7 +466,7 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 
 // Mkdir creates a directory and its parents; an existing directory is fine.
 func (s *Service) Mkdir(ctx context.Context, ws Workspace, path string) (Entry, error) {
-	p, err := CleanPath("path", path)
+	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -472,7 +488,7 @@ func (s *Service) Mkdir(ctx context.Context, ws Workspace, path string) (Entry, 
 // Delete deletes a file, link or directory (with recursive, its content;
 // "/" empties the workspace) and returns how many entries went.
 func (s *Service) Delete(ctx context.Context, ws Workspace, path string, recursive bool) (int64, error) {
-	p, err := CleanPath("path", path)
+	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return 0, err
 	}
@@ -495,15 +511,9 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // OpenVersion opens a regular file only if its content still has etag.
 func (s *Service) OpenVersion(ctx context.Context, ws Workspace, path, etag string) (io.ReadCloser, Entry, error) {
-	p, err := CleanPath("path", path)
+	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return nil, Entry{}, err
 	}

@@ -19,7 +19,7 @@ type Flush struct {
 	ws     Workspace
 	ops    []flushOp
 	mem    int64
-	staged []string
+	staged []*staged
 	done   bool
 }
 
@@ -43,7 +43,7 @@ func (s *Service) BeginFlush(ws Workspace) *Flush {
 // Put adds an entry; a file's content is read from r, which must match
 // e.ETag when set.
 func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
-	p, err := CleanPath("entry.path", e.Path)
+	p, err := f.ws.cleanPath("entry.path", e.Path)
 	if err != nil {
 		return err
 	}
@@ -67,16 +67,16 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 		if f.mem < flushMemory {
 			mem = min(prefetchMax, flushMemory-f.mem)
 		}
-		st, err := f.s.stage(ctx, f.ws, r, f.s.cfg.QuotaBytes, e.ETag, mem)
+		size := int64(-1)
+		if e.Size > 0 {
+			size = e.Size
+		}
+		st, err := f.s.stage(ctx, f.ws.key(p), r, size, f.s.cfg.QuotaBytes, e.ETag, mem)
 		if err != nil {
 			return wrapKind(err, "entry %s", p)
 		}
-		if e.Size > 0 && e.Size != st.size {
-			f.s.dropStaged(ctx, st.key)
-			return errs.New(errs.InvalidArgument, "entry %s: %d bytes arrived, not the %d announced", p, st.size, e.Size)
-		}
-		if st.key != "" {
-			f.staged = append(f.staged, st.key)
+		if st.st != nil {
+			f.staged = append(f.staged, st)
 		} else {
 			f.mem += st.size
 		}
@@ -100,7 +100,7 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 // Remove adds the removal of a path (recursively for a directory); a path
 // that does not exist is fine.
 func (f *Flush) Remove(path string) error {
-	p, err := CleanPath("removed", path)
+	p, err := f.ws.cleanPath("removed", path)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,9 @@ func (f *Flush) Abort(ctx context.Context) {
 		return
 	}
 	f.done = true
-	f.s.dropStaged(ctx, f.staged...)
+	for _, st := range f.staged {
+		f.s.dropStaged(ctx, st)
+	}
 }
 
 // Commit applies the flush under the workspace's lock.

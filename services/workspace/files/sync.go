@@ -6,7 +6,6 @@ import (
 	"io"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/conch-sh/conch/services/workspace/store"
 )
@@ -31,8 +30,6 @@ const (
 	prefetchWindow = 32
 	// flushMemory bounds the content of one flush kept in memory.
 	flushMemory = 32 << 20
-	// stagingMaxAge is when staged content is considered abandoned.
-	stagingMaxAge = time.Hour
 )
 
 // Hydrate sends ws's entries to send, with the content of the files whose
@@ -208,7 +205,6 @@ func (s *Service) manifest(ctx context.Context, ws Workspace) ([]store.Info, int
 	}
 	h.unlock(ctx)
 	s.cache.put(ws, rev, infos)
-	s.sweepStaging(ctx, ws)
 	return infos, rev, nil
 }
 
@@ -257,18 +253,4 @@ func (c *manifestCache) put(ws Workspace, rev int64, infos []store.Info) {
 	}
 	c.m[ws] = cachedManifest{rev: rev, infos: infos}
 	c.entries += len(infos)
-}
-
-// sweepStaging drops staged content a dead process left behind.
-func (s *Service) sweepStaging(ctx context.Context, ws Workspace) {
-	var old []string
-	for info, err := range s.store.List(ctx, ws.staging(), true) {
-		if err != nil {
-			return
-		}
-		if time.Since(info.ModTime) > stagingMaxAge {
-			old = append(old, info.Key)
-		}
-	}
-	s.dropStaged(ctx, old...)
 }

@@ -89,6 +89,18 @@ func Start(tb testing.TB) *Server {
 // Launch starts MinIO with its data in dir, for a TestMain that shares one
 // server between tests; stop kills it.
 func Launch(dir string) (s *Server, stop func(), err error) {
+	// The free ports picked may be taken by a parallel test before MinIO
+	// binds them; try again on new ones.
+	for range 5 {
+		s, stop, err = launch(dir)
+		if err == nil || !strings.Contains(err.Error(), "already in use") {
+			return s, stop, err
+		}
+	}
+	return s, stop, err
+}
+
+func launch(dir string) (s *Server, stop func(), err error) {
 	bin, err := binary()
 	if err != nil {
 		return nil, nil, err

@@ -30,8 +30,12 @@ var ErrNotFound = errors.New("store: object not found")
 // expected size or SHA-256.
 var ErrContentMismatch = errors.New("store: content does not match the expected size or hash")
 
-// MaxKeyLen is the longest key a store accepts, as in S3.
+// MaxKeyLen is the longest key CheckKey accepts, as in S3.
 const MaxKeyLen = 1024
+
+// PortableKeyLen is the longest key every implementation accepts (the S3
+// store keeps room for its blob names).
+const PortableKeyLen = 960
 
 // Info describes a stored object, or a common prefix in a listing.
 type Info struct {
@@ -68,15 +72,32 @@ type PutOptions struct {
 	SHA256 string
 	// LinkTarget stores a symbolic link; the content must be empty.
 	LinkTarget string
-	// Unhashed stores content that is only ever copied with Copy (given
-	// its hash), never read: the store may skip recording the hash.
-	Unhashed bool
+}
+
+// Staged is content uploaded for a key but not yet visible there.
+type Staged struct {
+	// Key is the key the content is for.
+	Key string
+	// ID names the upload within the store.
+	ID string
+	// Size and SHA256 describe the content.
+	Size   int64
+	SHA256 string
 }
 
 // Store is an object store.
 type Store interface {
 	// Put stores the content of r under key, atomically.
 	Put(ctx context.Context, key string, r io.Reader, opts PutOptions) (Info, error)
+	// Stage uploads the content of r for key without making it visible:
+	// large content is uploaded once, before the decision to publish it.
+	// opts.Size and opts.SHA256, when set, must match.
+	Stage(ctx context.Context, key string, r io.Reader, opts PutOptions) (Staged, error)
+	// Publish makes staged content visible at its key with opts' mode and
+	// time, atomically, replacing what was there.
+	Publish(ctx context.Context, st Staged, opts PutOptions) (Info, error)
+	// Discard drops staged content that will not be published.
+	Discard(ctx context.Context, st Staged) error
 	// Get opens an object's content.
 	Get(ctx context.Context, key string) (io.ReadCloser, Info, error)
 	// Stat returns an object's metadata.
@@ -87,8 +108,6 @@ type Store interface {
 	List(ctx context.Context, prefix string, recursive bool) iter.Seq2[Info, error]
 	// Delete deletes keys; keys that do not exist are ignored.
 	Delete(ctx context.Context, keys []string) error
-	// Copy copies an object to another key with new metadata, atomically.
-	Copy(ctx context.Context, dst, src string, opts PutOptions) (Info, error)
 }
 
 // CheckKey returns an error unless key is a valid object key.

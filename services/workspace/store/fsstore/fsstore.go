@@ -119,102 +119,133 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, o store.PutOpt
 	if err != nil {
 		return store.Info{}, err
 	}
-	if (o.LinkTarget != "" || strings.HasSuffix(key, "/")) && r != nil {
-		r = io.LimitReader(r, 1) // must be empty; checked below
-	}
 	if r == nil {
 		r = bytes.NewReader(nil)
 	}
-	return s.write(ctx, key, dst, o, func(f *os.File, h io.Writer) (int64, error) {
-		return io.Copy(io.MultiWriter(f, h), &ctxReader{ctx: ctx, r: r})
-	})
-}
-
-// Copy copies src to dst with o's metadata.
-func (s *Store) Copy(ctx context.Context, dst, src string, o store.PutOptions) (store.Info, error) {
-	dstPath, err := s.path(dst)
+	empty := o.LinkTarget != "" || strings.HasSuffix(key, "/")
+	if empty {
+		r = io.LimitReader(r, 1) // must be empty; checked below
+	}
+	tmp, n, sum, err := s.stage(ctx, key, r, o)
 	if err != nil {
 		return store.Info{}, err
 	}
-	rc, si, err := s.Get(ctx, src)
+	if empty {
+		if n != 0 {
+			_ = os.Remove(tmp)
+			return store.Info{}, fmt.Errorf("fsstore: put %s: links and directories have no content: %w", key, store.ErrContentMismatch)
+		}
+		sum = ""
+	}
+	return s.publish(key, dst, tmp, header{Size: n, Mode: o.Mode, Mtime: o.ModTime.UnixNano(), SHA256: sum, Link: o.LinkTarget})
+}
+
+// Stage writes r to a temporary file for key.
+func (s *Store) Stage(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.Staged, error) {
+	if _, err := s.path(key); err != nil {
+		return store.Staged{}, err
+	}
+	if strings.HasSuffix(key, "/") || o.LinkTarget != "" {
+		return store.Staged{}, fmt.Errorf("fsstore: stage %s: only files have content", key)
+	}
+	tmp, n, sum, err := s.stage(ctx, key, r, o)
+	if err != nil {
+		return store.Staged{}, err
+	}
+	return store.Staged{Key: key, ID: filepath.Base(tmp), Size: n, SHA256: sum}, nil
+}
+
+// Publish renames a staged file into place.
+func (s *Store) Publish(_ context.Context, st store.Staged, o store.PutOptions) (store.Info, error) {
+	dst, err := s.path(st.Key)
 	if err != nil {
 		return store.Info{}, err
 	}
-	defer rc.Close()
-	if o.SHA256 == "" {
-		o.SHA256 = si.SHA256
+	tmp, err := s.tmpPath(st.ID)
+	if err != nil {
+		return store.Info{}, err
 	}
-	if o.Size < 0 {
-		o.Size = si.Size
-	}
-	if !strings.EqualFold(o.SHA256, si.SHA256) || o.Size != si.Size {
-		return store.Info{}, fmt.Errorf("fsstore: copy %s: %w", src, store.ErrContentMismatch)
-	}
-	sec := rc.(*objectReader)
-	return s.write(ctx, dst, dstPath, o, func(f *os.File, _ io.Writer) (int64, error) {
-		// File to file: the kernel copies (copy_file_range).
-		return io.Copy(f, io.NewSectionReader(sec.f, headerSize, si.Size))
-	}, withHash(si.SHA256))
+	return s.publish(st.Key, dst, tmp, header{Size: st.Size, Mode: o.Mode, Mtime: o.ModTime.UnixNano(), SHA256: st.SHA256})
 }
 
-type writeOpt func(*string)
+// Discard removes a staged file.
+func (s *Store) Discard(_ context.Context, st store.Staged) error {
+	tmp, err := s.tmpPath(st.ID)
+	if err != nil {
+		return nil
+	}
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("fsstore: discard %s: %w", st.Key, err)
+	}
+	return nil
+}
 
-func withHash(sum string) writeOpt { return func(s *string) { *s = sum } }
+func (s *Store) tmpPath(id string) (string, error) {
+	if !strings.HasPrefix(id, "put-") || filepath.Base(id) != id || strings.ContainsAny(id, "/\\\x00") {
+		return "", fmt.Errorf("fsstore: %q is not a staged upload", id)
+	}
+	return filepath.Join(s.tmp, id), nil
+}
 
-func (s *Store) write(ctx context.Context, key, dst string, o store.PutOptions, body func(f *os.File, h io.Writer) (int64, error), opts ...writeOpt) (store.Info, error) {
+// stage writes r after the header slot of a new temporary file and checks
+// its size and hash against o.
+func (s *Store) stage(ctx context.Context, key string, r io.Reader, o store.PutOptions) (tmp string, n int64, sum string, err error) {
 	f, err := os.CreateTemp(s.tmp, "put-*")
 	if err != nil {
-		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+		return "", 0, "", fmt.Errorf("fsstore: put %s: %w", key, err)
 	}
-	tmp := f.Name()
-	ok := false
+	tmp = f.Name()
 	defer func() {
-		if !ok {
-			_ = f.Close()
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("fsstore: put %s: %w", key, cerr)
+		}
+		if err != nil {
 			_ = os.Remove(tmp)
 		}
 	}()
 	if _, err := f.Seek(headerSize, io.SeekStart); err != nil {
-		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+		return "", 0, "", fmt.Errorf("fsstore: put %s: %w", key, err)
 	}
 	h := sha256.New()
-	n, err := body(f, h)
+	n, err = io.Copy(io.MultiWriter(f, h), &ctxReader{ctx: ctx, r: r})
 	if err != nil {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: %w", key, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	if o.Size >= 0 && o.Size != n {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: got %d bytes, want %d: %w", key, n, o.Size, store.ErrContentMismatch)
+	}
+	if o.SHA256 != "" && !strings.EqualFold(o.SHA256, sum) {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: SHA-256 %s, want %s: %w", key, sum, o.SHA256, store.ErrContentMismatch)
+	}
+	return tmp, n, sum, nil
+}
+
+// publish writes the header into a staged file, syncs it and renames it
+// to dst.
+func (s *Store) publish(key, dst, tmp string, hd header) (store.Info, error) {
+	fail := func(err error) (store.Info, error) {
+		_ = os.Remove(tmp)
 		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	for _, opt := range opts {
-		opt(&sum)
-	}
-	if o.LinkTarget != "" || strings.HasSuffix(key, "/") {
-		if n != 0 {
-			return store.Info{}, fmt.Errorf("fsstore: put %s: links and directories have no content: %w", key, store.ErrContentMismatch)
-		}
-		sum = ""
-	} else {
-		if o.Size >= 0 && o.Size != n {
-			return store.Info{}, fmt.Errorf("fsstore: put %s: got %d bytes, want %d: %w", key, n, o.Size, store.ErrContentMismatch)
-		}
-		if o.SHA256 != "" && !strings.EqualFold(o.SHA256, sum) {
-			return store.Info{}, fmt.Errorf("fsstore: put %s: SHA-256 %s, want %s: %w", key, sum, o.SHA256, store.ErrContentMismatch)
-		}
-	}
-	hd := header{Size: n, Mode: o.Mode, Mtime: o.ModTime.UnixNano(), SHA256: sum, Link: o.LinkTarget}
 	b, err := encodeHeader(hd)
 	if err != nil {
-		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+		return fail(err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY, 0)
+	if err != nil {
+		return store.Info{}, fmt.Errorf("fsstore: publish %s: %w", key, err)
 	}
 	if _, err := f.WriteAt(b, 0); err != nil {
-		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+		_ = f.Close()
+		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
-		return store.Info{}, fmt.Errorf("fsstore: put %s: sync: %w", key, err)
+		_ = f.Close()
+		return fail(err)
 	}
 	if err := f.Close(); err != nil {
-		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+		return fail(err)
 	}
 	// A concurrent Delete may remove an emptied parent between MkdirAll
 	// and Rename; retry a few times.
@@ -225,10 +256,9 @@ func (s *Store) write(ctx context.Context, key, dst string, o store.PutOptions, 
 			}
 		}
 		if attempt == 3 || !errors.Is(err, fs.ErrNotExist) {
-			return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+			return fail(err)
 		}
 	}
-	ok = true
 	syncDir(filepath.Dir(dst))
 	return infoOf(key, hd), nil
 }

@@ -1,10 +1,13 @@
 // Package s3store is the S3 implementation of store.Store, for MinIO.
 //
 // Metadata lives in the objects' user metadata so that one listing (MinIO's
-// list-with-metadata extension) returns a whole workspace's manifest.
-// Content whose SHA-256 is not known in advance is buffered in memory up to
-// a limit, and larger content is staged under a temporary key and then
-// copied with its final metadata, so an object is never visible without it.
+// list-with-metadata extension) returns a whole workspace's manifest. Small
+// content is kept in the object itself. Large content is uploaded once, as
+// a blob under ".blobs/<key>/<id>", and published by a small pointer object
+// at the key that carries the metadata, the SHA-256 computed while the blob
+// streamed, and the blob's id: S3 cannot rename, and a server-side copy
+// would write every byte twice. Blobs of a key that no pointer names any
+// more are removed when the key is written or deleted again.
 package s3store
 
 import (
@@ -18,6 +21,7 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,21 +39,28 @@ const (
 	metaMtime  = "Conch-Mtime"
 	metaSHA256 = "Conch-Sha256"
 	metaLink   = "Conch-Link"
+	metaBlob   = "Conch-Blob"
+	metaSize   = "Conch-Size"
 )
 
-// stagingPrefix holds content being uploaded whose hash is not yet known.
-const stagingPrefix = ".staging/"
+// blobPrefix holds the content of large objects.
+const blobPrefix = ".blobs/"
 
 const (
-	// bufferLimit is the largest content of unknown hash kept in memory
-	// for a direct put.
-	bufferLimit = 4 << 20
-	// partSize is the multipart part size, which bounds the memory of a
-	// streamed upload.
+	// inlineLimit is the largest content kept in the object itself.
+	inlineLimit = 4 << 20
+	// partSize is the multipart part size for content of unknown size,
+	// which bounds the memory of such an upload.
 	partSize = 8 << 20
-	// maxCopySize is S3's largest single server-side copy.
-	maxCopySize = 5 << 30
+	// maxSinglePut is S3's largest single PUT.
+	maxSinglePut = 5 << 30
+	// blobIDLen is the length of a blob id.
+	blobIDLen = 32
 )
+
+// MaxKeyLen is the longest key this store accepts: S3's limit less the
+// blob prefix and id.
+const MaxKeyLen = 1024 - len(blobPrefix) - 1 - blobIDLen
 
 // Options configure the S3 store.
 type Options struct {
@@ -107,131 +118,159 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	return &Store{c: c, bucket: o.Bucket}, nil
 }
 
-// Put stores r under key. See the package comment for how the hash is kept.
-func (s *Store) Put(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.Info, error) {
+func checkKey(key string) error {
 	if err := store.CheckKey(key); err != nil {
-		return store.Info{}, err
+		return err
 	}
-	if o.LinkTarget != "" || strings.HasSuffix(key, "/") {
-		var extra []byte
-		if r != nil {
-			b, err := io.ReadAll(io.LimitReader(r, 1))
-			if err != nil {
-				return store.Info{}, fmt.Errorf("s3store: put %s: read: %w", key, err)
-			}
-			extra = b
-		}
-		return s.putSmall(ctx, key, extra, o)
+	if len(key) > MaxKeyLen || strings.HasPrefix(key, blobPrefix) {
+		return fmt.Errorf("s3store: invalid key %q: longer than %d bytes or reserved", key, MaxKeyLen)
 	}
-	if o.Unhashed {
-		cr := &countingReader{r: r}
-		if _, err := s.c.PutObject(ctx, s.bucket, key, cr, -1, minio.PutObjectOptions{
-			PartSize: partSize, ContentType: "application/octet-stream", UserMetadata: userMeta(o),
-		}); err != nil {
-			if cr.err != nil {
-				err = cr.err
-			}
-			return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
-		}
-		if err := check(o, cr.n, ""); err != nil {
-			s.remove(context.WithoutCancel(ctx), key)
-			return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
-		}
-		o.Size = cr.n
-		return infoOf(key, o), nil
-	}
-	// Read up to the buffer limit; small content goes in one direct put.
-	buf := &bytes.Buffer{}
-	n, err := io.Copy(buf, io.LimitReader(r, bufferLimit+1))
-	if err != nil {
-		return store.Info{}, fmt.Errorf("s3store: put %s: read: %w", key, err)
-	}
-	if n <= bufferLimit {
-		return s.putSmall(ctx, key, buf.Bytes(), o)
-	}
-	// Large: stage, then copy with the metadata once the hash is known.
-	staged := stagingPrefix + randomID()
-	h := sha256.New()
-	cr := &countingReader{r: io.TeeReader(io.MultiReader(buf, r), h)}
-	if _, err := s.c.PutObject(ctx, s.bucket, staged, cr, -1, minio.PutObjectOptions{
-		PartSize: partSize, ContentType: "application/octet-stream",
-	}); err != nil {
-		if cr.err != nil {
-			err = cr.err
-		}
-		return store.Info{}, fmt.Errorf("s3store: put %s: stage: %w", key, err)
-	}
-	defer s.remove(context.WithoutCancel(ctx), staged)
-	sum := hex.EncodeToString(h.Sum(nil))
-	if err := check(o, cr.n, sum); err != nil {
-		return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
-	}
-	o.SHA256, o.Size = sum, cr.n
-	return s.copy(ctx, key, staged, cr.n, o)
+	return nil
 }
 
-func (s *Store) putSmall(ctx context.Context, key string, data []byte, o store.PutOptions) (store.Info, error) {
-	sum := sha256.Sum256(data)
-	hexSum := hex.EncodeToString(sum[:])
+// Put stores r under key: inline when small, else as a blob and a pointer.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.Info, error) {
+	if err := checkKey(key); err != nil {
+		return store.Info{}, err
+	}
+	if r == nil {
+		r = bytes.NewReader(nil)
+	}
 	if o.LinkTarget != "" || strings.HasSuffix(key, "/") {
-		if len(data) != 0 || o.Size > 0 {
+		extra, err := io.ReadAll(io.LimitReader(r, 1))
+		if err != nil {
+			return store.Info{}, fmt.Errorf("s3store: put %s: read: %w", key, err)
+		}
+		if len(extra) != 0 || o.Size > 0 {
 			return store.Info{}, fmt.Errorf("s3store: put %s: links and directories have no content: %w", key, store.ErrContentMismatch)
 		}
-		hexSum = ""
-	} else if err := check(o, int64(len(data)), hexSum); err != nil {
-		return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
+		o.SHA256, o.Size = "", 0
+		return s.putInline(ctx, key, nil, o)
 	}
-	o.SHA256, o.Size = hexSum, int64(len(data))
+	buf := &bytes.Buffer{}
+	n := int64(0)
+	if o.Size < 0 || o.Size <= inlineLimit {
+		var err error
+		if n, err = io.Copy(buf, io.LimitReader(r, inlineLimit+1)); err != nil {
+			return store.Info{}, fmt.Errorf("s3store: put %s: read: %w", key, err)
+		}
+		if n <= inlineLimit {
+			sum := sha256.Sum256(buf.Bytes())
+			hexSum := hex.EncodeToString(sum[:])
+			if err := check(o, n, hexSum); err != nil {
+				return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
+			}
+			o.SHA256, o.Size = hexSum, n
+			return s.putInline(ctx, key, buf.Bytes(), o)
+		}
+	}
+	st, err := s.Stage(ctx, key, io.MultiReader(buf, r), o)
+	if err != nil {
+		return store.Info{}, err
+	}
+	info, err := s.Publish(ctx, st, o)
+	if err != nil {
+		_ = s.Discard(context.WithoutCancel(ctx), st)
+	}
+	return info, err
+}
+
+func (s *Store) putInline(ctx context.Context, key string, data []byte, o store.PutOptions) (store.Info, error) {
 	_, err := s.c.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{
-		UserMetadata: userMeta(o), ContentType: "application/octet-stream", DisableMultipart: true,
+		UserMetadata: userMeta(o, ""), ContentType: "application/octet-stream", DisableMultipart: true,
 	})
 	if err != nil {
 		return store.Info{}, fmt.Errorf("s3store: put %s: %w", key, err)
 	}
+	s.dropBlobs(ctx, key, "")
 	return infoOf(key, o), nil
 }
 
-// Copy copies src to dst with the metadata of o (its size and hash must
-// match src, which the caller read or wrote).
-func (s *Store) Copy(ctx context.Context, dst, src string, o store.PutOptions) (store.Info, error) {
-	if err := store.CheckKey(dst); err != nil {
-		return store.Info{}, err
+// Stage uploads r as a blob of key, hashing it on the way.
+func (s *Store) Stage(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.Staged, error) {
+	if err := checkKey(key); err != nil {
+		return store.Staged{}, err
 	}
-	if err := store.CheckKey(src); err != nil {
-		return store.Info{}, err
+	if strings.HasSuffix(key, "/") || o.LinkTarget != "" {
+		return store.Staged{}, fmt.Errorf("s3store: stage %s: only files have content", key)
 	}
-	si, err := s.Stat(ctx, src)
-	if err != nil {
-		return store.Info{}, err
+	id := randomID()
+	bk := blobKey(key, id)
+	h := sha256.New()
+	cr := &exactReader{r: io.TeeReader(r, h), want: o.Size}
+	size := int64(-1)
+	opts := minio.PutObjectOptions{PartSize: partSize, ContentType: "application/octet-stream"}
+	// A known size streams in one request without buffering; an unknown
+	// one buffers one part at a time.
+	if o.Size >= 0 && o.Size <= maxSinglePut {
+		size, opts.DisableMultipart = o.Size, true
 	}
-	if o.SHA256 == "" {
-		o.SHA256 = si.SHA256
+	if _, err := s.c.PutObject(ctx, s.bucket, bk, cr, size, opts); err != nil {
+		s.remove(context.WithoutCancel(ctx), bk)
+		if cr.err != nil {
+			err = cr.err
+		}
+		return store.Staged{}, fmt.Errorf("s3store: stage %s: %w", key, err)
 	}
-	if o.SHA256 != si.SHA256 && si.SHA256 != "" || o.Size >= 0 && o.Size != si.Size {
-		return store.Info{}, fmt.Errorf("s3store: copy %s: %w", src, store.ErrContentMismatch)
+	sum := hex.EncodeToString(h.Sum(nil))
+	if err := check(o, cr.n, sum); err != nil {
+		s.remove(context.WithoutCancel(ctx), bk)
+		return store.Staged{}, fmt.Errorf("s3store: stage %s: %w", key, err)
 	}
-	o.Size = si.Size
-	return s.copy(ctx, dst, src, si.Size, o)
+	return store.Staged{Key: key, ID: id, Size: cr.n, SHA256: sum}, nil
 }
 
-func (s *Store) copy(ctx context.Context, dst, src string, size int64, o store.PutOptions) (store.Info, error) {
-	dest := minio.CopyDestOptions{Bucket: s.bucket, Object: dst, UserMetadata: userMeta(o), ReplaceMetadata: true}
-	source := minio.CopySrcOptions{Bucket: s.bucket, Object: src}
-	var err error
-	if size > maxCopySize {
-		_, err = s.c.ComposeObject(ctx, dest, source)
-	} else {
-		_, err = s.c.CopyObject(ctx, dest, source)
+// Publish puts the pointer to a staged blob at its key.
+func (s *Store) Publish(ctx context.Context, st store.Staged, o store.PutOptions) (store.Info, error) {
+	if err := checkKey(st.Key); err != nil {
+		return store.Info{}, err
 	}
+	if len(st.ID) != blobIDLen {
+		return store.Info{}, fmt.Errorf("s3store: publish %s: not a staged upload", st.Key)
+	}
+	o.Size, o.SHA256, o.LinkTarget = st.Size, st.SHA256, ""
+	_, err := s.c.PutObject(ctx, s.bucket, st.Key, bytes.NewReader(nil), 0, minio.PutObjectOptions{
+		UserMetadata: userMeta(o, st.ID), ContentType: "application/octet-stream", DisableMultipart: true,
+	})
 	if err != nil {
-		return store.Info{}, fmt.Errorf("s3store: copy %s to %s: %w", src, dst, notFound(err))
+		return store.Info{}, fmt.Errorf("s3store: publish %s: %w", st.Key, err)
 	}
-	return infoOf(dst, o), nil
+	s.dropBlobs(ctx, st.Key, st.ID)
+	return infoOf(st.Key, o), nil
 }
 
-// Get opens key's content.
+// Discard deletes a staged blob.
+func (s *Store) Discard(ctx context.Context, st store.Staged) error {
+	if checkKey(st.Key) != nil || len(st.ID) != blobIDLen {
+		return nil
+	}
+	if err := s.c.RemoveObject(ctx, s.bucket, blobKey(st.Key, st.ID), minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("s3store: discard %s: %w", st.Key, err)
+	}
+	return nil
+}
+
+// dropBlobs deletes the blobs of key except keep; failures leave garbage
+// for the next write or delete of the key, never a wrong file.
+func (s *Store) dropBlobs(ctx context.Context, key, keep string) {
+	ctx = context.WithoutCancel(ctx)
+	var old []string
+	for oi := range s.c.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: blobPrefix + key + "/", Recursive: true}) {
+		if oi.Err != nil {
+			return
+		}
+		if path.Base(oi.Key) != keep {
+			old = append(old, oi.Key)
+		}
+	}
+	if len(old) > 0 {
+		_ = s.removeAll(ctx, old)
+	}
+}
+
+// Get opens key's content, following a pointer to its blob.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Info, error) {
-	if err := store.CheckKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return nil, store.Info{}, err
 	}
 	obj, err := s.c.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
@@ -243,19 +282,34 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Info,
 		_ = obj.Close()
 		return nil, store.Info{}, fmt.Errorf("s3store: get %s: %w", key, notFound(err))
 	}
-	return obj, fromObject(oi, oi.UserMetadata), nil
+	info, blob := fromObject(oi, oi.UserMetadata)
+	if blob == "" {
+		return obj, info, nil
+	}
+	_ = obj.Close()
+	b, err := s.c.GetObject(ctx, s.bucket, blobKey(key, blob), minio.GetObjectOptions{})
+	if err != nil {
+		return nil, store.Info{}, fmt.Errorf("s3store: get %s: blob: %w", key, err)
+	}
+	bi, err := b.Stat()
+	if err != nil || bi.Size != info.Size {
+		_ = b.Close()
+		return nil, store.Info{}, fmt.Errorf("s3store: get %s: blob %s missing or of the wrong size: %v", key, blob, err)
+	}
+	return b, info, nil
 }
 
 // Stat returns key's metadata.
 func (s *Store) Stat(ctx context.Context, key string) (store.Info, error) {
-	if err := store.CheckKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return store.Info{}, err
 	}
 	oi, err := s.c.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
 		return store.Info{}, fmt.Errorf("s3store: stat %s: %w", key, notFound(err))
 	}
-	return fromObject(oi, oi.UserMetadata), nil
+	info, _ := fromObject(oi, oi.UserMetadata)
+	return info, nil
 }
 
 // List lists the keys below prefix.
@@ -286,14 +340,14 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Se
 				yield(store.Info{}, fmt.Errorf("s3store: list %s: %w", prefix, oi.Err))
 				return
 			}
-			if oi.Key == prefix || (prefix == "" && strings.HasPrefix(oi.Key, stagingPrefix)) {
+			if oi.Key == prefix || strings.HasPrefix(oi.Key, blobPrefix) {
 				continue
 			}
 			var info store.Info
 			if !recursive && strings.HasSuffix(oi.Key, "/") {
 				info = store.Info{Key: oi.Key, Prefix: true}
 			} else {
-				info = fromObject(oi, oi.UserMetadataStripped)
+				info, _ = fromObject(oi, oi.UserMetadataStripped)
 			}
 			if !recursive {
 				page = append(page, info)
@@ -306,12 +360,62 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Se
 	}
 }
 
-// Delete deletes keys, 1000 per request.
+// Delete deletes keys, 1000 per request, and the blobs of those keys.
 func (s *Store) Delete(ctx context.Context, keys []string) error {
 	for _, k := range keys {
-		if err := store.CheckKey(k); err != nil {
+		if err := checkKey(k); err != nil {
 			return err
 		}
+	}
+	if err := s.removeAll(ctx, keys); err != nil {
+		return err
+	}
+	// One listing of the blobs under the keys' common directory finds the
+	// blobs of all of them.
+	set := make(map[string]bool, len(keys))
+	common := ""
+	for i, k := range keys {
+		set[k] = true
+		if i == 0 {
+			common = k
+		} else {
+			common = commonDir(common, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	dir := common
+	if i := strings.LastIndexByte(dir, '/'); i >= 0 {
+		dir = dir[:i+1]
+	} else {
+		dir = ""
+	}
+	var blobs []string
+	for oi := range s.c.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: blobPrefix + dir, Recursive: true}) {
+		if oi.Err != nil {
+			return fmt.Errorf("s3store: delete: list blobs: %w", oi.Err)
+		}
+		owner := path.Dir(strings.TrimPrefix(oi.Key, blobPrefix))
+		if set[owner] {
+			blobs = append(blobs, oi.Key)
+		}
+	}
+	return s.removeAll(ctx, blobs)
+}
+
+func commonDir(a, b string) string {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return a[:i]
+}
+
+func (s *Store) removeAll(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
 	}
 	ch := make(chan minio.ObjectInfo)
 	go func() {
@@ -340,23 +444,7 @@ func (s *Store) remove(ctx context.Context, key string) {
 	_ = s.c.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{})
 }
 
-// SweepStaging deletes staged content older than age, left by a process
-// that died mid-upload.
-func (s *Store) SweepStaging(ctx context.Context, age time.Duration) error {
-	var old []string
-	for oi := range s.c.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: stagingPrefix, Recursive: true}) {
-		if oi.Err != nil {
-			return fmt.Errorf("s3store: sweep: %w", oi.Err)
-		}
-		if time.Since(oi.LastModified) > age {
-			old = append(old, oi.Key)
-		}
-	}
-	if len(old) == 0 {
-		return nil
-	}
-	return s.Delete(ctx, old)
-}
+func blobKey(key, id string) string { return blobPrefix + key + "/" + id }
 
 func check(o store.PutOptions, n int64, sum string) error {
 	if o.Size >= 0 && o.Size != n {
@@ -368,7 +456,7 @@ func check(o store.PutOptions, n int64, sum string) error {
 	return nil
 }
 
-func userMeta(o store.PutOptions) map[string]string {
+func userMeta(o store.PutOptions, blob string) map[string]string {
 	m := map[string]string{
 		metaMode:  strconv.FormatUint(uint64(o.Mode), 8),
 		metaMtime: strconv.FormatInt(o.ModTime.UnixNano(), 10),
@@ -380,6 +468,10 @@ func userMeta(o store.PutOptions) map[string]string {
 		// Header values must be printable ASCII; the target is any UTF-8.
 		m[metaLink] = hex.EncodeToString([]byte(o.LinkTarget))
 	}
+	if blob != "" {
+		m[metaBlob] = blob
+		m[metaSize] = strconv.FormatInt(o.Size, 10)
+	}
 	return m
 }
 
@@ -387,7 +479,9 @@ func infoOf(key string, o store.PutOptions) store.Info {
 	return store.Info{Key: key, Size: o.Size, Mode: o.Mode, ModTime: time.Unix(0, o.ModTime.UnixNano()), SHA256: strings.ToLower(o.SHA256), LinkTarget: o.LinkTarget}
 }
 
-func fromObject(oi minio.ObjectInfo, meta map[string]string) store.Info {
+// fromObject reads an object's metadata; blob is the id of its blob, if
+// the object is a pointer.
+func fromObject(oi minio.ObjectInfo, meta map[string]string) (info store.Info, blob string) {
 	get := func(name string) string {
 		if v, ok := meta[name]; ok {
 			return v
@@ -399,7 +493,7 @@ func fromObject(oi minio.ObjectInfo, meta map[string]string) store.Info {
 		}
 		return ""
 	}
-	info := store.Info{Key: oi.Key, Size: oi.Size, ModTime: oi.LastModified, SHA256: get(metaSHA256)}
+	info = store.Info{Key: oi.Key, Size: oi.Size, ModTime: oi.LastModified, SHA256: get(metaSHA256)}
 	if m, err := strconv.ParseUint(get(metaMode), 8, 32); err == nil {
 		info.Mode = uint32(m)
 	}
@@ -411,7 +505,12 @@ func fromObject(oi minio.ObjectInfo, meta map[string]string) store.Info {
 			info.LinkTarget = string(b)
 		}
 	}
-	return info
+	if b := get(metaBlob); len(b) == blobIDLen {
+		if n, err := strconv.ParseInt(get(metaSize), 10, 64); err == nil {
+			info.Size, blob = n, b
+		}
+	}
+	return info, blob
 }
 
 func notFound(err error) error {
@@ -422,23 +521,65 @@ func notFound(err error) error {
 	return err
 }
 
-type countingReader struct {
-	r   io.Reader
-	n   int64
-	err error
+// exactReader counts bytes, keeps the first read error, and, when want is
+// known, fails instead of returning the last byte if more follow: the
+// request is then aborted and S3 never commits a cut object.
+type exactReader struct {
+	r    io.Reader
+	want int64
+	n    int64
+	err  error
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if err != nil && err != io.EOF {
-		c.err = err
+func (e *exactReader) Read(p []byte) (int, error) {
+	short := func() error {
+		e.err = fmt.Errorf("only %d of the %d bytes announced: %w", e.n, e.want, store.ErrContentMismatch)
+		return e.err
 	}
-	return n, err
+	if e.want < 0 {
+		n, err := e.r.Read(p)
+		e.n += int64(n)
+		if err != nil && err != io.EOF {
+			e.err = err
+		}
+		return n, err
+	}
+	left := e.want - e.n
+	if left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) < left {
+		n, err := e.r.Read(p)
+		e.n += int64(n)
+		switch {
+		case err == io.EOF:
+			return n, short()
+		case err != nil:
+			e.err = err
+		}
+		return n, err
+	}
+	// This read can end the content: take the rest, then make sure that
+	// nothing follows before handing over the last bytes.
+	n, err := io.ReadFull(e.r, p[:left])
+	e.n += int64(n)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return 0, short()
+	case err != nil:
+		e.err = err
+		return 0, err
+	}
+	var one [1]byte
+	if m, _ := io.ReadFull(e.r, one[:]); m > 0 {
+		e.err = fmt.Errorf("more than the %d bytes announced: %w", e.want, store.ErrContentMismatch)
+		return 0, e.err
+	}
+	return n, nil
 }
 
 func randomID() string {
-	b := make([]byte, 16)
+	b := make([]byte, blobIDLen/2)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }

@@ -186,22 +186,76 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 	})
 
-	t.Run("copy replaces metadata", func(t *testing.T) {
+	t.Run("staged content is invisible until published", func(t *testing.T) {
 		s := newStore(t)
-		put(t, s, "src", "payload", 0o600)
-		mtime := time.Unix(1700000000, 0)
-		if _, err := s.Copy(t.Context(), "dst/x", "src", store.PutOptions{Size: -1, Mode: 0o640, ModTime: mtime}); err != nil {
+		data := bytes.Repeat([]byte("s"), 6<<20)
+		put(t, s, "dst/x", "old", 0o600)
+		st, err := s.Stage(t.Context(), "dst/x", bytes.NewReader(data), store.PutOptions{Size: int64(len(data))})
+		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := s.Stat(t.Context(), "dst/x")
-		if err != nil || st.Mode != 0o640 || !st.ModTime.Equal(mtime) || st.SHA256 != sum([]byte("payload")) {
-			t.Fatalf("stat = %+v, %v", st, err)
+		if st.SHA256 != sum(data) || st.Size != int64(len(data)) {
+			t.Fatalf("staged = %+v", st)
 		}
-		if got := read(t, s, "dst/x"); got != "payload" {
+		if got := read(t, s, "dst/x"); got != "old" {
+			t.Fatalf("content before publish = %q", got)
+		}
+		if keys := list(t, s, "", true); !slices.Equal(keys, []string{"dst/x"}) {
+			t.Fatalf("staged content listed: %v", keys)
+		}
+		mtime := time.Unix(1700000000, 0)
+		info, err := s.Publish(t.Context(), st, store.PutOptions{Mode: 0o640, ModTime: mtime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := store.Info{Key: "dst/x", Size: int64(len(data)), Mode: 0o640, ModTime: mtime, SHA256: sum(data)}
+		checkInfo(t, "publish", info, want)
+		st2, err := s.Stat(t.Context(), "dst/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInfo(t, "stat", st2, want)
+		var listed store.Info
+		for info, err := range s.List(t.Context(), "dst/", true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed = info
+		}
+		checkInfo(t, "list", listed, want)
+		if got := read(t, s, "dst/x"); got != string(data) {
+			t.Fatalf("content after publish differs (%d bytes)", len(got))
+		}
+		// A discarded upload never shows; small content replaces large.
+		st3, err := s.Stage(t.Context(), "dst/x", strings.NewReader("discarded"), store.PutOptions{Size: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Discard(t.Context(), st3); err != nil {
+			t.Fatal(err)
+		}
+		put(t, s, "dst/x", "small again", 0o644)
+		if got := read(t, s, "dst/x"); got != "small again" {
 			t.Fatalf("content = %q", got)
 		}
-		if _, err := s.Copy(t.Context(), "dst/y", "src", store.PutOptions{Size: -1, SHA256: sum([]byte("other"))}); !errors.Is(err, store.ErrContentMismatch) {
-			t.Fatalf("copy with wrong hash = %v", err)
+		for _, tt := range []struct {
+			name string
+			r    io.Reader
+			opts store.PutOptions
+		}{
+			{"longer than announced", io.LimitReader(zeros{}, 6<<20+1), store.PutOptions{Size: 6 << 20}},
+			{"shorter than announced", io.LimitReader(zeros{}, 6<<20-1), store.PutOptions{Size: 6 << 20}},
+			{"wrong hash", io.LimitReader(zeros{}, 6<<20), store.PutOptions{Size: 6 << 20, SHA256: sum(data)}},
+		} {
+			if _, err := s.Stage(t.Context(), "dst/y", tt.r, tt.opts); !errors.Is(err, store.ErrContentMismatch) {
+				t.Errorf("stage %s = %v, want ErrContentMismatch", tt.name, err)
+			}
+			if _, err := s.Put(t.Context(), "dst/y", io.LimitReader(zeros{}, 6<<20+1), store.PutOptions{Size: 6 << 20}); err == nil {
+				t.Errorf("put %s succeeded", tt.name)
+			}
+		}
+		if keys := list(t, s, "", true); !slices.Equal(keys, []string{"dst/x"}) {
+			t.Fatalf("listing = %v", keys)
 		}
 	})
 
