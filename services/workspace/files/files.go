@@ -103,13 +103,17 @@ type Config struct {
 	// LockTTL is the lease of the process's locks, in seconds: how long the
 	// locks of a process that died stay held.
 	LockTTL int
+	// ContentCacheBytes bounds the cache of small files' content served to
+	// hydrations; 0 means DefaultContentCache, negative disables it.
+	ContentCacheBytes int64
 }
 
 // Defaults for Config's zero fields.
 const (
-	DefaultQuotaBytes  = 10 << 30
-	DefaultQuotaFiles  = 1_000_000
-	DefaultMaxFileSize = 100 << 20
+	DefaultQuotaBytes   = 10 << 30
+	DefaultQuotaFiles   = 1_000_000
+	DefaultMaxFileSize  = 100 << 20
+	DefaultContentCache = 64 << 20
 )
 
 // memLimit is the largest content kept in memory before staging it.
@@ -117,10 +121,11 @@ const memLimit = 4 << 20
 
 // Service operates on workspaces.
 type Service struct {
-	store store.Store
-	locks *locker
-	cfg   Config
-	cache manifestCache
+	store   store.Store
+	locks   *locker
+	cfg     Config
+	cache   manifestCache
+	content *contentCache
 }
 
 // New returns the service over st, coordinating through etcd.
@@ -143,7 +148,10 @@ func New(st store.Store, cli *clientv3.Client, cfg Config) (*Service, error) {
 	if cfg.LockTTL <= 0 {
 		cfg.LockTTL = 10
 	}
-	return &Service{store: st, locks: &locker{cli: cli, ttl: cfg.LockTTL}, cfg: cfg}, nil
+	if cfg.ContentCacheBytes == 0 {
+		cfg.ContentCacheBytes = DefaultContentCache
+	}
+	return &Service{store: st, locks: &locker{cli: cli, ttl: cfg.LockTTL}, cfg: cfg, content: newContentCache(cfg.ContentCacheBytes)}, nil
 }
 
 // Close releases the service's etcd session and with it any lock.
@@ -364,7 +372,11 @@ func (s *Service) dropStaged(ctx context.Context, st *staged) {
 func (s *Service) commitStaged(ctx context.Context, key string, st *staged, mode uint32, mtime time.Time) (store.Info, error) {
 	o := store.PutOptions{Size: st.size, Mode: mode, ModTime: mtime, SHA256: st.sum}
 	if st.st == nil {
-		return s.store.Put(ctx, key, bytes.NewReader(st.data), o)
+		info, err := s.store.Put(ctx, key, bytes.NewReader(st.data), o)
+		if err == nil {
+			s.content.put(st.sum, st.data)
+		}
+		return info, err
 	}
 	if st.st.Key != key {
 		return store.Info{}, fmt.Errorf("workspace: content staged for %s, not %s", st.st.Key, key)

@@ -61,17 +61,25 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 			it := &item{info: info}
 			if need(info) && info.Size <= prefetchMax {
 				it.done = make(chan struct{})
-				go func() {
-					defer close(it.done)
-					rc, gi, err := s.store.Get(ctx, info.Key)
-					if err != nil {
-						it.err = err
-						return
-					}
-					defer rc.Close()
-					it.got = gi
-					it.data, it.err = io.ReadAll(io.LimitReader(rc, prefetchMax+1))
-				}()
+				if data, ok := s.content.get(info.SHA256); ok && int64(len(data)) == info.Size {
+					it.got, it.data = info, data
+					close(it.done)
+				} else {
+					go func() {
+						defer close(it.done)
+						rc, gi, err := s.store.Get(ctx, info.Key)
+						if err != nil {
+							it.err = err
+							return
+						}
+						defer rc.Close()
+						it.got = gi
+						it.data, it.err = io.ReadAll(io.LimitReader(rc, prefetchMax+1))
+						if it.err == nil {
+							s.content.put(gi.SHA256, it.data)
+						}
+					}()
+				}
 			}
 			select {
 			case queue <- it:
