@@ -20,6 +20,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/workspace/signing"
 )
 
 // DevAccount is the account of the dev-mode API key.
@@ -56,6 +57,11 @@ func (c *DevConfig) Validate() error {
 	}
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return config.Invalid("--log-level", "%v", err)
+	}
+	if c.SigningKeys != "" {
+		if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
+			return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
+		}
 	}
 	return validPublicURL(c.PublicURL)
 }
