@@ -147,6 +147,9 @@ func (p *process) dial(ctx context.Context, service string) (*grpc.ClientConn, e
 		// download would sit in the router's memory that far ahead.
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(4*streamWindow),
+		// A directory listing is one response and may exceed gRPC's
+		// default 4 MiB; the workspace service bounds it below this.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32<<20)),
 	)
 }
 

@@ -225,8 +225,10 @@ func (s *Service) Stat(ctx context.Context, ws Workspace, path string) (Entry, e
 	return s.lookup(ctx, ws, p)
 }
 
-// maxListEntries bounds one directory listing, which is one response.
-const maxListEntries = 50_000
+// maxListBytes bounds the encoded size of one directory listing, which is
+// one gRPC response: about 100,000 entries, within the 32 MiB the router
+// accepts (launch's MaxCallRecvMsgSize).
+const maxListBytes = 24 << 20
 
 // List returns a directory's entries sorted by name.
 func (s *Service) List(ctx context.Context, ws Workspace, path string) ([]Entry, error) {
@@ -246,14 +248,17 @@ func (s *Service) List(ctx context.Context, ws Workspace, path string) ([]Entry,
 		prefix = ws.root()
 	}
 	entries := []Entry{}
+	size := 0
 	for info, err := range s.store.List(ctx, prefix, false) {
 		if err != nil {
 			return nil, storeErr(err, "list", p)
 		}
-		if len(entries) == maxListEntries {
-			return nil, errs.New(errs.ResourceExhausted, "%s: more than %d entries; list a subdirectory", p, maxListEntries)
+		e := entryOf(ws, info)
+		// Name, path, link and etag, plus the fixed fields and framing.
+		if size += len(e.Name) + len(e.Path) + len(e.LinkTarget) + len(e.ETag) + 48; size > maxListBytes {
+			return nil, errs.New(errs.ResourceExhausted, "%s: too many entries for one listing (%d so far); list its subdirectories", p, len(entries))
 		}
-		entries = append(entries, entryOf(ws, info))
+		entries = append(entries, e)
 	}
 	return entries, nil
 }
