@@ -11,7 +11,13 @@ import (
 )
 
 // Hydrate streams a workspace into a sandbox, sending only what changed
-// since the caller's copy.
+// since the caller's copy. Every entry of the workspace is sent, sorted by
+// path (parents before children); a file whose etag equals have[path] is
+// sent without data and the caller keeps its copy (applying mode and time),
+// any other file entry is followed by all of its data messages (none for an
+// empty file). Then come the paths of have that no longer exist, then the
+// revision. Symlinks arrive as entries with link_target and must be created
+// as links, never followed.
 func (s *Server) Hydrate(req *workspacev1.HydrateRequest, stream workspacev1.WorkspaceService_HydrateServer) error {
 	ctx := stream.Context()
 	ws, err := syncScope(ctx, req.GetUser())
@@ -34,7 +40,12 @@ func (s *Server) Hydrate(req *workspacev1.HydrateRequest, stream workspacev1.Wor
 	})
 }
 
-// Flush applies a sandbox's changes under the workspace's lock.
+// Flush applies a sandbox's changes under the workspace's lock: begin, then
+// entries (a file entry's content follows in data messages; its size, when
+// not 0, and its etag, when set, must match) and removals, applied in the
+// order sent, then commit. Nothing is visible before the commit; a stream
+// that ends another way applies nothing; a conflict (a file where a
+// directory is, or below a file) or a quota overrun refuses the whole flush.
 func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 	ctx := stream.Context()
 	first, err := stream.Recv()
