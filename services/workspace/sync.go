@@ -12,7 +12,8 @@ import (
 
 // Hydrate streams a workspace into a sandbox, sending only what changed
 // since the caller's copy. Every entry of the workspace is sent, sorted by
-// path (parents before children); a file whose etag equals have[path] is
+// key (a directory before its content; create parents that have no entry
+// of their own); a file whose etag equals have[path] is
 // sent without data and the caller keeps its copy (applying mode and time),
 // any other file entry is followed by all of its data messages (none for an
 // empty file). Then come the paths of have that no longer exist, then the
