@@ -115,7 +115,7 @@ func TestFiles(t *testing.T) {
 	t.Run("local disk", func(t *testing.T) { testFiles(t, startDev(t)) })
 	t.Run("minio", func(t *testing.T) {
 		m := miniotest.Start(t)
-		testFiles(t, startDev(t, "CONCH_S3_ENDPOINT="+m.Endpoint, "CONCH_S3_ACCESS_KEY="+m.AccessKey, "CONCH_S3_SECRET_KEY="+m.SecretKey, "CONCH_S3_BUCKET="+miniotest.Bucket()))
+		testFiles(t, startDev(t, "CONCH_S3_ENDPOINT=http://"+m.Endpoint, "CONCH_S3_ACCESS_KEY="+m.AccessKey, "CONCH_S3_SECRET_KEY="+m.SecretKey, "CONCH_S3_BUCKET="+miniotest.Bucket()))
 	})
 }
 

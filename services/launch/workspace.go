@@ -23,7 +23,7 @@ type WorkspaceConfig struct {
 	Common
 	// Dir keeps workspaces on local disk when no S3 endpoint is set.
 	Dir         string `flag:"dir" env:"CONCH_WORKSPACE_DIR" usage:"local directory for workspaces when CONCH_S3_ENDPOINT is not set (one instance only)"`
-	S3Endpoint  string `env:"CONCH_S3_ENDPOINT" usage:"S3 endpoint (host:port) for workspaces"`
+	S3Endpoint  string `env:"CONCH_S3_ENDPOINT" usage:"S3 endpoint for workspaces: host:port, or an http:// or https:// URL"`
 	S3AccessKey string `env:"CONCH_S3_ACCESS_KEY" usage:"S3 access key"`
 	S3SecretKey string `env:"CONCH_S3_SECRET_KEY" usage:"S3 secret key"`
 	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
@@ -71,7 +71,14 @@ func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (*worksp
 	var st store.Store
 	var err error
 	if c.endpoint != "" {
-		st, err = s3store.New(ctx, s3store.Options{Endpoint: c.endpoint, AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: c.secure})
+		// Accept "host:port" as well as a URL, whose scheme decides TLS.
+		endpoint, secure := c.endpoint, c.secure
+		if rest, ok := strings.CutPrefix(endpoint, "https://"); ok {
+			endpoint, secure = rest, true
+		} else if rest, ok := strings.CutPrefix(endpoint, "http://"); ok {
+			endpoint = rest
+		}
+		st, err = s3store.New(ctx, s3store.Options{Endpoint: strings.TrimRight(endpoint, "/"), AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: secure})
 	} else {
 		st, err = fsstore.New(c.dir)
 	}
