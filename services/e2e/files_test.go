@@ -456,3 +456,42 @@ func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// TestSlowUpload checks that a stalled upload body is cut with 408 and
+// stores nothing, while a slow but steady one completes.
+func TestSlowUpload(t *testing.T) {
+	d := startDev(t, "CONCH_UPLOAD_IDLE_TIMEOUT=1s")
+	c := &fileClient{t: t, d: d, key: d.Key, user: "slow"}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(d.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT /api/v1/shell/io/upload?path=/stalled HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Shell-User-Id: slow\r\nContent-Length: 1000\r\n\r\nten bytes.", d.Key)
+	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled upload: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("stalled upload = %d, want 408", resp.StatusCode)
+	}
+	if code, body := c.call("GET", "/api/v1/shell/io/stat?path=/stalled", nil); code != http.StatusNotFound {
+		t.Fatalf("stalled upload stored: %d %s", code, body)
+	}
+
+	pr, pw := io.Pipe()
+	go func() {
+		for range 5 {
+			if _, err := pw.Write([]byte("steady ")); err != nil {
+				return
+			}
+			time.Sleep(300 * time.Millisecond) // a slow client, not a wait
+		}
+		pw.Close()
+	}()
+	if code, body := c.upload("/steady", pr, -1); code != http.StatusOK {
+		t.Fatalf("slow steady upload = %d %s", code, body)
+	}
+}

@@ -39,6 +39,8 @@ type DevConfig struct {
 	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
 	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (default: one kept in <data-dir>/signing-key)"`
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+	// UploadIdleTimeout bounds a stalled upload body.
+	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
 }
 
 // Validate checks the dev settings.
@@ -57,6 +59,9 @@ func (c *DevConfig) Validate() error {
 	}
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return config.Invalid("--log-level", "%v", err)
+	}
+	if c.UploadIdleTimeout <= 0 {
+		return config.Invalid("--upload-idle-timeout", "must be positive")
 	}
 	if c.SigningKeys != "" {
 		if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
@@ -120,7 +125,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	ready := make(chan string, 1)
 	g.Go(func() error {
-		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, common.ShutdownTimeout, ready)
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.UploadIdleTimeout, common.ShutdownTimeout, ready)
 	})
 	g.Go(func() error {
 		select {

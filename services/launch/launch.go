@@ -71,6 +71,8 @@ type RouterConfig struct {
 	PublicURL    string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router, for links it hands out (default: the request's host)"`
 	AdminKey     string `env:"CONCH_ADMIN_KEY" usage:"API key of the admin, who manages accounts"`
 	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
+	// UploadIdleTimeout bounds a stalled upload body.
+	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
 }
 
 // Validate checks the router's settings.
@@ -83,6 +85,9 @@ func (c *RouterConfig) Validate() error {
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
 		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
+	}
+	if c.UploadIdleTimeout <= 0 {
+		return config.Invalid("--upload-idle-timeout", "must be positive")
 	}
 	return validPublicURL(c.PublicURL)
 }
@@ -207,7 +212,9 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 	g.Go(func() error {
 		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
 	})
-	g.Go(func() error { return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.ShutdownTimeout, nil) })
+	g.Go(func() error {
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.UploadIdleTimeout, cfg.ShutdownTimeout, nil)
+	})
 	return g.Wait()
 }
 
@@ -249,14 +256,14 @@ func registerFunc(name string) (func(*grpc.Server), error) {
 
 // serveHTTP serves the router's public HTTP API on addr until ctx ends. When
 // ready is not nil it receives the bound address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, timeout time.Duration, ready chan<- string) error {
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, uploadIdle, timeout time.Duration, ready chan<- string) error {
 	conns, closeConns, err := p.dialAll(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConns()
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
-		Auth: svc.Accounts(), Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
+		Auth: svc.Accounts(), Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log, UploadIdleTimeout: uploadIdle,
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -26,9 +27,9 @@ const MaxUploadBytes = 100 << 20
 const (
 	// fileChunk is the bytes carried by one upload message.
 	fileChunk = 256 << 10
-	// bodyIdleTimeout bounds the wait for the next bytes of an upload, so a
-	// slow body cannot hold a connection forever.
-	bodyIdleTimeout = 30 * time.Second
+	// DefaultUploadIdleTimeout bounds the wait for the next bytes of an
+	// upload, so a slow body cannot hold a connection forever.
+	DefaultUploadIdleTimeout = 30 * time.Second
 	// publicFilesPath is the route of signed public URLs.
 	publicFilesPath = "/public/v1/files/"
 )
@@ -36,8 +37,9 @@ const (
 // fileRoutes serves the file API routes that grpc-gateway cannot: streamed
 // downloads and uploads, and signed public URLs.
 type fileRoutes struct {
-	ws  workspacev1.WorkspaceServiceClient
-	log *slog.Logger
+	ws   workspacev1.WorkspaceServiceClient
+	log  *slog.Logger
+	idle time.Duration
 }
 
 // register adds the routes to mux; auth wraps the authenticated ones and
@@ -249,11 +251,10 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, err)
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, MaxUploadBytes)
 	rc := http.NewResponseController(w)
+	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxUploadBytes), rc: rc, idle: f.idle}
 	buf := make([]byte, fileChunk)
 	for {
-		_ = rc.SetReadDeadline(time.Now().Add(bodyIdleTimeout))
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
 			err := stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Data{Data: buf[:n]}})
@@ -275,6 +276,11 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 				tooLarge()
 				return
 			}
+			if errors.Is(rerr, os.ErrDeadlineExceeded) {
+				w.Header().Set("Connection", "close")
+				statusErrorsHTTP(w, http.StatusRequestTimeout, codes.DeadlineExceeded, "the upload body stalled: no bytes for "+f.idle.String())
+				return
+			}
 			w.Header().Set("Connection", "close")
 			statusErrors(w, codes.InvalidArgument, "reading the request body failed: "+rerr.Error())
 			return
@@ -293,6 +299,19 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// idleReader moves the connection's read deadline before each read, so a
+// body may be slow but not stall.
+type idleReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	_ = i.rc.SetReadDeadline(time.Now().Add(i.idle))
+	return i.r.Read(p)
 }
 
 // statusErrorsHTTP writes status JSON with an HTTP code of its own.
