@@ -456,9 +456,8 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 	}
 	var out Entry
 	err = s.change(ctx, ws, func(c *changeSet) error {
-		if err := c.makeParents(p); err != nil {
-			return err
-		}
+		// Refuse before creating anything: a directory in the way, or a
+		// file that would not fit the quota.
 		old, err := c.existing(p)
 		if err != nil {
 			return err
@@ -468,6 +467,9 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 		}
 		c.add(st.size-old.Size, boolInt(old.Type == 0))
 		if err := c.checkQuota(); err != nil {
+			return err
+		}
+		if err := c.makeParents(p); err != nil {
 			return err
 		}
 		c.applied = true

@@ -221,6 +221,11 @@ func TestQuota(t *testing.T) {
 		if errs.KindOf(err) != errs.ResourceExhausted || !strings.Contains(err.Error(), "quota") {
 			t.Fatalf("write over the byte quota = %v", err)
 		}
+		_, err = s.Write(t.Context(), w, "/new/deep/b", strings.NewReader(strings.Repeat("b", 500)), files.WriteOptions{Size: -1})
+		wantKind(t, "deep write over the quota", err, errs.ResourceExhausted)
+		if _, err := s.Stat(t.Context(), w, "/new"); errs.KindOf(err) != errs.NotFound {
+			t.Fatalf("a refused write created its parents: %v", err)
+		}
 		// Replacing a file counts only the difference.
 		write(t, s, w, "/a", strings.Repeat("a", 900))
 		f := s.BeginFlush(w)
