@@ -426,7 +426,9 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 
 // Write stores a file from r, creating parent directories. Nothing is
 // visible until the whole content arrived; a failed write leaves nothing.
-func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Reader, o WriteOptions) (Entry, error) {
+func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Reader, o WriteOptions) (_ Entry, err error) {
+	ctx, end := span(ctx, "write", ws)
+	defer end(&err)
 	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return Entry{}, err
@@ -484,7 +486,9 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 }
 
 // Mkdir creates a directory and its parents; an existing directory is fine.
-func (s *Service) Mkdir(ctx context.Context, ws Workspace, path string) (Entry, error) {
+func (s *Service) Mkdir(ctx context.Context, ws Workspace, path string) (_ Entry, err error) {
+	ctx, end := span(ctx, "mkdir", ws)
+	defer end(&err)
 	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return Entry{}, err
@@ -506,7 +510,9 @@ func (s *Service) Mkdir(ctx context.Context, ws Workspace, path string) (Entry, 
 
 // Delete deletes a file, link or directory (with recursive, its content;
 // "/" empties the workspace) and returns how many entries went.
-func (s *Service) Delete(ctx context.Context, ws Workspace, path string, recursive bool) (int64, error) {
+func (s *Service) Delete(ctx context.Context, ws Workspace, path string, recursive bool) (_ int64, err error) {
+	ctx, end := span(ctx, "delete", ws)
+	defer end(&err)
 	p, err := ws.cleanPath("path", path)
 	if err != nil {
 		return 0, err

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
@@ -120,13 +122,15 @@ func (f *Flush) Abort(ctx context.Context) {
 }
 
 // Commit applies the flush under the workspace's lock.
-func (f *Flush) Commit(ctx context.Context) (FlushResult, error) {
+func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
+	ctx, end := span(ctx, "flush.commit", f.ws, attribute.Int("conch.ops", len(f.ops)))
+	defer end(&err)
 	if f.done {
 		return FlushResult{}, errs.New(errs.FailedPrecondition, "flush already committed or aborted")
 	}
 	defer f.Abort(ctx)
 	var res FlushResult
-	err := f.s.change(ctx, f.ws, func(c *changeSet) error {
+	err = f.s.change(ctx, f.ws, func(c *changeSet) error {
 		sim := &simulation{c: c, touched: map[string]*store.Info{}}
 		if len(f.ops) > 16 {
 			if err := sim.loadAll(); err != nil {

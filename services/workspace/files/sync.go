@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -35,7 +37,9 @@ const (
 // Hydrate sends ws's entries to send, with the content of the files whose
 // SHA-256 is not the one in have (path → etag), and the paths of have that
 // no longer exist. Links are sent as links.
-func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]string, send func(HydrateMsg) error) error {
+func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]string, send func(HydrateMsg) error) (err error) {
+	ctx, end := span(ctx, "hydrate", ws, attribute.Int("conch.have", len(have)))
+	defer end(&err)
 	infos, rev, err := s.manifest(ctx, ws)
 	if err != nil {
 		return err
