@@ -7,12 +7,14 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/gateways"
 )
 
 // Config is the router's own configuration, shared by `conch router` and
@@ -30,10 +32,11 @@ type Config struct {
 // Service is the router's gRPC side.
 type Service struct {
 	accounts *accounts.Store
+	gateways *gateways.Store
 }
 
 // New returns the router service.
-func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Service, error) {
+func New(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger) (*Service, error) {
 	if cli == nil {
 		return nil, errors.New("router: nil etcd client")
 	}
@@ -41,7 +44,15 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Service, error
 	if err != nil {
 		return nil, err
 	}
-	return &Service{accounts: store}, nil
+	return &Service{accounts: store, gateways: gateways.New(cli, log)}, nil
+}
+
+// Gateways returns the gateway store.
+func (s *Service) Gateways() *gateways.Store { return s.gateways }
+
+// Run keeps the router's caches in step with etcd until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	s.gateways.Watch(ctx)
 }
 
 // Accounts returns the account store, which authenticates HTTP requests.
@@ -50,6 +61,6 @@ func (s *Service) Accounts() *accounts.Store { return s.accounts }
 // Register registers the router's gRPC services on g.
 func (s *Service) Register(g *grpc.Server) {
 	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts})
-	routerv1.RegisterGatewayServiceServer(g, routerv1.UnimplementedGatewayServiceServer{})
+	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways})
 	routerv1.RegisterToolHostServiceServer(g, routerv1.UnimplementedToolHostServiceServer{})
 }

@@ -27,6 +27,9 @@ Commands:
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
 
+Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
+  gateways    list, get, create, update and delete gateways
+
 Run "conch <command> -h" for the flags of a command.
 `
 
@@ -73,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunService(ctx, cmd, cfg)
+	case "gateways":
+		return cli.Gateways(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
