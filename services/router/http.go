@@ -25,6 +25,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/gateways"
+	"github.com/conch-sh/conch/services/router/openai"
 )
 
 // ServiceNames are the four services, in the order /readyz reports them.
@@ -39,6 +41,8 @@ type authenticator interface {
 type HTTPOptions struct {
 	// Auth authenticates bearer keys.
 	Auth authenticator
+	// Gateways is the gateway store the OpenAI-compatible API reads.
+	Gateways *gateways.Store
 	// Conns are client connections, through discovery, to each service of
 	// ServiceNames.
 	Conns map[string]*grpc.ClientConn
@@ -53,8 +57,8 @@ type HTTPOptions struct {
 // NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
 // /metrics without auth; /v1 and /api/v1 behind bearer auth.
 func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error) {
-	if opts.Auth == nil || opts.Metrics == nil {
-		return nil, errors.New("router: Auth and Metrics are required")
+	if opts.Auth == nil || opts.Metrics == nil || opts.Gateways == nil {
+		return nil, errors.New("router: Auth, Gateways and Metrics are required")
 	}
 	for _, name := range ServiceNames {
 		if opts.Conns[name] == nil {
@@ -68,6 +72,14 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
+	v1, err := openai.NewHandler(openai.Options{
+		Gateways: opts.Gateways,
+		Executor: executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
+		Logger:   opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
 	a := &authMiddleware{auth: opts.Auth, publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()
@@ -76,7 +88,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	})
 	mux.Handle("GET /readyz", &readiness{conns: opts.Conns})
 	mux.Handle("GET /metrics", opts.Metrics)
-	mux.Handle("/v1/", a.wrap(openAIErrors, http.HandlerFunc(notImplementedOpenAI)))
+	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
 	return otelhttp.NewHandler(mux, "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
@@ -208,15 +220,6 @@ func requestBaseURL(r *http.Request) string {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host
-}
-
-func notImplementedOpenAI(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/v1/models", "/v1/chat/completions":
-		openAIErrors(w, codes.Unimplemented, r.URL.Path+" is not implemented yet")
-	default:
-		openAIErrors(w, codes.NotFound, "unknown path "+r.URL.Path)
-	}
 }
 
 // readiness answers /readyz: 200 when every service has a registered

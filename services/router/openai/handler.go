@@ -1,0 +1,363 @@
+// Package openai serves the OpenAI-compatible API of the router (SPEC §3):
+// GET /v1/models and POST /v1/chat/completions, with and without streaming,
+// running conch's server tools in the agent loop.
+package openai
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+// maxBody bounds a request body: a 1 MiB command in a long conversation
+// fits many times over.
+const maxBody = 32 << 20
+
+// gatewayStore is what the handler needs of the gateway store.
+type gatewayStore interface {
+	Get(ctx context.Context, account, name string) (*routerv1.Gateway, error)
+	List(ctx context.Context, account string) ([]*routerv1.Gateway, error)
+}
+
+// Options configure the handler.
+type Options struct {
+	Gateways gatewayStore
+	Executor executorv1.ExecutorServiceClient
+	// HTTPClient calls upstreams; nil means a client with conch's defaults.
+	HTTPClient *http.Client
+	Retry      upstream.RetryPolicy
+	Logger     *slog.Logger
+}
+
+// Handler serves /v1.
+type Handler struct {
+	opts Options
+	mux  *http.ServeMux
+}
+
+// NewHandler returns the /v1 handler. Requests must carry the caller's
+// tenant scope (the router's auth middleware sets it).
+func NewHandler(opts Options) (*Handler, error) {
+	if opts.Gateways == nil || opts.Executor == nil {
+		return nil, errors.New("openai: Gateways and Executor are required")
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if opts.Retry.Attempts == 0 {
+		opts.Retry = upstream.DefaultRetry
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /v1/models", h.listModels)
+	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
+	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "unknown path "+r.Method+" "+r.URL.Path)
+	})
+	return h, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// WriteError writes OpenAI's error shape.
+func writeError(w http.ResponseWriter, code int, typ, errCode, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	var c any
+	if errCode != "" {
+		c = errCode
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+}
+
+// writeErr maps an error to OpenAI's error shape.
+func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	var re *requestError
+	var ue *upstream.Error
+	switch {
+	case errors.As(err, &re):
+		code := re.Code
+		if code == "" {
+			code = "invalid_request"
+		}
+		writeError(w, re.Status, "invalid_request_error", code, re.Error())
+	case errors.As(err, &ue):
+		writeError(w, ue.Status, ue.Type, ue.Code, ue.Message)
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, "upstream_error", "timeout", "the upstream model did not answer in time")
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this.
+	default:
+		kind := errs.KindOf(err)
+		if kind == errs.Internal {
+			h.opts.Logger.ErrorContext(r.Context(), "chat completion failed", "error", err)
+			writeError(w, http.StatusBadGateway, "upstream_error", "upstream_unreachable", "upstream request failed: "+err.Error())
+			return
+		}
+		msg := err.Error()
+		if s, ok := status.FromError(err); ok {
+			msg = s.Message()
+		}
+		writeError(w, httpStatus(kind), "invalid_request_error", strings.ToLower(kind.String()), msg)
+	}
+}
+
+func httpStatus(k errs.Kind) int {
+	switch k {
+	case errs.InvalidArgument:
+		return http.StatusBadRequest
+	case errs.NotFound:
+		return http.StatusNotFound
+	case errs.PermissionDenied:
+		return http.StatusForbidden
+	case errs.Unauthenticated:
+		return http.StatusUnauthorized
+	case errs.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case errs.Unavailable:
+		return http.StatusServiceUnavailable
+	case errs.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case errs.Conflict, errs.AlreadyExists:
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+type model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func modelOf(g *routerv1.Gateway) model {
+	return model{ID: g.GetName(), Object: "model", Created: g.GetCreatedAt().GetSeconds(), OwnedBy: "conch"}
+}
+
+func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
+	account, err := tenant.Account(r.Context())
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	list, err := h.opts.Gateways.List(r.Context(), account)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	data := make([]model, len(list))
+	for i, g := range list {
+		data[i] = modelOf(g)
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data})
+}
+
+func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
+	account, err := tenant.Account(r.Context())
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	g, err := h.gateway(r.Context(), account, r.PathValue("model"))
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, modelOf(g))
+}
+
+func (h *Handler) gateway(ctx context.Context, account, name string) (*routerv1.Gateway, error) {
+	g, err := h.opts.Gateways.Get(ctx, account, name)
+	if errs.KindOf(err) == errs.NotFound {
+		return nil, &requestError{Status: http.StatusNotFound, Code: "model_not_found",
+			Msg: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", name)}
+	}
+	return g, err
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func (h *Handler) provider(g *routerv1.Gateway) upstream.Provider {
+	u := g.GetUpstream()
+	switch u.GetProvider() {
+	case routerv1.Provider_PROVIDER_OPENAI:
+		return &upstream.OpenAI{BaseURL: u.GetBaseUrl(), APIKey: u.GetApiKey(), Client: h.opts.HTTPClient, Retry: h.opts.Retry}
+	case routerv1.Provider_PROVIDER_ANTHROPIC:
+		return &upstream.Anthropic{BaseURL: u.GetBaseUrl(), APIKey: u.GetApiKey(), Client: h.opts.HTTPClient, Retry: h.opts.Retry}
+	default:
+		return upstream.Scripted{}
+	}
+}
+
+func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	scope, ok := tenant.From(ctx)
+	if !ok {
+		h.writeErr(w, r, errs.New(errs.Unauthenticated, "no account"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("request body is larger than %d bytes", maxBody))
+		return
+	}
+	req, err := parseRequest(body)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	g, err := h.gateway(ctx, scope.Account, req.Model)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	plan, err := planTools(g, req)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	timeout := time.Duration(g.GetUpstream().GetTimeoutSeconds()) * time.Second
+	if timeout == 0 {
+		timeout = 300 * time.Second
+	}
+
+	sb := &sandbox{exec: h.opts.Executor, req: plan.sandboxRequest(g, req)}
+	// The sandbox ends with the completion, even when the client left.
+	defer sb.destroy(context.WithoutCancel(ctx), h.opts.Logger)
+
+	cfg := loop.Config{
+		Provider:      h.provider(g),
+		Executor:      h.opts.Executor,
+		Sandbox:       sb,
+		Shell:         plan.shell,
+		MaxIterations: int(g.GetMaxIterations()),
+		Logger:        h.opts.Logger,
+	}
+	ureq := &upstream.Request{Model: g.GetUpstream().GetModel(), Messages: req.Messages, Tools: plan.tools, Extra: req.Extra}
+	id := "chatcmpl-" + randomHex(12)
+	created := time.Now().Unix()
+
+	callCtx, cancel := context.WithTimeout(ctx, timeout*time.Duration(max(1, cfg.MaxIterations)))
+	defer cancel()
+	if !req.Stream {
+		res, err := loop.Run(callCtx, cfg, ureq, nil)
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		writeJSON(w, completion(id, created, req.Model, res))
+		return
+	}
+	s := newSSE(w, id, created, req.Model)
+	res, err := loop.Run(callCtx, cfg, ureq, s)
+	if err != nil {
+		if !s.started {
+			h.writeErr(w, r, err)
+			return
+		}
+		s.fail(err)
+		return
+	}
+	s.finish(res)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b)
+}
+
+// wire types of the response.
+
+type toolCallOut struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func toolCallsOut(calls []upstream.ToolCall, indexed bool) []toolCallOut {
+	out := make([]toolCallOut, len(calls))
+	for i, c := range calls {
+		out[i].ID, out[i].Type = c.ID, "function"
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
+		if indexed {
+			out[i].Index = &i
+		}
+	}
+	return out
+}
+
+type usageOut struct {
+	upstream.Usage
+	ServerToolUse struct {
+		ShellCommands int `json:"shell_commands"`
+	} `json:"server_tool_use"`
+}
+
+func usageOf(res *loop.Result) usageOut {
+	u := usageOut{Usage: res.Usage}
+	u.ServerToolUse.ShellCommands = res.ShellCommands
+	return u
+}
+
+type conchOut struct {
+	ServerToolCalls []loop.ServerToolCall `json:"server_tool_calls"`
+}
+
+func conchOf(res *loop.Result) conchOut {
+	calls := res.ServerToolCalls
+	if calls == nil {
+		calls = []loop.ServerToolCall{}
+	}
+	return conchOut{ServerToolCalls: calls}
+}
+
+func completion(id string, created int64, model string, res *loop.Result) map[string]any {
+	msg := map[string]any{"role": "assistant", "content": nil, "refusal": nil}
+	if res.Content != "" || len(res.ToolCalls) == 0 {
+		msg["content"] = res.Content
+	}
+	if len(res.ToolCalls) > 0 {
+		msg["tool_calls"] = toolCallsOut(res.ToolCalls, false)
+	}
+	return map[string]any{
+		"id":      id,
+		"object":  "chat.completion",
+		"created": created,
+		"model":   model,
+		"choices": []map[string]any{{"index": 0, "message": msg, "finish_reason": res.FinishReason, "logprobs": nil}},
+		"usage":   usageOf(res),
+		"conch":   conchOf(res),
+	}
+}

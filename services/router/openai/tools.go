@@ -1,0 +1,153 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+// Gateway defaults (SPEC §3–4).
+const (
+	defaultTimeoutSeconds  = 60
+	defaultMaxOutputLength = 4096
+)
+
+// toolPlan is what the model is offered for one completion.
+type toolPlan struct {
+	tools      []upstream.Tool
+	shell      *loop.Shell
+	persistent bool
+}
+
+// planTools decides the completion's tools from the gateway and the request.
+func planTools(g *routerv1.Gateway, req *chatRequest) (*toolPlan, error) {
+	sh := g.GetShell()
+	p := &toolPlan{}
+	if req.Shell != nil && !sh.GetEnabled() && sh.AllowRequest != nil && !sh.GetAllowRequest() {
+		return nil, badField(fmt.Sprintf("tools[%d]", req.ShellIndex), "gateway %q does not allow requests to enable the shell tool", g.GetName())
+	}
+	if req.Exec {
+		return nil, badField("tools", `the rich exec tools ({"type": "exec"}) are not available in this version of conch`)
+	}
+	if req.Shell != nil || sh.GetEnabled() {
+		p.shell = &loop.Shell{TimeoutSeconds: sh.GetTimeoutSeconds(), MaxOutputLength: sh.GetMaxOutputLength()}
+		if p.shell.TimeoutSeconds == 0 {
+			p.shell.TimeoutSeconds = defaultTimeoutSeconds
+		}
+		if p.shell.MaxOutputLength == 0 {
+			p.shell.MaxOutputLength = defaultMaxOutputLength
+		}
+		if rs := req.Shell; rs != nil {
+			if rs.MaxUses != nil {
+				p.shell.MaxUses = int(*rs.MaxUses)
+			}
+			if rs.TimeoutSeconds != nil {
+				p.shell.TimeoutSeconds = int32(*rs.TimeoutSeconds)
+			}
+			if rs.MaxOutputLength != nil {
+				p.shell.MaxOutputLength = int32(*rs.MaxOutputLength)
+			}
+		}
+		p.persistent = sh.GetAllowDataPersistence() && req.User != ""
+		if p.persistent && !tenant.ValidUserID(req.User) {
+			return nil, badField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
+		}
+		p.tools = append(p.tools, shellTool(p.shell, p.persistent))
+	}
+	p.tools = append(p.tools, req.ClientTools...)
+	return p, nil
+}
+
+var shellParameters = json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","description":"The shell command or script to run with /bin/sh -c."}},"required":["command"],"additionalProperties":false}`)
+
+// shellTool is the function tool the model sees for the shell.
+func shellTool(sh *loop.Shell, persistent bool) upstream.Tool {
+	var b strings.Builder
+	b.WriteString("Run a shell command in an isolated Linux sandbox and get its output. ")
+	b.WriteString("The command runs as `/bin/sh -c <command>`; pipes, redirections, && chains and multi-line scripts work as in a terminal. ")
+	b.WriteString("Files, the working directory and background state persist between the calls of this conversation. ")
+	if persistent {
+		b.WriteString("The workspace /home/workspace (the home and starting directory) is this user's persistent workspace: files there are kept for later conversations. ")
+	} else {
+		b.WriteString("The workspace /home/workspace (the home and starting directory) is discarded at the end of this conversation. ")
+	}
+	b.WriteString("There is no network access. ")
+	fmt.Fprintf(&b, "Limits: a command is killed after %d seconds; ", sh.TimeoutSeconds)
+	fmt.Fprintf(&b, "stdout keeps its first %d characters and stderr what stdout leaves, and a cut field ends with [output truncated]. ", sh.MaxOutputLength)
+	if sh.MaxUses > 0 {
+		fmt.Fprintf(&b, "At most %d commands run in this conversation. ", sh.MaxUses)
+	}
+	b.WriteString("To stay within the output limit: filter before printing (grep, head, jq, awk); count first (wc -l) and then fetch slices (sed -n '1,50p'); ")
+	b.WriteString("write large results to a file in /home/workspace and read back only the part you need. ")
+	b.WriteString(`The result is JSON: {"stdout", "stderr", "outcome": {"type": "exit", "exit_code"}}, or outcome type "timeout", or type "error" with "error" saying why.`)
+	return upstream.Tool{Name: "shell", Description: b.String(), Parameters: shellParameters}
+}
+
+// sandboxRequest is how the completion's sandbox is created.
+func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *chatRequest) *executorv1.CreateSandboxRequest {
+	sh := g.GetShell()
+	r := &executorv1.CreateSandboxRequest{
+		Limits:  sh.GetLimits(),
+		Network: sh.GetNetwork(),
+		Agent:   g.GetName(),
+	}
+	if p.persistent {
+		r.User, r.Persistent = req.User, true
+	}
+	if e := g.GetExec(); e != nil {
+		r.PathPrepend = e.GetPathPrepend()
+	}
+	return r
+}
+
+// sandbox creates the completion's sandbox on first use and destroys it at
+// the end.
+type sandbox struct {
+	exec executorv1.ExecutorServiceClient
+	req  *executorv1.CreateSandboxRequest
+
+	mu  sync.Mutex
+	id  string
+	err error
+}
+
+var _ loop.Sandbox = (*sandbox)(nil)
+
+// ID implements loop.Sandbox.
+func (s *sandbox) ID(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id != "" || s.err != nil {
+		return s.id, s.err
+	}
+	resp, err := s.exec.CreateSandbox(ctx, s.req)
+	if err != nil {
+		// A failed creation is not retried within one completion: every
+		// later call gets the same error at once.
+		s.err = err
+		return "", err
+	}
+	s.id = resp.GetId()
+	return s.id, nil
+}
+
+func (s *sandbox) destroy(ctx context.Context, log *slog.Logger) {
+	s.mu.Lock()
+	id := s.id
+	s.mu.Unlock()
+	if id == "" {
+		return
+	}
+	if _, err := s.exec.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil {
+		log.WarnContext(ctx, "sandbox destroy failed", "sandbox", id, "error", err)
+	}
+}
