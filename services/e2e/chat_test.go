@@ -169,7 +169,8 @@ func TestChatCompletions(t *testing.T) {
 	})
 
 	t.Run("upstream down", func(t *testing.T) {
-		createGateway(t, d, map[string]any{"name": "down", "upstream": map[string]any{"provider": "openai", "base_url": "http://" + freeAddr(t) + "/v1", "model": "m"}})
+		// Nothing listens on port 1: connections are refused at once.
+		createGateway(t, d, map[string]any{"name": "down", "upstream": map[string]any{"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}})
 		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 			Model: "down", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 		})
@@ -232,4 +233,44 @@ func TestChatRequestValidation(t *testing.T) {
 			t.Fatalf("= %d %s, want 400 naming the gateway", code, body)
 		}
 	})
+}
+
+func TestExecSessionOverrides(t *testing.T) {
+	d := startDev(t)
+	ctx := t.Context()
+	createGateway(t, d, map[string]any{"name": "strict", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	say := func(c openai.Client, model, text string) string {
+		t.Helper()
+		resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Choices[0].Message.Content
+	}
+	s1 := client(d, option.WithHeader("X-Conch-Session-Id", "s1"))
+	s2 := client(d, option.WithHeader("X-Conch-Session-Id", "s2"))
+	steps := []struct {
+		c           openai.Client
+		model, text string
+		want        string
+	}{
+		{client(d), "default", "/exec", "needs a session"},
+		{s1, "default", "/exec", "host=sandbox security=full ask=off"},
+		{s1, "default", "/exec security=allowlist ask=on-miss", "now: host=sandbox security=allowlist ask=on-miss"},
+		{s1, "default", "/exec", "security=allowlist ask=on-miss"},
+		{s2, "default", "/exec", "security=full ask=off"}, // another session is untouched
+		{s1, "default", "/exec host=gateway", "only tighten"},
+		{s1, "strict", "/exec", "security=allowlist ask=on-miss"},
+		{s1, "strict", "/exec security=full", "refused"},
+		{s1, "strict", "/exec ask=off", "refused"},
+		{s1, "strict", "/exec security=deny ask=always", "now: host=sandbox security=deny ask=always"},
+	}
+	for _, st := range steps {
+		if got := say(st.c, st.model, st.text); !strings.Contains(got, st.want) {
+			t.Errorf("%s: %q answered %q, want it to contain %q", st.model, st.text, got, st.want)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,6 +44,8 @@ type HTTPOptions struct {
 	Auth authenticator
 	// Gateways is the gateway store the OpenAI-compatible API reads.
 	Gateways *gateways.Store
+	// Etcd keeps the OpenAI-compatible API's session state.
+	Etcd *clientv3.Client
 	// Conns are client connections, through discovery, to each service of
 	// ServiceNames.
 	Conns map[string]*grpc.ClientConn
@@ -75,6 +78,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	v1, err := openai.NewHandler(openai.Options{
 		Gateways: opts.Gateways,
 		Executor: executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
+		Etcd:     opts.Etcd,
 		Logger:   opts.Logger,
 	})
 	if err != nil {

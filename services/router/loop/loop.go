@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/status"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -41,6 +42,15 @@ type Shell struct {
 	MaxOutputLength int32 // characters
 }
 
+// ExecContext is what the executor needs to judge a command: the effective
+// exec settings, and the agent, session and user it runs for.
+type ExecContext struct {
+	Settings *approvalv1.ExecSettings
+	Agent    string
+	Session  string
+	User     string
+}
+
 // Sandbox supplies the completion's sandbox, created on first use.
 type Sandbox interface {
 	// ID returns the sandbox id, creating the sandbox when needed.
@@ -53,7 +63,9 @@ type Config struct {
 	Executor executorv1.ExecutorServiceClient
 	Sandbox  Sandbox
 	// Shell is nil when the completion has no shell tool.
-	Shell         *Shell
+	Shell *Shell
+	// Exec says for whom and under which policy commands run.
+	Exec          ExecContext
 	MaxIterations int
 	Logger        *slog.Logger
 }
@@ -212,6 +224,10 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall) 
 		Command:         cmd,
 		TimeoutSeconds:  sh.TimeoutSeconds,
 		MaxOutputLength: sh.MaxOutputLength,
+		Settings:        cfg.Exec.Settings,
+		Agent:           cfg.Exec.Agent,
+		Session:         cfg.Exec.Session,
+		User:            cfg.Exec.User,
 	})
 	if err != nil {
 		return toolresult.Error("exec: " + message(err))

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -40,6 +41,8 @@ type gatewayStore interface {
 type Options struct {
 	Gateways gatewayStore
 	Executor executorv1.ExecutorServiceClient
+	// Etcd keeps session sandboxes and /exec overrides.
+	Etcd *clientv3.Client
 	// HTTPClient calls upstreams; nil means a client with conch's defaults.
 	HTTPClient *http.Client
 	Retry      upstream.RetryPolicy
@@ -48,15 +51,16 @@ type Options struct {
 
 // Handler serves /v1.
 type Handler struct {
-	opts Options
-	mux  *http.ServeMux
+	opts     Options
+	sessions *sessionStore
+	mux      *http.ServeMux
 }
 
 // NewHandler returns the /v1 handler. Requests must carry the caller's
 // tenant scope (the router's auth middleware sets it).
 func NewHandler(opts Options) (*Handler, error) {
-	if opts.Gateways == nil || opts.Executor == nil {
-		return nil, errors.New("openai: Gateways and Executor are required")
+	if opts.Gateways == nil || opts.Executor == nil || opts.Etcd == nil {
+		return nil, errors.New("openai: Gateways, Executor and Etcd are required")
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
@@ -67,7 +71,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)
@@ -238,25 +242,45 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
+	if text, ok := execCommand(req); ok {
+		h.execCommand(w, r, scope, g, req, text)
+		return
+	}
 	plan, err := planTools(g, req)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
+	}
+	var override execOverride
+	if scope.Session != "" {
+		if override, err = h.sessions.override(ctx, scope.Account, g.GetName(), scope.Session); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
 	}
 	timeout := time.Duration(g.GetUpstream().GetTimeoutSeconds()) * time.Second
 	if timeout == 0 {
 		timeout = 300 * time.Second
 	}
 
-	sb := &sandbox{exec: h.opts.Executor, req: plan.sandboxRequest(g, req)}
-	// The sandbox ends with the completion, even when the client left.
+	var sb completionSandbox = &sandbox{exec: h.opts.Executor, req: plan.sandboxRequest(g, req)}
+	if scope.Session != "" {
+		sb = h.sessions.sandbox(h.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, h.opts.Logger)
+	}
+	// A completion's own sandbox ends with it, even when the client left.
 	defer sb.destroy(context.WithoutCancel(ctx), h.opts.Logger)
 
 	cfg := loop.Config{
-		Provider:      h.provider(g),
-		Executor:      h.opts.Executor,
-		Sandbox:       sb,
-		Shell:         plan.shell,
+		Provider: h.provider(g),
+		Executor: h.opts.Executor,
+		Sandbox:  sb,
+		Shell:    plan.shell,
+		Exec: loop.ExecContext{
+			Settings: effective(g.GetExec(), override),
+			Agent:    g.GetName(),
+			Session:  scope.Session,
+			User:     req.User,
+		},
 		MaxIterations: int(g.GetMaxIterations()),
 		Logger:        h.opts.Logger,
 	}
@@ -286,6 +310,60 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.finish(res)
+}
+
+// completionSandbox is the sandbox of a completion: its own, or its
+// session's.
+type completionSandbox interface {
+	loop.Sandbox
+	destroy(ctx context.Context, log *slog.Logger)
+}
+
+// execCommand returns the text of a last user message that is an /exec
+// command.
+func execCommand(req *chatRequest) (string, bool) {
+	last := req.Messages[len(req.Messages)-1]
+	text := strings.TrimSpace(last.Content)
+	if last.Role != "user" || (text != "/exec" && !strings.HasPrefix(text, "/exec ")) {
+		return "", false
+	}
+	return text, true
+}
+
+// execCommand sets or shows the session's exec overrides without calling
+// the model.
+func (h *Handler) execCommand(w http.ResponseWriter, r *http.Request, scope tenant.Scope, g *routerv1.Gateway, req *chatRequest, text string) {
+	ctx := r.Context()
+	var answer string
+	if scope.Session == "" {
+		answer = "/exec needs a session: send the X-Conch-Session-Id header to keep overrides for a conversation."
+	} else {
+		o, err := h.sessions.override(ctx, scope.Account, g.GetName(), scope.Session)
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		if text == "/exec" {
+			answer = "Session exec settings: " + describe(effective(g.GetExec(), o)) + "."
+		} else if o, err = applyExecCommand(text, g.GetExec(), o); err != nil {
+			answer = "/exec refused: " + err.Error() + ". Session exec settings unchanged: " + describe(effective(g.GetExec(), o)) + "."
+		} else if err := h.sessions.setOverride(ctx, scope.Account, g.GetName(), scope.Session, o); err != nil {
+			h.writeErr(w, r, err)
+			return
+		} else {
+			answer = "Session exec settings now: " + describe(effective(g.GetExec(), o)) + "."
+		}
+	}
+	res := &loop.Result{Content: answer, FinishReason: "stop"}
+	id, created := "chatcmpl-"+randomHex(12), time.Now().Unix()
+	if !req.Stream {
+		writeJSON(w, completion(id, created, req.Model, res))
+		return
+	}
+	s := newSSE(w, id, created, req.Model)
+	if s.Delta(answer) == nil {
+		s.finish(res)
+	}
 }
 
 func randomHex(n int) string {
