@@ -51,6 +51,11 @@ type ExecContext struct {
 	User     string
 }
 
+// ServerTools runs server tools by name.
+type ServerTools interface {
+	Call(ctx context.Context, name, arguments string) (output string, isError bool, err error)
+}
+
 // Sandbox supplies the completion's sandbox, created on first use.
 type Sandbox interface {
 	// ID returns the sandbox id, creating the sandbox when needed.
@@ -65,7 +70,13 @@ type Config struct {
 	// Shell is nil when the completion has no shell tool.
 	Shell *Shell
 	// Exec says for whom and under which policy commands run.
-	Exec          ExecContext
+	Exec ExecContext
+	// Tools runs the server tools offered to the model directly (webhooks,
+	// MCP tools, built-ins); Direct names them.
+	Tools  ServerTools
+	Direct map[string]bool
+	// Skills are the gateway's skills by name, for read_skill.
+	Skills        map[string]string
 	MaxIterations int
 	Logger        *slog.Logger
 }
@@ -180,7 +191,14 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 }
 
 func (cfg *Config) isServerTool(name string) bool {
-	return name == "shell" && cfg.Shell != nil
+	switch {
+	case name == "shell":
+		return cfg.Shell != nil
+	case name == "read_skill":
+		return len(cfg.Skills) > 0
+	default:
+		return cfg.Direct[name]
+	}
 }
 
 // runServerTool runs one server tool call and returns the result the model
@@ -190,8 +208,37 @@ func (cfg *Config) runServerTool(ctx context.Context, res *Result, call upstream
 		stop := keepAlive(ctx, ev)
 		defer stop()
 	}
-	res.ShellCommands++
-	return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call))
+	switch call.Name {
+	case "shell":
+		res.ShellCommands++
+		return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call))
+	case "read_skill":
+		return cfg.readSkill(call.Arguments)
+	}
+	ctx, span := tracer.Start(ctx, "tool "+call.Name)
+	defer span.End()
+	out, isErr, err := cfg.Tools.Call(ctx, call.Name, call.Arguments)
+	switch {
+	case err != nil:
+		return "Error: " + err.Error()
+	case isErr:
+		return "Error: " + out
+	}
+	return out
+}
+
+func (cfg *Config) readSkill(arguments string) string {
+	var args struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+		return `Error: arguments must be a JSON object with a string "name"`
+	}
+	content, ok := cfg.Skills[args.Name]
+	if !ok {
+		return fmt.Sprintf("Error: no skill named %q", args.Name)
+	}
+	return content
 }
 
 func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall) *executorv1.RunCommandResponse {

@@ -24,6 +24,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/toolhost"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -53,6 +54,7 @@ type Options struct {
 type Handler struct {
 	opts     Options
 	sessions *sessionStore
+	egress   *http.Client
 	mux      *http.ServeMux
 }
 
@@ -71,7 +73,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, mux: http.NewServeMux()}
+	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, egress: toolhost.NewEgressClient(), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)
@@ -246,7 +248,15 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		h.execCommand(w, r, scope, g, req, text)
 		return
 	}
-	plan, err := planTools(g, req)
+	var set *toolhost.Set
+	if hasServerTools(g) {
+		if set, err = toolhost.Build(ctx, g, toolhost.Deps{HTTP: h.opts.HTTPClient, Egress: h.egress}); err != nil {
+			writeError(w, http.StatusBadGateway, "upstream_error", "tools_unavailable", "gateway "+g.GetName()+": "+err.Error())
+			return
+		}
+		defer set.Close()
+	}
+	plan, err := planTools(g, set, req)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
@@ -281,8 +291,13 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			Session:  scope.Session,
 			User:     req.User,
 		},
+		Direct:        plan.direct,
+		Skills:        plan.skills,
 		MaxIterations: int(g.GetMaxIterations()),
 		Logger:        h.opts.Logger,
+	}
+	if set != nil {
+		cfg.Tools = set
 	}
 	ureq := &upstream.Request{Model: g.GetUpstream().GetModel(), Messages: req.Messages, Tools: plan.tools, Extra: req.Extra}
 	id := "chatcmpl-" + randomHex(12)
@@ -310,6 +325,13 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.finish(res)
+}
+
+// hasServerTools reports whether g defines server-executable tools.
+func hasServerTools(g *routerv1.Gateway) bool {
+	t := g.GetTools()
+	b := t.GetBuiltins()
+	return len(t.GetWebhooks()) > 0 || len(t.GetMcpServers()) > 0 || b.GetRequest() || b.GetOpenUrl() || b.GetWebSearch()
 }
 
 // completionSandbox is the sandbox of a completion: its own, or its

@@ -12,6 +12,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/toolhost"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -26,12 +27,16 @@ type toolPlan struct {
 	tools      []upstream.Tool
 	shell      *loop.Shell
 	persistent bool
+	direct     map[string]bool   // server tools offered to the model
+	moved      []*toolhost.Tool  // server tools moved into the shell
+	skills     map[string]string // read_skill's texts
 }
 
-// planTools decides the completion's tools from the gateway and the request.
-func planTools(g *routerv1.Gateway, req *chatRequest) (*toolPlan, error) {
+// planTools decides the completion's tools from the gateway, its server
+// tools (nil when it has none) and the request.
+func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolPlan, error) {
 	sh := g.GetShell()
-	p := &toolPlan{}
+	p := &toolPlan{direct: map[string]bool{}, skills: map[string]string{}}
 	if req.Shell != nil && !sh.GetEnabled() && sh.AllowRequest != nil && !sh.GetAllowRequest() {
 		return nil, badField(fmt.Sprintf("tools[%d]", req.ShellIndex), "gateway %q does not allow requests to enable the shell tool", g.GetName())
 	}
@@ -57,20 +62,60 @@ func planTools(g *routerv1.Gateway, req *chatRequest) (*toolPlan, error) {
 				p.shell.MaxOutputLength = int32(*rs.MaxOutputLength)
 			}
 		}
+		if set != nil {
+			var direct []*toolhost.Tool
+			direct, p.moved = set.Split(sh.GetTools())
+			p.addDirect(direct)
+		}
 		p.persistent = sh.GetAllowDataPersistence() && req.User != ""
 		if p.persistent && !tenant.ValidUserID(req.User) {
 			return nil, badField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
 		}
-		p.tools = append(p.tools, shellTool(p.shell, p.persistent))
+		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.moved))
+	} else if set != nil {
+		// Without a shell there is nowhere to move tools to.
+		p.addDirect(set.Tools())
+	}
+	if skills := g.GetSkills(); len(skills) > 0 {
+		p.tools = append(p.tools, readSkillTool(skills))
+		for _, sk := range skills {
+			p.skills[sk.GetName()] = sk.GetContent()
+		}
+	}
+	for i, ct := range req.ClientTools {
+		if p.direct[ct.Name] {
+			return nil, badField(fmt.Sprintf("tools[%d].function.name", i), "%q is a server tool of gateway %q", ct.Name, g.GetName())
+		}
 	}
 	p.tools = append(p.tools, req.ClientTools...)
 	return p, nil
 }
 
+func (p *toolPlan) addDirect(tools []*toolhost.Tool) {
+	for _, t := range tools {
+		p.direct[t.Name] = true
+		p.tools = append(p.tools, upstream.Tool{Name: t.Name, Description: t.Description, Parameters: t.Schema})
+	}
+}
+
+// readSkillTool is the reserved tool that loads a skill's text.
+func readSkillTool(skills []*routerv1.Skill) upstream.Tool {
+	var b strings.Builder
+	b.WriteString("Load the full text of a skill: instructions for a kind of task. Available skills:")
+	names := make([]string, len(skills))
+	for i, sk := range skills {
+		names[i] = sk.GetName()
+		fmt.Fprintf(&b, "\n- %s: %s", sk.GetName(), sk.GetDescription())
+	}
+	enum, _ := json.Marshal(names)
+	params := `{"type":"object","properties":{"name":{"type":"string","enum":` + string(enum) + `,"description":"the skill to load"}},"required":["name"],"additionalProperties":false}`
+	return upstream.Tool{Name: "read_skill", Description: b.String(), Parameters: json.RawMessage(params)}
+}
+
 var shellParameters = json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","description":"The shell command or script to run with /bin/sh -c."}},"required":["command"],"additionalProperties":false}`)
 
 // shellTool is the function tool the model sees for the shell.
-func shellTool(sh *loop.Shell, persistent bool) upstream.Tool {
+func shellTool(sh *loop.Shell, persistent bool, moved []*toolhost.Tool) upstream.Tool {
 	var b strings.Builder
 	b.WriteString("Run a shell command in an isolated Linux sandbox and get its output. ")
 	b.WriteString("The command runs as `/bin/sh -c <command>`; pipes, redirections, && chains and multi-line scripts work as in a terminal. ")
@@ -81,6 +126,13 @@ func shellTool(sh *loop.Shell, persistent bool) upstream.Tool {
 		b.WriteString("The workspace /home/workspace (the home and starting directory) is discarded at the end of this conversation. ")
 	}
 	b.WriteString("There is no network access. ")
+	if len(moved) > 0 {
+		b.WriteString("Besides the usual programs, these commands are available; each prints its output on stdout, so it can be piped, and `CMD --help` lists its flags:")
+		for _, t := range moved {
+			fmt.Fprintf(&b, " %s (%s);", t.Name, firstLine(t.Description))
+		}
+		b.WriteString(" ")
+	}
 	fmt.Fprintf(&b, "Limits: a command is killed after %d seconds; ", sh.TimeoutSeconds)
 	fmt.Fprintf(&b, "stdout keeps its first %d characters and stderr what stdout leaves, and a cut field ends with [output truncated]. ", sh.MaxOutputLength)
 	if sh.MaxUses > 0 {
@@ -106,7 +158,18 @@ func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *chatRequest) *execut
 	if e := g.GetExec(); e != nil {
 		r.PathPrepend = e.GetPathPrepend()
 	}
+	for _, t := range p.moved {
+		r.Tools = append(r.Tools, &executorv1.ToolCommand{Name: t.Name, Description: t.Description, ParametersSchema: string(t.Schema)})
+	}
 	return r
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if s == "" {
+		return "no description"
+	}
+	return s
 }
 
 // sandbox creates the completion's sandbox on first use and destroys it at
