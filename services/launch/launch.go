@@ -242,7 +242,7 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 	}
 	defer closeConns()
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
-		Auth: svc.Accounts(), Gateways: svc.Gateways(), Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
+		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
 	})
 	if err != nil {
 		return err

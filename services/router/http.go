@@ -26,7 +26,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/accounts"
-	"github.com/conch-sh/conch/services/router/gateways"
 	"github.com/conch-sh/conch/services/router/openai"
 )
 
@@ -40,12 +39,11 @@ type authenticator interface {
 
 // HTTPOptions configure the router's HTTP handler.
 type HTTPOptions struct {
-	// Auth authenticates bearer keys.
-	Auth authenticator
-	// Gateways is the gateway store the OpenAI-compatible API reads.
-	Gateways *gateways.Store
 	// Etcd keeps the OpenAI-compatible API's session state.
 	Etcd *clientv3.Client
+	// Service is the router's gRPC side, whose tool grants and clients the
+	// API shares.
+	Service *Service
 	// Conns are client connections, through discovery, to each service of
 	// ServiceNames.
 	Conns map[string]*grpc.ClientConn
@@ -60,8 +58,8 @@ type HTTPOptions struct {
 // NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
 // /metrics without auth; /v1 and /api/v1 behind bearer auth.
 func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error) {
-	if opts.Auth == nil || opts.Metrics == nil || opts.Gateways == nil {
-		return nil, errors.New("router: Auth, Gateways and Metrics are required")
+	if opts.Service == nil || opts.Etcd == nil || opts.Metrics == nil {
+		return nil, errors.New("router: Service, Etcd and Metrics are required")
 	}
 	for _, name := range ServiceNames {
 		if opts.Conns[name] == nil {
@@ -76,15 +74,17 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		return nil, err
 	}
 	v1, err := openai.NewHandler(openai.Options{
-		Gateways: opts.Gateways,
+		Gateways: opts.Service.Gateways(),
 		Executor: executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
 		Etcd:     opts.Etcd,
+		Grants:   opts.Service.Grants(),
+		ToolDeps: opts.Service.ToolDeps(),
 		Logger:   opts.Logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	a := &authMiddleware{auth: opts.Auth, publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
+	a := &authMiddleware{auth: opts.Service.Accounts(), publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

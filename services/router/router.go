@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -15,6 +17,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/gateways"
+	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
 // Config is the router's own configuration, shared by `conch router` and
@@ -33,6 +36,9 @@ type Config struct {
 type Service struct {
 	accounts *accounts.Store
 	gateways *gateways.Store
+	grants   *toolhost.Grants
+	http     *http.Client
+	egress   *http.Client
 }
 
 // New returns the router service.
@@ -44,8 +50,20 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	return &Service{accounts: store, gateways: gateways.New(cli, log)}, nil
+	return &Service{
+		accounts: store,
+		gateways: gateways.New(cli, log),
+		grants:   toolhost.NewGrants(cli),
+		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 5 * time.Minute},
+		egress:   toolhost.NewEgressClient(),
+	}, nil
 }
+
+// Grants returns the tool grants of sandboxes.
+func (s *Service) Grants() *toolhost.Grants { return s.grants }
+
+// ToolDeps are the HTTP clients server tools use.
+func (s *Service) ToolDeps() toolhost.Deps { return toolhost.Deps{HTTP: s.http, Egress: s.egress} }
 
 // Gateways returns the gateway store.
 func (s *Service) Gateways() *gateways.Store { return s.gateways }
@@ -62,5 +80,5 @@ func (s *Service) Accounts() *accounts.Store { return s.accounts }
 func (s *Service) Register(g *grpc.Server) {
 	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts})
 	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways})
-	routerv1.RegisterToolHostServiceServer(g, routerv1.UnimplementedToolHostServiceServer{})
+	routerv1.RegisterToolHostServiceServer(g, &toolHostServer{gateways: s.gateways, grants: s.grants, deps: s.ToolDeps()})
 }

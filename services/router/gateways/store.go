@@ -70,7 +70,7 @@ func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway)
 	return g, nil
 }
 
-// Get returns a gateway with its secrets, from the cache when it is synced.
+// Get returns a gateway with its secrets, from the cache when it holds it.
 // The result may be shared: callers must not modify it.
 func (s *Store) Get(ctx context.Context, account, name string) (*routerv1.Gateway, error) {
 	if ValidName(name) != nil {
@@ -79,12 +79,11 @@ func (s *Store) Get(ctx context.Context, account, name string) (*routerv1.Gatewa
 	s.mu.RLock()
 	g, synced := s.cache[key(account, name)], s.synced
 	s.mu.RUnlock()
-	if synced {
-		if g == nil {
-			return nil, errs.New(errs.NotFound, "gateway %q not found", name)
-		}
+	if synced && g != nil {
 		return g, nil
 	}
+	// A miss reads etcd: the gateway may have been created a moment ago,
+	// before the watch delivered it.
 	g, _, err := s.get(ctx, account, name)
 	return g, err
 }

@@ -44,6 +44,10 @@ type Options struct {
 	Executor executorv1.ExecutorServiceClient
 	// Etcd keeps session sandboxes and /exec overrides.
 	Etcd *clientv3.Client
+	// Grants lets sandboxes call the tools moved into them.
+	Grants *toolhost.Grants
+	// ToolDeps are the HTTP clients of server tools.
+	ToolDeps toolhost.Deps
 	// HTTPClient calls upstreams; nil means a client with conch's defaults.
 	HTTPClient *http.Client
 	Retry      upstream.RetryPolicy
@@ -54,15 +58,17 @@ type Options struct {
 type Handler struct {
 	opts     Options
 	sessions *sessionStore
-	egress   *http.Client
 	mux      *http.ServeMux
 }
 
 // NewHandler returns the /v1 handler. Requests must carry the caller's
 // tenant scope (the router's auth middleware sets it).
 func NewHandler(opts Options) (*Handler, error) {
-	if opts.Gateways == nil || opts.Executor == nil || opts.Etcd == nil {
-		return nil, errors.New("openai: Gateways, Executor and Etcd are required")
+	if opts.Gateways == nil || opts.Executor == nil || opts.Etcd == nil || opts.Grants == nil {
+		return nil, errors.New("openai: Gateways, Executor, Etcd and Grants are required")
+	}
+	if opts.ToolDeps.HTTP == nil {
+		opts.ToolDeps.HTTP = opts.HTTPClient
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
@@ -73,7 +79,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, egress: toolhost.NewEgressClient(), mux: http.NewServeMux()}
+	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)
@@ -250,7 +256,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	var set *toolhost.Set
 	if hasServerTools(g) {
-		if set, err = toolhost.Build(ctx, g, toolhost.Deps{HTTP: h.opts.HTTPClient, Egress: h.egress}); err != nil {
+		if set, err = toolhost.Build(ctx, g, h.opts.ToolDeps); err != nil {
 			writeError(w, http.StatusBadGateway, "upstream_error", "tools_unavailable", "gateway "+g.GetName()+": "+err.Error())
 			return
 		}
@@ -273,9 +279,10 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		timeout = 300 * time.Second
 	}
 
-	var sb completionSandbox = &sandbox{exec: h.opts.Executor, req: plan.sandboxRequest(g, req)}
+	hooks := h.grantHooks(scope.Account, g, plan)
+	var sb completionSandbox = &sandbox{exec: h.opts.Executor, req: plan.sandboxRequest(g, req), hooks: hooks}
 	if scope.Session != "" {
-		sb = h.sessions.sandbox(h.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, h.opts.Logger)
+		sb = h.sessions.sandbox(h.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, hooks, h.opts.Logger)
 	}
 	// A completion's own sandbox ends with it, even when the client left.
 	defer sb.destroy(context.WithoutCancel(ctx), h.opts.Logger)
@@ -325,6 +332,27 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.finish(res)
+}
+
+// grantHooks record, while a sandbox lives, that it may call the tools
+// moved into it.
+func (h *Handler) grantHooks(account string, g *routerv1.Gateway, plan *toolPlan) sandboxHooks {
+	if len(plan.moved) == 0 {
+		return sandboxHooks{}
+	}
+	grant := toolhost.Grant{Account: account, Gateway: g.GetName()}
+	for _, t := range plan.moved {
+		grant.Tools = append(grant.Tools, t.Name)
+	}
+	ttl := time.Duration(max(g.GetShell().GetSessionIdleSeconds(), defaultSessionIdle))*time.Second + time.Hour
+	return sandboxHooks{
+		ready: func(ctx context.Context, id string) error { return h.opts.Grants.Put(ctx, id, grant, ttl) },
+		gone: func(ctx context.Context, id string) {
+			if err := h.opts.Grants.Delete(ctx, id); err != nil {
+				h.opts.Logger.WarnContext(ctx, "tool grant delete failed", "sandbox", id, "error", err)
+			}
+		},
+	}
 }
 
 // hasServerTools reports whether g defines server-executable tools.

@@ -35,6 +35,7 @@ func sessionKey(kind, account, gateway, session, user string) string {
 // shell.session_idle_seconds without use; never destroyed by a completion.
 type sessionSandbox struct {
 	store *sessionStore
+	hooks sandboxHooks
 	exec  executorv1.ExecutorServiceClient
 	req   *executorv1.CreateSandboxRequest
 	key   string
@@ -45,13 +46,13 @@ type sessionSandbox struct {
 	err error
 }
 
-func (s *sessionStore) sandbox(exec executorv1.ExecutorServiceClient, req *executorv1.CreateSandboxRequest, g *routerv1.Gateway, account, session string, log *slog.Logger) *sessionSandbox {
+func (s *sessionStore) sandbox(exec executorv1.ExecutorServiceClient, req *executorv1.CreateSandboxRequest, g *routerv1.Gateway, account, session string, hooks sandboxHooks, log *slog.Logger) *sessionSandbox {
 	req.Session = session
 	req.IdleTimeoutSeconds = g.GetShell().GetSessionIdleSeconds()
 	if req.IdleTimeoutSeconds == 0 {
 		req.IdleTimeoutSeconds = defaultSessionIdle
 	}
-	return &sessionSandbox{store: s, exec: exec, req: req, key: sessionKey("sandbox", account, g.GetName(), session, req.GetUser()), log: log}
+	return &sessionSandbox{store: s, hooks: hooks, exec: exec, req: req, key: sessionKey("sandbox", account, g.GetName(), session, req.GetUser()), log: log}
 }
 
 // ID returns the session's live sandbox, creating it when there is none.
@@ -61,7 +62,12 @@ func (s *sessionSandbox) ID(ctx context.Context) (string, error) {
 	if s.id != "" || s.err != nil {
 		return s.id, s.err
 	}
-	s.id, s.err = s.resolve(ctx)
+	id, err := s.resolve(ctx)
+	if err == nil {
+		// The grant follows the tools of this completion's gateway.
+		err = s.hooks.onReady(ctx, id)
+	}
+	s.id, s.err = id, err
 	return s.id, s.err
 }
 

@@ -175,8 +175,9 @@ func firstLine(s string) string {
 // sandbox creates the completion's sandbox on first use and destroys it at
 // the end.
 type sandbox struct {
-	exec executorv1.ExecutorServiceClient
-	req  *executorv1.CreateSandboxRequest
+	exec  executorv1.ExecutorServiceClient
+	req   *executorv1.CreateSandboxRequest
+	hooks sandboxHooks
 
 	mu  sync.Mutex
 	id  string
@@ -199,8 +200,32 @@ func (s *sandbox) ID(ctx context.Context) (string, error) {
 		s.err = err
 		return "", err
 	}
+	if err := s.hooks.onReady(ctx, resp.GetId()); err != nil {
+		s.err = err
+		_, _ = s.exec.DestroySandbox(context.WithoutCancel(ctx), &executorv1.DestroySandboxRequest{Id: resp.GetId()})
+		return "", err
+	}
 	s.id = resp.GetId()
 	return s.id, nil
+}
+
+// sandboxHooks run when a completion's sandbox is ready and when it ends.
+type sandboxHooks struct {
+	ready func(ctx context.Context, id string) error
+	gone  func(ctx context.Context, id string)
+}
+
+func (h sandboxHooks) onReady(ctx context.Context, id string) error {
+	if h.ready == nil {
+		return nil
+	}
+	return h.ready(ctx, id)
+}
+
+func (h sandboxHooks) onGone(ctx context.Context, id string) {
+	if h.gone != nil {
+		h.gone(ctx, id)
+	}
 }
 
 func (s *sandbox) destroy(ctx context.Context, log *slog.Logger) {
@@ -210,6 +235,7 @@ func (s *sandbox) destroy(ctx context.Context, log *slog.Logger) {
 	if id == "" {
 		return
 	}
+	s.hooks.onGone(ctx, id)
 	if _, err := s.exec.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil {
 		log.WarnContext(ctx, "sandbox destroy failed", "sandbox", id, "error", err)
 	}
