@@ -19,7 +19,7 @@ func client(d *dev, opts ...option.RequestOption) openai.Client {
 }
 
 // createGateway creates a gateway through the REST API.
-func createGateway(t *testing.T, d *dev, gw map[string]any) {
+func createGateway(t testing.TB, d *dev, gw map[string]any) {
 	t.Helper()
 	if code, body := d.call("POST", "/api/v1/gateways", d.Key, gw); code != http.StatusOK {
 		t.Fatalf("create gateway %v = %d %s", gw["name"], code, body)

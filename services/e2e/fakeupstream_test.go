@@ -23,7 +23,7 @@ type fakeUpstream struct {
 	answer func(n int, req map[string]any) (int, string)
 }
 
-func newFakeUpstream(t *testing.T, answer func(n int, req map[string]any) (int, string)) *fakeUpstream {
+func newFakeUpstream(t testing.TB, answer func(n int, req map[string]any) (int, string)) *fakeUpstream {
 	t.Helper()
 	f := &fakeUpstream{answer: answer}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

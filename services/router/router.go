@@ -70,6 +70,7 @@ func (s *Service) Gateways() *gateways.Store { return s.gateways }
 
 // Run keeps the router's caches in step with etcd until ctx ends.
 func (s *Service) Run(ctx context.Context) {
+	go s.accounts.Watch(ctx)
 	s.gateways.Watch(ctx)
 }
 

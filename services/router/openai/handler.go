@@ -71,7 +71,11 @@ func NewHandler(opts Options) (*Handler, error) {
 		opts.ToolDeps.HTTP = opts.HTTPClient
 	}
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		// Upstreams take many concurrent completions: keep enough idle
+		// connections per host that a busy gateway does not reconnect.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 256
+		opts.HTTPClient = &http.Client{Transport: tr}
 	}
 	if opts.Retry.Attempts == 0 {
 		opts.Retry = upstream.DefaultRetry
