@@ -28,6 +28,7 @@ Commands:
   workspace   run the workspace service (persistent workspaces)
 
 Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
+  chat        chat with a gateway in the terminal, commands and approvals shown as they happen
   gateways    list, get, create, update and delete gateways
 
 Run "conch <command> -h" for the flags of a command.
@@ -78,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return launch.RunService(ctx, cmd, cfg)
 	case "gateways":
 		return cli.Gateways(ctx, args, stdout, stderr)
+	case "chat":
+		return cli.Chat(ctx, args, os.Stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

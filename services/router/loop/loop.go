@@ -19,6 +19,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -87,6 +88,21 @@ type Events interface {
 	Delta(text string) error
 	// KeepAlive is called periodically while a tool runs.
 	KeepAlive() error
+	// Tool reports a server tool call starting, waiting for approval, or
+	// ending.
+	Tool(ev ToolEvent) error
+}
+
+// ToolEvent is a step of a server tool call, for streaming clients such as
+// conch chat.
+type ToolEvent struct {
+	Event     string `json:"event"` // tool_call, approval_pending, tool_result
+	ID        string `json:"id"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	Result    string `json:"result,omitempty"`
+	// Approval is the pending approval (REST JSON) for approval_pending.
+	Approval json.RawMessage `json:"approval,omitempty"`
 }
 
 // ServerToolCall is one server tool call and its result, as reported in the
@@ -204,14 +220,22 @@ func (cfg *Config) isServerTool(name string) bool {
 // runServerTool runs one server tool call and returns the result the model
 // receives, keeping a streaming client alive meanwhile.
 func (cfg *Config) runServerTool(ctx context.Context, res *Result, call upstream.ToolCall, ev Events) string {
-	if ev != nil {
-		stop := keepAlive(ctx, ev)
-		defer stop()
+	if ev == nil {
+		return cfg.serverTool(ctx, res, call, nil)
 	}
+	_ = ev.Tool(ToolEvent{Event: "tool_call", ID: call.ID, Name: call.Name, Arguments: call.Arguments})
+	stop := keepAlive(ctx, ev)
+	result := cfg.serverTool(ctx, res, call, ev)
+	stop()
+	_ = ev.Tool(ToolEvent{Event: "tool_result", ID: call.ID, Name: call.Name, Result: result})
+	return result
+}
+
+func (cfg *Config) serverTool(ctx context.Context, res *Result, call upstream.ToolCall, ev Events) string {
 	switch call.Name {
 	case "shell":
 		res.ShellCommands++
-		return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call))
+		return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call, ev))
 	case "read_skill":
 		return cfg.readSkill(call.Arguments)
 	}
@@ -241,7 +265,7 @@ func (cfg *Config) readSkill(arguments string) string {
 	return content
 }
 
-func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall) *executorv1.RunCommandResponse {
+func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, ev Events) *executorv1.RunCommandResponse {
 	ctx, span := tracer.Start(ctx, "shell")
 	defer span.End()
 	sh := cfg.Shell
@@ -281,19 +305,24 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall) 
 	}
 	var stdout, stderr []byte
 	for {
-		ev, err := stream.Recv()
+		msg, err := stream.Recv()
 		if err == io.EOF {
 			return toolresult.Error("exec: the executor ended the command without an outcome")
 		}
 		if err != nil {
 			return toolresult.Error("exec: " + message(err))
 		}
-		switch e := ev.GetEvent().(type) {
+		switch e := msg.GetEvent().(type) {
 		case *executorv1.ExecResponse_Output:
 			if e.Output.GetStream() == executorv1.StreamName_STREAM_NAME_STDERR {
 				stderr = append(stderr, e.Output.GetData()...)
 			} else {
 				stdout = append(stdout, e.Output.GetData()...)
+			}
+		case *executorv1.ExecResponse_ApprovalPending:
+			if ev != nil {
+				b, _ := restjson.New().Marshal(e.ApprovalPending.GetApproval())
+				_ = ev.Tool(ToolEvent{Event: "approval_pending", ID: call.ID, Name: call.Name, Approval: b})
 			}
 		case *executorv1.ExecResponse_Finished:
 			return toolresult.FromExec(stdout, stderr, e.Finished)

@@ -97,6 +97,17 @@ func (s *sse) KeepAlive() error {
 	return s.write(": keep-alive\n\n")
 }
 
+// Tool implements loop.Events: a chunk with an empty delta and a "conch"
+// field that OpenAI clients ignore and conch chat shows.
+func (s *sse) Tool(ev loop.ToolEvent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.start(); err != nil {
+		return err
+	}
+	return s.chunk(map[string]any{}, nil, map[string]any{"conch": ev})
+}
+
 // finish sends client tool calls, the last chunk with finish_reason, usage
 // and conch.server_tool_calls, then [DONE].
 func (s *sse) finish(res *loop.Result) {

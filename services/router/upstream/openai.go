@@ -135,6 +135,15 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request, onDelta func(string
 		if onDelta == nil {
 			return decodeOpenAI(resp.Body)
 		}
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			// An upstream that does not stream answers in one piece.
+			r, err := decodeOpenAI(resp.Body)
+			if err == nil && r.Content != "" {
+				started = true
+				err = onDelta(r.Content)
+			}
+			return r, err
+		}
 		return decodeOpenAIStream(resp.Body, func(s string) error {
 			started = true
 			return onDelta(s)
