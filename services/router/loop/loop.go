@@ -76,6 +76,9 @@ type Config struct {
 	// MCP tools, built-ins); Direct names them.
 	Tools  ServerTools
 	Direct map[string]bool
+	// ExecOutput is the output limit of the exec tool; 0 when the exec and
+	// process tools are not offered.
+	ExecOutput int32
 	// Skills are the gateway's skills by name, for read_skill.
 	Skills        map[string]string
 	MaxIterations int
@@ -212,6 +215,8 @@ func (cfg *Config) isServerTool(name string) bool {
 		return cfg.Shell != nil
 	case name == "read_skill":
 		return len(cfg.Skills) > 0
+	case name == "exec" || name == "process":
+		return cfg.ExecOutput > 0
 	default:
 		return cfg.Direct[name]
 	}
@@ -238,6 +243,11 @@ func (cfg *Config) serverTool(ctx context.Context, res *Result, call upstream.To
 		return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call, ev))
 	case "read_skill":
 		return cfg.readSkill(call.Arguments)
+	case "exec":
+		res.ShellCommands++
+		return cfg.runExec(ctx, call, ev)
+	case "process":
+		return cfg.runProcess(ctx, call)
 	}
 	ctx, span := tracer.Start(ctx, "tool "+call.Name)
 	defer span.End()

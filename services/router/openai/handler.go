@@ -304,6 +304,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		},
 		Direct:        plan.direct,
 		Skills:        plan.skills,
+		ExecOutput:    plan.execOutput,
 		MaxIterations: int(g.GetMaxIterations()),
 		Logger:        h.opts.Logger,
 	}

@@ -30,6 +30,7 @@ type toolPlan struct {
 	direct     map[string]bool   // server tools offered to the model
 	moved      []*toolhost.Tool  // server tools moved into the shell
 	skills     map[string]string // read_skill's texts
+	execOutput int32             // output limit of exec; 0: not offered
 }
 
 // planTools decides the completion's tools from the gateway, its server
@@ -37,11 +38,12 @@ type toolPlan struct {
 func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolPlan, error) {
 	sh := g.GetShell()
 	p := &toolPlan{direct: map[string]bool{}, skills: map[string]string{}}
+	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && (req.Shell != nil || sh.GetEnabled() || req.Exec)
+	if p.persistent && !tenant.ValidUserID(req.User) {
+		return nil, badField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
+	}
 	if req.Shell != nil && !sh.GetEnabled() && sh.AllowRequest != nil && !sh.GetAllowRequest() {
 		return nil, badField(fmt.Sprintf("tools[%d]", req.ShellIndex), "gateway %q does not allow requests to enable the shell tool", g.GetName())
-	}
-	if req.Exec {
-		return nil, badField("tools", `the rich exec tools ({"type": "exec"}) are not available in this version of conch`)
 	}
 	if req.Shell != nil || sh.GetEnabled() {
 		p.shell = &loop.Shell{TimeoutSeconds: sh.GetTimeoutSeconds(), MaxOutputLength: sh.GetMaxOutputLength()}
@@ -67,14 +69,17 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolP
 			direct, p.moved = set.Split(sh.GetTools())
 			p.addDirect(direct)
 		}
-		p.persistent = sh.GetAllowDataPersistence() && req.User != ""
-		if p.persistent && !tenant.ValidUserID(req.User) {
-			return nil, badField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
-		}
 		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.moved))
 	} else if set != nil {
 		// Without a shell there is nowhere to move tools to.
 		p.addDirect(set.Tools())
+	}
+	if req.Exec {
+		p.execOutput = sh.GetMaxOutputLength()
+		if p.execOutput == 0 {
+			p.execOutput = defaultMaxOutputLength
+		}
+		p.tools = append(p.tools, loop.ExecTools(p.execOutput)...)
 	}
 	if skills := g.GetSkills(); len(skills) > 0 {
 		p.tools = append(p.tools, readSkillTool(skills))
