@@ -14,13 +14,13 @@ COPY go.work go.work.sum ./
 COPY gen/go.mod gen/go.sum gen/
 COPY services/go.mod services/go.sum services/
 COPY tools/go.mod tools/go.sum tools/
-RUN --mount=type=cache,target=/root/go/pkg/mod \
+RUN --mount=type=cache,target=/go/pkg/mod \
     cd services && go mod download
 COPY gen gen
 COPY services services
 # A static binary: the same file runs in the scratch image, in the executor
 # image and, copied by the executor, as the agent inside every sandbox.
-RUN --mount=type=cache,target=/root/go/pkg/mod \
+RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/conch ./services/cmd/conch
 # The runtime image has no shell or package manager, so its user and CA
