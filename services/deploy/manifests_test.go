@@ -2,7 +2,9 @@ package deploy
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -450,4 +452,28 @@ func secretValue(m *manifests, name, key string) (string, error) {
 		return "", fmt.Errorf("Secret %s key %s is neither rendered nor documented as the operator's", name, key)
 	}
 	return v, nil
+}
+
+func TestEveryKustomizationIsChecked(t *testing.T) {
+	t.Parallel()
+	checked := map[string]bool{}
+	for _, o := range overlays {
+		checked[o.name] = true
+	}
+	err := filepath.WalkDir(k8sDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "kustomization.yaml" {
+			return err
+		}
+		rel, err := filepath.Rel(k8sDir, filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		if !checked[filepath.ToSlash(rel)] {
+			t.Errorf("deploy/k8s/%s is not in this package's overlays, so nothing checks it", filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
