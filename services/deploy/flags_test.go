@@ -290,9 +290,10 @@ func TestEtcdEndpointsAreMembers(t *testing.T) {
 		if member == nil {
 			t.Fatal("etcd StatefulSet has no etcd container")
 		}
-		client, ok := containerPort(member, "client")
-		if !ok {
-			t.Fatal("etcd container declares no client port")
+		client, okClient := containerPort(member, "client")
+		peer, okPeer := containerPort(member, "peer")
+		if !okClient || !okPeer {
+			t.Fatal("etcd container must declare its client and peer ports")
 		}
 		// Members are reached by their stable names under the StatefulSet's
 		// headless Service.
@@ -303,9 +304,10 @@ func TestEtcdEndpointsAreMembers(t *testing.T) {
 		members := map[string]bool{}
 		var initial []string
 		for i := range etcd.replicas {
-			host := fmt.Sprintf("etcd-%d.%s", i, serviceName)
+			pod := fmt.Sprintf("%s-%d", etcd.name, i)
+			host := pod + "." + serviceName
 			members[net.JoinHostPort(host, fmt.Sprint(client.ContainerPort))] = true
-			initial = append(initial, fmt.Sprintf("etcd-%d=http://%s.$(POD_NAMESPACE).svc:2380", i, host))
+			initial = append(initial, fmt.Sprintf("%s=http://%s.$(POD_NAMESPACE).svc:%d", pod, host, peer.ContainerPort))
 		}
 		// The bootstrap member list must name exactly the StatefulSet's pods.
 		want := "--initial-cluster=" + strings.Join(initial, ",")
