@@ -1,7 +1,3 @@
-// Package deploy holds the offline checks of deploy/k8s: every kustomize
-// overlay is rendered with the kustomize library, every object is decoded
-// strictly into the Kubernetes API types, and the result is held to the
-// invariants a cluster would otherwise only reveal at apply or run time.
 package deploy
 
 import (
