@@ -29,7 +29,7 @@ import (
 var commandConfigs = map[string]func() any{
 	"router":    func() any { return &launch.RouterConfig{} },
 	"approval":  func() any { return &launch.ServiceConfig{} },
-	"workspace": func() any { return &launch.ServiceConfig{} },
+	"workspace": func() any { return &launch.WorkspaceConfig{} },
 	"executor":  func() any { return &launch.ServiceConfig{} },
 }
 
