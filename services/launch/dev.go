@@ -36,6 +36,7 @@ type DevConfig struct {
 	S3SecretKey string `env:"CONCH_S3_SECRET_KEY" usage:"S3 secret key"`
 	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+	ExecutorConfig
 }
 
 // Validate checks the dev settings.
@@ -54,6 +55,9 @@ func (c *DevConfig) Validate() error {
 	}
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return config.Invalid("--log-level", "%v", err)
+	}
+	if err := c.ExecutorConfig.Validate(); err != nil {
+		return err
 	}
 	return validPublicURL(c.PublicURL)
 }
@@ -90,7 +94,14 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	common := &Common{ShutdownTimeout: 5 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
-	for _, name := range []string{"executor", "approval", "workspace"} {
+	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	g.Go(func() error { return execSvc.Run(gctx) })
+	g.Go(func() error { return p.serve(gctx, "executor", "127.0.0.1:0", "", common, execSrv.Register) })
+	for _, name := range []string{"approval", "workspace"} {
 		register, err := registerFunc(name)
 		if err != nil {
 			return err

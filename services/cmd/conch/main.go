@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/conch-sh/conch/services/cli"
+	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/launch"
 )
@@ -67,7 +68,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunRouter(ctx, cfg)
-	case "executor", "approval", "workspace":
+	case "executor":
+		var cfg launch.ExecutorServiceConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunExecutor(ctx, cfg)
+	case sandbox.AgentCommand:
+		// Hidden: the resident agent inside each sandbox.
+		return sandbox.RunAgent()
+	case "approval", "workspace":
 		var cfg launch.ServiceConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err

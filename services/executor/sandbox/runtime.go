@@ -203,7 +203,10 @@ type Spec struct {
 func (s *Spec) withDefaults() {
 	d := DefaultLimits
 	l := &s.Limits
-	for _, f := range []struct{ v *int64; d int64 }{
+	for _, f := range []struct {
+		v *int64
+		d int64
+	}{
 		{&l.MemoryBytes, d.MemoryBytes}, {&l.Pids, d.Pids}, {&l.CPUMillicores, d.CPUMillicores},
 		{&l.WorkspaceBytes, d.WorkspaceBytes}, {&l.WorkspaceFiles, d.WorkspaceFiles}, {&l.TmpBytes, d.TmpBytes},
 	} {
@@ -509,3 +512,15 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
+// Close removes the runtime's state dir and parent cgroup; call it after
+// every sandbox is destroyed.
+func (r *Runtime) Close() {
+	_ = os.RemoveAll(r.cfg.StateDir)
+	if r.cgroups.v2 {
+		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, r.cfg.CgroupParent))
+		return
+	}
+	for _, c := range cgroupControllers {
+		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, c, r.cfg.CgroupParent))
+	}
+}
