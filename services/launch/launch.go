@@ -169,7 +169,9 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	defer cleanup()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(gctx) })
-	g.Go(func() error { return p.serve(gctx, "executor", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, srv.Register) })
+	g.Go(func() error {
+		return p.serve(gctx, "executor", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, srv.Register)
+	})
 	if cfg.MetricsAddr != "" {
 		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
 	}

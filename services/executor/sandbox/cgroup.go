@@ -192,24 +192,22 @@ func (cg *cgroup) remove() error {
 	return errors.Join(errs...)
 }
 
-// oomKilled reports whether the group's memory limit made the kernel
-// kill a process.
-func (cg *cgroup) oomKilled() bool {
-	var p, key string
+// oomKills returns how many processes the group's memory limit has killed.
+func (cg *cgroup) oomKills() int64 {
+	p := filepath.Join(cg.dirs[0], "memory.oom_control")
 	if cg.root.v2 {
-		p, key = filepath.Join(cg.dirs[0], "memory.events"), "oom_kill"
-	} else {
-		p, key = filepath.Join(cg.dirs[0], "memory.oom_control"), "oom_kill"
+		p = filepath.Join(cg.dirs[0], "memory.events")
 	}
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return false
+		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == key && f[1] != "0" {
-			return true
+		if len(f) == 2 && f[0] == "oom_kill" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
 		}
 	}
-	return false
+	return 0
 }

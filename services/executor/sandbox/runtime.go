@@ -378,7 +378,6 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 		"--bind", s.workspace, WorkspaceDir,
 		"--chdir", WorkspaceDir,
 		"--remount-ro", "/",
-		agentPath, AgentCommand,
 	)
 	return a
 }
@@ -395,10 +394,21 @@ func (s *Sandbox) start(ctx context.Context) error {
 		_, _ = progW.Write(r.seccomp)
 		_ = progW.Close()
 	}()
-	cmd := exec.Command(r.cfg.Bwrap, r.bwrapArgs(s)...)
+	// The arguments go through a pipe so that the sandbox's /proc/1/cmdline
+	// does not show the host's paths.
+	args, argsW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("sandbox: args pipe: %w", err)
+	}
+	defer args.Close()
+	go func() {
+		_, _ = argsW.Write([]byte(strings.Join(r.bwrapArgs(s), "\x00") + "\x00"))
+		_ = argsW.Close()
+	}()
+	cmd := exec.Command(r.cfg.Bwrap, "--args", "4", agentPath, AgentCommand)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{prog}
+	cmd.ExtraFiles = []*os.File{prog, args}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.uid), Groups: []uint32{}},
 		Pdeathsig:  syscall.SIGKILL,

@@ -114,6 +114,8 @@ type Process struct {
 	done     chan struct{}
 	exit     Exit
 	exitOnce sync.Once
+	// oomBefore is the group's OOM kill count when the process started.
+	oomBefore int64
 }
 
 // Done is closed when the process has ended.
@@ -169,7 +171,7 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 		return nil, ErrGone
 	}
 	s.nextID++
-	p := &Process{sb: s, id: s.nextID, opts: opts, started: make(chan struct{}), done: make(chan struct{})}
+	p := &Process{sb: s, id: s.nextID, opts: opts, started: make(chan struct{}), done: make(chan struct{}), oomBefore: s.cg.oomKills()}
 	s.procs[p.id] = p
 	dir := opts.Workdir
 	switch {
@@ -244,8 +246,8 @@ func (s *Sandbox) readLoop(r *bufio.Reader) {
 			if m.Error != "" {
 				e.Err = errors.New(m.Error)
 			}
-			if m.Signal == int(unix.SIGKILL) {
-				e.OOMKilled = s.cg.oomKilled()
+			if m.Code == 128+int(unix.SIGKILL) {
+				e.OOMKilled = s.cg.oomKills() > p.oomBefore
 			}
 			s.mu.Lock()
 			if p.opts.TrackCwd && m.Cwd != "" {
