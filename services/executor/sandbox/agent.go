@@ -154,16 +154,19 @@ func (a *agent) exitWith(id uint32, m exitMsg) {
 func cmdFile(id uint32) string { return agentDir + "/cmd-" + strconv.FormatUint(uint64(id), 10) }
 func cwdFile(id uint32) string { return agentDir + "/cwd-" + strconv.FormatUint(uint64(id), 10) }
 
-// shellScript changes to the directory, records the final directory on exit
-// when asked, and sources the command from a file, which lifts the argv
-// limit of 128 KiB per argument.
+// shellScript is run by the init shell of the command's pid namespace: it
+// changes to the directory and runs the command in a child shell (so that
+// the command is an ordinary process: pid 1 ignores signals it has no
+// handler for), which records its final directory on exit when asked and
+// sources the command from a file, lifting the 128 KiB argv limit.
 func shellScript(id uint32, track bool) string {
-	// A memory bomb, not the agent, is what the OOM killer should pick.
-	s := `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; cd -- "$1" || exit 1; __conch_cmd=$2; set --; `
+	inner := `__conch_cmd=$1; shift; `
 	if track {
-		s += `trap 'pwd >` + cwdFile(id) + ` 2>/dev/null' EXIT; `
+		inner += `trap "pwd >` + cwdFile(id) + ` 2>/dev/null" EXIT; `
 	}
-	return s + `. "$__conch_cmd"`
+	inner += `. "$__conch_cmd"`
+	// A memory bomb, not the agent, is what the OOM killer should pick.
+	return `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; cd -- "$1" || exit 1; ` + shellPath + ` -c '` + inner + `' sh "$2"`
 }
 
 func (a *agent) start(id uint32, m startMsg) {

@@ -127,4 +127,3 @@ func sh(t testing.TB, sb *Sandbox, cmd string) result {
 	}
 	return r
 }
-
