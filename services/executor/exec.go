@@ -126,15 +126,20 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 		budget = backgroundBudget
 	}
 	pid := "p-" + randomID()
-	var rec *process.Record
-	var recMu sync.Mutex
+	// The record exists before the process so that no output is missed;
+	// kill and write reach the process once it is started.
+	var proc *sandbox.Process
+	procReady := make(chan struct{})
+	r := process.NewRecord(pid, p.SandboxID, p.Command, p.Pty, p.Notify,
+		func() error { <-procReady; return proc.Kill() },
+		func(b []byte, eof bool) error { <-procReady; return proc.Write(b, eof) })
+	// outMu orders output between the caller's stream and the record, so
+	// that moving to the background hands over exactly what was not sent.
+	var outMu sync.Mutex
 	onOutput := func(st sandbox.Stream, b []byte) {
-		recMu.Lock()
-		r := rec
-		recMu.Unlock()
-		if r != nil {
-			r.Append(b)
-		}
+		outMu.Lock()
+		defer outMu.Unlock()
+		r.Append(b)
 		c := stdout
 		if st == sandbox.Stderr {
 			c = stderr
@@ -143,10 +148,12 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 			q.push(st, b[:kept])
 		}
 	}
-	proc, err := e.sb.Start(sandbox.Options{
+	var err error
+	proc, err = e.sb.Start(sandbox.Options{
 		Command: p.Command, Workdir: p.Workdir, Env: p.Env, Pty: p.Pty, Budget: budget,
 		TrackCwd: !p.Background, OnOutput: onOutput,
 	})
+	close(procReady)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrGone) {
 			return nil, errs.New(errs.NotFound, "sandbox %q has ended", p.SandboxID)
@@ -154,10 +161,6 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 		return nil, fmt.Errorf("executor: start command: %w", err)
 	}
 	started := time.Now()
-	r := process.NewRecord(pid, p.SandboxID, p.Command, p.Pty, p.Notify, proc.Kill, proc.Write)
-	recMu.Lock()
-	rec = r
-	recMu.Unlock()
 	s.procs.Add(r)
 	if err := ev.Started(pid); err != nil {
 		_ = proc.Kill()
@@ -197,7 +200,15 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 			<-proc.Done()
 			done = true
 		case <-yield:
+			outMu.Lock()
+			err := flush()
 			q.stop()
+			r.MarkPolled()
+			outMu.Unlock()
+			if err != nil {
+				_ = proc.Kill()
+				return nil, err
+			}
 			go s.finishInBackground(proc, r, time.Until(started.Add(p.Timeout)))
 			return nil, ev.Backgrounded(pid)
 		case <-ctx.Done():

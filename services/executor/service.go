@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -229,6 +230,11 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	if p.Network {
 		return nil, "", errs.New(errs.Unimplemented, "network: mode allowlist (egress through a proxy) is not implemented yet; use mode none")
+	}
+	for _, d := range p.PathPrepend {
+		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
+			return nil, "", errs.New(errs.InvalidArgument, "path_prepend: %q must be an absolute path without ':'", d)
+		}
 	}
 	id := "sb-" + randomID()
 	sb, err := s.rt.Create(ctx, sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend})

@@ -76,6 +76,14 @@ func (r *Record) Append(b []byte) {
 	r.signal()
 }
 
+// MarkPolled counts everything recorded so far as already seen by the
+// caller, so that the next poll starts after it.
+func (r *Record) MarkPolled() {
+	r.mu.Lock()
+	r.polled = r.discarded + int64(len(r.log))
+	r.mu.Unlock()
+}
+
 // End marks the process ended.
 func (r *Record) End(exitCode int, timedOut bool, errMsg string) {
 	r.mu.Lock()
