@@ -139,7 +139,10 @@ func (c *ExecutorServiceConfig) Validate() error {
 // per-instance state dir and cgroup, and its domain.
 func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*executor.Server, *executor.Service, func(), error) {
 	host, _ := os.Hostname()
-	name := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomSecret()[:6])
+	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
+	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
+		p.log.Warn("sweeping stale sandboxes failed", "error", err)
+	}
 	dir := filepath.Join(cfg.SandboxStateDir, name)
 	rt, err := sandbox.NewRuntime(sandbox.Config{
 		StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase,

@@ -35,7 +35,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
+		var exit *cli.ExitError
+		if !errors.Is(err, flag.ErrHelp) && !errors.As(err, &exit) {
 			fmt.Fprintln(os.Stderr, "conch:", err)
 		}
 		os.Exit(exitCode(err))
@@ -43,6 +44,10 @@ func main() {
 }
 
 func exitCode(err error) int {
+	var exit *cli.ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
 	if errors.Is(err, flag.ErrHelp) || errors.Is(err, cli.ErrUsage) {
 		return 2
 	}
@@ -83,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunService(ctx, cmd, cfg)
+	case "sandbox":
+		return cli.RunSandbox(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
