@@ -102,7 +102,7 @@ func TestValidateEnv(t *testing.T) {
 	}
 }
 
-func createSandbox(t *testing.T, x *testExecutor, account string) string {
+func createSandbox(t testing.TB, x *testExecutor, account string) string {
 	t.Helper()
 	resp, err := x.client.CreateSandbox(as(t, account), &executorv1.CreateSandboxRequest{})
 	if err != nil {

@@ -65,7 +65,7 @@ type testExecutor struct {
 	client executorv1.ExecutorServiceClient
 }
 
-func startExecutor(t *testing.T) *testExecutor {
+func startExecutor(t testing.TB) *testExecutor {
 	t.Helper()
 	cli := etcdxtest.StartForTest(t)
 	svc, err := NewService(t.Context(), "test-executor", newRuntime(t), cli, nil)
@@ -109,6 +109,6 @@ func startExecutor(t *testing.T) *testExecutor {
 }
 
 // as returns a context calling as account.
-func as(t *testing.T, account string) context.Context {
+func as(t testing.TB, account string) context.Context {
 	return tenant.With(t.Context(), tenant.Scope{Account: account})
 }

@@ -409,11 +409,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{prog, args}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.uid), Groups: []uint32{}},
-		Pdeathsig:  syscall.SIGKILL,
-		Setpgid:    true,
-	}
+	cmd.SysProcAttr = r.credential(s.uid)
 	if r.cgroups.v2 {
 		f, err := s.cg.fd()
 		if err != nil {
@@ -476,6 +472,16 @@ func (s *Sandbox) start(ctx context.Context) error {
 		s.markDead(errors.New("sandbox ended"))
 	}()
 	return nil
+}
+
+// credential runs bubblewrap as the sandbox's own unprivileged host uid,
+// killed if the executor dies.
+func (r *Runtime) credential(uid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+		Pdeathsig:  syscall.SIGKILL,
+		Setpgid:    true,
+	}
 }
 
 // adoptTree moves pid and all its descendants into the sandbox's cgroup.

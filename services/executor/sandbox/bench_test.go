@@ -1,0 +1,59 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+// reportP50 records the median of ds as p50-ms.
+func reportP50(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
+}
+
+// BenchmarkBareBwrap is the floor for sandbox creation: bubblewrap with all
+// namespaces running /bin/true as an unprivileged uid.
+func BenchmarkBareBwrap(b *testing.B) {
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		cmd := exec.Command("bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+			"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true")
+		cmd.SysProcAttr = (&Runtime{}).credential(200999)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("bwrap: %v %s", err, out)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkSandboxCreate builds a full sandbox (cgroups, workspace mount,
+// seccomp, agent ready); teardown is not timed.
+func BenchmarkSandboxCreate(b *testing.B) {
+	r := testRuntime(b)
+	var ds []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("bench%d-%d", os.Getpid(), i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		if err := sb.Destroy(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportP50(b, ds)
+}
