@@ -102,6 +102,7 @@ type ExecutorConfig struct {
 	SandboxRootFS   string `flag:"sandbox-rootfs" env:"CONCH_SANDBOX_ROOTFS" default:"/" usage:"root filesystem whose /usr, /bin, /lib* and chosen /etc files sandboxes see read-only"`
 	SandboxUIDBase  int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
 	SandboxCgroup   string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
+	SandboxPool     int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
 }
 
 // Validate checks the executor's settings.
@@ -114,6 +115,9 @@ func (c *ExecutorConfig) Validate() error {
 	}
 	if c.SandboxUIDBase < 1000 || c.SandboxUIDBase > 1<<31-1<<17 {
 		return config.Invalid("--sandbox-uid-base", "must be between 1000 and %d", 1<<31-1<<17)
+	}
+	if c.SandboxPool < 0 || c.SandboxPool > 64 {
+		return config.Invalid("--sandbox-pool", "must be between 0 and 64")
 	}
 	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
 		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")
@@ -146,7 +150,7 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*execu
 	dir := filepath.Join(cfg.SandboxStateDir, name)
 	rt, err := sandbox.NewRuntime(sandbox.Config{
 		StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase,
-		CgroupParent: cfg.SandboxCgroup + "/" + name, Logger: p.log,
+		CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, Logger: p.log,
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("executor: %w", err)

@@ -52,6 +52,45 @@ func testRuntime(t testing.TB) *Runtime {
 	return rt
 }
 
+// poolRuntime returns a runtime keeping size sandboxes warm, closed at the
+// end of the test.
+func poolRuntime(t testing.TB, size int) *Runtime {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "conch-sandbox-pool-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o711)
+	r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir), PoolSize: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		_ = os.RemoveAll(dir)
+	})
+	waitPool(t, r, size)
+	return r
+}
+
+// waitPool polls until the runtime's pool holds n sandboxes.
+func waitPool(t testing.TB, r *Runtime, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r.pool.mu.Lock()
+		got := len(r.pool.ready)
+		r.pool.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool holds %d sandboxes, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 var sbSeq struct {
 	sync.Mutex
 	n int

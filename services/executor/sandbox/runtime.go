@@ -59,6 +59,9 @@ type Config struct {
 	UIDBase, UIDCount int
 	// StartTimeout bounds building one sandbox.
 	StartTimeout time.Duration
+	// PoolSize is how many sandboxes are kept built and waiting, so that
+	// creating one costs only fitting it to its limits.
+	PoolSize int
 	// Logger receives the runtime's logs.
 	Logger *slog.Logger
 }
@@ -74,6 +77,8 @@ type Runtime struct {
 	mu   sync.Mutex
 	uids map[int]bool
 	next int
+
+	pool *pool
 }
 
 // ErrUnsupported marks a requested feature this executor cannot provide yet.
@@ -135,6 +140,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	if r.cgroups, err = detectCgroups(cfg.CgroupMount, cfg.CgroupParent); err != nil {
 		return nil, err
 	}
+	r.pool = newPool(r, cfg.PoolSize)
 	return r, nil
 }
 
@@ -229,8 +235,9 @@ func validID(id string) bool {
 	return true
 }
 
-// Create builds a sandbox and starts its agent.
-func (r *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
+// Create returns a sandbox for spec with its agent ready: a warm one from
+// the pool, fitted to spec's limits, when one is ready; else a new one.
+func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if !validID(spec.ID) {
 		return nil, fmt.Errorf("sandbox: invalid id %q", spec.ID)
 	}
@@ -243,6 +250,19 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 			return nil, fmt.Errorf("sandbox: path_prepend entry %q must be an absolute path without ':'", d)
 		}
 	}
+	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes {
+		if s := r.pool.take(); s != nil {
+			if err := s.fit(spec); err == nil {
+				return s, nil
+			}
+			_ = s.Destroy(context.WithoutCancel(ctx))
+		}
+	}
+	return r.build(ctx, spec, "c"+spec.ID)
+}
+
+// build makes a new sandbox; name keeps its host state apart from others.
+func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
 
@@ -260,7 +280,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	}
 	cleanups = append(cleanups, func() { r.freeUID(s.uid) })
 
-	s.dir = filepath.Join(r.cfg.StateDir, spec.ID)
+	s.dir = filepath.Join(r.cfg.StateDir, name)
 	if err := os.Mkdir(s.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: state dir: %w", err)
 	}
@@ -281,7 +301,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	}
 	cleanups = append(cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
 
-	if s.cg, err = r.cgroups.create("sb-"+spec.ID, spec.Limits); err != nil {
+	if s.cg, err = r.cgroups.create("sb-"+name, spec.Limits); err != nil {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = s.cg.kill(5 * time.Second); _ = s.cg.remove() })
@@ -429,6 +449,8 @@ func (s *Sandbox) start(ctx context.Context) error {
 	}
 	stderr := &tailBuffer{max: 4096}
 	cmd.Stderr = stderr
+	// A process of the sandbox holding stderr must not hold up Wait.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("sandbox: start bubblewrap: %w", err)
 	}
@@ -455,14 +477,12 @@ func (s *Sandbox) start(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		s.abort()
 		return fmt.Errorf("sandbox: agent did not start: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	if !r.cgroups.v2 {
 		if err := s.adoptTree(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			s.abort()
 			return err
 		}
 	}
@@ -482,6 +502,15 @@ func (r *Runtime) credential(uid int) *syscall.SysProcAttr {
 		Pdeathsig:  syscall.SIGKILL,
 		Setpgid:    true,
 	}
+}
+
+// abort kills a sandbox that failed to start: whatever bubblewrap made is
+// gathered into the cgroup first, then the cgroup is emptied.
+func (s *Sandbox) abort() {
+	_ = s.adoptTree(s.cmd.Process.Pid)
+	_ = s.cmd.Process.Kill()
+	_ = s.cg.kill(5 * time.Second)
+	_ = s.cmd.Wait()
 }
 
 // adoptTree moves pid and all its descendants into the sandbox's cgroup.
@@ -531,6 +560,7 @@ func (t *tailBuffer) String() string {
 // Close removes the runtime's state dir and parent cgroup; call it after
 // every sandbox is destroyed.
 func (r *Runtime) Close() {
+	r.pool.close()
 	_ = os.RemoveAll(r.cfg.StateDir)
 	if r.cgroups.v2 {
 		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, r.cfg.CgroupParent))
