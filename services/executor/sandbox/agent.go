@@ -154,32 +154,43 @@ func (a *agent) exitWith(id uint32, m exitMsg) {
 func cmdFile(id uint32) string { return agentDir + "/cmd-" + strconv.FormatUint(uint64(id), 10) }
 func cwdFile(id uint32) string { return agentDir + "/cwd-" + strconv.FormatUint(uint64(id), 10) }
 
+// inlineMax is the longest command passed as an argument; longer ones go
+// through a file, since one argv string may not exceed 128 KiB.
+const inlineMax = 64 << 10
+
 // shellScript is run by the init shell of the command's pid namespace: it
 // changes to the directory and runs the command in a child shell (so that
 // the command is an ordinary process: pid 1 ignores signals it has no
 // handler for), which records its final directory on exit when asked and
-// sources the command from a file, lifting the 128 KiB argv limit.
-func shellScript(id uint32, track bool) string {
+// evaluates the command ($2), or sources it from the file $2 when fromFile.
+func shellScript(id uint32, track, fromFile bool) string {
 	inner := `__conch_cmd=$1; shift; `
 	if track {
 		inner += `trap "pwd >` + cwdFile(id) + ` 2>/dev/null" EXIT; `
 	}
-	inner += `. "$__conch_cmd"`
+	if fromFile {
+		inner += `. "$__conch_cmd"`
+	} else {
+		inner += `eval "$__conch_cmd"`
+	}
 	// A memory bomb, not the agent, is what the OOM killer should pick.
 	return `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; cd -- "$1" || exit 1; ` + shellPath + ` -c '` + inner + `' sh "$2"`
 }
 
 func (a *agent) start(id uint32, m startMsg) {
-	path := cmdFile(id)
-	if err := os.WriteFile(path, []byte(m.Command), 0o600); err != nil {
-		a.exitWith(id, exitMsg{Code: -1, Error: "write command: " + err.Error()})
-		return
+	path, arg := "", m.Command
+	if len(m.Command) > inlineMax || strings.ContainsRune(m.Command, 0) {
+		path, arg = cmdFile(id), cmdFile(id)
+		if err := os.WriteFile(path, []byte(m.Command), 0o600); err != nil {
+			a.exitWith(id, exitMsg{Code: -1, Error: "write command: " + err.Error()})
+			return
+		}
 	}
 	dir := m.Dir
 	if dir == "" {
 		dir = WorkspaceDir
 	}
-	cmd := exec.Command(shellPath, "-c", shellScript(id, m.TrackCwd), "sh", dir, path)
+	cmd := exec.Command(shellPath, "-c", shellScript(id, m.TrackCwd, path != ""), "sh", dir, arg)
 	cmd.Env = m.Env
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
@@ -252,13 +263,17 @@ func (a *agent) start(id uint32, m startMsg) {
 			}
 			_ = os.Remove(cwdFile(id))
 		}
-		_ = os.Remove(path)
+		if path != "" {
+			_ = os.Remove(path)
+		}
 		a.exitWith(id, res)
 	}()
 }
 
 func (a *agent) failStart(id uint32, path string, err error) {
-	_ = os.Remove(path)
+	if path != "" {
+		_ = os.Remove(path)
+	}
 	a.exitWith(id, exitMsg{Code: -1, Error: "start shell: " + err.Error()})
 }
 

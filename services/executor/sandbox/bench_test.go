@@ -82,3 +82,34 @@ func BenchmarkSandboxCreateCold(b *testing.B) {
 	}
 	reportP50(b, ds)
 }
+
+// BenchmarkAgentRoundTrip runs `true` through the agent of a warm sandbox,
+// without the gRPC layer.
+func BenchmarkAgentRoundTrip(b *testing.B) {
+	sb := newSandbox(b, Spec{})
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		p, err := sb.Start(Options{Command: "true", Budget: 1 << 14, TrackCwd: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-p.Done()
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkTwoShells is a bare fork+exec of a shell running a shell, the
+// floor of the agent's design.
+func BenchmarkTwoShells(b *testing.B) {
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := exec.Command("/bin/sh", "-c", "/bin/sh -c 'trap \"pwd >/dev/null\" EXIT; eval true'").Run(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}
