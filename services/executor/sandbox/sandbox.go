@@ -304,3 +304,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	})
 	return s.destroyErr
 }
+
+// HostUID is the host uid the sandbox's user maps to; files the host puts in
+// the workspace must belong to it.
+func (s *Sandbox) HostUID() int { return s.uid }
