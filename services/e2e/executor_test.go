@@ -151,6 +151,29 @@ func TestSandboxREST(t *testing.T) {
 		}
 	})
 
+	t.Run("persistent workspace", func(t *testing.T) {
+		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": "alice", "persistent": true})
+		switch {
+		case code == http.StatusOK:
+			var sb struct{ ID string }
+			_ = json.Unmarshal(body, &sb)
+			d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": "echo kept > notes.txt"})
+			d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
+			_, body = d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": "alice", "persistent": true})
+			_ = json.Unmarshal(body, &sb)
+			code, body = d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": "cat notes.txt"})
+			d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
+			if code != http.StatusOK || !strings.Contains(string(body), `"stdout":"kept\n"`) {
+				t.Fatalf("file did not persist: %d %s", code, body)
+			}
+		case code == http.StatusServiceUnavailable && strings.Contains(string(body), "hydrate the workspace"):
+			// The workspace service does not serve Hydrate yet: the
+			// executor says so instead of handing out an empty workspace.
+		default:
+			t.Fatalf("persistent create = %d %s", code, body)
+		}
+	})
+
 	code, body = d.call("DELETE", "/api/v1/sandboxes/"+created.ID, d.Key, nil)
 	if code != http.StatusOK {
 		t.Fatalf("delete = %d %s", code, body)

@@ -75,7 +75,15 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	}
 	e.touch()
 	defer e.touch()
-	return s.run(ctx, e, p, ev)
+	res, err := s.run(ctx, e, p, ev)
+	if err == nil && res != nil && e.persistent {
+		// A result is only returned once its writes are durable.
+		if ferr := s.flush(ctx, e); ferr != nil {
+			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
+			return &Result{Outcome: OutcomeError, Error: "the command ran but its workspace changes could not be saved: " + ferr.Error(), Duration: res.Duration}, nil
+		}
+	}
+	return res, err
 }
 
 // pending queues output between the sandbox's reader and the caller's
@@ -209,7 +217,7 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 				_ = proc.Kill()
 				return nil, err
 			}
-			go s.finishInBackground(proc, r, time.Until(started.Add(p.Timeout)))
+			go s.finishInBackground(e, proc, r, time.Until(started.Add(p.Timeout)))
 			return nil, ev.Backgrounded(pid)
 		case <-ctx.Done():
 			// A caller that goes away stops the work it started.
@@ -250,7 +258,7 @@ var closedTime = func() <-chan time.Time {
 
 // finishInBackground enforces the timeout of a backgrounded process and
 // records its end.
-func (s *Service) finishInBackground(proc *sandbox.Process, r *process.Record, left time.Duration) {
+func (s *Service) finishInBackground(e *entry, proc *sandbox.Process, r *process.Record, left time.Duration) {
 	t := time.NewTimer(max(left, 0))
 	defer t.Stop()
 	timedOut := false
@@ -273,6 +281,12 @@ func (s *Service) finishInBackground(proc *sandbox.Process, r *process.Record, l
 	default:
 		r.End(x.Code, false, "")
 		msg = fmt.Sprintf("exited with code %d", x.Code)
+	}
+	if e.persistent {
+		if err := s.flush(context.Background(), e); err != nil { // the caller is gone; the sandbox lives on
+			s.log.Warn("workspace flush failed", "sandbox", r.SandboxID, "error", err)
+			msg += "; its workspace changes could not be saved"
+		}
 	}
 	if r.Notify {
 		s.procs.Notify(r.SandboxID, process.Event{Process: r.Snapshot(), Message: fmt.Sprintf("process %s (%s) %s", r.ID, abbreviate(r.Command, 80), msg)})

@@ -262,6 +262,7 @@ func TestCreateSandboxValidation(t *testing.T) {
 		msg  string
 	}{
 		{"persistent without user", &executorv1.CreateSandboxRequest{Persistent: true}, codes.InvalidArgument, "requires user"},
+		{"persistent without a workspace service", &executorv1.CreateSandboxRequest{Persistent: true, User: "alice"}, codes.FailedPrecondition, "workspace service"},
 		{"bad user", &executorv1.CreateSandboxRequest{User: "../etc"}, codes.InvalidArgument, "user"},
 		{"dot user", &executorv1.CreateSandboxRequest{User: ".."}, codes.InvalidArgument, "user"},
 		{"allowlist network", &executorv1.CreateSandboxRequest{Network: &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"example.com"}}}, codes.Unimplemented, "allowlist"},

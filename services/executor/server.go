@@ -75,6 +75,10 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 	if err != nil {
 		return nil, err
 	}
+	if req.GetPersistent() {
+		// A persistent workspace has its own quota.
+		limits.WorkspaceBytes = req.GetLimits().GetWorkspaceBytes()
+	}
 	if req.GetIdleTimeoutSeconds() < 0 {
 		return nil, errs.New(errs.InvalidArgument, "idle_timeout_seconds: must not be negative")
 	}
@@ -107,6 +111,15 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 	if e.limits.WorkspaceBytes > 0 {
 		l.WorkspaceBytes = e.limits.WorkspaceBytes
 	}
+	pl := &executorv1.Limits{
+		MemoryBytes: l.MemoryBytes, Pids: l.Pids, CpuMillicores: l.CPUMillicores,
+		WorkspaceBytes: PersistentWorkspaceBytes, WorkspaceFiles: l.WorkspaceFiles, EphemeralWorkspaceBytes: sandbox.DefaultLimits.WorkspaceBytes,
+	}
+	if e.persistent {
+		pl.WorkspaceBytes = l.WorkspaceBytes
+	} else {
+		pl.EphemeralWorkspaceBytes = l.WorkspaceBytes
+	}
 	state := executorv1.SandboxState_SANDBOX_STATE_READY
 	select {
 	case <-e.sb.Done():
@@ -115,10 +128,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 	}
 	return &executorv1.Sandbox{
 		Id: id, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
-		Limits: &executorv1.Limits{
-			MemoryBytes: l.MemoryBytes, Pids: l.Pids, CpuMillicores: l.CPUMillicores,
-			WorkspaceBytes: 1 << 30, WorkspaceFiles: l.WorkspaceFiles, EphemeralWorkspaceBytes: l.WorkspaceBytes,
-		},
+		Limits:             pl,
 		Network:            &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_NONE},
 		Cwd:                e.sb.Cwd(),
 		CreatedAt:          timestamppb.New(e.created),

@@ -18,21 +18,26 @@ import (
 
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
 // Limits of SPEC §3 and §6.
 const (
-	MaxCommandBytes     = 1 << 20
-	DefaultOutputChars  = 4096
-	MaxOutputChars      = 1 << 20
-	DefaultRunTimeout   = 60 * time.Second
-	MaxRunTimeout       = 300 * time.Second
-	DefaultExecTimeout  = 1800 * time.Second
-	MaxExecTimeout      = 1800 * time.Second
-	ProcessRetention    = 30 * time.Minute
-	backgroundBudget    = 64 << 20
-	ownershipTTLSeconds = 15
+	MaxCommandBytes    = 1 << 20
+	DefaultOutputChars = 4096
+	MaxOutputChars     = 1 << 20
+	DefaultRunTimeout  = 60 * time.Second
+	MaxRunTimeout      = 300 * time.Second
+	DefaultExecTimeout = 1800 * time.Second
+	MaxExecTimeout     = 1800 * time.Second
+	ProcessRetention   = 30 * time.Minute
+	// PersistentWorkspaceBytes and PersistentWorkspaceFiles are the default
+	// quota of a persistent workspace (SPEC §4).
+	PersistentWorkspaceBytes = 1 << 30
+	PersistentWorkspaceFiles = 100000
+	backgroundBudget         = 64 << 20
+	ownershipTTLSeconds      = 15
 )
 
 // OwnershipPrefix is the etcd prefix under which each sandbox is recorded
@@ -56,7 +61,15 @@ type Service struct {
 	mu        sync.Mutex
 	sandboxes map[string]*entry
 	lease     clientv3.LeaseID
+
+	ws Workspaces // nil: persistent workspaces are refused
 }
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithWorkspaces lets sandboxes mount persistent workspaces from ws.
+func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws } }
 
 // entry is a live sandbox with its owner.
 type entry struct {
@@ -71,6 +84,12 @@ type entry struct {
 
 	mu       sync.Mutex
 	lastUsed time.Time
+
+	// Persistent workspace sync state, under syncMu.
+	syncMu   sync.Mutex
+	root     *wsync.Root
+	revision int64
+	synced   map[string]wsync.Meta
 }
 
 func (e *entry) touch() {
@@ -95,7 +114,7 @@ type ownership struct {
 
 // NewService returns the executor's domain. name identifies this executor
 // instance in sandbox ownership records.
-func NewService(ctx context.Context, name string, rt Runtime, etcd *clientv3.Client, log *slog.Logger) (*Service, error) {
+func NewService(ctx context.Context, name string, rt Runtime, etcd *clientv3.Client, log *slog.Logger, opts ...Option) (*Service, error) {
 	if rt == nil || etcd == nil || name == "" {
 		return nil, errors.New("executor: runtime, etcd and name are required")
 	}
@@ -103,6 +122,9 @@ func NewService(ctx context.Context, name string, rt Runtime, etcd *clientv3.Cli
 		log = slog.Default()
 	}
 	s := &Service{name: name, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}}
+	for _, o := range opts {
+		o(s)
+	}
 	lease, err := etcd.Grant(ctx, ownershipTTLSeconds)
 	if err != nil {
 		return nil, fmt.Errorf("executor: grant ownership lease: %w", err)
@@ -226,7 +248,12 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		if p.User == "" {
 			return nil, "", errs.New(errs.InvalidArgument, "persistent: requires user")
 		}
-		return nil, "", errs.New(errs.FailedPrecondition, "persistent: persistent workspaces need the workspace service, which this executor is not connected to")
+		if s.ws == nil {
+			return nil, "", errs.New(errs.FailedPrecondition, "persistent: persistent workspaces need the workspace service, which this executor is not connected to")
+		}
+		if p.Limits.WorkspaceBytes == 0 {
+			p.Limits.WorkspaceBytes = PersistentWorkspaceBytes
+		}
 	}
 	if p.Network {
 		return nil, "", errs.New(errs.Unimplemented, "network: mode allowlist (egress through a proxy) is not implemented yet; use mode none")
@@ -246,6 +273,12 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	now := time.Now()
 	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, limits: p.Limits, idle: p.Idle, created: now, lastUsed: now}
+	if p.Persistent {
+		if err := s.hydrate(ctx, e); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", err
+		}
+	}
 	if err := s.recordOwnership(ctx, id, e); err != nil {
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 		return nil, "", err
@@ -319,7 +352,19 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	if e == nil {
 		return nil
 	}
-	err := e.sb.Destroy(ctx)
+	var err error
+	if e.persistent {
+		// The last changes are kept even if the sandbox goes.
+		if ferr := s.flush(ctx, e); ferr != nil {
+			err = ferr
+		}
+		e.syncMu.Lock()
+		if e.root != nil {
+			_ = e.root.Close()
+		}
+		e.syncMu.Unlock()
+	}
+	err = errors.Join(err, e.sb.Destroy(ctx))
 	s.procs.DropSandbox(id)
 	if _, derr := s.etcd.Delete(ctx, OwnershipPrefix+id); derr != nil {
 		err = errors.Join(err, fmt.Errorf("executor: forget sandbox %s: %w", id, derr))
@@ -345,4 +390,47 @@ func sortedIDs(m map[string]*entry) []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// hydrate fills a new sandbox's workspace from the workspace service.
+func (s *Service) hydrate(ctx context.Context, e *entry) error {
+	root, err := wsync.OpenRoot(e.sb.WorkspacePath(), e.sb.HostUID())
+	if err != nil {
+		return err
+	}
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	e.root = root
+	if e.revision, err = s.ws.Hydrate(ctx, e.account, e.user, root); err != nil {
+		_ = root.Close()
+		e.root = nil
+		return errs.Wrap(errs.Unavailable, err, "persistent: hydrate the workspace of %q", e.user)
+	}
+	if e.synced, err = wsync.Scan(e.sb.WorkspacePath(), PersistentWorkspaceFiles+1); err != nil {
+		return fmt.Errorf("executor: scan hydrated workspace: %w", err)
+	}
+	return nil
+}
+
+// flush sends a persistent workspace's changes since the last sync.
+func (s *Service) flush(ctx context.Context, e *entry) error {
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	if e.root == nil {
+		return nil
+	}
+	scan, err := wsync.Scan(e.sb.WorkspacePath(), PersistentWorkspaceFiles+1)
+	if err != nil {
+		return errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
+	}
+	c := wsync.Diff(e.synced, scan)
+	if len(c.Changed) == 0 && len(c.Removed) == 0 {
+		return nil
+	}
+	rev, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, e.revision, e.root, scan, c)
+	if err != nil {
+		return err
+	}
+	e.revision, e.synced = rev, scan
+	return nil
 }

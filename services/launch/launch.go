@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/executor"
 	"github.com/conch-sh/conch/services/executor/sandbox"
@@ -155,11 +156,19 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*execu
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("executor: %w", err)
 	}
-	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log)
+	wsConn, err := p.dial(ctx, "workspace")
 	if err != nil {
+		rt.Close()
+		return nil, nil, nil, fmt.Errorf("executor: dial workspace: %w", err)
+	}
+	ws := executor.NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(wsConn), executor.PersistentWorkspaceBytes)
+	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log, executor.WithWorkspaces(ws))
+	if err != nil {
+		_ = wsConn.Close()
+		rt.Close()
 		return nil, nil, nil, err
 	}
-	return executor.NewServer(svc), svc, func() { rt.Close() }, nil
+	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close() }, nil
 }
 
 // RunExecutor runs `conch executor`.
