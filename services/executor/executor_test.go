@@ -465,3 +465,30 @@ func TestExecStreamsAndBackgroundProcesses(t *testing.T) {
 	_, err = x.client.PollProcess(as(t, "mallory"), &executorv1.PollProcessRequest{SandboxId: id, ProcessId: pid})
 	wantCode(t, err, codes.NotFound, "not found")
 }
+
+func TestIdleSandboxEnds(t *testing.T) {
+	x := startExecutor(t)
+	ctx := as(t, "acme")
+	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetSandbox().GetIdleTimeoutSeconds() != 1 {
+		t.Fatalf("sandbox %v", resp.GetSandbox())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: resp.GetId()})
+		if status.Code(err) == codes.NotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle sandbox still there: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got, err := x.svc.etcd.Get(t.Context(), OwnershipPrefix+resp.GetId())
+	if err != nil || len(got.Kvs) != 0 {
+		t.Fatalf("ownership record left: %v %v", got, err)
+	}
+}

@@ -45,7 +45,18 @@ func detectCgroups(mount, parent string) (*cgroupRoot, error) {
 			rel = filepath.Join(rel, part)
 			p := filepath.Join(mount, rel, "cgroup.subtree_control")
 			if err := os.WriteFile(p, []byte("+memory +pids +cpu"), 0); err != nil {
-				return nil, fmt.Errorf("cgroups: enable controllers in %s: %w", p, err)
+				if !errors.Is(err, unix.EBUSY) || rel != "" {
+					return nil, fmt.Errorf("cgroups: enable controllers in %s: %w", p, err)
+				}
+				// In a container the mount root is our own group, which holds
+				// processes; v2 lets a group with processes have no
+				// controlled children, so move them to a leaf first.
+				if err := evacuate(filepath.Join(mount, rel), filepath.Join(mount, rel, "executor")); err != nil {
+					return nil, err
+				}
+				if err := os.WriteFile(p, []byte("+memory +pids +cpu"), 0); err != nil {
+					return nil, fmt.Errorf("cgroups: enable controllers in %s: %w", p, err)
+				}
 			}
 			if rel == parent {
 				break
@@ -60,6 +71,25 @@ func detectCgroups(mount, parent string) (*cgroupRoot, error) {
 		}
 	}
 	return r, nil
+}
+
+// evacuate moves every process of the v2 group from into the leaf group to.
+func evacuate(from, to string) error {
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return fmt.Errorf("cgroups: create %s: %w", to, err)
+	}
+	src := &cgroup{root: &cgroupRoot{v2: true}, dirs: []string{from}}
+	dst := &cgroup{root: &cgroupRoot{v2: true}, dirs: []string{to}}
+	pids, err := src.pids()
+	if err != nil {
+		return fmt.Errorf("cgroups: list %s: %w", from, err)
+	}
+	for _, pid := range pids {
+		if err := dst.add(pid); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
+		}
+	}
+	return nil
 }
 
 // cgroup is one sandbox's group (one directory per v1 hierarchy, or one
