@@ -25,6 +25,11 @@ type ExecParams struct {
 	Yield      time.Duration
 	Background bool
 	Notify     bool
+	// Notice is how long a foreground command runs before a still-running
+	// event; 0 means never.
+	Notice time.Duration
+	// PathPrepend are directories put in front of PATH for this command.
+	PathPrepend []string
 }
 
 // Outcome kinds.
@@ -49,6 +54,7 @@ type ExecEvents interface {
 	Started(processID string) error
 	Output(stream sandbox.Stream, data []byte) error
 	Backgrounded(processID string) error
+	StillRunning(since time.Time) error
 }
 
 // Exec runs a command in account's sandbox. It returns the result, or nil
@@ -72,6 +78,11 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	}
 	if p.MaxOutput <= 0 {
 		p.MaxOutput = DefaultOutputChars
+	}
+	for _, d := range p.PathPrepend {
+		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
+			return nil, errs.New(errs.InvalidArgument, "settings.path_prepend: %q must be an absolute path without ':'", d)
+		}
 	}
 	e.touch()
 	defer e.touch()
@@ -159,7 +170,7 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 	var err error
 	proc, err = e.sb.Start(sandbox.Options{
 		Command: p.Command, Workdir: p.Workdir, Env: p.Env, Pty: p.Pty, Budget: budget,
-		TrackCwd: !p.Background, OnOutput: onOutput,
+		TrackCwd: !p.Background, OnOutput: onOutput, PathPrepend: p.PathPrepend,
 	})
 	close(procReady)
 	if err != nil {
@@ -192,9 +203,20 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 		}
 		return nil
 	}
+	var notice <-chan time.Time
+	if p.Notice > 0 && !p.Background {
+		t := time.NewTicker(p.Notice)
+		defer t.Stop()
+		notice = t.C
+	}
 	timedOut := false
 	for done := false; !done; {
 		select {
+		case <-notice:
+			if err := ev.StillRunning(started); err != nil {
+				_ = proc.Kill()
+				return nil, err
+			}
 		case <-q.notify:
 			if err := flush(); err != nil {
 				_ = proc.Kill()

@@ -383,6 +383,32 @@ func TestExecStreamsAndBackgroundProcesses(t *testing.T) {
 		t.Fatalf("events %+v", ev)
 	}
 
+	t.Run("still running notices and path_prepend", func(t *testing.T) {
+		s, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: "echo $PATH; sleep 1",
+			Settings: &approvalv1.ExecSettings{ApprovalRunningNoticeMs: 200, PathPrepend: []string{"/opt/bin"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		notices := 0
+		var out strings.Builder
+		for {
+			m, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.GetStillRunning() != nil {
+				notices++
+			}
+			out.Write(m.GetOutput().GetData())
+		}
+		if notices == 0 || !strings.HasPrefix(out.String(), "/opt/bin:/usr/local/bin:") {
+			t.Fatalf("%d notices, output %q", notices, out.String())
+		}
+	})
+
 	t.Run("host node", func(t *testing.T) {
 		s, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: "true", Host: approvalv1.Host_HOST_NODE, Node: "laptop"})
 		if err == nil {
@@ -453,7 +479,7 @@ func TestExecStreamsAndBackgroundProcesses(t *testing.T) {
 		t.Fatalf("background events %+v", ev)
 	}
 	list, err := x.client.ListProcesses(ctx, &executorv1.ListProcessesRequest{SandboxId: id})
-	if err != nil || len(list.GetProcesses()) != 3 {
+	if err != nil || len(list.GetProcesses()) != 4 {
 		t.Fatalf("list %v %v", list, err)
 	}
 	k, err := x.client.KillProcess(ctx, &executorv1.KillProcessRequest{SandboxId: id, ProcessId: ev.backgrounded})

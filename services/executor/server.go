@@ -193,6 +193,10 @@ func (x execStream) Output(st sandbox.Stream, b []byte) error {
 	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Output{Output: &executorv1.Output{Stream: name, Data: b}}})
 }
 
+func (x execStream) StillRunning(since time.Time) error {
+	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_StillRunning{StillRunning: timestamppb.New(since)}})
+}
+
 func (x execStream) Backgrounded(id string) error {
 	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Backgrounded{Backgrounded: &executorv1.Backgrounded{ProcessId: id}}})
 }
@@ -222,10 +226,18 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	if req.GetYieldMs() < 0 {
 		return errs.New(errs.InvalidArgument, "yield_ms: must not be negative")
 	}
+	notice := time.Duration(req.GetSettings().GetApprovalRunningNoticeMs()) * time.Millisecond
+	switch {
+	case notice < 0:
+		return errs.New(errs.InvalidArgument, "settings.approval_running_notice_ms: must not be negative")
+	case notice == 0:
+		notice = 10 * time.Second
+	}
 	res, err := s.svc.Exec(ctx, account, ExecParams{
 		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
 		Timeout: timeout, MaxOutput: maxOut, Pty: req.GetPty(), Yield: time.Duration(req.GetYieldMs()) * time.Millisecond,
 		Background: req.GetBackground(), Notify: req.GetSettings().GetNotifyOnExit(),
+		Notice: notice, PathPrepend: req.GetSettings().GetPathPrepend(),
 	}, execStream{stream})
 	if err != nil || res == nil {
 		return err
@@ -273,6 +285,7 @@ type discard struct{}
 func (discard) Started(string) error                { return nil }
 func (discard) Output(sandbox.Stream, []byte) error { return nil }
 func (discard) Backgrounded(string) error           { return errors.New("executor: unexpected background") }
+func (discard) StillRunning(time.Time) error        { return nil }
 
 // RunCommand runs a command to its end and returns SPEC §3's result.
 func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandRequest) (*executorv1.RunCommandResponse, error) {

@@ -91,6 +91,9 @@ type Options struct {
 	TrackCwd bool
 	// OnOutput receives output in order. It must not block for long.
 	OnOutput func(Stream, []byte)
+	// PathPrepend are directories put in front of PATH for this command,
+	// after the sandbox's own.
+	PathPrepend []string
 }
 
 // Exit is how a process ended.
@@ -181,7 +184,9 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 		dir = path.Join(s.cwd, dir)
 	}
 	s.mu.Unlock()
-	env := sandboxEnv(s.spec)
+	spec := s.spec
+	spec.PathPrepend = append(append([]string(nil), spec.PathPrepend...), opts.PathPrepend...)
+	env := sandboxEnv(spec)
 	for k, v := range opts.Env {
 		env = append(env, k+"="+v)
 	}
