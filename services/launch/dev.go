@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
@@ -41,6 +42,8 @@ type DevConfig struct {
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
 	// UploadIdleTimeout bounds a stalled upload body.
 	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
+
+	ExecutorConfig
 }
 
 // Validate checks the dev settings.
@@ -67,6 +70,9 @@ func (c *DevConfig) Validate() error {
 		if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
 			return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
 		}
+	}
+	if err := c.ExecutorConfig.Validate(); err != nil {
+		return err
 	}
 	return validPublicURL(c.PublicURL)
 }
@@ -96,9 +102,12 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	defer p.close(ctx)
 
-	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL})
+	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL}, p.log)
 	if err != nil {
 		return err
+	}
+	if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
+		return fmt.Errorf("dev: default gateway: %w", err)
 	}
 	signingKeys, err := devSigningKeys(cfg)
 	if err != nil {
@@ -114,9 +123,17 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	defer closeWS()
 	common := &Common{ShutdownTimeout: 5 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
 	g.Go(func() error { return p.serve(gctx, "workspace", "127.0.0.1:0", "", common, ws.Register) })
-	for _, name := range []string{"executor", "approval"} {
+	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	g.Go(func() error { return execSvc.Run(gctx) })
+	g.Go(func() error { return p.serve(gctx, "executor", "127.0.0.1:0", "", common, execSrv.Register) })
+	for _, name := range []string{"approval"} {
 		register, err := registerFunc(name)
 		if err != nil {
 			return err
@@ -137,6 +154,16 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// devGateway is the gateway every dev cluster has: the built-in scripted
+// model with the shell tool on.
+func devGateway() *routerv1.Gateway {
+	return &routerv1.Gateway{
+		Name:     "default",
+		Upstream: &routerv1.Upstream{Provider: routerv1.Provider_PROVIDER_SCRIPTED},
+		Shell:    &routerv1.ShellSettings{Enabled: true},
+	}
 }
 
 // devAPIKey returns CONCH_API_KEY, else the key kept in the data dir, else a

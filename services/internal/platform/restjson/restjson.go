@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"reflect"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -78,9 +79,10 @@ func (m *Marshaler) NewEncoder(w io.Writer) runtime.Encoder {
 	})
 }
 
-// Unmarshal reads JSON into v, accepting enum words.
+// Unmarshal reads JSON into v, accepting enum words. v is a message or, as
+// grpc-gateway passes for a body field, a pointer to a message pointer.
 func (m *Marshaler) Unmarshal(data []byte, v any) error {
-	msg, ok := v.(proto.Message)
+	msg, ok := asMessage(v)
 	if !ok {
 		return m.JSONPb.Unmarshal(data, v)
 	}
@@ -101,6 +103,24 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		return m.Unmarshal(raw, v)
 	})
+}
+
+var messageType = reflect.TypeFor[proto.Message]()
+
+// asMessage returns v as a message, allocating it when v points to a nil
+// message pointer.
+func asMessage(v any) (proto.Message, bool) {
+	if m, ok := v.(proto.Message); ok {
+		return m, true
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Pointer || !rv.Elem().Type().Implements(messageType) {
+		return nil, false
+	}
+	if rv.Elem().IsNil() {
+		rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+	}
+	return rv.Elem().Interface().(proto.Message), true
 }
 
 func wordsToNames(msg proto.Message, data []byte) ([]byte, error) {

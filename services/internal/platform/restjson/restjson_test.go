@@ -169,3 +169,15 @@ func TestMarshalIsCompactWithoutEnums(t *testing.T) {
 		t.Errorf("Marshal = %s, want %s", got, want)
 	}
 }
+
+func TestUnmarshalIntoBodyField(t *testing.T) {
+	t.Parallel()
+	// grpc-gateway decodes a body field through a pointer to its pointer.
+	var settings *approvalv1.ExecSettings
+	if err := New().Unmarshal([]byte(`{"ask": "on-miss"}`), &settings); err != nil {
+		t.Fatal(err)
+	}
+	if settings.GetAsk() != approvalv1.Ask_ASK_ON_MISS {
+		t.Errorf("ask = %v, want ASK_ON_MISS", settings.GetAsk())
+	}
+}

@@ -1,0 +1,51 @@
+package executor
+
+import (
+	"sync"
+	"unicode/utf8"
+
+	"github.com/conch-sh/conch/services/internal/toolresult"
+)
+
+// TruncatedMarker ends an output field that was cut (SPEC §3).
+const TruncatedMarker = toolresult.TruncatedMarker
+
+// capture keeps the first bytes of one stream, enough for limit characters,
+// and remembers whether anything beyond was seen.
+type capture struct {
+	mu       sync.Mutex
+	maxBytes int
+	b        []byte
+	over     bool
+}
+
+func newCapture(limitChars int) *capture {
+	return &capture{maxBytes: utf8.UTFMax*limitChars + utf8.UTFMax}
+}
+
+// budget is how many bytes the agent needs to forward for limit characters.
+func budgetFor(limitChars int) int64 { return int64(utf8.UTFMax*limitChars + utf8.UTFMax) }
+
+// write keeps what fits of p and returns how many bytes it kept.
+func (c *capture) write(p []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.maxBytes - len(c.b)
+	if len(p) > room {
+		p = p[:max(room, 0)]
+		c.over = true
+	}
+	c.b = append(c.b, p...)
+	return len(p)
+}
+
+// finalOutput applies SPEC §3's limit to the captured output.
+func finalOutput(stdout, stderr *capture, limit int, stdoutDropped, stderrDropped bool) (outS, errS string, outCut, errCut bool) {
+	stdout.mu.Lock()
+	o, oOver := string(stdout.b), stdout.over || stdoutDropped
+	stdout.mu.Unlock()
+	stderr.mu.Lock()
+	e, eOver := string(stderr.b), stderr.over || stderrDropped
+	stderr.mu.Unlock()
+	return toolresult.Cap(o, e, limit, oOver, eOver)
+}
