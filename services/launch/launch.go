@@ -20,7 +20,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/executor"
@@ -166,13 +168,31 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*execu
 		return nil, nil, nil, fmt.Errorf("executor: dial workspace: %w", err)
 	}
 	ws := executor.NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(wsConn), executor.PersistentWorkspaceBytes)
-	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log, executor.WithWorkspaces(ws))
+	routerConn, err := p.dial(ctx, "router")
 	if err != nil {
 		_ = wsConn.Close()
 		rt.Close()
+		return nil, nil, nil, fmt.Errorf("executor: dial router: %w", err)
+	}
+	toolHost := routerv1.NewToolHostServiceClient(routerConn)
+	callTool := func(ctx context.Context, account, sandboxID, tool, arguments string) (string, bool, error) {
+		resp, err := toolHost.CallTool(tenant.With(ctx, tenant.Scope{Account: account}), &routerv1.CallToolRequest{SandboxId: sandboxID, Tool: tool, Arguments: arguments})
+		if err != nil {
+			if st, ok := status.FromError(err); ok {
+				return "", false, errors.New(st.Message())
+			}
+			return "", false, err
+		}
+		return resp.GetOutput(), resp.GetIsError(), nil
+	}
+	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log, executor.WithWorkspaces(ws), executor.WithToolCaller(callTool))
+	if err != nil {
+		_ = wsConn.Close()
+		_ = routerConn.Close()
+		rt.Close()
 		return nil, nil, nil, err
 	}
-	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close() }, nil
+	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close(); _ = routerConn.Close() }, nil
 }
 
 // RunExecutor runs `conch executor`.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/conch-sh/conch/services/cli"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/launch"
 )
@@ -37,6 +38,10 @@ Run "conch <command> -h" for the flags of a command.
 `
 
 func main() {
+	// Inside a sandbox the conch binary also runs as each tool command.
+	if name, ok := toolshim.Command(os.Args[0], sandbox.ToolsDir); ok {
+		os.Exit(toolshim.Run(sandbox.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
