@@ -19,6 +19,22 @@ func jsonSets(m map[string]any) []option.RequestOption {
 	return opts
 }
 
+// turnScript is a fake upstream that, in each completion, runs the next
+// command once and then answers "done".
+func turnScript(t *testing.T, commands ...string) *fakeUpstream {
+	t.Helper()
+	next := 0
+	return newFakeUpstream(t, func(n int, req map[string]any) (int, string) {
+		msgs, _ := req["messages"].([]any)
+		last, _ := msgs[len(msgs)-1].(map[string]any)
+		if last["role"] == "tool" || next >= len(commands) {
+			return 200, openAIText("done")
+		}
+		next++
+		return 200, openAIToolCall(fmt.Sprintf("call_%d", n), "shell", map[string]string{"command": commands[next-1]})
+	})
+}
+
 // shellScript is a fake upstream that calls the shell once per command, in
 // order, then answers "done".
 func shellScript(t *testing.T, commands ...string) *fakeUpstream {
@@ -43,9 +59,9 @@ type shellResult struct {
 
 // completeShell runs one completion on gateway and returns each shell
 // result.
-func completeShell(t *testing.T, d *dev, gateway string, body map[string]any) ([]shellResult, *openai.ChatCompletion) {
+func completeShell(t *testing.T, d *dev, gateway string, body map[string]any, opts ...option.RequestOption) ([]shellResult, *openai.ChatCompletion) {
 	t.Helper()
-	c := client(d)
+	c := client(d, opts...)
 	params := openai.ChatCompletionNewParams{Model: gateway, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("go")}}
 	resp, err := c.Chat.Completions.New(t.Context(), params, jsonSets(body)...)
 	if err != nil {
