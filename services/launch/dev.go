@@ -91,11 +91,14 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
 	for _, name := range []string{"executor", "approval", "workspace"} {
-		register, err := registerFunc(name)
+		register, run, err := registerFunc(name, p)
 		if err != nil {
 			return err
 		}
 		g.Go(func() error { return p.serve(gctx, name, "127.0.0.1:0", "", common, register) })
+		if run != nil {
+			g.Go(func() error { return run(gctx) })
+		}
 	}
 	ready := make(chan string, 1)
 	g.Go(func() error {

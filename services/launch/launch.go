@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/conch-sh/conch/services/approval"
+	approvalstore "github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/executor"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
@@ -203,33 +204,46 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 
 // RunService runs `conch executor|approval|workspace`.
 func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
-	register, err := registerFunc(name)
-	if err != nil {
-		return err
-	}
 	p, err := newProcess(ctx, "conch-"+name, cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
 	if err != nil {
 		return err
 	}
 	defer p.close(ctx)
+	register, run, err := registerFunc(name, p)
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.serve(gctx, name, cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, register) })
+	if run != nil {
+		g.Go(func() error { return run(gctx) })
+	}
 	if cfg.MetricsAddr != "" {
 		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
 	}
 	return g.Wait()
 }
 
-func registerFunc(name string) (func(*grpc.Server), error) {
+// registerFunc builds a service; run, when not nil, is its background work
+// and runs beside the gRPC server.
+func registerFunc(name string, p *process) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
 	case "executor":
-		return executor.New().Register, nil
+		return executor.New().Register, nil, nil
 	case "approval":
-		return approval.New().Register, nil
+		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
+		if err != nil {
+			return nil, nil, err
+		}
+		svc, err := approval.New(st, approval.Config{Logger: p.log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return svc.Register, svc.Run, nil
 	case "workspace":
-		return workspace.New().Register, nil
+		return workspace.New().Register, nil, nil
 	}
-	return nil, fmt.Errorf("unknown service %q", name)
+	return nil, nil, fmt.Errorf("unknown service %q", name)
 }
 
 // serveHTTP serves the router's public HTTP API on addr until ctx ends. When

@@ -397,6 +397,9 @@ func (s *Store) List(ctx context.Context, account string) ([]*Approval, error) {
 			live[strings.TrimSuffix(k, "/live")] = true
 			continue
 		}
+		if strings.HasSuffix(k, "/noticed") {
+			continue
+		}
 		a, err := decode(kv.Value, kv.ModRevision)
 		if err != nil {
 			return nil, err
