@@ -280,7 +280,7 @@ func TestForwardingExactlyOnceAndChatCommands(t *testing.T) {
 			{Channel: approvalv1.Channel_CHANNEL_TELEGRAM, To: "42"},
 			{Channel: approvalv1.Channel_CHANNEL_WEBHOOK, To: chat.srv.URL + "/hook"},
 		},
-		Channels: &approvalv1.ChannelSettings{SlackToken: "xoxb-test", SlackBaseUrl: chat.srv.URL + "/slack", TelegramToken: "TOKEN", TelegramBaseUrl: chat.srv.URL + "/tg", WebhookSecret: "s3cret"},
+		Channels:  &approvalv1.ChannelSettings{SlackToken: "xoxb-test", SlackBaseUrl: chat.srv.URL + "/slack", TelegramToken: "TOKEN", TelegramBaseUrl: chat.srv.URL + "/tg", WebhookSecret: "s3cret"},
 		Approvers: []*approvalv1.Approver{{Channel: approvalv1.Channel_CHANNEL_SLACK, Id: "U999"}},
 	}
 	put, err := s.PutForwarding(ctx, &approvalv1.PutForwardingRequest{Config: cfg})
