@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"reflect"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -82,6 +83,16 @@ func (m *Marshaler) NewEncoder(w io.Writer) runtime.Encoder {
 func (m *Marshaler) Unmarshal(data []byte, v any) error {
 	msg, ok := v.(proto.Message)
 	if !ok {
+		// grpc-gateway decodes a body mapped to a field ("body: config")
+		// into a pointer to the field's message pointer.
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() && rv.Elem().Kind() == reflect.Pointer {
+			if _, isMsg := rv.Elem().Interface().(proto.Message); isMsg {
+				if rv.Elem().IsNil() {
+					rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+				}
+				return m.Unmarshal(data, rv.Elem().Interface())
+			}
+		}
 		return m.JSONPb.Unmarshal(data, v)
 	}
 	data, err := wordsToNames(msg, data)

@@ -169,3 +169,16 @@ func TestMarshalIsCompactWithoutEnums(t *testing.T) {
 		t.Errorf("Marshal = %s, want %s", got, want)
 	}
 }
+
+// A body mapped to a field arrives as a pointer to the field's message
+// pointer; enum words nested in repeated messages still decode.
+func TestUnmarshalIntoFieldPointer(t *testing.T) {
+	var cfg *approvalv1.ForwardingConfig
+	err := New().Unmarshal([]byte(`{"mode": "targets", "targets": [{"channel": "slack", "to": "C1"}]}`), &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GetMode() != approvalv1.ForwardMode_FORWARD_MODE_TARGETS || cfg.GetTargets()[0].GetChannel() != approvalv1.Channel_CHANNEL_SLACK {
+		t.Fatalf("decoded %v", cfg)
+	}
+}
