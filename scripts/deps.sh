@@ -6,6 +6,11 @@ set -euo pipefail
 need=()
 command -v go >/dev/null || { echo "conch needs Go 1.26 or later: https://go.dev/dl/" >&2; exit 1; }
 command -v bwrap >/dev/null || need+=(bubblewrap)
+# --test adds what only the tests need: a headless browser for the
+# approvals page.
+if [ "${1:-}" = "--test" ]; then
+	command -v chromium >/dev/null || need+=(chromium)
+fi
 
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
