@@ -40,6 +40,9 @@ func ValidatePattern(p string) error {
 type compiledEntry struct {
 	id      string
 	pattern string
+	// prefix is the literal start of the pattern, before any glob
+	// character: a cheap filter before matching.
+	prefix string
 }
 
 func compileEntries(entries []Entry, home string) []compiledEntry {
@@ -64,7 +67,12 @@ func compileEntries(entries []Entry, home string) []compiledEntry {
 		if strings.HasSuffix(p, "/") {
 			p += "*"
 		}
-		out = append(out, compiledEntry{id: e.ID, pattern: strings.ToLower(p)})
+		lp := strings.ToLower(p)
+		prefix := lp
+		if i := strings.IndexAny(lp, "*?[{\\"); i >= 0 {
+			prefix = lp[:i]
+		}
+		out = append(out, compiledEntry{id: e.ID, pattern: lp, prefix: prefix})
 	}
 	return out
 }
@@ -73,7 +81,11 @@ func compileEntries(entries []Entry, home string) []compiledEntry {
 func matchEntries(entries []compiledEntry, p string) (string, bool) {
 	lp := strings.ToLower(p)
 	for _, e := range entries {
-		if ok, err := doublestar.Match(e.pattern, lp); err == nil && ok {
+		if !strings.HasPrefix(lp, e.prefix) {
+			continue
+		}
+		// Patterns were validated when compiled.
+		if doublestar.MatchUnvalidated(e.pattern, lp) {
 			return e.id, true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -128,7 +129,7 @@ func (e *Engine) Evaluate(req Request) Result {
 	if tok, bad := controlChar(req.Command); bad {
 		return deny(ErrUnsupportedToken + tok)
 	}
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(req.Command), "")
+	f, err := parse(req.Command)
 	if err != nil {
 		return deny(err.Error())
 	}
@@ -197,6 +198,16 @@ func Fallback(res Result, fallback Security) Result {
 	}
 	out.Decision, out.Reason = Deny, ErrTimeout
 	return out
+}
+
+// parsers are reused: a parser allocates sizeable buffers.
+var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+
+// parse parses a command line as bash would read it.
+func parse(src string) (*syntax.File, error) {
+	p := parsers.Get().(*syntax.Parser)
+	defer parsers.Put(p)
+	return p.Parse(strings.NewReader(src), "")
 }
 
 // controlChar finds a control character other than tab and newline, which
@@ -557,9 +568,11 @@ func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool
 		a.shell(p, words, cwds, stdinArgs)
 		return
 	}
-	if flag, ok := hasInlineCode(p, args); ok {
-		miss(base + " " + flag + " runs inline code")
-		return
+	if isInterpreter(p) {
+		if flag, ok := hasInlineCode(p, args); ok {
+			miss(base + " " + flag + " runs inline code")
+			return
+		}
 	}
 	if base == "find" {
 		if !a.findExec(p, words, cwds) {
@@ -680,7 +693,7 @@ func (a *analyzer) shell(p string, words []word, cwds []string, stdinArgs bool) 
 		a.refuse(refuse(tok))
 		return
 	}
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(inner), "")
+	f, err := parse(inner)
 	if err != nil {
 		a.fail(err.Error())
 		return

@@ -15,8 +15,22 @@ var shells = map[string]bool{
 
 // interpreters run code given inline (-c, -e …) or from a script file; that
 // code cannot be judged, so inline code is never allowed without a human,
-// and they are never recorded by allow-always.
-var interpreterRE = regexp.MustCompile(`^(python|pypy|perl|ruby|irb|node|nodejs|deno|bun|php|lua|luajit|tclsh|wish|awk|gawk|mawk|nawk|busybox|toybox|osascript|pwsh|powershell|rscript|julia|guile|racket|sbcl|ghci|runghc|scala|groovy|jshell|java|expect|gdb|sqlite3|psql|mysql|vim|vi|nvim|emacs|ex|ed|sed|m4|make)[0-9.]*$`)
+// and they are never recorded by allow-always. A version suffix
+// (python3.12, perl5.36) names the same interpreter.
+var interpreters = map[string]bool{
+	"python": true, "pypy": true, "perl": true, "ruby": true, "irb": true, "node": true, "nodejs": true,
+	"deno": true, "bun": true, "php": true, "lua": true, "luajit": true, "tclsh": true, "wish": true,
+	"awk": true, "gawk": true, "mawk": true, "nawk": true, "busybox": true, "toybox": true, "osascript": true,
+	"pwsh": true, "powershell": true, "rscript": true, "julia": true, "guile": true, "racket": true,
+	"sbcl": true, "ghci": true, "runghc": true, "scala": true, "groovy": true, "jshell": true, "java": true,
+	"expect": true, "gdb": true, "sqlite": true, "psql": true, "mysql": true, "vim": true, "vi": true,
+	"nvim": true, "emacs": true, "ex": true, "ed": true, "sed": true, "m": true, "make": true,
+}
+
+// interpreterName strips a version suffix of digits and dots.
+func interpreterName(n string) string {
+	return strings.TrimRight(n, "0123456789.")
+}
 
 // multiCall are binaries that act as many programs; never recorded.
 var multiCall = map[string]bool{"busybox": true, "toybox": true, "coreutils": true}
@@ -63,12 +77,12 @@ var findExec = map[string]bool{"-exec": true, "-execdir": true, "-ok": true, "-o
 func progName(p string) string { return strings.ToLower(path.Base(p)) }
 
 func isShell(p string) bool       { return shells[progName(p)] }
-func isInterpreter(p string) bool { return interpreterRE.MatchString(progName(p)) }
+func isInterpreter(p string) bool { return interpreters[interpreterName(progName(p))] }
 
 // recordable reports whether allow-always may add p to an allowlist.
 func recordable(p string) bool {
 	n := progName(p)
-	return p != "" && !shells[n] && !interpreterRE.MatchString(n) && !multiCall[n] && !runners[n] && !wrappers[n]
+	return p != "" && !shells[n] && !interpreters[interpreterName(n)] && !multiCall[n] && !runners[n] && !wrappers[n]
 }
 
 // hasHookFlag reports the first argument that is a hook option of prog.
