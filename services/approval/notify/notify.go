@@ -47,7 +47,7 @@ func Escape(s string) string {
 			b.WriteString(`\t`)
 		case r == unicode.ReplacementChar:
 			b.WriteString(`\ufffd`)
-		case r < 0x20 || r == 0x7f:
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
 			fmt.Fprintf(&b, `\x%02x`, r)
 		case invisible(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
