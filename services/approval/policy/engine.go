@@ -104,9 +104,16 @@ type Request struct {
 }
 
 // Evaluate judges req. It never fails: what it cannot judge is denied.
-func (e *Engine) Evaluate(req Request) Result {
+func (e *Engine) Evaluate(req Request) (res Result) {
 	s := req.Settings
-	res := Result{Settings: s}
+	res = Result{Settings: s}
+	defer func() {
+		// A syntax tree the walker does not expect is a command it cannot
+		// judge: deny it rather than crash the service.
+		if r := recover(); r != nil {
+			res = Result{Settings: s, Decision: Deny, Reason: ErrNotAllowed + ": command could not be judged"}
+		}
+	}()
 	deny := func(reason string) Result {
 		res.Decision, res.Reason = Deny, reason
 		return res
@@ -288,7 +295,7 @@ func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
 		return cwds, cwds
 	}
 	for _, r := range st.Redirs {
-		if (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.N == nil && quotedHeredoc(r.Word) {
+		if (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.N == nil && r.Word != nil && quotedHeredoc(r.Word) {
 			continue
 		}
 		tok := r.Op.String()
@@ -350,13 +357,21 @@ func (a *analyzer) cmd(c syntax.Command, cwds []string) (succ, fail []string) {
 	case *syntax.CaseClause:
 		a.refuse(refuse("case"))
 	case *syntax.FuncDecl:
-		a.refuse(refuse(c.Name.Value + "()"))
+		name := "function"
+		if c.Name != nil {
+			name = c.Name.Value + "()"
+		}
+		a.refuse(refuse(name))
 	case *syntax.ArithmCmd:
 		a.refuse(refuse("(("))
 	case *syntax.TestClause:
 		a.refuse(refuse("[["))
 	case *syntax.DeclClause:
-		a.refuse(refuse(c.Variant.Value))
+		name := "declare"
+		if c.Variant != nil {
+			name = c.Variant.Value
+		}
+		a.refuse(refuse(name))
 	case *syntax.LetClause:
 		a.refuse(refuse("let"))
 	case *syntax.TimeClause:

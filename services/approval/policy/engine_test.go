@@ -306,6 +306,7 @@ var policyCases = []struct {
 	{"builtin", ". x.sh", deny, tok + ".", nil},
 	{"builtin", "ls() { rm -rf /; }; ls", deny, tok + "ls()", nil},
 	{"builtin", "function ls { rm; }", deny, tok + "ls()", nil},
+	{"builtin", "()0", deny, tok + "function", nil},
 	{"builtin", "trap 'rm -rf /' EXIT", deny, tok + "trap", nil},
 	{"builtin", "export LD_PRELOAD=/tmp/x", deny, tok + "export", nil},
 	{"builtin", "alias ls=rm", deny, tok + "alias", nil},

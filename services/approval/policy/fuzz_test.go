@@ -56,6 +56,9 @@ func newShellLab(t testing.TB) *shellLab {
 func (l *shellLab) check(t *testing.T, cmd string) {
 	res := l.engine.Evaluate(Request{Command: cmd, Cwd: l.work, Resolver: PathResolver{Path: []string{l.bin}},
 		Settings: Settings{Security: SecurityAllowlist, Ask: AskOff}})
+	if res.Reason == ErrNotAllowed+": command could not be judged" {
+		t.Fatalf("the engine panicked on %q", cmd)
+	}
 	if res.Decision != Allow {
 		return
 	}
