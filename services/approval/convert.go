@@ -1,6 +1,8 @@
 package approval
 
 import (
+	"time"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
@@ -151,11 +153,12 @@ func approvalDecisionFrom(d approvalv1.ApprovalDecision) string {
 	return ""
 }
 
-func ts(t interface{ IsZero() bool }, p *timestamppb.Timestamp) *timestamppb.Timestamp {
+// optionalTime is nil for a zero time, so unset times stay absent.
+func optionalTime(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
 	}
-	return p
+	return timestamppb.New(t)
 }
 
 func approvalTo(a *store.Approval) *approvalv1.Approval {
@@ -165,7 +168,7 @@ func approvalTo(a *store.Approval) *approvalv1.Approval {
 		Cwd: a.Cwd, Agent: a.Agent, ResolvedPaths: a.ResolvedPaths, Host: hostByName(a.Host),
 		Security: securityTo(sec), Session: a.Session, User: a.User,
 		CreatedAt: timestamppb.New(a.CreatedAt), ExpiresAt: timestamppb.New(a.ExpiresAt),
-		ResolvedBy: a.ResolvedBy, ResolvedAt: ts(a.ResolvedAt, timestamppb.New(a.ResolvedAt)), Node: a.Node,
+		ResolvedBy: a.ResolvedBy, ResolvedAt: optionalTime(a.ResolvedAt), Node: a.Node,
 	}
 	for _, s := range a.Segments {
 		out.Segments = append(out.Segments, &approvalv1.Segment{Argv: s.Argv, ResolvedPath: s.ResolvedPath, Decision: decisionByName(s.Decision), Reason: s.Reason})

@@ -390,3 +390,56 @@ func TestConcurrentResolveThroughService(t *testing.T) {
 		t.Fatalf("allowlist %v", list.GetEntries())
 	}
 }
+
+// When the leading replica stops, another takes over: it announces new
+// approvals and does not announce again what the first one sent.
+func TestForwardingFailover(t *testing.T) {
+	t.Parallel()
+	s, ctx := newServer(t)
+	chat := newFakeChat(t)
+	_, err := s.PutForwarding(ctx, &approvalv1.PutForwardingRequest{Config: &approvalv1.ForwardingConfig{
+		Enabled: true, Mode: approvalv1.ForwardMode_FORWARD_MODE_BOTH,
+		Targets:  []*approvalv1.ForwardTarget{{Channel: approvalv1.Channel_CHANNEL_TELEGRAM, To: "7"}},
+		Channels: &approvalv1.ChannelSettings{TelegramToken: "TOKEN", TelegramBaseUrl: chat.srv.URL + "/tg"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for chat.count()["telegram:7"] != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d messages, want %d", chat.count()["telegram:7"], want)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	ask := func() {
+		t.Helper()
+		if _, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("rm x"), Segments: segs("rm", "/usr/bin/rm"), Settings: gatewaySettings}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, stopFirst := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "first", SessionTTL: 5}).Run(first)
+	}()
+	ask()
+	waitCount(1)
+	stopFirst()
+	<-done
+	second, stopSecond := context.WithCancel(ctx)
+	defer stopSecond()
+	go func() { _ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "second", SessionTTL: 5}).Run(second) }()
+	ask()
+	waitCount(2)
+	ask()
+	waitCount(3)
+}

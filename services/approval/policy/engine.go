@@ -554,23 +554,14 @@ func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool
 				a.refuse(refuse("env env"))
 				return
 			}
-			if base == "xargs" || base == "env" {
-				// These exec a binary: no builtins, no functions.
-				a.depth++
-				if a.depth > maxDepth*4 {
-					a.fail(ErrNotAllowed + ": wrappers nested too deep")
-					return
-				}
-				a.argvExec(inner, cwds, stdinArgs || base == "xargs")
-				a.depth--
-				return
-			}
+			// Wrappers exec a binary: no builtins, no functions; xargs
+			// appends arguments read from stdin.
 			a.depth++
 			if a.depth > maxDepth*4 {
 				a.fail(ErrNotAllowed + ": wrappers nested too deep")
 				return
 			}
-			a.argvExec(inner, cwds, stdinArgs)
+			a.argvExec(inner, cwds, stdinArgs || base == "xargs")
 			a.depth--
 			return
 		}

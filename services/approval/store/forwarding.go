@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -57,7 +58,7 @@ func (s *Store) ApprovalsPrefix() string { return s.prefix + "approvals/" }
 // DecodeRecord decodes an approval record read from ApprovalsPrefix; ok is
 // false for keys that are not records.
 func DecodeRecord(key string, value []byte, modRev int64) (*Approval, bool) {
-	if n := len(key); n > 0 && (hasSuffix(key, "/live") || hasSuffix(key, "/noticed")) {
+	if strings.HasSuffix(key, "/live") || strings.HasSuffix(key, "/noticed") {
 		return nil, false
 	}
 	a, err := decode(value, modRev)
@@ -66,5 +67,3 @@ func DecodeRecord(key string, value []byte, modRev int64) (*Approval, bool) {
 	}
 	return a, true
 }
-
-func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }
