@@ -437,7 +437,9 @@ func TestForwardingFailover(t *testing.T) {
 	<-done
 	second, stopSecond := context.WithCancel(ctx)
 	defer stopSecond()
-	go func() { _ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "second", SessionTTL: 5}).Run(second) }()
+	go func() {
+		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "second", SessionTTL: 5}).Run(second)
+	}()
 	ask()
 	waitCount(2)
 	ask()
