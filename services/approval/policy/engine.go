@@ -531,9 +531,11 @@ func (a *analyzer) builtin(name string, words []word, cwds []string) (succ, fail
 func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool) {
 	argv := values(words)
 	args := argv[1:]
-	base := progName(p)
+	base := a.kindName(p)
+	// kindPath carries the deciding name to the helpers that take paths.
+	kindPath := "/" + base
 	miss := func(why string) {
-		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")", Recordable: recordable(p)})
+		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")", Recordable: recordable(p) && recordable(kindPath)})
 	}
 	if wrappers[base] {
 		inner, why, ok := unwrap(base, words[1:])
@@ -570,12 +572,12 @@ func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool
 	case multiCall[base] || runners[base]:
 		miss(base + " runs programs the policy cannot follow")
 		return
-	case isShell(p):
+	case isShell(kindPath):
 		a.shell(p, words, cwds, stdinArgs)
 		return
 	}
-	if isInterpreter(p) {
-		if flag, ok := hasInlineCode(p, args); ok {
+	if isInterpreter(kindPath) {
+		if flag, ok := hasInlineCode(kindPath, args); ok {
 			miss(base + " " + flag + " runs inline code")
 			return
 		}
@@ -586,7 +588,7 @@ func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool
 		}
 	}
 	if id, ok := matchEntries(a.e.entries, p); ok {
-		if flag, ok := hasHookFlag(p, args); ok {
+		if flag, ok := hasHookFlag(kindPath, args); ok {
 			miss(base + " " + flag + " runs another program")
 			return
 		}
@@ -616,6 +618,23 @@ func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool
 		return
 	}
 	miss(p + " is not in the allowlist")
+}
+
+// kindName is the name that decides how the binary at p is judged: the
+// name of what a symlink finally points to (a link named "x" to /bin/sh is
+// a shell), except for multi-call binaries, which act as the name they were
+// started under.
+func (a *analyzer) kindName(p string) string {
+	base := progName(p)
+	rp, ok := a.r.(interface{ RealPath(string) string })
+	if !ok {
+		return base
+	}
+	real := progName(rp.RealPath(p))
+	if multiCall[real] && !multiCall[base] {
+		return base
+	}
+	return real
 }
 
 // argvExec judges words run by exec(2) from a wrapper: a builtin name there

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -217,5 +219,43 @@ func TestMapResolver(t *testing.T) {
 	}
 	if res.Decision != AskHuman {
 		t.Fatalf("decision %v", res.Decision)
+	}
+}
+
+// A symlink is judged by what it points to: an allowlisted name that is
+// really a shell or a wrapper does not run an unjudged command (THREATS A5,
+// A7).
+func TestSymlinkedShellsAndWrappers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"x": "/bin/sh", "e": "/usr/bin/env", "t": "/usr/bin/timeout"} {
+		if err := os.Symlink(target, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := New(Config{Allowlist: []Entry{{ID: "bin", Pattern: bin + "/*"}, {ID: "ls", Pattern: "/usr/bin/ls"}}})
+	r := PathResolver{Path: []string{bin, "/usr/bin", "/bin"}}
+	for _, tc := range []struct {
+		cmd  string
+		want Decision
+	}{
+		{"x -c 'rm -rf /'", AskHuman},
+		{"x -c ls", Allow},
+		{"x script.sh", AskHuman},
+		{"e rm -rf /", AskHuman},
+		{"e ls", Allow},
+		{"t 5 rm x", AskHuman},
+	} {
+		res := e.Evaluate(Request{Command: tc.cmd, Cwd: dir, Resolver: r, Settings: Settings{Security: SecurityAllowlist, Ask: AskOnMiss}})
+		if res.Decision != tc.want {
+			t.Errorf("%q = %v (%s), want %v", tc.cmd, res.Decision, res.Reason, tc.want)
+		}
+		if rec := res.Recordable(); len(rec) > 0 && filepath.Dir(rec[0]) == bin {
+			t.Errorf("%q records the link %s", tc.cmd, rec[0])
+		}
 	}
 }

@@ -28,6 +28,24 @@ type PathResolver struct {
 	Path []string
 	// Stat stats a path following symlinks; nil means os.Stat.
 	Stat func(string) (fs.FileInfo, error)
+	// EvalSymlinks resolves symlinks; nil means filepath.EvalSymlinks
+	// when Stat is nil too, else no resolution.
+	EvalSymlinks func(string) (string, error)
+}
+
+// RealPath returns p with symlinks resolved, or p when that fails.
+func (r PathResolver) RealPath(p string) string {
+	eval := r.EvalSymlinks
+	if eval == nil {
+		if r.Stat != nil {
+			return p
+		}
+		eval = filepath.EvalSymlinks
+	}
+	if real, err := eval(p); err == nil {
+		return real
+	}
+	return p
 }
 
 // SplitPath splits a PATH value into entries.
