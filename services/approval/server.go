@@ -136,11 +136,11 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 			if len(seg.GetArgv()) == 0 || seg.GetResolvedPath() == "" || !path.IsAbs(seg.GetResolvedPath()) {
 				continue
 			}
-			name := seg.GetArgv()[0]
-			if strings.Contains(name, "/") && !path.IsAbs(name) {
-				name = in.cwd + "\x00" + name
+			resolved := path.Clean(seg.GetResolvedPath())
+			if name := seg.GetArgv()[0]; !strings.Contains(name, "/") {
+				m[name] = resolved
 			}
-			m[name] = path.Clean(seg.GetResolvedPath())
+			m[resolved] = resolved
 		}
 		resolver = m
 	} else {

@@ -3,6 +3,8 @@ package gate_test
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -93,6 +95,18 @@ func TestCheck(t *testing.T) {
 	v, err := gate.Check(ctx, client, request("ls -la /", gw, func(*approvalv1.Approval) { t.Error("an allowlisted command asked") }))
 	if err != nil || !v.Allowed {
 		t.Fatalf("allowlisted: %+v %v", v, err)
+	}
+	// A relative program after cd resolves where it really runs.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.AddAllowlistEntry(ctx, &approvalv1.AddAllowlistEntryRequest{Agent: "default", Pattern: dir + "/*"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err = gate.Check(ctx, client, request("cd "+dir+" && ./tool", gw, func(*approvalv1.Approval) { t.Error("an allowlisted tool asked") }))
+	if err != nil || !v.Allowed {
+		t.Fatalf("cd then relative tool: %+v %v", v, err)
 	}
 	v, err = gate.Check(ctx, client, request("ls > /etc/passwd", gw, nil))
 	if err != nil || v.Allowed || v.Reason != policy.ErrUnsupportedToken+">" {

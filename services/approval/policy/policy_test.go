@@ -212,10 +212,13 @@ func TestFallback(t *testing.T) {
 func TestMapResolver(t *testing.T) {
 	t.Parallel()
 	e, _ := testEngine()
-	r := MapResolver{"ls": "/usr/bin/ls", "/w\x00./tool": "/w/tool", "rg": "/opt/homebrew/bin/rg"}
-	res := e.Evaluate(Request{Command: "ls && rg x && ./tool", Cwd: "/w", Settings: Settings{Security: SecurityAllowlist, Ask: AskOnMiss}, Resolver: r})
-	if got := res.ResolvedPaths(); !slices.Equal(got, []string{"/usr/bin/ls", "/opt/homebrew/bin/rg", "/w/tool"}) {
+	r := MapResolver{"ls": "/usr/bin/ls", "/w/sub/tool": "/w/sub/tool", "rg": "/opt/homebrew/bin/rg"}
+	res := e.Evaluate(Request{Command: "ls && rg x && cd sub && ./tool && ../sub/tool && ./missing", Cwd: "/w", Settings: Settings{Security: SecurityAllowlist, Ask: AskOnMiss}, Resolver: r})
+	if got := res.ResolvedPaths(); !slices.Equal(got, []string{"/usr/bin/ls", "/opt/homebrew/bin/rg", "/w/sub/tool"}) {
 		t.Fatalf("resolved %q", got)
+	}
+	if last := res.Segments[len(res.Segments)-1]; last.ResolvedPath != "" || last.Decision != AskHuman {
+		t.Fatalf("a binary the caller never saw resolved: %+v", last)
 	}
 	if res.Decision != AskHuman {
 		t.Fatalf("decision %v", res.Decision)

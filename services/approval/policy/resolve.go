@@ -99,21 +99,24 @@ func (r PathResolver) executable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// MapResolver resolves names from a fixed table keyed by name (or by
-// dir + "\x00" + name for names with a slash), for callers that resolved
-// the program elsewhere, such as an executor sending its segments.
+// MapResolver resolves names from what a caller already resolved, such as
+// an executor sending its segments: bare names map to the binary PATH
+// lookup found, and every binary the caller found is listed under its own
+// absolute path, so that names with a slash (./tool, bin/x) resolve
+// lexically against the directory the engine tracks and count only when
+// the caller saw a binary there.
 type MapResolver map[string]string
 
 // LookPath implements Resolver.
 func (m MapResolver) LookPath(name, dir string) (string, error) {
 	if strings.Contains(name, "/") {
-		if p, ok := m[dir+"\x00"+name]; ok {
-			return p, nil
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
 		}
-		if filepath.IsAbs(name) {
-			if p, ok := m[name]; ok {
-				return p, nil
-			}
+		p = filepath.Clean(p)
+		if m[p] == p {
+			return p, nil
 		}
 		return "", ErrNotFound
 	}
