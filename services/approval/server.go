@@ -103,6 +103,8 @@ type judgement struct {
 	settings policy.Settings
 	timeout  time.Duration
 	doc      *document.Document
+	// digests are the content digests the caller sent, by resolved path.
+	digests map[string]string
 }
 
 // judgeInput is what a verdict depends on.
@@ -131,6 +133,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 		cfg.SafeBins = in.exec.GetSafeBins()
 	}
 	var resolver policy.Resolver
+	digests := map[string]string{}
 	if len(in.segments) > 0 {
 		m := policy.MapResolver{}
 		for _, seg := range in.segments {
@@ -138,6 +141,9 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 				continue
 			}
 			resolved := path.Clean(seg.GetResolvedPath())
+			if d := seg.GetContentDigest(); d != "" {
+				digests[resolved] = d
+			}
 			if name := seg.GetArgv()[0]; !strings.Contains(name, "/") {
 				m[name] = resolved
 			}
@@ -160,7 +166,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	if in.exec != nil && in.exec.GetApprovalTimeoutSeconds() > 0 {
 		timeout = time.Duration(in.exec.GetApprovalTimeoutSeconds()) * time.Second
 	}
-	return &judgement{res: res, settings: eff, timeout: timeout, doc: doc}, nil
+	return &judgement{res: res, settings: eff, timeout: timeout, doc: doc, digests: digests}, nil
 }
 
 // Evaluate implements ApprovalService.
@@ -188,14 +194,19 @@ func (s *Server) Evaluate(ctx context.Context, req *approvalv1.EvaluateRequest) 
 }
 
 // bindingDigest is what an approval is bound to: a decision cannot be
-// reused for a request that differs in any of these.
-func bindingDigest(account string, b *approvalv1.Binding, resolved []string) string {
+// reused for a request that differs in any of these, including the content
+// of the resolved files when the caller sent their digests.
+func bindingDigest(account string, b *approvalv1.Binding, resolved []string, digests map[string]string) string {
 	env := make([]string, 0, len(b.GetEnv()))
 	for k, v := range b.GetEnv() {
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
-	buf, _ := json.Marshal([]any{account, b.GetSession(), b.GetUser(), b.GetAgent(), b.GetHost().String(), b.GetNode(), b.GetCommand(), b.GetCwd(), env, resolved})
+	files := make([]string, len(resolved))
+	for i, p := range resolved {
+		files[i] = p + "=" + digests[p]
+	}
+	buf, _ := json.Marshal([]any{account, b.GetSession(), b.GetUser(), b.GetAgent(), b.GetHost().String(), b.GetNode(), b.GetCommand(), b.GetCwd(), env, files})
 	sum := sha256.Sum256(buf)
 	return hex.EncodeToString(sum[:])
 }
@@ -222,7 +233,7 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 		return nil, err
 	}
 	out := &approvalv1.AuthorizeResponse{Segments: segmentsTo(j.res.Segments)}
-	digest := bindingDigest(account, b, j.res.ResolvedPaths())
+	digest := bindingDigest(account, b, j.res.ResolvedPaths(), j.digests)
 	if req.GetApprovalId() != "" && j.res.Decision != policy.Deny {
 		return s.useApproval(ctx, account, req.GetApprovalId(), digest, out)
 	}

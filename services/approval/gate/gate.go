@@ -7,8 +7,12 @@ package gate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,6 +44,40 @@ type Request struct {
 	// OnPending is called once when a human must decide, e.g. to show the
 	// approval to the user; may be nil.
 	OnPending func(*approvalv1.Approval)
+	// Digest returns the content digest of a resolved file, binding an
+	// approval to it (see FileDigest); nil sends none.
+	Digest func(path string) (string, error)
+}
+
+// MaxDigestBytes is the largest file FileDigest hashes.
+const MaxDigestBytes = 64 << 20
+
+// systemDirs hold binaries the commands judged here cannot change; hashing
+// them on every command would only cost time.
+var systemDirs = []string{"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/alternatives/"}
+
+// FileDigest returns "sha256:<hex>" of a file on this host, or "" for files
+// in the system dirs. A file larger than MaxDigestBytes is an error.
+func FileDigest(p string) (string, error) {
+	for _, d := range systemDirs {
+		if strings.HasPrefix(p, d) {
+			return "", nil
+		}
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("gate: digest %s: %w", p, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, MaxDigestBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("gate: digest %s: %w", p, err)
+	}
+	if n > MaxDigestBytes {
+		return "", fmt.Errorf("gate: digest %s: larger than %d bytes", p, MaxDigestBytes)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Verdict is the outcome.
@@ -81,15 +119,13 @@ func Segments(command, cwd string, r policy.Resolver) []*approvalv1.Segment {
 }
 
 // Check asks the approval service whether the command may run, waiting for
-// a human's answer or the timeout when one is needed.
+// a human's answer or the timeout when one is needed. Programs and their
+// digests are resolved again right before an approval is used, so a file
+// changed while the human decided no longer matches.
 func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 	areq := &approvalv1.AuthorizeRequest{Binding: req.Binding, Settings: req.Settings}
-	if req.Resolver != nil {
-		cwd := req.Binding.GetCwd()
-		if cwd == "" {
-			cwd = "/"
-		}
-		areq.Segments = Segments(req.Binding.GetCommand(), cwd, req.Resolver)
+	if reason := prepare(areq, req); reason != "" {
+		return Verdict{Reason: reason}, nil
 	}
 	resp, err := c.Authorize(ctx, areq)
 	if err != nil {
@@ -110,8 +146,14 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	areq.ApprovalId = final.GetId()
+	areq = &approvalv1.AuthorizeRequest{Binding: req.Binding, Settings: req.Settings, ApprovalId: final.GetId()}
+	if reason := prepare(areq, req); reason != "" {
+		return Verdict{Reason: reason, Approval: final}, nil
+	}
 	resp, err = c.Authorize(ctx, areq)
+	if status.Code(err) == codes.PermissionDenied {
+		return Verdict{Reason: policy.ErrNotAllowed + ": " + status.Convert(err).Message(), Approval: final}, nil
+	}
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: use approval %s: %w", final.GetId(), err)
 	}
@@ -119,6 +161,32 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 		return Verdict{Allowed: true, Approval: resp.GetApproval()}, nil
 	}
 	return Verdict{Reason: resp.GetReason(), Approval: resp.GetApproval()}, nil
+}
+
+// prepare resolves the command's programs and their digests into areq; a
+// non-empty result is the reason to refuse.
+func prepare(areq *approvalv1.AuthorizeRequest, req Request) string {
+	if req.Resolver == nil {
+		return ""
+	}
+	cwd := req.Binding.GetCwd()
+	if cwd == "" {
+		cwd = "/"
+	}
+	areq.Segments = Segments(req.Binding.GetCommand(), cwd, req.Resolver)
+	if req.Digest == nil {
+		return ""
+	}
+	for _, seg := range areq.Segments {
+		d, err := req.Digest(seg.GetResolvedPath())
+		if err != nil {
+			// A file that cannot be hashed cannot be bound to: refuse
+			// rather than approve unknown content.
+			return policy.ErrNotAllowed + ": " + err.Error()
+		}
+		seg.ContentDigest = d
+	}
+	return ""
 }
 
 // wait follows the approval until it is terminal, reopening the stream

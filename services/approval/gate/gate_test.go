@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,5 +180,46 @@ func TestNeeded(t *testing.T) {
 		if got := gate.Needed(tc.host, tc.s); got != tc.want {
 			t.Errorf("Needed(%v, %v) = %v, want %v", tc.host, tc.s, got, tc.want)
 		}
+	}
+}
+
+// A script changed while the human decided does not run on the old
+// approval (THREATS A10).
+func TestApprovedScriptChanged(t *testing.T) {
+	t.Parallel()
+	s, client, ctx := setup(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "deploy.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho deploy\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(change bool) gate.Verdict {
+		t.Helper()
+		req := request("cd "+dir+" && ./deploy.sh", &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}, func(a *approvalv1.Approval) {
+			if change {
+				if err := os.WriteFile(script, []byte("#!/bin/sh\nrm -rf ~\n"), 0o755); err != nil {
+					t.Error(err)
+				}
+			}
+			if _, err := s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE}); err != nil {
+				t.Error(err)
+			}
+		})
+		req.Digest = gate.FileDigest
+		v, err := gate.Check(ctx, client, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := run(false); !v.Allowed {
+		t.Fatalf("unchanged script: %+v", v)
+	}
+	v := run(true)
+	if v.Allowed || !strings.HasPrefix(v.Reason, policy.ErrNotAllowed) {
+		t.Fatalf("changed script: %+v", v)
+	}
+	if d, err := gate.FileDigest("/usr/bin/env"); err != nil || d != "" {
+		t.Fatalf("system binary digest %q %v", d, err)
 	}
 }
