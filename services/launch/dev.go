@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
@@ -83,12 +84,16 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	defer p.close(ctx)
 
-	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL})
+	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL}, p.log)
 	if err != nil {
 		return err
 	}
+	if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
+		return fmt.Errorf("dev: default gateway: %w", err)
+	}
 	common := &Common{ShutdownTimeout: 5 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
 	for _, name := range []string{"executor", "approval", "workspace"} {
 		register, run, err := registerFunc(name, p)
@@ -114,6 +119,16 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// devGateway is the gateway every dev cluster has: the built-in scripted
+// model with the shell tool on.
+func devGateway() *routerv1.Gateway {
+	return &routerv1.Gateway{
+		Name:     "default",
+		Upstream: &routerv1.Upstream{Provider: routerv1.Provider_PROVIDER_SCRIPTED},
+		Shell:    &routerv1.ShellSettings{Enabled: true},
+	}
 }
 
 // devAPIKey returns CONCH_API_KEY, else the key kept in the data dir, else a

@@ -190,11 +190,12 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 		return err
 	}
 	defer p.close(ctx)
-	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: cfg.AdminKey, AdminAccount: cfg.AdminAccount, PublicURL: cfg.PublicURL})
+	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: cfg.AdminKey, AdminAccount: cfg.AdminAccount, PublicURL: cfg.PublicURL}, p.log)
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error {
 		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
 	})
@@ -255,7 +256,7 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 	}
 	defer closeConns()
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
-		Auth: svc.Accounts(), Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
+		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
 	})
 	if err != nil {
 		return err

@@ -69,7 +69,7 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	rsvc, err := router.New(ctx, cli, router.Config{AdminKey: apiKey, AdminAccount: "dev"})
+	rsvc, err := router.New(ctx, cli, router.Config{AdminKey: apiKey, AdminAccount: "dev"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func startStack(t *testing.T) *stack {
 	for _, n := range router.ServiceNames {
 		conns[n] = conn
 	}
-	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{Auth: rsvc.Accounts(), Conns: conns, Metrics: http.NotFoundHandler()})
+	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{Etcd: cli, Service: rsvc, Conns: conns, Metrics: http.NotFoundHandler()})
 	if err != nil {
 		t.Fatal(err)
 	}

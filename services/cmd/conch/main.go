@@ -26,7 +26,11 @@ Commands:
   executor    run the executor service (sandboxes)
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
+
+Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
   approvals   list and answer exec approvals, edit allowlists, export/import the document
+  chat        chat with a gateway in the terminal, commands and approvals shown as they happen
+  gateways    list, get, create, update and delete gateways
 
 Run "conch <command> -h" for the flags of a command.
 `
@@ -76,6 +80,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return launch.RunService(ctx, cmd, cfg)
 	case "approvals":
 		return cli.Approvals(ctx, args, stdout, stderr)
+	case "gateways":
+		return cli.Gateways(ctx, args, stdout, stderr)
+	case "chat":
+		return cli.Chat(ctx, args, os.Stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -79,20 +79,11 @@ func (m *Marshaler) NewEncoder(w io.Writer) runtime.Encoder {
 	})
 }
 
-// Unmarshal reads JSON into v, accepting enum words.
+// Unmarshal reads JSON into v, accepting enum words. v is a message or, as
+// grpc-gateway passes for a body field, a pointer to a message pointer.
 func (m *Marshaler) Unmarshal(data []byte, v any) error {
-	msg, ok := v.(proto.Message)
+	msg, ok := asMessage(v)
 	if !ok {
-		// grpc-gateway decodes a body mapped to a field ("body: config")
-		// into a pointer to the field's message pointer.
-		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() && rv.Elem().Kind() == reflect.Pointer {
-			if _, isMsg := rv.Elem().Interface().(proto.Message); isMsg {
-				if rv.Elem().IsNil() {
-					rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
-				}
-				return m.Unmarshal(data, rv.Elem().Interface())
-			}
-		}
 		return m.JSONPb.Unmarshal(data, v)
 	}
 	data, err := wordsToNames(msg, data)
@@ -112,6 +103,24 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		return m.Unmarshal(raw, v)
 	})
+}
+
+var messageType = reflect.TypeFor[proto.Message]()
+
+// asMessage returns v as a message, allocating it when v points to a nil
+// message pointer.
+func asMessage(v any) (proto.Message, bool) {
+	if m, ok := v.(proto.Message); ok {
+		return m, true
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Pointer || !rv.Elem().Type().Implements(messageType) {
+		return nil, false
+	}
+	if rv.Elem().IsNil() {
+		rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+	}
+	return rv.Elem().Interface().(proto.Message), true
 }
 
 func wordsToNames(msg proto.Message, data []byte) ([]byte, error) {
