@@ -85,8 +85,23 @@ func recordable(p string) bool {
 	return p != "" && !shells[n] && !interpreters[interpreterName(n)] && !multiCall[n] && !runners[n] && !wrappers[n]
 }
 
+// hookWords are arguments with which a tool runs commands given to it or
+// stores commands it runs later (git config core.pager, git rebase --exec).
+var hookWords = map[string]map[string]bool{
+	"git": {"config": true, "foreach": true, "run": true, "--exec": true, "-x": true, "filter-branch": true,
+		"difftool": true, "mergetool": true, "alias": true, "--extcmd": true},
+}
+
 // hasHookFlag reports the first argument that is a hook option of prog.
 func hasHookFlag(prog string, args []string) (string, bool) {
+	if words, ok := hookWords[progName(prog)]; ok {
+		for _, a := range args {
+			name, _, _ := strings.Cut(a, "=")
+			if words[name] {
+				return a, true
+			}
+		}
+	}
 	h, ok := hookFlags[progName(prog)]
 	if !ok {
 		return "", false
