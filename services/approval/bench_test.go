@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func BenchmarkResolveToWaiter(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(st, Config{})
+	s, err := New(st, Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
