@@ -99,7 +99,9 @@ func securityWord(s approvalv1.Security) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "SECURITY_"))
 }
 
-// Matches reports whether cfg forwards a to its targets.
+// Matches reports whether cfg forwards a to its targets. Mode session
+// alone sends nothing here: the session that asked already receives the
+// pending approval as an event of its own conversation.
 func Matches(cfg *approvalv1.ForwardingConfig, a *approvalv1.Approval) bool {
 	if !cfg.GetEnabled() {
 		return false
