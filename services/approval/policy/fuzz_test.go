@@ -104,10 +104,20 @@ func TestShellAgreesWithEngine(t *testing.T) {
 	for _, s := range fuzzSeeds {
 		l.check(t, s)
 	}
-	// The lab itself must be able to catch a violation.
+	// The lab itself must be able to see what runs: the allowed program
+	// is allowed, and a shell running "ok && bad" logs both.
 	if res := l.engine.Evaluate(Request{Command: "ok", Cwd: l.work, Resolver: PathResolver{Path: []string{l.bin}},
 		Settings: Settings{Security: SecurityAllowlist, Ask: AskOff}}); res.Decision != Allow {
 		t.Fatalf("the lab's allowed program is not allowed: %+v", res)
+	}
+	_ = os.Remove(l.log)
+	c := exec.CommandContext(t.Context(), "bash", "--norc", "--noprofile", "-c", "ok && bad")
+	c.Dir, c.Env = l.work, []string{"PATH=" + l.bin, "HOME=" + l.home, "CONCH_EXEC_LOG=" + l.log}
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("lab shell: %v %s", err, out)
+	}
+	if b, _ := os.ReadFile(l.log); strings.Join(strings.Fields(string(b)), " ") != filepath.Join(l.bin, "ok")+" "+filepath.Join(l.bin, "bad") {
+		t.Fatalf("the lab logged %q", b)
 	}
 }
 
