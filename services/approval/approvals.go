@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/document"
 	"github.com/conch-sh/conch/services/approval/policy"
@@ -100,6 +103,7 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
+	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
 	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {
 		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
 			for _, p := range a.Recordable {

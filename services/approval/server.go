@@ -166,6 +166,8 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 
 // Evaluate implements ApprovalService.
 func (s *Server) Evaluate(ctx context.Context, req *approvalv1.EvaluateRequest) (*approvalv1.EvaluateResponse, error) {
+	ctx, span := tracer.Start(ctx, "approval.Evaluate")
+	defer span.End()
 	account, err := tenant.Account(ctx)
 	if err != nil {
 		return nil, err
@@ -182,6 +184,7 @@ func (s *Server) Evaluate(ctx context.Context, req *approvalv1.EvaluateRequest) 
 	if err != nil {
 		return nil, err
 	}
+	verdicts.Add(ctx, 1, verdictAttrs("evaluate", j.res.Decision.String()))
 	return &approvalv1.EvaluateResponse{
 		Decision: decisionTo(j.res.Decision), Reason: j.res.Reason, Segments: segmentsTo(j.res.Segments),
 		Security: securityTo(j.settings.Security), Ask: askTo(j.settings.Ask), AskFallback: securityTo(j.settings.AskFallback),
@@ -207,7 +210,14 @@ func bindingDigest(account string, b *approvalv1.Binding, resolved []string, dig
 }
 
 // Authorize implements ApprovalService.
-func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest) (*approvalv1.AuthorizeResponse, error) {
+func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest) (resp *approvalv1.AuthorizeResponse, err error) {
+	ctx, span := tracer.Start(ctx, "approval.Authorize")
+	defer span.End()
+	defer func() {
+		if resp != nil {
+			verdicts.Add(ctx, 1, verdictAttrs("authorize", strings.ToLower(strings.TrimPrefix(resp.GetDecision().String(), "POLICY_DECISION_"))))
+		}
+	}()
 	account, err := tenant.Account(ctx)
 	if err != nil {
 		return nil, err

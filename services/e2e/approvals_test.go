@@ -146,6 +146,13 @@ func TestApprovals(t *testing.T) {
 		}
 	})
 
+	t.Run("verdicts are counted in the metrics", func(t *testing.T) {
+		_, metrics := d.call("GET", "/metrics", "", nil)
+		if !strings.Contains(string(metrics), `conch_approval_verdicts_total{call="evaluate",decision="deny"`) {
+			t.Fatalf("no verdict counter in /metrics:\n%s", tail(string(metrics), 3000))
+		}
+	})
+
 	t.Run("allowlist through REST", func(t *testing.T) {
 		code, body := d.call("POST", "/api/v1/exec-approvals/agents/default/allowlist", d.Key, map[string]string{"pattern": "rg"})
 		if code != 400 || !strings.Contains(string(body), "Pattern does not resolve to binary") {
