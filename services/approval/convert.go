@@ -20,16 +20,6 @@ func hostFrom(h approvalv1.Host) policy.Host {
 	return policy.HostSandbox
 }
 
-func hostTo(h policy.Host) approvalv1.Host {
-	switch h {
-	case policy.HostGateway:
-		return approvalv1.Host_HOST_GATEWAY
-	case policy.HostNode:
-		return approvalv1.Host_HOST_NODE
-	}
-	return approvalv1.Host_HOST_SANDBOX
-}
-
 func hostByName(s string) approvalv1.Host {
 	switch s {
 	case "gateway":
