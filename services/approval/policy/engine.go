@@ -724,9 +724,22 @@ func (a *analyzer) shell(p string, words []word, cwds []string, stdinArgs bool) 
 		return
 	}
 	a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: base + " -c: judged by what it runs"})
+	n := len(a.segs)
 	a.depth++
 	a.stmts(f.Stmts, cwds)
 	a.depth--
+	// allow-always records the inner program only when the inner command
+	// is one plain program call; a chain or pipeline records nothing.
+	if !(len(f.Stmts) == 1 && isCall(f.Stmts[0].Cmd)) {
+		for i := n; i < len(a.segs); i++ {
+			a.segs[i].Recordable = false
+		}
+	}
+}
+
+func isCall(c syntax.Command) bool {
+	_, ok := c.(*syntax.CallExpr)
+	return ok
 }
 
 // findExec judges the programs find's -exec family would run; it reports

@@ -163,7 +163,10 @@ func TestRecordable(t *testing.T) {
 	}{
 		{"rm -rf x", []string{"/usr/bin/rm"}},
 		{"sh -c 'rm x'", []string{"/usr/bin/rm"}},
-		{"bash -c 'rm x && chmod +x y'", []string{"/usr/bin/rm", "/usr/bin/chmod"}},
+		{"bash -c 'rm x && chmod +x y'", nil},
+		{"sh -c 'rm x | chmod +x y'", nil},
+		{"sh -c 'env nice rm x'", []string{"/usr/bin/rm"}},
+		{"rm x && chmod +x y", []string{"/usr/bin/rm", "/usr/bin/chmod"}},
 		{"env nice rm x", []string{"/usr/bin/rm"}},
 		{"sh script.sh", nil},
 		{"perl -e 1", nil},
