@@ -24,6 +24,9 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
+// DefaultSkillDirs is where the sandbox puts the commands of moved tools.
+var DefaultSkillDirs = []string{"/opt/conch/tools"}
+
 // Defaults of the exec settings (SPEC §7).
 const (
 	DefaultApprovalTimeout = 120 * time.Second
@@ -42,6 +45,10 @@ type Config struct {
 	// SafeBinDirs are the dirs safe bins are trusted from; nil means the
 	// policy default.
 	SafeBinDirs []string
+	// SkillDirs hold the commands of moved tools (SPEC §5), which
+	// autoAllowSkills lets run without an allowlist entry; nil means
+	// DefaultSkillDirs.
+	SkillDirs []string
 	// Logger receives the service's logs.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -80,6 +87,9 @@ func New(st *store.Store, cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.SkillDirs == nil {
+		cfg.SkillDirs = DefaultSkillDirs
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -122,7 +132,8 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	docSettings, skills := doc.PolicySettings(in.agent)
 	eff := policy.Effective(in.host, docSettings, settingsFrom(in.exec))
 	cfg := policy.Config{
-		Allowlist: doc.Allowlist(in.agent), Home: s.cfg.Home, SafeBinDirs: s.cfg.SafeBinDirs, AutoAllowSkills: skills,
+		Allowlist: doc.Allowlist(in.agent), Home: s.cfg.Home, SafeBinDirs: s.cfg.SafeBinDirs,
+		AutoAllowSkills: skills, SkillDirs: s.cfg.SkillDirs,
 	}
 	if in.exec != nil && len(in.exec.GetSafeBins()) > 0 {
 		cfg.SafeBins = in.exec.GetSafeBins()

@@ -36,8 +36,9 @@ type Config struct {
 	// AutoAllowSkills lets the commands of moved tools run without an
 	// allowlist entry.
 	AutoAllowSkills bool
-	// Skills are the resolved paths of the moved tools' commands.
-	Skills []string
+	// SkillDirs are the dirs holding the moved tools' commands (SPEC §5);
+	// a binary directly in one is a skill.
+	SkillDirs []string
 }
 
 // Engine judges commands. It is safe for concurrent use.
@@ -45,7 +46,7 @@ type Engine struct {
 	entries  []compiledEntry
 	safe     map[string]*profile
 	safeDirs map[string]bool
-	skills   map[string]bool
+	skills   map[string]bool // skill dirs, when auto-allowed
 	home     string
 }
 
@@ -82,8 +83,8 @@ func New(cfg Config) *Engine {
 		e.safeDirs[path.Clean(d)] = true
 	}
 	if cfg.AutoAllowSkills {
-		for _, s := range cfg.Skills {
-			e.skills[path.Clean(s)] = true
+		for _, d := range cfg.SkillDirs {
+			e.skills[path.Clean(d)] = true
 		}
 	}
 	return e
@@ -613,7 +614,7 @@ func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool
 		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "safe bin"})
 		return
 	}
-	if a.e.skills[p] {
+	if a.e.skills[path.Dir(p)] {
 		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "skill"})
 		return
 	}

@@ -265,3 +265,27 @@ func TestSymlinkedShellsAndWrappers(t *testing.T) {
 		}
 	}
 }
+
+func TestAutoAllowSkills(t *testing.T) {
+	t.Parallel()
+	fs := testFS()
+	fs["/opt/conch/tools/get-users"] = 0o755
+	fs["/home/u/work/get-users"] = 0o755
+	r := PathResolver{Path: []string{"/opt/conch/tools", "/usr/bin"}, Stat: fs.stat}
+	for _, tc := range []struct {
+		auto bool
+		cmd  string
+		want Decision
+	}{
+		{true, "get-users --filter active --format csv | grep 'John Doe'", Allow},
+		{false, "get-users --filter active", AskHuman},
+		{true, "./get-users", AskHuman},
+		{true, "get-users $(id)", Deny},
+	} {
+		e := New(Config{AutoAllowSkills: tc.auto, SkillDirs: []string{"/opt/conch/tools"}})
+		res := e.Evaluate(Request{Command: tc.cmd, Cwd: "/home/u/work", Resolver: r, Settings: Settings{Security: SecurityAllowlist, Ask: AskOnMiss}})
+		if res.Decision != tc.want {
+			t.Errorf("auto=%v %q = %v (%s), want %v", tc.auto, tc.cmd, res.Decision, res.Reason, tc.want)
+		}
+	}
+}
