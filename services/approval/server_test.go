@@ -360,6 +360,27 @@ func TestForwardingExactlyOnceAndChatCommands(t *testing.T) {
 	if _, err := s.HandleChatCommand(ctx, &approvalv1.HandleChatCommandRequest{Channel: approvalv1.Channel_CHANNEL_SLACK, From: "U999", Text: "/approve " + ids[0] + " allow-once"}); errs.KindOf(err) != errs.Conflict {
 		t.Fatalf("second answer: %v", err)
 	}
+	// The targets that were asked hear how it ended, once.
+	want["slack:C123"]++
+	want["telegram:42"]++
+	want["webhook:sha256="]++
+	deadline = time.Now().Add(30 * time.Second)
+	for fmt.Sprint(chat.count()) != fmt.Sprint(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the answer: messages %v, want %v", chat.count(), want)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	chat.mu.Lock()
+	last := chat.msgs["slack:C123"][len(chat.msgs["slack:C123"])-1]
+	chat.mu.Unlock()
+	if want := "Exec approval " + ids[0] + ": denied (deny) by slack:U999."; last != want {
+		t.Fatalf("outcome message %q, want %q", last, want)
+	}
 }
 
 func TestConcurrentResolveThroughService(t *testing.T) {

@@ -136,11 +136,16 @@ func (n *Notifier) lead(ctx context.Context) error {
 			}
 			for _, ev := range wr.Events {
 				rev = ev.Kv.ModRevision
-				if ev.Type != clientv3.EventTypePut || ev.Kv.CreateRevision != ev.Kv.ModRevision {
+				if ev.Type != clientv3.EventTypePut {
 					continue
 				}
-				if a, ok := store.DecodeRecord(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision); ok && a.State == store.StatePending {
+				a, ok := store.DecodeRecord(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
+				switch {
+				case !ok:
+				case ev.Kv.CreateRevision == ev.Kv.ModRevision && a.State == store.StatePending:
 					n.announce(ctx, a)
+				case a.Terminal():
+					n.announceOutcome(ctx, a)
 				}
 			}
 		}
@@ -174,6 +179,29 @@ func (n *Notifier) announce(ctx context.Context, a *store.Approval) {
 	for _, t := range cfg.GetTargets() {
 		if err := n.Sender.Send(ctx, cfg.GetChannels(), t, pa); err != nil {
 			n.Logger.WarnContext(ctx, "approval notice not delivered", "account", a.Account, "approval", a.ID, "channel", t.GetChannel().String(), "error", err)
+		}
+	}
+}
+
+// announceOutcome tells the targets that were asked how an approval ended,
+// once.
+func (n *Notifier) announceOutcome(ctx context.Context, a *store.Approval) {
+	b, err := n.Store.Forwarding(ctx, a.Account)
+	if err != nil {
+		return
+	}
+	cfg, err := DecodeConfig(b)
+	if err != nil || !Matches(cfg, n.Convert(a)) {
+		return
+	}
+	claimed, err := n.Store.ClaimOutcome(ctx, a.Account, a.ID)
+	if err != nil || !claimed {
+		return
+	}
+	text := OutcomeText(a.ID, a.State, a.Decision, a.ResolvedBy)
+	for _, t := range cfg.GetTargets() {
+		if err := n.Sender.SendText(ctx, cfg.GetChannels(), t, text); err != nil {
+			n.Logger.WarnContext(ctx, "approval outcome not delivered", "account", a.Account, "approval", a.ID, "channel", t.GetChannel().String(), "error", err)
 		}
 	}
 }

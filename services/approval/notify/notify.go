@@ -144,20 +144,41 @@ func (s *Sender) client() *http.Client {
 	return &http.Client{Timeout: 10 * time.Second}
 }
 
+// OutcomeText is the chat message saying how an approval ended.
+func OutcomeText(id, state, decision, by string) string {
+	switch {
+	case state == "expired":
+		return fmt.Sprintf("Exec approval %s expired without an answer; the fallback decided.", id)
+	case by != "":
+		return fmt.Sprintf("Exec approval %s: %s (%s) by %s.", id, state, decision, Escape(by))
+	}
+	return fmt.Sprintf("Exec approval %s: %s (%s).", id, state, decision)
+}
+
 // Send delivers the announcement of a to one target.
 func (s *Sender) Send(ctx context.Context, ch *approvalv1.ChannelSettings, t *approvalv1.ForwardTarget, a *approvalv1.Approval) error {
-	text := Text(a)
+	return s.deliver(ctx, ch, t, Text(a), a)
+}
+
+// SendText delivers a plain message to one target.
+func (s *Sender) SendText(ctx context.Context, ch *approvalv1.ChannelSettings, t *approvalv1.ForwardTarget, text string) error {
+	return s.deliver(ctx, ch, t, text, nil)
+}
+
+func (s *Sender) deliver(ctx context.Context, ch *approvalv1.ChannelSettings, t *approvalv1.ForwardTarget, text string, a *approvalv1.Approval) error {
 	switch t.GetChannel() {
 	case approvalv1.Channel_CHANNEL_WEBHOOK:
-		body, _ := json.Marshal(map[string]any{
-			"type": "exec.approval.requested", "text": text,
-			"approval": map[string]any{
+		payload := map[string]any{"type": "exec.approval.notice", "text": text}
+		if a != nil {
+			payload["type"] = "exec.approval.requested"
+			payload["approval"] = map[string]any{
 				"id": a.GetId(), "command": a.GetCommand(), "cwd": a.GetCwd(), "agent": a.GetAgent(),
 				"resolved_paths": a.GetResolvedPaths(), "host": hostWord(a.GetHost()), "security": securityWord(a.GetSecurity()),
 				"session": a.GetSession(), "user": a.GetUser(),
 				"expires_at": a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339),
-			},
-		})
+			}
+		}
+		body, _ := json.Marshal(payload)
 		hdr := http.Header{}
 		if sec := ch.GetWebhookSecret(); sec != "" {
 			mac := hmac.New(sha256.New, []byte(sec))

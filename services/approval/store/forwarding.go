@@ -58,7 +58,7 @@ func (s *Store) ApprovalsPrefix() string { return s.prefix + "approvals/" }
 // DecodeRecord decodes an approval record read from ApprovalsPrefix; ok is
 // false for keys that are not records.
 func DecodeRecord(key string, value []byte, modRev int64) (*Approval, bool) {
-	if strings.HasSuffix(key, "/live") || strings.HasSuffix(key, "/noticed") {
+	if strings.HasSuffix(key, "/live") || strings.HasSuffix(key, "/noticed") || strings.HasSuffix(key, "/outcome") {
 		return nil, false
 	}
 	a, err := decode(value, modRev)
@@ -66,4 +66,23 @@ func DecodeRecord(key string, value []byte, modRev int64) (*Approval, bool) {
 		return nil, false
 	}
 	return a, true
+}
+
+// ClaimOutcome records that the outcome of an announced approval was sent,
+// once: it reports false when the approval was never announced or another
+// sender claimed the outcome first.
+func (s *Store) ClaimOutcome(ctx context.Context, account, id string) (bool, error) {
+	noticed := s.recKey(account, id) + "/noticed"
+	k := s.recKey(account, id) + "/outcome"
+	lease, err := s.cli.Grant(ctx, int64(RecordTTL.Seconds()))
+	if err != nil {
+		return false, unavailable(err, "grant notice lease")
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(noticed), ">", 0), clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, "", clientv3.WithLease(lease.ID))).Commit()
+	if err != nil {
+		return false, unavailable(err, "claim outcome notice")
+	}
+	return resp.Succeeded, nil
 }

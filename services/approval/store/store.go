@@ -391,7 +391,7 @@ func (s *Store) List(ctx context.Context, account string) ([]*Approval, error) {
 			live[strings.TrimSuffix(k, "/live")] = true
 			continue
 		}
-		if strings.HasSuffix(k, "/noticed") {
+		if strings.HasSuffix(k, "/noticed") || strings.HasSuffix(k, "/outcome") {
 			continue
 		}
 		a, err := decode(kv.Value, kv.ModRevision)
