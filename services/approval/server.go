@@ -30,7 +30,10 @@ var DefaultSkillDirs = []string{"/opt/conch/tools"}
 // Defaults of the exec settings (SPEC §7).
 const (
 	DefaultApprovalTimeout = 120 * time.Second
-	maxCommandBytes        = policy.MaxCommandBytes
+	// MaxAskBytes is the longest command a human is asked about: longer
+	// ones cannot be reviewed (nor stored whole in one etcd request) and
+	// are refused instead.
+	MaxAskBytes = 256 << 10
 )
 
 // Config configures the approval service.
@@ -122,9 +125,6 @@ type judgeInput struct {
 }
 
 func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*judgement, error) {
-	if len(in.command) > maxCommandBytes {
-		return nil, errs.New(errs.InvalidArgument, "command: longer than %d bytes", maxCommandBytes)
-	}
 	doc, _, err := s.store.Document(ctx, account)
 	if err != nil {
 		return nil, err
@@ -259,6 +259,11 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 		out.Decision, out.Reason = approvalv1.PolicyDecision_POLICY_DECISION_ALLOW, j.res.Reason
 		return out, nil
 	case policy.AskHuman:
+		if len(b.GetCommand()) > MaxAskBytes {
+			out.Decision = approvalv1.PolicyDecision_POLICY_DECISION_DENY
+			out.Reason = fmt.Sprintf("%s: command longer than %d bytes cannot be put to a human", policy.ErrNotAllowed, MaxAskBytes)
+			return out, nil
+		}
 		a, err := s.createApproval(ctx, account, b, j, digest)
 		if err != nil {
 			return nil, err

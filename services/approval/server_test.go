@@ -466,3 +466,29 @@ func TestForwardingFailover(t *testing.T) {
 	ask()
 	waitCount(3)
 }
+
+// Long commands are judged whole; one too long to review is refused rather
+// than put to a human.
+func TestLongCommands(t *testing.T) {
+	t.Parallel()
+	s, ctx := newServer(t)
+	always := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY, Security: approvalv1.Security_SECURITY_FULL, Ask: approvalv1.Ask_ASK_ALWAYS}
+	long := "rm -rf " + strings.Repeat("a", 200<<10)
+	resp, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding(long), Segments: segs("rm", "/usr/bin/rm"), Settings: always})
+	if err != nil || resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_ASK || resp.GetApproval().GetCommand() != long {
+		t.Fatalf("200 KiB command: %v %v", resp.GetDecision(), err)
+	}
+	got, err := s.GetApproval(ctx, &approvalv1.GetApprovalRequest{Id: resp.GetApproval().GetId()})
+	if err != nil || got.GetApproval().GetCommand() != long {
+		t.Fatalf("stored long command: %v", err)
+	}
+	huge := "rm -rf " + strings.Repeat("a", 300<<10)
+	resp, err = s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding(huge), Segments: segs("rm", "/usr/bin/rm"), Settings: always})
+	if err != nil || resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_DENY || !strings.HasPrefix(resp.GetReason(), policy.ErrNotAllowed) {
+		t.Fatalf("300 KiB command: %v %q %v", resp.GetDecision(), resp.GetReason(), err)
+	}
+	ev, err := s.Evaluate(ctx, &approvalv1.EvaluateRequest{Command: "ls " + strings.Repeat("b", 2<<20), Host: approvalv1.Host_HOST_GATEWAY, Cwd: "/"})
+	if err != nil || ev.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_DENY {
+		t.Fatalf("2 MiB command: %v %v", ev.GetDecision(), err)
+	}
+}

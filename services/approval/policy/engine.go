@@ -14,8 +14,9 @@ import (
 // Limits on what the engine judges; longer input is refused rather than
 // judged partially.
 const (
-	// MaxCommandBytes is the longest command line judged.
-	MaxCommandBytes = 64 << 10
+	// MaxCommandBytes is the longest command line judged, the exec tool's
+	// own limit.
+	MaxCommandBytes = 1 << 20
 	// maxSegments is the most simple commands one line may hold.
 	maxSegments = 256
 	// maxDepth bounds shells nested with -c.

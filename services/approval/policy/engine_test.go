@@ -206,7 +206,7 @@ var policyCases = []struct {
 	{"split", "ls \x7f", deny, tok + `\x7f`, nil},
 	{"split", "ls #\nrm -rf /", ask, "rm", nil},
 	{"split", strings.Repeat("ls && ", 300) + "ls", deny, ErrNotAllowed + ": more than 256 commands", nil},
-	{"split", strings.Repeat("a", MaxCommandBytes+1), deny, ErrNotAllowed + ": command longer than 65536 bytes", nil},
+	{"split", strings.Repeat("a", MaxCommandBytes+1), deny, ErrNotAllowed + ": command longer than 1048576 bytes", nil},
 	{"split", "ls 'unterminated", deny, "1:4: reached EOF without closing quote `'`", nil},
 	{"split", "ls &&", deny, "1:4: `&&` must be followed by a statement", nil},
 	{"split", "", deny, ErrNotAllowed + ": empty command", nil},
