@@ -13,6 +13,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/toolresult"
+	"github.com/conch-sh/conch/services/router/execsettings"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -74,14 +75,6 @@ type execArgs struct {
 	Node       string            `json:"node"`
 }
 
-var (
-	hosts      = map[string]approvalv1.Host{"sandbox": approvalv1.Host_HOST_SANDBOX, "gateway": approvalv1.Host_HOST_GATEWAY, "node": approvalv1.Host_HOST_NODE}
-	securities = map[string]approvalv1.Security{"deny": approvalv1.Security_SECURITY_DENY, "allowlist": approvalv1.Security_SECURITY_ALLOWLIST, "full": approvalv1.Security_SECURITY_FULL}
-	asks       = map[string]approvalv1.Ask{"off": approvalv1.Ask_ASK_OFF, "on-miss": approvalv1.Ask_ASK_ON_MISS, "always": approvalv1.Ask_ASK_ALWAYS}
-	secRank    = map[approvalv1.Security]int{approvalv1.Security_SECURITY_FULL: 0, approvalv1.Security_SECURITY_ALLOWLIST: 1, approvalv1.Security_SECURITY_DENY: 2}
-	askRank    = map[approvalv1.Ask]int{approvalv1.Ask_ASK_OFF: 0, approvalv1.Ask_ASK_ON_MISS: 1, approvalv1.Ask_ASK_ALWAYS: 2}
-)
-
 // execResult is what the model receives from exec.
 type execResult struct {
 	Status    string `json:"status"` // running, completed, failed
@@ -109,9 +102,13 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 	settings := proto.Clone(orEmpty(cfg.Exec.Settings)).(*approvalv1.ExecSettings)
 	host := settings.GetHost()
 	if a.Host != "" {
-		h, ok := hosts[a.Host]
+		h, ok := execsettings.Hosts[a.Host]
 		if !ok {
 			return execError("exec: host must be sandbox, gateway or node")
+		}
+		// Leaving the sandbox is the gateway's choice, not the model's.
+		if h != approvalv1.Host_HOST_SANDBOX && h != host {
+			return execError(fmt.Sprintf("exec: host %s is not allowed by this gateway (its host is %s)", a.Host, execsettings.Word(execsettings.Hosts, host)))
 		}
 		host = h
 	}
@@ -119,12 +116,12 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 		host = approvalv1.Host_HOST_SANDBOX
 	}
 	// The model may tighten the policy for one command, never loosen it.
-	if s, ok := securities[a.Security]; ok && secRank[s] > secRank[settings.GetSecurity()] {
+	if s, ok := execsettings.Securities[a.Security]; ok && execsettings.StricterSecurity(s, settings.GetSecurity()) {
 		settings.Security = s
 	} else if a.Security != "" && !ok {
 		return execError("exec: security must be deny, allowlist or full")
 	}
-	if k, ok := asks[a.Ask]; ok && askRank[k] > askRank[settings.GetAsk()] {
+	if k, ok := execsettings.Asks[a.Ask]; ok && execsettings.StricterAsk(k, settings.GetAsk()) {
 		settings.Ask = k
 	} else if a.Ask != "" && !ok {
 		return execError("exec: ask must be off, on-miss or always")

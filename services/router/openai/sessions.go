@@ -10,11 +10,11 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/protobuf/proto"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/router/execsettings"
 )
 
 // defaultSessionIdle is how long a session's sandbox outlives its last use.
@@ -111,12 +111,7 @@ func (s *sessionSandbox) resolve(ctx context.Context) (string, error) {
 func (s *sessionSandbox) destroy(context.Context, *slog.Logger) {}
 
 // execOverride is a session's /exec settings.
-type execOverride struct {
-	Host     string `json:"host,omitempty"`
-	Security string `json:"security,omitempty"`
-	Ask      string `json:"ask,omitempty"`
-	Node     string `json:"node,omitempty"`
-}
+type execOverride = execsettings.Override
 
 func (s *sessionStore) override(ctx context.Context, account, gateway, session string) (execOverride, error) {
 	var o execOverride
@@ -141,52 +136,9 @@ func (s *sessionStore) setOverride(ctx context.Context, account, gateway, sessio
 	return err
 }
 
-// Strictness orders: a higher rank is stricter.
-var (
-	securityRank = map[approvalv1.Security]int{approvalv1.Security_SECURITY_FULL: 0, approvalv1.Security_SECURITY_ALLOWLIST: 1, approvalv1.Security_SECURITY_DENY: 2}
-	askRank      = map[approvalv1.Ask]int{approvalv1.Ask_ASK_OFF: 0, approvalv1.Ask_ASK_ON_MISS: 1, approvalv1.Ask_ASK_ALWAYS: 2}
-	securityWord = map[string]approvalv1.Security{"deny": approvalv1.Security_SECURITY_DENY, "allowlist": approvalv1.Security_SECURITY_ALLOWLIST, "full": approvalv1.Security_SECURITY_FULL}
-	askWord      = map[string]approvalv1.Ask{"off": approvalv1.Ask_ASK_OFF, "on-miss": approvalv1.Ask_ASK_ON_MISS, "always": approvalv1.Ask_ASK_ALWAYS}
-	hostWord     = map[string]approvalv1.Host{"sandbox": approvalv1.Host_HOST_SANDBOX, "gateway": approvalv1.Host_HOST_GATEWAY, "node": approvalv1.Host_HOST_NODE}
-)
-
-// hostDefaults are the per-host defaults of SPEC §7.
-func hostDefaults(h approvalv1.Host) (approvalv1.Security, approvalv1.Ask) {
-	if h == approvalv1.Host_HOST_GATEWAY || h == approvalv1.Host_HOST_NODE {
-		return approvalv1.Security_SECURITY_ALLOWLIST, approvalv1.Ask_ASK_ON_MISS
-	}
-	return approvalv1.Security_SECURITY_FULL, approvalv1.Ask_ASK_OFF
-}
-
 // effective layers the session override over the gateway's exec settings.
 func effective(g *approvalv1.ExecSettings, o execOverride) *approvalv1.ExecSettings {
-	e := &approvalv1.ExecSettings{}
-	if g != nil {
-		e = proto.Clone(g).(*approvalv1.ExecSettings)
-	}
-	if e.Host == approvalv1.Host_HOST_UNSPECIFIED {
-		e.Host = approvalv1.Host_HOST_SANDBOX
-	}
-	if h, ok := hostWord[o.Host]; ok {
-		e.Host = h
-	}
-	if o.Node != "" {
-		e.Node = o.Node
-	}
-	defSec, defAsk := hostDefaults(e.Host)
-	if e.Security == approvalv1.Security_SECURITY_UNSPECIFIED {
-		e.Security = defSec
-	}
-	if e.Ask == approvalv1.Ask_ASK_UNSPECIFIED {
-		e.Ask = defAsk
-	}
-	if s, ok := securityWord[o.Security]; ok && securityRank[s] > securityRank[e.Security] {
-		e.Security = s
-	}
-	if a, ok := askWord[o.Ask]; ok && askRank[a] > askRank[e.Ask] {
-		e.Ask = a
-	}
-	return e
+	return execsettings.Effective(g, o)
 }
 
 // applyExecCommand parses "/exec key=value ..." into o, refusing anything
@@ -200,7 +152,7 @@ func applyExecCommand(text string, gw *approvalv1.ExecSettings, o execOverride) 
 		}
 		switch k {
 		case "host":
-			h, ok := hostWord[v]
+			h, ok := execsettings.Hosts[v]
 			if !ok {
 				return o, fmt.Errorf("host: want sandbox, gateway or node, got %q", v)
 			}
@@ -209,20 +161,20 @@ func applyExecCommand(text string, gw *approvalv1.ExecSettings, o execOverride) 
 			}
 			o.Host = v
 		case "security":
-			s, ok := securityWord[v]
+			s, ok := execsettings.Securities[v]
 			if !ok {
 				return o, fmt.Errorf("security: want deny, allowlist or full, got %q", v)
 			}
-			if securityRank[s] < securityRank[base.Security] {
+			if execsettings.StricterSecurity(base.Security, s) {
 				return o, fmt.Errorf("security=%s is looser than the gateway's %s; an override may only tighten it", v, wordOfSecurity(base.Security))
 			}
 			o.Security = v
 		case "ask":
-			a, ok := askWord[v]
+			a, ok := execsettings.Asks[v]
 			if !ok {
 				return o, fmt.Errorf("ask: want off, on-miss or always, got %q", v)
 			}
-			if askRank[a] < askRank[base.Ask] {
+			if execsettings.StricterAsk(base.Ask, a) {
 				return o, fmt.Errorf("ask=%s asks less than the gateway's %s; an override may only tighten it", v, wordOfAsk(base.Ask))
 			}
 			o.Ask = v
@@ -249,15 +201,8 @@ func describe(e *approvalv1.ExecSettings) string {
 	return s
 }
 
-func wordOf[K comparable](m map[string]K, v K) string {
-	for w, k := range m {
-		if k == v {
-			return w
-		}
-	}
-	return "default"
+func wordOfHost(h approvalv1.Host) string { return execsettings.Word(execsettings.Hosts, h) }
+func wordOfSecurity(s approvalv1.Security) string {
+	return execsettings.Word(execsettings.Securities, s)
 }
-
-func wordOfHost(h approvalv1.Host) string         { return wordOf(hostWord, h) }
-func wordOfSecurity(s approvalv1.Security) string { return wordOf(securityWord, s) }
-func wordOfAsk(a approvalv1.Ask) string           { return wordOf(askWord, a) }
+func wordOfAsk(a approvalv1.Ask) string { return execsettings.Word(execsettings.Asks, a) }
