@@ -112,8 +112,8 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g.Go(func() error {
 		select {
 		case addr := <-ready:
-			fmt.Fprintf(banner, "conch dev is up on http://%s\n  data dir: %s\n  API key:  %s (account %q, also in %s)\n",
-				addr, cfg.DataDir, key, DevAccount, filepath.Join(cfg.DataDir, "api-key"))
+			fmt.Fprintf(banner, "conch dev is up on http://%s\n  data dir: %s\n  API key:  %s (account %q, also in %s)\n  approvals: http://%s/ui/approvals\n",
+				addr, cfg.DataDir, key, DevAccount, filepath.Join(cfg.DataDir, "api-key"), addr)
 		case <-gctx.Done():
 		}
 		return nil
