@@ -58,3 +58,35 @@ func BenchmarkResolveToWaiter(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// BenchmarkEvaluateService is Evaluate as the service answers it: the
+// document read from etcd, the engine built and the command judged.
+func BenchmarkEvaluateService(b *testing.B) {
+	st, err := store.New(etcdxtest.StartForTest(b), KeyPrefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(st, Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := tenant.With(b.Context(), tenant.Scope{Account: "acct"})
+	go func() { _ = s.Run(ctx) }()
+	for !st.DocumentsCached() {
+		select {
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, err := s.AddAllowlistEntry(ctx, &approvalv1.AddAllowlistEntryRequest{Agent: "default", Pattern: "/usr/bin/git"}); err != nil {
+		b.Fatal(err)
+	}
+	req := &approvalv1.EvaluateRequest{Command: "cd / && git log --oneline -n 20 | grep -i fix", Agent: "default", Host: approvalv1.Host_HOST_GATEWAY, Cwd: "/"}
+	for b.Loop() {
+		resp, err := s.Evaluate(ctx, req)
+		if err != nil || resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_ALLOW {
+			b.Fatalf("%v %v", resp, err)
+		}
+	}
+}

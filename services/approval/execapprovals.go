@@ -16,7 +16,7 @@ func (s *Server) GetExecApprovals(ctx context.Context, _ *approvalv1.GetExecAppr
 	if err != nil {
 		return nil, err
 	}
-	d, rev, err := s.store.Document(ctx, account)
+	d, rev, err := s.store.CachedDocument(ctx, account)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (s *Server) ListAllowlist(ctx context.Context, req *approvalv1.ListAllowlis
 	if err := validAgent(req.GetAgent()); err != nil {
 		return nil, err
 	}
-	d, _, err := s.store.Document(ctx, account)
+	d, _, err := s.store.CachedDocument(ctx, account)
 	if err != nil {
 		return nil, err
 	}

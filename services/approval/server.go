@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
@@ -125,7 +126,7 @@ type judgeInput struct {
 }
 
 func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*judgement, error) {
-	doc, _, err := s.store.Document(ctx, account)
+	doc, _, err := s.store.CachedDocument(ctx, account)
 	if err != nil {
 		return nil, err
 	}
@@ -347,12 +348,19 @@ func (s *Server) recordUse(ctx context.Context, account, agent, command string, 
 const KeyPrefix = "/conch/approval/"
 
 // Run does the service's background work until ctx ends: announcing new
-// approvals on chat while this replica leads.
+// approvals on chat while this replica leads, and keeping the documents in
+// memory so judging a command does not wait on etcd.
 func (s *Server) Run(ctx context.Context) error {
 	name := s.cfg.Name
 	if name == "" {
 		name = document.NewID()
 	}
 	n := &notify.Notifier{Store: s.store, Convert: approvalTo, Logger: s.log, Name: name, Sender: s.cfg.Sender}
-	return n.Run(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return n.Run(gctx) })
+	g.Go(func() error { return s.store.WatchDocuments(gctx) })
+	if err := g.Wait(); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
 }

@@ -87,6 +87,7 @@ type Store struct {
 	cli    *clientv3.Client
 	prefix string
 	now    func() time.Time
+	cache  docCache
 }
 
 // New returns a store keeping its keys under prefix (e.g. "/conch/approval/").
@@ -164,6 +165,7 @@ func (s *Store) PutDocument(ctx context.Context, account string, d *document.Doc
 	if !resp.Succeeded {
 		return 0, errs.New(errs.Conflict, "exec-approvals: the document changed since revision %d", expect)
 	}
+	s.cached(account, b, resp.Header.Revision)
 	return resp.Header.Revision, nil
 }
 
@@ -191,6 +193,7 @@ func (s *Store) UpdateDocument(ctx context.Context, account string, fn func(*doc
 			return nil, 0, unavailable(err, "write document")
 		}
 		if resp.Succeeded {
+			s.cached(account, b, resp.Header.Revision)
 			return d, resp.Header.Revision, nil
 		}
 		if attempt > 20 {
@@ -419,4 +422,12 @@ func sortNewestFirst(as []*Approval) {
 func retryable(err error) bool {
 	k := errs.KindOf(err)
 	return k == errs.Unavailable || k == errs.DeadlineExceeded
+}
+
+// cached puts a document this replica just wrote into the cache, as a
+// fresh copy the caller cannot modify.
+func (s *Store) cached(account string, b []byte, rev int64) {
+	if d, err := document.Parse(b); err == nil {
+		s.cache.put(account, cachedDoc{doc: d, rev: rev, seen: rev})
+	}
 }

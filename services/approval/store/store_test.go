@@ -264,3 +264,69 @@ func TestDocumentRevisions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Documents are served from memory while the watch runs: this replica's
+// writes at once, another replica's as soon as the watch delivers them.
+func TestDocumentCache(t *testing.T) {
+	t.Parallel()
+	cli := etcdxtest.StartForTest(t)
+	prefix := "/cache/"
+	a, _ := New(cli, prefix)
+	b, _ := New(cli, prefix)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.WatchDocuments(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !a.DocumentsCached() {
+		if time.Now().After(deadline) {
+			t.Fatal("the document cache never became ready")
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// Own write: visible at once.
+	d := document.Empty()
+	if _, err := d.AddPattern("main", "/usr/bin/rg"); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := a.PutDocument(ctx, "acct", d, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gotRev, _ := a.CachedDocument(ctx, "acct")
+	if gotRev != rev || len(got.Allowlist("main")) != 1 {
+		t.Fatalf("own write not cached: rev %d/%d %v", gotRev, rev, got.Allowlist("main"))
+	}
+	// Another replica's write: visible once the watch delivers it.
+	if _, _, err := b.UpdateDocument(ctx, "acct", func(d *document.Document) (bool, error) {
+		return d.RemoveEntry("main", "/usr/bin/rg"), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		got, _, _ := a.CachedDocument(ctx, "acct")
+		if len(got.Allowlist("main")) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("another replica's change never reached the cache")
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if other, rev, _ := a.CachedDocument(ctx, "nobody"); rev != 0 || len(other.Agents) != 0 {
+		t.Fatalf("unknown account: %+v %d", other, rev)
+	}
+	cancel()
+	<-done
+	if a.DocumentsCached() {
+		t.Fatal("the cache still serves after its watch stopped")
+	}
+}
