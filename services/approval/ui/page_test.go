@@ -191,8 +191,13 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	if got := cmdOf("ctrl-1"); got != `ls\x1b[2K\x0drm -rf /` {
 		t.Errorf("control characters shown as %q", got)
 	}
-	if n := text(t, ctx, fmt.Sprintf(`String(document.querySelectorAll('li.approval[data-id=%q] .escaped').length)`, idSpoof)); n != "3" {
+	if n := text(t, ctx, fmt.Sprintf(`String(document.querySelectorAll('li.approval[data-id=%q] pre.command .escaped').length)`, idSpoof)); n != "3" {
 		t.Errorf("%s escapes highlighted in the spoofed command, want 3", n)
+	}
+
+	// Each approval says per command why it waits.
+	if seg := text(t, ctx, fmt.Sprintf(`document.querySelector('li.approval[data-id=%q] ul.segments').textContent`, idSpoof)); !strings.Contains(seg, "/usr/bin/rm: ask") || !strings.Contains(seg, "not in the allowlist") {
+		t.Errorf("segments shown as %q", seg)
 	}
 
 	// A new approval appears without a reload.

@@ -106,6 +106,14 @@
       field(dl, "user", a.user);
       field(dl, "expires", a.expires_at);
       li.appendChild(dl);
+      if ((a.segments || []).length) {
+        const ul = document.createElement("ul");
+        ul.className = "segments";
+        for (const seg of a.segments) {
+          ul.appendChild(escapedNode("li", (seg.argv || []).join(" ") + " → " + (seg.resolved_path || "(not resolved)") + ": " + seg.decision + (seg.reason ? " — " + seg.reason : ""), "segment " + seg.decision));
+        }
+        li.appendChild(ul);
+      }
       for (const [label, decision, cls] of [["Allow once", "allow-once", "allow-once"], ["Allow always", "allow-always", "allow-always"], ["Deny", "deny", "deny"]]) {
         const b = document.createElement("button");
         b.type = "button";
