@@ -262,6 +262,10 @@ func (a *analyzer) add(s Segment) {
 }
 
 func union(a, b []string) []string {
+	// Most chains never cd: both sets are the same single directory.
+	if len(b) == 0 || (len(a) == 1 && len(b) == 1 && a[0] == b[0]) {
+		return a
+	}
 	out := slices.Clone(a)
 	for _, x := range b {
 		if !slices.Contains(out, x) {
@@ -452,7 +456,7 @@ func (a *analyzer) argv(words []word, cwds []string, stdinArgs bool) (succ, fail
 	name := words[0].val
 	argv := values(words)
 	if shellBuiltins[name] && !stdinArgs {
-		return a.builtin(name, words, cwds)
+		return a.builtin(name, words, argv, cwds)
 	}
 	var paths []string
 	for _, d := range cwds {
@@ -466,13 +470,12 @@ func (a *analyzer) argv(words []word, cwds []string, stdinArgs bool) (succ, fail
 		}
 	}
 	for _, p := range paths {
-		a.program(p, words, cwds, stdinArgs)
+		a.program(p, words, argv, cwds, stdinArgs)
 	}
 	return cwds, cwds
 }
 
-func (a *analyzer) builtin(name string, words []word, cwds []string) (succ, fail []string) {
-	argv := values(words)
+func (a *analyzer) builtin(name string, words []word, argv []string, cwds []string) (succ, fail []string) {
 	seg := Segment{Argv: argv, Decision: Allow, Reason: "builtin " + name}
 	switch name {
 	case "pwd", "true", "false", ":":
@@ -530,8 +533,7 @@ func (a *analyzer) builtin(name string, words []word, cwds []string) (succ, fail
 }
 
 // program judges a resolved binary p run with words.
-func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool) {
-	argv := values(words)
+func (a *analyzer) program(p string, words []word, argv []string, cwds []string, stdinArgs bool) {
 	args := argv[1:]
 	base := a.kindName(p)
 	// kindPath carries the deciding name to the helpers that take paths.
@@ -575,7 +577,7 @@ func (a *analyzer) program(p string, words []word, cwds []string, stdinArgs bool
 		miss(base + " runs programs the policy cannot follow")
 		return
 	case isShell(kindPath):
-		a.shell(p, words, cwds, stdinArgs)
+		a.shell(p, words, argv, cwds, stdinArgs)
 		return
 	}
 	if isInterpreter(kindPath) {
@@ -662,15 +664,15 @@ func (a *analyzer) argvExec(words []word, cwds []string, stdinArgs bool) {
 			paths = append(paths, p)
 		}
 	}
+	argv := values(words)
 	for _, p := range paths {
-		a.program(p, words, cwds, stdinArgs)
+		a.program(p, words, argv, cwds, stdinArgs)
 	}
 }
 
 // shell judges sh -c STRING by the commands in STRING; a shell running a
 // script or stdin cannot be judged.
-func (a *analyzer) shell(p string, words []word, cwds []string, stdinArgs bool) {
-	argv := values(words)
+func (a *analyzer) shell(p string, words []word, argv []string, cwds []string, stdinArgs bool) {
 	base := progName(p)
 	miss := func(why string) {
 		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})

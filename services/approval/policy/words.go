@@ -30,6 +30,22 @@ func refuse(token string) *refusal { return &refusal{token: token} }
 // variables, which the caller judges by where the word stands.
 func evalWord(w *syntax.Word) (word, *refusal) {
 	var out word
+	if len(w.Parts) == 1 {
+		// Fast paths for the common words: a plain literal or one
+		// single-quoted string need no copying.
+		switch p := w.Parts[0].(type) {
+		case *syntax.Lit:
+			if !strings.ContainsAny(p.Value, "\\*?[{~") {
+				out.val = p.Value
+				return out, nil
+			}
+		case *syntax.SglQuoted:
+			if !p.Dollar {
+				out.val = p.Value
+				return out, nil
+			}
+		}
+	}
 	var b strings.Builder
 	for _, part := range w.Parts {
 		switch p := part.(type) {
