@@ -30,7 +30,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router"
-	"github.com/conch-sh/conch/services/workspace"
 )
 
 // Common is the configuration every single-service command shares.
@@ -73,6 +72,8 @@ type RouterConfig struct {
 	PublicURL    string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router, for links it hands out (default: the request's host)"`
 	AdminKey     string `env:"CONCH_ADMIN_KEY" usage:"API key of the admin, who manages accounts"`
 	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
+	// UploadIdleTimeout bounds a stalled upload body.
+	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
 }
 
 // Validate checks the router's settings.
@@ -86,10 +87,13 @@ func (c *RouterConfig) Validate() error {
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
 		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
 	}
+	if c.UploadIdleTimeout <= 0 {
+		return config.Invalid("--upload-idle-timeout", "must be positive")
+	}
 	return validPublicURL(c.PublicURL)
 }
 
-// ServiceConfig is the configuration of `conch executor|approval|workspace`.
+// ServiceConfig is the configuration of `conch executor|approval`.
 type ServiceConfig struct {
 	Common
 }
@@ -136,11 +140,22 @@ func (p *process) close(ctx context.Context) {
 	}
 }
 
+// streamWindow is the gRPC flow-control window of one stream.
+const streamWindow = 1 << 20
+
 // dial connects to a service through discovery, signing the call scope.
 func (p *process) dial(ctx context.Context, service string) (*grpc.ClientConn, error) {
 	return discovery.Dial(ctx, p.etcd, service,
 		grpc.WithChainUnaryInterceptor(p.signer.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(p.signer.StreamClientInterceptor()),
+		// Fixed flow-control windows: gRPC's bandwidth-delay estimate
+		// otherwise grows them to many MiB on fast links, and a streamed
+		// download would sit in the router's memory that far ahead.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(4*streamWindow),
+		// A directory listing is one response and may exceed gRPC's
+		// default 4 MiB; the workspace service bounds it below this.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32<<20)),
 	)
 }
 
@@ -199,11 +214,13 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 	g.Go(func() error {
 		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
 	})
-	g.Go(func() error { return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.ShutdownTimeout, nil) })
+	g.Go(func() error {
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.UploadIdleTimeout, cfg.ShutdownTimeout, nil)
+	})
 	return g.Wait()
 }
 
-// RunService runs `conch executor|approval|workspace`.
+// RunService runs `conch executor|approval`.
 func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 	p, err := newProcess(ctx, "conch-"+name, cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
 	if err != nil {
@@ -214,19 +231,26 @@ func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 	if err != nil {
 		return err
 	}
+	return p.runService(ctx, name, &cfg.Common, register, run)
+}
+
+// runService serves one service's gRPC server, its background work (run,
+// when not nil) and /metrics when asked.
+func (p *process) runService(ctx context.Context, name string, c *Common, register func(*grpc.Server), run func(context.Context) error) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return p.serve(gctx, name, cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, register) })
+	g.Go(func() error { return p.serve(gctx, name, c.GRPCAddr, c.AdvertiseAddr, c, register) })
 	if run != nil {
 		g.Go(func() error { return run(gctx) })
 	}
-	if cfg.MetricsAddr != "" {
-		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
+	if c.MetricsAddr != "" {
+		g.Go(func() error { return p.serveMetrics(gctx, c.MetricsAddr, c.ShutdownTimeout) })
 	}
 	return g.Wait()
 }
 
-// registerFunc builds a service; run, when not nil, is its background work
-// and runs beside the gRPC server.
+// registerFunc builds a service without configuration of its own (the
+// workspace service has RunWorkspace); run, when not nil, is its background
+// work and runs beside the gRPC server.
 func registerFunc(name string, p *process) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
 	case "executor":
@@ -241,22 +265,20 @@ func registerFunc(name string, p *process) (register func(*grpc.Server), run fun
 			return nil, nil, err
 		}
 		return svc.Register, svc.Run, nil
-	case "workspace":
-		return workspace.New().Register, nil, nil
 	}
 	return nil, nil, fmt.Errorf("unknown service %q", name)
 }
 
 // serveHTTP serves the router's public HTTP API on addr until ctx ends. When
 // ready is not nil it receives the bound address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, timeout time.Duration, ready chan<- string) error {
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, uploadIdle, timeout time.Duration, ready chan<- string) error {
 	conns, closeConns, err := p.dialAll(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConns()
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
-		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
+		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log, UploadIdleTimeout: uploadIdle,
 	})
 	if err != nil {
 		return err

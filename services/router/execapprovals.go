@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 )
@@ -21,11 +20,6 @@ const maxExecApprovalsBody = 1 << 20
 // document changed since.
 type execApprovals struct {
 	client approvalv1.ApprovalServiceClient
-}
-
-func writeStatus(w http.ResponseWriter, err error) {
-	st, _ := status.FromError(err)
-	statusErrors(w, st.Code(), st.Message())
 }
 
 func (h *execApprovals) get(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,9 @@ type HTTPOptions struct {
 	Metrics http.Handler
 	// PublicURL is the base of links handed out; empty: the request's host.
 	PublicURL string
+	// UploadIdleTimeout bounds the wait for the next bytes of a file
+	// upload; 0 means DefaultUploadIdleTimeout.
+	UploadIdleTimeout time.Duration
 	// Logger receives request errors.
 	Logger *slog.Logger
 }
@@ -98,6 +101,11 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.Handle("GET /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.get)))
 	mux.Handle("PUT /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.put)))
 	registerUI(mux)
+	if opts.UploadIdleTimeout <= 0 {
+		opts.UploadIdleTimeout = DefaultUploadIdleTimeout
+	}
+	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
+	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(statusErrors, h) }, gw)
 	return otelhttp.NewHandler(mux, "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	})), nil

@@ -26,6 +26,7 @@ Commands:
   executor    run the executor service (sandboxes)
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
+  files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
 Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
   approvals   list and answer exec approvals, edit allowlists, export/import the document
@@ -72,7 +73,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunRouter(ctx, cfg)
-	case "executor", "approval", "workspace":
+	case "workspace":
+		var cfg launch.WorkspaceConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunWorkspace(ctx, cfg)
+	case "executor", "approval":
 		var cfg launch.ServiceConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err
@@ -84,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Gateways(ctx, args, stdout, stderr)
 	case "chat":
 		return cli.Chat(ctx, args, os.Stdin, stdout, stderr)
+	case "files":
+		return cli.Files(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
