@@ -6,6 +6,9 @@ set -euo pipefail
 need=()
 command -v go >/dev/null || { echo "conch needs Go 1.26 or later: https://go.dev/dl/" >&2; exit 1; }
 command -v bwrap >/dev/null || need+=(bubblewrap)
+# The sandbox tests run python3 inside sandboxes (threads, sockets, ioctls),
+# from the system's /usr/bin, which is what a sandbox sees.
+[ -x /usr/bin/python3 ] || need+=(python3)
 # --test adds what only the tests need: a headless browser for the
 # approvals page.
 if [ "${1:-}" = "--test" ]; then

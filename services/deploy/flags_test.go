@@ -29,8 +29,8 @@ import (
 var commandConfigs = map[string]func() any{
 	"router":    func() any { return &launch.RouterConfig{} },
 	"approval":  func() any { return &launch.ServiceConfig{} },
-	"workspace": func() any { return &launch.ServiceConfig{} },
-	"executor":  func() any { return &launch.ServiceConfig{} },
+	"workspace": func() any { return &launch.WorkspaceConfig{} },
+	"executor":  func() any { return &launch.ExecutorServiceConfig{} },
 }
 
 // conchImages are the images whose entrypoint is the conch binary, by the

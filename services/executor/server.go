@@ -1,23 +1,468 @@
-// Package executor is the executor service: it owns sandboxes and runs commands in them.
+// Package executor is the executor service: it owns sandboxes and runs
+// commands in them. server.go holds the thin gRPC handlers; the domain is in
+// service.go and exec.go, the sandboxes in sandbox/, process records in
+// process/.
 package executor
 
 import (
-	"google.golang.org/grpc"
+	"context"
+	"errors"
+	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/executor/process"
+	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
-// Server serves ExecutorService. RPCs not yet built answer Unimplemented.
+// Server serves ExecutorService over a Service.
 type Server struct {
-	executorv1.UnimplementedExecutorServiceServer
+	executorv1.UnsafeExecutorServiceServer
+	svc *Service
 }
 
-// New returns the executor service.
-func New() *Server {
-	return &Server{}
-}
+var _ executorv1.ExecutorServiceServer = (*Server)(nil)
+
+// NewServer returns the gRPC face of svc.
+func NewServer(svc *Service) *Server { return &Server{svc: svc} }
 
 // Register registers the service's gRPC handlers on g.
 func (s *Server) Register(g *grpc.Server) {
 	executorv1.RegisterExecutorServiceServer(g, s)
+}
+
+const maxLimit = int64(1) << 40
+
+func limitsFrom(l *executorv1.Limits) (sandbox.Limits, error) {
+	if l == nil {
+		return sandbox.Limits{}, nil
+	}
+	checks := []struct {
+		name string
+		v    int64
+		min  int64
+	}{
+		{"limits.memory_bytes", l.GetMemoryBytes(), 32 << 20},
+		{"limits.pids", l.GetPids(), 16},
+		{"limits.cpu_millicores", l.GetCpuMillicores(), 10},
+		{"limits.workspace_bytes", l.GetWorkspaceBytes(), 1 << 20},
+		{"limits.workspace_files", l.GetWorkspaceFiles(), 100},
+		{"limits.ephemeral_workspace_bytes", l.GetEphemeralWorkspaceBytes(), 1 << 20},
+	}
+	for _, c := range checks {
+		if c.v != 0 && (c.v < c.min || c.v > maxLimit) {
+			return sandbox.Limits{}, errs.New(errs.InvalidArgument, "%s: must be 0 (default) or between %d and %d", c.name, c.min, maxLimit)
+		}
+	}
+	return sandbox.Limits{
+		MemoryBytes: l.GetMemoryBytes(), Pids: l.GetPids(), CPUMillicores: l.GetCpuMillicores(),
+		WorkspaceBytes: l.GetEphemeralWorkspaceBytes(), WorkspaceFiles: l.GetWorkspaceFiles(),
+	}, nil
+}
+
+// CreateSandbox builds a sandbox for the caller's account.
+func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandboxRequest) (*executorv1.CreateSandboxResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limits, err := limitsFrom(req.GetLimits())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetPersistent() {
+		// A persistent workspace has its own quota.
+		limits.WorkspaceBytes = req.GetLimits().GetWorkspaceBytes()
+	}
+	if req.GetIdleTimeoutSeconds() < 0 {
+		return nil, errs.New(errs.InvalidArgument, "idle_timeout_seconds: must not be negative")
+	}
+	if len(req.GetTools()) > 0 {
+		return nil, errs.New(errs.Unimplemented, "tools: moving tools into the shell is not available on this executor yet")
+	}
+	e, id, err := s.svc.Create(ctx, account, CreateParams{
+		User: req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
+		Network:     req.GetNetwork().GetMode() == executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST,
+		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
+		Idle: time.Duration(req.GetIdleTimeoutSeconds()) * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.CreateSandboxResponse{Id: id, Sandbox: s.sandboxPB(id, e)}, nil
+}
+
+func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
+	l := sandbox.DefaultLimits
+	if e.limits.MemoryBytes > 0 {
+		l.MemoryBytes = e.limits.MemoryBytes
+	}
+	if e.limits.Pids > 0 {
+		l.Pids = e.limits.Pids
+	}
+	if e.limits.CPUMillicores > 0 {
+		l.CPUMillicores = e.limits.CPUMillicores
+	}
+	if e.limits.WorkspaceBytes > 0 {
+		l.WorkspaceBytes = e.limits.WorkspaceBytes
+	}
+	pl := &executorv1.Limits{
+		MemoryBytes: l.MemoryBytes, Pids: l.Pids, CpuMillicores: l.CPUMillicores,
+		WorkspaceBytes: PersistentWorkspaceBytes, WorkspaceFiles: l.WorkspaceFiles, EphemeralWorkspaceBytes: sandbox.DefaultLimits.WorkspaceBytes,
+	}
+	if e.persistent {
+		pl.WorkspaceBytes = l.WorkspaceBytes
+	} else {
+		pl.EphemeralWorkspaceBytes = l.WorkspaceBytes
+	}
+	state := executorv1.SandboxState_SANDBOX_STATE_READY
+	select {
+	case <-e.sb.Done():
+		state = executorv1.SandboxState_SANDBOX_STATE_GONE
+	default:
+	}
+	return &executorv1.Sandbox{
+		Id: id, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
+		Limits:             pl,
+		Network:            &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_NONE},
+		Cwd:                e.sb.Cwd(),
+		CreatedAt:          timestamppb.New(e.created),
+		LastUsedAt:         timestamppb.New(e.idleSince()),
+		IdleTimeoutSeconds: int32(e.idle / time.Second),
+	}
+}
+
+// GetSandbox returns one of the caller's sandboxes.
+func (s *Server) GetSandbox(ctx context.Context, req *executorv1.GetSandboxRequest) (*executorv1.GetSandboxResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.svc.lookup(ctx, account, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.GetSandboxResponse{Sandbox: s.sandboxPB(req.GetId(), e)}, nil
+}
+
+// ListSandboxes lists the caller's sandboxes on this executor.
+func (s *Server) ListSandboxes(ctx context.Context, req *executorv1.ListSandboxesRequest) (*executorv1.ListSandboxesResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := s.svc.List(account, req.GetUser())
+	resp := &executorv1.ListSandboxesResponse{Sandboxes: []*executorv1.Sandbox{}}
+	for _, id := range sortedIDs(m) {
+		resp.Sandboxes = append(resp.Sandboxes, s.sandboxPB(id, m[id]))
+	}
+	return resp, nil
+}
+
+// DestroySandbox ends one of the caller's sandboxes.
+func (s *Server) DestroySandbox(ctx context.Context, req *executorv1.DestroySandboxRequest) (*executorv1.DestroySandboxResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.svc.Destroy(ctx, account, req.GetId()); err != nil {
+		return nil, err
+	}
+	return &executorv1.DestroySandboxResponse{}, nil
+}
+
+// execStream sends Exec events on a gRPC stream.
+type execStream struct {
+	stream executorv1.ExecutorService_ExecServer
+}
+
+func (x execStream) Started(id string) error {
+	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Started{Started: id}})
+}
+
+func (x execStream) Output(st sandbox.Stream, b []byte) error {
+	name := executorv1.StreamName_STREAM_NAME_STDOUT
+	if st == sandbox.Stderr {
+		name = executorv1.StreamName_STREAM_NAME_STDERR
+	}
+	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Output{Output: &executorv1.Output{Stream: name, Data: b}}})
+}
+
+func (x execStream) StillRunning(since time.Time) error {
+	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_StillRunning{StillRunning: timestamppb.New(since)}})
+}
+
+func (x execStream) Backgrounded(id string) error {
+	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Backgrounded{Backgrounded: &executorv1.Backgrounded{ProcessId: id}}})
+}
+
+// Exec runs a command, streaming its events.
+func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorService_ExecServer) error {
+	ctx := stream.Context()
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return err
+	}
+	switch req.GetHost() {
+	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX:
+	case approvalv1.Host_HOST_NODE:
+		return errs.New(errs.NotFound, "Node not found")
+	default:
+		return errs.New(errs.Unimplemented, "host %s: running outside a sandbox is not available on this executor yet", req.GetHost())
+	}
+	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultExecTimeout, MaxExecTimeout)
+	if err != nil {
+		return err
+	}
+	maxOut, err := outputLimit(req.GetMaxOutputLength())
+	if err != nil {
+		return err
+	}
+	if req.GetYieldMs() < 0 {
+		return errs.New(errs.InvalidArgument, "yield_ms: must not be negative")
+	}
+	notice := time.Duration(req.GetSettings().GetApprovalRunningNoticeMs()) * time.Millisecond
+	switch {
+	case notice < 0:
+		return errs.New(errs.InvalidArgument, "settings.approval_running_notice_ms: must not be negative")
+	case notice == 0:
+		notice = 10 * time.Second
+	}
+	res, err := s.svc.Exec(ctx, account, ExecParams{
+		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
+		Timeout: timeout, MaxOutput: maxOut, Pty: req.GetPty(), Yield: time.Duration(req.GetYieldMs()) * time.Millisecond,
+		Background: req.GetBackground(), Notify: req.GetSettings().GetNotifyOnExit(),
+		Notice: notice, PathPrepend: req.GetSettings().GetPathPrepend(),
+	}, execStream{stream})
+	if err != nil || res == nil {
+		return err
+	}
+	return stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
+		Outcome: outcomePB(res), Error: res.Error, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+		DurationMs: res.Duration.Milliseconds(),
+	}}})
+}
+
+func outcomePB(r *Result) *executorv1.Outcome {
+	switch r.Outcome {
+	case OutcomeExit:
+		code := int32(r.ExitCode)
+		return &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_EXIT, ExitCode: &code}
+	case OutcomeTimeout:
+		return &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_TIMEOUT}
+	}
+	return &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR}
+}
+
+func seconds(field string, v int32, def, maxD time.Duration) (time.Duration, error) {
+	if v == 0 {
+		return def, nil
+	}
+	if v < 1 || time.Duration(v)*time.Second > maxD {
+		return 0, errs.New(errs.InvalidArgument, "%s: must be between 1 and %d", field, int(maxD/time.Second))
+	}
+	return time.Duration(v) * time.Second, nil
+}
+
+func outputLimit(v int32) (int, error) {
+	if v == 0 {
+		return DefaultOutputChars, nil
+	}
+	if v < 1 || v > MaxOutputChars {
+		return 0, errs.New(errs.InvalidArgument, "max_output_length: must be between 1 and %d", MaxOutputChars)
+	}
+	return int(v), nil
+}
+
+// discard drops Exec events for RunCommand, which returns only the result.
+type discard struct{}
+
+func (discard) Started(string) error                { return nil }
+func (discard) Output(sandbox.Stream, []byte) error { return nil }
+func (discard) Backgrounded(string) error           { return errors.New("executor: unexpected background") }
+func (discard) StillRunning(time.Time) error        { return nil }
+
+// RunCommand runs a command to its end and returns SPEC §3's result.
+func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandRequest) (*executorv1.RunCommandResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultRunTimeout, MaxRunTimeout)
+	if err != nil {
+		return nil, err
+	}
+	maxOut, err := outputLimit(req.GetMaxOutputLength())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.svc.Exec(ctx, account, ExecParams{
+		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
+		Timeout: timeout, MaxOutput: maxOut,
+	}, discard{})
+	if err != nil {
+		return nil, err
+	}
+	out := &executorv1.RunCommandResponse{Stdout: res.Stdout, Stderr: res.Stderr, Outcome: outcomePB(res)}
+	if res.Outcome == OutcomeError {
+		out.Stdout, out.Stderr = "", ""
+		out.Error = &res.Error
+	}
+	return out, nil
+}
+
+func processPB(p process.Snapshot) *executorv1.Process {
+	pb := &executorv1.Process{
+		Id: p.ID, SandboxId: p.SandboxID, Command: p.Command, Pty: p.Pty, OutputBytes: p.OutputBytes,
+		StartedAt: timestamppb.New(p.StartedAt), State: executorv1.ProcessState_PROCESS_STATE_RUNNING,
+	}
+	if !p.Running {
+		pb.State = executorv1.ProcessState_PROCESS_STATE_EXITED
+		pb.EndedAt = timestamppb.New(p.EndedAt)
+		r := &Result{Outcome: OutcomeExit, ExitCode: p.ExitCode}
+		switch {
+		case p.TimedOut:
+			r.Outcome = OutcomeTimeout
+		case p.Error != "":
+			r.Outcome = OutcomeError
+		}
+		pb.Outcome = outcomePB(r)
+	}
+	return pb
+}
+
+func (s *Server) record(ctx context.Context, sandboxID, processID string) (*process.Record, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.svc.lookup(ctx, account, sandboxID); err != nil {
+		return nil, err
+	}
+	r, err := s.svc.procs.Get(sandboxID, processID)
+	if err != nil {
+		return nil, errs.New(errs.NotFound, "process %q not found in sandbox %q", processID, sandboxID)
+	}
+	return r, nil
+}
+
+// ListProcesses lists a sandbox's processes.
+func (s *Server) ListProcesses(ctx context.Context, req *executorv1.ListProcessesRequest) (*executorv1.ListProcessesResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.svc.lookup(ctx, account, req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	resp := &executorv1.ListProcessesResponse{Processes: []*executorv1.Process{}}
+	for _, p := range s.svc.procs.List(req.GetSandboxId()) {
+		resp.Processes = append(resp.Processes, processPB(p))
+	}
+	return resp, nil
+}
+
+// maxPollWait bounds how long a poll may wait.
+const maxPollWait = 60 * time.Second
+
+// PollProcess returns a process's output since the previous poll.
+func (s *Server) PollProcess(ctx context.Context, req *executorv1.PollProcessRequest) (*executorv1.PollProcessResponse, error) {
+	if req.GetWaitMs() < 0 || time.Duration(req.GetWaitMs())*time.Millisecond > maxPollWait {
+		return nil, errs.New(errs.InvalidArgument, "wait_ms: must be between 0 and %d", maxPollWait.Milliseconds())
+	}
+	r, err := s.record(ctx, req.GetSandboxId(), req.GetProcessId())
+	if err != nil {
+		return nil, err
+	}
+	snap, out, truncated := r.Poll(ctx, time.Duration(req.GetWaitMs())*time.Millisecond, 4*DefaultOutputChars)
+	text, cutMore := cut(string(out), DefaultOutputChars)
+	return &executorv1.PollProcessResponse{Process: processPB(snap), Output: text, Truncated: truncated || cutMore}, nil
+}
+
+// ReadProcessLog reads lines of a process's recorded output.
+func (s *Server) ReadProcessLog(ctx context.Context, req *executorv1.ReadProcessLogRequest) (*executorv1.ReadProcessLogResponse, error) {
+	if req.GetOffset() < 0 || req.GetLimit() < 0 {
+		return nil, errs.New(errs.InvalidArgument, "offset and limit: must not be negative")
+	}
+	r, err := s.record(ctx, req.GetSandboxId(), req.GetProcessId())
+	if err != nil {
+		return nil, err
+	}
+	text, next, total := r.Lines(req.GetOffset(), req.GetLimit(), 64<<10)
+	return &executorv1.ReadProcessLogResponse{Log: text, NextOffset: next, TotalLines: total}, nil
+}
+
+// WriteProcess writes to a process's standard input.
+func (s *Server) WriteProcess(ctx context.Context, req *executorv1.WriteProcessRequest) (*executorv1.WriteProcessResponse, error) {
+	if len(req.GetData()) > 1<<20 {
+		return nil, errs.New(errs.InvalidArgument, "data: at most 1 MiB per write")
+	}
+	r, err := s.record(ctx, req.GetSandboxId(), req.GetProcessId())
+	if err != nil {
+		return nil, err
+	}
+	if !r.Snapshot().Running {
+		return nil, errs.New(errs.FailedPrecondition, "process %q has exited", req.GetProcessId())
+	}
+	if err := r.Write(req.GetData(), req.GetEof()); err != nil {
+		return nil, errs.Wrap(errs.FailedPrecondition, err, "write to process %q", req.GetProcessId())
+	}
+	return &executorv1.WriteProcessResponse{}, nil
+}
+
+// KillProcess kills a process and its tree and returns it once ended.
+func (s *Server) KillProcess(ctx context.Context, req *executorv1.KillProcessRequest) (*executorv1.KillProcessResponse, error) {
+	r, err := s.record(ctx, req.GetSandboxId(), req.GetProcessId())
+	if err != nil {
+		return nil, err
+	}
+	if r.Snapshot().Running {
+		if err := r.Kill(); err != nil {
+			return nil, errs.Wrap(errs.FailedPrecondition, err, "kill process %q", req.GetProcessId())
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := r.Wait(wctx); err != nil {
+			return nil, errs.Wrap(errs.Unavailable, err, "wait for process %q", req.GetProcessId())
+		}
+	}
+	return &executorv1.KillProcessResponse{Process: processPB(r.Snapshot())}, nil
+}
+
+// WatchSandboxEvents streams a sandbox's notifications.
+func (s *Server) WatchSandboxEvents(req *executorv1.WatchSandboxEventsRequest, stream executorv1.ExecutorService_WatchSandboxEventsServer) error {
+	ctx := stream.Context()
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return err
+	}
+	e, err := s.svc.lookup(ctx, account, req.GetSandboxId())
+	if err != nil {
+		return err
+	}
+	ch, stop := s.svc.procs.Watch(req.GetSandboxId())
+	defer stop()
+	for {
+		select {
+		case ev := <-ch:
+			if err := stream.Send(&executorv1.WatchSandboxEventsResponse{Process: processPB(ev.Process), Message: ev.Message}); err != nil {
+				return err
+			}
+		case <-e.sb.Done():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// AttachNode would carry a paired node's stream; nodes are not available on
+// this executor yet.
+func (s *Server) AttachNode(executorv1.ExecutorService_AttachNodeServer) error {
+	return errs.New(errs.Unimplemented, "paired nodes are not available on this executor yet")
 }

@@ -42,6 +42,8 @@ type DevConfig struct {
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
 	// UploadIdleTimeout bounds a stalled upload body.
 	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
+
+	ExecutorConfig
 }
 
 // Validate checks the dev settings.
@@ -68,6 +70,9 @@ func (c *DevConfig) Validate() error {
 		if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
 			return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
 		}
+	}
+	if err := c.ExecutorConfig.Validate(); err != nil {
+		return err
 	}
 	return validPublicURL(c.PublicURL)
 }
@@ -121,7 +126,14 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
 	g.Go(func() error { return p.serve(gctx, "workspace", "127.0.0.1:0", "", common, ws.Register) })
-	for _, name := range []string{"executor", "approval"} {
+	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	g.Go(func() error { return execSvc.Run(gctx) })
+	g.Go(func() error { return p.serve(gctx, "executor", "127.0.0.1:0", "", common, execSrv.Register) })
+	for _, name := range []string{"approval"} {
 		register, run, err := registerFunc(name, p)
 		if err != nil {
 			return err

@@ -13,15 +13,19 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/approval"
 	approvalstore "github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
@@ -96,6 +100,103 @@ func (c *RouterConfig) Validate() error {
 // ServiceConfig is the configuration of `conch executor|approval`.
 type ServiceConfig struct {
 	Common
+}
+
+// ExecutorConfig configures the executor's sandboxes.
+type ExecutorConfig struct {
+	SandboxStateDir string `flag:"sandbox-state-dir" env:"CONCH_SANDBOX_STATE_DIR" default:"/run/conch-executor" usage:"host directory for sandbox state; every parent must be searchable by others"`
+	SandboxRootFS   string `flag:"sandbox-rootfs" env:"CONCH_SANDBOX_ROOTFS" default:"/" usage:"root filesystem whose /usr, /bin, /lib* and chosen /etc files sandboxes see read-only"`
+	SandboxUIDBase  int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
+	SandboxCgroup   string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
+	SandboxPool     int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
+}
+
+// Validate checks the executor's settings.
+func (c *ExecutorConfig) Validate() error {
+	if !filepath.IsAbs(c.SandboxStateDir) {
+		return config.Invalid("--sandbox-state-dir", "must be an absolute path")
+	}
+	if !filepath.IsAbs(c.SandboxRootFS) {
+		return config.Invalid("--sandbox-rootfs", "must be an absolute path")
+	}
+	if c.SandboxUIDBase < 1000 || c.SandboxUIDBase > 1<<31-1<<17 {
+		return config.Invalid("--sandbox-uid-base", "must be between 1000 and %d", 1<<31-1<<17)
+	}
+	if c.SandboxPool < 0 || c.SandboxPool > 64 {
+		return config.Invalid("--sandbox-pool", "must be between 0 and 64")
+	}
+	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
+		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")
+	}
+	return nil
+}
+
+// ExecutorServiceConfig is the configuration of `conch executor`.
+type ExecutorServiceConfig struct {
+	Common
+	ExecutorConfig
+}
+
+// Validate checks the executor service's settings.
+func (c *ExecutorServiceConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.ExecutorConfig.Validate()
+}
+
+// startExecutor builds the executor service: its sandbox runtime under a
+// per-instance state dir and cgroup, and its domain.
+func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*executor.Server, *executor.Service, func(), error) {
+	host, _ := os.Hostname()
+	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
+	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
+		p.log.Warn("sweeping stale sandboxes failed", "error", err)
+	}
+	dir := filepath.Join(cfg.SandboxStateDir, name)
+	rt, err := sandbox.NewRuntime(sandbox.Config{
+		StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase,
+		CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, Logger: p.log,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("executor: %w", err)
+	}
+	wsConn, err := p.dial(ctx, "workspace")
+	if err != nil {
+		rt.Close()
+		return nil, nil, nil, fmt.Errorf("executor: dial workspace: %w", err)
+	}
+	ws := executor.NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(wsConn), executor.PersistentWorkspaceBytes)
+	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log, executor.WithWorkspaces(ws))
+	if err != nil {
+		_ = wsConn.Close()
+		rt.Close()
+		return nil, nil, nil, err
+	}
+	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close() }, nil
+}
+
+// RunExecutor runs `conch executor`.
+func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
+	p, err := newProcess(ctx, "conch-executor", cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	if err != nil {
+		return err
+	}
+	defer p.close(ctx)
+	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return svc.Run(gctx) })
+	g.Go(func() error {
+		return p.serve(gctx, "executor", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, srv.Register)
+	})
+	if cfg.MetricsAddr != "" {
+		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
+	}
+	return g.Wait()
 }
 
 // process is what every conch process sets up before its services: logging,
@@ -253,8 +354,6 @@ func (p *process) runService(ctx context.Context, name string, c *Common, regist
 // work and runs beside the gRPC server.
 func registerFunc(name string, p *process) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
-	case "executor":
-		return executor.New().Register, nil, nil
 	case "approval":
 		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
 		if err != nil {

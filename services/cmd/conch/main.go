@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/conch-sh/conch/services/cli"
+	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/launch"
 )
@@ -40,7 +41,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
+		var exit *cli.ExitError
+		if !errors.Is(err, flag.ErrHelp) && !errors.As(err, &exit) {
 			fmt.Fprintln(os.Stderr, "conch:", err)
 		}
 		os.Exit(exitCode(err))
@@ -48,6 +50,10 @@ func main() {
 }
 
 func exitCode(err error) int {
+	var exit *cli.ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
 	if errors.Is(err, flag.ErrHelp) || errors.Is(err, cli.ErrUsage) {
 		return 2
 	}
@@ -79,7 +85,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunWorkspace(ctx, cfg)
-	case "executor", "approval":
+	case "executor":
+		var cfg launch.ExecutorServiceConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunExecutor(ctx, cfg)
+	case sandbox.AgentCommand:
+		// Hidden: the resident agent inside each sandbox.
+		return sandbox.RunAgent()
+	case "approval":
 		var cfg launch.ServiceConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err
@@ -93,6 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Chat(ctx, args, os.Stdin, stdout, stderr)
 	case "files":
 		return cli.Files(ctx, args, stdout, stderr)
+	case "sandbox":
+		return cli.RunSandbox(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,0 +1,155 @@
+package executor
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+)
+
+func reportP50(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	for i := 1; i < len(ds); i++ {
+		for j := i; j > 0 && ds[j] < ds[j-1]; j-- {
+			ds[j], ds[j-1] = ds[j-1], ds[j]
+		}
+	}
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
+}
+
+// BenchmarkBareForkExec is the floor for a command: /bin/sh -c true
+// started from Go.
+func BenchmarkBareForkExec(b *testing.B) {
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := exec.Command("/bin/sh", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkCommandRoundTrip runs `true` through the executor's gRPC API in a
+// warm sandbox.
+func BenchmarkCommandRoundTrip(b *testing.B) {
+	x := startExecutor(b)
+	id := createSandbox(b, x, "bench")
+	ctx := as(b, "bench")
+	req := &executorv1.RunCommandRequest{SandboxId: id, Command: "true"}
+	if _, err := x.client.RunCommand(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		res, err := x.client.RunCommand(ctx, req)
+		if err != nil || res.GetOutcome().GetExitCode() != 0 {
+			b.Fatal(res, err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkThroughput8Sandboxes runs `true` from 8 callers, each in its own
+// sandbox, and reports commands per second.
+func BenchmarkThroughput8Sandboxes(b *testing.B) {
+	x := startExecutor(b)
+	ctx := as(b, "bench")
+	ids := make([]string, 8)
+	for i := range ids {
+		ids[i] = createSandbox(b, x, "bench")
+	}
+	const perCaller = 50
+	start := time.Now()
+	n := 0
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Go(func() {
+				for range perCaller {
+					if _, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "true"}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		n += len(ids) * perCaller
+	}
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "cmds/s")
+}
+
+func selfRSS(b *testing.B) int64 {
+	rss := pidRSS(os.Getpid())
+	if rss == 0 {
+		b.Fatal("no VmRSS")
+	}
+	return rss
+}
+
+// pidRSS returns a process's resident set in bytes, 0 if unknown.
+func pidRSS(pid int) int64 {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// BenchmarkIdleSandboxes holds 100 idle sandboxes at once and reports the
+// executor's RSS growth per sandbox.
+func BenchmarkIdleSandboxes(b *testing.B) {
+	x := startExecutor(b)
+	ctx := as(b, "bench")
+	for b.Loop() {
+		before := selfRSS(b)
+		var ids []string
+		for range 100 {
+			resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids = append(ids, resp.GetId())
+		}
+		if _, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: ids[99], Command: "true"}); err != nil {
+			b.Fatal(err)
+		}
+		after := selfRSS(b)
+		b.ReportMetric(float64(after-before)/100/(1<<20), "MiB-rss/sandbox")
+		// The sandboxes' own processes (bubblewrap, its init, the agent)
+		// are not the executor's memory, but they are the cost of a sandbox.
+		var sbRSS int64
+		for _, e := range x.svc.List("bench", "") {
+			pids, _ := e.sb.HostPIDs()
+			for _, pid := range pids {
+				sbRSS += pidRSS(pid)
+			}
+		}
+		b.ReportMetric(float64(sbRSS)/100/(1<<20), "MiB-sandbox-procs-rss/sandbox")
+		for _, id := range ids {
+			if _, err := x.client.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,323 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/conch-sh/conch/services/executor/process"
+	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+// ExecParams describe one command.
+type ExecParams struct {
+	SandboxID  string
+	Command    string
+	Workdir    string
+	Env        map[string]string
+	Timeout    time.Duration
+	MaxOutput  int
+	Pty        bool
+	Yield      time.Duration
+	Background bool
+	Notify     bool
+	// Notice is how long a foreground command runs before a still-running
+	// event; 0 means never.
+	Notice time.Duration
+	// PathPrepend are directories put in front of PATH for this command.
+	PathPrepend []string
+}
+
+// Outcome kinds.
+const (
+	OutcomeExit    = "exit"
+	OutcomeTimeout = "timeout"
+	OutcomeError   = "error"
+)
+
+// Result is a finished command as SPEC §3 describes it.
+type Result struct {
+	Stdout, Stderr                   string
+	StdoutTruncated, StderrTruncated bool
+	Outcome                          string
+	ExitCode                         int
+	Error                            string
+	Duration                         time.Duration
+}
+
+// ExecEvents receives a command's events in order.
+type ExecEvents interface {
+	Started(processID string) error
+	Output(stream sandbox.Stream, data []byte) error
+	Backgrounded(processID string) error
+	StillRunning(since time.Time) error
+}
+
+// Exec runs a command in account's sandbox. It returns the result, or nil
+// when the command moved to the background.
+func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (*Result, error) {
+	e, err := s.lookup(ctx, account, p.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateEnv(p.Env); err != nil {
+		return nil, err
+	}
+	if strings.ContainsRune(p.Workdir, 0) || len(p.Workdir) > 4096 {
+		return nil, errs.New(errs.InvalidArgument, "workdir: must be a path without NUL bytes, at most 4096 bytes")
+	}
+	if len(p.Command) > MaxCommandBytes {
+		return &Result{Outcome: OutcomeError, Error: fmt.Sprintf("command is %d bytes, longer than the limit of %d bytes (1 MiB)", len(p.Command), MaxCommandBytes)}, nil
+	}
+	if strings.TrimSpace(p.Command) == "" {
+		return nil, errs.New(errs.InvalidArgument, "command: must not be empty")
+	}
+	if p.MaxOutput <= 0 {
+		p.MaxOutput = DefaultOutputChars
+	}
+	for _, d := range p.PathPrepend {
+		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
+			return nil, errs.New(errs.InvalidArgument, "settings.path_prepend: %q must be an absolute path without ':'", d)
+		}
+	}
+	e.touch()
+	defer e.touch()
+	res, err := s.run(ctx, e, p, ev)
+	if err == nil && res != nil && e.persistent {
+		// A result is only returned once its writes are durable.
+		if ferr := s.flush(ctx, e); ferr != nil {
+			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
+			return &Result{Outcome: OutcomeError, Error: "the command ran but its workspace changes could not be saved: " + ferr.Error(), Duration: res.Duration}, nil
+		}
+	}
+	return res, err
+}
+
+// pending queues output between the sandbox's reader and the caller's
+// stream, so that a slow caller never stalls the sandbox.
+type pending struct {
+	mu     sync.Mutex
+	items  []outItem
+	notify chan struct{}
+	live   bool // still forwarding to the caller
+}
+
+type outItem struct {
+	stream sandbox.Stream
+	data   []byte
+}
+
+func (q *pending) push(st sandbox.Stream, b []byte) {
+	q.mu.Lock()
+	if q.live && len(b) > 0 {
+		q.items = append(q.items, outItem{st, b})
+	}
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *pending) take() []outItem {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it := q.items
+	q.items = nil
+	return it
+}
+
+func (q *pending) stop() {
+	q.mu.Lock()
+	q.live, q.items = false, nil
+	q.mu.Unlock()
+}
+
+func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents) (*Result, error) {
+	stdout, stderr := newCapture(p.MaxOutput), newCapture(p.MaxOutput)
+	q := &pending{notify: make(chan struct{}, 1), live: !p.Background}
+	budget := budgetFor(p.MaxOutput)
+	if p.Background || p.Yield > 0 {
+		budget = backgroundBudget
+	}
+	pid := "p-" + randomID()
+	// The record exists before the process so that no output is missed;
+	// kill and write reach the process once it is started.
+	var proc *sandbox.Process
+	procReady := make(chan struct{})
+	r := process.NewRecord(pid, p.SandboxID, p.Command, p.Pty, p.Notify,
+		func() error { <-procReady; return proc.Kill() },
+		func(b []byte, eof bool) error { <-procReady; return proc.Write(b, eof) })
+	// outMu orders output between the caller's stream and the record, so
+	// that moving to the background hands over exactly what was not sent.
+	var outMu sync.Mutex
+	onOutput := func(st sandbox.Stream, b []byte) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		r.Append(b)
+		c := stdout
+		if st == sandbox.Stderr {
+			c = stderr
+		}
+		if kept := c.write(b); kept > 0 {
+			q.push(st, b[:kept])
+		}
+	}
+	var err error
+	proc, err = e.sb.Start(sandbox.Options{
+		Command: p.Command, Workdir: p.Workdir, Env: p.Env, Pty: p.Pty, Budget: budget,
+		TrackCwd: !p.Background, OnOutput: onOutput, PathPrepend: p.PathPrepend,
+	})
+	close(procReady)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrGone) {
+			return nil, errs.New(errs.NotFound, "sandbox %q has ended", p.SandboxID)
+		}
+		return nil, fmt.Errorf("executor: start command: %w", err)
+	}
+	started := time.Now()
+	s.procs.Add(r)
+	if err := ev.Started(pid); err != nil {
+		_ = proc.Kill()
+		return nil, err
+	}
+	timeout := time.NewTimer(p.Timeout)
+	defer timeout.Stop()
+	var yield <-chan time.Time
+	if p.Background {
+		yield = closedTime
+	} else if p.Yield > 0 {
+		t := time.NewTimer(p.Yield)
+		defer t.Stop()
+		yield = t.C
+	}
+	flush := func() error {
+		for _, it := range q.take() {
+			if err := ev.Output(it.stream, it.data); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var notice <-chan time.Time
+	if p.Notice > 0 && !p.Background {
+		t := time.NewTicker(p.Notice)
+		defer t.Stop()
+		notice = t.C
+	}
+	timedOut := false
+	for done := false; !done; {
+		select {
+		case <-notice:
+			if err := ev.StillRunning(started); err != nil {
+				_ = proc.Kill()
+				return nil, err
+			}
+		case <-q.notify:
+			if err := flush(); err != nil {
+				_ = proc.Kill()
+				return nil, err
+			}
+		case <-proc.Done():
+			done = true
+		case <-timeout.C:
+			timedOut = true
+			_ = proc.Kill()
+			<-proc.Done()
+			done = true
+		case <-yield:
+			outMu.Lock()
+			err := flush()
+			q.stop()
+			r.MarkPolled()
+			outMu.Unlock()
+			if err != nil {
+				_ = proc.Kill()
+				return nil, err
+			}
+			go s.finishInBackground(e, proc, r, time.Until(started.Add(p.Timeout)))
+			return nil, ev.Backgrounded(pid)
+		case <-ctx.Done():
+			// A caller that goes away stops the work it started.
+			_ = proc.Kill()
+			<-proc.Done()
+			r.End(-1, false, "canceled")
+			return nil, ctx.Err()
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	x := proc.Exit()
+	res := &Result{Duration: time.Since(started)}
+	res.Stdout, res.Stderr, res.StdoutTruncated, res.StderrTruncated = finalOutput(stdout, stderr, p.MaxOutput, x.StdoutDropped, x.StderrDropped)
+	switch {
+	case timedOut:
+		res.Outcome = OutcomeTimeout
+		r.End(-1, true, "")
+	case x.Err != nil:
+		res.Outcome, res.Error = OutcomeError, x.Err.Error()
+		r.End(-1, false, res.Error)
+	default:
+		res.Outcome, res.ExitCode = OutcomeExit, x.Code
+		if x.OOMKilled {
+			res.Stderr = mark(res.Stderr, false) + "\n[killed: the sandbox's memory limit was reached]"
+		}
+		r.End(x.Code, false, "")
+	}
+	return res, nil
+}
+
+var closedTime = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+// finishInBackground enforces the timeout of a backgrounded process and
+// records its end.
+func (s *Service) finishInBackground(e *entry, proc *sandbox.Process, r *process.Record, left time.Duration) {
+	t := time.NewTimer(max(left, 0))
+	defer t.Stop()
+	timedOut := false
+	select {
+	case <-proc.Done():
+	case <-t.C:
+		timedOut = true
+		_ = proc.Kill()
+		<-proc.Done()
+	}
+	x := proc.Exit()
+	msg := ""
+	switch {
+	case timedOut:
+		r.End(-1, true, "")
+		msg = "timed out and was killed"
+	case x.Err != nil:
+		r.End(-1, false, x.Err.Error())
+		msg = "failed: " + x.Err.Error()
+	default:
+		r.End(x.Code, false, "")
+		msg = fmt.Sprintf("exited with code %d", x.Code)
+	}
+	if e.persistent {
+		if err := s.flush(context.Background(), e); err != nil { // the caller is gone; the sandbox lives on
+			s.log.Warn("workspace flush failed", "sandbox", r.SandboxID, "error", err)
+			msg += "; its workspace changes could not be saved"
+		}
+	}
+	if r.Notify {
+		s.procs.Notify(r.SandboxID, process.Event{Process: r.Snapshot(), Message: fmt.Sprintf("process %s (%s) %s", r.ID, abbreviate(r.Command, 80), msg)})
+	}
+}
+
+func abbreviate(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,114 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+)
+
+// TestMain lets the test binary serve as the sandbox agent.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.AgentCommand {
+		if err := sandbox.RunAgent(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	code := m.Run()
+	for _, r := range runtimes {
+		r.Close()
+	}
+	os.Exit(code)
+}
+
+var (
+	rtMu     sync.Mutex
+	runtimes []*sandbox.Runtime
+)
+
+// newRuntime returns a sandbox runtime with its own state dir and cgroup.
+func newRuntime(t testing.TB) *sandbox.Runtime {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "conch-executor-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o711)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	r, err := sandbox.NewRuntime(sandbox.Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtMu.Lock()
+	runtimes = append(runtimes, r)
+	rtMu.Unlock()
+	return r
+}
+
+// testExecutor is an executor served over real gRPC with signed scopes.
+type testExecutor struct {
+	svc    *Service
+	client executorv1.ExecutorServiceClient
+}
+
+func startExecutor(t testing.TB) *testExecutor {
+	t.Helper()
+	cli := etcdxtest.StartForTest(t)
+	svc, err := NewService(t.Context(), "test-executor", newRuntime(t), cli, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = svc.Run(ctx)
+	}()
+	signer, err := tenant.NewSigner("test-secret-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(signer.UnaryServerInterceptor(), errs.UnaryServerInterceptor(nil)),
+		grpc.ChainStreamInterceptor(signer.StreamServerInterceptor(), errs.StreamServerInterceptor(nil)),
+	)
+	NewServer(svc).Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(signer.StreamClientInterceptor()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		g.Stop()
+		cancel()
+		<-done
+	})
+	return &testExecutor{svc: svc, client: executorv1.NewExecutorServiceClient(conn)}
+}
+
+// as returns a context calling as account.
+func as(t testing.TB, account string) context.Context {
+	return tenant.With(t.Context(), tenant.Scope{Account: account})
+}

@@ -1,0 +1,341 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// AgentCommand is the hidden subcommand of the conch binary that runs as the
+// resident agent inside each sandbox.
+const AgentCommand = "sandbox-agent"
+
+// Paths inside the sandbox.
+const (
+	agentDir       = "/run/conch"
+	agentPath      = agentDir + "/agent"
+	WorkspaceDir   = "/home/workspace"
+	sandboxUID     = 1000
+	sandboxGID     = 1000
+	shellPath      = "/bin/sh"
+	agentReadBlock = 32 << 10
+)
+
+// RunAgent is the main of the agent inside a sandbox. It reads requests on
+// stdin and answers on stdout until stdin closes, then kills what it started.
+func RunAgent() error {
+	// Nothing the agent was given beyond stdio may reach a command.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("agent: mark fds close-on-exec: %w", err)
+	}
+	// Keep other sandbox processes out of the agent's memory.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	a := &agent{
+		out:   newFrameWriter(os.Stdout),
+		procs: map[uint32]*agentProc{},
+		spawn: make(chan spawnReq),
+	}
+	go a.spawner()
+	if err := a.out.write(frameReady, 0, nil); err != nil {
+		return fmt.Errorf("agent: announce: %w", err)
+	}
+	err := a.serve(bufio.NewReaderSize(os.Stdin, 64<<10))
+	a.killAll()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+type agent struct {
+	out   *frameWriter
+	mu    sync.Mutex
+	procs map[uint32]*agentProc
+	spawn chan spawnReq
+}
+
+type agentProc struct {
+	cmd   *exec.Cmd
+	stdin chan []byte // nil entry closes stdin
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	ptmx chan *os.File // set for a pty
+	done chan error
+}
+
+// spawner starts every command from one OS thread that has given up the
+// agent's capability to make pid namespaces, so that no command can inherit
+// it: capabilities are per thread and a child gets its parent thread's.
+func (a *agent) spawner() {
+	runtime.LockOSThread() // never unlocked: the thread dies with the agent
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	_ = unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_SYS_ADMIN, 0, 0, 0)
+	// Keep the capability effective for clone but out of the inheritable
+	// set, so that no exec can carry it on.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err == nil {
+		data[0].Inheritable, data[1].Inheritable = 0, 0
+		_ = unix.Capset(&hdr, &data[0])
+	}
+	for r := range a.spawn {
+		if r.ptmx != nil {
+			f, err := pty.StartWithAttrs(r.cmd, nil, r.cmd.SysProcAttr)
+			r.ptmx <- f
+			r.done <- err
+			continue
+		}
+		r.done <- r.cmd.Start()
+	}
+}
+
+func (a *agent) serve(r *bufio.Reader) error {
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			return err
+		}
+		switch f.typ {
+		case frameStart:
+			var m startMsg
+			if err := json.Unmarshal(f.payload, &m); err != nil {
+				a.exitWith(f.id, exitMsg{Code: -1, Error: "bad start request"})
+				continue
+			}
+			a.start(f.id, m)
+		case frameStdin, frameEOF:
+			a.mu.Lock()
+			p := a.procs[f.id]
+			a.mu.Unlock()
+			if p == nil {
+				continue
+			}
+			data := f.payload
+			if f.typ == frameEOF {
+				data = nil
+			}
+			select {
+			case p.stdin <- data:
+			default: // a command that does not read its input loses it
+			}
+		case frameKill:
+			a.mu.Lock()
+			p := a.procs[f.id]
+			a.mu.Unlock()
+			if p != nil {
+				// The shell is the init of its own pid namespace: when it
+				// dies the kernel kills everything the command started.
+				_ = p.cmd.Process.Kill()
+			}
+		}
+	}
+}
+
+func (a *agent) exitWith(id uint32, m exitMsg) {
+	b, _ := json.Marshal(m)
+	_ = a.out.write(frameExit, id, b)
+}
+
+func cmdFile(id uint32) string { return agentDir + "/cmd-" + strconv.FormatUint(uint64(id), 10) }
+func cwdFile(id uint32) string { return agentDir + "/cwd-" + strconv.FormatUint(uint64(id), 10) }
+
+// inlineMax is the longest command passed as an argument; longer ones go
+// through a file, since one argv string may not exceed 128 KiB.
+const inlineMax = 64 << 10
+
+// shellScript is run by the init shell of the command's pid namespace: it
+// changes to the directory and runs the command in a child shell (so that
+// the command is an ordinary process: pid 1 ignores signals it has no
+// handler for), which records its final directory on exit when asked and
+// evaluates the command ($2), or sources it from the file $2 when fromFile.
+func shellScript(id uint32, track, fromFile bool) string {
+	inner := `__conch_cmd=$1; shift; `
+	if track {
+		inner += `trap "pwd >` + cwdFile(id) + ` 2>/dev/null" EXIT; `
+	}
+	if fromFile {
+		inner += `. "$__conch_cmd"`
+	} else {
+		inner += `eval "$__conch_cmd"`
+	}
+	// A memory bomb, not the agent, is what the OOM killer should pick.
+	return `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; cd -- "$1" || exit 1; ` + shellPath + ` -c '` + inner + `' sh "$2"`
+}
+
+func (a *agent) start(id uint32, m startMsg) {
+	path, arg := "", m.Command
+	if len(m.Command) > inlineMax || strings.ContainsRune(m.Command, 0) {
+		path, arg = cmdFile(id), cmdFile(id)
+		if err := os.WriteFile(path, []byte(m.Command), 0o600); err != nil {
+			a.exitWith(id, exitMsg{Code: -1, Error: "write command: " + err.Error()})
+			return
+		}
+	}
+	dir := m.Dir
+	if dir == "" {
+		dir = WorkspaceDir
+	}
+	cmd := exec.Command(shellPath, "-c", shellScript(id, m.TrackCwd, path != ""), "sh", dir, arg)
+	cmd.Env = m.Env
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
+	p := &agentProc{cmd: cmd, stdin: make(chan []byte, 64)}
+	req := spawnReq{cmd: cmd, done: make(chan error, 1)}
+
+	var readers []io.Reader
+	var closers []io.Closer
+	var stdin io.WriteCloser
+	if m.Pty {
+		cmd.SysProcAttr.Setctty = true
+		req.ptmx = make(chan *os.File, 1)
+		a.spawn <- req
+		ptmx := <-req.ptmx
+		if err := <-req.done; err != nil {
+			a.failStart(id, path, err)
+			return
+		}
+		if m.Rows > 0 && m.Cols > 0 {
+			_ = pty.Setsize(ptmx, &pty.Winsize{Rows: m.Rows, Cols: m.Cols})
+		}
+		readers, closers, stdin = []io.Reader{ptmx}, []io.Closer{ptmx}, ptmx
+	} else {
+		in, err1 := cmd.StdinPipe()
+		outR, err2 := cmd.StdoutPipe()
+		errR, err3 := cmd.StderrPipe()
+		if err := errors.Join(err1, err2, err3); err != nil {
+			a.failStart(id, path, err)
+			return
+		}
+		a.spawn <- req
+		if err := <-req.done; err != nil {
+			a.failStart(id, path, err)
+			return
+		}
+		readers, stdin = []io.Reader{outR, errR}, in
+	}
+	a.mu.Lock()
+	a.procs[id] = p
+	a.mu.Unlock()
+	_ = a.out.write(frameStarted, id, nil)
+	go feedStdin(stdin, p.stdin, m.Pty)
+
+	dropped := make([]bool, len(readers))
+	var wg sync.WaitGroup
+	for i, r := range readers {
+		typ := frameStdout
+		if i == 1 {
+			typ = frameStderr
+		}
+		wg.Go(func() { dropped[i] = a.forward(id, typ, r, m.Budget) })
+	}
+	go func() {
+		wg.Wait()
+		err := cmd.Wait()
+		for _, c := range closers {
+			_ = c.Close()
+		}
+		a.mu.Lock()
+		delete(a.procs, id)
+		a.mu.Unlock()
+		close(p.stdin)
+		res := exitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
+		res.Code, res.Signal = exitStatus(cmd, err)
+		if m.TrackCwd {
+			if b, err := os.ReadFile(cwdFile(id)); err == nil {
+				if d := strings.TrimSuffix(string(b), "\n"); filepath.IsAbs(d) {
+					res.Cwd = d
+				}
+			}
+			_ = os.Remove(cwdFile(id))
+		}
+		if path != "" {
+			_ = os.Remove(path)
+		}
+		a.exitWith(id, res)
+	}()
+}
+
+func (a *agent) failStart(id uint32, path string, err error) {
+	if path != "" {
+		_ = os.Remove(path)
+	}
+	a.exitWith(id, exitMsg{Code: -1, Error: "start shell: " + err.Error()})
+}
+
+// forward sends up to budget bytes of r to the host and drains the rest,
+// so that a flood never blocks the command nor grows any buffer. It reports
+// whether anything was dropped.
+func (a *agent) forward(id uint32, typ byte, r io.Reader, budget int64) bool {
+	buf := make([]byte, agentReadBlock)
+	dropped := false
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			keep := int64(n)
+			if budget >= 0 && keep > budget {
+				keep = budget
+				dropped = true
+			}
+			if keep > 0 {
+				_ = a.out.write(typ, id, buf[:keep])
+				budget -= keep
+			}
+		}
+		if err != nil {
+			return dropped
+		}
+	}
+}
+
+func feedStdin(w io.WriteCloser, in <-chan []byte, isPty bool) {
+	for data := range in {
+		if data == nil {
+			if isPty {
+				_, _ = w.Write([]byte{4}) // ^D: end of input on a terminal
+				continue
+			}
+			break
+		}
+		if _, err := w.Write(data); err != nil {
+			break
+		}
+	}
+	if !isPty {
+		_ = w.Close()
+	}
+	for range in { // keep the channel drained until the process ends
+	}
+}
+
+func exitStatus(cmd *exec.Cmd, err error) (code, sig int) {
+	if cmd.ProcessState == nil {
+		return -1, 0
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), int(ws.Signal())
+	}
+	return cmd.ProcessState.ExitCode(), 0
+}
+
+func (a *agent) killAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		_ = p.cmd.Process.Kill()
+	}
+}

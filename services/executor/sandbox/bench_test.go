@@ -1,0 +1,115 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+// reportP50 records the median of ds as p50-ms.
+func reportP50(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
+}
+
+// BenchmarkBareBwrap is the floor for sandbox creation: bubblewrap with all
+// namespaces running /bin/true as an unprivileged uid.
+func BenchmarkBareBwrap(b *testing.B) {
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		cmd := exec.Command("bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+			"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true")
+		cmd.SysProcAttr = (&Runtime{}).credential(200999)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("bwrap: %v %s", err, out)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkSandboxCreate takes a sandbox from a warm pool and fits it to
+// its limits, the executor's usual path; refilling and teardown are not
+// timed.
+func BenchmarkSandboxCreate(b *testing.B) {
+	r := poolRuntime(b, 2)
+	var ds []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("benchp%d-%d", os.Getpid(), i), Limits: Limits{WorkspaceBytes: 64 << 20}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		if err := sb.Destroy(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		waitPool(b, r, 2)
+		b.StartTimer()
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkSandboxCreateCold builds a full sandbox (cgroups, workspace
+// mount, seccomp, agent ready) with no pool; teardown is not timed.
+func BenchmarkSandboxCreateCold(b *testing.B) {
+	r := testRuntime(b)
+	var ds []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("bench%d-%d", os.Getpid(), i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		if err := sb.Destroy(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkAgentRoundTrip runs `true` through the agent of a warm sandbox,
+// without the gRPC layer.
+func BenchmarkAgentRoundTrip(b *testing.B) {
+	sb := newSandbox(b, Spec{})
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		p, err := sb.Start(Options{Command: "true", Budget: 1 << 14, TrackCwd: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-p.Done()
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}
+
+// BenchmarkTwoShells is a bare fork+exec of a shell running a shell, the
+// floor of the agent's design.
+func BenchmarkTwoShells(b *testing.B) {
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := exec.Command("/bin/sh", "-c", "/bin/sh -c 'trap \"pwd >/dev/null\" EXIT; eval true'").Run(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportP50(b, ds)
+}

@@ -1,0 +1,168 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary serve as the sandbox agent, as the conch
+// binary does in production.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == AgentCommand {
+		if err := RunAgent(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	code := m.Run()
+	if rt != nil {
+		rt.Close()
+	}
+	os.Exit(code)
+}
+
+var (
+	rtOnce sync.Once
+	rt     *Runtime
+	rtErr  error
+)
+
+// testRuntime returns one runtime shared by the package's tests.
+func testRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	rtOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "conch-sandbox-test-")
+		if err != nil {
+			rtErr = err
+			return
+		}
+		_ = os.Chmod(dir, 0o711)
+		rt, rtErr = NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir)})
+	})
+	if rtErr != nil {
+		t.Fatal(rtErr)
+	}
+	return rt
+}
+
+// poolRuntime returns a runtime keeping size sandboxes warm, closed at the
+// end of the test.
+func poolRuntime(t testing.TB, size int) *Runtime {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "conch-sandbox-pool-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o711)
+	r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir), PoolSize: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		_ = os.RemoveAll(dir)
+	})
+	waitPool(t, r, size)
+	return r
+}
+
+// waitPool polls until the runtime's pool holds n sandboxes.
+func waitPool(t testing.TB, r *Runtime, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r.pool.mu.Lock()
+		got := len(r.pool.ready)
+		r.pool.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool holds %d sandboxes, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var sbSeq struct {
+	sync.Mutex
+	n int
+}
+
+// newSandbox builds a sandbox destroyed at the end of the test.
+func newSandbox(t testing.TB, spec Spec) *Sandbox {
+	t.Helper()
+	r := testRuntime(t)
+	sbSeq.Lock()
+	sbSeq.n++
+	spec.ID = fmt.Sprintf("t%d-%d", os.Getpid(), sbSeq.n)
+	sbSeq.Unlock()
+	sb, err := r.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Destroy(context.WithoutCancel(t.Context())); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	})
+	return sb
+}
+
+// result is a finished command's output.
+type result struct {
+	stdout, stderr string
+	exit           Exit
+}
+
+// run runs a command to its end or until timeout, then kills it.
+func run(t testing.TB, sb *Sandbox, opts Options, timeout time.Duration) (result, bool) {
+	t.Helper()
+	var mu sync.Mutex
+	var out, errb bytes.Buffer
+	opts.OnOutput = func(s Stream, b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s == Stdout {
+			out.Write(b)
+		} else {
+			errb.Write(b)
+		}
+	}
+	if opts.Budget == 0 {
+		opts.Budget = -1
+	}
+	p, err := sb.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timedOut := false
+	select {
+	case <-p.Done():
+	case <-time.After(timeout):
+		timedOut = true
+		if err := p.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-p.Done()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return result{stdout: out.String(), stderr: errb.String(), exit: p.Exit()}, timedOut
+}
+
+func sh(t testing.TB, sb *Sandbox, cmd string) result {
+	t.Helper()
+	r, timedOut := run(t, sb, Options{Command: cmd, TrackCwd: true}, 30*time.Second)
+	if timedOut {
+		t.Fatalf("%q timed out", cmd)
+	}
+	return r
+}

@@ -1,0 +1,572 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Limits bound what a sandbox may use.
+type Limits struct {
+	MemoryBytes    int64 // cgroup memory limit
+	Pids           int64 // cgroup pids limit (processes and threads)
+	CPUMillicores  int64 // cgroup CPU quota, thousandths of a core
+	WorkspaceBytes int64 // size of /home/workspace
+	WorkspaceFiles int64 // inodes of /home/workspace
+	TmpBytes       int64 // size of /tmp
+}
+
+// DefaultLimits are the limits of SPEC §4 for an in-memory workspace.
+var DefaultLimits = Limits{
+	MemoryBytes:    512 << 20,
+	Pids:           256,
+	CPUMillicores:  1000,
+	WorkspaceBytes: 256 << 20,
+	WorkspaceFiles: 100000,
+	TmpBytes:       64 << 20,
+}
+
+// Config configures a Runtime.
+type Config struct {
+	// StateDir holds per-sandbox state on the host (workspace mounts).
+	StateDir string
+	// RootFS is the directory whose /usr, /bin, /lib*, /sbin and chosen /etc
+	// files become the sandbox's read-only system; "/" is the host's.
+	RootFS string
+	// Bwrap is the bubblewrap binary.
+	Bwrap string
+	// AgentBinary is the conch binary that runs the agent subcommand.
+	AgentBinary string
+	// CgroupMount is where cgroups are mounted; CgroupParent the group
+	// under which sandboxes' groups are made.
+	CgroupMount, CgroupParent string
+	// UIDBase is the first host uid given to sandboxes; each live sandbox
+	// gets its own uid in [UIDBase, UIDBase+UIDCount).
+	UIDBase, UIDCount int
+	// StartTimeout bounds building one sandbox.
+	StartTimeout time.Duration
+	// PoolSize is how many sandboxes are kept built and waiting, so that
+	// creating one costs only fitting it to its limits.
+	PoolSize int
+	// Logger receives the runtime's logs.
+	Logger *slog.Logger
+}
+
+// Runtime builds sandboxes on this host.
+type Runtime struct {
+	cfg     Config
+	cgroups *cgroupRoot
+	seccomp []byte
+	agent   string // agent binary copy readable by sandbox uids
+	log     *slog.Logger
+
+	mu   sync.Mutex
+	uids map[int]bool
+	next int
+
+	pool *pool
+}
+
+// ErrUnsupported marks a requested feature this executor cannot provide yet.
+var ErrUnsupported = errors.New("sandbox: unsupported")
+
+// NewRuntime checks the host (bubblewrap, cgroups, the state dir) and
+// returns a runtime.
+func NewRuntime(cfg Config) (*Runtime, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RootFS == "" {
+		cfg.RootFS = "/"
+	}
+	if cfg.Bwrap == "" {
+		cfg.Bwrap = "bwrap"
+	}
+	if cfg.CgroupMount == "" {
+		cfg.CgroupMount = "/sys/fs/cgroup"
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "conch"
+	}
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = 200000
+	}
+	if cfg.UIDCount == 0 {
+		cfg.UIDCount = 65536
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 20 * time.Second
+	}
+	bw, err := exec.LookPath(cfg.Bwrap)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: bubblewrap not found (install the bubblewrap package): %w", err)
+	}
+	cfg.Bwrap = bw
+	if st, err := os.Stat(filepath.Join(cfg.RootFS, "bin/sh")); err != nil || st.IsDir() {
+		return nil, fmt.Errorf("sandbox: root filesystem %s has no /bin/sh", cfg.RootFS)
+	}
+	if cfg.AgentBinary == "" {
+		if cfg.AgentBinary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("sandbox: find own binary: %w", err)
+		}
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox: state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox: state dir: %w", err)
+	}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, uids: map[int]bool{}}
+	if r.agent, err = installAgent(cfg.AgentBinary, cfg.StateDir); err != nil {
+		return nil, err
+	}
+	if r.seccomp, err = seccompProgram(); err != nil {
+		return nil, err
+	}
+	if r.cgroups, err = detectCgroups(cfg.CgroupMount, cfg.CgroupParent); err != nil {
+		return nil, err
+	}
+	r.pool = newPool(r, cfg.PoolSize)
+	return r, nil
+}
+
+// installAgent copies the agent binary to a root-owned, world-readable file
+// in the state dir: sandboxes run as unprivileged uids that may not be able
+// to reach the original path.
+func installAgent(src, stateDir string) (string, error) {
+	dst := filepath.Join(stateDir, "agent")
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: open agent binary: %w", err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(stateDir, ".agent-*")
+	if err != nil {
+		return "", fmt.Errorf("sandbox: install agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("sandbox: install agent: %w", err)
+	}
+	if err := errors.Join(tmp.Chmod(0o555), tmp.Close()); err != nil {
+		return "", fmt.Errorf("sandbox: install agent: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", fmt.Errorf("sandbox: install agent: %w", err)
+	}
+	return dst, nil
+}
+
+func (r *Runtime) allocUID() (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := 0; i < r.cfg.UIDCount; i++ {
+		uid := r.cfg.UIDBase + (r.next+i)%r.cfg.UIDCount
+		if !r.uids[uid] {
+			r.uids[uid] = true
+			r.next = (r.next + i + 1) % r.cfg.UIDCount
+			return uid, nil
+		}
+	}
+	return 0, errors.New("sandbox: no free uid")
+}
+
+func (r *Runtime) freeUID(uid int) {
+	r.mu.Lock()
+	delete(r.uids, uid)
+	r.mu.Unlock()
+}
+
+// Spec describes a sandbox to build.
+type Spec struct {
+	// ID names the sandbox; it must be unique on the host.
+	ID string
+	// Limits; zero fields take DefaultLimits.
+	Limits Limits
+	// Network allows egress; only false is supported yet.
+	Network bool
+	// PathPrepend are directories put in front of PATH.
+	PathPrepend []string
+	// Env is extra environment for every command.
+	Env map[string]string
+}
+
+func (s *Spec) withDefaults() {
+	d := DefaultLimits
+	l := &s.Limits
+	for _, f := range []struct {
+		v *int64
+		d int64
+	}{
+		{&l.MemoryBytes, d.MemoryBytes}, {&l.Pids, d.Pids}, {&l.CPUMillicores, d.CPUMillicores},
+		{&l.WorkspaceBytes, d.WorkspaceBytes}, {&l.WorkspaceFiles, d.WorkspaceFiles}, {&l.TmpBytes, d.TmpBytes},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
+	}
+}
+
+// validID keeps sandbox ids safe as path and cgroup names.
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Create returns a sandbox for spec with its agent ready: a warm one from
+// the pool, fitted to spec's limits, when one is ready; else a new one.
+func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
+	if !validID(spec.ID) {
+		return nil, fmt.Errorf("sandbox: invalid id %q", spec.ID)
+	}
+	if spec.Network {
+		return nil, fmt.Errorf("%w: network egress allowlists are not available yet; use network mode none", ErrUnsupported)
+	}
+	spec.withDefaults()
+	for _, d := range spec.PathPrepend {
+		if !filepath.IsAbs(d) || strings.ContainsAny(d, ":\x00") {
+			return nil, fmt.Errorf("sandbox: path_prepend entry %q must be an absolute path without ':'", d)
+		}
+	}
+	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes {
+		if s := r.pool.take(); s != nil {
+			if err := s.fit(spec); err == nil {
+				return s, nil
+			}
+			_ = s.Destroy(context.WithoutCancel(ctx))
+		}
+	}
+	return r.build(ctx, spec, "c"+spec.ID)
+}
+
+// build makes a new sandbox; name keeps its host state apart from others.
+func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	defer cancel()
+
+	s := &Sandbox{rt: r, spec: spec, procs: map[uint32]*Process{}, cwd: WorkspaceDir, done: make(chan struct{})}
+	var cleanups []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanups) - 1; i >= 0; i-- {
+				cleanups[i]()
+			}
+		}
+	}()
+	if s.uid, err = r.allocUID(); err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() { r.freeUID(s.uid) })
+
+	s.dir = filepath.Join(r.cfg.StateDir, name)
+	if err := os.Mkdir(s.dir, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox: state dir: %w", err)
+	}
+	cleanups = append(cleanups, func() { _ = os.RemoveAll(s.dir) })
+	if err := writeEtc(s.dir); err != nil {
+		return nil, err
+	}
+	// The workspace is a tmpfs of its own so that its size and file count
+	// are enforced by the kernel, and so that the host can hydrate and
+	// flush it without entering the sandbox.
+	s.workspace = filepath.Join(s.dir, "workspace")
+	if err := os.Mkdir(s.workspace, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: workspace dir: %w", err)
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", spec.Limits.WorkspaceBytes, spec.Limits.WorkspaceFiles, s.uid, s.uid)
+	if err := unix.Mount("tmpfs", s.workspace, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, fmt.Errorf("sandbox: mount workspace: %w", err)
+	}
+	cleanups = append(cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
+
+	if s.cg, err = r.cgroups.create("sb-"+name, spec.Limits); err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() { _ = s.cg.kill(5 * time.Second); _ = s.cg.remove() })
+
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// sandboxEnv is the environment every command starts from: nothing of the
+// host's.
+func sandboxEnv(spec Spec) []string {
+	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+	if len(spec.PathPrepend) > 0 {
+		path = strings.Join(spec.PathPrepend, ":") + ":" + path
+	}
+	env := []string{
+		"PATH=" + path,
+		"HOME=" + WorkspaceDir,
+		"USER=user", "LOGNAME=user", "SHELL=/bin/sh",
+		"LANG=C.UTF-8", "TERM=xterm-256color", "TMPDIR=/tmp",
+	}
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// etcFiles are the host /etc entries programs need; nothing else of /etc
+// (never shadow, ssh keys, or service configuration) is visible.
+var etcFiles = []string{
+	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",
+	"nsswitch.conf", "protocols", "services", "mime.types", "os-release", "debian_version",
+	"ssl", "ca-certificates", "ca-certificates.conf", "terminfo", "inputrc", "magic", "mailcap",
+	"python3", "perl", "gai.conf", "host.conf", "environment.d",
+}
+
+// writeEtc writes the sandbox's own identity files.
+func writeEtc(dir string) error {
+	files := map[string]string{
+		"passwd":   "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:1000:1000:sandbox user:/home/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":    "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
+		"hosts":    "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"hostname": "sandbox\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("sandbox: write %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// bwrapArgs builds the bubblewrap command line of a sandbox.
+func (r *Runtime) bwrapArgs(s *Sandbox) []string {
+	root := r.cfg.RootFS
+	a := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup",
+		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
+		"--hostname", "sandbox",
+		"--die-with-parent", "--new-session",
+		"--clearenv",
+		"--seccomp", "3",
+		// The agent alone keeps CAP_SYS_ADMIN in the sandbox's user namespace
+		// to give each command a pid namespace; commands never get it.
+		"--cap-add", "CAP_SYS_ADMIN",
+	}
+	for _, d := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		src := filepath.Join(root, d)
+		if fi, err := os.Lstat(src); err == nil {
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				if target, err := os.Readlink(src); err == nil {
+					a = append(a, "--symlink", target, "/"+d)
+				}
+				continue
+			}
+			a = append(a, "--ro-bind", src, "/"+d)
+		}
+	}
+	for _, f := range etcFiles {
+		a = append(a, "--ro-bind-try", filepath.Join(root, "etc", f), "/etc/"+f)
+	}
+	for _, f := range []string{"passwd", "group", "hosts", "hostname"} {
+		a = append(a, "--ro-bind", filepath.Join(s.dir, f), "/etc/"+f)
+	}
+	a = append(a,
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--size", strconv.FormatInt(s.spec.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
+		"--tmpfs", "/run",
+		"--dir", agentDir,
+		"--ro-bind", r.agent, agentPath,
+		"--bind", s.workspace, WorkspaceDir,
+		"--chdir", WorkspaceDir,
+		"--remount-ro", "/",
+	)
+	return a
+}
+
+// start runs bubblewrap and waits for the agent's hello.
+func (s *Sandbox) start(ctx context.Context) error {
+	r := s.rt
+	prog, progW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("sandbox: seccomp pipe: %w", err)
+	}
+	defer prog.Close()
+	go func() {
+		_, _ = progW.Write(r.seccomp)
+		_ = progW.Close()
+	}()
+	// The arguments go through a pipe so that the sandbox's /proc/1/cmdline
+	// does not show the host's paths.
+	args, argsW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("sandbox: args pipe: %w", err)
+	}
+	defer args.Close()
+	go func() {
+		_, _ = argsW.Write([]byte(strings.Join(r.bwrapArgs(s), "\x00") + "\x00"))
+		_ = argsW.Close()
+	}()
+	cmd := exec.Command(r.cfg.Bwrap, "--args", "4", agentPath, AgentCommand)
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{prog, args}
+	cmd.SysProcAttr = r.credential(s.uid)
+	if r.cgroups.v2 {
+		f, err := s.cg.fd()
+		if err != nil {
+			return fmt.Errorf("sandbox: open cgroup: %w", err)
+		}
+		defer f.Close()
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(f.Fd())
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("sandbox: agent pipe: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("sandbox: agent pipe: %w", err)
+	}
+	stderr := &tailBuffer{max: 4096}
+	cmd.Stderr = stderr
+	// A process of the sandbox holding stderr must not hold up Wait.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("sandbox: start bubblewrap: %w", err)
+	}
+	s.cmd = cmd
+	if !r.cgroups.v2 {
+		// v1 has no clone-into-cgroup: move bubblewrap now and, once the
+		// agent is up and before it runs anything, every process it made.
+		_ = s.cg.add(cmd.Process.Pid)
+	}
+	s.in = newFrameWriter(stdin)
+	s.stdin = stdin
+	out := bufio.NewReaderSize(stdout, 64<<10)
+	hello := make(chan error, 1)
+	go func() {
+		f, err := readFrame(out)
+		if err == nil && f.typ != frameReady {
+			err = fmt.Errorf("unexpected frame %q", f.typ)
+		}
+		hello <- err
+	}()
+	select {
+	case err = <-hello:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.abort()
+		return fmt.Errorf("sandbox: agent did not start: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	if !r.cgroups.v2 {
+		if err := s.adoptTree(cmd.Process.Pid); err != nil {
+			s.abort()
+			return err
+		}
+	}
+	go s.readLoop(out)
+	go func() {
+		_ = cmd.Wait()
+		s.markDead(errors.New("sandbox ended"))
+	}()
+	return nil
+}
+
+// credential runs bubblewrap as the sandbox's own unprivileged host uid,
+// killed if the executor dies.
+func (r *Runtime) credential(uid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+		Pdeathsig:  syscall.SIGKILL,
+		Setpgid:    true,
+	}
+}
+
+// abort kills a sandbox that failed to start: whatever bubblewrap made is
+// gathered into the cgroup first, then the cgroup is emptied.
+func (s *Sandbox) abort() {
+	_ = s.adoptTree(s.cmd.Process.Pid)
+	_ = s.cmd.Process.Kill()
+	_ = s.cg.kill(5 * time.Second)
+	_ = s.cmd.Wait()
+}
+
+// adoptTree moves pid and all its descendants into the sandbox's cgroup.
+func (s *Sandbox) adoptTree(pid int) error {
+	if err := s.cg.add(pid); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return fmt.Errorf("sandbox: list children of %d: %w", pid, err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		child, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		if err := s.adoptTree(child); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// Close removes the runtime's state dir and parent cgroup; call it after
+// every sandbox is destroyed.
+func (r *Runtime) Close() {
+	r.pool.close()
+	_ = os.RemoveAll(r.cfg.StateDir)
+	if r.cgroups.v2 {
+		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, r.cfg.CgroupParent))
+		return
+	}
+	for _, c := range cgroupControllers {
+		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, c, r.cfg.CgroupParent))
+	}
+}

@@ -1,0 +1,315 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Stream names an output stream.
+type Stream int
+
+// The output streams; a pty's output is Stdout.
+const (
+	Stdout Stream = iota + 1
+	Stderr
+)
+
+// ErrGone means the sandbox has ended.
+var ErrGone = errors.New("sandbox: gone")
+
+// Sandbox is a running sandbox: a bubblewrap tree with a resident agent.
+type Sandbox struct {
+	rt        *Runtime
+	spec      Spec
+	uid       int
+	dir       string
+	workspace string
+	cg        *cgroup
+	cmd       *exec.Cmd
+	in        *frameWriter
+	stdin     io.WriteCloser
+
+	mu     sync.Mutex
+	procs  map[uint32]*Process
+	nextID uint32
+	cwd    string
+	dead   error
+	done   chan struct{}
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+// ID returns the sandbox's id.
+func (s *Sandbox) ID() string { return s.spec.ID }
+
+// WorkspacePath returns the host directory of /home/workspace, for
+// hydrating and flushing a persistent workspace.
+func (s *Sandbox) WorkspacePath() string { return s.workspace }
+
+// Cwd returns the shell's current directory as of the last command.
+func (s *Sandbox) Cwd() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cwd
+}
+
+// Done is closed when the sandbox has ended.
+func (s *Sandbox) Done() <-chan struct{} { return s.done }
+
+// HostPIDs lists the host pids of every process in the sandbox, the
+// bubblewrap and agent processes included.
+func (s *Sandbox) HostPIDs() ([]int, error) { return s.cg.pids() }
+
+// Options describe one command.
+type Options struct {
+	// Command is the shell command line.
+	Command string
+	// Workdir is where it starts: absolute, or relative to the current
+	// directory; empty means the current directory.
+	Workdir string
+	// Env is extra environment, already validated.
+	Env map[string]string
+	// Pty runs the command under a pseudo-terminal.
+	Pty bool
+	// Budget is how many bytes of each stream reach OnOutput; the rest is
+	// drained and dropped inside the sandbox. Negative means no limit.
+	Budget int64
+	// TrackCwd makes the command's final directory the sandbox's current
+	// directory (a foreground shell call).
+	TrackCwd bool
+	// OnOutput receives output in order. It must not block for long.
+	OnOutput func(Stream, []byte)
+	// PathPrepend are directories put in front of PATH for this command,
+	// after the sandbox's own.
+	PathPrepend []string
+}
+
+// Exit is how a process ended.
+type Exit struct {
+	// Code is the exit status, 128+n for signal n; -1 when it never ran.
+	Code int
+	// Err is set when the sandbox failed to run the command.
+	Err error
+	// StdoutDropped and StderrDropped report output beyond the budget.
+	StdoutDropped, StderrDropped bool
+	// OOMKilled reports that the sandbox's memory limit killed something.
+	OOMKilled bool
+}
+
+// Process is a command running in a sandbox.
+type Process struct {
+	sb       *Sandbox
+	id       uint32
+	opts     Options
+	started  chan struct{}
+	done     chan struct{}
+	exit     Exit
+	exitOnce sync.Once
+	// oomBefore is the group's OOM kill count when the process started.
+	oomBefore int64
+}
+
+// Done is closed when the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exit returns how the process ended; valid after Done.
+func (p *Process) Exit() Exit { return p.exit }
+
+// Kill kills the process and everything it started.
+func (p *Process) Kill() error {
+	return p.sb.send(frameKill, p.id, nil)
+}
+
+// Write sends data to the process's standard input, then closes it when eof.
+func (p *Process) Write(data []byte, eof bool) error {
+	for len(data) > 0 {
+		n := min(len(data), 1<<20)
+		if err := p.sb.send(frameStdin, p.id, data[:n]); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	if eof {
+		return p.sb.send(frameEOF, p.id, nil)
+	}
+	return nil
+}
+
+func (p *Process) finish(e Exit) {
+	p.exitOnce.Do(func() {
+		p.exit = e
+		close(p.done)
+	})
+}
+
+func (s *Sandbox) send(typ byte, id uint32, payload []byte) error {
+	select {
+	case <-s.done:
+		return ErrGone
+	default:
+	}
+	if err := s.in.write(typ, id, payload); err != nil {
+		return fmt.Errorf("sandbox: write to agent: %w", err)
+	}
+	return nil
+}
+
+// Start starts a command in the sandbox.
+func (s *Sandbox) Start(opts Options) (*Process, error) {
+	s.mu.Lock()
+	if s.dead != nil {
+		s.mu.Unlock()
+		return nil, ErrGone
+	}
+	s.nextID++
+	p := &Process{sb: s, id: s.nextID, opts: opts, started: make(chan struct{}), done: make(chan struct{}), oomBefore: s.cg.oomKills()}
+	s.procs[p.id] = p
+	dir := opts.Workdir
+	switch {
+	case dir == "":
+		dir = s.cwd
+	case !path.IsAbs(dir):
+		dir = path.Join(s.cwd, dir)
+	}
+	s.mu.Unlock()
+	spec := s.spec
+	spec.PathPrepend = append(append([]string(nil), spec.PathPrepend...), opts.PathPrepend...)
+	env := sandboxEnv(spec)
+	for k, v := range opts.Env {
+		env = append(env, k+"="+v)
+	}
+	if opts.Pty {
+		env = append(env, "COLUMNS=80", "LINES=24")
+	}
+	msg, err := json.Marshal(startMsg{
+		Command: opts.Command, Dir: dir, Env: env, Pty: opts.Pty, Rows: 24, Cols: 80,
+		Budget: opts.Budget, TrackCwd: opts.TrackCwd,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: encode start: %w", err)
+	}
+	if err := s.send(frameStart, p.id, msg); err != nil {
+		s.forget(p.id)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (s *Sandbox) forget(id uint32) {
+	s.mu.Lock()
+	delete(s.procs, id)
+	s.mu.Unlock()
+}
+
+func (s *Sandbox) proc(id uint32) *Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.procs[id]
+}
+
+// readLoop dispatches the agent's frames to processes until the agent ends.
+func (s *Sandbox) readLoop(r *bufio.Reader) {
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			s.markDead(fmt.Errorf("agent connection: %w", err))
+			return
+		}
+		p := s.proc(f.id)
+		if p == nil {
+			continue
+		}
+		switch f.typ {
+		case frameStarted:
+			close(p.started)
+		case frameStdout, frameStderr:
+			if p.opts.OnOutput != nil {
+				st := Stdout
+				if f.typ == frameStderr {
+					st = Stderr
+				}
+				p.opts.OnOutput(st, f.payload)
+			}
+		case frameExit:
+			var m exitMsg
+			if err := json.Unmarshal(f.payload, &m); err != nil {
+				m = exitMsg{Code: -1, Error: "bad exit report"}
+			}
+			e := Exit{Code: m.Code, StdoutDropped: m.StdoutDropped, StderrDropped: m.StderrDropped}
+			if m.Error != "" {
+				e.Err = errors.New(m.Error)
+			}
+			if m.Code == 128+int(unix.SIGKILL) {
+				e.OOMKilled = s.cg.oomKills() > p.oomBefore
+			}
+			s.mu.Lock()
+			if p.opts.TrackCwd && m.Cwd != "" {
+				s.cwd = m.Cwd
+			}
+			delete(s.procs, f.id)
+			s.mu.Unlock()
+			p.finish(e)
+		}
+	}
+}
+
+// markDead ends every process when the agent is gone.
+func (s *Sandbox) markDead(cause error) {
+	s.mu.Lock()
+	if s.dead != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.dead = cause
+	procs := s.procs
+	s.procs = map[uint32]*Process{}
+	close(s.done)
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.finish(Exit{Code: -1, Err: fmt.Errorf("%w: %v", ErrGone, cause)})
+	}
+}
+
+// Destroy kills everything in the sandbox and removes it from the host.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.destroyOnce.Do(func() {
+		_ = s.stdin.Close() // the agent kills its commands when its input ends
+		var errs []error
+		if err := s.cg.kill(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+		if err := s.cg.remove(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := unix.Unmount(s.workspace, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("sandbox: unmount workspace: %w", err))
+		}
+		if err := os.RemoveAll(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox: remove state: %w", err))
+		}
+		s.rt.freeUID(s.uid)
+		s.destroyErr = errors.Join(errs...)
+	})
+	return s.destroyErr
+}
+
+// HostUID is the host uid the sandbox's user maps to; files the host puts in
+// the workspace must belong to it.
+func (s *Sandbox) HostUID() int { return s.uid }

@@ -1,0 +1,436 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/conch-sh/conch/services/executor/process"
+	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/wsync"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+// Limits of SPEC §3 and §6.
+const (
+	MaxCommandBytes    = 1 << 20
+	DefaultOutputChars = 4096
+	MaxOutputChars     = 1 << 20
+	DefaultRunTimeout  = 60 * time.Second
+	MaxRunTimeout      = 300 * time.Second
+	DefaultExecTimeout = 1800 * time.Second
+	MaxExecTimeout     = 1800 * time.Second
+	ProcessRetention   = 30 * time.Minute
+	// PersistentWorkspaceBytes and PersistentWorkspaceFiles are the default
+	// quota of a persistent workspace (SPEC §4).
+	PersistentWorkspaceBytes = 1 << 30
+	PersistentWorkspaceFiles = 100000
+	backgroundBudget         = 64 << 20
+	ownershipTTLSeconds      = 15
+)
+
+// OwnershipPrefix is the etcd prefix under which each sandbox is recorded
+// with its executor, under the executor's lease.
+const OwnershipPrefix = "conch/executor/sandboxes/"
+
+// Runtime builds sandboxes; *sandbox.Runtime is the production one.
+type Runtime interface {
+	Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error)
+}
+
+// Service is the executor's domain: the sandboxes of this executor, their
+// commands and their processes.
+type Service struct {
+	name  string
+	rt    Runtime
+	etcd  *clientv3.Client
+	log   *slog.Logger
+	procs *process.Table
+
+	mu        sync.Mutex
+	sandboxes map[string]*entry
+	lease     clientv3.LeaseID
+
+	ws Workspaces // nil: persistent workspaces are refused
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithWorkspaces lets sandboxes mount persistent workspaces from ws.
+func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws } }
+
+// entry is a live sandbox with its owner.
+type entry struct {
+	sb         *sandbox.Sandbox
+	account    string
+	user       string
+	session    string
+	persistent bool
+	limits     sandbox.Limits
+	idle       time.Duration
+	created    time.Time
+
+	mu       sync.Mutex
+	lastUsed time.Time
+
+	// Persistent workspace sync state, under syncMu.
+	syncMu   sync.Mutex
+	root     *wsync.Root
+	revision int64
+	synced   map[string]wsync.Meta
+}
+
+func (e *entry) touch() {
+	e.mu.Lock()
+	e.lastUsed = time.Now()
+	e.mu.Unlock()
+}
+
+func (e *entry) idleSince() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastUsed
+}
+
+// ownership is the value recorded in etcd for each sandbox.
+type ownership struct {
+	Account  string    `json:"account"`
+	Executor string    `json:"executor"`
+	User     string    `json:"user,omitempty"`
+	Created  time.Time `json:"created"`
+}
+
+// NewService returns the executor's domain. name identifies this executor
+// instance in sandbox ownership records.
+func NewService(ctx context.Context, name string, rt Runtime, etcd *clientv3.Client, log *slog.Logger, opts ...Option) (*Service, error) {
+	if rt == nil || etcd == nil || name == "" {
+		return nil, errors.New("executor: runtime, etcd and name are required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{name: name, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}}
+	for _, o := range opts {
+		o(s)
+	}
+	lease, err := etcd.Grant(ctx, ownershipTTLSeconds)
+	if err != nil {
+		return nil, fmt.Errorf("executor: grant ownership lease: %w", err)
+	}
+	s.lease = lease.ID
+	return s, nil
+}
+
+// Run keeps the ownership lease alive, ends idle sandboxes and forgets old
+// processes until ctx ends, then destroys every sandbox.
+func (s *Service) Run(ctx context.Context) error {
+	defer s.shutdown(context.WithoutCancel(ctx))
+	ka, err := s.etcd.KeepAlive(ctx, s.lease)
+	if err != nil {
+		return fmt.Errorf("executor: keep ownership lease: %w", err)
+	}
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-ka:
+			if !ok && ctx.Err() == nil {
+				// The lease expired: our records are gone; take a new lease
+				// and record the sandboxes again.
+				if ka, err = s.renewLease(ctx); err != nil {
+					s.log.Error("ownership lease lost", "error", err)
+					return err
+				}
+			}
+		case now := <-tick.C:
+			s.procs.Sweep(now)
+			s.endIdle(ctx, now)
+		}
+	}
+}
+
+func (s *Service) renewLease(ctx context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	lease, err := s.etcd.Grant(ctx, ownershipTTLSeconds)
+	if err != nil {
+		return nil, fmt.Errorf("executor: grant ownership lease: %w", err)
+	}
+	s.mu.Lock()
+	s.lease = lease.ID
+	entries := make(map[string]*entry, len(s.sandboxes))
+	for id, e := range s.sandboxes {
+		entries[id] = e
+	}
+	s.mu.Unlock()
+	for id, e := range entries {
+		if err := s.recordOwnership(ctx, id, e); err != nil {
+			return nil, err
+		}
+	}
+	return s.etcd.KeepAlive(ctx, lease.ID)
+}
+
+func (s *Service) recordOwnership(ctx context.Context, id string, e *entry) error {
+	b, _ := json.Marshal(ownership{Account: e.account, Executor: s.name, User: e.user, Created: e.created})
+	s.mu.Lock()
+	lease := s.lease
+	s.mu.Unlock()
+	if _, err := s.etcd.Put(ctx, OwnershipPrefix+id, string(b), clientv3.WithLease(lease)); err != nil {
+		return fmt.Errorf("executor: record sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s *Service) endIdle(ctx context.Context, now time.Time) {
+	s.mu.Lock()
+	var idle []string
+	for id, e := range s.sandboxes {
+		if e.idle > 0 && now.Sub(e.idleSince()) > e.idle {
+			idle = append(idle, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range idle {
+		s.log.Info("ending idle sandbox", "sandbox", id)
+		if err := s.destroy(ctx, id); err != nil {
+			s.log.Warn("idle sandbox teardown failed", "sandbox", id, "error", err)
+		}
+	}
+}
+
+func (s *Service) shutdown(ctx context.Context) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.sandboxes))
+	for id := range s.sandboxes {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		if err := s.destroy(ctx, id); err != nil {
+			s.log.Warn("sandbox teardown failed", "sandbox", id, "error", err)
+		}
+	}
+	_, _ = s.etcd.Revoke(ctx, s.lease)
+}
+
+// CreateParams describe a sandbox to build.
+type CreateParams struct {
+	User        string
+	Persistent  bool
+	Limits      sandbox.Limits
+	Network     bool
+	PathPrepend []string
+	Session     string
+	Idle        time.Duration
+}
+
+var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
+
+// Create builds a sandbox for account.
+func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*entry, string, error) {
+	if p.User != "" && (!userIDPattern.MatchString(p.User) || p.User == "." || p.User == "..") {
+		return nil, "", errs.New(errs.InvalidArgument, "user: must be 1-128 characters of [A-Za-z0-9._@-], not . or ..")
+	}
+	if p.Persistent {
+		if p.User == "" {
+			return nil, "", errs.New(errs.InvalidArgument, "persistent: requires user")
+		}
+		if s.ws == nil {
+			return nil, "", errs.New(errs.FailedPrecondition, "persistent: persistent workspaces need the workspace service, which this executor is not connected to")
+		}
+		if p.Limits.WorkspaceBytes == 0 {
+			p.Limits.WorkspaceBytes = PersistentWorkspaceBytes
+		}
+	}
+	if p.Network {
+		return nil, "", errs.New(errs.Unimplemented, "network: mode allowlist (egress through a proxy) is not implemented yet; use mode none")
+	}
+	for _, d := range p.PathPrepend {
+		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
+			return nil, "", errs.New(errs.InvalidArgument, "path_prepend: %q must be an absolute path without ':'", d)
+		}
+	}
+	id := "sb-" + randomID()
+	sb, err := s.rt.Create(ctx, sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend})
+	if err != nil {
+		if errors.Is(err, sandbox.ErrUnsupported) {
+			return nil, "", errs.Wrap(errs.Unimplemented, err, "create sandbox")
+		}
+		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
+	}
+	now := time.Now()
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, limits: p.Limits, idle: p.Idle, created: now, lastUsed: now}
+	if p.Persistent {
+		if err := s.hydrate(ctx, e); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", err
+		}
+	}
+	if err := s.recordOwnership(ctx, id, e); err != nil {
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		return nil, "", err
+	}
+	s.mu.Lock()
+	s.sandboxes[id] = e
+	s.mu.Unlock()
+	go func() {
+		// A sandbox whose agent died (e.g. killed by its memory limit) is
+		// removed so that callers get a clear NotFound.
+		<-sb.Done()
+		s.mu.Lock()
+		_, live := s.sandboxes[id]
+		s.mu.Unlock()
+		if live {
+			s.log.Warn("sandbox ended unexpectedly", "sandbox", id)
+			_ = s.destroy(context.WithoutCancel(ctx), id)
+		}
+	}()
+	s.log.Info("sandbox created", "sandbox", id, "account", account)
+	return e, id, nil
+}
+
+// lookup returns account's sandbox id, or NotFound; a sandbox of another
+// executor is answered with where it lives.
+func (s *Service) lookup(ctx context.Context, account, id string) (*entry, error) {
+	s.mu.Lock()
+	e := s.sandboxes[id]
+	s.mu.Unlock()
+	if e != nil && e.account == account {
+		return e, nil
+	}
+	if e == nil && id != "" && len(id) <= 128 {
+		resp, err := s.etcd.Get(ctx, OwnershipPrefix+id)
+		if err == nil && len(resp.Kvs) == 1 {
+			var o ownership
+			if json.Unmarshal(resp.Kvs[0].Value, &o) == nil && o.Account == account && o.Executor != s.name {
+				return nil, errs.New(errs.Unavailable, "sandbox %s is owned by executor %s; retry to reach it", id, o.Executor)
+			}
+		}
+	}
+	return nil, errs.New(errs.NotFound, "sandbox %q not found", id)
+}
+
+// List returns account's sandboxes on this executor, of user if not empty.
+func (s *Service) List(account, user string) map[string]*entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]*entry{}
+	for id, e := range s.sandboxes {
+		if e.account == account && (user == "" || e.user == user) {
+			out[id] = e
+		}
+	}
+	return out
+}
+
+// Destroy ends account's sandbox id.
+func (s *Service) Destroy(ctx context.Context, account, id string) error {
+	if _, err := s.lookup(ctx, account, id); err != nil {
+		return err
+	}
+	return s.destroy(ctx, id)
+}
+
+func (s *Service) destroy(ctx context.Context, id string) error {
+	s.mu.Lock()
+	e := s.sandboxes[id]
+	delete(s.sandboxes, id)
+	s.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	var err error
+	if e.persistent {
+		// The last changes are kept even if the sandbox goes.
+		if ferr := s.flush(ctx, e); ferr != nil {
+			err = ferr
+		}
+		e.syncMu.Lock()
+		if e.root != nil {
+			_ = e.root.Close()
+		}
+		e.syncMu.Unlock()
+	}
+	err = errors.Join(err, e.sb.Destroy(ctx))
+	s.procs.DropSandbox(id)
+	if _, derr := s.etcd.Delete(ctx, OwnershipPrefix+id); derr != nil {
+		err = errors.Join(err, fmt.Errorf("executor: forget sandbox %s: %w", id, derr))
+	}
+	if err != nil {
+		return fmt.Errorf("executor: destroy %s: %w", id, err)
+	}
+	s.log.Info("sandbox destroyed", "sandbox", id)
+	return nil
+}
+
+func randomID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// sortedIDs returns the keys of m in order.
+func sortedIDs(m map[string]*entry) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// hydrate fills a new sandbox's workspace from the workspace service.
+func (s *Service) hydrate(ctx context.Context, e *entry) error {
+	root, err := wsync.OpenRoot(e.sb.WorkspacePath(), e.sb.HostUID())
+	if err != nil {
+		return err
+	}
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	e.root = root
+	if e.revision, err = s.ws.Hydrate(ctx, e.account, e.user, root); err != nil {
+		_ = root.Close()
+		e.root = nil
+		return errs.Wrap(errs.Unavailable, err, "persistent: hydrate the workspace of %q", e.user)
+	}
+	if e.synced, err = wsync.Scan(e.sb.WorkspacePath(), PersistentWorkspaceFiles+1); err != nil {
+		return fmt.Errorf("executor: scan hydrated workspace: %w", err)
+	}
+	return nil
+}
+
+// flush sends a persistent workspace's changes since the last sync.
+func (s *Service) flush(ctx context.Context, e *entry) error {
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	if e.root == nil {
+		return nil
+	}
+	scan, err := wsync.Scan(e.sb.WorkspacePath(), PersistentWorkspaceFiles+1)
+	if err != nil {
+		return errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
+	}
+	c := wsync.Diff(e.synced, scan)
+	if len(c.Changed) == 0 && len(c.Removed) == 0 {
+		return nil
+	}
+	rev, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, e.revision, e.root, scan, c)
+	if err != nil {
+		return err
+	}
+	e.revision, e.synced = rev, scan
+	return nil
+}
