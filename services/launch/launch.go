@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/approval"
 	approvalstore "github.com/conch-sh/conch/services/approval/store"
@@ -173,7 +174,14 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*execu
 		rt.Close()
 		return nil, nil, nil, err
 	}
-	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close() }, nil
+	apConn, err := p.dial(ctx, "approval")
+	if err != nil {
+		_ = wsConn.Close()
+		rt.Close()
+		return nil, nil, nil, fmt.Errorf("executor: dial approval: %w", err)
+	}
+	srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn))
+	return srv, svc, func() { rt.Close(); _ = wsConn.Close(); _ = apConn.Close() }, nil
 }
 
 // RunExecutor runs `conch executor`.
