@@ -341,6 +341,25 @@ func testFiles(t *testing.T, d *dev) {
 				t.Errorf("%s: stored: %d %s", tt.name, code, body)
 			}
 		}
+		// A chunked body cut before its last chunk: nothing is stored.
+		conn, err := net.Dial("tcp", strings.TrimPrefix(d.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "PUT /api/v1/shell/io/upload?path=/up/cut HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Shell-User-Id: alice\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", d.Key)
+		if tcp, ok := conn.(*net.TCPConn); ok {
+			_ = tcp.CloseWrite()
+		}
+		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Errorf("cut chunked body accepted")
+			}
+		}
+		conn.Close()
+		if code, body := alice.call("GET", "/api/v1/shell/io/stat?path=/up/cut", nil); code != http.StatusNotFound {
+			t.Errorf("cut chunked body stored: %d %s", code, body)
+		}
 		if code, body := alice.call("DELETE", "/api/v1/shell/io/delete?path=/up&recursive=true", nil); code != http.StatusOK {
 			t.Errorf("cleanup = %d %s", code, body)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
 // Server serves ExecutorService over a Service.
@@ -429,7 +430,7 @@ func (s *Server) PollProcess(ctx context.Context, req *executorv1.PollProcessReq
 		return nil, err
 	}
 	snap, out, truncated := r.Poll(ctx, time.Duration(req.GetWaitMs())*time.Millisecond, 4*DefaultOutputChars)
-	text, cutMore := cut(string(out), DefaultOutputChars)
+	text, cutMore := toolresult.Cut(string(out), DefaultOutputChars)
 	return &executorv1.PollProcessResponse{Process: processPB(snap), Output: text, Truncated: truncated || cutMore}, nil
 }
 

@@ -255,7 +255,25 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxUploadBytes), rc: rc, idle: f.idle}
 	buf := make([]byte, fileChunk)
 	for {
-		n, rerr := io.ReadFull(body, buf)
+		n, rerr := fill(body, buf)
+		if rerr != nil && rerr != io.EOF {
+			// A failed body is answered before anything else: the bytes
+			// read with it are dropped and the canceled stream stores
+			// nothing.
+			cancel()
+			var tooBig *http.MaxBytesError
+			switch {
+			case errors.As(rerr, &tooBig):
+				tooLarge()
+			case errors.Is(rerr, os.ErrDeadlineExceeded):
+				w.Header().Set("Connection", "close")
+				statusErrorsHTTP(w, http.StatusRequestTimeout, codes.DeadlineExceeded, "the upload body stalled: no bytes for "+f.idle.String())
+			default:
+				w.Header().Set("Connection", "close")
+				statusErrors(w, codes.InvalidArgument, "reading the request body failed: "+rerr.Error())
+			}
+			return
+		}
 		if n > 0 {
 			err := stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Data{Data: buf[:n]}})
 			if errors.Is(err, io.EOF) {
@@ -266,24 +284,8 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			cancel()
-			var tooBig *http.MaxBytesError
-			if errors.As(rerr, &tooBig) {
-				tooLarge()
-				return
-			}
-			if errors.Is(rerr, os.ErrDeadlineExceeded) {
-				w.Header().Set("Connection", "close")
-				statusErrorsHTTP(w, http.StatusRequestTimeout, codes.DeadlineExceeded, "the upload body stalled: no bytes for "+f.idle.String())
-				return
-			}
-			w.Header().Set("Connection", "close")
-			statusErrors(w, codes.InvalidArgument, "reading the request body failed: "+rerr.Error())
-			return
+		if rerr == io.EOF {
+			break // the body is complete
 		}
 	}
 	_ = rc.SetReadDeadline(time.Time{})
@@ -299,6 +301,21 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// fill reads into buf until it is full or r fails, and returns r's error
+// as is: io.EOF is a complete body, io.ErrUnexpectedEOF a cut one (unlike
+// io.ReadFull, which reports a short last chunk as the latter).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // idleReader moves the connection's read deadline before each read, so a

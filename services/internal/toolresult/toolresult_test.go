@@ -18,13 +18,17 @@ func TestJSON(t *testing.T) {
 		r    *executorv1.RunCommandResponse
 		want string
 	}{
-		{"exit 0", FromExec([]byte("hi\n"), nil, &executorv1.Finished{Outcome: exit(0)}),
+		{"exit 0", FromExec([]byte("hi\n"), nil, 100, &executorv1.Finished{Outcome: exit(0)}),
 			`{"outcome":{"exit_code":0,"type":"exit"},"stderr":"","stdout":"hi\n"}`},
-		{"truncated", FromExec([]byte("abc"), []byte("e"), &executorv1.Finished{Outcome: exit(1), StdoutTruncated: true, StderrTruncated: true}),
-			`{"outcome":{"exit_code":1,"type":"exit"},"stderr":"e[output truncated]","stdout":"abc[output truncated]"}`},
-		{"timeout keeps output, no exit code", FromExec([]byte("partial"), nil, &executorv1.Finished{Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_TIMEOUT}}),
+		{"cut by the producer", FromExec([]byte("abc"), []byte("e\n"), 100, &executorv1.Finished{Outcome: exit(1), StdoutTruncated: true, StderrTruncated: true}),
+			`{"outcome":{"exit_code":1,"type":"exit"},"stderr":"e\n[output truncated]","stdout":"abc\n[output truncated]"}`},
+		{"cut here, in characters, stderr gets what stdout left", FromExec([]byte("héllo wörld"), []byte("err"), 7, &executorv1.Finished{Outcome: exit(0)}),
+			`{"outcome":{"exit_code":0,"type":"exit"},"stderr":"[output truncated]","stdout":"héllo w\n[output truncated]"}`},
+		{"stderr within what is left", FromExec([]byte("abc"), []byte("defgh"), 6, &executorv1.Finished{Outcome: exit(0)}),
+			`{"outcome":{"exit_code":0,"type":"exit"},"stderr":"def\n[output truncated]","stdout":"abc"}`},
+		{"timeout keeps output, no exit code", FromExec([]byte("partial"), nil, 100, &executorv1.Finished{Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_TIMEOUT}}),
 			`{"outcome":{"type":"timeout"},"stderr":"","stdout":"partial"}`},
-		{"error from the executor", FromExec(nil, nil, &executorv1.Finished{Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR, ExitCode: proto.Int32(3)}, Error: "Command not allowed by exec policy"}),
+		{"error from the executor", FromExec(nil, nil, 100, &executorv1.Finished{Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR, ExitCode: proto.Int32(3)}, Error: "Command not allowed by exec policy"}),
 			`{"error":"Command not allowed by exec policy","outcome":{"type":"error"},"stderr":"","stdout":""}`},
 		{"error before running", Error("sandbox unavailable"),
 			`{"error":"sandbox unavailable","outcome":{"type":"error"},"stderr":"","stdout":""}`},
@@ -36,5 +40,29 @@ func TestJSON(t *testing.T) {
 				t.Errorf("JSON =\n%s\nwant\n%s", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestCut(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   string
+		n    int
+		want string
+		cut  bool
+	}{
+		{"hello", 10, "hello", false},
+		{"hello", 5, "hello", false},
+		{"hello", 3, "hel", true},
+		{"☃☃☃", 2, "☃☃", true},
+		{"a\xffb", 2, "a\uFFFD", true},
+		{"", 0, "", false},
+		{"x", 0, "", true},
+	}
+	for _, c := range cases {
+		got, cut := Cut(c.in, c.n)
+		if got != c.want || cut != c.cut {
+			t.Errorf("Cut(%q, %d) = %q %v, want %q %v", c.in, c.n, got, cut, c.want, c.cut)
+		}
 	}
 }

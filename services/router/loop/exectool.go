@@ -187,7 +187,7 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 			b, _ := json.Marshal(execResult{Status: "running", SessionID: e.Backgrounded.GetProcessId(), Stdout: string(stdout), Stderr: string(stderr)})
 			return string(b)
 		case *executorv1.ExecResponse_Finished:
-			r := toolresult.FromExec(stdout, stderr, e.Finished)
+			r := toolresult.FromExec(stdout, stderr, int(cfg.ExecOutput), e.Finished)
 			res := execResult{Status: "completed", SessionID: processID, Stdout: r.GetStdout(), Stderr: r.GetStderr(), Error: r.GetError()}
 			outcome, _ := restjson.New().Marshal(r.GetOutcome())
 			res.Outcome = json.RawMessage(outcome)

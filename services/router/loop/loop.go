@@ -335,7 +335,7 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 				_ = ev.Tool(ToolEvent{Event: "approval_pending", ID: call.ID, Name: call.Name, Approval: b})
 			}
 		case *executorv1.ExecResponse_Finished:
-			return toolresult.FromExec(stdout, stderr, e.Finished)
+			return toolresult.FromExec(stdout, stderr, int(sh.MaxOutputLength), e.Finished)
 		case *executorv1.ExecResponse_Backgrounded:
 			return toolresult.Error("exec: the command moved to the background, which the shell tool does not do")
 		}

@@ -98,10 +98,13 @@ func scriptedAnswer(req *Request) *Response {
 	if tool == "" {
 		return &Response{ID: "scripted-" + id(text), Content: "I would run `" + cmd + "`, but this request has no shell tool. Enable it with \"tools\": [{\"type\": \"shell\"}].", FinishReason: "stop"}
 	}
-	args, _ := json.Marshal(map[string]string{arg: cmd})
+	var args strings.Builder
+	enc := json.NewEncoder(&args)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]string{arg: cmd})
 	return &Response{
 		ID:           "scripted-" + id(text),
-		ToolCalls:    []ToolCall{{ID: "call_" + id(cmd), Name: tool, Arguments: string(args)}},
+		ToolCalls:    []ToolCall{{ID: "call_" + id(cmd), Name: tool, Arguments: strings.TrimSuffix(args.String(), "\n")}},
 		FinishReason: "tool_calls",
 	}
 }
