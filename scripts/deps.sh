@@ -9,6 +9,11 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 # The sandbox tests run python3 inside sandboxes (threads, sockets, ioctls),
 # from the system's /usr/bin, which is what a sandbox sees.
 [ -x /usr/bin/python3 ] || need+=(python3)
+# --test adds what only the tests need: a headless browser for the
+# approvals page.
+if [ "${1:-}" = "--test" ]; then
+	command -v chromium >/dev/null || need+=(chromium)
+fi
 
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then

@@ -16,6 +16,8 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/approval/gate"
+	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/toolshim"
@@ -28,12 +30,56 @@ import (
 type Server struct {
 	executorv1.UnsafeExecutorServiceServer
 	svc *Service
+	// approvals judges commands whose exec policy is not the sandbox's
+	// full/off default (SPEC §7); nil refuses them.
+	approvals gate.Client
 }
 
 var _ executorv1.ExecutorServiceServer = (*Server)(nil)
 
 // NewServer returns the gRPC face of svc.
 func NewServer(svc *Service) *Server { return &Server{svc: svc} }
+
+// WithApprovals makes Exec ask the approval service before running a
+// command whose exec policy is not the sandbox's full/off default.
+func (s *Server) WithApprovals(c gate.Client) *Server {
+	s.approvals = c
+	return s
+}
+
+// authorize asks the approval service whether req may run, telling the
+// caller while a human decides. It reports false after sending the refusal
+// as the command's end, with the policy's exact error string.
+func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, stream executorv1.ExecutorService_ExecServer) (bool, error) {
+	if !gate.Needed(req.GetHost(), req.GetSettings()) {
+		return true, nil
+	}
+	refuse := func(reason string) (bool, error) {
+		return false, stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
+			Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR}, Error: reason,
+		}}})
+	}
+	if s.approvals == nil {
+		return refuse(policy.ErrNotAllowed + ": no approval service to ask")
+	}
+	v, err := gate.Check(ctx, s.approvals, gate.Request{
+		Binding: &approvalv1.Binding{
+			Command: req.GetCommand(), Cwd: req.GetWorkdir(), Env: req.GetEnv(), Host: req.GetHost(), Node: req.GetNode(),
+			Agent: req.GetAgent(), Session: req.GetSession(), User: req.GetUser(),
+		},
+		Settings: req.GetSettings(),
+		OnPending: func(a *approvalv1.Approval) {
+			_ = stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_ApprovalPending{ApprovalPending: &executorv1.ApprovalPending{Approval: a}}})
+		},
+	})
+	if err != nil {
+		return false, err
+	}
+	if !v.Allowed {
+		return refuse(v.Reason)
+	}
+	return true, nil
+}
 
 // Register registers the service's gRPC handlers on g.
 func (s *Server) Register(g *grpc.Server) {
@@ -244,6 +290,9 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		return errs.New(errs.InvalidArgument, "settings.approval_running_notice_ms: must not be negative")
 	case notice == 0:
 		notice = 10 * time.Second
+	}
+	if ok, err := s.authorize(ctx, req, stream); !ok || err != nil {
+		return err
 	}
 	res, err := s.svc.Exec(ctx, account, ExecParams{
 		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),

@@ -134,11 +134,14 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g.Go(func() error { return execSvc.Run(gctx) })
 	g.Go(func() error { return p.serve(gctx, "executor", "127.0.0.1:0", "", common, execSrv.Register) })
 	for _, name := range []string{"approval"} {
-		register, err := registerFunc(name)
+		register, run, err := registerFunc(name, p)
 		if err != nil {
 			return err
 		}
 		g.Go(func() error { return p.serve(gctx, name, "127.0.0.1:0", "", common, register) })
+		if run != nil {
+			g.Go(func() error { return run(gctx) })
+		}
 	}
 	ready := make(chan string, 1)
 	g.Go(func() error {
@@ -147,8 +150,8 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g.Go(func() error {
 		select {
 		case addr := <-ready:
-			fmt.Fprintf(banner, "conch dev is up on http://%s\n  data dir: %s\n  API key:  %s (account %q, also in %s)\n",
-				addr, cfg.DataDir, key, DevAccount, filepath.Join(cfg.DataDir, "api-key"))
+			fmt.Fprintf(banner, "conch dev is up on http://%s\n  data dir: %s\n  API key:  %s (account %q, also in %s)\n  approvals: http://%s/ui/approvals\n",
+				addr, cfg.DataDir, key, DevAccount, filepath.Join(cfg.DataDir, "api-key"), addr)
 		case <-gctx.Done():
 		}
 		return nil

@@ -22,9 +22,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/approval"
+	approvalstore "github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/executor"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/config"
@@ -192,7 +194,15 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*execu
 		rt.Close()
 		return nil, nil, nil, err
 	}
-	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close(); _ = routerConn.Close() }, nil
+	apConn, err := p.dial(ctx, "approval")
+	if err != nil {
+		_ = wsConn.Close()
+		_ = routerConn.Close()
+		rt.Close()
+		return nil, nil, nil, fmt.Errorf("executor: dial approval: %w", err)
+	}
+	srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn))
+	return srv, svc, func() { rt.Close(); _ = wsConn.Close(); _ = routerConn.Close(); _ = apConn.Close() }, nil
 }
 
 // RunExecutor runs `conch executor`.
@@ -342,36 +352,49 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 
 // RunService runs `conch executor|approval`.
 func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
-	register, err := registerFunc(name)
-	if err != nil {
-		return err
-	}
 	p, err := newProcess(ctx, "conch-"+name, cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
 	if err != nil {
 		return err
 	}
 	defer p.close(ctx)
-	return p.runService(ctx, name, &cfg.Common, register)
+	register, run, err := registerFunc(name, p)
+	if err != nil {
+		return err
+	}
+	return p.runService(ctx, name, &cfg.Common, register, run)
 }
 
-// runService serves one service's gRPC server, and /metrics when asked.
-func (p *process) runService(ctx context.Context, name string, c *Common, register func(*grpc.Server)) error {
+// runService serves one service's gRPC server, its background work (run,
+// when not nil) and /metrics when asked.
+func (p *process) runService(ctx context.Context, name string, c *Common, register func(*grpc.Server), run func(context.Context) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.serve(gctx, name, c.GRPCAddr, c.AdvertiseAddr, c, register) })
+	if run != nil {
+		g.Go(func() error { return run(gctx) })
+	}
 	if c.MetricsAddr != "" {
 		g.Go(func() error { return p.serveMetrics(gctx, c.MetricsAddr, c.ShutdownTimeout) })
 	}
 	return g.Wait()
 }
 
-// registerFunc returns the registration of a service without
-// configuration of its own; the workspace service has RunWorkspace.
-func registerFunc(name string) (func(*grpc.Server), error) {
+// registerFunc builds a service without configuration of its own (the
+// workspace service has RunWorkspace); run, when not nil, is its background
+// work and runs beside the gRPC server.
+func registerFunc(name string, p *process) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
 	case "approval":
-		return approval.New().Register, nil
+		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
+		if err != nil {
+			return nil, nil, err
+		}
+		svc, err := approval.New(st, approval.Config{Logger: p.log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return svc.Register, svc.Run, nil
 	}
-	return nil, fmt.Errorf("unknown service %q", name)
+	return nil, nil, fmt.Errorf("unknown service %q", name)
 }
 
 // serveHTTP serves the router's public HTTP API on addr until ctx ends. When

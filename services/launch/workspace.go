@@ -120,7 +120,7 @@ func RunWorkspace(ctx context.Context, cfg WorkspaceConfig) error {
 		return err
 	}
 	defer closeWS()
-	return p.runService(ctx, "workspace", &cfg.Common, srv.Register)
+	return p.runService(ctx, "workspace", &cfg.Common, srv.Register, nil)
 }
 
 // devSigningKeys returns CONCH_SIGNING_KEYS, else the key kept in the data

@@ -97,6 +97,10 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.Handle("GET /metrics", opts.Metrics)
 	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
+	ea := &execApprovals{client: approvalv1.NewApprovalServiceClient(opts.Conns["approval"])}
+	mux.Handle("GET /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.get)))
+	mux.Handle("PUT /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.put)))
+	registerUI(mux)
 	if opts.UploadIdleTimeout <= 0 {
 		opts.UploadIdleTimeout = DefaultUploadIdleTimeout
 	}

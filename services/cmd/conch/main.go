@@ -31,6 +31,7 @@ Commands:
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
 Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
+  approvals   list and answer exec approvals, edit allowlists, export/import the document
   chat        chat with a gateway in the terminal, commands and approvals shown as they happen
   gateways    list, get, create, update and delete gateways
 
@@ -104,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunService(ctx, cmd, cfg)
+	case "approvals":
+		return cli.Approvals(ctx, args, stdout, stderr)
 	case "gateways":
 		return cli.Gateways(ctx, args, stdout, stderr)
 	case "chat":

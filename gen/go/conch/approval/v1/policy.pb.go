@@ -389,7 +389,11 @@ type Segment struct {
 	// Verdict on this segment.
 	Decision PolicyDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=conch.approval.v1.PolicyDecision" json:"decision,omitempty"`
 	// Why; for a refusal, the exact error string of the spec.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Digest of the resolved file's content ("sha256:<hex>"), when the
+	// caller computed it; an approval is bound to it, so a script changed
+	// after the approval no longer matches.
+	ContentDigest string `protobuf:"bytes,5,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -448,6 +452,13 @@ func (x *Segment) GetDecision() PolicyDecision {
 func (x *Segment) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *Segment) GetContentDigest() string {
+	if x != nil {
+		return x.ContentDigest
 	}
 	return ""
 }
@@ -641,12 +652,13 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\x1aapproval_running_notice_ms\x18\b \x01(\x05R\x17approvalRunningNoticeMs\x12$\n" +
 	"\x0enotify_on_exit\x18\t \x01(\bR\fnotifyOnExit\x12\x12\n" +
 	"\x04node\x18\n" +
-	" \x01(\tR\x04node\"\x99\x01\n" +
+	" \x01(\tR\x04node\"\xc0\x01\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12#\n" +
 	"\rresolved_path\x18\x02 \x01(\tR\fresolvedPath\x12=\n" +
 	"\bdecision\x18\x03 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xbd\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12%\n" +
+	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\"\xbd\x01\n" +
 	"\x0fEvaluateRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05agent\x18\x02 \x01(\tR\x05agent\x12+\n" +

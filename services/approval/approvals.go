@@ -1,0 +1,145 @@
+package approval
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval/document"
+	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+)
+
+func validID(id string) error {
+	if id == "" || len(id) > 128 {
+		return errs.New(errs.InvalidArgument, "id: required, at most 128 characters")
+	}
+	return nil
+}
+
+// GetApproval implements ApprovalService.
+func (s *Server) GetApproval(ctx context.Context, req *approvalv1.GetApprovalRequest) (*approvalv1.GetApprovalResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validID(req.GetId()); err != nil {
+		return nil, err
+	}
+	a, err := s.store.Get(ctx, account, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &approvalv1.GetApprovalResponse{Approval: approvalTo(a)}, nil
+}
+
+// ListApprovals implements ApprovalService.
+func (s *Server) ListApprovals(ctx context.Context, req *approvalv1.ListApprovalsRequest) (*approvalv1.ListApprovalsResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.store.List(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	out := &approvalv1.ListApprovalsResponse{Approvals: []*approvalv1.Approval{}}
+	for _, a := range all {
+		pa := approvalTo(a)
+		if req.GetState() != approvalv1.ApprovalState_APPROVAL_STATE_UNSPECIFIED && pa.GetState() != req.GetState() {
+			continue
+		}
+		if req.GetAgent() != "" && a.Agent != req.GetAgent() {
+			continue
+		}
+		if req.GetSession() != "" && a.Session != req.GetSession() {
+			continue
+		}
+		out.Approvals = append(out.Approvals, pa)
+	}
+	return out, nil
+}
+
+// ResolveApproval implements ApprovalService.
+func (s *Server) ResolveApproval(ctx context.Context, req *approvalv1.ResolveApprovalRequest) (*approvalv1.ResolveApprovalResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validID(req.GetId()); err != nil {
+		return nil, err
+	}
+	approver := req.GetApprover()
+	if scope, ok := tenant.From(ctx); ok && approver == "" {
+		approver = "api"
+		if scope.User != "" {
+			approver = "user:" + scope.User
+		}
+	}
+	a, err := s.resolve(ctx, account, req.GetId(), req.GetDecision(), approver)
+	if err != nil {
+		return nil, err
+	}
+	return &approvalv1.ResolveApprovalResponse{Approval: approvalTo(a)}, nil
+}
+
+// resolve answers an approval exactly once; allow-always then adds the
+// inner resolved binaries to the agent's allowlist.
+func (s *Server) resolve(ctx context.Context, account, id string, decision approvalv1.ApprovalDecision, approver string) (*store.Approval, error) {
+	d := approvalDecisionFrom(decision)
+	if d == "" {
+		return nil, errs.New(errs.InvalidArgument, "decision: want allow-once, allow-always or deny")
+	}
+	if len(approver) > 256 {
+		return nil, errs.New(errs.InvalidArgument, "approver: at most 256 characters")
+	}
+	a, err := s.store.Resolve(ctx, account, id, d, approver)
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
+	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
+	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {
+		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
+			for _, p := range a.Recordable {
+				if _, err := doc.AddPattern(a.Agent, policy.ExactPattern(p)); err != nil {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed, but its binaries were not added to the allowlist", id)
+		}
+	}
+	return a, nil
+}
+
+// WatchApproval implements ApprovalService.
+func (s *Server) WatchApproval(req *approvalv1.WatchApprovalRequest, stream approvalv1.ApprovalService_WatchApprovalServer) error {
+	ctx := stream.Context()
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return err
+	}
+	if err := validID(req.GetId()); err != nil {
+		return err
+	}
+	var sendErr error
+	err = s.store.Watch(ctx, account, req.GetId(), func(a *store.Approval) bool {
+		sendErr = stream.Send(&approvalv1.WatchApprovalResponse{Approval: approvalTo(a)})
+		return sendErr == nil
+	})
+	if sendErr != nil {
+		return sendErr
+	}
+	if err != nil && errors.Is(err, context.Canceled) {
+		return errs.Wrap(errs.Canceled, err, "watch approval")
+	}
+	return err
+}

@@ -1,0 +1,139 @@
+package document
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/conch-sh/conch/services/approval/policy"
+)
+
+// openClawExport is an exec-approvals.json as OpenClaw writes it, with a
+// socket section conch does not use.
+const openClawExport = `{
+  "version": 1,
+  "socket": {"path": "/Users/user/.clawdbot/exec-approvals.sock", "token": "abc"},
+  "defaults": {
+    "security": "deny",
+    "ask": "on-miss",
+    "askFallback": "deny",
+    "autoAllowSkills": false
+  },
+  "agents": {
+    "main": {
+      "security": "allowlist",
+      "ask": "on-miss",
+      "askFallback": "deny",
+      "autoAllowSkills": true,
+      "allowlist": [
+        {
+          "id": "B0C8C0B3-2C2D-4F8A-9A3C-5A4B3C2D1E0F",
+          "pattern": "~/Projects/**/bin/*",
+          "lastUsedAt": 1737150000000,
+          "lastUsedCommand": "rg -n TODO",
+          "lastResolvedPath": "/Users/user/Projects/bin/rg"
+        },
+        {
+          "id": "C1D9D1C4-3D3E-5F9B-0B4D-6B5C4D3E2F1G",
+          "pattern": "/opt/homebrew/bin/rg",
+          "lastUsedAt": 1737150000000,
+          "lastUsedCommand": "rg test",
+          "lastResolvedPath": "/opt/homebrew/bin/rg"
+        }
+      ]
+    }
+  }
+}`
+
+func jsonValue(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("unmarshal %s: %v", b, err)
+	}
+	return v
+}
+
+func TestOpenClawExportRoundTrips(t *testing.T) {
+	t.Parallel()
+	d, err := Parse([]byte(openClawExport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(jsonValue(t, []byte(openClawExport)), jsonValue(t, out)); diff != "" {
+		t.Fatalf("round trip changed the document (-in +out):\n%s", diff)
+	}
+	s, skills := d.PolicySettings("main")
+	if s != (policy.Settings{Security: policy.SecurityAllowlist, Ask: policy.AskOnMiss, AskFallback: policy.SecurityDeny}) || !skills {
+		t.Fatalf("main settings %+v skills %v", s, skills)
+	}
+	s, skills = d.PolicySettings("other")
+	if s.Security != policy.SecurityDeny || skills {
+		t.Fatalf("other settings %+v skills %v", s, skills)
+	}
+	if got := d.Allowlist("main"); len(got) != 2 || got[1].Pattern != "/opt/homebrew/bin/rg" {
+		t.Fatalf("allowlist %+v", got)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ doc, want string }{
+		{`[]`, "not a JSON object"},
+		{`{"version": 2}`, "version: want 1"},
+		{`{"version": 1, "defaults": {"security": "yolo"}}`, "defaults.security"},
+		{`{"version": 1, "agents": {"main": {"ask": "sometimes"}}}`, "agents.main.ask"},
+		{`{"version": 1, "agents": {"main": {"askFallback": "maybe"}}}`, "agents.main.askFallback"},
+		{`{"version": 1, "agents": {"main": {"allowlist": [{"pattern": "rg"}]}}}`, "agents.main.allowlist[0].pattern \"rg\": " + policy.ErrPatternNotBinary},
+		{`{"version": 1, "agents": {"main": {"allowlist": [{"id": "a", "pattern": "/a"}, {"id": "a", "pattern": "/b"}]}}}`, "duplicate"},
+		{`{"version": 1, "agents": {"main": {"allowlist": [{"pattern": "/a", "lastUsedAt": -1}]}}}`, "lastUsedAt"},
+		{`{"version": 1, "agents": {"main": {"allowlist": [{"pattern": "/a", "lastUsedAt": "x"}]}}}`, "not a JSON object"},
+		{`{"version": 1, "agents": {"a/b": {}}}`, "agents: name"},
+		{`{"version": 1, "agents": {"main": null}}`, "agents.main: want an object"},
+		{`{"version": 1,`, "not a JSON object"},
+		{`{"version": 1, "x": "` + strings.Repeat("a", MaxBytes) + `"}`, "larger than"},
+	} {
+		_, err := Parse([]byte(tc.doc))
+		var inv *InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%.60s) = %v, want an InvalidError containing %q", tc.doc, err, tc.want)
+		}
+	}
+}
+
+func TestEditing(t *testing.T) {
+	t.Parallel()
+	d := Empty()
+	if _, err := d.AddPattern("main", "rg"); err == nil || err.Error() != policy.ErrPatternNotBinary {
+		t.Fatalf("bare name: %v", err)
+	}
+	e, err := d.AddPattern("main", "/usr/bin/rg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := d.AddPattern("main", "/usr/bin/rg")
+	if again.ID != e.ID || len(d.Agents["main"].Allowlist) != 1 {
+		t.Fatal("adding a pattern twice made two entries")
+	}
+	if !d.RecordUse("main", 42, []Use{{EntryID: e.ID, Command: "rg x", ResolvedPath: "/usr/bin/rg"}}) {
+		t.Fatal("RecordUse changed nothing")
+	}
+	got := d.Agents["main"].Allowlist[0]
+	if got.LastUsedAt != 42 || got.LastUsedCommand != "rg x" || got.LastResolvedPath != "/usr/bin/rg" {
+		t.Fatalf("entry after use %+v", got)
+	}
+	if !d.RemoveEntry("main", "/usr/bin/rg") || d.RemoveEntry("main", e.ID) {
+		t.Fatal("RemoveEntry by pattern")
+	}
+	b, _ := d.Marshal()
+	if !strings.Contains(string(b), `"allowlist": []`) {
+		t.Fatalf("empty allowlist not written as []: %s", b)
+	}
+}

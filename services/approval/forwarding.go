@@ -1,0 +1,213 @@
+package approval
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval/notify"
+	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+)
+
+func (s *Server) forwarding(ctx context.Context, account string) (*approvalv1.ForwardingConfig, error) {
+	b, err := s.store.Forwarding(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := notify.DecodeConfig(b)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "stored forwarding config")
+	}
+	return cfg, nil
+}
+
+// redacted removes the secrets of cfg, saying which are set.
+func redacted(cfg *approvalv1.ForwardingConfig) *approvalv1.ForwardingConfig {
+	out := proto.Clone(cfg).(*approvalv1.ForwardingConfig)
+	ch := out.GetChannels()
+	if ch == nil {
+		ch = &approvalv1.ChannelSettings{}
+		out.Channels = ch
+	}
+	ch.SlackTokenSet, ch.TelegramTokenSet, ch.WebhookSecretSet = ch.SlackToken != "", ch.TelegramToken != "", ch.WebhookSecret != ""
+	ch.SlackToken, ch.TelegramToken, ch.WebhookSecret = "", "", ""
+	return out
+}
+
+// GetForwarding implements ApprovalService.
+func (s *Server) GetForwarding(ctx context.Context, _ *approvalv1.GetForwardingRequest) (*approvalv1.GetForwardingResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := s.forwarding(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	return &approvalv1.GetForwardingResponse{Config: redacted(cfg)}, nil
+}
+
+func validHTTPURL(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errs.New(errs.InvalidArgument, "%s: want an http:// or https:// URL", field)
+	}
+	return nil
+}
+
+func validateForwarding(cfg *approvalv1.ForwardingConfig) error {
+	if _, ok := approvalv1.ForwardMode_name[int32(cfg.GetMode())]; !ok {
+		return errs.New(errs.InvalidArgument, "mode: want session, targets or both")
+	}
+	if f := cfg.GetSessionFilter(); f != "" {
+		if _, _, err := notify.SessionFilter(f); err != nil {
+			return errs.New(errs.InvalidArgument, "session_filter: %v", err)
+		}
+	}
+	for i, t := range cfg.GetTargets() {
+		field := fmt.Sprintf("targets[%d]", i)
+		if t.GetTo() == "" {
+			return errs.New(errs.InvalidArgument, "%s.to: required", field)
+		}
+		switch t.GetChannel() {
+		case approvalv1.Channel_CHANNEL_WEBHOOK:
+			if err := validHTTPURL(field+".to", t.GetTo()); err != nil {
+				return err
+			}
+		case approvalv1.Channel_CHANNEL_SLACK, approvalv1.Channel_CHANNEL_TELEGRAM:
+		default:
+			return errs.New(errs.InvalidArgument, "%s.channel: want webhook, slack or telegram", field)
+		}
+	}
+	for i, a := range cfg.GetApprovers() {
+		if a.GetId() == "" || a.GetChannel() == approvalv1.Channel_CHANNEL_UNSPECIFIED {
+			return errs.New(errs.InvalidArgument, "approvers[%d]: channel and id required", i)
+		}
+	}
+	ch := cfg.GetChannels()
+	if err := validHTTPURL("channels.slack_base_url", ch.GetSlackBaseUrl()); err != nil {
+		return err
+	}
+	return validHTTPURL("channels.telegram_base_url", ch.GetTelegramBaseUrl())
+}
+
+// PutForwarding implements ApprovalService.
+func (s *Server) PutForwarding(ctx context.Context, req *approvalv1.PutForwardingRequest) (*approvalv1.PutForwardingResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := proto.Clone(req.GetConfig()).(*approvalv1.ForwardingConfig)
+	if cfg == nil {
+		cfg = &approvalv1.ForwardingConfig{}
+	}
+	if err := validateForwarding(cfg); err != nil {
+		return nil, err
+	}
+	old, err := s.forwarding(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Channels == nil {
+		cfg.Channels = &approvalv1.ChannelSettings{}
+	}
+	ch, oldCh := cfg.Channels, old.GetChannels()
+	// Secrets are write-only: left empty they keep their stored values.
+	if ch.SlackToken == "" {
+		ch.SlackToken = oldCh.GetSlackToken()
+	}
+	if ch.TelegramToken == "" {
+		ch.TelegramToken = oldCh.GetTelegramToken()
+	}
+	if ch.WebhookSecret == "" {
+		ch.WebhookSecret = oldCh.GetWebhookSecret()
+	}
+	ch.SlackTokenSet, ch.TelegramTokenSet, ch.WebhookSecretSet = false, false, false
+	b, err := notify.EncodeConfig(cfg)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "encode forwarding config")
+	}
+	if err := s.store.PutForwarding(ctx, account, b); err != nil {
+		return nil, err
+	}
+	return &approvalv1.PutForwardingResponse{Config: redacted(cfg)}, nil
+}
+
+// chatDecisions are the words of /approve.
+var chatDecisions = map[string]approvalv1.ApprovalDecision{
+	"allow-once":   approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE,
+	"allow-always": approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS,
+	"deny":         approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY,
+}
+
+const chatUsage = "usage: /approve <id> allow-once|allow-always|deny"
+
+// HandleChatCommand implements ApprovalService.
+func (s *Server) HandleChatCommand(ctx context.Context, req *approvalv1.HandleChatCommandRequest) (*approvalv1.HandleChatCommandResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetChannel() == approvalv1.Channel_CHANNEL_UNSPECIFIED || req.GetFrom() == "" {
+		return nil, errs.New(errs.InvalidArgument, "channel and from: required")
+	}
+	cfg, err := s.forwarding(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	approver := false
+	for _, a := range cfg.GetApprovers() {
+		if a.GetChannel() == req.GetChannel() && a.GetId() == req.GetFrom() {
+			approver = true
+		}
+	}
+	if !approver {
+		return nil, errs.New(errs.PermissionDenied, "%s on %s is not a configured approver", req.GetFrom(), channelWord(req.GetChannel()))
+	}
+	f := strings.Fields(req.GetText())
+	if len(f) == 0 || (f[0] != "/approve" && !strings.HasPrefix(f[0], "/approve@")) {
+		return nil, errs.New(errs.InvalidArgument, "text: not an /approve command; %s", chatUsage)
+	}
+	if len(f) != 3 {
+		return nil, errs.New(errs.InvalidArgument, "text: %s", chatUsage)
+	}
+	d, ok := chatDecisions[strings.ToLower(f[2])]
+	if !ok {
+		return nil, errs.New(errs.InvalidArgument, "text: unknown decision %q; %s", f[2], chatUsage)
+	}
+	a, err := s.resolve(ctx, account, f[1], d, channelWord(req.GetChannel())+":"+req.GetFrom())
+	if err != nil {
+		return nil, err
+	}
+	return &approvalv1.HandleChatCommandResponse{Reply: chatReply(a), Approval: approvalTo(a)}, nil
+}
+
+func chatReply(a *store.Approval) string {
+	switch a.Decision {
+	case store.DecisionAllowOnce:
+		return fmt.Sprintf("Approval %s: allowed once. The command runs now.", a.ID)
+	case store.DecisionAllowAlways:
+		return fmt.Sprintf("Approval %s: allowed always. %s added to the allowlist of %s; the command runs now.", a.ID, orNothing(a.Recordable), a.Agent)
+	}
+	return fmt.Sprintf("Approval %s: denied. The command does not run.", a.ID)
+}
+
+func orNothing(paths []string) string {
+	if len(paths) == 0 {
+		return "Nothing"
+	}
+	return strings.Join(paths, ", ")
+}
+
+func channelWord(c approvalv1.Channel) string {
+	return strings.ToLower(strings.TrimPrefix(c.String(), "CHANNEL_"))
+}

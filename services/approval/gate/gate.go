@@ -1,0 +1,242 @@
+// Package gate is what runs commands calls before running one (SPEC §7,
+// "wired into execution"): it resolves the command's programs against the
+// filesystem the command would really run with, asks the approval service,
+// waits for a human when one must decide (following the approval across
+// dropped streams), and returns the verdict with the spec's error string.
+package gate
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval/policy"
+)
+
+// Client is the part of the approval service the gate uses.
+type Client interface {
+	Authorize(ctx context.Context, in *approvalv1.AuthorizeRequest, opts ...grpc.CallOption) (*approvalv1.AuthorizeResponse, error)
+	WatchApproval(ctx context.Context, in *approvalv1.WatchApprovalRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[approvalv1.WatchApprovalResponse], error)
+}
+
+var _ Client = approvalv1.ApprovalServiceClient(nil)
+
+// Request is one command about to run.
+type Request struct {
+	// Binding says what runs where, for whom.
+	Binding *approvalv1.Binding
+	// Settings are the gateway's exec settings with the session's
+	// overrides applied.
+	Settings *approvalv1.ExecSettings
+	// Resolver resolves program names the way the command's shell will;
+	// nil lets the approval service resolve on its own host.
+	Resolver policy.Resolver
+	// OnPending is called once when a human must decide, e.g. to show the
+	// approval to the user; may be nil.
+	OnPending func(*approvalv1.Approval)
+	// Digest returns the content digest of a resolved file, binding an
+	// approval to it (see FileDigest); nil sends none.
+	Digest func(path string) (string, error)
+}
+
+// MaxDigestBytes is the largest file FileDigest hashes.
+const MaxDigestBytes = 64 << 20
+
+// systemDirs hold binaries the commands judged here cannot change; hashing
+// them on every command would only cost time.
+var systemDirs = []string{"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/alternatives/"}
+
+// FileDigest returns "sha256:<hex>" of a file on this host, or "" for files
+// in the system dirs. A file larger than MaxDigestBytes is an error.
+func FileDigest(p string) (string, error) {
+	for _, d := range systemDirs {
+		if strings.HasPrefix(p, d) {
+			return "", nil
+		}
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("gate: digest %s: %w", p, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, MaxDigestBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("gate: digest %s: %w", p, err)
+	}
+	if n > MaxDigestBytes {
+		return "", fmt.Errorf("gate: digest %s: larger than %d bytes", p, MaxDigestBytes)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Verdict is the outcome.
+type Verdict struct {
+	// Allowed reports whether the command may run now.
+	Allowed bool
+	// Reason is the spec's error string when not allowed.
+	Reason string
+	// Approval is the approval a human answered, if one was needed.
+	Approval *approvalv1.Approval
+}
+
+// Needed reports whether a command on host under settings must be checked
+// at all: only the sandbox with security full and ask off (its defaults)
+// runs without asking, since for the other hosts the exec-approvals
+// document may be stricter than the gateway.
+func Needed(host approvalv1.Host, s *approvalv1.ExecSettings) bool {
+	if host != approvalv1.Host_HOST_SANDBOX && host != approvalv1.Host_HOST_UNSPECIFIED {
+		return true
+	}
+	sec, ask := s.GetSecurity(), s.GetAsk()
+	return !(sec == approvalv1.Security_SECURITY_UNSPECIFIED || sec == approvalv1.Security_SECURITY_FULL) ||
+		!(ask == approvalv1.Ask_ASK_UNSPECIFIED || ask == approvalv1.Ask_ASK_OFF)
+}
+
+// Segments resolves the programs of command as its shell would in cwd,
+// for the approval service to judge with.
+func Segments(command, cwd string, r policy.Resolver) []*approvalv1.Segment {
+	res := policy.New(policy.Config{}).Evaluate(policy.Request{
+		Command: command, Cwd: cwd, Resolver: r, Settings: policy.Settings{Security: policy.SecurityFull, Ask: policy.AskOff},
+	})
+	out := make([]*approvalv1.Segment, 0, len(res.Segments))
+	for _, s := range res.Segments {
+		if s.ResolvedPath != "" && len(s.Argv) > 0 {
+			out = append(out, &approvalv1.Segment{Argv: s.Argv[:1], ResolvedPath: s.ResolvedPath})
+		}
+	}
+	return out
+}
+
+// Check asks the approval service whether the command may run, waiting for
+// a human's answer or the timeout when one is needed. Programs and their
+// digests are resolved again right before an approval is used, so a file
+// changed while the human decided no longer matches.
+func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
+	areq := &approvalv1.AuthorizeRequest{Binding: req.Binding, Settings: req.Settings}
+	if reason := prepare(areq, req); reason != "" {
+		return Verdict{Reason: reason}, nil
+	}
+	resp, err := c.Authorize(ctx, areq)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("gate: authorize: %w", err)
+	}
+	switch resp.GetDecision() {
+	case approvalv1.PolicyDecision_POLICY_DECISION_ALLOW:
+		return Verdict{Allowed: true}, nil
+	case approvalv1.PolicyDecision_POLICY_DECISION_ASK:
+	default:
+		return Verdict{Reason: resp.GetReason()}, nil
+	}
+	pending := resp.GetApproval()
+	if req.OnPending != nil {
+		req.OnPending(pending)
+	}
+	final, err := wait(ctx, c, pending.GetId())
+	if err != nil {
+		return Verdict{}, err
+	}
+	areq = &approvalv1.AuthorizeRequest{Binding: req.Binding, Settings: req.Settings, ApprovalId: final.GetId()}
+	if reason := prepare(areq, req); reason != "" {
+		return Verdict{Reason: reason, Approval: final}, nil
+	}
+	resp, err = c.Authorize(ctx, areq)
+	if status.Code(err) == codes.PermissionDenied {
+		return Verdict{Reason: policy.ErrNotAllowed + ": " + status.Convert(err).Message(), Approval: final}, nil
+	}
+	if err != nil {
+		return Verdict{}, fmt.Errorf("gate: use approval %s: %w", final.GetId(), err)
+	}
+	if resp.GetDecision() == approvalv1.PolicyDecision_POLICY_DECISION_ALLOW {
+		return Verdict{Allowed: true, Approval: resp.GetApproval()}, nil
+	}
+	return Verdict{Reason: resp.GetReason(), Approval: resp.GetApproval()}, nil
+}
+
+// prepare resolves the command's programs and their digests into areq; a
+// non-empty result is the reason to refuse.
+func prepare(areq *approvalv1.AuthorizeRequest, req Request) string {
+	if req.Resolver == nil {
+		return ""
+	}
+	cwd := req.Binding.GetCwd()
+	if cwd == "" {
+		cwd = "/"
+	}
+	areq.Segments = Segments(req.Binding.GetCommand(), cwd, req.Resolver)
+	if req.Digest == nil {
+		return ""
+	}
+	for _, seg := range areq.Segments {
+		d, err := req.Digest(seg.GetResolvedPath())
+		if err != nil {
+			// A file that cannot be hashed cannot be bound to: refuse
+			// rather than approve unknown content.
+			return policy.ErrNotAllowed + ": " + err.Error()
+		}
+		seg.ContentDigest = d
+	}
+	return ""
+}
+
+// wait follows the approval until it is terminal, reopening the stream
+// when it drops: WatchApproval starts from the current state, so nothing
+// is missed.
+func wait(ctx context.Context, c Client, id string) (*approvalv1.Approval, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		a, err := follow(ctx, c, id)
+		if a != nil {
+			return a, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("gate: wait for approval %s: %w", id, ctx.Err())
+		}
+		// Only a lost connection is worth another try; anything else
+		// (not found, permission denied) will not change.
+		if status.Code(err) != codes.Unavailable {
+			return nil, fmt.Errorf("gate: wait for approval %s: %w", id, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("gate: wait for approval %s: %w", id, ctx.Err())
+		case <-t.C:
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// follow reads one stream; it returns the terminal approval, or the error
+// that ended the stream.
+func follow(ctx context.Context, c Client, id string) (*approvalv1.Approval, error) {
+	stream, err := c.WatchApproval(ctx, &approvalv1.WatchApprovalRequest{Id: id})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				return nil, status.Error(codes.Unavailable, "watch ended early")
+			}
+			return nil, err
+		}
+		if a := msg.GetApproval(); a.GetState() != approvalv1.ApprovalState_APPROVAL_STATE_PENDING {
+			return a, nil
+		}
+	}
+}

@@ -1,0 +1,225 @@
+package gate_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval"
+	"github.com/conch-sh/conch/services/approval/gate"
+	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+)
+
+// service runs the approval service over gRPC on a fixed loopback address
+// so it can be restarted under the same client.
+type service struct {
+	t      *testing.T
+	svc    *approval.Server
+	signer *tenant.Signer
+	addr   string
+	srv    *grpcserver.Server
+}
+
+func (s *service) start() {
+	s.t.Helper()
+	lis, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.addr = lis.Addr().String()
+	s.srv = grpcserver.New(grpcserver.Options{
+		Name:               "approval",
+		UnaryInterceptors:  []grpc.UnaryServerInterceptor{s.signer.UnaryServerInterceptor()},
+		StreamInterceptors: []grpc.StreamServerInterceptor{s.signer.StreamServerInterceptor()},
+		StopTimeout:        time.Second,
+	})
+	s.svc.Register(s.srv.GRPC())
+	go func() { _ = s.srv.Serve(lis) }()
+}
+
+func setup(t *testing.T) (*service, approvalv1.ApprovalServiceClient, context.Context) {
+	t.Helper()
+	st, err := store.New(etcdxtest.StartForTest(t), approval.KeyPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := approval.New(st, approval.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := tenant.NewSigner("internal-secret-for-gate-tests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &service{t: t, svc: svc, signer: signer, addr: "127.0.0.1:0"}
+	s.start()
+	t.Cleanup(func() { s.srv.Shutdown(context.WithoutCancel(t.Context())) })
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(signer.StreamClientInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := tenant.With(t.Context(), tenant.Scope{Account: "acct", Session: "s1"})
+	if _, err := svc.AddAllowlistEntry(ctx, &approvalv1.AddAllowlistEntryRequest{Agent: "default", Pattern: "/usr/bin/ls"}); err != nil {
+		t.Fatal(err)
+	}
+	return s, approvalv1.NewApprovalServiceClient(conn), ctx
+}
+
+func request(cmd string, settings *approvalv1.ExecSettings, onPending func(*approvalv1.Approval)) gate.Request {
+	return gate.Request{
+		Binding:   &approvalv1.Binding{Command: cmd, Cwd: "/", Host: approvalv1.Host_HOST_GATEWAY, Agent: "default", Session: "s1"},
+		Settings:  settings,
+		Resolver:  policy.PathResolver{Path: policy.SplitPath(policy.DefaultPath)},
+		OnPending: onPending,
+	}
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	s, client, ctx := setup(t)
+	gw := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}
+
+	v, err := gate.Check(ctx, client, request("ls -la /", gw, func(*approvalv1.Approval) { t.Error("an allowlisted command asked") }))
+	if err != nil || !v.Allowed {
+		t.Fatalf("allowlisted: %+v %v", v, err)
+	}
+	// A relative program after cd resolves where it really runs.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.AddAllowlistEntry(ctx, &approvalv1.AddAllowlistEntryRequest{Agent: "default", Pattern: dir + "/*"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err = gate.Check(ctx, client, request("cd "+dir+" && ./tool", gw, func(*approvalv1.Approval) { t.Error("an allowlisted tool asked") }))
+	if err != nil || !v.Allowed {
+		t.Fatalf("cd then relative tool: %+v %v", v, err)
+	}
+	v, err = gate.Check(ctx, client, request("ls > /etc/passwd", gw, nil))
+	if err != nil || v.Allowed || v.Reason != policy.ErrUnsupportedToken+">" {
+		t.Fatalf("redirect: %+v %v", v, err)
+	}
+
+	answer := func(decision approvalv1.ApprovalDecision) func(*approvalv1.Approval) {
+		return func(a *approvalv1.Approval) {
+			go func() {
+				if _, err := s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: decision}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	v, err = gate.Check(ctx, client, request("rm -rf /tmp/x", gw, answer(approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE)))
+	if err != nil || !v.Allowed || v.Approval.GetState() != approvalv1.ApprovalState_APPROVAL_STATE_ALLOWED {
+		t.Fatalf("allowed once: %+v %v", v, err)
+	}
+	v, err = gate.Check(ctx, client, request("rm -rf /tmp/x", gw, answer(approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY)))
+	if err != nil || v.Allowed || v.Reason != policy.ErrNotAllowed {
+		t.Fatalf("denied: %+v %v", v, err)
+	}
+	quick := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY, ApprovalTimeoutSeconds: 1}
+	v, err = gate.Check(ctx, client, request("rm -rf /tmp/y", quick, nil))
+	if err != nil || v.Allowed || v.Reason != policy.ErrTimeout {
+		t.Fatalf("timeout: %+v %v", v, err)
+	}
+}
+
+// The wait survives the approval service restarting.
+func TestCheckSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	s, client, ctx := setup(t)
+	restarted := make(chan struct{})
+	var id string
+	onPending := func(a *approvalv1.Approval) {
+		id = a.GetId()
+		go func() {
+			defer close(restarted)
+			s.srv.Shutdown(context.WithoutCancel(ctx))
+			s.start()
+			if _, err := s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	v, err := gate.Check(ctx, client, request("rm -rf /tmp/z", &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}, onPending))
+	<-restarted
+	if err != nil || !v.Allowed || v.Approval.GetId() != id {
+		t.Fatalf("after restart: %+v %v", v, err)
+	}
+}
+
+func TestNeeded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		host approvalv1.Host
+		s    *approvalv1.ExecSettings
+		want bool
+	}{
+		{approvalv1.Host_HOST_SANDBOX, nil, false},
+		{approvalv1.Host_HOST_UNSPECIFIED, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_FULL, Ask: approvalv1.Ask_ASK_OFF}, false},
+		{approvalv1.Host_HOST_SANDBOX, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_ALLOWLIST}, true},
+		{approvalv1.Host_HOST_SANDBOX, &approvalv1.ExecSettings{Ask: approvalv1.Ask_ASK_ALWAYS}, true},
+		{approvalv1.Host_HOST_SANDBOX, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_DENY}, true},
+		{approvalv1.Host_HOST_GATEWAY, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_FULL, Ask: approvalv1.Ask_ASK_OFF}, true},
+		{approvalv1.Host_HOST_NODE, nil, true},
+	} {
+		if got := gate.Needed(tc.host, tc.s); got != tc.want {
+			t.Errorf("Needed(%v, %v) = %v, want %v", tc.host, tc.s, got, tc.want)
+		}
+	}
+}
+
+// A script changed while the human decided does not run on the old
+// approval (THREATS A10).
+func TestApprovedScriptChanged(t *testing.T) {
+	t.Parallel()
+	s, client, ctx := setup(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "deploy.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho deploy\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(change bool) gate.Verdict {
+		t.Helper()
+		req := request("cd "+dir+" && ./deploy.sh", &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}, func(a *approvalv1.Approval) {
+			if change {
+				if err := os.WriteFile(script, []byte("#!/bin/sh\nrm -rf ~\n"), 0o755); err != nil {
+					t.Error(err)
+				}
+			}
+			if _, err := s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE}); err != nil {
+				t.Error(err)
+			}
+		})
+		req.Digest = gate.FileDigest
+		v, err := gate.Check(ctx, client, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := run(false); !v.Allowed {
+		t.Fatalf("unchanged script: %+v", v)
+	}
+	v := run(true)
+	if v.Allowed || !strings.HasPrefix(v.Reason, policy.ErrNotAllowed) {
+		t.Fatalf("changed script: %+v", v)
+	}
+	if d, err := gate.FileDigest("/usr/bin/env"); err != nil || d != "" {
+		t.Fatalf("system binary digest %q %v", d, err)
+	}
+}

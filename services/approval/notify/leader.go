@@ -1,0 +1,207 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval/store"
+)
+
+// DecodeConfig reads a stored forwarding config.
+func DecodeConfig(b []byte) (*approvalv1.ForwardingConfig, error) {
+	cfg := &approvalv1.ForwardingConfig{}
+	if len(b) == 0 {
+		return cfg, nil
+	}
+	if err := protojson.Unmarshal(b, cfg); err != nil {
+		return nil, fmt.Errorf("notify: decode forwarding config: %w", err)
+	}
+	return cfg, nil
+}
+
+// EncodeConfig writes a forwarding config for storage.
+func EncodeConfig(cfg *approvalv1.ForwardingConfig) ([]byte, error) {
+	return protojson.Marshal(cfg)
+}
+
+// Notifier announces new approvals while it leads.
+type Notifier struct {
+	Store *store.Store
+	// Convert turns a stored approval into its API form.
+	Convert func(*store.Approval) *approvalv1.Approval
+	Sender  *Sender
+	Logger  *slog.Logger
+	// Name identifies this replica in the election.
+	Name string
+	// SessionTTL is the leader lease in seconds; 0 means 10.
+	SessionTTL int
+}
+
+// Run campaigns for leadership and, while leading, announces every new
+// pending approval, until ctx ends.
+func (n *Notifier) Run(ctx context.Context) error {
+	if n.Store == nil || n.Convert == nil {
+		return errors.New("notify: Store and Convert are required")
+	}
+	if n.Sender == nil {
+		n.Sender = &Sender{}
+	}
+	if n.Logger == nil {
+		n.Logger = slog.Default()
+	}
+	ttl := n.SessionTTL
+	if ttl <= 0 {
+		ttl = 10
+	}
+	cli := n.Store.Client()
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+		if err != nil {
+			n.Logger.WarnContext(ctx, "notifier session failed", "error", err)
+			if !sleepCtx(ctx, time.Second) {
+				break
+			}
+			continue
+		}
+		el := concurrency.NewElection(sess, n.Store.Prefix()+"leader/notify")
+		if err := el.Campaign(ctx, n.Name); err != nil {
+			_ = sess.Close()
+			continue
+		}
+		n.Logger.InfoContext(ctx, "notifier leads", "name", n.Name)
+		lctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-sess.Done():
+			case <-lctx.Done():
+			}
+			cancel()
+		}()
+		err = n.lead(lctx)
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = el.Resign(rctx)
+		rcancel()
+		_ = sess.Close()
+		if err != nil && ctx.Err() == nil {
+			n.Logger.WarnContext(ctx, "notifier lost its watch", "error", err)
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// lead announces pending approvals that nobody announced yet, then every
+// new one, until ctx ends.
+func (n *Notifier) lead(ctx context.Context) error {
+	cli := n.Store.Client()
+	prefix := n.Store.ApprovalsPrefix()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Kvs {
+		if a, ok := store.DecodeRecord(string(kv.Key), kv.Value, kv.ModRevision); ok && a.State == store.StatePending {
+			n.announce(ctx, a)
+		}
+	}
+	rev := resp.Header.Revision
+	for ctx.Err() == nil {
+		wch := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for wr := range wch {
+			if wr.CompactRevision != 0 {
+				// History is gone: rescan what is pending now.
+				return n.lead(ctx)
+			}
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				rev = ev.Kv.ModRevision
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				a, ok := store.DecodeRecord(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
+				switch {
+				case !ok:
+				case ev.Kv.CreateRevision == ev.Kv.ModRevision && a.State == store.StatePending:
+					n.announce(ctx, a)
+				case a.Terminal():
+					n.announceOutcome(ctx, a)
+				}
+			}
+		}
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			break
+		}
+	}
+	return ctx.Err()
+}
+
+// announce sends a's request to the account's targets, once.
+func (n *Notifier) announce(ctx context.Context, a *store.Approval) {
+	b, err := n.Store.Forwarding(ctx, a.Account)
+	if err != nil {
+		n.Logger.WarnContext(ctx, "forwarding config unreadable", "account", a.Account, "error", err)
+		return
+	}
+	cfg, err := DecodeConfig(b)
+	if err != nil {
+		n.Logger.WarnContext(ctx, "forwarding config unreadable", "account", a.Account, "error", err)
+		return
+	}
+	pa := n.Convert(a)
+	if !Matches(cfg, pa) || len(cfg.GetTargets()) == 0 {
+		return
+	}
+	claimed, err := n.Store.ClaimNotice(ctx, a.Account, a.ID)
+	if err != nil || !claimed {
+		return
+	}
+	for _, t := range cfg.GetTargets() {
+		if err := n.Sender.Send(ctx, cfg.GetChannels(), t, pa); err != nil {
+			n.Logger.WarnContext(ctx, "approval notice not delivered", "account", a.Account, "approval", a.ID, "channel", t.GetChannel().String(), "error", err)
+		}
+	}
+}
+
+// announceOutcome tells the targets that were asked how an approval ended,
+// once.
+func (n *Notifier) announceOutcome(ctx context.Context, a *store.Approval) {
+	b, err := n.Store.Forwarding(ctx, a.Account)
+	if err != nil {
+		return
+	}
+	cfg, err := DecodeConfig(b)
+	if err != nil || !Matches(cfg, n.Convert(a)) {
+		return
+	}
+	claimed, err := n.Store.ClaimOutcome(ctx, a.Account, a.ID)
+	if err != nil || !claimed {
+		return
+	}
+	text := OutcomeText(a.ID, a.State, a.Decision, a.ResolvedBy)
+	for _, t := range cfg.GetTargets() {
+		if err := n.Sender.SendText(ctx, cfg.GetChannels(), t, text); err != nil {
+			n.Logger.WarnContext(ctx, "approval outcome not delivered", "account", a.Account, "approval", a.ID, "channel", t.GetChannel().String(), "error", err)
+		}
+	}
+}

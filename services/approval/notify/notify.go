@@ -1,0 +1,248 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+)
+
+// Default API base URLs.
+const (
+	DefaultSlackBaseURL    = "https://slack.com/api"
+	DefaultTelegramBaseURL = "https://api.telegram.org"
+)
+
+// Escape makes s safe to show to a human deciding on it: control
+// characters, bidi overrides, zero-width and other invisible characters are
+// written as \x.., \u.... escapes, so what is shown is what would run.
+func Escape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == unicode.ReplacementChar:
+			b.WriteString(`\ufffd`)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case invisible(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func invisible(r rune) bool {
+	switch {
+	case r >= 0x80 && r <= 0x9f, // C1 controls
+		r >= 0x200b && r <= 0x200f, // zero-width, LRM, RLM
+		r >= 0x202a && r <= 0x202e, // bidi embeddings and overrides
+		r >= 0x2060 && r <= 0x206f, // word joiner, bidi isolates
+		r == 0xfeff, r == 0x061c, r == 0x00ad, r == 0x180e:
+		return true
+	}
+	return unicode.Is(unicode.Cf, r)
+}
+
+// Text is the chat message for an approval: the id, command, cwd, agent,
+// resolved paths, host and security, and how to answer.
+func Text(a *approvalv1.Approval) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Exec approval request (id: %s)\n", a.GetId())
+	fmt.Fprintf(&b, "Command: %s\n", Escape(a.GetCommand()))
+	fmt.Fprintf(&b, "CWD: %s\n", Escape(a.GetCwd()))
+	fmt.Fprintf(&b, "Agent: %s\n", Escape(a.GetAgent()))
+	fmt.Fprintf(&b, "Resolved: %s\n", Escape(strings.Join(a.GetResolvedPaths(), ", ")))
+	fmt.Fprintf(&b, "Host: %s\n", hostWord(a.GetHost()))
+	fmt.Fprintf(&b, "Security: %s\n", securityWord(a.GetSecurity()))
+	if a.GetSession() != "" {
+		fmt.Fprintf(&b, "Session: %s\n", Escape(a.GetSession()))
+	}
+	if a.GetExpiresAt() != nil {
+		fmt.Fprintf(&b, "Expires: %s\n", a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(&b, "\nReply with:\n/approve %s allow-once\n/approve %s allow-always\n/approve %s deny\n", a.GetId(), a.GetId(), a.GetId())
+	return b.String()
+}
+
+func hostWord(h approvalv1.Host) string {
+	return strings.ToLower(strings.TrimPrefix(h.String(), "HOST_"))
+}
+
+func securityWord(s approvalv1.Security) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "SECURITY_"))
+}
+
+// Matches reports whether cfg forwards a to its targets. Mode session
+// alone sends nothing here: the session that asked already receives the
+// pending approval as an event of its own conversation.
+func Matches(cfg *approvalv1.ForwardingConfig, a *approvalv1.Approval) bool {
+	if !cfg.GetEnabled() {
+		return false
+	}
+	if m := cfg.GetMode(); m != approvalv1.ForwardMode_FORWARD_MODE_TARGETS && m != approvalv1.ForwardMode_FORWARD_MODE_BOTH {
+		return false
+	}
+	if f := cfg.GetAgentFilter(); len(f) > 0 && !slices.Contains(f, a.GetAgent()) {
+		return false
+	}
+	if f := cfg.GetSessionFilter(); f != "" {
+		re, isRE, err := SessionFilter(f)
+		switch {
+		case err != nil:
+			return false
+		case isRE:
+			return re.MatchString(a.GetSession())
+		default:
+			return strings.Contains(a.GetSession(), f)
+		}
+	}
+	return true
+}
+
+// SessionFilter compiles a filter written as /regex/; isRE is false for a
+// plain substring.
+func SessionFilter(f string) (*regexp.Regexp, bool, error) {
+	if len(f) >= 2 && strings.HasPrefix(f, "/") && strings.HasSuffix(f, "/") {
+		re, err := regexp.Compile(f[1 : len(f)-1])
+		return re, true, err
+	}
+	return nil, false, nil
+}
+
+// Sender delivers messages over HTTP.
+type Sender struct {
+	// Client is the HTTP client; nil means one with a 10s timeout.
+	Client *http.Client
+}
+
+func (s *Sender) client() *http.Client {
+	if s.Client != nil {
+		return s.Client
+	}
+	return &http.Client{Timeout: 10 * time.Second}
+}
+
+// OutcomeText is the chat message saying how an approval ended.
+func OutcomeText(id, state, decision, by string) string {
+	switch {
+	case state == "expired":
+		return fmt.Sprintf("Exec approval %s expired without an answer; the fallback decided.", id)
+	case by != "":
+		return fmt.Sprintf("Exec approval %s: %s (%s) by %s.", id, state, decision, Escape(by))
+	}
+	return fmt.Sprintf("Exec approval %s: %s (%s).", id, state, decision)
+}
+
+// Send delivers the announcement of a to one target.
+func (s *Sender) Send(ctx context.Context, ch *approvalv1.ChannelSettings, t *approvalv1.ForwardTarget, a *approvalv1.Approval) error {
+	return s.deliver(ctx, ch, t, Text(a), a)
+}
+
+// SendText delivers a plain message to one target.
+func (s *Sender) SendText(ctx context.Context, ch *approvalv1.ChannelSettings, t *approvalv1.ForwardTarget, text string) error {
+	return s.deliver(ctx, ch, t, text, nil)
+}
+
+func (s *Sender) deliver(ctx context.Context, ch *approvalv1.ChannelSettings, t *approvalv1.ForwardTarget, text string, a *approvalv1.Approval) error {
+	switch t.GetChannel() {
+	case approvalv1.Channel_CHANNEL_WEBHOOK:
+		payload := map[string]any{"type": "exec.approval.notice", "text": text}
+		if a != nil {
+			payload["type"] = "exec.approval.requested"
+			payload["approval"] = map[string]any{
+				"id": a.GetId(), "command": a.GetCommand(), "cwd": a.GetCwd(), "agent": a.GetAgent(),
+				"resolved_paths": a.GetResolvedPaths(), "host": hostWord(a.GetHost()), "security": securityWord(a.GetSecurity()),
+				"session": a.GetSession(), "user": a.GetUser(),
+				"expires_at": a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339),
+			}
+		}
+		body, _ := json.Marshal(payload)
+		hdr := http.Header{}
+		if sec := ch.GetWebhookSecret(); sec != "" {
+			mac := hmac.New(sha256.New, []byte(sec))
+			mac.Write(body)
+			hdr.Set("X-Conch-Signature", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+		}
+		_, err := s.post(ctx, t.GetTo(), hdr, body)
+		return err
+	case approvalv1.Channel_CHANNEL_SLACK:
+		base := strings.TrimRight(orDefault(ch.GetSlackBaseUrl(), DefaultSlackBaseURL), "/")
+		body, _ := json.Marshal(map[string]any{"channel": t.GetTo(), "text": text})
+		hdr := http.Header{"Authorization": {"Bearer " + ch.GetSlackToken()}}
+		return apiOK(s.post(ctx, base+"/chat.postMessage", hdr, body))
+	case approvalv1.Channel_CHANNEL_TELEGRAM:
+		base := strings.TrimRight(orDefault(ch.GetTelegramBaseUrl(), DefaultTelegramBaseURL), "/")
+		body, _ := json.Marshal(map[string]any{"chat_id": t.GetTo(), "text": text})
+		return apiOK(s.post(ctx, base+"/bot"+url.PathEscape(ch.GetTelegramToken())+"/sendMessage", nil, body))
+	}
+	return fmt.Errorf("notify: unknown channel %v", t.GetChannel())
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func (s *Sender) post(ctx context.Context, u string, hdr http.Header, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("notify: request: %w", err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	resp, err := s.client().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("notify: post: %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("notify: post: HTTP %s", strconv.Itoa(resp.StatusCode))
+	}
+	return b, nil
+}
+
+// apiOK checks Slack's and Telegram's {"ok": true}.
+func apiOK(b []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	var r struct {
+		OK          bool   `json:"ok"`
+		Error       string `json:"error"`
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("notify: unreadable API answer: %w", err)
+	}
+	if !r.OK {
+		return fmt.Errorf("notify: API refused the message: %s%s", r.Error, r.Description)
+	}
+	return nil
+}

@@ -1,0 +1,11 @@
+// Package policy is conch's exec policy engine (SPEC §7). It parses a command
+// line with a real shell parser and judges the syntax tree, never the string:
+// every simple command must resolve to a binary the allowlist or a safe-bin
+// profile allows, and anything whose meaning the engine cannot pin down
+// before the shell runs (redirections, substitutions, expansions in command
+// words, compound commands, most builtins) is refused.
+//
+// The engine has no I/O of its own besides resolving program names through a
+// Resolver, so the approval service and the executor can both use it against
+// the PATH and filesystem the command would really run with.
+package policy

@@ -1,0 +1,777 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// Limits on what the engine judges; longer input is refused rather than
+// judged partially.
+const (
+	// MaxCommandBytes is the longest command line judged, the exec tool's
+	// own limit.
+	MaxCommandBytes = 1 << 20
+	// maxSegments is the most simple commands one line may hold.
+	maxSegments = 256
+	// maxDepth bounds shells nested with -c.
+	maxDepth = 4
+)
+
+// Config is what the engine judges against besides the command.
+type Config struct {
+	// Allowlist are the agent's patterns.
+	Allowlist []Entry
+	// SafeBins are the safe bin names; nil means DefaultSafeBins.
+	SafeBins []string
+	// SafeBinDirs are the dirs safe bins are trusted from; nil means
+	// DefaultSafeBinDirs.
+	SafeBinDirs []string
+	// Home expands a leading ~ in patterns and is where a bare cd goes.
+	Home string
+	// AutoAllowSkills lets the commands of moved tools run without an
+	// allowlist entry.
+	AutoAllowSkills bool
+	// SkillDirs are the dirs holding the moved tools' commands (SPEC §5);
+	// a binary directly in one is a skill.
+	SkillDirs []string
+}
+
+// Engine judges commands. It is safe for concurrent use.
+type Engine struct {
+	entries  []compiledEntry
+	safe     map[string]*profile
+	safeDirs map[string]bool
+	skills   map[string]bool // skill dirs, when auto-allowed
+	home     string
+}
+
+// New returns an engine for cfg. Invalid allowlist patterns match nothing.
+func New(cfg Config) *Engine {
+	e := &Engine{
+		entries:  compileEntries(cfg.Allowlist, cfg.Home),
+		safe:     map[string]*profile{},
+		safeDirs: map[string]bool{},
+		skills:   map[string]bool{},
+		home:     cfg.Home,
+	}
+	bins := cfg.SafeBins
+	if bins == nil {
+		bins = DefaultSafeBins
+	}
+	for _, b := range bins {
+		b = strings.ToLower(strings.TrimSpace(b))
+		if b == "" || strings.Contains(b, "/") || !recordable("/"+b) {
+			// A shell, an interpreter or a wrapper is never a safe bin.
+			continue
+		}
+		if p, ok := profiles[b]; ok {
+			e.safe[b] = p
+		} else {
+			e.safe[b] = bareProfile
+		}
+	}
+	dirs := cfg.SafeBinDirs
+	if dirs == nil {
+		dirs = DefaultSafeBinDirs
+	}
+	for _, d := range dirs {
+		e.safeDirs[path.Clean(d)] = true
+	}
+	if cfg.AutoAllowSkills {
+		for _, d := range cfg.SkillDirs {
+			e.skills[path.Clean(d)] = true
+		}
+	}
+	return e
+}
+
+// Request is one command to judge.
+type Request struct {
+	// Command is the line as /bin/sh -c would receive it.
+	Command string
+	// Cwd is the absolute working directory it starts in.
+	Cwd string
+	// Env are the variables the request sets.
+	Env map[string]string
+	// Settings are the effective settings (see Effective).
+	Settings Settings
+	// Resolver finds binaries as the shell would on the target host.
+	Resolver Resolver
+}
+
+// Evaluate judges req. It never fails: what it cannot judge is denied.
+func (e *Engine) Evaluate(req Request) (res Result) {
+	s := req.Settings
+	res = Result{Settings: s}
+	defer func() {
+		// A syntax tree the walker does not expect is a command it cannot
+		// judge: deny it rather than crash the service.
+		if r := recover(); r != nil {
+			res = Result{Settings: s, Decision: Deny, Reason: ErrNotAllowed + ": command could not be judged"}
+		}
+	}()
+	deny := func(reason string) Result {
+		res.Decision, res.Reason = Deny, reason
+		return res
+	}
+	if s.Security == SecurityUnset || s.Security == SecurityDeny {
+		return deny(ErrNotAllowed)
+	}
+	if err := CheckEnv(req.Env); err != nil {
+		return deny(ErrNotAllowed + ": " + err.Error())
+	}
+	if len(req.Command) > MaxCommandBytes {
+		return deny(fmt.Sprintf("%s: command longer than %d bytes", ErrNotAllowed, MaxCommandBytes))
+	}
+	if strings.TrimSpace(req.Command) == "" {
+		return deny(ErrNotAllowed + ": empty command")
+	}
+	if !path.IsAbs(req.Cwd) {
+		return deny(ErrNotAllowed + ": working directory must be absolute")
+	}
+	if tok, bad := controlChar(req.Command); bad {
+		return deny(ErrUnsupportedToken + tok)
+	}
+	f, err := parse(req.Command)
+	if err != nil {
+		return deny(err.Error())
+	}
+	resolver := req.Resolver
+	if resolver == nil {
+		resolver = PathResolver{Path: SplitPath(DefaultPath)}
+	}
+	a := &analyzer{e: e, r: resolver}
+	a.stmts(f.Stmts, []string{path.Clean(req.Cwd)})
+	res.Segments = a.segs
+	if s.Security == SecurityFull {
+		for i := range res.Segments {
+			res.Segments[i].Decision = Allow
+		}
+		if s.Ask == AskAlways {
+			res.Decision, res.Reason = AskHuman, "ask is always"
+			return res
+		}
+		res.Decision, res.Reason = Allow, "security is full"
+		return res
+	}
+	if a.refused != "" {
+		return deny(a.refused)
+	}
+	if len(res.Segments) == 0 {
+		return deny(ErrNotAllowed + ": no command")
+	}
+	for _, seg := range res.Segments {
+		if seg.Decision != Allow {
+			if s.Ask == AskOff {
+				return deny(ErrNotAllowed)
+			}
+			res.Decision, res.Reason = AskHuman, "allowlist miss: "+seg.Reason
+			return res
+		}
+	}
+	if s.Ask == AskAlways {
+		res.Decision, res.Reason = AskHuman, "ask is always"
+		return res
+	}
+	res.Decision, res.Reason = Allow, "allowlist"
+	return res
+}
+
+// Fallback is the verdict when no human answered a pending approval in
+// time: fallback deny refuses, allowlist allows only what the allowlist
+// alone allows, full allows.
+func Fallback(res Result, fallback Security) Result {
+	out := res
+	out.Segments = slices.Clone(res.Segments)
+	switch fallback {
+	case SecurityFull:
+		if res.Decision != Deny {
+			out.Decision, out.Reason = Allow, "no answer in time; fallback full"
+			return out
+		}
+	case SecurityAllowlist:
+		ok := res.Decision != Deny && len(res.Segments) > 0
+		for _, s := range res.Segments {
+			ok = ok && s.Decision == Allow
+		}
+		if ok {
+			out.Decision, out.Reason = Allow, "no answer in time; fallback allowlist"
+			return out
+		}
+	}
+	out.Decision, out.Reason = Deny, ErrTimeout
+	return out
+}
+
+// parsers are reused: a parser allocates sizeable buffers.
+var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+
+// parse parses a command line as bash would read it.
+func parse(src string) (*syntax.File, error) {
+	p := parsers.Get().(*syntax.Parser)
+	defer parsers.Put(p)
+	return p.Parse(strings.NewReader(src), "")
+}
+
+// controlChar finds a control character other than tab and newline, which
+// terminals hide and shells treat inconsistently.
+func controlChar(s string) (string, bool) {
+	for _, r := range s {
+		if (r < 0x20 && r != '\t' && r != '\n') || r == 0x7f {
+			q := strconv.QuoteRune(r)
+			return q[1 : len(q)-1], true
+		}
+	}
+	return "", false
+}
+
+// analyzer walks a parsed command in execution order, tracking the set of
+// directories each statement may run in.
+type analyzer struct {
+	e       *Engine
+	r       Resolver
+	segs    []Segment
+	refused string
+	depth   int
+}
+
+func (a *analyzer) refuse(r *refusal) {
+	if a.refused == "" {
+		a.refused = r.Error()
+	}
+}
+
+func (a *analyzer) fail(reason string) {
+	if a.refused == "" {
+		a.refused = reason
+	}
+}
+
+func (a *analyzer) add(s Segment) {
+	if len(a.segs) >= maxSegments {
+		a.fail(fmt.Sprintf("%s: more than %d commands", ErrNotAllowed, maxSegments))
+		return
+	}
+	a.segs = append(a.segs, s)
+}
+
+func union(a, b []string) []string {
+	// Most chains never cd: both sets are the same single directory.
+	if len(b) == 0 || (len(a) == 1 && len(b) == 1 && a[0] == b[0]) {
+		return a
+	}
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (a *analyzer) stmts(list []*syntax.Stmt, cwds []string) []string {
+	for _, st := range list {
+		if a.refused != "" {
+			return cwds
+		}
+		s, f := a.stmt(st, cwds)
+		cwds = union(s, f)
+	}
+	return cwds
+}
+
+// stmt judges one statement and returns the directories the shell is in
+// after it succeeds and after it fails.
+func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
+	switch {
+	case st.Background:
+		a.refuse(refuse("&"))
+		return cwds, cwds
+	case st.Coprocess:
+		a.refuse(refuse("|&"))
+		return cwds, cwds
+	case st.Disown:
+		a.refuse(refuse("&|"))
+		return cwds, cwds
+	}
+	for _, r := range st.Redirs {
+		if (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.N == nil && r.Word != nil && quotedHeredoc(r.Word) {
+			continue
+		}
+		tok := r.Op.String()
+		if r.N != nil {
+			tok = r.N.Value + tok
+		}
+		a.refuse(refuse(tok))
+		return cwds, cwds
+	}
+	if st.Cmd == nil {
+		return cwds, cwds
+	}
+	succ, fail = a.cmd(st.Cmd, cwds)
+	if st.Negated {
+		succ, fail = fail, succ
+	}
+	return succ, fail
+}
+
+func (a *analyzer) cmd(c syntax.Command, cwds []string) (succ, fail []string) {
+	switch c := c.(type) {
+	case *syntax.CallExpr:
+		return a.call(c, cwds)
+	case *syntax.BinaryCmd:
+		switch c.Op {
+		case syntax.AndStmt:
+			s1, f1 := a.stmt(c.X, cwds)
+			s2, f2 := a.stmt(c.Y, s1)
+			return s2, union(f1, f2)
+		case syntax.OrStmt:
+			s1, f1 := a.stmt(c.X, cwds)
+			s2, f2 := a.stmt(c.Y, f1)
+			return union(s1, s2), f2
+		case syntax.Pipe:
+			// Every stage runs in a subshell: a cd there changes nothing.
+			a.stmt(c.X, cwds)
+			a.stmt(c.Y, cwds)
+			return cwds, cwds
+		}
+		a.refuse(refuse(c.Op.String()))
+	case *syntax.Subshell:
+		a.refuse(refuse("("))
+	case *syntax.Block:
+		a.refuse(refuse("{"))
+	case *syntax.IfClause:
+		a.refuse(refuse("if"))
+	case *syntax.WhileClause:
+		if c.Until {
+			a.refuse(refuse("until"))
+		} else {
+			a.refuse(refuse("while"))
+		}
+	case *syntax.ForClause:
+		if c.Select {
+			a.refuse(refuse("select"))
+		} else {
+			a.refuse(refuse("for"))
+		}
+	case *syntax.CaseClause:
+		a.refuse(refuse("case"))
+	case *syntax.FuncDecl:
+		name := "function"
+		if c.Name != nil {
+			name = c.Name.Value + "()"
+		}
+		a.refuse(refuse(name))
+	case *syntax.ArithmCmd:
+		a.refuse(refuse("(("))
+	case *syntax.TestClause:
+		a.refuse(refuse("[["))
+	case *syntax.DeclClause:
+		name := "declare"
+		if c.Variant != nil {
+			name = c.Variant.Value
+		}
+		a.refuse(refuse(name))
+	case *syntax.LetClause:
+		a.refuse(refuse("let"))
+	case *syntax.TimeClause:
+		a.refuse(refuse("time"))
+	case *syntax.CoprocClause:
+		a.refuse(refuse("coproc"))
+	default:
+		a.refuse(refuse(fmt.Sprintf("%T", c)))
+	}
+	return cwds, cwds
+}
+
+func (a *analyzer) call(c *syntax.CallExpr, cwds []string) (succ, fail []string) {
+	if len(c.Assigns) > 0 {
+		name := "="
+		if c.Assigns[0].Name != nil {
+			name = c.Assigns[0].Name.Value + "="
+		}
+		a.refuse(refuse(name))
+		return cwds, cwds
+	}
+	words := make([]word, len(c.Args))
+	for i, w := range c.Args {
+		ww, r := evalWord(w)
+		if r != nil {
+			a.refuse(r)
+			return cwds, cwds
+		}
+		words[i] = ww
+	}
+	return a.argv(words, cwds, false)
+}
+
+// nonLiteralToken names what would expand in w.
+func nonLiteralToken(w word) string {
+	switch {
+	case w.quotedVar:
+		if i := strings.IndexByte(w.val, '$'); i >= 0 {
+			end := i + 1
+			for end < len(w.val) && (w.val[end] == '_' || w.val[end] >= 'a' && w.val[end] <= 'z' || w.val[end] >= 'A' && w.val[end] <= 'Z' || w.val[end] >= '0' && w.val[end] <= '9') {
+				end++
+			}
+			return w.val[i:end]
+		}
+		return "$"
+	case w.tilde:
+		return "~"
+	case w.brace:
+		return "{"
+	case w.glob:
+		if i := strings.IndexAny(w.val, "*?["); i >= 0 {
+			return w.val[i : i+1]
+		}
+	}
+	return "*"
+}
+
+func values(ws []word) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.val
+	}
+	return out
+}
+
+// argv judges one simple command given as words. stdinArgs is set when a
+// wrapper (xargs) appends arguments read from stdin.
+func (a *analyzer) argv(words []word, cwds []string, stdinArgs bool) (succ, fail []string) {
+	if len(words) == 0 || a.refused != "" {
+		return cwds, cwds
+	}
+	if !words[0].literal() {
+		a.refuse(refuse(nonLiteralToken(words[0])))
+		return cwds, cwds
+	}
+	name := words[0].val
+	argv := values(words)
+	if shellBuiltins[name] && !stdinArgs {
+		return a.builtin(name, words, argv, cwds)
+	}
+	var paths []string
+	for _, d := range cwds {
+		p, err := a.r.LookPath(name, d)
+		if err != nil {
+			a.add(Segment{Argv: argv, Decision: AskHuman, Reason: ErrNotAllowed + " (" + name + ": not found)"})
+			return cwds, cwds
+		}
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	for _, p := range paths {
+		a.program(p, words, argv, cwds, stdinArgs)
+	}
+	return cwds, cwds
+}
+
+func (a *analyzer) builtin(name string, words []word, argv []string, cwds []string) (succ, fail []string) {
+	seg := Segment{Argv: argv, Decision: Allow, Reason: "builtin " + name}
+	switch name {
+	case "pwd", "true", "false", ":":
+		a.add(seg)
+		return cwds, cwds
+	case "cd":
+		args := words[1:]
+		if len(args) > 1 {
+			a.refuse(refuse("cd " + args[1].val))
+			return cwds, cwds
+		}
+		target := a.e.home
+		if len(args) == 1 {
+			if !args[0].literal() {
+				a.refuse(refuse(nonLiteralToken(args[0])))
+				return cwds, cwds
+			}
+			target = args[0].val
+			if strings.HasPrefix(target, "-") {
+				a.refuse(refuse("cd " + target))
+				return cwds, cwds
+			}
+		}
+		if target == "" {
+			a.refuse(refuse("cd"))
+			return cwds, cwds
+		}
+		var out []string
+		for _, d := range cwds {
+			t := target
+			if !path.IsAbs(t) {
+				t = path.Join(d, t)
+			}
+			t = path.Clean(t)
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+		a.add(seg)
+		return out, cwds
+	case "exec", "command":
+		rest := words[1:]
+		if len(rest) > 0 && strings.HasPrefix(rest[0].val, "-") {
+			a.refuse(refuse(name + " " + rest[0].val))
+			return cwds, cwds
+		}
+		a.add(Segment{Argv: argv, Decision: Allow, Reason: "wrapper " + name + ": judged by what it runs"})
+		if len(rest) == 0 {
+			return cwds, cwds
+		}
+		return a.argv(rest, cwds, false)
+	}
+	a.refuse(refuse(name))
+	return cwds, cwds
+}
+
+// program judges a resolved binary p run with words.
+func (a *analyzer) program(p string, words []word, argv []string, cwds []string, stdinArgs bool) {
+	args := argv[1:]
+	base := a.kindName(p)
+	// kindPath carries the deciding name to the helpers that take paths.
+	kindPath := "/" + base
+	miss := func(why string) {
+		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")", Recordable: recordable(p) && recordable(kindPath)})
+	}
+	if wrappers[base] {
+		inner, why, ok := unwrap(base, words[1:])
+		if !ok {
+			a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
+			return
+		}
+		if inner != nil {
+			a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "wrapper " + base + ": judged by what it runs"})
+			if base == "xargs" && len(inner) == 0 {
+				inner = []word{{val: "echo"}}
+			}
+			if len(inner) > 0 && !inner[0].literal() {
+				a.refuse(refuse(nonLiteralToken(inner[0])))
+				return
+			}
+			if len(inner) > 0 && inner[0].val == "env" && base == "env" {
+				a.refuse(refuse("env env"))
+				return
+			}
+			// Wrappers exec a binary: no builtins, no functions; xargs
+			// appends arguments read from stdin.
+			a.depth++
+			if a.depth > maxDepth*4 {
+				a.fail(ErrNotAllowed + ": wrappers nested too deep")
+				return
+			}
+			a.argvExec(inner, cwds, stdinArgs || base == "xargs")
+			a.depth--
+			return
+		}
+	}
+	switch {
+	case multiCall[base] || runners[base]:
+		miss(base + " runs programs the policy cannot follow")
+		return
+	case isShell(kindPath):
+		a.shell(p, words, argv, cwds, stdinArgs)
+		return
+	}
+	if isInterpreter(kindPath) {
+		if flag, ok := hasInlineCode(kindPath, args); ok {
+			miss(base + " " + flag + " runs inline code")
+			return
+		}
+	}
+	if base == "find" {
+		if !a.findExec(p, words, cwds) {
+			return
+		}
+	}
+	if id, ok := matchEntries(a.e.entries, p); ok {
+		if flag, ok := hasHookFlag(kindPath, args); ok {
+			miss(base + " " + flag + " runs another program")
+			return
+		}
+		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "allowlist", EntryID: id})
+		return
+	}
+	if prof, ok := a.e.safe[base]; ok && a.e.safeDirs[path.Dir(p)] {
+		for _, w := range words[1:] {
+			if !w.literal() {
+				a.refuse(refuse(nonLiteralToken(w)))
+				return
+			}
+		}
+		if stdinArgs {
+			miss(base + " would receive file names from stdin")
+			return
+		}
+		if err := checkSafeArgs(base, prof, args); err != nil {
+			miss(err.Error())
+			return
+		}
+		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "safe bin"})
+		return
+	}
+	if a.e.skills[path.Dir(p)] {
+		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "skill"})
+		return
+	}
+	miss(p + " is not in the allowlist")
+}
+
+// kindName is the name that decides how the binary at p is judged: the
+// name of what a symlink finally points to (a link named "x" to /bin/sh is
+// a shell), except for multi-call binaries, which act as the name they were
+// started under.
+func (a *analyzer) kindName(p string) string {
+	base := progName(p)
+	rp, ok := a.r.(interface{ RealPath(string) string })
+	if !ok {
+		return base
+	}
+	real := progName(rp.RealPath(p))
+	if multiCall[real] && !multiCall[base] {
+		return base
+	}
+	return real
+}
+
+// argvExec judges words run by exec(2) from a wrapper: a builtin name there
+// is looked up on PATH like any program, except the few the shell would
+// not find as binaries, which are refused.
+func (a *analyzer) argvExec(words []word, cwds []string, stdinArgs bool) {
+	if len(words) == 0 {
+		return
+	}
+	if !words[0].literal() {
+		a.refuse(refuse(nonLiteralToken(words[0])))
+		return
+	}
+	name := words[0].val
+	var paths []string
+	for _, d := range cwds {
+		p, err := a.r.LookPath(name, d)
+		if err != nil {
+			a.add(Segment{Argv: values(words), Decision: AskHuman, Reason: ErrNotAllowed + " (" + name + ": not found)"})
+			return
+		}
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	argv := values(words)
+	for _, p := range paths {
+		a.program(p, words, argv, cwds, stdinArgs)
+	}
+}
+
+// shell judges sh -c STRING by the commands in STRING; a shell running a
+// script or stdin cannot be judged.
+func (a *analyzer) shell(p string, words []word, argv []string, cwds []string, stdinArgs bool) {
+	base := progName(p)
+	miss := func(why string) {
+		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
+	}
+	hasC := false
+	i := 1
+	for ; i < len(words); i++ {
+		v := words[i].val
+		if !words[i].literal() {
+			a.refuse(refuse(nonLiteralToken(words[i])))
+			return
+		}
+		if v == "--" {
+			i++
+			break
+		}
+		if !strings.HasPrefix(v, "-") || len(v) < 2 {
+			break
+		}
+		for _, c := range v[1:] {
+			switch c {
+			case 'c':
+				hasC = true
+			case 'e', 'u', 'x', 'f':
+			default:
+				miss(base + " -" + string(c) + " is not judged")
+				return
+			}
+		}
+	}
+	if !hasC || i >= len(words) || stdinArgs {
+		miss(base + " runs a script or stdin the policy cannot judge")
+		return
+	}
+	for _, w := range words[i:] {
+		if !w.literal() {
+			a.refuse(refuse(nonLiteralToken(w)))
+			return
+		}
+	}
+	if a.depth >= maxDepth {
+		a.fail(ErrNotAllowed + ": shells nested too deep")
+		return
+	}
+	inner := words[i].val
+	if tok, bad := controlChar(inner); bad {
+		a.refuse(refuse(tok))
+		return
+	}
+	f, err := parse(inner)
+	if err != nil {
+		a.fail(err.Error())
+		return
+	}
+	a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: base + " -c: judged by what it runs"})
+	n := len(a.segs)
+	a.depth++
+	a.stmts(f.Stmts, cwds)
+	a.depth--
+	// allow-always records the inner program only when the inner command
+	// is one plain program call; a chain or pipeline records nothing.
+	if !(len(f.Stmts) == 1 && isCall(f.Stmts[0].Cmd)) {
+		for i := n; i < len(a.segs); i++ {
+			a.segs[i].Recordable = false
+		}
+	}
+}
+
+func isCall(c syntax.Command) bool {
+	_, ok := c.(*syntax.CallExpr)
+	return ok
+}
+
+// findExec judges the programs find's -exec family would run; it reports
+// false when it refused.
+func (a *analyzer) findExec(p string, words []word, cwds []string) bool {
+	for i := 1; i < len(words); i++ {
+		if !findExec[words[i].val] {
+			continue
+		}
+		j := i + 1
+		for j < len(words) && words[j].val != ";" && words[j].val != "+" {
+			j++
+		}
+		if j == len(words) || j == i+1 {
+			a.add(Segment{Argv: values(words), ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (find " + words[i].val + " without a command)"})
+			return false
+		}
+		n := len(a.segs)
+		a.argvExec(words[i+1:j], cwds, true)
+		if a.refused != "" {
+			return false
+		}
+		for _, s := range a.segs[n:] {
+			if s.Decision != Allow {
+				return true
+			}
+		}
+		i = j
+	}
+	return true
+}

@@ -1,0 +1,433 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/conch-sh/conch/services/approval/document"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+// States of an approval.
+const (
+	StatePending = "pending"
+	StateAllowed = "allowed"
+	StateDenied  = "denied"
+	StateExpired = "expired"
+)
+
+// Decisions a human can make.
+const (
+	DecisionAllowOnce   = "allow-once"
+	DecisionAllowAlways = "allow-always"
+	DecisionDeny        = "deny"
+)
+
+// RecordTTL is how long an approval stays listable after it was created.
+const RecordTTL = 24 * time.Hour
+
+// Segment is a judged simple command as stored with an approval.
+type Segment struct {
+	Argv         []string `json:"argv"`
+	ResolvedPath string   `json:"resolvedPath,omitempty"`
+	Decision     string   `json:"decision"`
+	Reason       string   `json:"reason,omitempty"`
+}
+
+// Approval is a request for a human decision.
+type Approval struct {
+	ID            string    `json:"id"`
+	Account       string    `json:"account"`
+	State         string    `json:"state"`
+	Decision      string    `json:"decision,omitempty"`
+	Command       string    `json:"command"`
+	Cwd           string    `json:"cwd"`
+	Agent         string    `json:"agent"`
+	ResolvedPaths []string  `json:"resolvedPaths,omitempty"`
+	Host          string    `json:"host"`
+	Node          string    `json:"node,omitempty"`
+	Security      string    `json:"security"`
+	Session       string    `json:"session,omitempty"`
+	User          string    `json:"user,omitempty"`
+	CreatedAt     time.Time `json:"createdAt"`
+	ExpiresAt     time.Time `json:"expiresAt"`
+	ResolvedAt    time.Time `json:"resolvedAt,omitzero"`
+	ResolvedBy    string    `json:"resolvedBy,omitempty"`
+	Segments      []Segment `json:"segments,omitempty"`
+	// Binding is a digest of everything the approval is bound to.
+	Binding string `json:"binding"`
+	// Recordable are the binaries allow-always adds to the allowlist.
+	Recordable []string `json:"recordable,omitempty"`
+	// FallbackAllows is the ask_fallback verdict, applied on expiry.
+	FallbackAllows bool `json:"fallbackAllows,omitempty"`
+	// Consumed is set once an allowed approval was used to run.
+	Consumed bool `json:"consumed,omitempty"`
+
+	rev int64
+}
+
+// Terminal reports whether the approval will not change state again.
+func (a *Approval) Terminal() bool { return a.State != StatePending }
+
+// Allows reports whether the approval lets its command run.
+func (a *Approval) Allows() bool {
+	return a.State == StateAllowed || (a.State == StateExpired && a.FallbackAllows)
+}
+
+// Store is the etcd-backed state of the approval service.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	now    func() time.Time
+	cache  docCache
+}
+
+// New returns a store keeping its keys under prefix (e.g. "/conch/approval/").
+func New(cli *clientv3.Client, prefix string) (*Store, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("approval store: no etcd client")
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &Store{cli: cli, prefix: prefix, now: time.Now}, nil
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+func (s *Store) docKey(account string) string { return s.prefix + "doc/" + esc(account) }
+func (s *Store) recPrefix(account string) string {
+	return s.prefix + "approvals/" + esc(account) + "/"
+}
+func (s *Store) recKey(account, id string) string  { return s.recPrefix(account) + esc(id) }
+func (s *Store) liveKey(account, id string) string { return s.recKey(account, id) + "/live" }
+
+// Client returns the etcd client, for leader election.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix returns the key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+func unavailable(err error, what string) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return errs.Wrap(errs.Canceled, err, "approval store: %s", what)
+	case errors.Is(err, context.DeadlineExceeded):
+		return errs.Wrap(errs.DeadlineExceeded, err, "approval store: %s", what)
+	}
+	return errs.Wrap(errs.Unavailable, err, "approval store: %s", what)
+}
+
+// Document returns the account's exec-approvals document and its revision
+// (0 when none is stored).
+func (s *Store) Document(ctx context.Context, account string) (*document.Document, int64, error) {
+	resp, err := s.cli.Get(ctx, s.docKey(account))
+	if err != nil {
+		return nil, 0, unavailable(err, "read document")
+	}
+	if len(resp.Kvs) == 0 {
+		return document.Empty(), 0, nil
+	}
+	d, err := document.Parse(resp.Kvs[0].Value)
+	if err != nil {
+		return nil, 0, errs.Wrap(errs.Internal, err, "approval store: stored document of %s", account)
+	}
+	return d, resp.Kvs[0].ModRevision, nil
+}
+
+// PutDocument replaces the account's document. A non-zero expect makes the
+// put conditional on the stored revision.
+func (s *Store) PutDocument(ctx context.Context, account string, d *document.Document, expect int64) (int64, error) {
+	b, err := d.Marshal()
+	if err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "approval store: encode document")
+	}
+	if len(b) > document.MaxBytes {
+		return 0, errs.New(errs.InvalidArgument, "exec-approvals: document larger than %d bytes", document.MaxBytes)
+	}
+	key := s.docKey(account)
+	txn := s.cli.Txn(ctx)
+	if expect != 0 {
+		txn = txn.If(clientv3.Compare(clientv3.ModRevision(key), "=", expect))
+	}
+	resp, err := txn.Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return 0, unavailable(err, "write document")
+	}
+	if !resp.Succeeded {
+		return 0, errs.New(errs.Conflict, "exec-approvals: the document changed since revision %d", expect)
+	}
+	s.cached(account, b, resp.Header.Revision)
+	return resp.Header.Revision, nil
+}
+
+// UpdateDocument applies fn to the account's document and stores it,
+// retrying when another writer won.
+func (s *Store) UpdateDocument(ctx context.Context, account string, fn func(*document.Document) (bool, error)) (*document.Document, int64, error) {
+	for attempt := 0; ; attempt++ {
+		d, rev, err := s.Document(ctx, account)
+		if err != nil {
+			return nil, 0, err
+		}
+		changed, err := fn(d)
+		if err != nil || !changed {
+			return d, rev, err
+		}
+		b, err := d.Marshal()
+		if err != nil {
+			return nil, 0, errs.Wrap(errs.Internal, err, "approval store: encode document")
+		}
+		key := s.docKey(account)
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, string(b))).Commit()
+		if err != nil {
+			return nil, 0, unavailable(err, "write document")
+		}
+		if resp.Succeeded {
+			s.cached(account, b, resp.Header.Revision)
+			return d, resp.Header.Revision, nil
+		}
+		if attempt > 20 {
+			return nil, 0, errs.New(errs.Conflict, "exec-approvals: too many concurrent changes; try again")
+		}
+	}
+}
+
+func decode(kv []byte, rev int64) (*Approval, error) {
+	var a Approval
+	if err := json.Unmarshal(kv, &a); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "approval store: decode approval")
+	}
+	a.rev = rev
+	return &a, nil
+}
+
+// Create stores a new pending approval whose live key expires after ttl.
+func (s *Store) Create(ctx context.Context, a *Approval, ttl time.Duration) error {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	live, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return unavailable(err, "grant approval lease")
+	}
+	keep, err := s.cli.Grant(ctx, int64(RecordTTL/time.Second)+secs)
+	if err != nil {
+		return unavailable(err, "grant record lease")
+	}
+	a.State = StatePending
+	b, err := json.Marshal(a)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "approval store: encode approval")
+	}
+	rk, lk := s.recKey(a.Account, a.ID), s.liveKey(a.Account, a.ID)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(rk), "=", 0)).
+		Then(clientv3.OpPut(rk, string(b), clientv3.WithLease(keep.ID)), clientv3.OpPut(lk, "", clientv3.WithLease(live.ID))).
+		Commit()
+	if err != nil {
+		return unavailable(err, "create approval")
+	}
+	if !resp.Succeeded {
+		return errs.New(errs.AlreadyExists, "approval %s already exists", a.ID)
+	}
+	a.rev = resp.Header.Revision
+	return nil
+}
+
+// read returns the approval and whether its live key still exists, at one
+// revision.
+func (s *Store) read(ctx context.Context, account, id string) (*Approval, bool, int64, error) {
+	rk, lk := s.recKey(account, id), s.liveKey(account, id)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(rk), clientv3.OpGet(lk)).Commit()
+	if err != nil {
+		return nil, false, 0, unavailable(err, "read approval")
+	}
+	rec := resp.Responses[0].GetResponseRange().Kvs
+	if len(rec) == 0 {
+		return nil, false, resp.Header.Revision, errs.New(errs.NotFound, "approval %s not found", id)
+	}
+	a, err := decode(rec[0].Value, rec[0].ModRevision)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	return a, len(resp.Responses[1].GetResponseRange().Kvs) > 0, resp.Header.Revision, nil
+}
+
+// Get returns an approval of the account. A pending approval whose lease
+// ran out is expired on the way.
+func (s *Store) Get(ctx context.Context, account, id string) (*Approval, error) {
+	a, live, _, err := s.read(ctx, account, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.State == StatePending && !live {
+		return s.expire(ctx, a)
+	}
+	return a, nil
+}
+
+// expire records that nobody answered a (whose live key is gone) unless
+// something else changed it first, and returns the approval as stored.
+func (s *Store) expire(ctx context.Context, a *Approval) (*Approval, error) {
+	for {
+		if a.State != StatePending {
+			return a, nil
+		}
+		next := *a
+		next.State = StateExpired
+		next.ResolvedAt = s.now()
+		next.ResolvedBy = "fallback"
+		ok, err := s.swap(ctx, a, &next, clientv3.Compare(clientv3.CreateRevision(s.liveKey(a.Account, a.ID)), "=", 0))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &next, nil
+		}
+		cur, live, _, err := s.read(ctx, a.Account, a.ID)
+		if err != nil {
+			return nil, err
+		}
+		if cur.State == StatePending && live {
+			return cur, nil
+		}
+		a = cur
+	}
+}
+
+// swap replaces old with next when old is still the stored version (and
+// the extra conditions hold), keeping the record's lease.
+func (s *Store) swap(ctx context.Context, old, next *Approval, extra ...clientv3.Cmp) (bool, error) {
+	b, err := json.Marshal(next)
+	if err != nil {
+		return false, errs.Wrap(errs.Internal, err, "approval store: encode approval")
+	}
+	rk := s.recKey(old.Account, old.ID)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(rk), "=", old.rev)}, extra...)
+	resp, err := s.cli.Txn(ctx).If(cmps...).
+		Then(clientv3.OpPut(rk, string(b), clientv3.WithIgnoreLease()), clientv3.OpDelete(s.liveKey(old.Account, old.ID))).
+		Commit()
+	if err != nil {
+		return false, unavailable(err, "update approval")
+	}
+	if resp.Succeeded {
+		next.rev = resp.Header.Revision
+	}
+	return resp.Succeeded, nil
+}
+
+// Resolve records a human's decision on a pending approval. Exactly one
+// of several concurrent answers wins; the others get a conflict.
+func (s *Store) Resolve(ctx context.Context, account, id, decision, approver string) (*Approval, error) {
+	a, live, _, err := s.read(ctx, account, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.State != StatePending {
+		return nil, errs.New(errs.Conflict, "approval %s is already %s", id, a.State)
+	}
+	if !live {
+		if _, err := s.expire(ctx, a); err != nil {
+			return nil, err
+		}
+		return nil, errs.New(errs.Conflict, "approval %s is already expired", id)
+	}
+	next := *a
+	next.Decision = decision
+	next.State = StateAllowed
+	if decision == DecisionDeny {
+		next.State = StateDenied
+	}
+	next.ResolvedAt = s.now()
+	next.ResolvedBy = approver
+	ok, err := s.swap(ctx, a, &next, clientv3.Compare(clientv3.CreateRevision(s.liveKey(account, id)), ">", 0))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errs.New(errs.Conflict, "approval %s was resolved concurrently", id)
+	}
+	return &next, nil
+}
+
+// Consume marks an allowing approval as used; an approval runs its command
+// once.
+func (s *Store) Consume(ctx context.Context, a *Approval) error {
+	if a.Consumed {
+		return errs.New(errs.FailedPrecondition, "approval %s was already used", a.ID)
+	}
+	next := *a
+	next.Consumed = true
+	ok, err := s.swap(ctx, a, &next)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errs.New(errs.FailedPrecondition, "approval %s was already used", a.ID)
+	}
+	*a = next
+	return nil
+}
+
+// List returns the account's approvals, newest first.
+func (s *Store) List(ctx context.Context, account string) ([]*Approval, error) {
+	resp, err := s.cli.Get(ctx, s.recPrefix(account), clientv3.WithPrefix())
+	if err != nil {
+		return nil, unavailable(err, "list approvals")
+	}
+	live := map[string]bool{}
+	var out []*Approval
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		if strings.HasSuffix(k, "/live") {
+			live[strings.TrimSuffix(k, "/live")] = true
+			continue
+		}
+		if strings.HasSuffix(k, "/noticed") || strings.HasSuffix(k, "/outcome") {
+			continue
+		}
+		a, err := decode(kv.Value, kv.ModRevision)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	for i, a := range out {
+		if a.State == StatePending && !live[s.recKey(account, a.ID)] {
+			if out[i], err = s.expire(ctx, a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sortNewestFirst(out)
+	return out, nil
+}
+
+func sortNewestFirst(as []*Approval) {
+	slices.SortStableFunc(as, func(a, b *Approval) int { return b.CreatedAt.Compare(a.CreatedAt) })
+}
+
+// retryable reports whether err may go away by itself.
+func retryable(err error) bool {
+	k := errs.KindOf(err)
+	return k == errs.Unavailable || k == errs.DeadlineExceeded
+}
+
+// cached puts a document this replica just wrote into the cache, as a
+// fresh copy the caller cannot modify.
+func (s *Store) cached(account string, b []byte, rev int64) {
+	if d, err := document.Parse(b); err == nil {
+		s.cache.put(account, cachedDoc{doc: d, rev: rev, seen: rev})
+	}
+}

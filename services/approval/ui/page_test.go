@@ -1,0 +1,247 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval"
+	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router"
+)
+
+const apiKey = "page-test-key-0123456789"
+
+// stack is the router's HTTP handler in front of a real approval service
+// over embedded etcd.
+type stack struct {
+	url   string
+	svc   *approval.Server
+	store *store.Store
+	ctx   context.Context // the account's call scope
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	ctx := t.Context()
+	cli := etcdxtest.StartForTest(t)
+	signer, err := tenant.NewSigner("internal-secret-for-the-page-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(cli, approval.KeyPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := approval.New(st, approval.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpcserver.New(grpcserver.Options{
+		Name:               "approval",
+		UnaryInterceptors:  []grpc.UnaryServerInterceptor{signer.UnaryServerInterceptor()},
+		StreamInterceptors: []grpc.StreamServerInterceptor{signer.StreamServerInterceptor()},
+	})
+	svc.Register(gs.GRPC())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(func() { gs.Shutdown(context.WithoutCancel(ctx)) })
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(signer.StreamClientInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	rsvc, err := router.New(ctx, cli, router.Config{AdminKey: apiKey, AdminAccount: "dev"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := map[string]*grpc.ClientConn{}
+	for _, n := range router.ServiceNames {
+		conns[n] = conn
+	}
+	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{Etcd: cli, Service: rsvc, Conns: conns, Metrics: http.NotFoundHandler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &stack{url: srv.URL, svc: svc, store: st, ctx: tenant.With(ctx, tenant.Scope{Account: "dev", Session: "chat-1"})}
+}
+
+// ask creates a pending approval the way an executor would.
+func (s *stack) ask(t *testing.T, cmd string) string {
+	t.Helper()
+	resp, err := s.svc.Authorize(s.ctx, &approvalv1.AuthorizeRequest{
+		Binding:  &approvalv1.Binding{Command: cmd, Cwd: "/home/workspace", Host: approvalv1.Host_HOST_GATEWAY, Agent: "default", Session: "chat-1"},
+		Segments: []*approvalv1.Segment{{Argv: []string{"rm"}, ResolvedPath: "/usr/bin/rm"}},
+		Settings: &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_ASK {
+		t.Fatalf("authorize %q: %v", cmd, resp)
+	}
+	return resp.GetApproval().GetId()
+}
+
+func (s *stack) state(t *testing.T, id string) approvalv1.ApprovalState {
+	t.Helper()
+	a, err := s.svc.GetApproval(s.ctx, &approvalv1.GetApprovalRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.GetApproval().GetState()
+}
+
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed; scripts/deps.sh installs it")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-dev-shm-usage", true),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(cancelT)
+	return ctx
+}
+
+// waitFor polls a JavaScript expression in the page until it is true.
+func waitFor(t *testing.T, ctx context.Context, expr string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#status").textContent`))
+		t.Fatalf("waiting for %s: %v (status %q)", expr, err, status)
+	}
+}
+
+func text(t *testing.T, ctx context.Context, expr string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return s
+}
+
+func TestApprovalsPageInChromium(t *testing.T) {
+	s := startStack(t)
+	long := "rm -rf " + strings.Repeat("build/very/deep/path/", 300) + "END-OF-LONG-COMMAND"
+	spoof := "rm -rf /home/workspace/\u202egnp.exe\u202c \u200bhidden"
+	idLong := s.ask(t, long)
+	idSpoof := s.ask(t, spoof)
+	// A control character cannot reach an approval through the policy
+	// (it is refused first); one stored anyway must still show escaped.
+	now := time.Now()
+	raw := &store.Approval{ID: "ctrl-1", Account: "dev", Command: "ls\x1b[2K\rrm -rf /", Cwd: "/", Agent: "default", Host: "gateway",
+		Security: "allowlist", CreatedAt: now, ExpiresAt: now.Add(time.Minute), Binding: "x"}
+	if err := s.store.Create(s.ctx, raw, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/ui/approvals#key="+apiKey)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, `document.querySelectorAll("li.approval").length === 3`)
+	if h := text(t, ctx, `location.hash`); h != "" {
+		t.Errorf("the key stays in the address bar: %q", h)
+	}
+
+	cmdOf := func(id string) string {
+		return text(t, ctx, fmt.Sprintf(`document.querySelector('li.approval[data-id=%q] pre.command').textContent`, id))
+	}
+	if got := cmdOf(idLong); got != long {
+		t.Errorf("long command shown as %d chars, want all %d", len(got), len(long))
+	}
+	// The page must not cut long commands visually either.
+	if clipped := text(t, ctx, fmt.Sprintf(`(() => { const el = document.querySelector('li.approval[data-id=%q] pre.command'); return String(el.scrollHeight > el.clientHeight + 1 || el.scrollWidth > el.clientWidth + 1); })()`, idLong)); clipped != "false" {
+		t.Error("the long command is clipped")
+	}
+	if got := cmdOf(idSpoof); got != `rm -rf /home/workspace/\u202egnp.exe\u202c \u200bhidden` {
+		t.Errorf("spoofed command shown as %q", got)
+	}
+	if got := cmdOf("ctrl-1"); got != `ls\x1b[2K\x0drm -rf /` {
+		t.Errorf("control characters shown as %q", got)
+	}
+	if n := text(t, ctx, fmt.Sprintf(`String(document.querySelectorAll('li.approval[data-id=%q] pre.command .escaped').length)`, idSpoof)); n != "3" {
+		t.Errorf("%s escapes highlighted in the spoofed command, want 3", n)
+	}
+
+	// Each approval says per command why it waits.
+	if seg := text(t, ctx, fmt.Sprintf(`document.querySelector('li.approval[data-id=%q] ul.segments').textContent`, idSpoof)); !strings.Contains(seg, "/usr/bin/rm: ask") || !strings.Contains(seg, "not in the allowlist") {
+		t.Errorf("segments shown as %q", seg)
+	}
+
+	// A new approval appears without a reload.
+	idNew := s.ask(t, "rm -rf dist")
+	waitFor(t, ctx, fmt.Sprintf(`!!document.querySelector('li.approval[data-id=%q]')`, idNew))
+
+	click := func(id, cls string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`li.approval[data-id=%q] button.%s`, id, cls)))); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, fmt.Sprintf(`!document.querySelector('li.approval[data-id=%q]')`, id))
+	}
+	click(idNew, "allow-once")
+	if st := s.state(t, idNew); st != approvalv1.ApprovalState_APPROVAL_STATE_ALLOWED {
+		t.Fatalf("after allow once: %v", st)
+	}
+	click(idLong, "deny")
+	if st := s.state(t, idLong); st != approvalv1.ApprovalState_APPROVAL_STATE_DENIED {
+		t.Fatalf("after deny: %v", st)
+	}
+	click(idSpoof, "allow-always")
+	waitFor(t, ctx, `[...document.querySelectorAll("#allowlist td.pattern")].some(td => td.textContent === "/usr/bin/rm")`)
+
+	// Allowlist editing: a bare name is refused with the spec's message.
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#pattern"), "rg"), chromedp.Click(chromedp.CSS(`#add-form button`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, `document.querySelector("#status").textContent.includes("Pattern does not resolve to binary")`)
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#pattern"), "/opt/tools/bin/*"), chromedp.Click(chromedp.CSS(`#add-form button`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, `[...document.querySelectorAll("#allowlist td.pattern")].some(td => td.textContent === "/opt/tools/bin/*")`)
+	list, err := s.svc.ListAllowlist(s.ctx, &approvalv1.ListAllowlistRequest{Agent: "default"})
+	if err != nil || len(list.GetEntries()) != 2 {
+		t.Fatalf("allowlist after adding: %v %v", list, err)
+	}
+	rm := list.GetEntries()[0].GetId()
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#allowlist tr[data-id=%q] button.remove`, rm)))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, fmt.Sprintf(`!document.querySelector('#allowlist tr[data-id=%q]')`, rm))
+	list, _ = s.svc.ListAllowlist(s.ctx, &approvalv1.ListAllowlistRequest{Agent: "default"})
+	if len(list.GetEntries()) != 1 || list.GetEntries()[0].GetPattern() != "/opt/tools/bin/*" {
+		t.Fatalf("allowlist after removing: %v", list.GetEntries())
+	}
+}

@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// An agent in allowlist/on-miss mode runs allowed commands at once, waits
+// on others until a human answers, and never runs a refused one.
+func TestExecWaitsForApproval(t *testing.T) {
+	d := startDev(t)
+	createGateway(t, d, map[string]any{"name": "strict", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	if code, body := d.call("POST", "/api/v1/exec-approvals/agents/strict/allowlist", d.Key, map[string]string{"pattern": "/usr/bin/ls"}); code != http.StatusOK {
+		t.Fatalf("allowlist: %d %s", code, body)
+	}
+	chat := func(command string) string {
+		t.Helper()
+		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+			"model":    "strict",
+			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
+			"tools":    []map[string]string{{"type": "exec"}},
+		}, "X-Conch-Session-Id", "chat-1")
+		if code != http.StatusOK {
+			t.Fatalf("chat %q = %d %s", command, code, body)
+		}
+		return string(body)
+	}
+
+	if out := chat("ls -d /"); !strings.Contains(out, `\"exit_code\":0`) || !strings.Contains(out, `\"stdout\":\"/\\n\"`) {
+		t.Fatalf("an allowlisted command did not run at once: %s", out)
+	}
+	if out := chat("ls > /tmp/conch-e2e-x"); !strings.Contains(out, "Unsupported shell token: >") {
+		t.Fatalf("a redirect was not refused: %s", out)
+	}
+
+	// A command the allowlist misses waits until a human answers.
+	answered := make(chan string, 1)
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			_, body := d.call("GET", "/api/v1/approvals?state=pending", d.Key, nil)
+			var list struct {
+				Approvals []struct {
+					ID, Command string
+				} `json:"approvals"`
+			}
+			_ = json.Unmarshal(body, &list)
+			for _, a := range list.Approvals {
+				if a.Command == "touch /tmp/conch-e2e-approved" {
+					code, body := d.call("POST", "/api/v1/approvals/"+a.ID+":resolve", d.Key, map[string]string{"decision": "allow-once"})
+					answered <- string(body)
+					if code != http.StatusOK {
+						t.Errorf("resolve = %d %s", code, body)
+					}
+					return
+				}
+			}
+			select {
+			case <-t.Context().Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		answered <- "nobody saw the approval"
+	}()
+	out := chat("touch /tmp/conch-e2e-approved")
+	if got := <-answered; !strings.Contains(got, `"state":"allowed"`) {
+		t.Fatalf("answer: %s", got)
+	}
+	if !strings.Contains(out, `\"exit_code\":0`) {
+		t.Fatalf("the approved command did not run: %s", out)
+	}
+}
