@@ -48,7 +48,7 @@ type apiApproval struct {
 type apiEntry struct {
 	ID               string `json:"id"`
 	Pattern          string `json:"pattern"`
-	LastUsedAt       string `json:"last_used_at"`
+	LastUsedAt       int64  `json:"last_used_at"`
 	LastUsedCommand  string `json:"last_used_command"`
 	LastResolvedPath string `json:"last_resolved_path"`
 }

@@ -9,21 +9,29 @@ import (
 )
 
 // An agent in allowlist/on-miss mode runs allowed commands at once, waits
-// on others until a human answers, and never runs a refused one.
+// on others until a human answers, and never runs a refused one — through
+// the rich exec tool and through the shell tool alike.
 func TestExecWaitsForApproval(t *testing.T) {
 	d := startDev(t)
-	createGateway(t, d, map[string]any{"name": "strict", "upstream": map[string]any{"provider": "scripted"},
+	for _, tool := range []string{"exec", "shell"} {
+		t.Run(tool, func(t *testing.T) { testWaitsForApproval(t, d, tool) })
+	}
+}
+
+func testWaitsForApproval(t *testing.T, d *dev, tool string) {
+	gw := "strict-" + tool
+	createGateway(t, d, map[string]any{"name": gw, "upstream": map[string]any{"provider": "scripted"},
 		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
-	if code, body := d.call("POST", "/api/v1/exec-approvals/agents/strict/allowlist", d.Key, map[string]string{"pattern": "/usr/bin/ls"}); code != http.StatusOK {
+	if code, body := d.call("POST", "/api/v1/exec-approvals/agents/"+gw+"/allowlist", d.Key, map[string]string{"pattern": "/usr/bin/ls"}); code != http.StatusOK {
 		t.Fatalf("allowlist: %d %s", code, body)
 	}
 	chat := func(command string) string {
 		t.Helper()
 		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
-			"model":    "strict",
+			"model":    gw,
 			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
-			"tools":    []map[string]string{{"type": "exec"}},
-		}, "X-Conch-Session-Id", "chat-1")
+			"tools":    []map[string]string{{"type": tool}},
+		}, "X-Conch-Session-Id", "chat-"+tool)
 		if code != http.StatusOK {
 			t.Fatalf("chat %q = %d %s", command, code, body)
 		}
@@ -50,7 +58,7 @@ func TestExecWaitsForApproval(t *testing.T) {
 			}
 			_ = json.Unmarshal(body, &list)
 			for _, a := range list.Approvals {
-				if a.Command == "touch /tmp/conch-e2e-approved" {
+				if a.Command == "touch /tmp/conch-e2e-approved-"+tool {
 					code, body := d.call("POST", "/api/v1/approvals/"+a.ID+":resolve", d.Key, map[string]string{"decision": "allow-once"})
 					answered <- string(body)
 					if code != http.StatusOK {
@@ -67,7 +75,7 @@ func TestExecWaitsForApproval(t *testing.T) {
 		}
 		answered <- "nobody saw the approval"
 	}()
-	out := chat("touch /tmp/conch-e2e-approved")
+	out := chat("touch /tmp/conch-e2e-approved-" + tool)
 	if got := <-answered; !strings.Contains(got, `"state":"allowed"`) {
 		t.Fatalf("answer: %s", got)
 	}

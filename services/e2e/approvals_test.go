@@ -167,7 +167,7 @@ func TestApprovals(t *testing.T) {
 			t.Fatalf("add = %d %s", code, body)
 		}
 		code, body = d.call("GET", "/api/v1/exec-approvals/agents/default/allowlist", d.Key, nil)
-		if code != 200 || strings.Count(string(body), `"pattern"`) != 3 || !strings.Contains(string(body), `"last_used_at":"1737150000000"`) {
+		if code != 200 || strings.Count(string(body), `"pattern"`) != 3 || !strings.Contains(string(body), `"last_used_at":1737150000000`) {
 			t.Fatalf("list = %d %s", code, body)
 		}
 		code, body = d.call("DELETE", "/api/v1/exec-approvals/agents/default/allowlist/"+added.ID, d.Key, nil)

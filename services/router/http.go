@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -106,7 +107,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(statusErrors, h) }, gw)
-	return otelhttp.NewHandler(mux, "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+	return otelhttp.NewHandler(recoverPanics(opts.Logger, mux), "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	})), nil
 }
@@ -136,6 +137,23 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn) (*run
 		}
 	}
 	return mux, nil
+}
+
+// recoverPanics turns a panic in a handler into a logged 500, so one bad
+// request never takes the connection down with a bare EOF.
+func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				log.ErrorContext(r.Context(), "http handler panicked", "panic", p, "path", r.URL.Path, "stack", string(debug.Stack()))
+				statusErrors(w, codes.Internal, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
 }
 
 // errorWriter writes an error in the shape of an API surface.

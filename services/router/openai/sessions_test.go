@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 )
 
 func TestApplyExecCommand(t *testing.T) {
@@ -66,5 +67,21 @@ func TestEffectiveNeverLoosens(t *testing.T) {
 	e := effective(gw, execOverride{Security: "full", Ask: "off"})
 	if e.Security != approvalv1.Security_SECURITY_DENY || e.Ask != approvalv1.Ask_ASK_ALWAYS {
 		t.Fatalf("effective = %v", e)
+	}
+}
+
+// A gateway with no shell settings at all still takes a request's shell
+// tool (allow_request defaults to true).
+func TestPlanToolsWithoutShellSettings(t *testing.T) {
+	t.Parallel()
+	g := &routerv1.Gateway{Name: "bare", Upstream: &routerv1.Upstream{Provider: routerv1.Provider_PROVIDER_SCRIPTED}}
+	p, err := planTools(g, nil, &chatRequest{Shell: &shellToolEntry{}})
+	if err != nil || p.shell == nil || p.shell.TimeoutSeconds != 60 || p.shell.MaxOutputLength != 4096 {
+		t.Fatalf("planTools = %+v, %v", p, err)
+	}
+	no := false
+	g.Shell = &routerv1.ShellSettings{AllowRequest: &no}
+	if _, err := planTools(g, nil, &chatRequest{Shell: &shellToolEntry{}}); err == nil || !strings.Contains(err.Error(), `gateway "bare"`) {
+		t.Fatalf("allow_request false: %v", err)
 	}
 }

@@ -42,7 +42,9 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolP
 	if p.persistent && !tenant.ValidUserID(req.User) {
 		return nil, badField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
 	}
-	if req.Shell != nil && !sh.GetEnabled() && sh.AllowRequest != nil && !sh.GetAllowRequest() {
+	// allow_request is true unless set: the getter of an unset optional
+	// field answers false, so ask for presence first.
+	if req.Shell != nil && !sh.GetEnabled() && sh != nil && sh.AllowRequest != nil && !sh.GetAllowRequest() {
 		return nil, badField(fmt.Sprintf("tools[%d]", req.ShellIndex), "gateway %q does not allow requests to enable the shell tool", g.GetName())
 	}
 	if req.Shell != nil || sh.GetEnabled() {
