@@ -94,3 +94,39 @@ func BenchmarkCompletionThroughput(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "completions/s")
 }
+
+// BenchmarkShellCompletion measures one completion with one `echo hi` shell
+// call through conch dev: sandbox create, exec, two model calls (the
+// built-in scripted model) and sandbox teardown. It reports the median.
+func BenchmarkShellCompletion(b *testing.B) {
+	d := startDev(b)
+	body := []byte("{\"model\":\"default\",\"messages\":[{\"role\":\"user\",\"content\":\"run `echo hi`\"}]}")
+	client := &http.Client{}
+	run := func() time.Duration {
+		req, _ := http.NewRequest("POST", d.URL+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+d.Key)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(out, []byte(`exited with code 0`)) {
+			b.Fatalf("status %d: %s", resp.StatusCode, out)
+		}
+		return time.Since(start)
+	}
+	for range 5 {
+		run()
+	}
+	b.ResetTimer()
+	times := make([]time.Duration, 0, b.N)
+	for range b.N {
+		times = append(times, run())
+	}
+	b.StopTimer()
+	slices.Sort(times)
+	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -146,4 +147,22 @@ func TestShellLoop(t *testing.T) {
 			t.Errorf("answer = %q", got)
 		}
 	})
+}
+
+// TestLoopLimit checks that a model that never stops calling tools is cut
+// off at the gateway's iteration limit with a clear final message.
+func TestLoopLimit(t *testing.T) {
+	d := startDev(t)
+	up := newFakeUpstream(t, func(n int, req map[string]any) (int, string) {
+		return 200, openAIToolCall(fmt.Sprintf("call_%d", n), "shell", map[string]string{"command": "true"})
+	})
+	createGateway(t, d, map[string]any{"name": "looping", "max_iterations": 3, "shell": map[string]any{"enabled": true},
+		"upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"}})
+	res, resp := completeShell(t, d, "looping", nil)
+	if len(res) != 3 || up.calls() != 3 {
+		t.Fatalf("ran %d commands over %d model calls, want 3 and 3", len(res), up.calls())
+	}
+	if ch := resp.Choices[0]; ch.FinishReason != "length" || !strings.Contains(ch.Message.Content, "loop limit") {
+		t.Errorf("final choice = %+v", ch)
+	}
 }

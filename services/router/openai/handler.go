@@ -288,8 +288,9 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if scope.Session != "" {
 		sb = h.sessions.sandbox(h.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, hooks, h.opts.Logger)
 	}
-	// A completion's own sandbox ends with it, even when the client left.
-	defer sb.destroy(context.WithoutCancel(ctx), h.opts.Logger)
+	// A completion's own sandbox ends with it, even when the client left;
+	// the client need not wait for the teardown.
+	defer func() { go sb.destroy(context.WithoutCancel(ctx), h.opts.Logger) }()
 
 	cfg := loop.Config{
 		Provider: h.provider(g),
