@@ -7,7 +7,7 @@ BIN   := bin/conch
 TEST_FLAGS ?= -count=1 -timeout 20m
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all build run test bench lint gen breaking deps clean
+.PHONY: all build run test bench images lint gen breaking deps clean
 
 all: build
 
@@ -30,6 +30,14 @@ test: build
 ## bench: the performance benchmarks
 bench: build
 	cd services && CONCH_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem ./...
+
+## images: build the container images (needs Docker with a running daemon)
+IMAGE_TAG ?= latest
+images:
+	@docker info >/dev/null 2>&1 || { echo "make images: needs docker and a running Docker daemon"; exit 1; }
+	docker build -t conch:$(IMAGE_TAG) .
+	docker build --target executor -t conch-executor:$(IMAGE_TAG) .
+	docker build -t conch-sandbox:$(IMAGE_TAG) deploy/sandbox
 
 ## gen: regenerate gen/ from proto/
 gen:

@@ -39,3 +39,21 @@ func TestNewClientChecksFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestSanitize(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"plain\ttext\n", "plain\ttext\n"},
+		{"\x1b[31mred\x1b[0m", `\x1b[31mred\x1b[0m`},
+		{"a\rb", `a\x0db`},
+		{"rm -rf /\u202e#txt.exe", `rm -rf /\u202e#txt.exe`},
+		{"nul\x00", `nul\x00`},
+		{"\u009b2J", `\x9b2J`},
+		{"olá ✓", "olá ✓"},
+	}
+	for _, tt := range tests {
+		if got := Sanitize(tt.in); got != tt.want {
+			t.Errorf("Sanitize(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

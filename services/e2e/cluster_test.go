@@ -26,6 +26,8 @@ func TestSingleServiceCommands(t *testing.T) {
 		"CONCH_INTERNAL_SECRET=cluster-secret-0123456789",
 		"CONCH_ADMIN_KEY="+adminKey,
 		"CONCH_LOG_LEVEL=warn",
+		"CONCH_WORKSPACE_DIR="+t.TempDir(),
+		"CONCH_SIGNING_KEYS=k1:cluster-signing-key-0123456789abcdef",
 	)
 	start := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, args...)

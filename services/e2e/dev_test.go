@@ -53,7 +53,7 @@ func TestDev(t *testing.T) {
 			{"router", "GET", "/api/v1/accounts", nil, 200, `"id":"dev"`},
 			{"executor", "GET", "/api/v1/sandboxes", nil, 200, `"sandboxes":[]`},
 			{"approval", "GET", "/api/v1/approvals?state=pending", nil, 501, "ListApprovals not implemented"},
-			{"workspace", "GET", "/api/v1/shell/io/list?path=/", []string{"X-Shell-User-Id", "alice"}, 501, "List not implemented"},
+			{"workspace", "GET", "/api/v1/shell/io/list?path=/", []string{"X-Shell-User-Id", "alice"}, 200, `"entries":[]`},
 		}
 		for _, tt := range tests {
 			code, body := d.call(tt.method, tt.path, d.Key, nil, tt.headers...)

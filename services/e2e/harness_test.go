@@ -40,7 +40,7 @@ var conchBin = sync.OnceValues(func() (string, error) {
 
 // dev is a running `conch dev`.
 type dev struct {
-	t       *testing.T
+	t       testing.TB
 	cmd     *exec.Cmd
 	URL     string
 	Key     string
@@ -67,7 +67,7 @@ func (b *lockedBuffer) String() string {
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,7 +79,7 @@ func freeAddr(t *testing.T) string {
 
 // startDev starts `conch dev` on a free port in a fresh data dir and waits
 // until /readyz answers 200. env adds to the environment.
-func startDev(t *testing.T, env ...string) *dev {
+func startDev(t testing.TB, env ...string) *dev {
 	t.Helper()
 	bin, err := conchBin()
 	if err != nil {

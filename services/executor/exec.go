@@ -265,7 +265,7 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 	default:
 		res.Outcome, res.ExitCode = OutcomeExit, x.Code
 		if x.OOMKilled {
-			res.Stderr = mark(res.Stderr, false) + "\n[killed: the sandbox's memory limit was reached]"
+			res.Stderr += "\n[killed: the sandbox's memory limit was reached]"
 		}
 		r.End(x.Code, false, "")
 	}

@@ -15,30 +15,6 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 )
 
-func TestCut(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		in   string
-		n    int
-		want string
-		cut  bool
-	}{
-		{"hello", 10, "hello", false},
-		{"hello", 5, "hello", false},
-		{"hello", 3, "hel", true},
-		{"☃☃☃", 2, "☃☃", true},
-		{"a\xffb", 2, "a\uFFFD", true},
-		{"", 0, "", false},
-		{"x", 0, "", true},
-	}
-	for _, c := range cases {
-		got, cut := cut(c.in, c.n)
-		if got != c.want || cut != c.cut {
-			t.Errorf("cut(%q, %d) = %q %v, want %q %v", c.in, c.n, got, cut, c.want, c.cut)
-		}
-	}
-}
-
 func TestFinalOutput(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

@@ -6,7 +6,9 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"regexp"
 	"time"
 
 	"google.golang.org/grpc"
@@ -16,8 +18,10 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
 // Server serves ExecutorService over a Service.
@@ -82,11 +86,16 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 	if req.GetIdleTimeoutSeconds() < 0 {
 		return nil, errs.New(errs.InvalidArgument, "idle_timeout_seconds: must not be negative")
 	}
-	if len(req.GetTools()) > 0 {
-		return nil, errs.New(errs.Unimplemented, "tools: moving tools into the shell is not available on this executor yet")
+	var tools []toolshim.Tool
+	for i, t := range req.GetTools() {
+		if !toolName.MatchString(t.GetName()) {
+			return nil, errs.New(errs.InvalidArgument, "tools[%d].name: must be 1-64 characters of [A-Za-z0-9_-], starting with a letter", i)
+		}
+		tools = append(tools, toolshim.Tool{Name: t.GetName(), Description: t.GetDescription(), Schema: json.RawMessage(t.GetParametersSchema())})
 	}
 	e, id, err := s.svc.Create(ctx, account, CreateParams{
-		User: req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
+		Tools: tools,
+		User:  req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
 		Network:     req.GetNetwork().GetMode() == executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST,
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: time.Duration(req.GetIdleTimeoutSeconds()) * time.Second,
@@ -175,6 +184,9 @@ func (s *Server) DestroySandbox(ctx context.Context, req *executorv1.DestroySand
 	}
 	return &executorv1.DestroySandboxResponse{}, nil
 }
+
+// toolName is the shape of a tool command's name.
+var toolName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 
 // execStream sends Exec events on a gRPC stream.
 type execStream struct {
@@ -380,7 +392,7 @@ func (s *Server) PollProcess(ctx context.Context, req *executorv1.PollProcessReq
 		return nil, err
 	}
 	snap, out, truncated := r.Poll(ctx, time.Duration(req.GetWaitMs())*time.Millisecond, 4*DefaultOutputChars)
-	text, cutMore := cut(string(out), DefaultOutputChars)
+	text, cutMore := toolresult.Cut(string(out), DefaultOutputChars)
 	return &executorv1.PollProcessResponse{Process: processPB(snap), Output: text, Truncated: truncated || cutMore}, nil
 }
 

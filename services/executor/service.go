@@ -18,6 +18,7 @@ import (
 
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -62,7 +63,8 @@ type Service struct {
 	sandboxes map[string]*entry
 	lease     clientv3.LeaseID
 
-	ws Workspaces // nil: persistent workspaces are refused
+	ws    Workspaces // nil: persistent workspaces are refused
+	tools ToolCaller // nil: tool commands are refused
 }
 
 // Option configures a Service.
@@ -71,6 +73,13 @@ type Option func(*Service)
 // WithWorkspaces lets sandboxes mount persistent workspaces from ws.
 func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws } }
 
+// ToolCaller runs a tool moved into a sandbox, on the router's tool host,
+// for the sandbox's account.
+type ToolCaller func(ctx context.Context, account, sandboxID, tool, arguments string) (output string, isError bool, err error)
+
+// WithToolCaller lets sandboxes have tool commands.
+func WithToolCaller(c ToolCaller) Option { return func(s *Service) { s.tools = c } }
+
 // entry is a live sandbox with its owner.
 type entry struct {
 	sb         *sandbox.Sandbox
@@ -78,6 +87,7 @@ type entry struct {
 	user       string
 	session    string
 	persistent bool
+	tools      *toolshim.Host // nil: no tool commands
 	limits     sandbox.Limits
 	idle       time.Duration
 	created    time.Time
@@ -228,6 +238,8 @@ func (s *Service) shutdown(ctx context.Context) {
 
 // CreateParams describe a sandbox to build.
 type CreateParams struct {
+	// Tools become commands in the sandbox (tools moved into the shell).
+	Tools       []toolshim.Tool
 	User        string
 	Persistent  bool
 	Limits      sandbox.Limits
@@ -258,6 +270,9 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	if p.Network {
 		return nil, "", errs.New(errs.Unimplemented, "network: mode allowlist (egress through a proxy) is not implemented yet; use mode none")
 	}
+	if len(p.Tools) > 0 && s.tools == nil {
+		return nil, "", errs.New(errs.FailedPrecondition, "tools: this executor is not connected to a tool host")
+	}
 	for _, d := range p.PathPrepend {
 		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
 			return nil, "", errs.New(errs.InvalidArgument, "path_prepend: %q must be an absolute path without ':'", d)
@@ -273,6 +288,15 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	now := time.Now()
 	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, limits: p.Limits, idle: p.Idle, created: now, lastUsed: now}
+	if len(p.Tools) > 0 {
+		call := func(ctx context.Context, tool, arguments string) (string, bool, error) {
+			return s.tools(ctx, account, id, tool, arguments)
+		}
+		if e.tools, err = toolshim.Install(sb.ToolsPath(), sandbox.AgentPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", errs.Wrap(errs.InvalidArgument, err, "tools")
+		}
+	}
 	if p.Persistent {
 		if err := s.hydrate(ctx, e); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
@@ -363,6 +387,9 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 			_ = e.root.Close()
 		}
 		e.syncMu.Unlock()
+	}
+	if e.tools != nil {
+		e.tools.Close()
 	}
 	err = errors.Join(err, e.sb.Destroy(ctx))
 	s.procs.DropSandbox(id)

@@ -40,6 +40,15 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"service valid", serviceConfig, []string{"--etcd-endpoints", "a:2379,b:2379"}, []string{secret}, ""},
 		{"service missing secret", serviceConfig, nil, nil, "CONCH_INTERNAL_SECRET"},
 		{"service unknown flag", serviceConfig, []string{"--http-addr", "x:1"}, []string{secret}, "http-addr"},
+		{"dev bad signing keys", devConfig, nil, []string{"CONCH_SIGNING_KEYS=k1:short"}, "CONCH_SIGNING_KEYS"},
+		{"workspace valid on disk", workspaceConfig, []string{"--dir", "/tmp/ws"}, []string{secret, signingKeys}, ""},
+		{"workspace valid on s3", workspaceConfig, nil, []string{secret, signingKeys, "CONCH_S3_ENDPOINT=minio:9000", "CONCH_S3_ACCESS_KEY=a", "CONCH_S3_SECRET_KEY=b"}, ""},
+		{"workspace without storage", workspaceConfig, nil, []string{secret, signingKeys}, "CONCH_S3_ENDPOINT"},
+		{"workspace s3 without keys", workspaceConfig, nil, []string{secret, signingKeys, "CONCH_S3_ENDPOINT=minio:9000"}, "CONCH_S3_ACCESS_KEY"},
+		{"workspace without signing keys", workspaceConfig, []string{"--dir", "/tmp/ws"}, []string{secret}, "CONCH_SIGNING_KEYS"},
+		{"workspace short signing key", workspaceConfig, []string{"--dir", "/tmp/ws"}, []string{secret, "CONCH_SIGNING_KEYS=k1:short"}, "CONCH_SIGNING_KEYS"},
+		{"workspace zero quota", workspaceConfig, []string{"--dir", "/tmp/ws", "--quota-bytes", "0"}, []string{secret, signingKeys}, "--quota-bytes"},
+		{"workspace negative file quota", workspaceConfig, []string{"--dir", "/tmp/ws", "--quota-files", "-1"}, []string{secret, signingKeys}, "--quota-files"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,3 +80,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 func devConfig() any     { return &DevConfig{} }
 func routerConfig() any  { return &RouterConfig{} }
 func serviceConfig() any { return &ServiceConfig{} }
+
+func workspaceConfig() any { return &WorkspaceConfig{} }
+
+const signingKeys = "CONCH_SIGNING_KEYS=k1:0123456789abcdef0123456789abcdef"

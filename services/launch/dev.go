@@ -16,10 +16,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/workspace/signing"
 )
 
 // DevAccount is the account of the dev-mode API key.
@@ -35,7 +37,12 @@ type DevConfig struct {
 	S3AccessKey string `env:"CONCH_S3_ACCESS_KEY" usage:"S3 access key"`
 	S3SecretKey string `env:"CONCH_S3_SECRET_KEY" usage:"S3 secret key"`
 	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
+	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
+	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (default: one kept in <data-dir>/signing-key)"`
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+	// UploadIdleTimeout bounds a stalled upload body.
+	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
+
 	ExecutorConfig
 }
 
@@ -55,6 +62,14 @@ func (c *DevConfig) Validate() error {
 	}
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return config.Invalid("--log-level", "%v", err)
+	}
+	if c.UploadIdleTimeout <= 0 {
+		return config.Invalid("--upload-idle-timeout", "must be positive")
+	}
+	if c.SigningKeys != "" {
+		if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
+			return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
+		}
 	}
 	if err := c.ExecutorConfig.Validate(); err != nil {
 		return err
@@ -87,13 +102,30 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	defer p.close(ctx)
 
-	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL})
+	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL}, p.log)
 	if err != nil {
 		return err
 	}
+	if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
+		return fmt.Errorf("dev: default gateway: %w", err)
+	}
+	signingKeys, err := devSigningKeys(cfg)
+	if err != nil {
+		return err
+	}
+	ws, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
+		dir: filepath.Join(cfg.DataDir, "workspaces"), endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey,
+		bucket: cfg.S3Bucket, secure: cfg.S3Secure, signingKeys: signingKeys,
+	})
+	if err != nil {
+		return err
+	}
+	defer closeWS()
 	common := &Common{ShutdownTimeout: 5 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
+	g.Go(func() error { return p.serve(gctx, "workspace", "127.0.0.1:0", "", common, ws.Register) })
 	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig)
 	if err != nil {
 		return err
@@ -101,7 +133,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	defer cleanup()
 	g.Go(func() error { return execSvc.Run(gctx) })
 	g.Go(func() error { return p.serve(gctx, "executor", "127.0.0.1:0", "", common, execSrv.Register) })
-	for _, name := range []string{"approval", "workspace"} {
+	for _, name := range []string{"approval"} {
 		register, err := registerFunc(name)
 		if err != nil {
 			return err
@@ -110,7 +142,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	ready := make(chan string, 1)
 	g.Go(func() error {
-		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, common.ShutdownTimeout, ready)
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.UploadIdleTimeout, common.ShutdownTimeout, ready)
 	})
 	g.Go(func() error {
 		select {
@@ -122,6 +154,16 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// devGateway is the gateway every dev cluster has: the built-in scripted
+// model with the shell tool on.
+func devGateway() *routerv1.Gateway {
+	return &routerv1.Gateway{
+		Name:     "default",
+		Upstream: &routerv1.Upstream{Provider: routerv1.Provider_PROVIDER_SCRIPTED},
+		Shell:    &routerv1.ShellSettings{Enabled: true},
+	}
 }
 
 // devAPIKey returns CONCH_API_KEY, else the key kept in the data dir, else a

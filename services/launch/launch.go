@@ -20,7 +20,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/executor"
@@ -33,7 +35,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router"
-	"github.com/conch-sh/conch/services/workspace"
 )
 
 // Common is the configuration every single-service command shares.
@@ -76,6 +77,8 @@ type RouterConfig struct {
 	PublicURL    string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router, for links it hands out (default: the request's host)"`
 	AdminKey     string `env:"CONCH_ADMIN_KEY" usage:"API key of the admin, who manages accounts"`
 	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
+	// UploadIdleTimeout bounds a stalled upload body.
+	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
 }
 
 // Validate checks the router's settings.
@@ -89,10 +92,13 @@ func (c *RouterConfig) Validate() error {
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
 		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
 	}
+	if c.UploadIdleTimeout <= 0 {
+		return config.Invalid("--upload-idle-timeout", "must be positive")
+	}
 	return validPublicURL(c.PublicURL)
 }
 
-// ServiceConfig is the configuration of `conch executor|approval|workspace`.
+// ServiceConfig is the configuration of `conch executor|approval`.
 type ServiceConfig struct {
 	Common
 }
@@ -162,13 +168,31 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*execu
 		return nil, nil, nil, fmt.Errorf("executor: dial workspace: %w", err)
 	}
 	ws := executor.NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(wsConn), executor.PersistentWorkspaceBytes)
-	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log, executor.WithWorkspaces(ws))
+	routerConn, err := p.dial(ctx, "router")
 	if err != nil {
 		_ = wsConn.Close()
 		rt.Close()
+		return nil, nil, nil, fmt.Errorf("executor: dial router: %w", err)
+	}
+	toolHost := routerv1.NewToolHostServiceClient(routerConn)
+	callTool := func(ctx context.Context, account, sandboxID, tool, arguments string) (string, bool, error) {
+		resp, err := toolHost.CallTool(tenant.With(ctx, tenant.Scope{Account: account}), &routerv1.CallToolRequest{SandboxId: sandboxID, Tool: tool, Arguments: arguments})
+		if err != nil {
+			if st, ok := status.FromError(err); ok {
+				return "", false, errors.New(st.Message())
+			}
+			return "", false, err
+		}
+		return resp.GetOutput(), resp.GetIsError(), nil
+	}
+	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log, executor.WithWorkspaces(ws), executor.WithToolCaller(callTool))
+	if err != nil {
+		_ = wsConn.Close()
+		_ = routerConn.Close()
+		rt.Close()
 		return nil, nil, nil, err
 	}
-	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close() }, nil
+	return executor.NewServer(svc), svc, func() { rt.Close(); _ = wsConn.Close(); _ = routerConn.Close() }, nil
 }
 
 // RunExecutor runs `conch executor`.
@@ -236,11 +260,22 @@ func (p *process) close(ctx context.Context) {
 	}
 }
 
+// streamWindow is the gRPC flow-control window of one stream.
+const streamWindow = 1 << 20
+
 // dial connects to a service through discovery, signing the call scope.
 func (p *process) dial(ctx context.Context, service string) (*grpc.ClientConn, error) {
 	return discovery.Dial(ctx, p.etcd, service,
 		grpc.WithChainUnaryInterceptor(p.signer.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(p.signer.StreamClientInterceptor()),
+		// Fixed flow-control windows: gRPC's bandwidth-delay estimate
+		// otherwise grows them to many MiB on fast links, and a streamed
+		// download would sit in the router's memory that far ahead.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(4*streamWindow),
+		// A directory listing is one response and may exceed gRPC's
+		// default 4 MiB; the workspace service bounds it below this.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32<<20)),
 	)
 }
 
@@ -290,19 +325,22 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 		return err
 	}
 	defer p.close(ctx)
-	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: cfg.AdminKey, AdminAccount: cfg.AdminAccount, PublicURL: cfg.PublicURL})
+	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: cfg.AdminKey, AdminAccount: cfg.AdminAccount, PublicURL: cfg.PublicURL}, p.log)
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error {
 		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
 	})
-	g.Go(func() error { return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.ShutdownTimeout, nil) })
+	g.Go(func() error {
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.UploadIdleTimeout, cfg.ShutdownTimeout, nil)
+	})
 	return g.Wait()
 }
 
-// RunService runs `conch executor|approval|workspace`.
+// RunService runs `conch executor|approval`.
 func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 	register, err := registerFunc(name)
 	if err != nil {
@@ -313,34 +351,39 @@ func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 		return err
 	}
 	defer p.close(ctx)
+	return p.runService(ctx, name, &cfg.Common, register)
+}
+
+// runService serves one service's gRPC server, and /metrics when asked.
+func (p *process) runService(ctx context.Context, name string, c *Common, register func(*grpc.Server)) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return p.serve(gctx, name, cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, register) })
-	if cfg.MetricsAddr != "" {
-		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
+	g.Go(func() error { return p.serve(gctx, name, c.GRPCAddr, c.AdvertiseAddr, c, register) })
+	if c.MetricsAddr != "" {
+		g.Go(func() error { return p.serveMetrics(gctx, c.MetricsAddr, c.ShutdownTimeout) })
 	}
 	return g.Wait()
 }
 
+// registerFunc returns the registration of a service without
+// configuration of its own; the workspace service has RunWorkspace.
 func registerFunc(name string) (func(*grpc.Server), error) {
 	switch name {
 	case "approval":
 		return approval.New().Register, nil
-	case "workspace":
-		return workspace.New().Register, nil
 	}
 	return nil, fmt.Errorf("unknown service %q", name)
 }
 
 // serveHTTP serves the router's public HTTP API on addr until ctx ends. When
 // ready is not nil it receives the bound address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, timeout time.Duration, ready chan<- string) error {
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, uploadIdle, timeout time.Duration, ready chan<- string) error {
 	conns, closeConns, err := p.dialAll(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConns()
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
-		Auth: svc.Accounts(), Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
+		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log, UploadIdleTimeout: uploadIdle,
 	})
 	if err != nil {
 		return err

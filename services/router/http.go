@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/openai"
 )
 
 // ServiceNames are the four services, in the order /readyz reports them.
@@ -37,8 +39,11 @@ type authenticator interface {
 
 // HTTPOptions configure the router's HTTP handler.
 type HTTPOptions struct {
-	// Auth authenticates bearer keys.
-	Auth authenticator
+	// Etcd keeps the OpenAI-compatible API's session state.
+	Etcd *clientv3.Client
+	// Service is the router's gRPC side, whose tool grants and clients the
+	// API shares.
+	Service *Service
 	// Conns are client connections, through discovery, to each service of
 	// ServiceNames.
 	Conns map[string]*grpc.ClientConn
@@ -46,6 +51,9 @@ type HTTPOptions struct {
 	Metrics http.Handler
 	// PublicURL is the base of links handed out; empty: the request's host.
 	PublicURL string
+	// UploadIdleTimeout bounds the wait for the next bytes of a file
+	// upload; 0 means DefaultUploadIdleTimeout.
+	UploadIdleTimeout time.Duration
 	// Logger receives request errors.
 	Logger *slog.Logger
 }
@@ -53,8 +61,8 @@ type HTTPOptions struct {
 // NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
 // /metrics without auth; /v1 and /api/v1 behind bearer auth.
 func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error) {
-	if opts.Auth == nil || opts.Metrics == nil {
-		return nil, errors.New("router: Auth and Metrics are required")
+	if opts.Service == nil || opts.Etcd == nil || opts.Metrics == nil {
+		return nil, errors.New("router: Service, Etcd and Metrics are required")
 	}
 	for _, name := range ServiceNames {
 		if opts.Conns[name] == nil {
@@ -68,7 +76,18 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
-	a := &authMiddleware{auth: opts.Auth, publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
+	v1, err := openai.NewHandler(openai.Options{
+		Gateways: opts.Service.Gateways(),
+		Executor: executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
+		Etcd:     opts.Etcd,
+		Grants:   opts.Service.Grants(),
+		ToolDeps: opts.Service.ToolDeps(),
+		Logger:   opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &authMiddleware{auth: opts.Service.Accounts(), publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -76,8 +95,13 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	})
 	mux.Handle("GET /readyz", &readiness{conns: opts.Conns})
 	mux.Handle("GET /metrics", opts.Metrics)
-	mux.Handle("/v1/", a.wrap(openAIErrors, http.HandlerFunc(notImplementedOpenAI)))
+	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
+	if opts.UploadIdleTimeout <= 0 {
+		opts.UploadIdleTimeout = DefaultUploadIdleTimeout
+	}
+	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
+	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(statusErrors, h) }, gw)
 	return otelhttp.NewHandler(mux, "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	})), nil
@@ -208,15 +232,6 @@ func requestBaseURL(r *http.Request) string {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host
-}
-
-func notImplementedOpenAI(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/v1/models", "/v1/chat/completions":
-		openAIErrors(w, codes.Unimplemented, r.URL.Path+" is not implemented yet")
-	default:
-		openAIErrors(w, codes.NotFound, "unknown path "+r.URL.Path)
-	}
 }
 
 // readiness answers /readyz: 200 when every service has a registered

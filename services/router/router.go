@@ -7,12 +7,17 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/http"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/gateways"
+	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
 // Config is the router's own configuration, shared by `conch router` and
@@ -30,10 +35,14 @@ type Config struct {
 // Service is the router's gRPC side.
 type Service struct {
 	accounts *accounts.Store
+	gateways *gateways.Store
+	grants   *toolhost.Grants
+	http     *http.Client
+	egress   *http.Client
 }
 
 // New returns the router service.
-func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Service, error) {
+func New(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger) (*Service, error) {
 	if cli == nil {
 		return nil, errors.New("router: nil etcd client")
 	}
@@ -41,7 +50,28 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config) (*Service, error
 	if err != nil {
 		return nil, err
 	}
-	return &Service{accounts: store}, nil
+	return &Service{
+		accounts: store,
+		gateways: gateways.New(cli, log),
+		grants:   toolhost.NewGrants(cli),
+		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 5 * time.Minute},
+		egress:   toolhost.NewEgressClient(),
+	}, nil
+}
+
+// Grants returns the tool grants of sandboxes.
+func (s *Service) Grants() *toolhost.Grants { return s.grants }
+
+// ToolDeps are the HTTP clients server tools use.
+func (s *Service) ToolDeps() toolhost.Deps { return toolhost.Deps{HTTP: s.http, Egress: s.egress} }
+
+// Gateways returns the gateway store.
+func (s *Service) Gateways() *gateways.Store { return s.gateways }
+
+// Run keeps the router's caches in step with etcd until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	go s.accounts.Watch(ctx)
+	s.gateways.Watch(ctx)
 }
 
 // Accounts returns the account store, which authenticates HTTP requests.
@@ -50,6 +80,6 @@ func (s *Service) Accounts() *accounts.Store { return s.accounts }
 // Register registers the router's gRPC services on g.
 func (s *Service) Register(g *grpc.Server) {
 	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts})
-	routerv1.RegisterGatewayServiceServer(g, routerv1.UnimplementedGatewayServiceServer{})
-	routerv1.RegisterToolHostServiceServer(g, routerv1.UnimplementedToolHostServiceServer{})
+	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways})
+	routerv1.RegisterToolHostServiceServer(g, &toolHostServer{gateways: s.gateways, grants: s.grants, deps: s.ToolDeps()})
 }

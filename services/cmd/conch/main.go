@@ -15,6 +15,7 @@ import (
 
 	"github.com/conch-sh/conch/services/cli"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/launch"
 )
@@ -27,11 +28,20 @@ Commands:
   executor    run the executor service (sandboxes)
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
+  files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
+
+Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
+  chat        chat with a gateway in the terminal, commands and approvals shown as they happen
+  gateways    list, get, create, update and delete gateways
 
 Run "conch <command> -h" for the flags of a command.
 `
 
 func main() {
+	// Inside a sandbox the conch binary also runs as each tool command.
+	if name, ok := toolshim.Command(os.Args[0], sandbox.ToolsDir); ok {
+		os.Exit(toolshim.Run(sandbox.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -73,6 +83,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunRouter(ctx, cfg)
+	case "workspace":
+		var cfg launch.WorkspaceConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunWorkspace(ctx, cfg)
 	case "executor":
 		var cfg launch.ExecutorServiceConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
@@ -82,12 +98,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case sandbox.AgentCommand:
 		// Hidden: the resident agent inside each sandbox.
 		return sandbox.RunAgent()
-	case "approval", "workspace":
+	case "approval":
 		var cfg launch.ServiceConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err
 		}
 		return launch.RunService(ctx, cmd, cfg)
+	case "gateways":
+		return cli.Gateways(ctx, args, stdout, stderr)
+	case "chat":
+		return cli.Chat(ctx, args, os.Stdin, stdout, stderr)
+	case "files":
+		return cli.Files(ctx, args, stdout, stderr)
 	case "sandbox":
 		return cli.RunSandbox(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":

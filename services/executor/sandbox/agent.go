@@ -25,8 +25,15 @@ const AgentCommand = "sandbox-agent"
 
 // Paths inside the sandbox.
 const (
-	agentDir       = "/run/conch"
-	agentPath      = agentDir + "/agent"
+	agentDir  = "/run/conch"
+	agentPath = agentDir + "/agent"
+	// ToolsDir holds the commands of tools moved into the shell: a manifest,
+	// one link to the conch binary per tool, and the socket their calls go
+	// through. It is on every sandbox's PATH, read-only.
+	ToolsDir = agentDir + "/tools"
+	// AgentPath is where the conch binary is inside a sandbox; tool commands
+	// link to it.
+	AgentPath      = agentPath
 	WorkspaceDir   = "/home/workspace"
 	sandboxUID     = 1000
 	sandboxGID     = 1000

@@ -288,6 +288,9 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 	if err := writeEtc(s.dir); err != nil {
 		return nil, err
 	}
+	if err := os.Mkdir(filepath.Join(s.dir, "tools"), 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox: tools dir: %w", err)
+	}
 	// The workspace is a tmpfs of its own so that its size and file count
 	// are enforced by the kernel, and so that the host can hydrate and
 	// flush it without entering the sandbox.
@@ -315,7 +318,7 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 // sandboxEnv is the environment every command starts from: nothing of the
 // host's.
 func sandboxEnv(spec Spec) []string {
-	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin:" + ToolsDir
 	if len(spec.PathPrepend) > 0 {
 		path = strings.Join(spec.PathPrepend, ":") + ":" + path
 	}
@@ -395,6 +398,7 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 		"--tmpfs", "/run",
 		"--dir", agentDir,
 		"--ro-bind", r.agent, agentPath,
+		"--ro-bind", filepath.Join(s.dir, "tools"), ToolsDir,
 		"--bind", s.workspace, WorkspaceDir,
 		"--chdir", WorkspaceDir,
 		"--remount-ro", "/",

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -57,6 +58,10 @@ func (s *Sandbox) ID() string { return s.spec.ID }
 // WorkspacePath returns the host directory of /home/workspace, for
 // hydrating and flushing a persistent workspace.
 func (s *Sandbox) WorkspacePath() string { return s.workspace }
+
+// ToolsPath returns the host directory seen inside the sandbox, read-only,
+// as ToolsDir.
+func (s *Sandbox) ToolsPath() string { return filepath.Join(s.dir, "tools") }
 
 // Cwd returns the shell's current directory as of the last command.
 func (s *Sandbox) Cwd() string {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -60,6 +61,19 @@ type Store struct {
 	cli          *clientv3.Client
 	adminHash    [sha256.Size]byte
 	adminAccount string
+
+	// The key cache spares an etcd read per request. It is used only while
+	// a watch on the keys runs, which evicts revoked keys at once; deleted
+	// remembers revocations so a lookup that raced one is not cached.
+	mu       sync.Mutex
+	watching bool
+	cache    map[string]cachedKey // sha256 hex → principal
+	deleted  map[string]int64     // sha256 hex → revision of its deletion
+}
+
+type cachedKey struct {
+	p   Principal
+	rev int64
 }
 
 // New returns a Store. adminKey (may be empty: no admin) authenticates as the
@@ -68,7 +82,7 @@ func New(ctx context.Context, cli *clientv3.Client, adminKey, adminAccount strin
 	if cli == nil {
 		return nil, fmt.Errorf("accounts: nil etcd client")
 	}
-	s := &Store{cli: cli, adminAccount: adminAccount}
+	s := &Store{cli: cli, adminAccount: adminAccount, cache: map[string]cachedKey{}, deleted: map[string]int64{}}
 	if adminKey != "" {
 		if err := validAccountID(adminAccount); err != nil {
 			return nil, fmt.Errorf("accounts: admin account: %w", err)
@@ -110,7 +124,15 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	if !strings.HasPrefix(key, KeyPrefix) {
 		return Principal{}, errs.New(errs.Unauthenticated, "invalid API key")
 	}
-	resp, err := s.cli.Get(ctx, keysPrefix+hex.EncodeToString(sum[:]))
+	hash := hex.EncodeToString(sum[:])
+	s.mu.Lock()
+	c, hit := s.cache[hash]
+	hit = hit && s.watching
+	s.mu.Unlock()
+	if hit {
+		return c.p, nil
+	}
+	resp, err := s.cli.Get(ctx, keysPrefix+hash)
 	if err != nil {
 		return Principal{}, errs.Wrap(errs.Unavailable, err, "accounts: look up key")
 	}
@@ -121,7 +143,58 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
 		return Principal{}, fmt.Errorf("accounts: decode key: %w", err)
 	}
-	return Principal{Account: k.AccountID}, nil
+	p := Principal{Account: k.AccountID}
+	s.mu.Lock()
+	if s.watching && s.deleted[hash] < resp.Header.Revision {
+		s.cache[hash] = cachedKey{p: p, rev: resp.Header.Revision}
+	}
+	s.mu.Unlock()
+	return p, nil
+}
+
+// Watch keeps the key cache until ctx ends: revoked keys are evicted as
+// etcd reports their deletion; while no watch runs the cache is unused.
+func (s *Store) Watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.watchOnce(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) watchOnce(ctx context.Context) {
+	resp, err := s.cli.Get(ctx, keysPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	ch := s.cli.Watch(wctx, keysPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	s.mu.Lock()
+	s.watching = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.watching = false
+		clear(s.cache)
+		s.mu.Unlock()
+	}()
+	for wr := range ch {
+		if wr.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				hash := strings.TrimPrefix(string(ev.Kv.Key), keysPrefix)
+				delete(s.cache, hash)
+				s.deleted[hash] = ev.Kv.ModRevision
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // validName reports whether name is 1-128 printable characters.
@@ -263,6 +336,12 @@ func (s *Store) DeleteKey(ctx context.Context, accountID, keyID string) error {
 	if !txn.Succeeded {
 		return errs.New(errs.NotFound, "key %q not found", keyID)
 	}
+	// Evict here too, so this router refuses the key before the watch
+	// reports the deletion.
+	s.mu.Lock()
+	delete(s.cache, string(kv.Value))
+	s.deleted[string(kv.Value)] = txn.Header.Revision
+	s.mu.Unlock()
 	return nil
 }
 

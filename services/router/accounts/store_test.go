@@ -3,6 +3,7 @@ package accounts
 import (
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -116,3 +117,66 @@ func TestStore(t *testing.T) {
 
 func second[T any](_ T, err error) error        { return err }
 func third[T, U any](_ T, _ U, err error) error { return err }
+
+// TestKeyCacheRevocation checks that a router's key cache never outlives a
+// revocation: the revoking router refuses at once, another within the watch.
+func TestKeyCacheRevocation(t *testing.T) {
+	t.Parallel()
+	cli := etcdxtest.StartForTest(t)
+	ctx := t.Context()
+	a, err := New(ctx, cli, adminKey, "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(ctx, cli, adminKey, "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Watch(ctx)
+	go b.Watch(ctx)
+	acct, err := a.CreateAccount(ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, key, err := a.CreateKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Warm both caches (once their watches run).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, s := range []*Store{a, b} {
+			if _, err := s.Authenticate(ctx, secret); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.mu.Lock()
+		b.mu.Lock()
+		warm := len(a.cache) == 1 && len(b.cache) == 1
+		b.mu.Unlock()
+		a.mu.Unlock()
+		if warm {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("caches never warmed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := a.DeleteKey(ctx, acct.ID, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Authenticate(ctx, secret); errs.KindOf(err) != errs.Unauthenticated {
+		t.Fatalf("revoking router: %v, want Unauthenticated at once", err)
+	}
+	for {
+		_, err := b.Authenticate(ctx, secret)
+		if errs.KindOf(err) == errs.Unauthenticated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("other router still accepts the revoked key: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

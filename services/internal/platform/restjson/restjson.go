@@ -1,7 +1,9 @@
 // Package restjson is the JSON codec of conch's REST API: protojson with the
-// proto field names (snake_case) on output, zero values emitted, and enums
+// proto field names (snake_case) on output, zero values emitted, enums
 // written as the lowercase words the spec uses ("exit", "allow-once",
-// "on-miss") instead of their proto names. Input accepts snake_case or
+// "on-miss") instead of their proto names, and 64-bit integers written as
+// JSON numbers (sizes, counts and times in milliseconds stay far below
+// 2^53) rather than protojson's strings. Input accepts snake_case or
 // camelCase field names and enums as words, proto names or numbers.
 package restjson
 
@@ -11,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"reflect"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -46,7 +49,7 @@ func (m *Marshaler) Marshal(v any) ([]byte, error) {
 		return nil, err
 	}
 	md := msg.ProtoReflect().Descriptor()
-	if !hasEnums(md, map[protoreflect.FullName]bool{}) {
+	if !needsRewrite(md, true, map[protoreflect.FullName]bool{}) {
 		// protojson varies its whitespace on purpose; clients and tests
 		// get one stable, compact form.
 		var buf bytes.Buffer
@@ -59,7 +62,7 @@ func (m *Marshaler) Marshal(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	tree = rewriteMessage(md, tree, toWord)
+	tree = rewriteMessage(md, tree, rewrite{enum: toWord, numbers: true})
 	return encodeTree(tree)
 }
 
@@ -78,9 +81,10 @@ func (m *Marshaler) NewEncoder(w io.Writer) runtime.Encoder {
 	})
 }
 
-// Unmarshal reads JSON into v, accepting enum words.
+// Unmarshal reads JSON into v, accepting enum words. v is a message or, as
+// grpc-gateway passes for a body field, a pointer to a message pointer.
 func (m *Marshaler) Unmarshal(data []byte, v any) error {
-	msg, ok := v.(proto.Message)
+	msg, ok := asMessage(v)
 	if !ok {
 		return m.JSONPb.Unmarshal(data, v)
 	}
@@ -103,9 +107,27 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 	})
 }
 
+var messageType = reflect.TypeFor[proto.Message]()
+
+// asMessage returns v as a message, allocating it when v points to a nil
+// message pointer.
+func asMessage(v any) (proto.Message, bool) {
+	if m, ok := v.(proto.Message); ok {
+		return m, true
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Pointer || !rv.Elem().Type().Implements(messageType) {
+		return nil, false
+	}
+	if rv.Elem().IsNil() {
+		rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+	}
+	return rv.Elem().Interface().(proto.Message), true
+}
+
 func wordsToNames(msg proto.Message, data []byte) ([]byte, error) {
 	md := msg.ProtoReflect().Descriptor()
-	if !hasEnums(md, map[protoreflect.FullName]bool{}) {
+	if !needsRewrite(md, false, map[protoreflect.FullName]bool{}) {
 		return data, nil
 	}
 	tree, err := decodeTree(data)
@@ -113,7 +135,7 @@ func wordsToNames(msg proto.Message, data []byte) ([]byte, error) {
 		// Let protojson report the syntax error with its position.
 		return data, nil
 	}
-	return encodeTree(rewriteMessage(md, tree, toName))
+	return encodeTree(rewriteMessage(md, tree, rewrite{enum: toName}))
 }
 
 // QueryParser parses query parameters like grpc-gateway's default parser but
@@ -201,9 +223,26 @@ func toName(ed protoreflect.EnumDescriptor, word string) (string, bool) {
 	return name, true
 }
 
-type enumFunc func(protoreflect.EnumDescriptor, string) (string, bool)
+// rewrite says how a JSON tree changes: enum values through enum, and, on
+// output, 64-bit integers from strings to numbers.
+type rewrite struct {
+	enum    func(protoreflect.EnumDescriptor, string) (string, bool)
+	numbers bool
+}
 
-func hasEnums(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+// is64 reports whether protojson writes fd's values as strings.
+func is64(fd protoreflect.FieldDescriptor) bool {
+	switch fd.Kind() {
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return true
+	}
+	return false
+}
+
+// needsRewrite reports whether md (or a message within it) has enums, or,
+// for output, 64-bit integers.
+func needsRewrite(md protoreflect.MessageDescriptor, output bool, seen map[protoreflect.FullName]bool) bool {
 	if seen[md.FullName()] || isWellKnown(md) {
 		return false
 	}
@@ -214,10 +253,10 @@ func hasEnums(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]
 		if fd.IsMap() {
 			fd = fd.MapValue()
 		}
-		if fd.Enum() != nil && fd.Enum().FullName() != "google.protobuf.NullValue" {
+		if fd.Enum() != nil && fd.Enum().FullName() != "google.protobuf.NullValue" || output && is64(fd) {
 			return true
 		}
-		if fd.Message() != nil && hasEnums(fd.Message(), seen) {
+		if fd.Message() != nil && needsRewrite(fd.Message(), output, seen) {
 			return true
 		}
 	}
@@ -228,7 +267,7 @@ func isWellKnown(md protoreflect.MessageDescriptor) bool {
 	return md.ParentFile().Package() == "google.protobuf"
 }
 
-func rewriteMessage(md protoreflect.MessageDescriptor, node any, f enumFunc) any {
+func rewriteMessage(md protoreflect.MessageDescriptor, node any, f rewrite) any {
 	obj, ok := node.(map[string]any)
 	if !ok || isWellKnown(md) {
 		return node
@@ -246,7 +285,7 @@ func rewriteMessage(md protoreflect.MessageDescriptor, node any, f enumFunc) any
 	return obj
 }
 
-func rewriteField(fd protoreflect.FieldDescriptor, val any, f enumFunc) any {
+func rewriteField(fd protoreflect.FieldDescriptor, val any, f rewrite) any {
 	switch {
 	case fd.IsMap():
 		if m, ok := val.(map[string]any); ok {
@@ -267,13 +306,18 @@ func rewriteField(fd protoreflect.FieldDescriptor, val any, f enumFunc) any {
 	}
 }
 
-func rewriteSingle(fd protoreflect.FieldDescriptor, val any, f enumFunc) any {
+func rewriteSingle(fd protoreflect.FieldDescriptor, val any, f rewrite) any {
 	switch {
 	case fd.Enum() != nil:
 		if s, ok := val.(string); ok {
-			if out, ok := f(fd.Enum(), s); ok {
+			if out, ok := f.enum(fd.Enum(), s); ok {
 				return out
 			}
+		}
+		return val
+	case f.numbers && is64(fd):
+		if s, ok := val.(string); ok {
+			return json.Number(s)
 		}
 		return val
 	case fd.Message() != nil:

@@ -158,14 +158,38 @@ func TestQueryParser(t *testing.T) {
 	}
 }
 
-func TestMarshalIsCompactWithoutEnums(t *testing.T) {
+func TestMarshalIsCompact(t *testing.T) {
+	t.Parallel()
+	got, err := New().Marshal(&approvalv1.WatchApprovalRequest{Id: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"a1"}`
+	if string(got) != want {
+		t.Errorf("Marshal = %s, want %s", got, want)
+	}
+}
+
+func TestMarshalWrites64BitIntegersAsNumbers(t *testing.T) {
 	t.Parallel()
 	got, err := New().Marshal(&approvalv1.AllowlistEntry{Id: "e1", Pattern: "/usr/bin/*", LastUsedAt: 1737150000000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"e1","pattern":"/usr/bin/*","last_used_at":"1737150000000","last_used_command":"","last_resolved_path":""}`
+	want := `{"id":"e1","last_resolved_path":"","last_used_at":1737150000000,"last_used_command":"","pattern":"/usr/bin/*"}`
 	if string(got) != want {
 		t.Errorf("Marshal = %s, want %s", got, want)
+	}
+}
+
+func TestUnmarshalIntoBodyField(t *testing.T) {
+	t.Parallel()
+	// grpc-gateway decodes a body field through a pointer to its pointer.
+	var settings *approvalv1.ExecSettings
+	if err := New().Unmarshal([]byte(`{"ask": "on-miss"}`), &settings); err != nil {
+		t.Fatal(err)
+	}
+	if settings.GetAsk() != approvalv1.Ask_ASK_ON_MISS {
+		t.Errorf("ask = %v, want ASK_ON_MISS", settings.GetAsk())
 	}
 }

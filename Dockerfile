@@ -1,0 +1,52 @@
+# Images of conch, built from the repository root (see `make images`):
+#
+#   docker build -t conch:latest .                              router, approval, workspace
+#   docker build --target executor -t conch-executor:latest .   executor (with bubblewrap)
+#
+# Sandboxes see the root filesystem of a third image, deploy/sandbox/Dockerfile.
+
+ARG GO_VERSION=1.26.8
+
+FROM golang:${GO_VERSION}-trixie AS build
+WORKDIR /src
+# Module files first so that dependency downloads stay cached across source edits.
+COPY go.work go.work.sum ./
+COPY gen/go.mod gen/go.sum gen/
+COPY services/go.mod services/go.sum services/
+COPY tools/go.mod tools/go.sum tools/
+RUN --mount=type=cache,target=/go/pkg/mod \
+    cd services && go mod download
+COPY gen gen
+COPY services services
+# A static binary: the same file runs in the scratch image, in the executor
+# image and, copied by the executor, as the agent inside every sandbox.
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/conch ./services/cmd/conch
+# The runtime image has no shell or package manager, so its user and CA
+# roots are prepared here.
+RUN mkdir -p /out/etc && \
+    echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin' > /out/etc/passwd && \
+    echo 'nonroot:x:65532:' > /out/etc/group
+
+# executor: bubblewrap builds the sandboxes, and the executor itself runs as
+# root in its pod (see deploy/k8s/base/executor.yaml for why and how little
+# else it gets).
+FROM debian:trixie-slim AS executor
+RUN apt-get update && \
+    apt-get install -y --no-install-recommends bubblewrap ca-certificates && \
+    rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/conch /usr/local/bin/conch
+COPY deploy/executor/entrypoint.sh /usr/local/bin/conch-executor-entrypoint
+ENTRYPOINT ["/usr/local/bin/conch-executor-entrypoint"]
+CMD ["executor"]
+
+# The default image: the static binary, CA roots for upstream model APIs, and
+# an unprivileged user. Last, so that a plain `docker build .` builds it.
+FROM scratch AS conch
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --from=build /out/etc/passwd /out/etc/group /etc/
+COPY --from=build /out/conch /usr/local/bin/conch
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/conch"]
+CMD ["help"]

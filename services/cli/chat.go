@@ -1,0 +1,283 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"unicode"
+)
+
+const chatUsage = `usage: conch chat [flags]
+
+Chat with a gateway in the terminal: each shell command and its output is
+shown as it runs, approvals pending for the session are asked inline, and
+the answer streams. The conversation is one session, so the sandbox (files,
+working directory) persists between turns. Type /quit or end input to leave.
+
+Flags:
+  --model NAME     gateway to talk to (default "default")
+  --user ID        end user, for a persistent workspace
+  --session ID     session id (default: a new one)
+  --shell          ask for the shell tool even if the gateway does not add it
+  -m TEXT          send one message, print the answer and exit
+`
+
+// Chat runs `conch chat`.
+func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("conch chat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, chatUsage) }
+	var opts Options
+	opts.AddFlags(fs)
+	model := fs.String("model", "default", "gateway")
+	user := fs.String("user", "", "end user")
+	session := fs.String("session", "", "session id")
+	shell := fs.Bool("shell", false, "ask for the shell tool")
+	message := fs.String("m", "", "one message")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return Usagef("unexpected arguments %q", fs.Args())
+	}
+	c, err := NewClient(&opts)
+	if err != nil {
+		return err
+	}
+	if *session == "" {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		*session = "chat-" + hex.EncodeToString(b)
+	}
+	c.Header.Set("X-Conch-Session-Id", *session)
+	ch := &chat{c: c, in: bufio.NewReader(stdin), out: stdout, model: *model, user: *user, shell: *shell}
+	if *message != "" {
+		return ch.turn(ctx, *message)
+	}
+	fmt.Fprintf(stdout, "conch chat with %q (session %s). /quit to leave.\n", *model, *session)
+	for {
+		fmt.Fprint(stdout, "\nyou> ")
+		line, err := ch.in.ReadString('\n')
+		line = strings.TrimSpace(line)
+		if line == "/quit" || (err != nil && line == "") {
+			fmt.Fprintln(stdout)
+			return nil
+		}
+		if line == "" {
+			continue
+		}
+		if err := ch.turn(ctx, line); err != nil {
+			fmt.Fprintf(stdout, "\nerror: %v\n", err)
+		}
+	}
+}
+
+type chat struct {
+	c       *Client
+	in      *bufio.Reader
+	out     io.Writer
+	model   string
+	user    string
+	shell   bool
+	history []map[string]any
+}
+
+// turn sends one user message and streams the answer.
+func (ch *chat) turn(ctx context.Context, text string) error {
+	ch.history = append(ch.history, map[string]any{"role": "user", "content": text})
+	body := map[string]any{"model": ch.model, "messages": ch.history, "stream": true}
+	if ch.user != "" {
+		body["user"] = ch.user
+	}
+	if ch.shell {
+		body["tools"] = []any{map[string]any{"type": "shell"}}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := ch.c.Request(ctx, "POST", "/v1/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := ch.c.Do(req)
+	if err != nil {
+		ch.history = ch.history[:len(ch.history)-1]
+		return err
+	}
+	defer resp.Body.Close()
+	var answer strings.Builder
+	fmt.Fprint(ch.out, "\n")
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Conch *struct {
+				Event     string          `json:"event"`
+				Arguments string          `json:"arguments"`
+				Result    string          `json:"result"`
+				Name      string          `json:"name"`
+				Approval  json.RawMessage `json:"approval"`
+			} `json:"conch"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			continue
+		}
+		if chunk.Error != nil {
+			return fmt.Errorf("%s", chunk.Error.Message)
+		}
+		if e := chunk.Conch; e != nil {
+			switch e.Event {
+			case "tool_call":
+				ch.showCall(e.Name, e.Arguments)
+			case "approval_pending":
+				ch.askApproval(ctx, e.Approval)
+			case "tool_result":
+				ch.showResult(e.Result)
+			}
+			continue
+		}
+		for _, c := range chunk.Choices {
+			answer.WriteString(c.Delta.Content)
+			fmt.Fprint(ch.out, Sanitize(c.Delta.Content))
+		}
+	}
+	fmt.Fprintln(ch.out)
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	ch.history = append(ch.history, map[string]any{"role": "assistant", "content": answer.String()})
+	return nil
+}
+
+func (ch *chat) showCall(name, arguments string) {
+	if name != "shell" {
+		fmt.Fprintf(ch.out, "[%s %s]\n", Sanitize(name), Sanitize(arguments))
+		return
+	}
+	var a struct {
+		Command string `json:"command"`
+	}
+	_ = json.Unmarshal([]byte(arguments), &a)
+	fmt.Fprintf(ch.out, "$ %s\n", Sanitize(a.Command))
+}
+
+func (ch *chat) showResult(result string) {
+	var r struct {
+		Stdout  string `json:"stdout"`
+		Stderr  string `json:"stderr"`
+		Error   string `json:"error"`
+		Outcome struct {
+			Type     string `json:"type"`
+			ExitCode *int   `json:"exit_code"`
+		} `json:"outcome"`
+	}
+	if json.Unmarshal([]byte(result), &r) != nil || r.Outcome.Type == "" {
+		fmt.Fprintf(ch.out, "%s\n", Sanitize(firstChars(result, 2000)))
+		return
+	}
+	if r.Stdout != "" {
+		fmt.Fprint(ch.out, indent(Sanitize(r.Stdout)))
+	}
+	if r.Stderr != "" {
+		fmt.Fprint(ch.out, indent(Sanitize(r.Stderr)))
+	}
+	switch {
+	case r.Outcome.Type == "error":
+		fmt.Fprintf(ch.out, "  [error: %s]\n", Sanitize(r.Error))
+	case r.Outcome.Type == "timeout":
+		fmt.Fprintln(ch.out, "  [timed out]")
+	case r.Outcome.ExitCode != nil && *r.Outcome.ExitCode != 0:
+		fmt.Fprintf(ch.out, "  [exit %d]\n", *r.Outcome.ExitCode)
+	}
+	fmt.Fprintln(ch.out)
+}
+
+// askApproval shows a pending approval and sends the user's decision.
+func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
+	var a struct {
+		ID            string   `json:"id"`
+		Command       string   `json:"command"`
+		Cwd           string   `json:"cwd"`
+		ResolvedPaths []string `json:"resolved_paths"`
+		Host          string   `json:"host"`
+		Security      string   `json:"security"`
+	}
+	if json.Unmarshal(raw, &a) != nil || a.ID == "" {
+		return
+	}
+	fmt.Fprintf(ch.out, "  approval needed (%s): %s\n    cwd %s, host %s, security %s, runs %s\n",
+		Sanitize(a.ID), Sanitize(a.Command), Sanitize(a.Cwd), a.Host, a.Security, Sanitize(strings.Join(a.ResolvedPaths, ", ")))
+	for {
+		fmt.Fprint(ch.out, "  allow [o]nce, [a]lways, or [d]eny? ")
+		line, err := ch.in.ReadString('\n')
+		decision := map[string]string{"o": "allow-once", "a": "allow-always", "d": "deny"}[strings.TrimSpace(strings.ToLower(line))]
+		if err != nil && decision == "" {
+			fmt.Fprintln(ch.out, "\n  no answer; the approval waits for another approver or its timeout")
+			return
+		}
+		if decision == "" {
+			continue
+		}
+		var out map[string]any
+		if err := ch.c.JSON(ctx, "POST", "/api/v1/approvals/"+url.PathEscape(a.ID)+":resolve", map[string]string{"decision": decision}, &out); err != nil {
+			fmt.Fprintf(ch.out, "  %v\n", err)
+			return
+		}
+		fmt.Fprintf(ch.out, "  %s\n", decision)
+		return
+	}
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
+
+func firstChars(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
+// Sanitize makes text safe to print on a terminal: control characters
+// (other than newline and tab) and bidirectional overrides are shown as
+// escapes instead of acting on the terminal.
+func Sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case unicode.Is(unicode.Bidi_Control, r) || r == 0x2028 || r == 0x2029:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

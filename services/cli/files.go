@@ -1,0 +1,393 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+const filesUsage = `usage: conch files <command> [flags] <args>
+
+Commands (the workspace of --user, or CONCH_USER_ID):
+  ls [path]                 list a directory (default /)
+  get <path> [local]        download a file (local "-" is stdout)
+  put <local> <path>        upload a file (local "-" is stdin; 100 MiB at most)
+  rm [-r] <path>            delete a file, or a directory with -r
+  mkdir <path>              create a directory and its parents
+  url [-expires 1h] <path>  make a temporary public URL of a file
+
+Common flags: --server, --api-key, --data-dir, -o text|json, --user, --progress auto|always|never
+`
+
+// Files runs `conch files …`.
+func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, filesUsage)
+		if len(args) == 0 {
+			return ErrUsage
+		}
+		return nil
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("conch files "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o Options
+	o.AddFlags(fs)
+	user := fs.String("user", os.Getenv("CONCH_USER_ID"), "user whose workspace to use (env CONCH_USER_ID)")
+	progress := fs.String("progress", "auto", "progress bar: auto (on a terminal), always or never")
+	recursive := fs.Bool("r", false, "rm: delete a directory with its content")
+	expires := fs.Duration("expires", time.Hour, "url: lifetime of the URL (at most 168h)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *user == "" {
+		return Usagef("--user (or CONCH_USER_ID) is required: it names the workspace's user")
+	}
+	if *progress != "auto" && *progress != "always" && *progress != "never" {
+		return Usagef("--progress: want auto, always or never, got %q", *progress)
+	}
+	c, err := NewClient(&o)
+	if err != nil {
+		return Usagef("%v", err)
+	}
+	c.Header.Set("X-Shell-User-Id", *user)
+	fc := &filesCmd{c: c, o: &o, stdout: stdout, stderr: stderr, progress: showProgress(*progress, stderr)}
+	rest := fs.Args()
+	need := func(min, max int) error {
+		if len(rest) < min || len(rest) > max {
+			return Usagef("conch files %s: wrong number of arguments\n\n%s", sub, filesUsage)
+		}
+		return nil
+	}
+	switch sub {
+	case "ls":
+		if err := need(0, 1); err != nil {
+			return err
+		}
+		p := "/"
+		if len(rest) == 1 {
+			p = rest[0]
+		}
+		return fc.ls(ctx, p)
+	case "get":
+		if err := need(1, 2); err != nil {
+			return err
+		}
+		local := path.Base(rest[0])
+		if len(rest) == 2 {
+			local = rest[1]
+		}
+		return fc.get(ctx, rest[0], local)
+	case "put":
+		if err := need(2, 2); err != nil {
+			return err
+		}
+		return fc.put(ctx, rest[0], rest[1])
+	case "rm":
+		if err := need(1, 1); err != nil {
+			return err
+		}
+		return fc.rm(ctx, rest[0], *recursive)
+	case "mkdir":
+		if err := need(1, 1); err != nil {
+			return err
+		}
+		return fc.mkdir(ctx, rest[0])
+	case "url":
+		if err := need(1, 1); err != nil {
+			return err
+		}
+		return fc.url(ctx, rest[0], *expires)
+	}
+	fmt.Fprint(stderr, filesUsage)
+	return Usagef("unknown files command %q", sub)
+}
+
+type filesCmd struct {
+	c        *Client
+	o        *Options
+	stdout   io.Writer
+	stderr   io.Writer
+	progress bool
+}
+
+// fileEntry is an entry of the file API.
+type fileEntry struct {
+	Name     string      `json:"name"`
+	Path     string      `json:"path"`
+	Type     string      `json:"type"`
+	Size     json.Number `json:"size"`
+	Modified time.Time   `json:"modified"`
+}
+
+func q(p string) string { return url.QueryEscape(p) }
+
+func (f *filesCmd) ls(ctx context.Context, p string) error {
+	var out struct {
+		Entries []fileEntry `json:"entries"`
+	}
+	if err := f.c.JSON(ctx, "GET", "/api/v1/shell/io/list?path="+q(p), nil, &out); err != nil {
+		return err
+	}
+	if f.o.JSON() {
+		return PrintJSON(f.stdout, out)
+	}
+	tw := tabwriter.NewWriter(f.stdout, 0, 4, 2, ' ', 0)
+	for _, e := range out.Entries {
+		name := e.Name
+		if e.Type == "dir" {
+			name += "/"
+		}
+		size := string(e.Size)
+		if e.Type != "file" {
+			size = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Type, size, FormatTime(e.Modified), name)
+	}
+	return tw.Flush()
+}
+
+// get downloads to a temporary file renamed into place once complete, so
+// a failed transfer never leaves a cut file under the wanted name.
+func (f *filesCmd) get(ctx context.Context, remote, local string) error {
+	req, err := f.c.Request(ctx, "GET", "/api/v1/shell/io/download?path="+q(remote), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := f.c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body := f.meter(resp.Body, resp.ContentLength, "get "+remote)
+	if local == "-" {
+		_, err := io.Copy(f.stdout, body)
+		body.done(err)
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".part-*")
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(tmp, body)
+	body.done(err)
+	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
+		err = fmt.Errorf("download cut short: %d of %d bytes", n, resp.ContentLength)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), local)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("get %s: %w", remote, err)
+	}
+	if !f.o.JSON() {
+		fmt.Fprintf(f.stdout, "%s -> %s (%d bytes)\n", remote, local, n)
+	}
+	return nil
+}
+
+func (f *filesCmd) put(ctx context.Context, local, remote string) error {
+	var r io.Reader
+	size := int64(-1)
+	if local == "-" {
+		r = os.Stdin
+	} else {
+		file, err := os.Open(local)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		st, err := file.Stat()
+		if err != nil {
+			return err
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("put %s: not a regular file", local)
+		}
+		r, size = file, st.Size()
+	}
+	body := f.meter(io.NopCloser(r), size, "put "+remote)
+	req, err := f.c.Request(ctx, "PUT", "/api/v1/shell/io/upload?path="+q(remote), body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	resp, err := f.c.Do(req)
+	body.done(err)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var e fileEntry
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		return fmt.Errorf("put %s: decode answer: %w", remote, err)
+	}
+	if f.o.JSON() {
+		return PrintJSON(f.stdout, e)
+	}
+	fmt.Fprintf(f.stdout, "%s -> %s (%s bytes)\n", local, e.Path, e.Size)
+	return nil
+}
+
+func (f *filesCmd) rm(ctx context.Context, p string, recursive bool) error {
+	var out struct {
+		Deleted json.Number `json:"deleted"`
+	}
+	if err := f.c.JSON(ctx, "DELETE", "/api/v1/shell/io/delete?path="+q(p)+"&recursive="+strconv.FormatBool(recursive), nil, &out); err != nil {
+		return err
+	}
+	if f.o.JSON() {
+		return PrintJSON(f.stdout, out)
+	}
+	fmt.Fprintf(f.stdout, "deleted %s (%s entries)\n", p, out.Deleted)
+	return nil
+}
+
+func (f *filesCmd) mkdir(ctx context.Context, p string) error {
+	var e fileEntry
+	if err := f.c.JSON(ctx, "POST", "/api/v1/shell/io/mkdir", map[string]string{"path": p}, &e); err != nil {
+		return err
+	}
+	if f.o.JSON() {
+		return PrintJSON(f.stdout, e)
+	}
+	fmt.Fprintf(f.stdout, "created %s\n", e.Path)
+	return nil
+}
+
+func (f *filesCmd) url(ctx context.Context, p string, expires time.Duration) error {
+	if expires < time.Second || expires > 7*24*time.Hour {
+		return Usagef("-expires: must be between 1s and 168h, got %v", expires)
+	}
+	var out struct {
+		URL       string    `json:"url"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	body := map[string]any{"path": p, "expires_in_seconds": int64(expires / time.Second)}
+	if err := f.c.JSON(ctx, "POST", "/api/v1/shell/io/public-url", body, &out); err != nil {
+		return err
+	}
+	if f.o.JSON() {
+		return PrintJSON(f.stdout, out)
+	}
+	fmt.Fprintf(f.stdout, "%s\n(expires %s)\n", out.URL, FormatTime(out.ExpiresAt))
+	return nil
+}
+
+// showProgress decides whether to draw progress bars on w.
+func showProgress(mode string, w io.Writer) bool {
+	switch mode {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressMin is the smallest transfer that gets a progress bar.
+const progressMin = 1 << 20
+
+// meteredReader counts bytes and draws a progress bar at most every
+// progressEvery.
+type meteredReader struct {
+	io.ReadCloser
+	w     io.Writer
+	label string
+	total int64
+	on    bool
+
+	mu    sync.Mutex
+	n     int64
+	start time.Time
+	last  time.Time
+}
+
+const progressEvery = 200 * time.Millisecond
+
+func (f *filesCmd) meter(r io.ReadCloser, total int64, label string) *meteredReader {
+	return &meteredReader{ReadCloser: r, w: f.stderr, label: label, total: total, on: f.progress && (total < 0 || total >= progressMin), start: time.Now()}
+}
+
+func (m *meteredReader) Read(p []byte) (int, error) {
+	n, err := m.ReadCloser.Read(p)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n += int64(n)
+	if m.on && time.Since(m.last) >= progressEvery {
+		m.last = time.Now()
+		m.draw(false)
+	}
+	return n, err
+}
+
+// done draws the final state of the bar.
+func (m *meteredReader) done(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.on || m.n < progressMin && m.total < progressMin {
+		return
+	}
+	m.draw(true)
+	if err != nil {
+		fmt.Fprintln(m.w, "  failed")
+		return
+	}
+	fmt.Fprintln(m.w)
+}
+
+func (m *meteredReader) draw(final bool) {
+	const width = 30
+	elapsed := time.Since(m.start).Seconds()
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(m.n) / elapsed
+	}
+	bar := strings.Repeat("?", width)
+	pct := ""
+	if m.total > 0 {
+		filled := int(float64(width) * float64(min(m.n, m.total)) / float64(m.total))
+		bar = strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
+		pct = fmt.Sprintf(" %3d%%", m.n*100/m.total)
+	} else if final {
+		bar = strings.Repeat("=", width)
+	}
+	total := "?"
+	if m.total >= 0 {
+		total = human(m.total)
+	}
+	fmt.Fprintf(m.w, "\r%s [%s]%s %s / %s  %s/s ", m.label, bar, pct, human(m.n), total, human(int64(rate)))
+}
+
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for x := n / unit; x >= unit; x /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

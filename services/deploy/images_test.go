@@ -1,0 +1,83 @@
+package deploy
+
+import (
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// thirdPartyImages are images conch does not build; the operator maps them
+// to their registry's copy of the upstream release.
+var thirdPartyImages = map[string]bool{"etcd": true, "minio/minio": true}
+
+func TestManifestImagesAreBuilt(t *testing.T) {
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := map[string]bool{}
+	for _, m := range regexp.MustCompile(`docker build [^\n]*-t ([a-z0-9./_-]+):`).FindAllStringSubmatch(string(makefile), -1) {
+		built[m[1]] = true
+	}
+	for _, name := range []string{"conch", "conch-executor", "conch-sandbox"} {
+		if !built[name] {
+			t.Errorf("make images does not build %s", name)
+		}
+	}
+	eachOverlay(t, func(t *testing.T, m *manifests) {
+		for _, w := range m.workloads {
+			for _, c := range w.containers() {
+				name := imageName(c.Image)
+				if !built[path.Base(name)] && !thirdPartyImages[name] {
+					t.Errorf("%s container %s: image %s is neither built by make images nor a known third-party image", w, c.Name, c.Image)
+				}
+			}
+		}
+	})
+}
+
+func TestDockerfileMatchesTheToolchain(t *testing.T) {
+	t.Parallel()
+	work, err := os.ReadFile("../../go.work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docker, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := submatch(`(?m)^go (\S+)$`, work)
+	if got := submatch(`(?m)^ARG GO_VERSION=(\S+)$`, docker); want == "" || got != want {
+		t.Errorf("Dockerfile builds with Go %q, go.work asks for %q", got, want)
+	}
+	// Files the images copy from the repository must exist.
+	for _, df := range []string{"../../Dockerfile", "../../deploy/sandbox/Dockerfile"} {
+		b, err := os.ReadFile(df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := path.Dir(strings.TrimPrefix(df, "../../"))
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "COPY" || strings.HasPrefix(f[1], "--from") {
+				continue
+			}
+			for _, src := range f[1 : len(f)-1] {
+				if _, err := os.Stat(path.Join("../..", ctx, src)); err != nil {
+					t.Errorf("%s: COPY %s: %v", df, src, err)
+				}
+			}
+		}
+	}
+}
+
+// submatch returns the first group of re in b, or "".
+func submatch(re string, b []byte) string {
+	m := regexp.MustCompile(re).FindSubmatch(b)
+	if m == nil {
+		return ""
+	}
+	return string(m[1])
+}

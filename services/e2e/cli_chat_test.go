@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// runChat runs conch chat against d with args and stdin.
+func runChat(t *testing.T, d *dev, stdin string, args ...string) string {
+	t.Helper()
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"chat"}, args...)...)
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("conch chat %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func TestChatCLI(t *testing.T) {
+	d := startDev(t)
+	if out := runChat(t, d, "", "-m", "hello"); !strings.Contains(out, "scripted model") {
+		t.Errorf("one-shot answer:\n%s", out)
+	}
+
+	// Server tool calls show as they run; terminal escapes in their output
+	// are shown, not obeyed.
+	hook, _ := startWebhook(t)
+	up := newFakeUpstream(t, func(n int, req map[string]any) (int, string) {
+		if n%2 == 0 {
+			return 200, openAIToolCall("c1", "get_users", json.RawMessage(`{"filter":"active"}`))
+		}
+		return 200, openAIStream("There are ", "2 active users.\x1b[2J")
+	})
+	createGateway(t, d, map[string]any{
+		"name":     "crm",
+		"upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"},
+		"tools": map[string]any{"webhooks": []any{map[string]any{
+			"name": "get_users", "url": hook.URL,
+			"parameters_schema": `{"type":"object","properties":{"filter":{"type":"string"}}}`,
+		}}},
+	})
+	out := runChat(t, d, "who is active?\nand now?\n/quit\n", "--model", "crm")
+	for _, want := range []string{`[get_users {"filter":"active"}]`, "1,John Doe,active", "There are 2 active users.\\x1b[2J"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("chat output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "[get_users") != 2 || strings.Contains(out, "\x1b") {
+		t.Errorf("want two turns and no raw escape:\n%q", out)
+	}
+	// The second turn carried the first turn's history.
+	msgs, _ := up.request(2)["messages"].([]any)
+	if len(msgs) != 3 {
+		t.Errorf("second turn sent %d messages, want 3 (user, assistant, user)", len(msgs))
+	}
+}

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/conch-sh/conch/services/workspace/miniotest"
+)
+
+// BenchmarkFilesTransfer uploads and downloads a 100 MB file through the
+// REST API of conch dev backed by a local MinIO, and reports the growth of
+// conch dev's peak RSS over its resident size before the transfers.
+func BenchmarkFilesTransfer(b *testing.B) {
+	m := miniotest.Start(b)
+	d := startDev(b, "CONCH_S3_ENDPOINT="+m.Endpoint, "CONCH_S3_ACCESS_KEY="+m.AccessKey, "CONCH_S3_SECRET_KEY="+m.SecretKey, "CONCH_S3_BUCKET="+miniotest.Bucket(), "CONCH_LOG_LEVEL=warn")
+	const size = 100_000_000
+	data := bytes.Repeat([]byte("conch-bench-0123456789abcdef\n"), size/29+1)[:size]
+	pid := d.cmd.Process.Pid
+	c := &fileClient{t: b, d: d, key: d.Key, user: "bench"}
+	// Warm up connections and code paths with a small file.
+	if code, body := c.upload("/warm", strings.NewReader("warm"), -1); code != http.StatusOK {
+		b.Fatalf("warm-up upload = %d %s", code, body)
+	}
+	base := procStatus(b, pid, "VmRSS")
+
+	b.Run("upload", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			if code, body := c.upload("/big.bin", bytes.NewReader(data), size); code != http.StatusOK {
+				b.Fatalf("upload = %d %s", code, body)
+			}
+		}
+		b.ReportMetric(float64(procStatus(b, pid, "VmHWM")-base)/(1<<20), "rss-growth-MiB")
+	})
+	b.Run("download", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			req, err := http.NewRequestWithContext(b.Context(), "GET", d.URL+"/api/v1/shell/io/download?path="+url.QueryEscape("/big.bin"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+d.Key)
+			req.Header.Set("X-Shell-User-Id", "bench")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err != nil || n != size || resp.StatusCode != http.StatusOK {
+				b.Fatalf("download = %d, %d bytes, %v", resp.StatusCode, n, err)
+			}
+		}
+		b.ReportMetric(float64(procStatus(b, pid, "VmHWM")-base)/(1<<20), "rss-growth-MiB")
+	})
+}
+
+// procStatus returns a size field of /proc/<pid>/status in bytes.
+func procStatus(b *testing.B, pid int, field string) int64 {
+	b.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && k == field {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}

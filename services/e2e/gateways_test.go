@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestGateways(t *testing.T) {
+	d := startDev(t)
+
+	// conch dev has the default gateway: the scripted model with the shell on.
+	code, body := d.call("GET", "/api/v1/gateways/default", d.Key, nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET default = %d %s", code, body)
+	}
+	var def struct {
+		Name     string `json:"name"`
+		Upstream struct {
+			Provider string `json:"provider"`
+		} `json:"upstream"`
+		Shell struct {
+			Enabled bool `json:"enabled"`
+		} `json:"shell"`
+	}
+	if err := json.Unmarshal(body, &def); err != nil || def.Upstream.Provider != "scripted" || !def.Shell.Enabled {
+		t.Fatalf("default gateway = %s (%v)", body, err)
+	}
+
+	gw := map[string]any{
+		"name":     "prod",
+		"upstream": map[string]any{"provider": "openai", "model": "gpt-4.1", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-very-secret"},
+		"shell":    map[string]any{"enabled": true, "timeout_seconds": 30, "allowRequest": false},
+		"exec":     map[string]any{"security": "allowlist", "ask": "on-miss"},
+	}
+	code, body = d.call("POST", "/api/v1/gateways", d.Key, gw)
+	if code != http.StatusOK || strings.Contains(string(body), "sk-very-secret") || !strings.Contains(string(body), `"api_key_set":true`) ||
+		!strings.Contains(string(body), `"ask":"on-miss"`) || !strings.Contains(string(body), `"allow_request":false`) {
+		t.Fatalf("create = %d %s", code, body)
+	}
+
+	tests := []struct {
+		name, method, path string
+		key                string
+		body               any
+		wantCode           int
+		wantBody           string
+	}{
+		{"duplicate", "POST", "/api/v1/gateways", d.Key, gw, http.StatusConflict, "already exists"},
+		{"missing upstream", "POST", "/api/v1/gateways", d.Key, map[string]any{"name": "x"}, http.StatusBadRequest, "upstream"},
+		{"bad timeout", "POST", "/api/v1/gateways", d.Key, map[string]any{"name": "x", "upstream": map[string]any{"provider": "scripted"}, "shell": map[string]any{"timeout_seconds": 0.5}}, http.StatusBadRequest, "imeout"},
+		{"unknown provider word", "POST", "/api/v1/gateways", d.Key, map[string]any{"name": "x", "upstream": map[string]any{"provider": "gemini"}}, http.StatusBadRequest, "provider"},
+		{"unknown field", "POST", "/api/v1/gateways", d.Key, map[string]any{"name": "x", "bogus": 1}, http.StatusBadRequest, "bogus"},
+		{"missing", "GET", "/api/v1/gateways/nope", d.Key, nil, http.StatusNotFound, "not found"},
+		{"traversal name", "GET", "/api/v1/gateways/..%2Fprod", d.Key, nil, http.StatusNotFound, ""},
+		{"rename", "PUT", "/api/v1/gateways/prod", d.Key, map[string]any{"name": "other", "upstream": map[string]any{"provider": "scripted"}}, http.StatusBadRequest, "name"},
+		{"secret never returned", "GET", "/api/v1/gateways", d.Key, nil, http.StatusOK, `"api_key":""`},
+	}
+	for _, tt := range tests {
+		code, body := d.call(tt.method, tt.path, tt.key, tt.body)
+		if code != tt.wantCode || !strings.Contains(string(body), tt.wantBody) || strings.Contains(string(body), "sk-very-secret") {
+			t.Errorf("%s: %s %s = %d %s, want %d with %q", tt.name, tt.method, tt.path, code, body, tt.wantCode, tt.wantBody)
+		}
+	}
+
+	// Another account sees none of dev's gateways.
+	other := newAccountKey(t, d, "Other")
+	if code, body := d.call("GET", "/api/v1/gateways/prod", other, nil); code != http.StatusNotFound {
+		t.Errorf("other account GET prod = %d %s, want 404", code, body)
+	}
+	if code, body := d.call("DELETE", "/api/v1/gateways/prod", other, nil); code != http.StatusNotFound {
+		t.Errorf("other account DELETE prod = %d %s, want 404", code, body)
+	}
+
+	// The CLI drives the same API.
+	bin, _ := conchBin()
+	cli := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key, "UPSTREAM_KEY=sk-from-env")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := cli("gateways", "list"); err != nil || !strings.Contains(out, "default") || !strings.Contains(out, "prod") {
+		t.Errorf("gateways list = %v\n%s", err, out)
+	}
+	if out, err := cli("gateways", "create", "cli-gw", "--provider", "openai", "--model", "m", "--api-key-env", "UPSTREAM_KEY", "--shell"); err != nil {
+		t.Errorf("gateways create = %v\n%s", err, out)
+	}
+	if out, err := cli("gateways", "get", "cli-gw"); err != nil || !strings.Contains(out, `"api_key_set": true`) || strings.Contains(out, "sk-from-env") {
+		t.Errorf("gateways get = %v\n%s", err, out)
+	}
+	if out, err := cli("gateways", "create", "bad", "--provider", "nope"); err == nil || !strings.Contains(out, "provider") {
+		t.Errorf("gateways create with a bad provider = %v\n%s, want an error naming provider", err, out)
+	}
+	if out, err := cli("gateways", "rm", "cli-gw"); err != nil {
+		t.Errorf("gateways rm = %v\n%s", err, out)
+	}
+	if out, err := cli("gateways", "rm", "cli-gw"); err == nil || !strings.Contains(out, "not found") {
+		t.Errorf("second rm = %v\n%s, want not found", err, out)
+	}
+}
+
+// newAccountKey creates an account with the admin key and returns a key of it.
+func newAccountKey(t *testing.T, d *dev, name string) string {
+	t.Helper()
+	code, body := d.call("POST", "/api/v1/accounts", d.Key, map[string]string{"name": name})
+	if code != http.StatusOK {
+		t.Fatalf("create account = %d %s", code, body)
+	}
+	var acct struct{ ID string }
+	if err := json.Unmarshal(body, &acct); err != nil {
+		t.Fatal(err)
+	}
+	code, body = d.call("POST", "/api/v1/accounts/"+acct.ID+"/keys", d.Key, map[string]string{})
+	if code != http.StatusOK {
+		t.Fatalf("create key = %d %s", code, body)
+	}
+	var key struct{ Key string }
+	if err := json.Unmarshal(body, &key); err != nil {
+		t.Fatal(err)
+	}
+	return key.Key
+}

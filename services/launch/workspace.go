@@ -1,0 +1,148 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/workspace"
+	"github.com/conch-sh/conch/services/workspace/files"
+	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+	"github.com/conch-sh/conch/services/workspace/store/s3store"
+)
+
+// WorkspaceConfig is the configuration of `conch workspace`.
+type WorkspaceConfig struct {
+	Common
+	// Dir keeps workspaces on local disk when no S3 endpoint is set.
+	Dir         string `flag:"dir" env:"CONCH_WORKSPACE_DIR" usage:"local directory for workspaces when CONCH_S3_ENDPOINT is not set (one instance only)"`
+	S3Endpoint  string `env:"CONCH_S3_ENDPOINT" usage:"S3 endpoint for workspaces: host:port, or an http:// or https:// URL"`
+	S3AccessKey string `env:"CONCH_S3_ACCESS_KEY" usage:"S3 access key"`
+	S3SecretKey string `env:"CONCH_S3_SECRET_KEY" usage:"S3 secret key"`
+	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
+	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
+	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (secrets of 32+ bytes); the first signs, all verify"`
+	QuotaBytes  int64  `flag:"quota-bytes" env:"CONCH_WORKSPACE_QUOTA_BYTES" default:"10737418240" usage:"bytes one workspace may hold"`
+	QuotaFiles  int64  `flag:"quota-files" env:"CONCH_WORKSPACE_QUOTA_FILES" default:"1000000" usage:"files and directories one workspace may hold"`
+}
+
+// Validate checks the workspace service's settings.
+func (c *WorkspaceConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if c.S3Endpoint == "" && c.Dir == "" {
+		return config.Invalid("CONCH_S3_ENDPOINT", "set CONCH_S3_ENDPOINT (with CONCH_S3_ACCESS_KEY and CONCH_S3_SECRET_KEY) or --dir")
+	}
+	if c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == "") {
+		return config.Invalid("CONCH_S3_ACCESS_KEY", "CONCH_S3_ACCESS_KEY and CONCH_S3_SECRET_KEY are required with CONCH_S3_ENDPOINT")
+	}
+	if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
+		return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
+	}
+	if c.QuotaBytes <= 0 {
+		return config.Invalid("--quota-bytes", "must be positive")
+	}
+	if c.QuotaFiles <= 0 {
+		return config.Invalid("--quota-files", "must be positive")
+	}
+	return nil
+}
+
+// workspaceStorage is where workspaces live: S3 when an endpoint is set,
+// else a local directory.
+type workspaceStorage struct {
+	dir                              string
+	endpoint, access, secret, bucket string
+	secure                           bool
+	signingKeys                      string
+	quotaBytes, quotaFiles           int64
+}
+
+// newWorkspace builds the workspace service; close releases its locks.
+func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (*workspace.Server, func(), error) {
+	var st store.Store
+	var err error
+	if c.endpoint != "" {
+		// Accept "host:port" as well as a URL, whose scheme decides TLS.
+		endpoint, secure := c.endpoint, c.secure
+		if rest, ok := strings.CutPrefix(endpoint, "https://"); ok {
+			endpoint, secure = rest, true
+		} else if rest, ok := strings.CutPrefix(endpoint, "http://"); ok {
+			endpoint = rest
+		}
+		st, err = s3store.New(ctx, s3store.Options{Endpoint: strings.TrimRight(endpoint, "/"), AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: secure})
+	} else {
+		st, err = fsstore.New(c.dir)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("workspace storage: %w", err)
+	}
+	keys, err := signing.ParseKeys(c.signingKeys)
+	if err != nil {
+		return nil, nil, err
+	}
+	signer, err := signing.New(keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	fsvc, err := files.New(st, p.etcd, files.Config{QuotaBytes: c.quotaBytes, QuotaFiles: c.quotaFiles})
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := workspace.New(fsvc, signer)
+	if err != nil {
+		fsvc.Close()
+		return nil, nil, err
+	}
+	return srv, fsvc.Close, nil
+}
+
+// RunWorkspace runs `conch workspace`.
+func RunWorkspace(ctx context.Context, cfg WorkspaceConfig) error {
+	p, err := newProcess(ctx, "conch-workspace", cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	if err != nil {
+		return err
+	}
+	defer p.close(ctx)
+	srv, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
+		dir: cfg.Dir, endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey, bucket: cfg.S3Bucket, secure: cfg.S3Secure,
+		signingKeys: cfg.SigningKeys, quotaBytes: cfg.QuotaBytes, quotaFiles: cfg.QuotaFiles,
+	})
+	if err != nil {
+		return err
+	}
+	defer closeWS()
+	return p.runService(ctx, "workspace", &cfg.Common, srv.Register)
+}
+
+// devSigningKeys returns CONCH_SIGNING_KEYS, else the key kept in the data
+// dir (created once), so public URLs survive a restart of conch dev.
+func devSigningKeys(cfg DevConfig) (string, error) {
+	if cfg.SigningKeys != "" {
+		if _, err := signing.ParseKeys(cfg.SigningKeys); err != nil {
+			return "", config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
+		}
+		return cfg.SigningKeys, nil
+	}
+	path := filepath.Join(cfg.DataDir, "signing-key")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		return strings.TrimSpace(string(b)), nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("dev: read signing key: %w", err)
+	}
+	keys := "dev:" + randomSecret()
+	if err := os.WriteFile(path, []byte(keys+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("dev: write signing key: %w", err)
+	}
+	return keys, nil
+}

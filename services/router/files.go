@@ -1,0 +1,344 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/restjson"
+)
+
+// MaxUploadBytes is the largest upload of the file API (SPEC §9).
+const MaxUploadBytes = 100 << 20
+
+const (
+	// fileChunk is the bytes carried by one upload message.
+	fileChunk = 256 << 10
+	// DefaultUploadIdleTimeout bounds the wait for the next bytes of an
+	// upload, so a slow body cannot hold a connection forever.
+	DefaultUploadIdleTimeout = 30 * time.Second
+	// publicFilesPath is the route of signed public URLs.
+	publicFilesPath = "/public/v1/files/"
+)
+
+// fileRoutes serves the file API routes that grpc-gateway cannot: streamed
+// downloads and uploads, and signed public URLs.
+type fileRoutes struct {
+	ws   workspacev1.WorkspaceServiceClient
+	log  *slog.Logger
+	idle time.Duration
+}
+
+// register adds the routes to mux; auth wraps the authenticated ones and
+// gw is the grpc-gateway mux serving the file API's JSON calls.
+func (f *fileRoutes) register(mux *http.ServeMux, auth func(http.Handler) http.Handler, gw http.Handler) {
+	mux.Handle("/api/v1/shell/io/", auth(validQuery(gw)))
+	mux.Handle("GET /api/v1/shell/io/download", auth(validQuery(http.HandlerFunc(f.download))))
+	mux.Handle("PUT /api/v1/shell/io/upload", auth(validQuery(http.HandlerFunc(f.upload))))
+	mux.HandleFunc(publicFilesPath+"{token}", f.public)
+	// Anything else below the public path is a changed URL.
+	mux.HandleFunc(publicFilesPath, func(w http.ResponseWriter, _ *http.Request) {
+		statusErrors(w, codes.PermissionDenied, "public URL is not valid")
+	})
+}
+
+// validQuery refuses a query string that does not decode to UTF-8: it
+// could not travel in a protobuf string, and is no path of a workspace.
+func validQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			statusErrors(w, codes.InvalidArgument, "query: "+err.Error())
+			return
+		}
+		for k, vs := range q {
+			for _, v := range vs {
+				if !utf8.ValidString(k) || !utf8.ValidString(v) {
+					statusErrors(w, codes.InvalidArgument, k+": not valid UTF-8")
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// onePath returns the single "path" query parameter.
+func onePath(r *http.Request) (string, bool) {
+	v := r.URL.Query()["path"]
+	if len(v) != 1 {
+		return "", false
+	}
+	return v[0], true
+}
+
+func writeStatus(w http.ResponseWriter, err error) {
+	st := status.Convert(err)
+	statusErrors(w, st.Code(), st.Message())
+}
+
+// download streams a file as an attachment.
+func (f *fileRoutes) download(w http.ResponseWriter, r *http.Request) {
+	p, ok := onePath(r)
+	if !ok {
+		statusErrors(w, codes.InvalidArgument, "path: exactly one path query parameter is required")
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stream, err := f.ws.ReadFile(ctx, &workspacev1.ReadFileRequest{Path: p})
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	serveStream(w, r, stream.Recv, func(m *workspacev1.ReadFileResponse) (*workspacev1.Entry, []byte) { return m.GetEntry(), m.GetData() })
+}
+
+// public serves a signed public URL: no auth, GET only, the exact URL.
+func (f *fileRoutes) public(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		statusErrors(w, codes.PermissionDenied, "public URLs answer GET only")
+		return
+	}
+	token := r.PathValue("token")
+	if r.URL.RawQuery != "" || r.URL.ForceQuery || r.URL.EscapedPath() != publicFilesPath+token {
+		statusErrors(w, codes.PermissionDenied, "public URL is not valid")
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stream, err := f.ws.ReadPublicFile(ctx, &workspacev1.ReadPublicFileRequest{Token: token})
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "private, no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	serveStream(w, r, stream.Recv, func(m *workspacev1.ReadPublicFileResponse) (*workspacev1.Entry, []byte) {
+		return m.GetEntry(), m.GetData()
+	})
+}
+
+// serveStream writes a file stream: headers from the first message's entry,
+// then the bytes. An error after the headers aborts the connection, so a
+// client never takes a cut file for a whole one.
+func serveStream[M any](w http.ResponseWriter, r *http.Request, recv func() (M, error), parts func(M) (*workspacev1.Entry, []byte)) {
+	first, err := recv()
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	entry, data := parts(first)
+	if entry == nil {
+		statusErrors(w, codes.Internal, "internal error")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Content-Disposition", attachment(entry.GetName()))
+	h.Set("Content-Length", strconv.FormatInt(entry.GetSize(), 10))
+	if entry.GetEtag() != "" {
+		h.Set("ETag", `"`+entry.GetEtag()+`"`)
+	}
+	if m := entry.GetModified(); m != nil {
+		h.Set("Last-Modified", m.AsTime().UTC().Format(http.TimeFormat))
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	written := int64(0)
+	for {
+		if len(data) > 0 {
+			if _, err := w.Write(data); err != nil {
+				return // the client went away; the deferred cancel stops the stream
+			}
+			written += int64(len(data))
+		}
+		m, err := recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		_, data = parts(m)
+	}
+	if written != entry.GetSize() {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// attachment is a Content-Disposition that makes browsers download, never
+// render, with the name in both the plain and the RFC 5987 forms.
+func attachment(name string) string {
+	ascii := strings.Map(func(r rune) rune {
+		if r < 0x20 || r >= 0x7f || r == '"' || r == '\\' || r == '/' || r == ';' {
+			return '_'
+		}
+		return r
+	}, name)
+	if ascii == "" {
+		ascii = "download"
+	}
+	if d := mime.FormatMediaType("attachment", map[string]string{"filename": name}); d != "" && ascii == name {
+		return d
+	}
+	return `attachment; filename="` + ascii + `"; filename*=UTF-8''` + rfc5987(name)
+}
+
+func rfc5987(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$&+-.^_`|~", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// upload streams the request body into WriteFile. More than MaxUploadBytes
+// is 413, whatever Content-Length said, and nothing is stored: the stream is
+// canceled before its end, which discards the upload.
+func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
+	p, ok := onePath(r)
+	if !ok {
+		statusErrors(w, codes.InvalidArgument, "path: exactly one path query parameter is required")
+		return
+	}
+	tooLarge := func() {
+		w.Header().Set("Connection", "close")
+		statusErrorsHTTP(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, "upload larger than the limit of 104857600 bytes (100 MiB)")
+	}
+	if r.ContentLength > MaxUploadBytes {
+		tooLarge()
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stream, err := f.ws.WriteFile(ctx)
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	header := &workspacev1.WriteFileHeader{Path: p}
+	if r.ContentLength >= 0 {
+		header.Size = &r.ContentLength
+	}
+	if err := stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Header{Header: header}}); err != nil && !errors.Is(err, io.EOF) {
+		writeStatus(w, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxUploadBytes), rc: rc, idle: f.idle}
+	buf := make([]byte, fileChunk)
+	for {
+		n, rerr := fill(body, buf)
+		if rerr != nil && rerr != io.EOF {
+			// A failed body is answered before anything else: the bytes
+			// read with it are dropped and the canceled stream stores
+			// nothing.
+			cancel()
+			var tooBig *http.MaxBytesError
+			switch {
+			case errors.As(rerr, &tooBig):
+				tooLarge()
+			case errors.Is(rerr, os.ErrDeadlineExceeded):
+				w.Header().Set("Connection", "close")
+				statusErrorsHTTP(w, http.StatusRequestTimeout, codes.DeadlineExceeded, "the upload body stalled: no bytes for "+f.idle.String())
+			default:
+				w.Header().Set("Connection", "close")
+				statusErrors(w, codes.InvalidArgument, "reading the request body failed: "+rerr.Error())
+			}
+			return
+		}
+		if n > 0 {
+			err := stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Data{Data: buf[:n]}})
+			if errors.Is(err, io.EOF) {
+				break // the service ended the stream; CloseAndRecv has why
+			}
+			if err != nil {
+				writeStatus(w, err)
+				return
+			}
+		}
+		if rerr == io.EOF {
+			break // the body is complete
+		}
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		writeStatus(w, err)
+		return
+	}
+	b, err := restjson.New().Marshal(resp.GetEntry())
+	if err != nil {
+		statusErrors(w, codes.Internal, "internal error")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// fill reads into buf until it is full or r fails, and returns r's error
+// as is: io.EOF is a complete body, io.ErrUnexpectedEOF a cut one (unlike
+// io.ReadFull, which reports a short last chunk as the latter).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// idleReader moves the connection's read deadline before each read, so a
+// body may be slow but not stall.
+type idleReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	_ = i.rc.SetReadDeadline(time.Now().Add(i.idle))
+	return i.r.Read(p)
+}
+
+// statusErrorsHTTP writes status JSON with an HTTP code of its own.
+func statusErrorsHTTP(w http.ResponseWriter, httpCode int, code codes.Code, msg string) {
+	b, err := restjson.New().Marshal(status.New(code, msg).Proto())
+	if err != nil {
+		http.Error(w, msg, httpCode)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,329 @@
+// Package gateways stores the named gateway configurations of each account
+// in etcd (SPEC §4) and keeps a watched cache of them for the agent loop.
+package gateways
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+const prefix = "conch/gateways/" // <account>/<name> → Gateway (binary proto)
+
+// Store keeps gateways in etcd.
+type Store struct {
+	cli *clientv3.Client
+	log *slog.Logger
+
+	mu     sync.RWMutex
+	synced bool
+	cache  map[string]*routerv1.Gateway // key → gateway, with secrets
+}
+
+// New returns a Store. Call Watch to keep its cache.
+func New(cli *clientv3.Client, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Store{cli: cli, log: log, cache: map[string]*routerv1.Gateway{}}
+}
+
+func key(account, name string) string { return prefix + account + "/" + name }
+
+// Create stores a new gateway; the name must be new in the account.
+func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway) (*routerv1.Gateway, error) {
+	if err := Validate(g); err != nil {
+		return nil, err
+	}
+	g = proto.Clone(g).(*routerv1.Gateway)
+	now := timestamppb.Now()
+	g.CreatedAt, g.UpdatedAt = now, now
+	clearOutputOnly(g)
+	b, err := proto.Marshal(g)
+	if err != nil {
+		return nil, fmt.Errorf("gateways: encode: %w", err)
+	}
+	k := key(account, g.GetName())
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(b))).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("gateways: create %s: %w", g.GetName(), err)
+	}
+	if !resp.Succeeded {
+		return nil, errs.New(errs.AlreadyExists, "gateway %q already exists", g.GetName())
+	}
+	return g, nil
+}
+
+// Get returns a gateway with its secrets, from the cache when it holds it.
+// The result may be shared: callers must not modify it.
+func (s *Store) Get(ctx context.Context, account, name string) (*routerv1.Gateway, error) {
+	if ValidName(name) != nil {
+		return nil, errs.New(errs.NotFound, "gateway %q not found", name)
+	}
+	s.mu.RLock()
+	g, synced := s.cache[key(account, name)], s.synced
+	s.mu.RUnlock()
+	if synced && g != nil {
+		return g, nil
+	}
+	// A miss reads etcd: the gateway may have been created a moment ago,
+	// before the watch delivered it.
+	g, _, err := s.get(ctx, account, name)
+	return g, err
+}
+
+func (s *Store) get(ctx context.Context, account, name string) (*routerv1.Gateway, int64, error) {
+	resp, err := s.cli.Get(ctx, key(account, name))
+	if err != nil {
+		return nil, 0, fmt.Errorf("gateways: get %s: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, errs.New(errs.NotFound, "gateway %q not found", name)
+	}
+	g := &routerv1.Gateway{}
+	if err := proto.Unmarshal(resp.Kvs[0].Value, g); err != nil {
+		return nil, 0, fmt.Errorf("gateways: decode %s: %w", name, err)
+	}
+	return g, resp.Kvs[0].ModRevision, nil
+}
+
+// List returns the account's gateways by name, with secrets.
+func (s *Store) List(ctx context.Context, account string) ([]*routerv1.Gateway, error) {
+	resp, err := s.cli.Get(ctx, prefix+account+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("gateways: list: %w", err)
+	}
+	out := make([]*routerv1.Gateway, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		g := &routerv1.Gateway{}
+		if err := proto.Unmarshal(kv.Value, g); err != nil {
+			return nil, fmt.Errorf("gateways: decode %s: %w", kv.Key, err)
+		}
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
+}
+
+// Update replaces a gateway. Secrets left empty keep their stored values.
+func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Gateway) (*routerv1.Gateway, error) {
+	if g == nil {
+		return nil, errs.New(errs.InvalidArgument, "gateway: is required")
+	}
+	g = proto.Clone(g).(*routerv1.Gateway)
+	if g.GetName() == "" {
+		g.Name = name
+	}
+	if g.GetName() != name {
+		return nil, errs.New(errs.InvalidArgument, "name: %q does not match the gateway in the path, %q (gateways cannot be renamed)", g.GetName(), name)
+	}
+	if err := Validate(g); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		old, rev, err := s.get(ctx, account, name)
+		if err != nil {
+			return nil, err
+		}
+		keepSecrets(g, old)
+		clearOutputOnly(g)
+		g.CreatedAt, g.UpdatedAt = old.GetCreatedAt(), timestamppb.Now()
+		b, err := proto.Marshal(g)
+		if err != nil {
+			return nil, fmt.Errorf("gateways: encode: %w", err)
+		}
+		k := key(account, name)
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+			Then(clientv3.OpPut(k, string(b))).
+			Commit()
+		if err != nil {
+			return nil, fmt.Errorf("gateways: update %s: %w", name, err)
+		}
+		if resp.Succeeded {
+			return g, nil
+		}
+		if attempt == 4 {
+			return nil, errs.New(errs.Conflict, "gateway %q is being changed concurrently; try again", name)
+		}
+	}
+}
+
+// Delete removes a gateway.
+func (s *Store) Delete(ctx context.Context, account, name string) error {
+	if ValidName(name) != nil {
+		return errs.New(errs.NotFound, "gateway %q not found", name)
+	}
+	resp, err := s.cli.Delete(ctx, key(account, name))
+	if err != nil {
+		return fmt.Errorf("gateways: delete %s: %w", name, err)
+	}
+	if resp.Deleted == 0 {
+		return errs.New(errs.NotFound, "gateway %q not found", name)
+	}
+	return nil
+}
+
+// Ensure creates g unless the account already has a gateway of that name.
+func (s *Store) Ensure(ctx context.Context, account string, g *routerv1.Gateway) error {
+	_, err := s.Create(ctx, account, g)
+	if errs.KindOf(err) == errs.AlreadyExists {
+		return nil
+	}
+	return err
+}
+
+// Watch keeps the cache in step with etcd until ctx ends, resuming after
+// disconnects and reloading after compaction.
+func (s *Store) Watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		rev, err := s.load(ctx)
+		if err != nil {
+			s.log.WarnContext(ctx, "gateway cache load failed", "error", err)
+			s.unsync()
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if err := s.follow(ctx, rev+1); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "gateway cache watch restarted", "error", err)
+		}
+		s.unsync()
+	}
+}
+
+func (s *Store) unsync() {
+	s.mu.Lock()
+	s.synced = false
+	s.mu.Unlock()
+}
+
+func (s *Store) load(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	cache := make(map[string]*routerv1.Gateway, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		g := &routerv1.Gateway{}
+		if err := proto.Unmarshal(kv.Value, g); err != nil {
+			return 0, fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		cache[string(kv.Key)] = g
+	}
+	s.mu.Lock()
+	s.cache, s.synced = cache, true
+	s.mu.Unlock()
+	return resp.Header.Revision, nil
+}
+
+func (s *Store) follow(ctx context.Context, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev)) {
+		if err := wr.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				return fmt.Errorf("compacted at %d: reloading", wr.CompactRevision)
+			}
+			return err
+		}
+		s.mu.Lock()
+		for _, ev := range wr.Events {
+			k := string(ev.Kv.Key)
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(s.cache, k)
+				continue
+			}
+			g := &routerv1.Gateway{}
+			if err := proto.Unmarshal(ev.Kv.Value, g); err != nil {
+				s.log.WarnContext(ctx, "undecodable gateway ignored", "key", k, "error", err)
+				delete(s.cache, k)
+				continue
+			}
+			s.cache[k] = g
+		}
+		s.mu.Unlock()
+	}
+	return ctx.Err()
+}
+
+// Redact returns a copy of g without its secrets, for output.
+func Redact(g *routerv1.Gateway) *routerv1.Gateway {
+	g = proto.Clone(g).(*routerv1.Gateway)
+	if u := g.GetUpstream(); u != nil {
+		u.ApiKeySet = u.GetApiKey() != ""
+		u.ApiKey = ""
+	}
+	for _, w := range g.GetTools().GetWebhooks() {
+		redactHeaders(w.Headers)
+	}
+	for _, m := range g.GetTools().GetMcpServers() {
+		redactHeaders(m.Headers)
+	}
+	return g
+}
+
+// redactHeaders keeps header names (so clients see what is set) but not
+// their values.
+func redactHeaders(h map[string]string) {
+	for k := range h {
+		h[k] = ""
+	}
+}
+
+func clearOutputOnly(g *routerv1.Gateway) {
+	if u := g.GetUpstream(); u != nil {
+		u.ApiKeySet = false
+	}
+}
+
+// keepSecrets copies stored secrets into g where g leaves them empty.
+func keepSecrets(g, old *routerv1.Gateway) {
+	if u := g.GetUpstream(); u != nil && u.GetApiKey() == "" {
+		u.ApiKey = old.GetUpstream().GetApiKey()
+	}
+	oldHooks := map[string]map[string]string{}
+	for _, w := range old.GetTools().GetWebhooks() {
+		oldHooks[w.GetName()] = w.GetHeaders()
+	}
+	for _, w := range g.GetTools().GetWebhooks() {
+		keepHeaders(w.Headers, oldHooks[w.GetName()])
+	}
+	oldMCP := map[string]map[string]string{}
+	for _, m := range old.GetTools().GetMcpServers() {
+		oldMCP[m.GetName()] = m.GetHeaders()
+	}
+	for _, m := range g.GetTools().GetMcpServers() {
+		keepHeaders(m.Headers, oldMCP[m.GetName()])
+	}
+}
+
+func keepHeaders(h, old map[string]string) {
+	for k, v := range h {
+		if v == "" {
+			for ok, ov := range old {
+				if strings.EqualFold(k, ok) {
+					h[k] = ov
+				}
+			}
+		}
+	}
+}

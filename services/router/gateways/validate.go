@@ -1,0 +1,357 @@
+package gateways
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+var (
+	namePattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	toolNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+	domainPattern   = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$`)
+	headerPattern   = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
+)
+
+// ReservedTools never move into the shell and cannot be defined by a gateway.
+var ReservedTools = []string{"shell", "read_skill", "exec", "process"}
+
+// BuiltinTools are the built-in server tools.
+var BuiltinTools = []string{"request", "open_url", "web_search"}
+
+// invalid returns an InvalidArgument error naming field.
+func invalid(field, format string, args ...any) error {
+	return errs.New(errs.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// ValidName checks a gateway name.
+func ValidName(name string) error {
+	if !namePattern.MatchString(name) {
+		return invalid("name", "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
+	}
+	return nil
+}
+
+// Validate checks a gateway, naming the first bad field.
+func Validate(g *routerv1.Gateway) error {
+	if g == nil {
+		return invalid("gateway", "is required")
+	}
+	if err := ValidName(g.GetName()); err != nil {
+		return err
+	}
+	if err := validateUpstream(g.GetUpstream()); err != nil {
+		return err
+	}
+	if err := validateShell(g.GetShell()); err != nil {
+		return err
+	}
+	if err := validateExec(g.GetExec()); err != nil {
+		return err
+	}
+	if err := validateTools(g.GetTools()); err != nil {
+		return err
+	}
+	if err := validateShellTools(g.GetShell().GetTools()); err != nil {
+		return err
+	}
+	if err := validateSkills(g.GetSkills()); err != nil {
+		return err
+	}
+	if n := g.GetMaxIterations(); n < 0 || n > 1000 {
+		return invalid("max_iterations", "must be 0 (default 32) to 1000, got %d", n)
+	}
+	return nil
+}
+
+func validateUpstream(u *routerv1.Upstream) error {
+	if u == nil {
+		return invalid("upstream", "is required")
+	}
+	switch u.GetProvider() {
+	case routerv1.Provider_PROVIDER_OPENAI, routerv1.Provider_PROVIDER_ANTHROPIC:
+		if strings.TrimSpace(u.GetModel()) == "" {
+			return invalid("upstream.model", "is required for provider %s", providerWord(u.GetProvider()))
+		}
+	case routerv1.Provider_PROVIDER_SCRIPTED:
+	default:
+		return invalid("upstream.provider", "must be openai, anthropic or scripted")
+	}
+	if u.GetBaseUrl() != "" {
+		if err := validHTTPURL(u.GetBaseUrl()); err != nil {
+			return invalid("upstream.base_url", "%v", err)
+		}
+	}
+	if t := u.GetTimeoutSeconds(); t < 0 || t > 3600 {
+		return invalid("upstream.timeout_seconds", "must be 0 (default 300) to 3600, got %d", t)
+	}
+	if len(u.GetModel()) > 256 || len(u.GetApiKey()) > 4096 {
+		return invalid("upstream", "model or api_key too long")
+	}
+	return nil
+}
+
+func providerWord(p routerv1.Provider) string {
+	return strings.ToLower(strings.TrimPrefix(p.String(), "PROVIDER_"))
+}
+
+func validateShell(s *routerv1.ShellSettings) error {
+	if s == nil {
+		return nil
+	}
+	if t := s.GetTimeoutSeconds(); t < 0 || t > 300 {
+		return invalid("shell.timeout_seconds", "must be 1 to 300 (0 means the default, 60), got %d", t)
+	}
+	if n := s.GetMaxOutputLength(); n < 0 || n > 1<<20 {
+		return invalid("shell.max_output_length", "must be 1 to 1048576 (0 means the default, 4096), got %d", n)
+	}
+	if n := s.GetSessionIdleSeconds(); n < 0 || n > 7*24*3600 {
+		return invalid("shell.session_idle_seconds", "must be 0 (default 1200) to 604800, got %d", n)
+	}
+	if err := validateLimits(s.GetLimits()); err != nil {
+		return err
+	}
+	return validateNetwork(s.GetNetwork())
+}
+
+func validateLimits(l *executorv1.Limits) error {
+	if l == nil {
+		return nil
+	}
+	checks := []struct {
+		field string
+		v     int64
+		min   int64
+	}{
+		{"memory_bytes", l.GetMemoryBytes(), 16 << 20},
+		{"pids", l.GetPids(), 8},
+		{"cpu_millicores", l.GetCpuMillicores(), 10},
+		{"workspace_bytes", l.GetWorkspaceBytes(), 1 << 20},
+		{"workspace_files", l.GetWorkspaceFiles(), 10},
+		{"ephemeral_workspace_bytes", l.GetEphemeralWorkspaceBytes(), 1 << 20},
+	}
+	for _, c := range checks {
+		if c.v != 0 && c.v < c.min {
+			return invalid("shell.limits."+c.field, "must be 0 (the default) or at least %d, got %d", c.min, c.v)
+		}
+	}
+	return nil
+}
+
+func validateNetwork(n *executorv1.Network) error {
+	switch n.GetMode() {
+	case executorv1.NetworkMode_NETWORK_MODE_UNSPECIFIED, executorv1.NetworkMode_NETWORK_MODE_NONE:
+		if len(n.GetAllowedDomains()) > 0 {
+			return invalid("shell.network.allowed_domains", "needs mode allowlist")
+		}
+	case executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST:
+		if len(n.GetAllowedDomains()) == 0 {
+			return invalid("shell.network.allowed_domains", "at least one domain is required in allowlist mode")
+		}
+	default:
+		return invalid("shell.network.mode", "must be none or allowlist")
+	}
+	return validateDomains("shell.network.allowed_domains", n.GetAllowedDomains())
+}
+
+func validateDomains(field string, domains []string) error {
+	for i, d := range domains {
+		if !domainPattern.MatchString(d) {
+			return invalid(fmt.Sprintf("%s[%d]", field, i), "%q is not a domain name (lowercase, optionally starting with *.)", d)
+		}
+	}
+	return nil
+}
+
+func validateExec(e *approvalv1.ExecSettings) error {
+	if e == nil {
+		return nil
+	}
+	if _, ok := approvalv1.Host_name[int32(e.GetHost())]; !ok {
+		return invalid("exec.host", "must be sandbox, gateway or node")
+	}
+	if _, ok := approvalv1.Security_name[int32(e.GetSecurity())]; !ok {
+		return invalid("exec.security", "must be deny, allowlist or full")
+	}
+	if _, ok := approvalv1.Ask_name[int32(e.GetAsk())]; !ok {
+		return invalid("exec.ask", "must be off, on-miss or always")
+	}
+	if _, ok := approvalv1.Security_name[int32(e.GetAskFallback())]; !ok {
+		return invalid("exec.ask_fallback", "must be deny, allowlist or full")
+	}
+	for i, b := range e.GetSafeBins() {
+		if b == "" || strings.ContainsAny(b, "/ \t\n") {
+			return invalid(fmt.Sprintf("exec.safe_bins[%d]", i), "must be a bare program name, got %q", b)
+		}
+	}
+	for i, p := range e.GetPathPrepend() {
+		if !strings.HasPrefix(p, "/") || strings.Contains(p, ":") || strings.Contains(p, "..") {
+			return invalid(fmt.Sprintf("exec.path_prepend[%d]", i), "must be an absolute directory without ':' or '..', got %q", p)
+		}
+	}
+	if t := e.GetApprovalTimeoutSeconds(); t < 0 || t > 86400 {
+		return invalid("exec.approval_timeout_seconds", "must be 0 (default 120) to 86400, got %d", t)
+	}
+	if t := e.GetApprovalRunningNoticeMs(); t < 0 {
+		return invalid("exec.approval_running_notice_ms", "must not be negative, got %d", t)
+	}
+	return nil
+}
+
+// validateTools checks the server tools.
+func validateTools(t *routerv1.ServerTools) error {
+	names := map[string]bool{}
+	add := func(field, name string) error {
+		if !toolNamePattern.MatchString(name) {
+			return invalid(field, "must be 1-64 characters of [A-Za-z0-9_-], starting with a letter, got %q", name)
+		}
+		for _, r := range ReservedTools {
+			if name == r {
+				return invalid(field, "%q is reserved", name)
+			}
+		}
+		if names[name] {
+			return invalid(field, "tool %q is defined twice", name)
+		}
+		names[name] = true
+		return nil
+	}
+	for i, w := range t.GetWebhooks() {
+		f := fmt.Sprintf("tools.webhooks[%d]", i)
+		if err := add(f+".name", w.GetName()); err != nil {
+			return err
+		}
+		if err := validHTTPURL(w.GetUrl()); err != nil {
+			return invalid(f+".url", "%v", err)
+		}
+		if err := validSchema(w.GetParametersSchema()); err != nil {
+			return invalid(f+".parameters_schema", "%v", err)
+		}
+		if err := validHeaders(w.GetHeaders()); err != nil {
+			return invalid(f+".headers", "%v", err)
+		}
+	}
+	for i, m := range t.GetMcpServers() {
+		f := fmt.Sprintf("tools.mcp_servers[%d]", i)
+		if !toolNamePattern.MatchString(m.GetName()) {
+			return invalid(f+".name", "must be 1-64 characters of [A-Za-z0-9_-], starting with a letter")
+		}
+		if err := validHTTPURL(m.GetUrl()); err != nil {
+			return invalid(f+".url", "%v", err)
+		}
+		if err := validHeaders(m.GetHeaders()); err != nil {
+			return invalid(f+".headers", "%v", err)
+		}
+	}
+	b := t.GetBuiltins()
+	for name, on := range map[string]bool{"request": b.GetRequest(), "open_url": b.GetOpenUrl(), "web_search": b.GetWebSearch()} {
+		if on {
+			if err := add("tools.builtins."+name, name); err != nil {
+				return err
+			}
+		}
+	}
+	if b.GetWebSearch() {
+		if err := validHTTPURL(b.GetWebSearchUrl()); err != nil {
+			return invalid("tools.builtins.web_search_url", "%v", err)
+		}
+	}
+	if err := validateDomains("tools.builtins.allowed_domains", b.GetAllowedDomains()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validateShellTools checks the tools moved into the shell. Names need not
+// match a statically defined tool: MCP tools are only known at run time.
+func validateShellTools(st *routerv1.ShellTools) error {
+	if _, ok := routerv1.ToolsMode_name[int32(st.GetMode())]; !ok {
+		return invalid("shell.tools.mode", "must be whitelist or blacklist")
+	}
+	if st.GetMode() == routerv1.ToolsMode_TOOLS_MODE_UNSPECIFIED && len(st.GetNames()) > 0 {
+		return invalid("shell.tools.mode", "is required when names are given")
+	}
+	for i, n := range st.GetNames() {
+		for _, r := range ReservedTools {
+			if n == r {
+				return invalid(fmt.Sprintf("shell.tools.names[%d]", i), "%q is reserved and never moves into the shell", n)
+			}
+		}
+		if !toolNamePattern.MatchString(n) {
+			return invalid(fmt.Sprintf("shell.tools.names[%d]", i), "%q is not a tool name", n)
+		}
+	}
+	return nil
+}
+
+func validateSkills(skills []*routerv1.Skill) error {
+	seen := map[string]bool{}
+	for i, s := range skills {
+		f := fmt.Sprintf("skills[%d]", i)
+		if !toolNamePattern.MatchString(s.GetName()) {
+			return invalid(f+".name", "must be 1-64 characters of [A-Za-z0-9_-], starting with a letter")
+		}
+		if seen[s.GetName()] {
+			return invalid(f+".name", "skill %q is defined twice", s.GetName())
+		}
+		seen[s.GetName()] = true
+		if len(s.GetContent()) > 256<<10 {
+			return invalid(f+".content", "must be at most 256 KiB")
+		}
+	}
+	return nil
+}
+
+func validHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return fmt.Errorf("must be an absolute http:// or https:// URL without credentials, got %q", s)
+	}
+	return nil
+}
+
+func validHeaders(h map[string]string) error {
+	for k, v := range h {
+		if !headerPattern.MatchString(k) {
+			return fmt.Errorf("%q is not a header name", k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("value of %s contains a line break or NUL", k)
+		}
+	}
+	return nil
+}
+
+// validSchema checks that s is a JSON Schema object describing an object.
+func validSchema(s string) error {
+	if s == "" {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(s))
+	if err != nil {
+		return fmt.Errorf("not JSON: %v", err)
+	}
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return fmt.Errorf("must be a JSON object")
+	}
+	if t, ok := obj["type"]; ok && t != "object" {
+		return fmt.Errorf(`"type" must be "object"`)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("schema.json", doc); err != nil {
+		return err
+	}
+	if _, err := c.Compile("schema.json"); err != nil {
+		return fmt.Errorf("invalid JSON Schema: %v", err)
+	}
+	return nil
+}

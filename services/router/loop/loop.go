@@ -1,0 +1,374 @@
+// Package loop runs the agent loop of one chat completion: it calls the
+// upstream model, runs the server tools the model calls (the shell in an
+// executor sandbox), feeds the results back, and stops at a final answer, a
+// client tool call, or the iteration limit.
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc/status"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/toolresult"
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+var tracer = otel.Tracer("github.com/conch-sh/conch/services/router/loop")
+
+// DefaultMaxIterations bounds the model calls of one completion.
+const DefaultMaxIterations = 32
+
+// MaxCommandBytes is the longest shell command that runs.
+const MaxCommandBytes = 1 << 20
+
+// keepAliveEvery is how often a streaming client hears from us while a
+// tool runs.
+const keepAliveEvery = 5 * time.Second
+
+// Shell is the shell tool as configured for one completion.
+type Shell struct {
+	MaxUses         int   // 0: no limit
+	TimeoutSeconds  int32 // 1-300
+	MaxOutputLength int32 // characters
+}
+
+// ExecContext is what the executor needs to judge a command: the effective
+// exec settings, and the agent, session and user it runs for.
+type ExecContext struct {
+	Settings *approvalv1.ExecSettings
+	Agent    string
+	Session  string
+	User     string
+}
+
+// ServerTools runs server tools by name.
+type ServerTools interface {
+	Call(ctx context.Context, name, arguments string) (output string, isError bool, err error)
+}
+
+// Sandbox supplies the completion's sandbox, created on first use.
+type Sandbox interface {
+	// ID returns the sandbox id, creating the sandbox when needed.
+	ID(ctx context.Context) (string, error)
+}
+
+// Config is one completion's loop.
+type Config struct {
+	Provider upstream.Provider
+	Executor executorv1.ExecutorServiceClient
+	Sandbox  Sandbox
+	// Shell is nil when the completion has no shell tool.
+	Shell *Shell
+	// Exec says for whom and under which policy commands run.
+	Exec ExecContext
+	// Tools runs the server tools offered to the model directly (webhooks,
+	// MCP tools, built-ins); Direct names them.
+	Tools  ServerTools
+	Direct map[string]bool
+	// ExecOutput is the output limit of the exec tool; 0 when the exec and
+	// process tools are not offered.
+	ExecOutput int32
+	// Skills are the gateway's skills by name, for read_skill.
+	Skills        map[string]string
+	MaxIterations int
+	Logger        *slog.Logger
+}
+
+// Events receives what a streaming client sees.
+type Events interface {
+	// Delta is text content as it arrives.
+	Delta(text string) error
+	// KeepAlive is called periodically while a tool runs.
+	KeepAlive() error
+	// Tool reports a server tool call starting, waiting for approval, or
+	// ending.
+	Tool(ev ToolEvent) error
+}
+
+// ToolEvent is a step of a server tool call, for streaming clients such as
+// conch chat.
+type ToolEvent struct {
+	Event     string `json:"event"` // tool_call, approval_pending, tool_result
+	ID        string `json:"id"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	Result    string `json:"result,omitempty"`
+	// Approval is the pending approval (REST JSON) for approval_pending.
+	Approval json.RawMessage `json:"approval,omitempty"`
+}
+
+// ServerToolCall is one server tool call and its result, as reported in the
+// response's conch.server_tool_calls.
+type ServerToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Result    string `json:"result"`
+}
+
+// Result is the outcome of a completion's loop.
+type Result struct {
+	ID              string
+	Content         string
+	ToolCalls       []upstream.ToolCall // client tool calls to return
+	FinishReason    string
+	Usage           upstream.Usage
+	ShellCommands   int
+	ServerToolCalls []ServerToolCall
+}
+
+// Run runs the loop on req. ev is nil for a non-streaming completion.
+func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Result, error) {
+	if cfg.MaxIterations <= 0 {
+		cfg.MaxIterations = DefaultMaxIterations
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	res := &Result{}
+	// startedTurn says whether the current model turn streamed text yet, so
+	// turns are separated by a blank line as in the final content.
+	startedTurn := false
+	var onDelta func(string) error
+	if ev != nil {
+		onDelta = func(s string) error {
+			if res.Content != "" && !startedTurn {
+				startedTurn = true
+				if err := ev.Delta("\n\n"); err != nil {
+					return err
+				}
+			}
+			startedTurn = true
+			return ev.Delta(s)
+		}
+	}
+	for iter := 0; iter < cfg.MaxIterations; iter++ {
+		startedTurn = false
+		resp, err := cfg.Provider.Complete(ctx, req, onDelta)
+		if err != nil {
+			return nil, err
+		}
+		res.ID = resp.ID
+		res.Usage.Add(resp.Usage)
+		if resp.Content != "" {
+			if res.Content != "" {
+				res.Content += "\n\n"
+			}
+			res.Content += resp.Content
+		}
+		if len(resp.ToolCalls) == 0 {
+			res.FinishReason = resp.FinishReason
+			if res.FinishReason == "" || res.FinishReason == "tool_calls" {
+				res.FinishReason = "stop"
+			}
+			return res, nil
+		}
+
+		req.Messages = append(req.Messages, upstream.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+		var client []upstream.ToolCall
+		for _, call := range resp.ToolCalls {
+			if !cfg.isServerTool(call.Name) {
+				client = append(client, call)
+				continue
+			}
+			result := cfg.runServerTool(ctx, res, call, ev)
+			res.ServerToolCalls = append(res.ServerToolCalls, ServerToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Result: result})
+			req.Messages = append(req.Messages, upstream.Message{Role: "tool", ToolCallID: call.ID, Content: result})
+		}
+		if len(client) > 0 {
+			res.ToolCalls = client
+			res.FinishReason = "tool_calls"
+			return res, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	msg := fmt.Sprintf("Stopped: the model made %d calls without a final answer, the gateway's loop limit.", cfg.MaxIterations)
+	if ev != nil {
+		if err := ev.Delta("\n\n" + msg); err != nil {
+			return nil, err
+		}
+	}
+	if res.Content != "" {
+		res.Content += "\n\n"
+	}
+	res.Content += msg
+	res.FinishReason = "length"
+	return res, nil
+}
+
+func (cfg *Config) isServerTool(name string) bool {
+	switch {
+	case name == "shell":
+		return cfg.Shell != nil
+	case name == "read_skill":
+		return len(cfg.Skills) > 0
+	case name == "exec" || name == "process":
+		return cfg.ExecOutput > 0
+	default:
+		return cfg.Direct[name]
+	}
+}
+
+// runServerTool runs one server tool call and returns the result the model
+// receives, keeping a streaming client alive meanwhile.
+func (cfg *Config) runServerTool(ctx context.Context, res *Result, call upstream.ToolCall, ev Events) string {
+	if ev == nil {
+		return cfg.serverTool(ctx, res, call, nil)
+	}
+	_ = ev.Tool(ToolEvent{Event: "tool_call", ID: call.ID, Name: call.Name, Arguments: call.Arguments})
+	stop := keepAlive(ctx, ev)
+	result := cfg.serverTool(ctx, res, call, ev)
+	stop()
+	_ = ev.Tool(ToolEvent{Event: "tool_result", ID: call.ID, Name: call.Name, Result: result})
+	return result
+}
+
+func (cfg *Config) serverTool(ctx context.Context, res *Result, call upstream.ToolCall, ev Events) string {
+	switch call.Name {
+	case "shell":
+		res.ShellCommands++
+		return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call, ev))
+	case "read_skill":
+		return cfg.readSkill(call.Arguments)
+	case "exec":
+		res.ShellCommands++
+		return cfg.runExec(ctx, call, ev)
+	case "process":
+		return cfg.runProcess(ctx, call)
+	}
+	ctx, span := tracer.Start(ctx, "tool "+call.Name)
+	defer span.End()
+	out, isErr, err := cfg.Tools.Call(ctx, call.Name, call.Arguments)
+	switch {
+	case err != nil:
+		return "Error: " + err.Error()
+	case isErr:
+		return "Error: " + out
+	}
+	return out
+}
+
+func (cfg *Config) readSkill(arguments string) string {
+	var args struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+		return `Error: arguments must be a JSON object with a string "name"`
+	}
+	content, ok := cfg.Skills[args.Name]
+	if !ok {
+		return fmt.Sprintf("Error: no skill named %q", args.Name)
+	}
+	return content
+}
+
+func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, ev Events) *executorv1.RunCommandResponse {
+	ctx, span := tracer.Start(ctx, "shell")
+	defer span.End()
+	sh := cfg.Shell
+	if sh.MaxUses > 0 && n > sh.MaxUses {
+		return toolresult.Error(fmt.Sprintf("shell: max_uses reached (%d commands per completion); this command was not run", sh.MaxUses))
+	}
+	var args struct {
+		Command *string `json:"command"`
+	}
+	if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil || args.Command == nil {
+		return toolresult.Error(`shell: arguments must be a JSON object with a string "command"`)
+	}
+	cmd := *args.Command
+	span.SetAttributes(attribute.Int("conch.command.bytes", len(cmd)))
+	if len(cmd) > MaxCommandBytes {
+		return toolresult.Error(fmt.Sprintf("shell: command is %d bytes; the limit is 1 MiB (%d bytes)", len(cmd), MaxCommandBytes))
+	}
+	if !utf8.ValidString(cmd) {
+		return toolresult.Error("shell: command is not valid UTF-8")
+	}
+	id, err := cfg.Sandbox.ID(ctx)
+	if err != nil {
+		return toolresult.Error("sandbox: " + message(err))
+	}
+	stream, err := cfg.Executor.Exec(ctx, &executorv1.ExecRequest{
+		SandboxId:       id,
+		Command:         cmd,
+		TimeoutSeconds:  sh.TimeoutSeconds,
+		MaxOutputLength: sh.MaxOutputLength,
+		Settings:        cfg.Exec.Settings,
+		Agent:           cfg.Exec.Agent,
+		Session:         cfg.Exec.Session,
+		User:            cfg.Exec.User,
+	})
+	if err != nil {
+		return toolresult.Error("exec: " + message(err))
+	}
+	var stdout, stderr []byte
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return toolresult.Error("exec: the executor ended the command without an outcome")
+		}
+		if err != nil {
+			return toolresult.Error("exec: " + message(err))
+		}
+		switch e := msg.GetEvent().(type) {
+		case *executorv1.ExecResponse_Output:
+			if e.Output.GetStream() == executorv1.StreamName_STREAM_NAME_STDERR {
+				stderr = append(stderr, e.Output.GetData()...)
+			} else {
+				stdout = append(stdout, e.Output.GetData()...)
+			}
+		case *executorv1.ExecResponse_ApprovalPending:
+			if ev != nil {
+				b, _ := restjson.New().Marshal(e.ApprovalPending.GetApproval())
+				_ = ev.Tool(ToolEvent{Event: "approval_pending", ID: call.ID, Name: call.Name, Approval: b})
+			}
+		case *executorv1.ExecResponse_Finished:
+			return toolresult.FromExec(stdout, stderr, int(sh.MaxOutputLength), e.Finished)
+		case *executorv1.ExecResponse_Backgrounded:
+			return toolresult.Error("exec: the command moved to the background, which the shell tool does not do")
+		}
+	}
+}
+
+// message is the text of an error for the model: a gRPC status's message,
+// without the code prefix.
+func message(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Message()
+	}
+	return err.Error()
+}
+
+// keepAlive calls ev.KeepAlive every keepAliveEvery until stopped.
+func keepAlive(ctx context.Context, ev Events) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(keepAliveEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if ev.KeepAlive() != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}

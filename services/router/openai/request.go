@@ -1,0 +1,257 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+// reservedTools are the names of conch's own tools, which client function
+// tools may not take.
+var reservedTools = map[string]bool{"shell": true, "exec": true, "process": true, "read_skill": true}
+
+var functionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// requestError is a 400 naming the bad field.
+type requestError struct {
+	Status int
+	Field  string
+	Msg    string
+	Code   string
+}
+
+func (e *requestError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+func badField(field, format string, args ...any) *requestError {
+	return &requestError{Status: 400, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// shellToolEntry is the request's {"type": "shell"} entry.
+type shellToolEntry struct {
+	MaxUses         *int64 `json:"max_uses"`
+	TimeoutSeconds  *int64 `json:"timeout_seconds"`
+	MaxOutputLength *int64 `json:"max_output_length"`
+}
+
+// chatRequest is a parsed /v1/chat/completions request.
+type chatRequest struct {
+	Model        string
+	Stream       bool
+	User         string
+	Messages     []upstream.Message
+	ClientTools  []upstream.Tool
+	Shell        *shellToolEntry // the request's shell tool entry, if any
+	ShellIndex   int             // its index in tools, for errors
+	Exec         bool            // the request asked for the rich exec tools
+	Extra        map[string]json.RawMessage
+	IncludeUsage bool
+}
+
+// parseRequest parses and validates a request body.
+func parseRequest(body []byte) (*chatRequest, error) {
+	var top map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&top); err != nil {
+		return nil, &requestError{Status: 400, Msg: "request body is not a JSON object: " + err.Error()}
+	}
+	r := &chatRequest{Extra: map[string]json.RawMessage{}, ShellIndex: -1}
+	for k, v := range top {
+		switch k {
+		case "model":
+			if json.Unmarshal(v, &r.Model) != nil || r.Model == "" {
+				return nil, badField("model", "must be a non-empty string naming a gateway")
+			}
+		case "stream":
+			if string(v) != "null" && json.Unmarshal(v, &r.Stream) != nil {
+				return nil, badField("stream", "must be a boolean")
+			}
+		case "stream_options":
+			var so struct {
+				IncludeUsage bool `json:"include_usage"`
+			}
+			if string(v) != "null" && json.Unmarshal(v, &so) != nil {
+				return nil, badField("stream_options", "must be an object")
+			}
+			r.IncludeUsage = so.IncludeUsage
+		case "user":
+			if string(v) != "null" && json.Unmarshal(v, &r.User) != nil {
+				return nil, badField("user", "must be a string")
+			}
+			r.Extra[k] = v
+		case "messages":
+			msgs, err := parseMessages(v)
+			if err != nil {
+				return nil, err
+			}
+			r.Messages = msgs
+		case "tools":
+			if err := r.parseTools(v); err != nil {
+				return nil, err
+			}
+		default:
+			r.Extra[k] = v
+		}
+	}
+	if r.Model == "" {
+		return nil, badField("model", "is required")
+	}
+	if len(r.Messages) == 0 {
+		return nil, badField("messages", "must be a non-empty array")
+	}
+	return r, nil
+}
+
+func parseMessages(raw json.RawMessage) ([]upstream.Message, error) {
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, badField("messages", "must be an array of message objects")
+	}
+	out := make([]upstream.Message, 0, len(list))
+	for i, m := range list {
+		field := fmt.Sprintf("messages[%d]", i)
+		var w struct {
+			Role      *string         `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			Name      string          `json:"name"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+			ToolCallID string `json:"tool_call_id"`
+		}
+		if err := json.Unmarshal(m, &w); err != nil {
+			return nil, badField(field, "must be a message object: %v", err)
+		}
+		if w.Role == nil {
+			return nil, badField(field+".role", "is required")
+		}
+		switch *w.Role {
+		case "system", "developer", "user", "assistant", "tool", "function":
+		default:
+			return nil, badField(field+".role", "must be system, developer, user, assistant or tool, got %q", *w.Role)
+		}
+		if *w.Role == "tool" && w.ToolCallID == "" {
+			return nil, badField(field+".tool_call_id", "is required for a tool message")
+		}
+		msg := upstream.Message{Role: *w.Role, Content: upstream.ContentText(w.Content), Name: w.Name, ToolCallID: w.ToolCallID, Raw: m}
+		for _, tc := range w.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, upstream.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+func (r *chatRequest) parseTools(raw json.RawMessage) error {
+	if string(raw) == "null" {
+		return nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return badField("tools", "must be an array")
+	}
+	seen := map[string]bool{}
+	for i, t := range list {
+		field := fmt.Sprintf("tools[%d]", i)
+		var head struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(t, &head); err != nil {
+			return badField(field, "must be an object with a type")
+		}
+		switch head.Type {
+		case "function":
+			var fn struct {
+				Function struct {
+					Name        string          `json:"name"`
+					Description string          `json:"description"`
+					Parameters  json.RawMessage `json:"parameters"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(t, &fn); err != nil {
+				return badField(field+".function", "must be an object: %v", err)
+			}
+			name := fn.Function.Name
+			if !functionName.MatchString(name) {
+				return badField(field+".function.name", "must be 1-64 characters of [A-Za-z0-9_-], got %q", name)
+			}
+			if reservedTools[name] {
+				return badField(field+".function.name", "%q is reserved for conch's server tools", name)
+			}
+			if seen[name] {
+				return badField(field+".function.name", "%q is defined twice", name)
+			}
+			seen[name] = true
+			r.ClientTools = append(r.ClientTools, upstream.Tool{Name: name, Description: fn.Function.Description, Parameters: fn.Function.Parameters})
+		case "shell":
+			if r.Shell != nil {
+				return badField(field, "the shell tool is given twice")
+			}
+			sh, err := parseShellTool(field, t)
+			if err != nil {
+				return err
+			}
+			r.Shell, r.ShellIndex = sh, i
+		case "exec":
+			r.Exec = true
+		case "":
+			return badField(field+".type", "is required")
+		default:
+			return badField(field+".type", "must be function, shell or exec, got %q", head.Type)
+		}
+	}
+	return nil
+}
+
+func parseShellTool(field string, raw json.RawMessage) (*shellToolEntry, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, badField(field, "must be an object")
+	}
+	sh := &shellToolEntry{}
+	for k, v := range fields {
+		var dst **int64
+		switch k {
+		case "type":
+			continue
+		case "max_uses":
+			dst = &sh.MaxUses
+		case "timeout_seconds":
+			dst = &sh.TimeoutSeconds
+		case "max_output_length":
+			dst = &sh.MaxOutputLength
+		default:
+			return nil, badField(field+"."+k, "unknown field of the shell tool")
+		}
+		if string(v) == "null" {
+			continue
+		}
+		var n int64
+		if err := json.Unmarshal(v, &n); err != nil {
+			return nil, badField(field+"."+k, "must be an integer")
+		}
+		*dst = &n
+	}
+	switch {
+	case sh.MaxUses != nil && *sh.MaxUses < 0:
+		return nil, badField(field+".max_uses", "must not be negative (0 or absent: no limit), got %d", *sh.MaxUses)
+	case sh.TimeoutSeconds != nil && (*sh.TimeoutSeconds < 1 || *sh.TimeoutSeconds > 300):
+		return nil, badField(field+".timeout_seconds", "must be 1 to 300, got %d", *sh.TimeoutSeconds)
+	case sh.MaxOutputLength != nil && (*sh.MaxOutputLength < 1 || *sh.MaxOutputLength > 1<<20):
+		return nil, badField(field+".max_output_length", "must be 1 to 1048576, got %d", *sh.MaxOutputLength)
+	}
+	return sh, nil
+}

@@ -1,0 +1,247 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/toolhost"
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+// Gateway defaults (SPEC §3–4).
+const (
+	defaultTimeoutSeconds  = 60
+	defaultMaxOutputLength = 4096
+)
+
+// toolPlan is what the model is offered for one completion.
+type toolPlan struct {
+	tools      []upstream.Tool
+	shell      *loop.Shell
+	persistent bool
+	direct     map[string]bool   // server tools offered to the model
+	moved      []*toolhost.Tool  // server tools moved into the shell
+	skills     map[string]string // read_skill's texts
+	execOutput int32             // output limit of exec; 0: not offered
+}
+
+// planTools decides the completion's tools from the gateway, its server
+// tools (nil when it has none) and the request.
+func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolPlan, error) {
+	sh := g.GetShell()
+	p := &toolPlan{direct: map[string]bool{}, skills: map[string]string{}}
+	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && (req.Shell != nil || sh.GetEnabled() || req.Exec)
+	if p.persistent && !tenant.ValidUserID(req.User) {
+		return nil, badField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
+	}
+	if req.Shell != nil && !sh.GetEnabled() && sh.AllowRequest != nil && !sh.GetAllowRequest() {
+		return nil, badField(fmt.Sprintf("tools[%d]", req.ShellIndex), "gateway %q does not allow requests to enable the shell tool", g.GetName())
+	}
+	if req.Shell != nil || sh.GetEnabled() {
+		p.shell = &loop.Shell{TimeoutSeconds: sh.GetTimeoutSeconds(), MaxOutputLength: sh.GetMaxOutputLength()}
+		if p.shell.TimeoutSeconds == 0 {
+			p.shell.TimeoutSeconds = defaultTimeoutSeconds
+		}
+		if p.shell.MaxOutputLength == 0 {
+			p.shell.MaxOutputLength = defaultMaxOutputLength
+		}
+		if rs := req.Shell; rs != nil {
+			if rs.MaxUses != nil {
+				p.shell.MaxUses = int(*rs.MaxUses)
+			}
+			if rs.TimeoutSeconds != nil {
+				p.shell.TimeoutSeconds = int32(*rs.TimeoutSeconds)
+			}
+			if rs.MaxOutputLength != nil {
+				p.shell.MaxOutputLength = int32(*rs.MaxOutputLength)
+			}
+		}
+		if set != nil {
+			var direct []*toolhost.Tool
+			direct, p.moved = set.Split(sh.GetTools())
+			p.addDirect(direct)
+		}
+		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.moved))
+	} else if set != nil {
+		// Without a shell there is nowhere to move tools to.
+		p.addDirect(set.Tools())
+	}
+	if req.Exec {
+		p.execOutput = sh.GetMaxOutputLength()
+		if p.execOutput == 0 {
+			p.execOutput = defaultMaxOutputLength
+		}
+		p.tools = append(p.tools, loop.ExecTools(p.execOutput)...)
+	}
+	if skills := g.GetSkills(); len(skills) > 0 {
+		p.tools = append(p.tools, readSkillTool(skills))
+		for _, sk := range skills {
+			p.skills[sk.GetName()] = sk.GetContent()
+		}
+	}
+	for i, ct := range req.ClientTools {
+		if p.direct[ct.Name] {
+			return nil, badField(fmt.Sprintf("tools[%d].function.name", i), "%q is a server tool of gateway %q", ct.Name, g.GetName())
+		}
+	}
+	p.tools = append(p.tools, req.ClientTools...)
+	return p, nil
+}
+
+func (p *toolPlan) addDirect(tools []*toolhost.Tool) {
+	for _, t := range tools {
+		p.direct[t.Name] = true
+		p.tools = append(p.tools, upstream.Tool{Name: t.Name, Description: t.Description, Parameters: t.Schema})
+	}
+}
+
+// readSkillTool is the reserved tool that loads a skill's text.
+func readSkillTool(skills []*routerv1.Skill) upstream.Tool {
+	var b strings.Builder
+	b.WriteString("Load the full text of a skill: instructions for a kind of task. Available skills:")
+	names := make([]string, len(skills))
+	for i, sk := range skills {
+		names[i] = sk.GetName()
+		fmt.Fprintf(&b, "\n- %s: %s", sk.GetName(), sk.GetDescription())
+	}
+	enum, _ := json.Marshal(names)
+	params := `{"type":"object","properties":{"name":{"type":"string","enum":` + string(enum) + `,"description":"the skill to load"}},"required":["name"],"additionalProperties":false}`
+	return upstream.Tool{Name: "read_skill", Description: b.String(), Parameters: json.RawMessage(params)}
+}
+
+var shellParameters = json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","description":"The shell command or script to run with /bin/sh -c."}},"required":["command"],"additionalProperties":false}`)
+
+// shellTool is the function tool the model sees for the shell.
+func shellTool(sh *loop.Shell, persistent bool, moved []*toolhost.Tool) upstream.Tool {
+	var b strings.Builder
+	b.WriteString("Run a shell command in an isolated Linux sandbox and get its output. ")
+	b.WriteString("The command runs as `/bin/sh -c <command>`; pipes, redirections, && chains and multi-line scripts work as in a terminal. ")
+	b.WriteString("Files, the working directory and background state persist between the calls of this conversation. ")
+	if persistent {
+		b.WriteString("The workspace /home/workspace (the home and starting directory) is this user's persistent workspace: files there are kept for later conversations. ")
+	} else {
+		b.WriteString("The workspace /home/workspace (the home and starting directory) is discarded at the end of this conversation. ")
+	}
+	b.WriteString("There is no network access. ")
+	if len(moved) > 0 {
+		b.WriteString("Besides the usual programs, these commands are available; each prints its output on stdout, so it can be piped, and `CMD --help` lists its flags:")
+		for _, t := range moved {
+			fmt.Fprintf(&b, " %s (%s);", t.Name, firstLine(t.Description))
+		}
+		b.WriteString(" ")
+	}
+	fmt.Fprintf(&b, "Limits: a command is killed after %d seconds; ", sh.TimeoutSeconds)
+	fmt.Fprintf(&b, "stdout keeps its first %d characters and stderr what stdout leaves, and a cut field ends with [output truncated]. ", sh.MaxOutputLength)
+	if sh.MaxUses > 0 {
+		fmt.Fprintf(&b, "At most %d commands run in this conversation. ", sh.MaxUses)
+	}
+	b.WriteString("To stay within the output limit: filter before printing (grep, head, jq, awk); count first (wc -l) and then fetch slices (sed -n '1,50p'); ")
+	b.WriteString("write large results to a file in /home/workspace and read back only the part you need. ")
+	b.WriteString(`The result is JSON: {"stdout", "stderr", "outcome": {"type": "exit", "exit_code"}}, or outcome type "timeout", or type "error" with "error" saying why.`)
+	return upstream.Tool{Name: "shell", Description: b.String(), Parameters: shellParameters}
+}
+
+// sandboxRequest is how the completion's sandbox is created.
+func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *chatRequest) *executorv1.CreateSandboxRequest {
+	sh := g.GetShell()
+	r := &executorv1.CreateSandboxRequest{
+		Limits:  sh.GetLimits(),
+		Network: sh.GetNetwork(),
+		Agent:   g.GetName(),
+	}
+	if p.persistent {
+		r.User, r.Persistent = req.User, true
+	}
+	if e := g.GetExec(); e != nil {
+		r.PathPrepend = e.GetPathPrepend()
+	}
+	for _, t := range p.moved {
+		r.Tools = append(r.Tools, &executorv1.ToolCommand{Name: t.Name, Description: t.Description, ParametersSchema: string(t.Schema)})
+	}
+	return r
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if s == "" {
+		return "no description"
+	}
+	return s
+}
+
+// sandbox creates the completion's sandbox on first use and destroys it at
+// the end.
+type sandbox struct {
+	exec  executorv1.ExecutorServiceClient
+	req   *executorv1.CreateSandboxRequest
+	hooks sandboxHooks
+
+	mu  sync.Mutex
+	id  string
+	err error
+}
+
+var _ loop.Sandbox = (*sandbox)(nil)
+
+// ID implements loop.Sandbox.
+func (s *sandbox) ID(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id != "" || s.err != nil {
+		return s.id, s.err
+	}
+	resp, err := s.exec.CreateSandbox(ctx, s.req)
+	if err != nil {
+		// A failed creation is not retried within one completion: every
+		// later call gets the same error at once.
+		s.err = err
+		return "", err
+	}
+	if err := s.hooks.onReady(ctx, resp.GetId()); err != nil {
+		s.err = err
+		_, _ = s.exec.DestroySandbox(context.WithoutCancel(ctx), &executorv1.DestroySandboxRequest{Id: resp.GetId()})
+		return "", err
+	}
+	s.id = resp.GetId()
+	return s.id, nil
+}
+
+// sandboxHooks run when a completion's sandbox is ready and when it ends.
+type sandboxHooks struct {
+	ready func(ctx context.Context, id string) error
+	gone  func(ctx context.Context, id string)
+}
+
+func (h sandboxHooks) onReady(ctx context.Context, id string) error {
+	if h.ready == nil {
+		return nil
+	}
+	return h.ready(ctx, id)
+}
+
+func (h sandboxHooks) onGone(ctx context.Context, id string) {
+	if h.gone != nil {
+		h.gone(ctx, id)
+	}
+}
+
+func (s *sandbox) destroy(ctx context.Context, log *slog.Logger) {
+	s.mu.Lock()
+	id := s.id
+	s.mu.Unlock()
+	if id == "" {
+		return
+	}
+	s.hooks.onGone(ctx, id)
+	if _, err := s.exec.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil {
+		log.WarnContext(ctx, "sandbox destroy failed", "sandbox", id, "error", err)
+	}
+}

@@ -1,0 +1,330 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// DefaultAnthropicBaseURL is Anthropic's API.
+const DefaultAnthropicBaseURL = "https://api.anthropic.com"
+
+// anthropicVersion is the Messages API version conch speaks.
+const anthropicVersion = "2023-06-01"
+
+// Anthropic calls Anthropic's Messages API, mapping OpenAI-shaped messages
+// and tool calls both ways.
+type Anthropic struct {
+	BaseURL string
+	APIKey  string
+	Client  *http.Client
+	Retry   RetryPolicy
+}
+
+var _ Provider = (*Anthropic)(nil)
+
+type anthropicBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	Content   string          `json:"content,omitempty"`
+}
+
+type anthropicMessage struct {
+	Role    string           `json:"role"`
+	Content []anthropicBlock `json:"content"`
+}
+
+// body maps an OpenAI-shaped request to a Messages API request.
+func (a *Anthropic) body(req *Request, stream bool) ([]byte, error) {
+	var system []string
+	var msgs []anthropicMessage
+	appendBlocks := func(role string, blocks ...anthropicBlock) {
+		if n := len(msgs); n > 0 && msgs[n-1].Role == role {
+			msgs[n-1].Content = append(msgs[n-1].Content, blocks...)
+			return
+		}
+		msgs = append(msgs, anthropicMessage{Role: role, Content: blocks})
+	}
+	for _, m := range req.Messages {
+		switch m.Role {
+		case "system", "developer":
+			system = append(system, m.Content)
+		case "user":
+			appendBlocks("user", anthropicBlock{Type: "text", Text: nonEmpty(m.Content)})
+		case "assistant":
+			var blocks []anthropicBlock
+			if m.Content != "" {
+				blocks = append(blocks, anthropicBlock{Type: "text", Text: m.Content})
+			}
+			for _, tc := range m.ToolCalls {
+				input := json.RawMessage(tc.Arguments)
+				if !json.Valid(input) || len(bytes.TrimSpace(input)) == 0 {
+					input = json.RawMessage("{}")
+				}
+				blocks = append(blocks, anthropicBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: input})
+			}
+			if len(blocks) > 0 {
+				appendBlocks("assistant", blocks...)
+			}
+		case "tool":
+			appendBlocks("user", anthropicBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: nonEmpty(m.Content)})
+		default:
+			return nil, &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("messages: role %q cannot be sent to an anthropic upstream", m.Role), Type: "invalid_request_error"}
+		}
+	}
+	body := map[string]any{"model": req.Model, "messages": msgs, "max_tokens": 4096}
+	if len(system) > 0 {
+		body["system"] = strings.Join(system, "\n\n")
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v, ok := req.Extra[k]; ok {
+			body["max_tokens"] = v
+		}
+	}
+	for _, k := range []string{"temperature", "top_p", "top_k", "metadata"} {
+		if v, ok := req.Extra[k]; ok {
+			body[k] = v
+		}
+	}
+	if v, ok := req.Extra["stop"]; ok {
+		var one string
+		var many []string
+		switch {
+		case json.Unmarshal(v, &one) == nil:
+			body["stop_sequences"] = []string{one}
+		case json.Unmarshal(v, &many) == nil:
+			body["stop_sequences"] = many
+		}
+	}
+	if len(req.Tools) > 0 {
+		tools := make([]map[string]any, len(req.Tools))
+		for i, t := range req.Tools {
+			schema := t.Parameters
+			if len(schema) == 0 {
+				schema = json.RawMessage(`{"type":"object","properties":{}}`)
+			}
+			tools[i] = map[string]any{"name": t.Name, "description": t.Description, "input_schema": schema}
+		}
+		body["tools"] = tools
+		if tc, ok := req.Extra["tool_choice"]; ok {
+			if choice := anthropicToolChoice(tc); choice != nil {
+				body["tool_choice"] = choice
+			}
+		}
+	}
+	if stream {
+		body["stream"] = true
+	}
+	return json.Marshal(body)
+}
+
+func nonEmpty(s string) string {
+	if s == "" {
+		return "(empty)"
+	}
+	return s
+}
+
+func anthropicToolChoice(raw json.RawMessage) map[string]any {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "auto":
+			return map[string]any{"type": "auto"}
+		case "none":
+			return map[string]any{"type": "none"}
+		case "required":
+			return map[string]any{"type": "any"}
+		}
+		return nil
+	}
+	var obj struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &obj) == nil && obj.Function.Name != "" {
+		return map[string]any{"type": "tool", "name": obj.Function.Name}
+	}
+	return nil
+}
+
+// Complete implements Provider.
+func (a *Anthropic) Complete(ctx context.Context, req *Request, onDelta func(string) error) (*Response, error) {
+	body, err := a.body(req, onDelta != nil)
+	if err != nil {
+		return nil, err
+	}
+	base := strings.TrimRight(a.BaseURL, "/")
+	if base == "" {
+		base = DefaultAnthropicBaseURL
+	}
+	started := false
+	return withRetry(ctx, a.Retry, func() bool { return started }, func() (*Response, error) {
+		hreq, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/messages", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("anthropic-version", anthropicVersion)
+		if a.APIKey != "" {
+			hreq.Header.Set("x-api-key", a.APIKey)
+		}
+		resp, err := a.Client.Do(hreq)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return nil, readError(resp)
+		}
+		if onDelta == nil {
+			return decodeAnthropic(resp.Body)
+		}
+		return decodeAnthropicStream(resp.Body, func(s string) error {
+			started = true
+			return onDelta(s)
+		})
+	})
+}
+
+type anthropicUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+func (u anthropicUsage) usage() Usage {
+	return Usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
+}
+
+func finishReason(stop string) string {
+	switch stop {
+	case "tool_use":
+		return "tool_calls"
+	case "max_tokens":
+		return "length"
+	case "refusal":
+		return "content_filter"
+	default:
+		return "stop"
+	}
+}
+
+func decodeAnthropic(r io.Reader) (*Response, error) {
+	var w struct {
+		ID         string           `json:"id"`
+		Content    []anthropicBlock `json:"content"`
+		StopReason string           `json:"stop_reason"`
+		Usage      anthropicUsage   `json:"usage"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r, 64<<20)).Decode(&w); err != nil {
+		return nil, &Error{Status: http.StatusBadGateway, Message: "upstream answered with invalid JSON: " + err.Error(), Type: "upstream_error"}
+	}
+	resp := &Response{ID: w.ID, FinishReason: finishReason(w.StopReason), Usage: w.Usage.usage()}
+	var text strings.Builder
+	for _, b := range w.Content {
+		switch b.Type {
+		case "text":
+			text.WriteString(b.Text)
+		case "tool_use":
+			resp.ToolCalls = append(resp.ToolCalls, ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)})
+		}
+	}
+	resp.Content = text.String()
+	return resp, nil
+}
+
+// decodeAnthropicStream reads the Messages API's server-sent events.
+func decodeAnthropicStream(r io.Reader, onDelta func(string) error) (*Response, error) {
+	resp := &Response{}
+	var text strings.Builder
+	var usage anthropicUsage
+	blocks := map[int]*ToolCall{}
+	var order []int
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type    string `json:"type"`
+			Index   int    `json:"index"`
+			Message struct {
+				ID    string         `json:"id"`
+				Usage anthropicUsage `json:"usage"`
+			} `json:"message"`
+			ContentBlock anthropicBlock `json:"content_block"`
+			Delta        struct {
+				Type        string `json:"type"`
+				Text        string `json:"text"`
+				PartialJSON string `json:"partial_json"`
+				StopReason  string `json:"stop_reason"`
+			} `json:"delta"`
+			Usage *anthropicUsage `json:"usage"`
+			Error *struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &ev); err != nil {
+			return nil, &Error{Status: http.StatusBadGateway, Message: "upstream sent an invalid stream event: " + err.Error(), Type: "upstream_error"}
+		}
+		switch ev.Type {
+		case "message_start":
+			resp.ID = ev.Message.ID
+			usage.InputTokens = ev.Message.Usage.InputTokens
+		case "content_block_start":
+			if ev.ContentBlock.Type == "tool_use" {
+				blocks[ev.Index] = &ToolCall{ID: ev.ContentBlock.ID, Name: ev.ContentBlock.Name}
+				order = append(order, ev.Index)
+			}
+		case "content_block_delta":
+			switch ev.Delta.Type {
+			case "text_delta":
+				text.WriteString(ev.Delta.Text)
+				if err := onDelta(ev.Delta.Text); err != nil {
+					return nil, err
+				}
+			case "input_json_delta":
+				if b := blocks[ev.Index]; b != nil {
+					b.Arguments += ev.Delta.PartialJSON
+				}
+			}
+		case "message_delta":
+			resp.FinishReason = finishReason(ev.Delta.StopReason)
+			if ev.Usage != nil {
+				usage.OutputTokens = ev.Usage.OutputTokens
+			}
+		case "error":
+			msg := "upstream stream failed"
+			if ev.Error != nil {
+				msg = ev.Error.Message
+			}
+			return nil, &Error{Status: http.StatusBadGateway, Message: msg, Type: "upstream_error"}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("upstream: read stream: %w", err)
+	}
+	resp.Content = text.String()
+	for _, i := range order {
+		tc := *blocks[i]
+		if tc.Arguments == "" {
+			tc.Arguments = "{}"
+		}
+		resp.ToolCalls = append(resp.ToolCalls, tc)
+	}
+	resp.Usage = usage.usage()
+	return resp, nil
+}

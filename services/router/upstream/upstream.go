@@ -1,0 +1,164 @@
+// Package upstream calls the model behind a gateway: any OpenAI-compatible
+// server, Anthropic's Messages API, or the built-in scripted model. The agent
+// loop speaks one provider-neutral shape (OpenAI's chat messages); each
+// provider maps it both ways.
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Message is one chat message in OpenAI's shape. Raw, when set, is the
+// message exactly as the client sent it and is forwarded unchanged to
+// OpenAI-compatible upstreams, so fields conch does not know survive.
+type Message struct {
+	Role       string
+	Content    string // text content (the concatenated text parts of Raw)
+	Name       string
+	ToolCalls  []ToolCall
+	ToolCallID string
+	Raw        json.RawMessage
+}
+
+// ToolCall is a function call the model made.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // JSON object as a string
+}
+
+// Tool is a function tool offered to the model.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  json.RawMessage // JSON Schema
+}
+
+// Request is one model call.
+type Request struct {
+	// Model is the upstream model name.
+	Model    string
+	Messages []Message
+	Tools    []Tool
+	// Extra holds the client's other top-level fields (temperature,
+	// max_tokens, tool_choice, ...), passed through unchanged.
+	Extra map[string]json.RawMessage
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// Add adds o to u.
+func (u *Usage) Add(o Usage) {
+	u.PromptTokens += o.PromptTokens
+	u.CompletionTokens += o.CompletionTokens
+	u.TotalTokens += o.TotalTokens
+}
+
+// Response is the model's answer to one call.
+type Response struct {
+	ID           string
+	Content      string
+	ToolCalls    []ToolCall
+	FinishReason string // stop, length, tool_calls, content_filter
+	Usage        Usage
+}
+
+// Provider calls one kind of upstream.
+type Provider interface {
+	// Complete makes one model call. When onDelta is not nil the call
+	// streams and onDelta receives the text content as it arrives.
+	Complete(ctx context.Context, req *Request, onDelta func(string) error) (*Response, error)
+}
+
+// Error is an upstream's error answer, returned to the client with its
+// status and message.
+type Error struct {
+	Status  int
+	Message string
+	Type    string
+	Code    string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("upstream: %d: %s", e.Status, e.Message)
+}
+
+// retryable reports whether a failed call may be retried: connection errors
+// and 429/5xx answers.
+func retryable(err error) bool {
+	var ue *Error
+	if errors.As(err, &ue) {
+		return ue.Status == http.StatusTooManyRequests || ue.Status >= 500
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// RetryPolicy says how often and how long to retry.
+type RetryPolicy struct {
+	Attempts int           // total attempts, at least 1
+	Base     time.Duration // first backoff; doubles each time
+	Max      time.Duration // cap on one backoff
+}
+
+// DefaultRetry retries twice, after 200 ms and 800 ms.
+var DefaultRetry = RetryPolicy{Attempts: 3, Base: 200 * time.Millisecond, Max: 2 * time.Second}
+
+// withRetry runs call until it succeeds, fails for good, or attempts run
+// out. started reports whether output already reached the client, after
+// which nothing may be retried.
+func withRetry[T any](ctx context.Context, p RetryPolicy, started func() bool, call func() (T, error)) (T, error) {
+	backoff := p.Base
+	for attempt := 1; ; attempt++ {
+		v, err := call()
+		if err == nil || attempt >= p.Attempts || !retryable(err) || (started != nil && started()) || ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*4, p.Max)
+	}
+}
+
+// ContentText returns the text of an OpenAI message content, which is a
+// string or an array of parts of which the text ones count.
+func ContentText(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}

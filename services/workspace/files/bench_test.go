@@ -1,0 +1,162 @@
+package files_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/workspace/files"
+)
+
+// forEachStoreB runs a benchmark against each store; newService returns a
+// service over the benchmark's store and etcd.
+func forEachStoreB(b *testing.B, fn func(b *testing.B, newService func(files.Config) *files.Service)) {
+	for name, st := range stores(b) {
+		b.Run(name, func(b *testing.B) {
+			cli := etcdxtest.StartForTest(b)
+			fn(b, func(cfg files.Config) *files.Service {
+				s, err := files.New(st, cli, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(s.Close)
+				return s
+			})
+		})
+	}
+}
+
+// populate flushes n files of size bytes into w.
+func populate(b *testing.B, s *files.Service, w files.Workspace, n, size int) {
+	b.Helper()
+	content := strings.Repeat("x", size)
+	for start := 0; start < n; start += 1000 {
+		f := s.BeginFlush(w)
+		for i := start; i < min(start+1000, n); i++ {
+			e := files.Entry{Path: fmt.Sprintf("/d%02d/f%05d.txt", i%50, i), Type: files.File}
+			if err := f.Put(b.Context(), e, strings.NewReader(content)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := f.Commit(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// hydrateInto writes a hydration into dir as a sandbox would, and returns
+// the manifest (path → etag) of what it holds.
+func hydrateInto(b *testing.B, s *files.Service, w files.Workspace, dir string, have map[string]string) map[string]string {
+	b.Helper()
+	next := map[string]string{}
+	var cur *os.File
+	closeCur := func() {
+		if cur != nil {
+			if err := cur.Close(); err != nil {
+				b.Fatal(err)
+			}
+			cur = nil
+		}
+	}
+	err := s.Hydrate(b.Context(), w, have, func(m files.HydrateMsg) error {
+		switch {
+		case m.Entry != nil:
+			closeCur()
+			e := m.Entry
+			local := filepath.Join(dir, filepath.FromSlash(e.Path))
+			switch e.Type {
+			case files.Dir:
+				return os.MkdirAll(local, 0o755)
+			case files.File:
+				next[e.Path] = e.ETag
+				if have[e.Path] == e.ETag {
+					return nil
+				}
+				if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+					return err
+				}
+				f, err := os.OpenFile(local, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+				cur = f
+				return err
+			}
+		case m.Data != nil:
+			_, err := cur.Write(m.Data)
+			return err
+		case m.Removed != "":
+			return os.RemoveAll(filepath.Join(dir, filepath.FromSlash(m.Removed)))
+		}
+		return nil
+	})
+	closeCur()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return next
+}
+
+// BenchmarkHydrate hydrates a workspace of 1,000 files of 4 KiB into a
+// directory: cold (empty directory), and again when nothing changed.
+func BenchmarkHydrate(b *testing.B) {
+	forEachStoreB(b, func(b *testing.B, newService func(files.Config) *files.Service) {
+		s := newService(files.Config{})
+		w := ws(b, "bench", "hydrate")
+		populate(b, s, w, 1000, 4096)
+		// A service that has not served this workspace yet: every file
+		// comes from the store.
+		b.Run("cold-service", func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				fresh := newService(files.Config{ContentCacheBytes: -1})
+				dir := b.TempDir()
+				b.StartTimer()
+				if got := hydrateInto(b, fresh, w, dir, nil); len(got) != 1000 {
+					b.Fatalf("hydrated %d files", len(got))
+				}
+			}
+		})
+		// A new sandbox (empty directory) of a workspace the service has
+		// served before, as each conversation's sandbox is.
+		b.Run("cold", func(b *testing.B) {
+			hydrateInto(b, s, w, b.TempDir(), nil)
+			for b.Loop() {
+				b.StopTimer()
+				dir := b.TempDir()
+				b.StartTimer()
+				hydrateInto(b, s, w, dir, nil)
+			}
+		})
+		b.Run("unchanged", func(b *testing.B) {
+			dir := b.TempDir()
+			have := hydrateInto(b, s, w, dir, nil)
+			for b.Loop() {
+				hydrateInto(b, s, w, dir, have)
+			}
+		})
+	})
+}
+
+// BenchmarkFlushOneChanged flushes one changed file of a workspace of
+// 10,000 files.
+func BenchmarkFlushOneChanged(b *testing.B) {
+	forEachStoreB(b, func(b *testing.B, newService func(files.Config) *files.Service) {
+		s := newService(files.Config{})
+		w := ws(b, "bench", "flush")
+		populate(b, s, w, 10_000, 64)
+		i := 0
+		for b.Loop() {
+			i++
+			f := s.BeginFlush(w)
+			e := files.Entry{Path: "/d07/f00007.txt", Type: files.File, ModTime: time.Now()}
+			if err := f.Put(b.Context(), e, strings.NewReader(fmt.Sprintf("changed %d", i))); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := f.Commit(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

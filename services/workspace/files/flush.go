@@ -1,0 +1,355 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/workspace/store"
+)
+
+// Flush is a sandbox's set of changes to a workspace: content is staged as
+// it arrives, and Commit applies everything under the workspace's lock
+// after checking the quota, so an overrun changes nothing.
+type Flush struct {
+	s      *Service
+	ws     Workspace
+	ops    []flushOp
+	mem    int64
+	staged []*staged
+	done   bool
+}
+
+type flushOp struct {
+	remove string // path to remove, or
+	e      Entry  // an entry to create or replace
+	st     *staged
+}
+
+// FlushResult is the workspace after a commit.
+type FlushResult struct {
+	Revision     int64
+	Bytes, Files int64
+}
+
+// BeginFlush starts a flush of ws.
+func (s *Service) BeginFlush(ws Workspace) *Flush {
+	return &Flush{s: s, ws: ws}
+}
+
+// Put adds an entry; a file's content is read from r, which must match
+// e.ETag when set.
+func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
+	p, err := f.ws.cleanPath("entry.path", e.Path)
+	if err != nil {
+		return err
+	}
+	if p == "/" {
+		return errs.New(errs.InvalidArgument, "entry.path: / cannot be replaced")
+	}
+	e.Path, e.Name = p, base(p)
+	if e.Mode > 0o7777 {
+		return errs.New(errs.InvalidArgument, "entry.mode: %o is not a permission mode (%s)", e.Mode, p)
+	}
+	if e.ModTime.IsZero() {
+		e.ModTime = time.Now()
+	}
+	op := flushOp{e: e}
+	switch e.Type {
+	case File:
+		if e.Mode == 0 {
+			e.Mode, op.e.Mode = 0o644, 0o644
+		}
+		mem := int64(0)
+		if f.mem < flushMemory {
+			mem = min(prefetchMax, flushMemory-f.mem)
+		}
+		size := int64(-1)
+		if e.Size > 0 {
+			size = e.Size
+		}
+		st, err := f.s.stage(ctx, f.ws.key(p), r, size, f.s.cfg.QuotaBytes, e.ETag, mem)
+		if err != nil {
+			return wrapKind(err, "entry %s", p)
+		}
+		if st.st != nil {
+			f.staged = append(f.staged, st)
+		} else {
+			f.mem += st.size
+		}
+		op.st = st
+	case Dir:
+		if e.Mode == 0 {
+			op.e.Mode = 0o755
+		}
+	case Symlink:
+		if e.LinkTarget == "" || len(e.LinkTarget) > MaxLinkLen || strings.ContainsRune(e.LinkTarget, 0) {
+			return errs.New(errs.InvalidArgument, "entry %s: link_target must be 1-%d bytes without NUL", p, MaxLinkLen)
+		}
+		op.e.Mode = 0o777
+	default:
+		return errs.New(errs.InvalidArgument, "entry %s: type must be file, dir or symlink", p)
+	}
+	f.ops = append(f.ops, op)
+	return nil
+}
+
+// Remove adds the removal of a path (recursively for a directory); a path
+// that does not exist is fine.
+func (f *Flush) Remove(path string) error {
+	p, err := f.ws.cleanPath("removed", path)
+	if err != nil {
+		return err
+	}
+	f.ops = append(f.ops, flushOp{remove: p})
+	return nil
+}
+
+// Abort drops what was staged. It is a no-op after Commit.
+func (f *Flush) Abort(ctx context.Context) {
+	if f.done {
+		return
+	}
+	f.done = true
+	for _, st := range f.staged {
+		f.s.dropStaged(ctx, st)
+	}
+}
+
+// Commit applies the flush under the workspace's lock.
+func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
+	ctx, end := span(ctx, "flush.commit", f.ws, attribute.Int("conch.ops", len(f.ops)))
+	defer end(&err)
+	if f.done {
+		return FlushResult{}, errs.New(errs.FailedPrecondition, "flush already committed or aborted")
+	}
+	defer f.Abort(ctx)
+	var res FlushResult
+	err = f.s.change(ctx, f.ws, func(c *changeSet) error {
+		sim := &simulation{c: c, touched: map[string]*store.Info{}}
+		if len(f.ops) > 16 {
+			if err := sim.loadAll(); err != nil {
+				return err
+			}
+		}
+		// Simulate first: conflicts and the quota are checked before
+		// anything changes.
+		plans := make([][]string, len(f.ops))
+		refuse := func(err error) error {
+			c.bytes, c.files = c.start.Bytes, c.start.Files
+			return err
+		}
+		for i, op := range f.ops {
+			var err error
+			if op.remove != "" {
+				plans[i], err = sim.remove(op.remove)
+			} else {
+				err = sim.put(op)
+			}
+			if err != nil {
+				return refuse(err)
+			}
+		}
+		if err := c.checkQuota(); err != nil {
+			return refuse(err)
+		}
+		c.applied = true
+		for i, op := range f.ops {
+			if err := f.apply(ctx, op, plans[i]); err != nil {
+				c.dirty = true
+				return err
+			}
+		}
+		res = FlushResult{Revision: c.revision(), Bytes: c.bytes, Files: c.files}
+		return nil
+	})
+	return res, err
+}
+
+func (f *Flush) apply(ctx context.Context, op flushOp, removeKeys []string) error {
+	ws := f.ws
+	if op.remove != "" {
+		for i := 0; i < len(removeKeys); i += 1000 {
+			if err := f.s.store.Delete(ctx, removeKeys[i:min(i+1000, len(removeKeys))]); err != nil {
+				return storeErr(err, "delete", op.remove)
+			}
+		}
+		return nil
+	}
+	e := op.e
+	var err error
+	switch e.Type {
+	case File:
+		_, err = f.s.commitStaged(ctx, ws.key(e.Path), op.st, e.Mode, e.ModTime)
+	case Dir:
+		_, err = f.s.store.Put(ctx, ws.dirKey(e.Path), nil, store.PutOptions{Size: 0, Mode: e.Mode, ModTime: e.ModTime})
+	case Symlink:
+		_, err = f.s.store.Put(ctx, ws.key(e.Path), nil, store.PutOptions{Size: 0, Mode: e.Mode, ModTime: e.ModTime, LinkTarget: e.LinkTarget})
+	}
+	if err != nil {
+		return storeErr(err, "write", e.Path)
+	}
+	return nil
+}
+
+// simulation tracks the keys a flush touches, to check conflicts and the
+// quota before applying anything.
+type simulation struct {
+	c       *changeSet
+	all     map[string]store.Info // whole workspace, when loaded
+	touched map[string]*store.Info
+}
+
+func (s *simulation) loadAll() error {
+	s.all = map[string]store.Info{}
+	for info, err := range s.c.s.store.List(s.c.ctx, s.c.ws.root(), true) {
+		if err != nil {
+			return storeErr(err, "list", "/")
+		}
+		s.all[info.Key] = info
+	}
+	return nil
+}
+
+// get returns the simulated object at key.
+func (s *simulation) get(key string) (*store.Info, error) {
+	if info, ok := s.touched[key]; ok {
+		return info, nil
+	}
+	if s.all != nil {
+		if info, ok := s.all[key]; ok {
+			return &info, nil
+		}
+		return nil, nil
+	}
+	info, err := s.c.s.store.Stat(s.c.ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storeErr(err, "stat", s.c.ws.pathOf(key))
+	}
+	return &info, nil
+}
+
+// below returns the simulated keys under prefix.
+func (s *simulation) below(prefix string) ([]string, error) {
+	set := map[string]bool{}
+	if s.all != nil {
+		for k := range s.all {
+			if strings.HasPrefix(k, prefix) {
+				set[k] = true
+			}
+		}
+	} else {
+		for info, err := range s.c.s.store.List(s.c.ctx, prefix, true) {
+			if err != nil {
+				return nil, storeErr(err, "list", s.c.ws.pathOf(prefix))
+			}
+			set[info.Key] = true
+		}
+	}
+	var keys []string
+	for k, info := range s.touched {
+		if strings.HasPrefix(k, prefix) {
+			set[k] = info != nil
+		}
+	}
+	for k, ok := range set {
+		if ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+func (s *simulation) set(key string, info *store.Info) error {
+	old, err := s.get(key)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		s.c.add(-old.Size, -1)
+	}
+	if info != nil {
+		s.c.add(info.Size, 1)
+	}
+	s.touched[key] = info
+	return nil
+}
+
+func (s *simulation) remove(p string) ([]string, error) {
+	ws := s.c.ws
+	var keys []string
+	if p != "/" {
+		for _, k := range []string{ws.key(p), ws.dirKey(p)} {
+			info, err := s.get(k)
+			if err != nil {
+				return nil, err
+			}
+			if info != nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	prefix := ws.dirKey(p)
+	if p == "/" {
+		prefix = ws.root()
+	}
+	below, err := s.below(prefix)
+	if err != nil {
+		return nil, err
+	}
+	// Children first, then the directory's marker.
+	keys = append(below, keys...)
+	for _, k := range keys {
+		if err := s.set(k, nil); err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
+}
+
+func (s *simulation) put(op flushOp) error {
+	ws, e := s.c.ws, op.e
+	for _, a := range ancestors(e.Path) {
+		if info, err := s.get(ws.key(a)); err != nil {
+			return err
+		} else if info != nil {
+			return errs.New(errs.FailedPrecondition, "entry %s: its parent %s is a file; remove it first", e.Path, a)
+		}
+	}
+	if e.Type == Dir {
+		if info, err := s.get(ws.key(e.Path)); err != nil {
+			return err
+		} else if info != nil {
+			return errs.New(errs.FailedPrecondition, "entry %s: a file exists there; remove it first", e.Path)
+		}
+		return s.set(ws.dirKey(e.Path), &store.Info{Key: ws.dirKey(e.Path)})
+	}
+	below, err := s.below(ws.dirKey(e.Path))
+	if err != nil {
+		return err
+	}
+	marker, err := s.get(ws.dirKey(e.Path))
+	if err != nil {
+		return err
+	}
+	if len(below) > 0 || marker != nil {
+		return errs.New(errs.FailedPrecondition, "entry %s: a directory exists there; remove it first", e.Path)
+	}
+	info := &store.Info{Key: ws.key(e.Path)}
+	if op.st != nil {
+		info.Size = op.st.size
+	}
+	return s.set(info.Key, info)
+}
+
+func wrapKind(err error, format string, args ...any) error {
+	return errs.Wrap(errs.KindOf(err), err, format, args...)
+}

@@ -1,0 +1,492 @@
+// Package fsstore is the local-directory implementation of store.Store, the
+// default of conch dev.
+//
+// Key segments are escaped so that every name a key can hold is safe on
+// disk and so that no name can collide with the store's own files: a segment that leads
+// to more keys is the directory "d.<name>", a segment that ends a key is the
+// file "f.<name>", and a directory marker is the file "!" inside its
+// directory. Each object file starts with a fixed-size header holding its
+// metadata, so a rename makes content and metadata visible together. The
+// store never creates, follows or serves symbolic links or special files.
+package fsstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/conch-sh/conch/services/workspace/store"
+)
+
+const (
+	headerSize = 4096
+	magic      = "CONCHOBJ"
+	markerName = "!"
+	maxSegment = 250
+)
+
+// Store keeps objects in a directory.
+type Store struct {
+	root string // objects
+	tmp  string // uploads in progress
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a store under dir, creating it.
+func New(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("fsstore: empty directory")
+	}
+	s := &Store{root: filepath.Join(dir, "objects"), tmp: filepath.Join(dir, "tmp")}
+	for _, d := range []string{s.root, s.tmp} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("fsstore: %w", err)
+		}
+	}
+	// Uploads interrupted by a crash are never visible; drop them.
+	entries, err := os.ReadDir(s.tmp)
+	if err != nil {
+		return nil, fmt.Errorf("fsstore: %w", err)
+	}
+	for _, e := range entries {
+		_ = os.Remove(filepath.Join(s.tmp, e.Name()))
+	}
+	return s, nil
+}
+
+type header struct {
+	Size   int64  `json:"size"`
+	Mode   uint32 `json:"mode"`
+	Mtime  int64  `json:"mtime"`
+	SHA256 string `json:"sha256,omitempty"`
+	Link   string `json:"link,omitempty"`
+}
+
+// path returns the file of key.
+func (s *Store) path(key string) (string, error) {
+	if err := store.CheckKey(key); err != nil {
+		return "", err
+	}
+	dir, isDir := strings.CutSuffix(key, "/")
+	segs := strings.Split(dir, "/")
+	parts := make([]string, 0, len(segs)+2)
+	parts = append(parts, s.root)
+	for i, seg := range segs {
+		if len(seg) > maxSegment {
+			return "", fmt.Errorf("fsstore: key %q: segment longer than %d bytes", key, maxSegment)
+		}
+		if i == len(segs)-1 && !isDir {
+			parts = append(parts, "f."+seg)
+		} else {
+			parts = append(parts, "d."+seg)
+		}
+	}
+	if isDir {
+		parts = append(parts, markerName)
+	}
+	return filepath.Join(parts...), nil
+}
+
+// dirOf returns the directory holding the keys below prefix.
+func (s *Store) dirOf(prefix string) string {
+	p := s.root
+	for seg := range strings.SplitSeq(strings.TrimSuffix(prefix, "/"), "/") {
+		if seg != "" {
+			p = filepath.Join(p, "d."+seg)
+		}
+	}
+	return p
+}
+
+// Put stores r under key via a temporary file and a rename.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.Info, error) {
+	dst, err := s.path(key)
+	if err != nil {
+		return store.Info{}, err
+	}
+	if r == nil {
+		r = bytes.NewReader(nil)
+	}
+	empty := o.LinkTarget != "" || strings.HasSuffix(key, "/")
+	if empty {
+		r = io.LimitReader(r, 1) // must be empty; checked below
+	}
+	tmp, n, sum, err := s.stage(ctx, key, r, o)
+	if err != nil {
+		return store.Info{}, err
+	}
+	if empty {
+		if n != 0 {
+			_ = os.Remove(tmp)
+			return store.Info{}, fmt.Errorf("fsstore: put %s: links and directories have no content: %w", key, store.ErrContentMismatch)
+		}
+		sum = ""
+	}
+	return s.publish(key, dst, tmp, header{Size: n, Mode: o.Mode, Mtime: o.ModTime.UnixNano(), SHA256: sum, Link: o.LinkTarget})
+}
+
+// Stage writes r to a temporary file for key.
+func (s *Store) Stage(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.Staged, error) {
+	if _, err := s.path(key); err != nil {
+		return store.Staged{}, err
+	}
+	if strings.HasSuffix(key, "/") || o.LinkTarget != "" {
+		return store.Staged{}, fmt.Errorf("fsstore: stage %s: only files have content", key)
+	}
+	tmp, n, sum, err := s.stage(ctx, key, r, o)
+	if err != nil {
+		return store.Staged{}, err
+	}
+	return store.Staged{Key: key, ID: filepath.Base(tmp), Size: n, SHA256: sum}, nil
+}
+
+// Publish renames a staged file into place.
+func (s *Store) Publish(_ context.Context, st store.Staged, o store.PutOptions) (store.Info, error) {
+	dst, err := s.path(st.Key)
+	if err != nil {
+		return store.Info{}, err
+	}
+	tmp, err := s.tmpPath(st.ID)
+	if err != nil {
+		return store.Info{}, err
+	}
+	return s.publish(st.Key, dst, tmp, header{Size: st.Size, Mode: o.Mode, Mtime: o.ModTime.UnixNano(), SHA256: st.SHA256})
+}
+
+// Discard removes a staged file.
+func (s *Store) Discard(_ context.Context, st store.Staged) error {
+	tmp, err := s.tmpPath(st.ID)
+	if err != nil {
+		return nil
+	}
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("fsstore: discard %s: %w", st.Key, err)
+	}
+	return nil
+}
+
+func (s *Store) tmpPath(id string) (string, error) {
+	if !strings.HasPrefix(id, "put-") || filepath.Base(id) != id || strings.ContainsAny(id, "/\\\x00") {
+		return "", fmt.Errorf("fsstore: %q is not a staged upload", id)
+	}
+	return filepath.Join(s.tmp, id), nil
+}
+
+// stage writes r after the header slot of a new temporary file and checks
+// its size and hash against o.
+func (s *Store) stage(ctx context.Context, key string, r io.Reader, o store.PutOptions) (tmp string, n int64, sum string, err error) {
+	f, err := os.CreateTemp(s.tmp, "put-*")
+	if err != nil {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: %w", key, err)
+	}
+	tmp = f.Name()
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("fsstore: put %s: %w", key, cerr)
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Seek(headerSize, io.SeekStart); err != nil {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: %w", key, err)
+	}
+	h := sha256.New()
+	n, err = io.Copy(io.MultiWriter(f, h), &ctxReader{ctx: ctx, r: r})
+	if err != nil {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: %w", key, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	if o.Size >= 0 && o.Size != n {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: got %d bytes, want %d: %w", key, n, o.Size, store.ErrContentMismatch)
+	}
+	if o.SHA256 != "" && !strings.EqualFold(o.SHA256, sum) {
+		return "", 0, "", fmt.Errorf("fsstore: put %s: SHA-256 %s, want %s: %w", key, sum, o.SHA256, store.ErrContentMismatch)
+	}
+	return tmp, n, sum, nil
+}
+
+// publish writes the header into a staged file, syncs it and renames it
+// to dst.
+func (s *Store) publish(key, dst, tmp string, hd header) (store.Info, error) {
+	fail := func(err error) (store.Info, error) {
+		_ = os.Remove(tmp)
+		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+	}
+	b, err := encodeHeader(hd)
+	if err != nil {
+		return fail(err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY, 0)
+	if err != nil {
+		return store.Info{}, fmt.Errorf("fsstore: publish %s: %w", key, err)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		_ = f.Close()
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	// A concurrent Delete may remove an emptied parent between MkdirAll
+	// and Rename; retry a few times.
+	for attempt := 0; ; attempt++ {
+		if err = os.MkdirAll(filepath.Dir(dst), 0o700); err == nil {
+			if err = os.Rename(tmp, dst); err == nil {
+				break
+			}
+		}
+		if attempt == 3 || !errors.Is(err, fs.ErrNotExist) {
+			return fail(err)
+		}
+	}
+	syncDir(filepath.Dir(dst))
+	return infoOf(key, hd), nil
+}
+
+func encodeHeader(h header) ([]byte, error) {
+	j, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	if len(j) > headerSize-len(magic)-4 {
+		return nil, errors.New("metadata too large (link target too long?)")
+	}
+	b := make([]byte, headerSize)
+	copy(b, magic)
+	binary.BigEndian.PutUint32(b[len(magic):], uint32(len(j)))
+	copy(b[len(magic)+4:], j)
+	return b, nil
+}
+
+func readHeader(f *os.File) (header, error) {
+	b := make([]byte, headerSize)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return header{}, fmt.Errorf("read header: %w", err)
+	}
+	if string(b[:len(magic)]) != magic {
+		return header{}, errors.New("not an object file")
+	}
+	n := binary.BigEndian.Uint32(b[len(magic):])
+	if int(n) > headerSize-len(magic)-4 {
+		return header{}, errors.New("corrupt header")
+	}
+	var h header
+	if err := json.Unmarshal(b[len(magic)+4:len(magic)+4+int(n)], &h); err != nil {
+		return header{}, fmt.Errorf("corrupt header: %w", err)
+	}
+	return h, nil
+}
+
+// open opens an object file, refusing anything but a regular file: a FIFO
+// or a link planted in the store is never opened for reading or followed.
+func open(p string) (*os.File, header, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return nil, header{}, store.ErrNotFound
+		}
+		return nil, header{}, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, header{}, err
+	}
+	if !st.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, header{}, fmt.Errorf("not a regular file (%v)", st.Mode().Type())
+	}
+	h, err := readHeader(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, header{}, err
+	}
+	return f, h, nil
+}
+
+type objectReader struct {
+	f *os.File
+	io.Reader
+}
+
+func (r *objectReader) Close() error { return r.f.Close() }
+
+// Get opens key's content.
+func (s *Store) Get(_ context.Context, key string) (io.ReadCloser, store.Info, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return nil, store.Info{}, err
+	}
+	f, h, err := open(p)
+	if err != nil {
+		return nil, store.Info{}, fmt.Errorf("fsstore: get %s: %w", key, err)
+	}
+	return &objectReader{f: f, Reader: io.LimitReader(f, h.Size)}, infoOf(key, h), nil
+}
+
+// Stat returns key's metadata.
+func (s *Store) Stat(_ context.Context, key string) (store.Info, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return store.Info{}, err
+	}
+	f, h, err := open(p)
+	if err != nil {
+		return store.Info{}, fmt.Errorf("fsstore: stat %s: %w", key, err)
+	}
+	_ = f.Close()
+	return infoOf(key, h), nil
+}
+
+// List lists the keys below prefix, sorted by key.
+func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Seq2[store.Info, error] {
+	return func(yield func(store.Info, error) bool) {
+		if err := store.CheckPrefix(prefix); err != nil {
+			yield(store.Info{}, err)
+			return
+		}
+		var infos []store.Info
+		var walk func(dir, keyPrefix string) error
+		walk = func(dir, keyPrefix string) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+					return nil
+				}
+				return err
+			}
+			for _, e := range entries {
+				name := e.Name()
+				switch {
+				case name == markerName:
+					if keyPrefix != prefix {
+						info, err := s.statFile(filepath.Join(dir, name), keyPrefix)
+						if err != nil {
+							return err
+						}
+						infos = append(infos, info)
+					}
+				case strings.HasPrefix(name, "f.") && e.Type().IsRegular():
+					info, err := s.statFile(filepath.Join(dir, name), keyPrefix+name[2:])
+					if err != nil {
+						return err
+					}
+					infos = append(infos, info)
+				case strings.HasPrefix(name, "d.") && e.IsDir():
+					sub := keyPrefix + name[2:] + "/"
+					if !recursive {
+						infos = append(infos, store.Info{Key: sub, Prefix: true})
+						continue
+					}
+					if err := walk(filepath.Join(dir, name), sub); err != nil {
+						return err
+					}
+				}
+				// Anything else (a link, a FIFO, a stray file) is not an
+				// object of this store and is skipped.
+			}
+			return nil
+		}
+		if err := walk(s.dirOf(prefix), prefix); err != nil {
+			yield(store.Info{}, fmt.Errorf("fsstore: list %s: %w", prefix, err))
+			return
+		}
+		slices.SortFunc(infos, func(a, b store.Info) int { return strings.Compare(a.Key, b.Key) })
+		for _, info := range infos {
+			if !yield(info, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Store) statFile(p, key string) (store.Info, error) {
+	f, h, err := open(p)
+	if err != nil {
+		return store.Info{}, fmt.Errorf("%s: %w", key, err)
+	}
+	_ = f.Close()
+	return infoOf(key, h), nil
+}
+
+// Delete deletes keys and then any directory they leave empty.
+func (s *Store) Delete(ctx context.Context, keys []string) error {
+	dirs := map[string]bool{}
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("fsstore: delete: %w", err)
+		}
+		p, err := s.path(k)
+		if err != nil {
+			return err
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return fmt.Errorf("fsstore: delete %s: %w", k, err)
+		}
+		dirs[filepath.Dir(p)] = true
+	}
+	// Remove emptied directories, deepest first, up to the root: in S3 a
+	// prefix with no keys does not exist.
+	sorted := make([]string, 0, len(dirs))
+	for d := range dirs {
+		for ; d != s.root && strings.HasPrefix(d, s.root); d = filepath.Dir(d) {
+			sorted = append(sorted, d)
+		}
+	}
+	slices.SortFunc(sorted, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+	for _, d := range slices.Compact(sorted) {
+		_ = os.Remove(d) // fails, as wanted, when not empty
+	}
+	return nil
+}
+
+func infoOf(key string, h header) store.Info {
+	return store.Info{Key: key, Size: h.Size, Mode: h.Mode, ModTime: time.Unix(0, h.Mtime), SHA256: h.SHA256, LinkTarget: h.Link}
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

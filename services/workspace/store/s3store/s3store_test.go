@@ -1,0 +1,104 @@
+package s3store_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/workspace/store/s3store"
+	"github.com/conch-sh/conch/services/workspace/store/storetest"
+)
+
+func TestContract(t *testing.T) {
+	m := miniotest.Start(t)
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := s3store.New(t.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: miniotest.Bucket()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// TestBlobsAreCollected checks in the raw bucket that the blobs of large
+// objects go when they are replaced or deleted.
+func TestBlobsAreCollected(t *testing.T) {
+	m := miniotest.Start(t)
+	bucket := miniotest.Bucket()
+	s, err := s3store.New(t.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := minio.New(m.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := func() []string {
+		var keys []string
+		for oi := range raw.ListObjectsIter(t.Context(), bucket, minio.ListObjectsOptions{Prefix: ".blobs/", Recursive: true}) {
+			if oi.Err != nil {
+				t.Fatal(oi.Err)
+			}
+			keys = append(keys, oi.Key)
+		}
+		return keys
+	}
+	large := bytes.Repeat([]byte("b"), 5<<20)
+	for i := range 3 {
+		if _, err := s.Put(t.Context(), "d/big", bytes.NewReader(large), store.PutOptions{Size: -1}); err != nil {
+			t.Fatal(err)
+		}
+		if got := blobs(); len(got) != 1 || !strings.HasPrefix(got[0], ".blobs/d/big/") {
+			t.Fatalf("after put %d: blobs %v, want one", i, got)
+		}
+	}
+	if _, err := s.Put(t.Context(), "d/big", strings.NewReader("small"), store.PutOptions{Size: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := blobs(); len(got) != 0 {
+		t.Fatalf("after a small put: blobs %v", got)
+	}
+	for _, k := range []string{"d/a", "d/e/b", "d/e/c"} {
+		if _, err := s.Put(t.Context(), k, bytes.NewReader(large), store.PutOptions{Size: int64(len(large))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(t.Context(), []string{"d/e/b", "d/e/c", "d/a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := blobs(); len(got) != 0 {
+		t.Fatalf("after delete: blobs %v", got)
+	}
+}
+
+// BenchmarkLargeObject measures the upload of a large object of known and
+// unknown size: one blob upload and a pointer.
+func BenchmarkLargeObject(b *testing.B) {
+	m := miniotest.Start(b)
+	s, err := s3store.New(b.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: miniotest.Bucket()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const size = 100_000_000
+	data := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	for _, known := range []bool{true, false} {
+		b.Run(fmt.Sprintf("known-size-%v", known), func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				n := int64(-1)
+				if known {
+					n = size
+				}
+				if _, err := s.Put(b.Context(), "big", bytes.NewReader(data), store.PutOptions{Size: n}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

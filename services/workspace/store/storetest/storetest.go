@@ -1,0 +1,357 @@
+// Package storetest is the contract test suite every store.Store
+// implementation runs.
+package storetest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/conch-sh/conch/services/workspace/store"
+)
+
+// Run runs the contract suite; newStore returns an empty store.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("put get stat keep content and metadata", func(t *testing.T) {
+		s := newStore(t)
+		mtime := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
+		data := []byte("hello, workspace\n")
+		info, err := s.Put(t.Context(), "a/b.txt", bytes.NewReader(data), store.PutOptions{Size: -1, Mode: 0o751, ModTime: mtime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := store.Info{Key: "a/b.txt", Size: int64(len(data)), Mode: 0o751, ModTime: mtime, SHA256: sum(data)}
+		checkInfo(t, "put", info, want)
+		st, err := s.Stat(t.Context(), "a/b.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInfo(t, "stat", st, want)
+		rc, gi, err := s.Get(t.Context(), "a/b.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("get = %q, %v; want %q", got, err, data)
+		}
+		checkInfo(t, "get", gi, want)
+	})
+
+	t.Run("overwrite replaces content and metadata", func(t *testing.T) {
+		s := newStore(t)
+		put(t, s, "f", "one", 0o600)
+		put(t, s, "f", "second", 0o644)
+		if got := read(t, s, "f"); got != "second" {
+			t.Fatalf("content = %q", got)
+		}
+		if st, _ := s.Stat(t.Context(), "f"); st.Mode != 0o644 || st.Size != 6 {
+			t.Fatalf("stat = %+v", st)
+		}
+	})
+
+	t.Run("large content streams and hashes", func(t *testing.T) {
+		s := newStore(t)
+		data := bytes.Repeat([]byte("0123456789abcdef"), (10<<20)/16+7)
+		info, err := s.Put(t.Context(), "big/file", bytes.NewReader(data), store.PutOptions{Size: -1, Mode: 0o644, ModTime: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.SHA256 != sum(data) || info.Size != int64(len(data)) {
+			t.Fatalf("put info = %+v", info)
+		}
+		if st, err := s.Stat(t.Context(), "big/file"); err != nil || st.SHA256 != sum(data) {
+			t.Fatalf("stat = %+v, %v", st, err)
+		}
+		if got := read(t, s, "big/file"); got != string(data) {
+			t.Fatalf("content differs (len %d)", len(got))
+		}
+		if keys := list(t, s, "", true); !slices.Equal(keys, []string{"big/file"}) {
+			t.Fatalf("staging visible in listing: %v", keys)
+		}
+	})
+
+	t.Run("failed puts leave nothing behind", func(t *testing.T) {
+		s := newStore(t)
+		data := []byte("content")
+		tests := []struct {
+			name string
+			r    io.Reader
+			opts store.PutOptions
+		}{
+			{"size too small", bytes.NewReader(data), store.PutOptions{Size: 3}},
+			{"size too large", bytes.NewReader(data), store.PutOptions{Size: 100}},
+			{"wrong hash", bytes.NewReader(data), store.PutOptions{Size: -1, SHA256: sum([]byte("other"))}},
+			{"reader fails early", &failingReader{n: 10}, store.PutOptions{Size: -1}},
+			{"reader fails after the memory buffer", &failingReader{n: 9 << 20}, store.PutOptions{Size: -1}},
+			{"large with wrong hash", io.LimitReader(zeros{}, 9<<20), store.PutOptions{Size: -1, SHA256: sum(data)}},
+			{"content for a link", bytes.NewReader(data), store.PutOptions{Size: -1, LinkTarget: "x"}},
+		}
+		for _, tt := range tests {
+			key := "failed/" + strings.ReplaceAll(tt.name, " ", "-")
+			if _, err := s.Put(t.Context(), key, tt.r, tt.opts); err == nil {
+				t.Errorf("%s: put succeeded", tt.name)
+			}
+			if _, err := s.Stat(t.Context(), key); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("%s: stat after failed put = %v, want ErrNotFound", tt.name, err)
+			}
+		}
+		if _, err := s.Put(t.Context(), "ok", bytes.NewReader(data), store.PutOptions{Size: int64(len(data)), SHA256: strings.ToUpper(sum(data))}); err != nil {
+			t.Errorf("put with right size and hash: %v", err)
+		}
+		if keys := list(t, s, "", true); !slices.Equal(keys, []string{"ok"}) {
+			t.Fatalf("listing after failed puts = %v", keys)
+		}
+	})
+
+	t.Run("directories and links", func(t *testing.T) {
+		s := newStore(t)
+		for _, k := range []string{"d/", "d/empty/", "d/x/"} {
+			put(t, s, k, "", 0o755)
+		}
+		put(t, s, "d/x/y", "in a directory", 0o644)
+		put(t, s, "d/x-y", "sorts before the prefix", 0o644)
+		if _, err := s.Put(t.Context(), "d/link", nil, store.PutOptions{Size: -1, LinkTarget: "../../etc/passwd", Mode: 0o777}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.Stat(t.Context(), "d/link")
+		if err != nil || st.LinkTarget != "../../etc/passwd" || st.Size != 0 {
+			t.Fatalf("link stat = %+v, %v", st, err)
+		}
+		if st, err := s.Stat(t.Context(), "d/empty/"); err != nil || !st.IsDir() || st.Mode != 0o755 {
+			t.Fatalf("dir stat = %+v, %v", st, err)
+		}
+		if got := list(t, s, "d/", false); !slices.Equal(got, []string{"d/empty/", "d/link", "d/x-y", "d/x/"}) {
+			t.Fatalf("non-recursive listing = %v", got)
+		}
+		if got := list(t, s, "d/", true); !slices.Equal(got, []string{"d/empty/", "d/link", "d/x-y", "d/x/", "d/x/y"}) {
+			t.Fatalf("recursive listing = %v", got)
+		}
+		if got := list(t, s, "", false); !slices.Equal(got, []string{"d/"}) {
+			t.Fatalf("root listing = %v", got)
+		}
+		if err := s.Delete(t.Context(), []string{"d/x/"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := list(t, s, "d/", false); !slices.Equal(got, []string{"d/empty/", "d/link", "d/x-y", "d/x/"}) {
+			t.Fatalf("listing without the marker = %v", got)
+		}
+		if _, err := s.Stat(t.Context(), "d/x/"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("stat of an implicit directory = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("missing keys", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.Stat(t.Context(), "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("stat = %v", err)
+		}
+		if _, _, err := s.Get(t.Context(), "no/pe"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("get = %v", err)
+		}
+		if err := s.Delete(t.Context(), []string{"nope", "no/pe/"}); err != nil {
+			t.Errorf("delete = %v", err)
+		}
+		if got := list(t, s, "nope/", true); len(got) != 0 {
+			t.Errorf("list = %v", got)
+		}
+	})
+
+	t.Run("invalid keys are refused", func(t *testing.T) {
+		s := newStore(t)
+		for _, k := range []string{"", "/a", "a//b", "a/./b", "a/../b", "../a", "a/..", ".", "a\x00b", strings.Repeat("k", store.MaxKeyLen+1), "\xff"} {
+			if _, err := s.Put(t.Context(), k, strings.NewReader("x"), store.PutOptions{Size: -1}); err == nil {
+				t.Errorf("put %q succeeded", k)
+			}
+			if _, err := s.Stat(t.Context(), k); err == nil || errors.Is(err, store.ErrNotFound) {
+				t.Errorf("stat %q = %v, want a key error", k, err)
+			}
+		}
+		for _, p := range []string{"a", "/a/", "a//"} {
+			for _, err := range s.List(t.Context(), p, true) {
+				if err == nil {
+					t.Errorf("list %q succeeded", p)
+				}
+			}
+		}
+	})
+
+	t.Run("staged content is invisible until published", func(t *testing.T) {
+		s := newStore(t)
+		data := bytes.Repeat([]byte("s"), 6<<20)
+		put(t, s, "dst/x", "old", 0o600)
+		st, err := s.Stage(t.Context(), "dst/x", bytes.NewReader(data), store.PutOptions{Size: int64(len(data))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.SHA256 != sum(data) || st.Size != int64(len(data)) {
+			t.Fatalf("staged = %+v", st)
+		}
+		if got := read(t, s, "dst/x"); got != "old" {
+			t.Fatalf("content before publish = %q", got)
+		}
+		if keys := list(t, s, "", true); !slices.Equal(keys, []string{"dst/x"}) {
+			t.Fatalf("staged content listed: %v", keys)
+		}
+		mtime := time.Unix(1700000000, 0)
+		info, err := s.Publish(t.Context(), st, store.PutOptions{Mode: 0o640, ModTime: mtime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := store.Info{Key: "dst/x", Size: int64(len(data)), Mode: 0o640, ModTime: mtime, SHA256: sum(data)}
+		checkInfo(t, "publish", info, want)
+		st2, err := s.Stat(t.Context(), "dst/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInfo(t, "stat", st2, want)
+		var listed store.Info
+		for info, err := range s.List(t.Context(), "dst/", true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed = info
+		}
+		checkInfo(t, "list", listed, want)
+		if got := read(t, s, "dst/x"); got != string(data) {
+			t.Fatalf("content after publish differs (%d bytes)", len(got))
+		}
+		// A discarded upload never shows; small content replaces large.
+		st3, err := s.Stage(t.Context(), "dst/x", strings.NewReader("discarded"), store.PutOptions{Size: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Discard(t.Context(), st3); err != nil {
+			t.Fatal(err)
+		}
+		put(t, s, "dst/x", "small again", 0o644)
+		if got := read(t, s, "dst/x"); got != "small again" {
+			t.Fatalf("content = %q", got)
+		}
+		for _, tt := range []struct {
+			name string
+			r    io.Reader
+			opts store.PutOptions
+		}{
+			{"longer than announced", io.LimitReader(zeros{}, 6<<20+1), store.PutOptions{Size: 6 << 20}},
+			{"shorter than announced", io.LimitReader(zeros{}, 6<<20-1), store.PutOptions{Size: 6 << 20}},
+			{"wrong hash", io.LimitReader(zeros{}, 6<<20), store.PutOptions{Size: 6 << 20, SHA256: sum(data)}},
+		} {
+			if _, err := s.Stage(t.Context(), "dst/y", tt.r, tt.opts); !errors.Is(err, store.ErrContentMismatch) {
+				t.Errorf("stage %s = %v, want ErrContentMismatch", tt.name, err)
+			}
+			if _, err := s.Put(t.Context(), "dst/y", io.LimitReader(zeros{}, 6<<20+1), store.PutOptions{Size: 6 << 20}); err == nil {
+				t.Errorf("put %s succeeded", tt.name)
+			}
+		}
+		if keys := list(t, s, "", true); !slices.Equal(keys, []string{"dst/x"}) {
+			t.Fatalf("listing = %v", keys)
+		}
+	})
+
+	t.Run("more than 1000 keys list and delete", func(t *testing.T) {
+		s := newStore(t)
+		const n = 1100
+		keys := make([]string, n)
+		g, ctx := errgroup.WithContext(t.Context())
+		g.SetLimit(16)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("many/%02d/f%05d", i%7, i)
+			g.Go(func() error {
+				_, err := s.Put(ctx, keys[i], strings.NewReader("x"), store.PutOptions{Size: 1})
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		put(t, s, "other", "kept", 0o644)
+		got := list(t, s, "many/", true)
+		slices.Sort(keys)
+		if !slices.Equal(got, keys) {
+			t.Fatalf("listing has %d keys, want %d", len(got), n)
+		}
+		if err := s.Delete(t.Context(), got); err != nil {
+			t.Fatal(err)
+		}
+		if got := list(t, s, "", true); !slices.Equal(got, []string{"other"}) {
+			t.Fatalf("after delete: %v", head(got))
+		}
+	})
+}
+
+func checkInfo(t *testing.T, what string, got, want store.Info) {
+	t.Helper()
+	if got.Key != want.Key || got.Size != want.Size || got.Mode != want.Mode || !got.ModTime.Equal(want.ModTime) || got.SHA256 != want.SHA256 {
+		t.Errorf("%s info = %+v, want %+v", what, got, want)
+	}
+}
+
+func put(t *testing.T, s store.Store, key, content string, mode uint32) {
+	t.Helper()
+	if _, err := s.Put(t.Context(), key, strings.NewReader(content), store.PutOptions{Size: int64(len(content)), Mode: mode, ModTime: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, s store.Store, key string) string {
+	t.Helper()
+	rc, _, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func list(t *testing.T, s store.Store, prefix string, recursive bool) []string {
+	t.Helper()
+	var keys []string
+	for info, err := range s.List(t.Context(), prefix, recursive) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, info.Key)
+	}
+	return keys
+}
+
+func head(s []string) []string { return s[:min(len(s), 5)] }
+
+func sum(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+type failingReader struct{ n int }
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, errors.New("connection reset")
+	}
+	n := min(len(p), f.n)
+	clear(p[:n])
+	f.n -= n
+	return n, nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
