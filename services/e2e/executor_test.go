@@ -153,24 +153,24 @@ func TestSandboxREST(t *testing.T) {
 
 	t.Run("persistent workspace", func(t *testing.T) {
 		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": "alice", "persistent": true})
-		switch {
-		case code == http.StatusOK:
-			var sb struct{ ID string }
-			_ = json.Unmarshal(body, &sb)
-			d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": "echo kept > notes.txt"})
-			d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
-			_, body = d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": "alice", "persistent": true})
-			_ = json.Unmarshal(body, &sb)
-			code, body = d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": "cat notes.txt"})
-			d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
-			if code != http.StatusOK || !strings.Contains(string(body), `"stdout":"kept\n"`) {
-				t.Fatalf("file did not persist: %d %s", code, body)
-			}
-		case code == http.StatusServiceUnavailable && strings.Contains(string(body), "hydrate the workspace"):
-			// The workspace service does not serve Hydrate yet: the
-			// executor says so instead of handing out an empty workspace.
-		default:
+		if code != http.StatusOK {
 			t.Fatalf("persistent create = %d %s", code, body)
+		}
+		var sb struct{ ID string }
+		_ = json.Unmarshal(body, &sb)
+		d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": "echo kept > notes.txt && ln -s /etc/shadow leak"})
+		// The file API sees the flushed files at once; the symlink is a symlink.
+		code, body = d.call("GET", "/api/v1/shell/io/list?path=/", d.Key, nil, "X-Shell-User-Id", "alice")
+		if code != http.StatusOK || !strings.Contains(string(body), `"path":"/notes.txt"`) || !strings.Contains(string(body), `"link_target":"/etc/shadow"`) {
+			t.Fatalf("file API after flush = %d %s", code, body)
+		}
+		d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
+		_, body = d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": "alice", "persistent": true})
+		_ = json.Unmarshal(body, &sb)
+		code, body = d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": "cat notes.txt; readlink leak"})
+		d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
+		if code != http.StatusOK || !strings.Contains(string(body), `"stdout":"kept\n/etc/shadow\n"`) {
+			t.Fatalf("workspace did not persist: %d %s", code, body)
 		}
 	})
 

@@ -18,6 +18,10 @@ var ErrNotFound = errors.New("process: not found")
 // discarded first.
 const MaxLog = 1 << 20
 
+// MaxRecords bounds the records kept per sandbox: beyond it the oldest
+// finished ones are forgotten before their retention ends.
+const MaxRecords = 1000
+
 // Record is one process.
 type Record struct {
 	ID        string
@@ -221,6 +225,17 @@ func (t *Table) Add(r *Record) {
 	if m == nil {
 		m = map[string]*Record{}
 		t.recs[r.SandboxID] = m
+	}
+	if len(m) >= MaxRecords {
+		var oldest *Record
+		for _, o := range m {
+			if s := o.Snapshot(); !s.Running && (oldest == nil || s.EndedAt.Before(oldest.Snapshot().EndedAt)) {
+				oldest = o
+			}
+		}
+		if oldest != nil {
+			delete(m, oldest.ID)
+		}
 	}
 	m[r.ID] = r
 }

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,26 @@ func TestSweepForgetsAfterRetention(t *testing.T) {
 	}
 	if _, err := tab.Get("s", "run"); err != nil {
 		t.Fatalf("running record forgotten: %v", err)
+	}
+}
+
+func TestTableKeepsAtMostMaxRecords(t *testing.T) {
+	t.Parallel()
+	tab := NewTable(30 * time.Minute)
+	running := NewRecord("running", "s", "sleep", false, false, nil, nil)
+	tab.Add(running)
+	for i := range MaxRecords + 10 {
+		r := NewRecord(fmt.Sprintf("p%d", i), "s", "true", false, false, nil, nil)
+		r.End(0, false, "")
+		tab.Add(r)
+	}
+	if n := len(tab.List("s")); n != MaxRecords {
+		t.Fatalf("%d records kept, want %d", n, MaxRecords)
+	}
+	if _, err := tab.Get("s", "running"); err != nil {
+		t.Fatal("a running process was forgotten")
+	}
+	if _, err := tab.Get("s", fmt.Sprintf("p%d", MaxRecords+9)); err != nil {
+		t.Fatal("the newest record was forgotten")
 	}
 }
