@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -155,49 +154,25 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 		}
 		req.SandboxId = id
 	}
-	stream, err := cfg.Executor.Exec(ctx, req)
+	run, err := cfg.exec(ctx, req, call, ev)
 	if err != nil {
-		return execError("exec: " + message(err))
+		return execError(err.Error())
 	}
-	var stdout, stderr []byte
-	var processID string
-	for {
-		msg, err := stream.Recv()
-		if err == io.EOF {
-			return execError("exec: the executor ended the command without an outcome")
-		}
-		if err != nil {
-			return execError("exec: " + message(err))
-		}
-		switch e := msg.GetEvent().(type) {
-		case *executorv1.ExecResponse_Started:
-			processID = e.Started
-		case *executorv1.ExecResponse_Output:
-			if e.Output.GetStream() == executorv1.StreamName_STREAM_NAME_STDERR {
-				stderr = append(stderr, e.Output.GetData()...)
-			} else {
-				stdout = append(stdout, e.Output.GetData()...)
-			}
-		case *executorv1.ExecResponse_ApprovalPending:
-			if ev != nil {
-				b, _ := restjson.New().Marshal(e.ApprovalPending.GetApproval())
-				_ = ev.Tool(ToolEvent{Event: "approval_pending", ID: call.ID, Name: call.Name, Approval: b})
-			}
-		case *executorv1.ExecResponse_Backgrounded:
-			b, _ := json.Marshal(execResult{Status: "running", SessionID: e.Backgrounded.GetProcessId(), Stdout: string(stdout), Stderr: string(stderr)})
-			return string(b)
-		case *executorv1.ExecResponse_Finished:
-			r := toolresult.FromExec(stdout, stderr, int(cfg.ExecOutput), e.Finished)
-			res := execResult{Status: "completed", SessionID: processID, Stdout: r.GetStdout(), Stderr: r.GetStderr(), Error: r.GetError()}
-			outcome, _ := restjson.New().Marshal(r.GetOutcome())
-			res.Outcome = json.RawMessage(outcome)
-			if r.GetOutcome().GetType() != executorv1.OutcomeType_OUTCOME_TYPE_EXIT || r.GetOutcome().GetExitCode() != 0 {
-				res.Status = "failed"
-			}
-			b, _ := json.Marshal(res)
-			return string(b)
-		}
+	if run.backgrounded != "" {
+		// The output so far, cut like any other.
+		out, errOut, _, _ := toolresult.Cap(string(run.stdout), string(run.stderr), int(cfg.ExecOutput), false, false)
+		b, _ := json.Marshal(execResult{Status: "running", SessionID: run.backgrounded, Stdout: out, Stderr: errOut})
+		return string(b)
 	}
+	r := toolresult.FromExec(run.stdout, run.stderr, int(cfg.ExecOutput), run.finished)
+	res := execResult{Status: "completed", SessionID: run.processID, Stdout: r.GetStdout(), Stderr: r.GetStderr(), Error: r.GetError()}
+	outcome, _ := restjson.New().Marshal(r.GetOutcome())
+	res.Outcome = json.RawMessage(outcome)
+	if r.GetOutcome().GetType() != executorv1.OutcomeType_OUTCOME_TYPE_EXIT || r.GetOutcome().GetExitCode() != 0 {
+		res.Status = "failed"
+	}
+	b, _ := json.Marshal(res)
+	return string(b)
 }
 
 func orEmpty(s *approvalv1.ExecSettings) *approvalv1.ExecSettings {

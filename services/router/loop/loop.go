@@ -7,6 +7,7 @@ package loop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -300,7 +301,7 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 	if err != nil {
 		return toolresult.Error("sandbox: " + message(err))
 	}
-	stream, err := cfg.Executor.Exec(ctx, &executorv1.ExecRequest{
+	run, err := cfg.exec(ctx, &executorv1.ExecRequest{
 		SandboxId:       id,
 		Command:         cmd,
 		TimeoutSeconds:  sh.TimeoutSeconds,
@@ -309,35 +310,62 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 		Agent:           cfg.Exec.Agent,
 		Session:         cfg.Exec.Session,
 		User:            cfg.Exec.User,
-	})
-	if err != nil {
-		return toolresult.Error("exec: " + message(err))
+	}, call, ev)
+	switch {
+	case err != nil:
+		return toolresult.Error(err.Error())
+	case run.backgrounded != "":
+		return toolresult.Error("exec: the command moved to the background, which the shell tool does not do")
 	}
-	var stdout, stderr []byte
+	return toolresult.FromExec(run.stdout, run.stderr, int(sh.MaxOutputLength), run.finished)
+}
+
+// execRun is what an Exec stream delivered: output, and how it ended —
+// finished, or moved to the background as a process.
+type execRun struct {
+	stdout, stderr []byte
+	processID      string
+	finished       *executorv1.Finished
+	backgrounded   string
+}
+
+// exec runs req on the executor, collecting its output and passing a
+// pending approval on to a streaming client. The error is a message for the
+// model.
+func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call upstream.ToolCall, ev Events) (*execRun, error) {
+	stream, err := cfg.Executor.Exec(ctx, req)
+	if err != nil {
+		return nil, errors.New("exec: " + message(err))
+	}
+	run := &execRun{}
 	for {
 		msg, err := stream.Recv()
 		if err == io.EOF {
-			return toolresult.Error("exec: the executor ended the command without an outcome")
+			return nil, errors.New("exec: the executor ended the command without an outcome")
 		}
 		if err != nil {
-			return toolresult.Error("exec: " + message(err))
+			return nil, errors.New("exec: " + message(err))
 		}
 		switch e := msg.GetEvent().(type) {
+		case *executorv1.ExecResponse_Started:
+			run.processID = e.Started
 		case *executorv1.ExecResponse_Output:
 			if e.Output.GetStream() == executorv1.StreamName_STREAM_NAME_STDERR {
-				stderr = append(stderr, e.Output.GetData()...)
+				run.stderr = append(run.stderr, e.Output.GetData()...)
 			} else {
-				stdout = append(stdout, e.Output.GetData()...)
+				run.stdout = append(run.stdout, e.Output.GetData()...)
 			}
 		case *executorv1.ExecResponse_ApprovalPending:
 			if ev != nil {
 				b, _ := restjson.New().Marshal(e.ApprovalPending.GetApproval())
 				_ = ev.Tool(ToolEvent{Event: "approval_pending", ID: call.ID, Name: call.Name, Approval: b})
 			}
-		case *executorv1.ExecResponse_Finished:
-			return toolresult.FromExec(stdout, stderr, int(sh.MaxOutputLength), e.Finished)
 		case *executorv1.ExecResponse_Backgrounded:
-			return toolresult.Error("exec: the command moved to the background, which the shell tool does not do")
+			run.backgrounded = e.Backgrounded.GetProcessId()
+			return run, nil
+		case *executorv1.ExecResponse_Finished:
+			run.finished = e.Finished
+			return run, nil
 		}
 	}
 }
