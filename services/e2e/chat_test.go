@@ -168,6 +168,18 @@ func TestChatCompletions(t *testing.T) {
 		}
 	})
 
+	t.Run("a gateway whose MCP server is down", func(t *testing.T) {
+		createGateway(t, d, map[string]any{"name": "badtools", "upstream": map[string]any{"provider": "scripted"},
+			"tools": map[string]any{"mcp_servers": []any{map[string]any{"name": "gone", "url": "http://127.0.0.1:1/mcp"}}}})
+		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model: "badtools", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+		})
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 502 || !strings.Contains(apiErr.Message, `gateway badtools: mcp server gone`) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
 	t.Run("upstream down", func(t *testing.T) {
 		// Nothing listens on port 1: connections are refused at once.
 		createGateway(t, d, map[string]any{"name": "down", "upstream": map[string]any{"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}})
