@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"github.com/conch-sh/conch/services/internal/toolresult"
 	"io"
 	"strings"
 	"testing"
@@ -23,10 +24,10 @@ func TestFinalOutput(t *testing.T) {
 		wantOut, wantErr  string
 	}{
 		{"fits", "ab", "cd", 10, "ab", "cd"},
-		{"stdout cut, stderr gets nothing", "abcdef", "xy", 4, "abcd\n" + TruncatedMarker, TruncatedMarker},
-		{"stderr gets the rest", "ab", "wxyz", 4, "ab", "wx\n" + TruncatedMarker},
-		{"characters not bytes", "☃☃☃☃", "", 3, "☃☃☃\n" + TruncatedMarker, ""},
-		{"newline before marker kept", "a\nb\n", "", 2, "a\n" + TruncatedMarker, ""},
+		{"stdout cut, stderr gets nothing", "abcdef", "xy", 4, "abcd\n" + toolresult.TruncatedMarker, toolresult.TruncatedMarker},
+		{"stderr gets the rest", "ab", "wxyz", 4, "ab", "wx\n" + toolresult.TruncatedMarker},
+		{"characters not bytes", "☃☃☃☃", "", 3, "☃☃☃\n" + toolresult.TruncatedMarker, ""},
+		{"newline before marker kept", "a\nb\n", "", 2, "a\n" + toolresult.TruncatedMarker, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -110,9 +111,9 @@ func TestRunCommand(t *testing.T) {
 		{"exit", &executorv1.RunCommandRequest{Command: "echo out; echo err >&2; exit 3"},
 			&executorv1.RunCommandResponse{Stdout: "out\n", Stderr: "err\n", Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_EXIT, ExitCode: exitCode(3)}}},
 		{"characters cap", &executorv1.RunCommandRequest{Command: "printf '☃☃☃☃☃'; echo e >&2", MaxOutputLength: 3},
-			&executorv1.RunCommandResponse{Stdout: "☃☃☃\n" + TruncatedMarker, Stderr: TruncatedMarker, Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_EXIT, ExitCode: exitCode(0)}}},
+			&executorv1.RunCommandResponse{Stdout: "☃☃☃\n" + toolresult.TruncatedMarker, Stderr: toolresult.TruncatedMarker, Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_EXIT, ExitCode: exitCode(0)}}},
 		{"flood", &executorv1.RunCommandRequest{Command: "yes | head -c 100000000", MaxOutputLength: 4},
-			&executorv1.RunCommandResponse{Stdout: "y\ny\n" + TruncatedMarker, Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_EXIT, ExitCode: exitCode(0)}}},
+			&executorv1.RunCommandResponse{Stdout: "y\ny\n" + toolresult.TruncatedMarker, Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_EXIT, ExitCode: exitCode(0)}}},
 		{"timeout keeps output", &executorv1.RunCommandRequest{Command: "echo before; sleep 100", TimeoutSeconds: 1},
 			&executorv1.RunCommandResponse{Stdout: "before\n", Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_TIMEOUT}}},
 		{"env", &executorv1.RunCommandRequest{Command: "echo $GREETING", Env: map[string]string{"GREETING": "hi"}},

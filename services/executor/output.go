@@ -7,9 +7,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
-// TruncatedMarker ends an output field that was cut (SPEC §3).
-const TruncatedMarker = toolresult.TruncatedMarker
-
 // capture keeps the first bytes of one stream, enough for limit characters,
 // and remembers whether anything beyond was seen.
 type capture struct {
