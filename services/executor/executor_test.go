@@ -2,7 +2,6 @@ package executor
 
 import (
 	"errors"
-	"github.com/conch-sh/conch/services/internal/toolresult"
 	"io"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
 func TestFinalOutput(t *testing.T) {
