@@ -36,8 +36,8 @@ func instanceAlive(name string) bool {
 }
 
 // SweepStale removes what executors that died without cleaning up left under
-// stateRoot and the cgroup parent: workspace mounts, state dirs and empty
-// cgroups. Their sandboxes died with them (bubblewrap's --die-with-parent).
+// stateRoot and the cgroup parent: workspace mounts, state dirs, and
+// cgroups, killing any process still in them.
 func SweepStale(stateRoot, cgroupMount, cgroupParent string) error {
 	entries, err := os.ReadDir(stateRoot)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -51,6 +51,9 @@ func SweepStale(stateRoot, cgroupMount, cgroupParent string) error {
 		dir := filepath.Join(stateRoot, e.Name())
 		sbs, _ := os.ReadDir(dir)
 		for _, sb := range sbs {
+			if !sb.IsDir() {
+				continue // the agent binary and other files hold no mounts
+			}
 			ws := filepath.Join(dir, sb.Name(), "workspace")
 			if err := unix.Unmount(ws, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("sandbox: unmount stale %s: %w", ws, err))
