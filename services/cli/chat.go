@@ -136,7 +136,7 @@ func (ch *chat) turn(ctx context.Context, text string) error {
 				Result    string          `json:"result"`
 				Name      string          `json:"name"`
 				Approval  json.RawMessage `json:"approval"`
-			} `json:"conch"`
+			} `json:"conch_event"`
 			Error *struct {
 				Message string `json:"message"`
 			} `json:"error"`

@@ -75,18 +75,26 @@ func TestShellLoop(t *testing.T) {
 		})
 		var acc openai.ChatCompletionAccumulator
 		var sawCall, sawResult bool
+		conchChunks := 0
 		for stream.Next() {
 			ch := stream.Current()
 			acc.AddChunk(ch)
 			raw := ch.RawJSON()
+			if _, ok := ch.JSON.ExtraFields["conch"]; ok {
+				// conch rides only on the last chunk, with finish_reason.
+				conchChunks++
+				if len(ch.Choices) != 1 || ch.Choices[0].FinishReason == "" || !strings.Contains(raw, `"server_tool_calls":[{`) {
+					t.Errorf("conch on a chunk that is not the last: %s", raw)
+				}
+			}
 			sawCall = sawCall || strings.Contains(raw, `"event":"tool_call"`)
 			sawResult = sawResult || strings.Contains(raw, `"event":"tool_result"`) && strings.Contains(raw, `streamed\\n`)
 		}
 		if err := stream.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if !sawCall || !sawResult || acc.Choices[0].Message.Content != "done" || acc.Choices[0].FinishReason != "stop" {
-			t.Errorf("stream: call %v result %v content %q", sawCall, sawResult, acc.Choices[0].Message.Content)
+		if conchChunks != 1 || !sawCall || !sawResult || acc.Choices[0].Message.Content != "done" || acc.Choices[0].FinishReason != "stop" {
+			t.Errorf("stream: %d chunks with conch, call %v result %v content %q", conchChunks, sawCall, sawResult, acc.Choices[0].Message.Content)
 		}
 	})
 

@@ -97,15 +97,16 @@ func (s *sse) KeepAlive() error {
 	return s.write(": keep-alive\n\n")
 }
 
-// Tool implements loop.Events: a chunk with an empty delta and a "conch"
-// field that OpenAI clients ignore and conch chat shows.
+// Tool implements loop.Events: a chunk with an empty delta and a
+// "conch_event" field that OpenAI clients ignore and conch chat shows. The
+// "conch" field itself rides only on the last chunk, as SPEC §3 says.
 func (s *sse) Tool(ev loop.ToolEvent) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.start(); err != nil {
 		return err
 	}
-	return s.chunk(map[string]any{}, nil, map[string]any{"conch": ev})
+	return s.chunk(map[string]any{}, nil, map[string]any{"conch_event": ev})
 }
 
 // finish sends client tool calls, the last chunk with finish_reason, usage
