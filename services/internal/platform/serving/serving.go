@@ -82,7 +82,12 @@ func Run(ctx context.Context, opts Options) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(opts.Listener) }()
 
-	reg, err := discovery.Register(ctx, opts.Etcd, opts.Name, addr, discovery.RegisterOptions{TTL: opts.LeaseTTL, Logger: log})
+	// Registration finishes even if shutdown is asked for meanwhile: an
+	// endpoint written to etcd but not acknowledged would otherwise stay
+	// until its lease expires. The shutdown below deregisters it.
+	regCtx, cancelReg := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	reg, err := discovery.Register(regCtx, opts.Etcd, opts.Name, addr, discovery.RegisterOptions{TTL: opts.LeaseTTL, Logger: log})
+	cancelReg()
 	if err != nil {
 		srv.Shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("serving: register %s: %w", opts.Name, err)
