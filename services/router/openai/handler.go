@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/status"
 
@@ -134,30 +135,7 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		if s, ok := status.FromError(err); ok {
 			msg = s.Message()
 		}
-		writeError(w, httpStatus(kind), "invalid_request_error", strings.ToLower(kind.String()), msg)
-	}
-}
-
-func httpStatus(k errs.Kind) int {
-	switch k {
-	case errs.InvalidArgument:
-		return http.StatusBadRequest
-	case errs.NotFound:
-		return http.StatusNotFound
-	case errs.PermissionDenied:
-		return http.StatusForbidden
-	case errs.Unauthenticated:
-		return http.StatusUnauthorized
-	case errs.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case errs.Unavailable:
-		return http.StatusServiceUnavailable
-	case errs.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case errs.Conflict, errs.AlreadyExists:
-		return http.StatusConflict
-	default:
-		return http.StatusInternalServerError
+		writeError(w, runtime.HTTPStatusFromCode(kind.Code()), "invalid_request_error", strings.ToLower(kind.String()), msg)
 	}
 }
 
