@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 )
 
@@ -15,44 +17,10 @@ import (
 // etcd, as in a cluster, and checks that the router reaches all of them
 // through discovery, including an executor restarted on a new port.
 func TestSingleServiceCommands(t *testing.T) {
-	bin, err := conchBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := etcdxtest.StartForTest(t)
-	const adminKey = "cluster-admin-key-0123456789"
-	env := append(cleanEnv(),
-		"CONCH_ETCD_ENDPOINTS="+strings.Join(cli.Endpoints(), ","),
-		"CONCH_INTERNAL_SECRET=cluster-secret-0123456789",
-		"CONCH_ADMIN_KEY="+adminKey,
-		"CONCH_LOG_LEVEL=warn",
-		"CONCH_WORKSPACE_DIR="+t.TempDir(),
-		"CONCH_SIGNING_KEYS=k1:cluster-signing-key-0123456789abcdef",
-	)
-	start := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out := &lockedBuffer{}
-		cmd.Stderr = out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("conch %s stderr:\n%s", args[0], tail(out.String(), 2000))
-			}
-		})
-		return cmd
-	}
-	start("workspace")
-	start("approval")
-	executor := start("executor")
-	httpAddr := freeAddr(t)
-	start("router", "--http-addr", httpAddr)
-	d := &dev{t: t, URL: "http://" + httpAddr, Key: adminKey, waited: make(chan error)}
-	d.waitReady(30 * time.Second)
+	c := startCluster(t, 1)
+	d, adminKey := c.dev, c.dev.Key
+	executor := c.executors[0]
+	start := c.start
 
 	if code, body := d.call("GET", "/api/v1/accounts", adminKey, nil); code != http.StatusOK || !strings.Contains(string(body), `"id":"admin"`) {
 		t.Fatalf("accounts = %d %s, want 200 with the admin account", code, body)
@@ -73,6 +41,67 @@ func TestSingleServiceCommands(t *testing.T) {
 	if code, body := d.call("GET", "/api/v1/sandboxes", adminKey, nil); code != http.StatusOK {
 		t.Fatalf("restarted executor = %d %s, want 200", code, body)
 	}
+}
+
+// cluster is each service as its own process against one etcd.
+type cluster struct {
+	dev       *dev
+	etcd      *clientv3.Client
+	executors []*exec.Cmd
+	// execAddrs are the executors' gRPC addresses, in the same order.
+	execAddrs []string
+	// start starts one more conch process with the cluster's settings.
+	start func(args ...string) *exec.Cmd
+}
+
+// startCluster starts a workspace, an approval service, n executors and a
+// router, each its own process, and waits until the router is ready.
+func startCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := etcdxtest.StartForTest(t)
+	const adminKey = "cluster-admin-key-0123456789"
+	env := append(cleanEnv(),
+		"CONCH_ETCD_ENDPOINTS="+strings.Join(cli.Endpoints(), ","),
+		"CONCH_INTERNAL_SECRET=cluster-secret-0123456789",
+		"CONCH_ADMIN_KEY="+adminKey,
+		"CONCH_LOG_LEVEL=warn",
+		"CONCH_WORKSPACE_DIR="+t.TempDir(),
+		"CONCH_SIGNING_KEYS=k1:cluster-signing-key-0123456789abcdef",
+	)
+	c := &cluster{etcd: cli}
+	c.start = func(args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out := &lockedBuffer{}
+		cmd.Stderr = out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("conch %s stderr:\n%s", args[0], tail(out.String(), 2000))
+			}
+		})
+		return cmd
+	}
+	c.start("workspace")
+	c.start("approval")
+	for range n {
+		addr := freeAddr(t)
+		c.executors = append(c.executors, c.start("executor", "--grpc-addr", addr))
+		c.execAddrs = append(c.execAddrs, addr)
+	}
+	httpAddr := freeAddr(t)
+	c.start("router", "--http-addr", httpAddr)
+	c.dev = &dev{t: t, URL: "http://" + httpAddr, Key: adminKey, waited: make(chan error)}
+	c.dev.waitReady(30 * time.Second)
+	return c
 }
 
 // waitStatus polls path until it answers code.

@@ -13,6 +13,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
@@ -264,16 +265,16 @@ func TestOwnershipInEtcd(t *testing.T) {
 	x := startExecutor(t)
 	ctx := as(t, "acme")
 	id := createSandbox(t, x, "acme")
-	resp, err := x.svc.etcd.Get(t.Context(), OwnershipPrefix+id)
+	resp, err := x.svc.etcd.Get(t.Context(), placement.SandboxKey(id))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("ownership record: %v %v", resp, err)
 	}
 	kv := resp.Kvs[0]
-	if kv.Lease == 0 || !strings.Contains(string(kv.Value), `"executor":"test-executor"`) || !strings.Contains(string(kv.Value), `"account":"acme"`) {
+	if kv.Lease == 0 || !strings.Contains(string(kv.Value), `"executor":"test-executor"`) || !strings.Contains(string(kv.Value), `"account":"acme"`) || !strings.Contains(string(kv.Value), `"addr":"127.0.0.1:`) {
 		t.Fatalf("record %s lease %d", kv.Value, kv.Lease)
 	}
 	// A sandbox recorded by another executor is answered with where it is.
-	if _, err := x.svc.etcd.Put(t.Context(), OwnershipPrefix+"sb-elsewhere", `{"account":"acme","executor":"other-executor"}`); err != nil {
+	if _, err := x.svc.etcd.Put(t.Context(), placement.SandboxKey("sb-elsewhere"), `{"account":"acme","executor":"other-executor"}`); err != nil {
 		t.Fatal(err)
 	}
 	_, err = x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: "sb-elsewhere", Command: "true"})
@@ -284,7 +285,7 @@ func TestOwnershipInEtcd(t *testing.T) {
 	if _, err := x.client.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = x.svc.etcd.Get(t.Context(), OwnershipPrefix+id)
+	resp, err = x.svc.etcd.Get(t.Context(), placement.SandboxKey(id))
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("record left after destroy: %v %v", resp, err)
 	}
@@ -293,14 +294,14 @@ func TestOwnershipInEtcd(t *testing.T) {
 	if _, err := x.svc.etcd.Revoke(t.Context(), x.svc.lease); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = x.svc.etcd.Get(t.Context(), OwnershipPrefix+id2)
+	resp, err = x.svc.etcd.Get(t.Context(), placement.SandboxKey(id2))
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("record outlived the lease: %v %v", resp, err)
 	}
 	// and the live executor records them again under a new lease.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err = x.svc.etcd.Get(t.Context(), OwnershipPrefix+id2, clientv3.WithCountOnly())
+		resp, err = x.svc.etcd.Get(t.Context(), placement.SandboxKey(id2), clientv3.WithCountOnly())
 		if err == nil && resp.Count == 1 {
 			break
 		}
@@ -492,7 +493,7 @@ func TestIdleSandboxEnds(t *testing.T) {
 	}
 	// The record goes right after the sandbox.
 	for {
-		got, err := x.svc.etcd.Get(t.Context(), OwnershipPrefix+resp.GetId(), clientv3.WithCountOnly())
+		got, err := x.svc.etcd.Get(t.Context(), placement.SandboxKey(resp.GetId()), clientv3.WithCountOnly())
 		if err == nil && got.Count == 0 {
 			return
 		}

@@ -68,7 +68,11 @@ type testExecutor struct {
 func startExecutor(t testing.TB) *testExecutor {
 	t.Helper()
 	cli := etcdxtest.StartForTest(t)
-	svc, err := NewService(t.Context(), "test-executor", newRuntime(t), cli, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(t.Context(), "test-executor", lis.Addr().String(), newRuntime(t), cli, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +91,6 @@ func startExecutor(t testing.TB) *testExecutor {
 		grpc.ChainStreamInterceptor(signer.StreamServerInterceptor(), errs.StreamServerInterceptor(nil)),
 	)
 	NewServer(svc).Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	go func() { _ = g.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()),

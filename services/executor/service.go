@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
+	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -41,10 +41,6 @@ const (
 	ownershipTTLSeconds      = 15
 )
 
-// OwnershipPrefix is the etcd prefix under which each sandbox is recorded
-// with its executor, under the executor's lease.
-const OwnershipPrefix = "conch/executor/sandboxes/"
-
 // Runtime builds sandboxes; *sandbox.Runtime is the production one.
 type Runtime interface {
 	Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error)
@@ -54,6 +50,7 @@ type Runtime interface {
 // commands and their processes.
 type Service struct {
 	name  string
+	addr  string // where this executor is reached, recorded with its sandboxes
 	rt    Runtime
 	etcd  *clientv3.Client
 	log   *slog.Logger
@@ -114,24 +111,17 @@ func (e *entry) idleSince() time.Time {
 	return e.lastUsed
 }
 
-// ownership is the value recorded in etcd for each sandbox.
-type ownership struct {
-	Account  string    `json:"account"`
-	Executor string    `json:"executor"`
-	User     string    `json:"user,omitempty"`
-	Created  time.Time `json:"created"`
-}
-
 // NewService returns the executor's domain. name identifies this executor
-// instance in sandbox ownership records.
-func NewService(ctx context.Context, name string, rt Runtime, etcd *clientv3.Client, log *slog.Logger, opts ...Option) (*Service, error) {
-	if rt == nil || etcd == nil || name == "" {
-		return nil, errors.New("executor: runtime, etcd and name are required")
+// instance and addr is its advertised gRPC address; both are recorded with
+// each of its sandboxes (package placement) so that callers reach it.
+func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *clientv3.Client, log *slog.Logger, opts ...Option) (*Service, error) {
+	if rt == nil || etcd == nil || name == "" || addr == "" {
+		return nil, errors.New("executor: runtime, etcd, name and address are required")
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{name: name, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}}
+	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -194,11 +184,11 @@ func (s *Service) renewLease(ctx context.Context) (<-chan *clientv3.LeaseKeepAli
 }
 
 func (s *Service) recordOwnership(ctx context.Context, id string, e *entry) error {
-	b, _ := json.Marshal(ownership{Account: e.account, Executor: s.name, User: e.user, Created: e.created})
+	rec := placement.Record{Account: e.account, Executor: s.name, Addr: s.addr, User: e.user, Created: e.created}
 	s.mu.Lock()
 	lease := s.lease
 	s.mu.Unlock()
-	if _, err := s.etcd.Put(ctx, OwnershipPrefix+id, string(b), clientv3.WithLease(lease)); err != nil {
+	if _, err := s.etcd.Put(ctx, placement.SandboxKey(id), rec.Encode(), clientv3.WithLease(lease)); err != nil {
 		return fmt.Errorf("executor: record sandbox %s: %w", id, err)
 	}
 	return nil
@@ -335,13 +325,10 @@ func (s *Service) lookup(ctx context.Context, account, id string) (*entry, error
 	if e != nil && e.account == account {
 		return e, nil
 	}
-	if e == nil && id != "" && len(id) <= 128 {
-		resp, err := s.etcd.Get(ctx, OwnershipPrefix+id)
-		if err == nil && len(resp.Kvs) == 1 {
-			var o ownership
-			if json.Unmarshal(resp.Kvs[0].Value, &o) == nil && o.Account == account && o.Executor != s.name {
-				return nil, errs.New(errs.Unavailable, "sandbox %s is owned by executor %s; retry to reach it", id, o.Executor)
-			}
+	if e == nil && id != "" && len(id) <= 128 && !strings.Contains(id, "/") {
+		rec, ok, err := placement.Lookup(ctx, s.etcd, placement.SandboxKey(id))
+		if err == nil && ok && rec.Account == account && rec.Executor != s.name {
+			return nil, errs.New(errs.Unavailable, "sandbox %s is on executor %s; retry to reach it", id, rec.Executor)
 		}
 	}
 	return nil, errs.New(errs.NotFound, "sandbox %q not found", id)
@@ -393,7 +380,7 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	}
 	err = errors.Join(err, e.sb.Destroy(ctx))
 	s.procs.DropSandbox(id)
-	if _, derr := s.etcd.Delete(ctx, OwnershipPrefix+id); derr != nil {
+	if _, derr := s.etcd.Delete(ctx, placement.SandboxKey(id)); derr != nil {
 		err = errors.Join(err, fmt.Errorf("executor: forget sandbox %s: %w", id, derr))
 	}
 	if err != nil {

@@ -126,13 +126,18 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
 	g.Go(func() error { return p.serve(gctx, "workspace", "127.0.0.1:0", "", common, ws.Register) })
-	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig)
+	execLis, execAddr, err := listen("executor", "127.0.0.1:0", "")
 	if err != nil {
+		return err
+	}
+	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, execAddr)
+	if err != nil {
+		_ = execLis.Close()
 		return err
 	}
 	defer cleanup()
 	g.Go(func() error { return execSvc.Run(gctx) })
-	g.Go(func() error { return p.serve(gctx, "executor", "127.0.0.1:0", "", common, execSrv.Register) })
+	g.Go(func() error { return p.serveOn(gctx, "executor", execLis, execAddr, common, execSrv.Register) })
 	for _, name := range []string{"approval"} {
 		register, run, err := registerFunc(name, p)
 		if err != nil {

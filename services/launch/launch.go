@@ -29,6 +29,7 @@ import (
 	approvalstore "github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/executor"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
@@ -149,8 +150,9 @@ func (c *ExecutorServiceConfig) Validate() error {
 }
 
 // startExecutor builds the executor service: its sandbox runtime under a
-// per-instance state dir and cgroup, and its domain.
-func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*executor.Server, *executor.Service, func(), error) {
+// per-instance state dir and cgroup, and its domain, which records addr as
+// where its sandboxes are reached.
+func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string) (*executor.Server, *executor.Service, func(), error) {
 	host, _ := os.Hostname()
 	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
 	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
@@ -187,7 +189,7 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig) (*execu
 		}
 		return resp.GetOutput(), resp.GetIsError(), nil
 	}
-	svc, err := executor.NewService(ctx, name, rt, p.etcd, p.log, executor.WithWorkspaces(ws), executor.WithToolCaller(callTool))
+	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, executor.WithWorkspaces(ws), executor.WithToolCaller(callTool))
 	if err != nil {
 		_ = wsConn.Close()
 		_ = routerConn.Close()
@@ -212,16 +214,19 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 		return err
 	}
 	defer p.close(ctx)
-	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig)
+	lis, addr, err := listen("executor", cfg.GRPCAddr, cfg.AdvertiseAddr)
 	if err != nil {
+		return err
+	}
+	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr)
+	if err != nil {
+		_ = lis.Close()
 		return err
 	}
 	defer cleanup()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(gctx) })
-	g.Go(func() error {
-		return p.serve(gctx, "executor", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, srv.Register)
-	})
+	g.Go(func() error { return p.serveOn(gctx, "executor", lis, addr, &cfg.Common, srv.Register) })
 	if cfg.MetricsAddr != "" {
 		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
 	}
@@ -274,19 +279,20 @@ func (p *process) close(ctx context.Context) {
 const streamWindow = 1 << 20
 
 // dial connects to a service through discovery, signing the call scope.
-func (p *process) dial(ctx context.Context, service string) (*grpc.ClientConn, error) {
-	return discovery.Dial(ctx, p.etcd, service,
+func (p *process) dial(ctx context.Context, service string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(p.signer.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(p.signer.StreamClientInterceptor()),
 		// Fixed flow-control windows: gRPC's bandwidth-delay estimate
 		// otherwise grows them to many MiB on fast links, and a streamed
 		// download would sit in the router's memory that far ahead.
 		grpc.WithInitialWindowSize(streamWindow),
-		grpc.WithInitialConnWindowSize(4*streamWindow),
+		grpc.WithInitialConnWindowSize(4 * streamWindow),
 		// A directory listing is one response and may exceed gRPC's
 		// default 4 MiB; the workspace service bounds it below this.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32<<20)),
-	)
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32 << 20)),
+	}
+	return discovery.Dial(ctx, p.etcd, service, append(opts, extra...)...)
 }
 
 func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, func(), error) {
@@ -297,7 +303,13 @@ func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, fun
 		}
 	}
 	for _, name := range router.ServiceNames {
-		c, err := p.dial(ctx, name)
+		var extra []grpc.DialOption
+		if name == "executor" {
+			// Calls about a sandbox or node go to the executor holding it.
+			pl := placement.NewRouter(p.etcd, p.log)
+			extra = append(extra, grpc.WithChainUnaryInterceptor(pl.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(pl.StreamClientInterceptor()))
+		}
+		c, err := p.dial(ctx, name, extra...)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("dial %s: %w", name, err)
@@ -313,6 +325,26 @@ func (p *process) serve(ctx context.Context, name, addr, advertise string, c *Co
 	if err != nil {
 		return fmt.Errorf("%s: listen: %w", name, err)
 	}
+	return p.serveOn(ctx, name, lis, advertise, c, register)
+}
+
+// listen opens a service's gRPC listener before the service is built, for a
+// service that must know the address it will be reached at.
+func listen(name, addr, advertise string) (net.Listener, string, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: listen: %w", name, err)
+	}
+	advertised, err := serving.Advertised(lis, advertise)
+	if err != nil {
+		_ = lis.Close()
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
+	return lis, advertised, nil
+}
+
+// serveOn runs one service's gRPC server on lis until ctx ends.
+func (p *process) serveOn(ctx context.Context, name string, lis net.Listener, advertise string, c *Common, register func(*grpc.Server)) error {
 	return serving.Run(ctx, serving.Options{
 		Name:           name,
 		Listener:       lis,

@@ -40,7 +40,8 @@ func checkService(service string) error {
 }
 
 // Dial returns a client connection to service that resolves instances
-// through etcd and balances round-robin across them. The connection is
+// through etcd and balances round-robin across those that report SERVING,
+// unless a call is pinned to one (Pin). The connection is
 // lazy: it does not wait for an instance to exist; use CheckReady for
 // that. opts are appended to the defaults (plaintext, keepalive, OpenTelemetry
 // client instrumentation).
@@ -58,7 +59,7 @@ func Dial(ctx context.Context, cli *clientv3.Client, service string, opts ...grp
 	defaults := []grpc.DialOption{
 		grpc.WithResolvers(b),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"` + Policy + `":{}}],"healthCheckConfig":{"serviceName":""}}`),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                20 * time.Second,

@@ -48,6 +48,20 @@ type Options struct {
 	MeterProvider  metric.MeterProvider
 }
 
+// Advertised returns the address a service listening on lis registers:
+// advertise when set, else the listener's own address, which must then be
+// dialable (not a wildcard).
+func Advertised(lis net.Listener, advertise string) (string, error) {
+	addr := advertise
+	if addr == "" {
+		addr = lis.Addr().String()
+	}
+	if host, _, err := net.SplitHostPort(addr); err != nil || host == "" || net.ParseIP(host).IsUnspecified() {
+		return "", fmt.Errorf("advertise address %q is not dialable; set --advertise-addr", addr)
+	}
+	return addr, nil
+}
+
 // Run serves until ctx ends, then shuts down. It returns nil after a clean
 // shutdown caused by ctx, or the error that stopped the server.
 func Run(ctx context.Context, opts Options) error {
@@ -59,12 +73,9 @@ func Run(ctx context.Context, opts Options) error {
 		log = slog.Default()
 	}
 	log = log.With("service", opts.Name)
-	addr := opts.AdvertiseAddr
-	if addr == "" {
-		addr = opts.Listener.Addr().String()
-	}
-	if host, _, err := net.SplitHostPort(addr); err != nil || host == "" || net.ParseIP(host).IsUnspecified() {
-		return fmt.Errorf("serving: %s: advertise address %q is not dialable; set --advertise-addr", opts.Name, addr)
+	addr, err := Advertised(opts.Listener, opts.AdvertiseAddr)
+	if err != nil {
+		return fmt.Errorf("serving: %s: %w", opts.Name, err)
 	}
 
 	srv := grpcserver.New(grpcserver.Options{

@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/placement"
+)
+
+// TestTwoExecutors checks that with two executors every call about a
+// sandbox reaches the executor that holds it, whichever the router's
+// balancing would have picked, and that a killed executor's sandboxes are
+// answered clearly and then forgotten.
+func TestTwoExecutors(t *testing.T) {
+	c := startCluster(t, 2)
+	d := c.dev
+
+	// Create sandboxes until both executors hold some.
+	type sb struct{ id, executor string }
+	var sandboxes []sb
+	on := map[string]int{}
+	for i := 0; len(on) < 2 || i < 4; i++ {
+		if i == 20 {
+			t.Fatalf("20 sandboxes all created on %v", on)
+		}
+		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+		if code != http.StatusOK {
+			t.Fatalf("create = %d %s", code, body)
+		}
+		var created struct {
+			ID      string `json:"id"`
+			Sandbox struct {
+				Executor string `json:"executor"`
+			} `json:"sandbox"`
+		}
+		if err := json.Unmarshal(body, &created); err != nil || created.Sandbox.Executor == "" {
+			t.Fatalf("create: %s (%v)", body, err)
+		}
+		sandboxes = append(sandboxes, sb{created.ID, created.Sandbox.Executor})
+		on[created.Sandbox.Executor]++
+	}
+
+	// Every call about a sandbox reaches its executor: state persists
+	// across commands, and GET names the executor that created it.
+	for _, s := range sandboxes {
+		for i := range 4 {
+			cmd := fmt.Sprintf("cd /tmp && echo %d >> calls && wc -l < calls", i)
+			code, body := d.call("POST", "/api/v1/sandboxes/"+s.id+"/commands", d.Key, map[string]any{"command": cmd})
+			if code != http.StatusOK || !strings.Contains(string(body), fmt.Sprintf(`"stdout":"%d\n"`, i+1)) {
+				t.Fatalf("sandbox %s command %d = %d %s", s.id, i, code, body)
+			}
+		}
+		code, body := d.call("GET", "/api/v1/sandboxes/"+s.id, d.Key, nil)
+		if code != http.StatusOK || !strings.Contains(string(body), `"executor":"`+s.executor+`"`) {
+			t.Fatalf("get %s = %d %s, want executor %s", s.id, code, body, s.executor)
+		}
+	}
+
+	// The list covers both executors.
+	code, body := d.call("GET", "/api/v1/sandboxes", d.Key, nil)
+	if code != http.StatusOK {
+		t.Fatalf("list = %d %s", code, body)
+	}
+	for _, s := range sandboxes {
+		if !strings.Contains(string(body), `"id":"`+s.id+`"`) {
+			t.Fatalf("list lacks %s: %s", s.id, body)
+		}
+	}
+
+	// Another account finds none of them, wherever they are.
+	other := newAccountKey(t, d, "placement-other")
+	for _, s := range sandboxes {
+		if code, body := d.call("POST", "/api/v1/sandboxes/"+s.id+"/commands", other, map[string]any{"command": "true"}); code != http.StatusNotFound {
+			t.Fatalf("other account on %s = %d %s, want 404", s.id, code, body)
+		}
+	}
+	if code, body := d.call("GET", "/api/v1/sandboxes", other, nil); code != http.StatusOK || strings.Contains(string(body), "sb-") {
+		t.Fatalf("other account's list = %d %s, want none", code, body)
+	}
+
+	// Destroy works wherever the sandbox is.
+	first := sandboxes[0]
+	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+first.id, d.Key, nil); code != http.StatusOK {
+		t.Fatalf("delete = %d %s", code, body)
+	}
+	if code, body := d.call("GET", "/api/v1/sandboxes/"+first.id, d.Key, nil); code != http.StatusNotFound {
+		t.Fatalf("get deleted = %d %s, want 404", code, body)
+	}
+
+	// Kill one executor: its sandboxes are unavailable at once (not sent
+	// to the other executor, not hanging), then not found once its lease
+	// is gone; the other executor's sandboxes keep working.
+	victim := sandboxes[len(sandboxes)-1]
+	rec, ok, err := placement.Lookup(t.Context(), c.etcd, placement.SandboxKey(victim.id))
+	if err != nil || !ok {
+		t.Fatalf("record of %s: %v %v", victim.id, ok, err)
+	}
+	killed := false
+	for i, addr := range c.execAddrs {
+		if addr == rec.Addr {
+			if err := c.executors[i].Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+	}
+	if !killed {
+		t.Fatalf("no executor at %s (%v)", rec.Addr, c.execAddrs)
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	for _, s := range sandboxes[1:] {
+		for {
+			code, body := d.call("POST", "/api/v1/sandboxes/"+s.id+"/commands", d.Key, map[string]any{"command": "true"})
+			if s.executor != victim.executor {
+				if code != http.StatusOK {
+					t.Fatalf("surviving executor's sandbox %s = %d %s", s.id, code, body)
+				}
+				break
+			}
+			if code == http.StatusNotFound {
+				break
+			}
+			if code != http.StatusServiceUnavailable {
+				t.Fatalf("dead executor's sandbox %s = %d %s, want 503 then 404", s.id, code, body)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("dead executor's sandbox %s still %d %s", s.id, code, body)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// New sandboxes land on the survivor.
+	for range 3 {
+		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+		if code != http.StatusOK || strings.Contains(string(body), victim.executor) {
+			t.Fatalf("create after kill = %d %s", code, body)
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package placement
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/platform/discovery"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+)
+
+const (
+	executorService = "/" + "conch.executor.v1.ExecutorService" + "/"
+	listSandboxes   = executorService + "ListSandboxes"
+)
+
+// Router pins executor calls to the executor holding their sandbox or node.
+// Install its interceptors on the connection to the executor service.
+type Router struct {
+	etcd *clientv3.Client
+	log  *slog.Logger
+}
+
+// NewRouter returns a Router reading records from etcd.
+func NewRouter(etcd *clientv3.Client, log *slog.Logger) *Router {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Router{etcd: etcd, log: log}
+}
+
+// target returns the key of the record that places an executor request,
+// or "" for a request about no particular sandbox or node.
+func target(ctx context.Context, req any) string {
+	if r, ok := req.(*executorv1.ExecRequest); ok && r.GetHost() == approvalv1.Host_HOST_NODE {
+		sc, _ := tenant.From(ctx)
+		if sc.Account == "" || !validName(r.GetNode()) {
+			return ""
+		}
+		return NodeKey(sc.Account, r.GetNode())
+	}
+	var id string
+	switch r := req.(type) {
+	case interface{ GetSandboxId() string }:
+		id = r.GetSandboxId()
+	case *executorv1.GetSandboxRequest:
+		id = r.GetId()
+	case *executorv1.DestroySandboxRequest:
+		id = r.GetId()
+	}
+	if !validName(id) {
+		return ""
+	}
+	return SandboxKey(id)
+}
+
+// validName reports whether s can be the last element of a record key.
+func validName(s string) bool {
+	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, "/\x00")
+}
+
+// pin returns ctx pinned to the executor holding req's sandbox or node.
+// Without a record (unknown, or another account's: the executor checks)
+// the call is not pinned and whichever executor gets it answers NotFound.
+func (r *Router) pin(ctx context.Context, req any) (context.Context, error) {
+	key := target(ctx, req)
+	if key == "" {
+		return ctx, nil
+	}
+	rec, ok, err := Lookup(ctx, r.etcd, key)
+	if err != nil {
+		return ctx, err
+	}
+	if !ok || rec.Addr == "" {
+		return ctx, nil
+	}
+	return discovery.Pin(ctx, rec.Addr), nil
+}
+
+// UnaryClientInterceptor pins unary executor calls, and asks every
+// executor for ListSandboxes.
+func (r *Router) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if !strings.HasPrefix(method, executorService) {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		if method == listSandboxes {
+			return r.listAll(ctx, method, req, reply, cc, invoker, opts)
+		}
+		ctx, err := r.pin(ctx, req)
+		if err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// listAll merges ListSandboxes from every executor. An executor that does
+// not answer (it is going away) is left out rather than failing the list.
+func (r *Router) listAll(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	addrs, err := discovery.Endpoints(ctx, r.etcd, "executor")
+	if err != nil || len(addrs) == 0 {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	out, ok := reply.(*executorv1.ListSandboxesResponse)
+	if !ok {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		got   int
+	)
+	out.Sandboxes = nil
+	for _, addr := range addrs {
+		wg.Go(func() {
+			one := &executorv1.ListSandboxesResponse{}
+			err := invoker(discovery.Pin(ctx, addr), method, req, one, cc, opts...)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				r.log.WarnContext(ctx, "listing sandboxes of an executor failed", "executor", addr, "error", err)
+				if first == nil {
+					first = err
+				}
+				return
+			}
+			got++
+			out.Sandboxes = append(out.Sandboxes, one.GetSandboxes()...)
+		})
+	}
+	wg.Wait()
+	if got == 0 {
+		return first
+	}
+	slices.SortFunc(out.Sandboxes, func(a, b *executorv1.Sandbox) int { return strings.Compare(a.GetId(), b.GetId()) })
+	if out.Sandboxes == nil {
+		out.Sandboxes = []*executorv1.Sandbox{}
+	}
+	return nil
+}
+
+// StreamClientInterceptor pins server-streaming executor calls. The
+// request is only known at the stream's first SendMsg, so the real stream
+// is opened then.
+func (r *Router) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if !strings.HasPrefix(method, executorService) || desc.ClientStreams {
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		return &pinnedStream{r: r, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}, nil
+	}
+}
+
+// pinnedStream opens its stream when the request is sent.
+type pinnedStream struct {
+	r        *Router
+	ctx      context.Context
+	desc     *grpc.StreamDesc
+	cc       *grpc.ClientConn
+	method   string
+	streamer grpc.Streamer
+	opts     []grpc.CallOption
+
+	cs grpc.ClientStream // nil until SendMsg
+}
+
+func (s *pinnedStream) SendMsg(m any) error {
+	if s.cs == nil {
+		ctx, err := s.r.pin(s.ctx, m)
+		if err != nil {
+			return err
+		}
+		if s.cs, err = s.streamer(ctx, s.desc, s.cc, s.method, s.opts...); err != nil {
+			return err
+		}
+	}
+	return s.cs.SendMsg(m)
+}
+
+func (s *pinnedStream) RecvMsg(m any) error {
+	if s.cs == nil {
+		return errNotSent
+	}
+	return s.cs.RecvMsg(m)
+}
+
+func (s *pinnedStream) Header() (metadata.MD, error) {
+	if s.cs == nil {
+		return nil, errNotSent
+	}
+	return s.cs.Header()
+}
+
+func (s *pinnedStream) Trailer() metadata.MD {
+	if s.cs == nil {
+		return nil
+	}
+	return s.cs.Trailer()
+}
+
+func (s *pinnedStream) CloseSend() error {
+	if s.cs == nil {
+		return errNotSent
+	}
+	return s.cs.CloseSend()
+}
+
+func (s *pinnedStream) Context() context.Context {
+	if s.cs == nil {
+		return s.ctx
+	}
+	return s.cs.Context()
+}
