@@ -30,6 +30,9 @@ type ExecParams struct {
 	Notice time.Duration
 	// PathPrepend are directories put in front of PATH for this command.
 	PathPrepend []string
+	// OnGateway runs the command on the executor's own machine, outside
+	// any sandbox; SandboxID, when set, only keeps its process records.
+	OnGateway bool
 }
 
 // Outcome kinds.
@@ -57,12 +60,33 @@ type ExecEvents interface {
 	StillRunning(since time.Time) error
 }
 
-// Exec runs a command in account's sandbox. It returns the result, or nil
-// when the command moved to the background.
+var errGatewayOff = errs.New(errs.FailedPrecondition, "host gateway: running commands on the executor host is turned off on this executor")
+
+// proc is a running command, in a sandbox or on the host.
+type proc interface {
+	Done() <-chan struct{}
+	Exit() sandbox.Exit
+	Kill() error
+	Write(data []byte, eof bool) error
+}
+
+// Exec runs a command in account's sandbox, or on the gateway host. It
+// returns the result, or nil when the command moved to the background.
 func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (*Result, error) {
-	e, err := s.lookup(ctx, account, p.SandboxID)
-	if err != nil {
-		return nil, err
+	var e *entry
+	if !p.OnGateway || p.SandboxID != "" {
+		var err error
+		if e, err = s.lookup(ctx, account, p.SandboxID); err != nil {
+			return nil, err
+		}
+	}
+	if p.OnGateway {
+		if s.gateway == nil {
+			return nil, errGatewayOff
+		}
+		if e == nil && p.Background {
+			return nil, errs.New(errs.InvalidArgument, "background: a background command on the gateway host needs sandbox_id to keep its records")
+		}
 	}
 	if err := validateEnv(p.Env); err != nil {
 		return nil, err
@@ -84,10 +108,18 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 			return nil, errs.New(errs.InvalidArgument, "settings.path_prepend: %q must be an absolute path without ':'", d)
 		}
 	}
-	e.touch()
-	defer e.touch()
-	res, err := s.run(ctx, e, p, ev)
-	if err == nil && res != nil && e.persistent {
+	start := func(o sandbox.Options) (proc, error) { return e.sb.Start(o) }
+	if p.OnGateway {
+		start = func(o sandbox.Options) (proc, error) { return s.gateway.Start(o) }
+		if e == nil {
+			p.Yield = 0 // nowhere to keep a backgrounded command's records
+		}
+	} else {
+		e.touch()
+		defer e.touch()
+	}
+	res, err := s.run(ctx, e, start, p, ev)
+	if err == nil && res != nil && !p.OnGateway && e.persistent {
 		// A result is only returned once its writes are durable.
 		if ferr := s.flush(ctx, e); ferr != nil {
 			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
@@ -137,7 +169,9 @@ func (q *pending) stop() {
 	q.mu.Unlock()
 }
 
-func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents) (*Result, error) {
+// run runs one command started by start; e, when not nil, keeps its
+// process records.
+func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options) (proc, error), p ExecParams, ev ExecEvents) (*Result, error) {
 	stdout, stderr := newCapture(p.MaxOutput), newCapture(p.MaxOutput)
 	q := &pending{notify: make(chan struct{}, 1), live: !p.Background}
 	budget := budgetFor(p.MaxOutput)
@@ -147,7 +181,7 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 	pid := "p-" + randomID()
 	// The record exists before the process so that no output is missed;
 	// kill and write reach the process once it is started.
-	var proc *sandbox.Process
+	var proc proc
 	procReady := make(chan struct{})
 	r := process.NewRecord(pid, p.SandboxID, p.Command, p.Pty, p.Notify,
 		func() error { <-procReady; return proc.Kill() },
@@ -168,7 +202,7 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 		}
 	}
 	var err error
-	proc, err = e.sb.Start(sandbox.Options{
+	proc, err = start(sandbox.Options{
 		Command: p.Command, Workdir: p.Workdir, Env: p.Env, Pty: p.Pty, Budget: budget,
 		TrackCwd: !p.Background, OnOutput: onOutput, PathPrepend: p.PathPrepend,
 	})
@@ -177,10 +211,15 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 		if errors.Is(err, sandbox.ErrGone) {
 			return nil, errs.New(errs.NotFound, "sandbox %q has ended", p.SandboxID)
 		}
+		if p.OnGateway {
+			return &Result{Outcome: OutcomeError, Error: err.Error()}, nil
+		}
 		return nil, fmt.Errorf("executor: start command: %w", err)
 	}
 	started := time.Now()
-	s.procs.Add(r)
+	if e != nil {
+		s.procs.Add(r)
+	}
 	if err := ev.Started(pid); err != nil {
 		_ = proc.Kill()
 		return nil, err
@@ -239,7 +278,7 @@ func (s *Service) run(ctx context.Context, e *entry, p ExecParams, ev ExecEvents
 				_ = proc.Kill()
 				return nil, err
 			}
-			go s.finishInBackground(e, proc, r, time.Until(started.Add(p.Timeout)))
+			go s.finishInBackground(e, proc, r, !p.OnGateway && e.persistent, time.Until(started.Add(p.Timeout)))
 			return nil, ev.Backgrounded(pid)
 		case <-ctx.Done():
 			// A caller that goes away stops the work it started.
@@ -279,8 +318,8 @@ var closedTime = func() <-chan time.Time {
 }()
 
 // finishInBackground enforces the timeout of a backgrounded process and
-// records its end.
-func (s *Service) finishInBackground(e *entry, proc *sandbox.Process, r *process.Record, left time.Duration) {
+// records its end; flush saves its sandbox's persistent workspace after.
+func (s *Service) finishInBackground(e *entry, proc proc, r *process.Record, flush bool, left time.Duration) {
 	t := time.NewTimer(max(left, 0))
 	defer t.Stop()
 	timedOut := false
@@ -304,7 +343,7 @@ func (s *Service) finishInBackground(e *entry, proc *sandbox.Process, r *process
 		r.End(x.Code, false, "")
 		msg = fmt.Sprintf("exited with code %d", x.Code)
 	}
-	if e.persistent {
+	if flush {
 		if err := s.flush(context.Background(), e); err != nil { // the caller is gone; the sandbox lives on
 			s.log.Warn("workspace flush failed", "sandbox", r.SandboxID, "error", err)
 			msg += "; its workspace changes could not be saved"

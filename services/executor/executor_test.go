@@ -395,6 +395,15 @@ func TestExecStreamsAndBackgroundProcesses(t *testing.T) {
 		wantCode(t, err, codes.NotFound, "Node not found")
 	})
 
+	t.Run("host gateway turned off", func(t *testing.T) {
+		full := &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_FULL, Ask: approvalv1.Ask_ASK_OFF}
+		s, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: "true", Host: approvalv1.Host_HOST_GATEWAY, Settings: full})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		wantCode(t, err, codes.FailedPrecondition, "turned off")
+	})
+
 	watch, err := x.client.WatchSandboxEvents(ctx, &executorv1.WatchSandboxEventsRequest{SandboxId: id})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,6 +19,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/toolshim"
@@ -62,9 +64,23 @@ func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, str
 	if s.approvals == nil {
 		return refuse(policy.ErrNotAllowed + ": no approval service to ask")
 	}
+	var resolver policy.Resolver
+	var digest func(string) (string, error)
+	if req.GetHost() == approvalv1.Host_HOST_GATEWAY {
+		// The command runs on this machine: its programs are resolved,
+		// and bound by content, against this filesystem and the PATH the
+		// command gets.
+		path := append(slices.Clone(req.GetSettings().GetPathPrepend()), policy.SplitPath(hostexec.DefaultPath)...)
+		resolver, digest = policy.PathResolver{Path: path}, gate.FileDigest
+	}
+	cwd := req.GetWorkdir()
+	if req.GetHost() == approvalv1.Host_HOST_GATEWAY {
+		cwd = s.svc.gatewayDir(cwd)
+	}
 	v, err := gate.Check(ctx, s.approvals, gate.Request{
+		Resolver: resolver, Digest: digest,
 		Binding: &approvalv1.Binding{
-			Command: req.GetCommand(), Cwd: req.GetWorkdir(), Env: req.GetEnv(), Host: req.GetHost(), Node: req.GetNode(),
+			Command: req.GetCommand(), Cwd: cwd, Env: req.GetEnv(), Host: req.GetHost(), Node: req.GetNode(),
 			Agent: req.GetAgent(), Session: req.GetSession(), User: req.GetUser(),
 		},
 		Settings: req.GetSettings(),
@@ -267,11 +283,11 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		return err
 	}
 	switch req.GetHost() {
-	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX:
+	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX, approvalv1.Host_HOST_GATEWAY:
 	case approvalv1.Host_HOST_NODE:
 		return errs.New(errs.NotFound, "Node not found")
 	default:
-		return errs.New(errs.Unimplemented, "host %s: running outside a sandbox is not available on this executor yet", req.GetHost())
+		return errs.New(errs.InvalidArgument, "host: must be sandbox, gateway or node")
 	}
 	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultExecTimeout, MaxExecTimeout)
 	if err != nil {
@@ -291,6 +307,10 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	case notice == 0:
 		notice = 10 * time.Second
 	}
+	if req.GetHost() == approvalv1.Host_HOST_GATEWAY && s.svc.gateway == nil {
+		// Refused before anyone is asked to approve it.
+		return errGatewayOff
+	}
 	if ok, err := s.authorize(ctx, req, stream); !ok || err != nil {
 		return err
 	}
@@ -299,6 +319,7 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		Timeout: timeout, MaxOutput: maxOut, Pty: req.GetPty(), Yield: time.Duration(req.GetYieldMs()) * time.Millisecond,
 		Background: req.GetBackground(), Notify: req.GetSettings().GetNotifyOnExit(),
 		Notice: notice, PathPrepend: req.GetSettings().GetPathPrepend(),
+		OnGateway: req.GetHost() == approvalv1.Host_HOST_GATEWAY,
 	}, execStream{stream})
 	if err != nil || res == nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/toolshim"
@@ -60,8 +62,9 @@ type Service struct {
 	sandboxes map[string]*entry
 	lease     clientv3.LeaseID
 
-	ws    Workspaces // nil: persistent workspaces are refused
-	tools ToolCaller // nil: tool commands are refused
+	ws      Workspaces       // nil: persistent workspaces are refused
+	tools   ToolCaller       // nil: tool commands are refused
+	gateway *hostexec.Runner // nil: the gateway host is turned off
 }
 
 // Option configures a Service.
@@ -73,6 +76,18 @@ func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws 
 // ToolCaller runs a tool moved into a sandbox, on the router's tool host,
 // for the sandbox's account.
 type ToolCaller func(ctx context.Context, account, sandboxID, tool, arguments string) (output string, isError bool, err error)
+
+// WithGatewayHost lets commands run on this executor's own machine, outside
+// any sandbox (host gateway), through r.
+func WithGatewayHost(r *hostexec.Runner) Option { return func(s *Service) { s.gateway = r } }
+
+// gatewayDir is where a command with workdir starts on the gateway host.
+func (s *Service) gatewayDir(workdir string) string {
+	if s.gateway == nil || filepath.IsAbs(workdir) {
+		return workdir
+	}
+	return filepath.Join(s.gateway.Dir, workdir)
+}
 
 // WithToolCaller lets sandboxes have tool commands.
 func WithToolCaller(c ToolCaller) Option { return func(s *Service) { s.tools = c } }

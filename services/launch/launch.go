@@ -28,6 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/approval"
 	approvalstore "github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/config"
@@ -113,6 +114,10 @@ type ExecutorConfig struct {
 	SandboxUIDBase  int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
 	SandboxCgroup   string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
 	SandboxPool     int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
+	// The gateway host: commands run on the executor's machine, outside
+	// any sandbox, only as the exec policy and approvals allow.
+	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
+	GatewayWorkdir string `flag:"gateway-workdir" env:"CONCH_GATEWAY_WORKDIR" default:"/tmp" usage:"where gateway-host commands start, and their HOME"`
 }
 
 // Validate checks the executor's settings.
@@ -131,6 +136,9 @@ func (c *ExecutorConfig) Validate() error {
 	}
 	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
 		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")
+	}
+	if !filepath.IsAbs(c.GatewayWorkdir) {
+		return config.Invalid("--gateway-workdir", "must be an absolute path")
 	}
 	return nil
 }
@@ -189,7 +197,11 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 		}
 		return resp.GetOutput(), resp.GetIsError(), nil
 	}
-	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, executor.WithWorkspaces(ws), executor.WithToolCaller(callTool))
+	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool)}
+	if cfg.GatewayHost {
+		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
+	}
+	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, opts...)
 	if err != nil {
 		_ = wsConn.Close()
 		_ = routerConn.Close()

@@ -147,7 +147,9 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = defaultExecTimeout
 	}
-	if host == approvalv1.Host_HOST_SANDBOX {
+	// A gateway-host command runs on the executor of the completion's
+	// sandbox, which keeps its process records for the process tool.
+	if host != approvalv1.Host_HOST_NODE {
 		id, err := cfg.Sandbox.ID(ctx)
 		if err != nil {
 			return execError("sandbox: " + message(err))
