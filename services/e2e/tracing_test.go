@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -78,6 +79,77 @@ func TestTracing(t *testing.T) {
 	tree := newSpanTree(all, traceID)
 	t.Logf("trace %s:\n%s", traceID, tree)
 	checkTrace(t, tree, all, traceID, clientSpan)
+}
+
+// TestTracingBackgroundFlush checks the work a completion leaves behind: a
+// command moved to the background flushes the persistent workspace when it
+// ends, after the completion answered. That flush is a trace of its own,
+// linked to the Exec that started the command rather than parented by a
+// request long finished.
+func TestTracingBackgroundFlush(t *testing.T) {
+	c := startTracedCluster(t)
+	d := c.d
+	up := newFakeUpstream(t, func(n int, req map[string]any) (int, string) {
+		if n == 0 {
+			return 200, openAIToolCall("call_bg", "exec", map[string]any{"command": "sleep 0.5 && touch background.txt", "background": true})
+		}
+		return 200, openAIText("started")
+	})
+	createGateway(t, d, map[string]any{"name": "background", "upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"},
+		"shell": map[string]any{"allow_data_persistence": true}})
+
+	traceID, clientSpan := randomHexID(16), randomHexID(8)
+	// A session keeps the sandbox, and so the background command, alive
+	// after the completion.
+	res := postCompletion(t.Context(), d, traceparent(traceID, clientSpan), map[string]any{
+		"model": "background", "user": "tracer",
+		"messages": []map[string]string{{"role": "user", "content": "start it"}},
+		"tools":    []map[string]string{{"type": "exec"}},
+	}, "X-Conch-Session-Id", "traced-session")
+	if res.err != nil || res.code != http.StatusOK || !strings.Contains(res.body, `\"status\":\"running\"`) {
+		t.Fatalf("completion = %d %s %v, want 200 with the command in the background", res.code, res.body, res.err)
+	}
+	c.col.waitFor(t, 30*time.Second, func(s recordedSpan) bool {
+		return s.service == "conch-workspace" && s.kind == tracepb.Span_SPAN_KIND_SERVER && s.name == rpcFlush
+	})
+	if code, body := d.call("GET", "/api/v1/shell/io/stat?path=/background.txt", d.Key, nil, "X-Shell-User-Id", "tracer"); code != http.StatusOK {
+		t.Fatalf("stat of the file the background command made = %d %s, want it in the persistent workspace", code, body)
+	}
+	c.stop(t)
+
+	all := c.col.all()
+	completion := newSpanTree(all, traceID)
+	t.Logf("trace %s:\n%s", traceID, completion)
+	var execs []recordedSpan
+	for _, s := range completion.spans {
+		if served("conch-executor", rpcExec)(s) {
+			execs = append(execs, s)
+		}
+	}
+	if len(execs) != 1 {
+		t.Fatalf("%d executor Exec spans in the completion's trace, want 1", len(execs))
+	}
+	link := execs[0].trace + "/" + execs[0].id
+	flushes := 0
+	for _, s := range all {
+		if !served("conch-workspace", rpcFlush)(s) {
+			continue
+		}
+		flushes++
+		tree := newSpanTree(all, s.trace)
+		t.Logf("trace %s of the background flush:\n%s", s.trace, tree)
+		roots := tree.roots()
+		if s.trace == traceID || len(roots) != 1 {
+			t.Errorf("the background flush is in trace %s with %d roots, want a trace of its own", s.trace, len(roots))
+			continue
+		}
+		if root := roots[0]; root.service != "conch-executor" || !slices.Contains(root.links, link) {
+			t.Errorf("the background flush's root %v links %v, want the executor's span linked to the Exec %s", root, root.links, link)
+		}
+	}
+	if flushes != 1 {
+		t.Errorf("%d workspace flushes, want the background command's one", flushes)
+	}
 }
 
 // tracedCluster is the four services, each its own process, exporting
@@ -362,7 +434,8 @@ type recordedSpan struct {
 	service, name     string
 	kind              tracepb.Span_SpanKind
 	trace, id, parent string
-	start             uint64 // unix nanoseconds
+	start             uint64   // unix nanoseconds
+	links             []string // "trace/span" of each link
 }
 
 func (s recordedSpan) String() string {
@@ -407,10 +480,14 @@ func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceService
 		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
+				var links []string
+				for _, l := range s.GetLinks() {
+					links = append(links, hex.EncodeToString(l.GetTraceId())+"/"+hex.EncodeToString(l.GetSpanId()))
+				}
 				got = append(got, recordedSpan{
 					service: svc, name: s.GetName(), kind: s.GetKind(),
 					trace: hex.EncodeToString(s.GetTraceId()), id: hex.EncodeToString(s.GetSpanId()), parent: hex.EncodeToString(s.GetParentSpanId()),
-					start: s.GetStartTimeUnixNano(),
+					start: s.GetStartTimeUnixNano(), links: links,
 				})
 			}
 		}
