@@ -8,6 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -278,7 +282,7 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 				_ = proc.Kill()
 				return nil, err
 			}
-			go s.finishInBackground(e, proc, r, !p.OnGateway && e.persistent, time.Until(started.Add(p.Timeout)))
+			go s.finishInBackground(trace.LinkFromContext(ctx), e, proc, r, !p.OnGateway && e.persistent, time.Until(started.Add(p.Timeout)))
 			return nil, ev.Backgrounded(pid)
 		case <-ctx.Done():
 			// A caller that goes away stops the work it started.
@@ -319,7 +323,8 @@ var closedTime = func() <-chan time.Time {
 
 // finishInBackground enforces the timeout of a backgrounded process and
 // records its end; flush saves its sandbox's persistent workspace after.
-func (s *Service) finishInBackground(e *entry, proc proc, r *process.Record, flush bool, left time.Duration) {
+// started links that work to the Exec that started the process.
+func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r *process.Record, flush bool, left time.Duration) {
 	t := time.NewTimer(max(left, 0))
 	defer t.Stop()
 	timedOut := false
@@ -344,10 +349,18 @@ func (s *Service) finishInBackground(e *entry, proc proc, r *process.Record, flu
 		msg = fmt.Sprintf("exited with code %d", x.Code)
 	}
 	if flush {
-		if err := s.flush(context.Background(), e); err != nil { // the caller is gone; the sandbox lives on
-			s.log.Warn("workspace flush failed", "sandbox", r.SandboxID, "error", err)
+		// The caller is gone and the sandbox lives on: the flush is a trace
+		// of its own, linked to the command's rather than parented by a
+		// request that ended long ago.
+		ctx, span := tracer.Start(context.Background(), "executor.background.flush", trace.WithLinks(started),
+			trace.WithAttributes(attribute.String("conch.sandbox", r.SandboxID), attribute.String("conch.process", r.ID)))
+		if err := s.flush(ctx, e); err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			s.log.WarnContext(ctx, "workspace flush failed", "sandbox", r.SandboxID, "error", err)
 			msg += "; its workspace changes could not be saved"
 		}
+		span.End()
 	}
 	if r.Notify {
 		s.procs.Notify(r.SandboxID, process.Event{Process: r.Snapshot(), Message: fmt.Sprintf("process %s (%s) %s", r.ID, abbreviate(r.Command, 80), msg)})
