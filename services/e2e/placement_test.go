@@ -82,6 +82,39 @@ func TestTwoExecutors(t *testing.T) {
 		t.Fatalf("other account's list = %d %s, want none", code, body)
 	}
 
+	// A node's commands reach the executor holding its stream, whichever
+	// executor the router would have picked.
+	code, body = d.call("POST", "/api/v1/nodes", d.Key, map[string]string{"name": "box"})
+	var paired struct {
+		Token string `json:"token"`
+	}
+	if code != http.StatusOK || json.Unmarshal(body, &paired) != nil {
+		t.Fatalf("pair node = %d %s", code, body)
+	}
+	startNode(t, d, "box", paired.Token, t.TempDir())
+	createGateway(t, d, map[string]any{"name": "on-box", "upstream": map[string]any{"provider": "scripted"}, "exec": map[string]any{"host": "node", "node": "box"}})
+	if code, body := d.call("POST", "/api/v1/exec-approvals/agents/on-box/allowlist", d.Key, map[string]string{"pattern": "/usr/bin/expr"}); code != http.StatusOK {
+		t.Fatalf("allowlist: %d %s", code, body)
+	}
+	for i := range 6 {
+		var out string
+		for try := 0; ; try++ {
+			code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+				"model": "on-box", "messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("run: expr %d + 1000", i)}},
+				"tools": []map[string]string{{"type": "exec"}},
+			})
+			out = string(body)
+			// The node may still be connecting on the first call.
+			if code != http.StatusOK || !strings.Contains(out, "Node not found") || try == 50 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !strings.Contains(out, fmt.Sprintf(`%d\\n`, i+1000)) {
+			t.Fatalf("command %d on the node: %s", i, out)
+		}
+	}
+
 	// Destroy works wherever the sandbox is.
 	first := sandboxes[0]
 	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+first.id, d.Key, nil); code != http.StatusOK {

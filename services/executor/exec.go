@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -34,9 +35,17 @@ type ExecParams struct {
 	Notice time.Duration
 	// PathPrepend are directories put in front of PATH for this command.
 	PathPrepend []string
-	// OnGateway runs the command on the executor's own machine, outside
-	// any sandbox; SandboxID, when set, only keeps its process records.
-	OnGateway bool
+	// Host is where the command runs: a sandbox (the default), the
+	// executor's own machine (gateway) or a node. Outside a sandbox,
+	// SandboxID, when set, only keeps the process records.
+	Host approvalv1.Host
+	// Node names the node of host node.
+	Node string
+}
+
+// outside reports whether the command runs outside its sandbox.
+func (p *ExecParams) outside() bool {
+	return p.Host == approvalv1.Host_HOST_GATEWAY || p.Host == approvalv1.Host_HOST_NODE
 }
 
 // Outcome kinds.
@@ -78,19 +87,38 @@ type proc interface {
 // returns the result, or nil when the command moved to the background.
 func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (*Result, error) {
 	var e *entry
-	if !p.OnGateway || p.SandboxID != "" {
+	if p.Host != approvalv1.Host_HOST_NODE && (!p.outside() || p.SandboxID != "") {
 		var err error
 		if e, err = s.lookup(ctx, account, p.SandboxID); err != nil {
 			return nil, err
 		}
 	}
-	if p.OnGateway {
+	var start func(sandbox.Options) (proc, error)
+	switch p.Host {
+	case approvalv1.Host_HOST_GATEWAY:
 		if s.gateway == nil {
 			return nil, errGatewayOff
 		}
-		if e == nil && p.Background {
-			return nil, errs.New(errs.InvalidArgument, "background: a background command on the gateway host needs sandbox_id to keep its records")
+		start = func(o sandbox.Options) (proc, error) { return s.gateway.Start(o) }
+	case approvalv1.Host_HOST_NODE:
+		c, err := s.node(ctx, account, p.Node)
+		if err != nil {
+			return nil, err
 		}
+		// A node's commands are not recorded here: the process tool's
+		// calls go to the sandbox's executor, not the node's.
+		if p.Background {
+			return nil, errs.New(errs.InvalidArgument, "background: not available for commands on a node")
+		}
+		start = func(o sandbox.Options) (proc, error) { return c.start(p, o) }
+	default:
+		start = func(o sandbox.Options) (proc, error) { return e.sb.Start(o) }
+	}
+	if p.outside() && e == nil {
+		if p.Background {
+			return nil, errs.New(errs.InvalidArgument, "background: a background command outside a sandbox needs sandbox_id to keep its records")
+		}
+		p.Yield = 0 // nowhere to keep a backgrounded command's records
 	}
 	if err := validateEnv(p.Env); err != nil {
 		return nil, err
@@ -112,18 +140,12 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 			return nil, errs.New(errs.InvalidArgument, "settings.path_prepend: %q must be an absolute path without ':'", d)
 		}
 	}
-	start := func(o sandbox.Options) (proc, error) { return e.sb.Start(o) }
-	if p.OnGateway {
-		start = func(o sandbox.Options) (proc, error) { return s.gateway.Start(o) }
-		if e == nil {
-			p.Yield = 0 // nowhere to keep a backgrounded command's records
-		}
-	} else {
+	if !p.outside() {
 		e.touch()
 		defer e.touch()
 	}
 	res, err := s.run(ctx, e, start, p, ev)
-	if err == nil && res != nil && !p.OnGateway && e.persistent {
+	if err == nil && res != nil && !p.outside() && e.persistent {
 		// A result is only returned once its writes are durable.
 		if ferr := s.flush(ctx, e); ferr != nil {
 			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
@@ -215,7 +237,7 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 		if errors.Is(err, sandbox.ErrGone) {
 			return nil, errs.New(errs.NotFound, "sandbox %q has ended", p.SandboxID)
 		}
-		if p.OnGateway {
+		if p.outside() {
 			return &Result{Outcome: OutcomeError, Error: err.Error()}, nil
 		}
 		return nil, fmt.Errorf("executor: start command: %w", err)
@@ -282,7 +304,7 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 				_ = proc.Kill()
 				return nil, err
 			}
-			go s.finishInBackground(trace.LinkFromContext(ctx), e, proc, r, !p.OnGateway && e.persistent, time.Until(started.Add(p.Timeout)))
+			go s.finishInBackground(trace.LinkFromContext(ctx), e, proc, r, !p.outside() && e.persistent, time.Until(started.Add(p.Timeout)))
 			return nil, ev.Backgrounded(pid)
 		case <-ctx.Done():
 			// A caller that goes away stops the work it started.

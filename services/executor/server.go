@@ -52,7 +52,7 @@ func (s *Server) WithApprovals(c gate.Client) *Server {
 // authorize asks the approval service whether req may run, telling the
 // caller while a human decides. It reports false after sending the refusal
 // as the command's end, with the policy's exact error string.
-func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, stream executorv1.ExecutorService_ExecServer) (bool, error) {
+func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, node *nodeConn, stream executorv1.ExecutorService_ExecServer) (bool, error) {
 	if !gate.Needed(req.GetHost(), req.GetSettings()) {
 		return true, nil
 	}
@@ -66,16 +66,24 @@ func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, str
 	}
 	var resolver policy.Resolver
 	var digest func(string) (string, error)
-	if req.GetHost() == approvalv1.Host_HOST_GATEWAY {
+	switch req.GetHost() {
+	case approvalv1.Host_HOST_GATEWAY:
 		// The command runs on this machine: its programs are resolved,
 		// and bound by content, against this filesystem and the PATH the
 		// command gets.
 		path := append(slices.Clone(req.GetSettings().GetPathPrepend()), policy.SplitPath(hostexec.DefaultPath)...)
 		resolver, digest = policy.PathResolver{Path: path}, gate.FileDigest
+	case approvalv1.Host_HOST_NODE:
+		// The node resolves and digests them on its own filesystem.
+		r := &nodeResolver{ctx: ctx, c: node, pathPrepend: req.GetSettings().GetPathPrepend(), digests: map[string]string{}}
+		resolver, digest = r, r.Digest
 	}
 	cwd := req.GetWorkdir()
-	if req.GetHost() == approvalv1.Host_HOST_GATEWAY {
+	switch req.GetHost() {
+	case approvalv1.Host_HOST_GATEWAY:
 		cwd = s.svc.gatewayDir(cwd)
+	case approvalv1.Host_HOST_NODE:
+		cwd = node.dir(cwd)
 	}
 	v, err := gate.Check(ctx, s.approvals, gate.Request{
 		Resolver: resolver, Digest: digest,
@@ -282,10 +290,14 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	if err != nil {
 		return err
 	}
+	var node *nodeConn
 	switch req.GetHost() {
 	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX, approvalv1.Host_HOST_GATEWAY:
 	case approvalv1.Host_HOST_NODE:
-		return errs.New(errs.NotFound, "Node not found")
+		// Found before anyone is asked to approve a command for it.
+		if node, err = s.svc.node(ctx, account, req.GetNode()); err != nil {
+			return err
+		}
 	default:
 		return errs.New(errs.InvalidArgument, "host: must be sandbox, gateway or node")
 	}
@@ -311,7 +323,7 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		// Refused before anyone is asked to approve it.
 		return errGatewayOff
 	}
-	if ok, err := s.authorize(ctx, req, stream); !ok || err != nil {
+	if ok, err := s.authorize(ctx, req, node, stream); !ok || err != nil {
 		return err
 	}
 	res, err := s.svc.Exec(ctx, account, ExecParams{
@@ -319,7 +331,7 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		Timeout: timeout, MaxOutput: maxOut, Pty: req.GetPty(), Yield: time.Duration(req.GetYieldMs()) * time.Millisecond,
 		Background: req.GetBackground(), Notify: req.GetSettings().GetNotifyOnExit(),
 		Notice: notice, PathPrepend: req.GetSettings().GetPathPrepend(),
-		OnGateway: req.GetHost() == approvalv1.Host_HOST_GATEWAY,
+		Host: req.GetHost(), Node: req.GetNode(),
 	}, execStream{stream})
 	if err != nil || res == nil {
 		return err
@@ -543,8 +555,14 @@ func (s *Server) WatchSandboxEvents(req *executorv1.WatchSandboxEventsRequest, s
 	}
 }
 
-// AttachNode would carry a paired node's stream; nodes are not available on
-// this executor yet.
-func (s *Server) AttachNode(executorv1.ExecutorService_AttachNodeServer) error {
-	return errs.New(errs.Unimplemented, "paired nodes are not available on this executor yet")
+// AttachNode serves a paired node's stream, passed on by the router once it
+// checked the node's token: the node runs the account's commands addressed
+// to it by name until the stream ends.
+func (s *Server) AttachNode(stream executorv1.ExecutorService_AttachNodeServer) error {
+	ctx := stream.Context()
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return err
+	}
+	return s.svc.Attach(ctx, account, stream)
 }

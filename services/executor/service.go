@@ -60,6 +60,7 @@ type Service struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry
+	nodes     map[string]*nodeConn // account/name → attached node
 	lease     clientv3.LeaseID
 
 	ws      Workspaces       // nil: persistent workspaces are refused
@@ -136,7 +137,7 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}}
+	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -189,9 +190,18 @@ func (s *Service) renewLease(ctx context.Context) (<-chan *clientv3.LeaseKeepAli
 	for id, e := range s.sandboxes {
 		entries[id] = e
 	}
+	nodes := make([]*nodeConn, 0, len(s.nodes))
+	for _, c := range s.nodes {
+		nodes = append(nodes, c)
+	}
 	s.mu.Unlock()
 	for id, e := range entries {
 		if err := s.recordOwnership(ctx, id, e); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range nodes {
+		if err := s.recordNode(ctx, c, time.Now().UTC()); err != nil {
 			return nil, err
 		}
 	}

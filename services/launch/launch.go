@@ -470,6 +470,12 @@ func (p *process) listenAndServe(ctx context.Context, addr string, h http.Handle
 		return fmt.Errorf("http: listen: %w", err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn)}
+	// HTTP/2 without TLS too, for gRPC clients (paired nodes) of a cluster
+	// whose TLS ends in front of the router.
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	p.log.Info("http server started", "addr", lis.Addr().String())

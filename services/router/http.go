@@ -60,7 +60,9 @@ type HTTPOptions struct {
 }
 
 // NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
-// /metrics without auth; /v1 and /api/v1 behind bearer auth.
+// /metrics without auth; /v1 and /api/v1 behind bearer auth; gRPC calls
+// (HTTP/2) of paired nodes, which authenticate with their pairing token.
+// Node streams end when ctx does.
 func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error) {
 	if opts.Service == nil || opts.Etcd == nil || opts.Metrics == nil {
 		return nil, errors.New("router: Service, Etcd and Metrics are required")
@@ -107,9 +109,19 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(statusErrors, h) }, gw)
-	return otelhttp.NewHandler(recoverPanics(opts.Logger, mux), "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+	api := otelhttp.NewHandler(recoverPanics(opts.Logger, mux), "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
-	})), nil
+	}))
+	// Paired nodes connect here over gRPC (HTTP/2): it is the one address
+	// they can reach.
+	nodeGRPC := newNodeGRPC(ctx, opts.Service.nodes, executorv1.NewExecutorServiceClient(opts.Conns["executor"]), opts.Logger)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isGRPC(r) {
+			nodeGRPC.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	}), nil
 }
 
 func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn) (*runtime.ServeMux, error) {
@@ -127,6 +139,7 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn) (*run
 	}{
 		{"router", routerv1.RegisterAccountServiceHandler},
 		{"router", routerv1.RegisterGatewayServiceHandler},
+		{"router", routerv1.RegisterNodeServiceHandler},
 		{"executor", executorv1.RegisterExecutorServiceHandler},
 		{"approval", approvalv1.RegisterApprovalServiceHandler},
 		{"workspace", workspacev1.RegisterWorkspaceServiceHandler},

@@ -17,6 +17,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/gateways"
+	"github.com/conch-sh/conch/services/router/nodes"
 	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
@@ -36,6 +37,7 @@ type Config struct {
 type Service struct {
 	accounts *accounts.Store
 	gateways *gateways.Store
+	nodes    *nodes.Store
 	grants   *toolhost.Grants
 	http     *http.Client
 	egress   *http.Client
@@ -53,6 +55,7 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger
 	return &Service{
 		accounts: store,
 		gateways: gateways.New(cli, log),
+		nodes:    nodes.New(cli),
 		grants:   toolhost.NewGrants(cli),
 		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 5 * time.Minute},
 		egress:   toolhost.NewEgressClient(),
@@ -81,5 +84,6 @@ func (s *Service) Accounts() *accounts.Store { return s.accounts }
 func (s *Service) Register(g *grpc.Server) {
 	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts})
 	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways})
+	routerv1.RegisterNodeServiceServer(g, &nodeServer{store: s.nodes})
 	routerv1.RegisterToolHostServiceServer(g, &toolHostServer{gateways: s.gateways, grants: s.grants, deps: s.ToolDeps()})
 }

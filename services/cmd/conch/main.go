@@ -28,12 +28,15 @@ Commands:
   executor    run the executor service (sandboxes)
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
+  node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
 Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
   approvals   list and answer exec approvals, edit allowlists, export/import the document
   chat        chat with a gateway in the terminal, commands and approvals shown as they happen
   gateways    list, get, create, update and delete gateways
+  nodes       pair, list and unpair nodes (machines that run exec host node commands)
+  sandbox     create sandboxes, run commands in them and remove them
 
 Run "conch <command> -h" for the flags of a command.
 `
@@ -105,6 +108,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunService(ctx, cmd, cfg)
+	case "node":
+		var cfg launch.NodeConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunNode(ctx, cfg)
+	case "nodes":
+		return cli.Nodes(ctx, args, stdout, stderr)
 	case "approvals":
 		return cli.Approvals(ctx, args, stdout, stderr)
 	case "gateways":

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,7 +47,13 @@ type Record struct {
 	Platform string `json:"platform,omitempty"`
 	// Created is when the sandbox was created or the node attached.
 	Created time.Time `json:"created"`
+	// Conn identifies a node's connection, so that only it removes its
+	// record.
+	Conn string `json:"conn,omitempty"`
 }
+
+// NodeName is the shape of a node name.
+var NodeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // Encode returns r as stored in etcd.
 func (r Record) Encode() string {

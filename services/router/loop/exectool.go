@@ -114,6 +114,16 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 	if host == approvalv1.Host_HOST_UNSPECIFIED {
 		host = approvalv1.Host_HOST_SANDBOX
 	}
+	// The gateway's node, when it names one, is the only node it allows.
+	if a.Node != "" {
+		if host != approvalv1.Host_HOST_NODE {
+			return execError("exec: node is only for host node")
+		}
+		if n := settings.GetNode(); n != "" && n != a.Node {
+			return execError(fmt.Sprintf("exec: node %s is not allowed by this gateway (its node is %s)", a.Node, n))
+		}
+		settings.Node = a.Node
+	}
 	// The model may tighten the policy for one command, never loosen it.
 	if s, ok := execsettings.Securities[a.Security]; ok && execsettings.StricterSecurity(s, settings.GetSecurity()) {
 		settings.Security = s
@@ -135,7 +145,7 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 		YieldMs:         defaultYieldMs,
 		Background:      a.Background,
 		Host:            host,
-		Node:            a.Node,
+		Node:            settings.GetNode(),
 		Settings:        settings,
 		Agent:           cfg.Exec.Agent,
 		Session:         cfg.Exec.Session,

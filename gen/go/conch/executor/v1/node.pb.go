@@ -21,7 +21,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// NodeHello is the first message a node sends.
+// NodeHello is the first message a node sends. The router checks the
+// token and passes the hello on to an executor without it.
 type NodeHello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The node's name, unique in the account.
@@ -29,7 +30,10 @@ type NodeHello struct {
 	// Pairing token issued for the node.
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// Operating system and architecture, for display.
-	Platform      string `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	Platform string `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	// Absolute directory where commands start when they name none; relative
+	// workdirs are taken from it.
+	Workdir       string `protobuf:"bytes,4,opt,name=workdir,proto3" json:"workdir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +89,160 @@ func (x *NodeHello) GetPlatform() string {
 	return ""
 }
 
+func (x *NodeHello) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+// NodeResolve asks a node which binary a program name runs, for the exec
+// policy.
+type NodeResolve struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Correlates the answer.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Program name or path as written in the command.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Directory the program would start in.
+	Dir string `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	// Directories put in front of the node's PATH.
+	PathPrepend   []string `protobuf:"bytes,4,rep,name=path_prepend,json=pathPrepend,proto3" json:"path_prepend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeResolve) Reset() {
+	*x = NodeResolve{}
+	mi := &file_conch_executor_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeResolve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeResolve) ProtoMessage() {}
+
+func (x *NodeResolve) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeResolve.ProtoReflect.Descriptor instead.
+func (*NodeResolve) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NodeResolve) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *NodeResolve) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeResolve) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *NodeResolve) GetPathPrepend() []string {
+	if x != nil {
+		return x.PathPrepend
+	}
+	return nil
+}
+
+// NodeResolved answers a NodeResolve.
+type NodeResolved struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request answered.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Absolute path of the binary; empty when none.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Content digest of the binary ("sha256:<hex>"), binding an approval.
+	Digest string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Why it could not be resolved or digested.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeResolved) Reset() {
+	*x = NodeResolved{}
+	mi := &file_conch_executor_v1_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeResolved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeResolved) ProtoMessage() {}
+
+func (x *NodeResolved) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeResolved.ProtoReflect.Descriptor instead.
+func (*NodeResolved) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeResolved) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *NodeResolved) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *NodeResolved) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *NodeResolved) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // NodeEvent is an event of a command the node runs.
 type NodeEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -98,7 +256,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_conch_executor_v1_node_proto_msgTypes[1]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -110,7 +268,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_node_proto_msgTypes[1]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -123,7 +281,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeEvent) GetRequestId() string {
@@ -149,6 +307,7 @@ type AttachNodeRequest struct {
 	//
 	//	*AttachNodeRequest_Hello
 	//	*AttachNodeRequest_Event
+	//	*AttachNodeRequest_Resolved
 	Message       isAttachNodeRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -156,7 +315,7 @@ type AttachNodeRequest struct {
 
 func (x *AttachNodeRequest) Reset() {
 	*x = AttachNodeRequest{}
-	mi := &file_conch_executor_v1_node_proto_msgTypes[2]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +327,7 @@ func (x *AttachNodeRequest) String() string {
 func (*AttachNodeRequest) ProtoMessage() {}
 
 func (x *AttachNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_node_proto_msgTypes[2]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +340,7 @@ func (x *AttachNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachNodeRequest.ProtoReflect.Descriptor instead.
 func (*AttachNodeRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AttachNodeRequest) GetMessage() isAttachNodeRequest_Message {
@@ -209,6 +368,15 @@ func (x *AttachNodeRequest) GetEvent() *NodeEvent {
 	return nil
 }
 
+func (x *AttachNodeRequest) GetResolved() *NodeResolved {
+	if x != nil {
+		if x, ok := x.Message.(*AttachNodeRequest_Resolved); ok {
+			return x.Resolved
+		}
+	}
+	return nil
+}
+
 type isAttachNodeRequest_Message interface {
 	isAttachNodeRequest_Message()
 }
@@ -223,9 +391,16 @@ type AttachNodeRequest_Event struct {
 	Event *NodeEvent `protobuf:"bytes,2,opt,name=event,proto3,oneof"`
 }
 
+type AttachNodeRequest_Resolved struct {
+	// Answer to a resolve.
+	Resolved *NodeResolved `protobuf:"bytes,3,opt,name=resolved,proto3,oneof"`
+}
+
 func (*AttachNodeRequest_Hello) isAttachNodeRequest_Message() {}
 
 func (*AttachNodeRequest_Event) isAttachNodeRequest_Message() {}
+
+func (*AttachNodeRequest_Resolved) isAttachNodeRequest_Message() {}
 
 // NodeCommand asks a node to run a command.
 type NodeCommand struct {
@@ -233,14 +408,17 @@ type NodeCommand struct {
 	// Correlates the node's events.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The command.
-	Exec          *ExecRequest `protobuf:"bytes,2,opt,name=exec,proto3" json:"exec,omitempty"`
+	Exec *ExecRequest `protobuf:"bytes,2,opt,name=exec,proto3" json:"exec,omitempty"`
+	// How many bytes of each output stream to send; the rest is drained and
+	// dropped on the node. Negative means no limit.
+	OutputBudget  int64 `protobuf:"varint,3,opt,name=output_budget,json=outputBudget,proto3" json:"output_budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeCommand) Reset() {
 	*x = NodeCommand{}
-	mi := &file_conch_executor_v1_node_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +430,7 @@ func (x *NodeCommand) String() string {
 func (*NodeCommand) ProtoMessage() {}
 
 func (x *NodeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_node_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +443,7 @@ func (x *NodeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCommand.ProtoReflect.Descriptor instead.
 func (*NodeCommand) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeCommand) GetRequestId() string {
@@ -282,6 +460,13 @@ func (x *NodeCommand) GetExec() *ExecRequest {
 	return nil
 }
 
+func (x *NodeCommand) GetOutputBudget() int64 {
+	if x != nil {
+		return x.OutputBudget
+	}
+	return 0
+}
+
 // AttachNodeResponse is a message from the cluster to a node.
 type AttachNodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -291,6 +476,7 @@ type AttachNodeResponse struct {
 	//
 	//	*AttachNodeResponse_Command
 	//	*AttachNodeResponse_Cancel
+	//	*AttachNodeResponse_Resolve
 	Message       isAttachNodeResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -298,7 +484,7 @@ type AttachNodeResponse struct {
 
 func (x *AttachNodeResponse) Reset() {
 	*x = AttachNodeResponse{}
-	mi := &file_conch_executor_v1_node_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +496,7 @@ func (x *AttachNodeResponse) String() string {
 func (*AttachNodeResponse) ProtoMessage() {}
 
 func (x *AttachNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_node_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +509,7 @@ func (x *AttachNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachNodeResponse.ProtoReflect.Descriptor instead.
 func (*AttachNodeResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_conch_executor_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AttachNodeResponse) GetMessage() isAttachNodeResponse_Message {
@@ -351,6 +537,15 @@ func (x *AttachNodeResponse) GetCancel() string {
 	return ""
 }
 
+func (x *AttachNodeResponse) GetResolve() *NodeResolve {
+	if x != nil {
+		if x, ok := x.Message.(*AttachNodeResponse_Resolve); ok {
+			return x.Resolve
+		}
+	}
+	return nil
+}
+
 type isAttachNodeResponse_Message interface {
 	isAttachNodeResponse_Message()
 }
@@ -365,34 +560,57 @@ type AttachNodeResponse_Cancel struct {
 	Cancel string `protobuf:"bytes,2,opt,name=cancel,proto3,oneof"`
 }
 
+type AttachNodeResponse_Resolve struct {
+	// Resolve a program name.
+	Resolve *NodeResolve `protobuf:"bytes,3,opt,name=resolve,proto3,oneof"`
+}
+
 func (*AttachNodeResponse_Command) isAttachNodeResponse_Message() {}
 
 func (*AttachNodeResponse_Cancel) isAttachNodeResponse_Message() {}
+
+func (*AttachNodeResponse_Resolve) isAttachNodeResponse_Message() {}
 
 var File_conch_executor_v1_node_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x1cconch/executor/v1/node.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\"Q\n" +
+	"\x1cconch/executor/v1/node.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\"k\n" +
 	"\tNodeHello\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1a\n" +
-	"\bplatform\x18\x03 \x01(\tR\bplatform\"a\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x18\n" +
+	"\aworkdir\x18\x04 \x01(\tR\aworkdir\"u\n" +
+	"\vNodeResolve\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03dir\x18\x03 \x01(\tR\x03dir\x12!\n" +
+	"\fpath_prepend\x18\x04 \x03(\tR\vpathPrepend\"o\n" +
+	"\fNodeResolved\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"a\n" +
 	"\tNodeEvent\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x125\n" +
-	"\x05event\x18\x02 \x01(\v2\x1f.conch.executor.v1.ExecResponseR\x05event\"\x8a\x01\n" +
+	"\x05event\x18\x02 \x01(\v2\x1f.conch.executor.v1.ExecResponseR\x05event\"\xc9\x01\n" +
 	"\x11AttachNodeRequest\x124\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1c.conch.executor.v1.NodeHelloH\x00R\x05hello\x124\n" +
-	"\x05event\x18\x02 \x01(\v2\x1c.conch.executor.v1.NodeEventH\x00R\x05eventB\t\n" +
-	"\amessage\"`\n" +
+	"\x05event\x18\x02 \x01(\v2\x1c.conch.executor.v1.NodeEventH\x00R\x05event\x12=\n" +
+	"\bresolved\x18\x03 \x01(\v2\x1f.conch.executor.v1.NodeResolvedH\x00R\bresolvedB\t\n" +
+	"\amessage\"\x85\x01\n" +
 	"\vNodeCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
-	"\x04exec\x18\x02 \x01(\v2\x1e.conch.executor.v1.ExecRequestR\x04exec\"u\n" +
+	"\x04exec\x18\x02 \x01(\v2\x1e.conch.executor.v1.ExecRequestR\x04exec\x12#\n" +
+	"\routput_budget\x18\x03 \x01(\x03R\foutputBudget\"\xb1\x01\n" +
 	"\x12AttachNodeResponse\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2\x1e.conch.executor.v1.NodeCommandH\x00R\acommand\x12\x18\n" +
-	"\x06cancel\x18\x02 \x01(\tH\x00R\x06cancelB\t\n" +
+	"\x06cancel\x18\x02 \x01(\tH\x00R\x06cancel\x12:\n" +
+	"\aresolve\x18\x03 \x01(\v2\x1e.conch.executor.v1.NodeResolveH\x00R\aresolveB\t\n" +
 	"\amessageB?Z=github.com/conch-sh/conch/gen/go/conch/executor/v1;executorv1b\x06proto3"
 
 var (
@@ -407,27 +625,31 @@ func file_conch_executor_v1_node_proto_rawDescGZIP() []byte {
 	return file_conch_executor_v1_node_proto_rawDescData
 }
 
-var file_conch_executor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_conch_executor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_conch_executor_v1_node_proto_goTypes = []any{
 	(*NodeHello)(nil),          // 0: conch.executor.v1.NodeHello
-	(*NodeEvent)(nil),          // 1: conch.executor.v1.NodeEvent
-	(*AttachNodeRequest)(nil),  // 2: conch.executor.v1.AttachNodeRequest
-	(*NodeCommand)(nil),        // 3: conch.executor.v1.NodeCommand
-	(*AttachNodeResponse)(nil), // 4: conch.executor.v1.AttachNodeResponse
-	(*ExecResponse)(nil),       // 5: conch.executor.v1.ExecResponse
-	(*ExecRequest)(nil),        // 6: conch.executor.v1.ExecRequest
+	(*NodeResolve)(nil),        // 1: conch.executor.v1.NodeResolve
+	(*NodeResolved)(nil),       // 2: conch.executor.v1.NodeResolved
+	(*NodeEvent)(nil),          // 3: conch.executor.v1.NodeEvent
+	(*AttachNodeRequest)(nil),  // 4: conch.executor.v1.AttachNodeRequest
+	(*NodeCommand)(nil),        // 5: conch.executor.v1.NodeCommand
+	(*AttachNodeResponse)(nil), // 6: conch.executor.v1.AttachNodeResponse
+	(*ExecResponse)(nil),       // 7: conch.executor.v1.ExecResponse
+	(*ExecRequest)(nil),        // 8: conch.executor.v1.ExecRequest
 }
 var file_conch_executor_v1_node_proto_depIdxs = []int32{
-	5, // 0: conch.executor.v1.NodeEvent.event:type_name -> conch.executor.v1.ExecResponse
+	7, // 0: conch.executor.v1.NodeEvent.event:type_name -> conch.executor.v1.ExecResponse
 	0, // 1: conch.executor.v1.AttachNodeRequest.hello:type_name -> conch.executor.v1.NodeHello
-	1, // 2: conch.executor.v1.AttachNodeRequest.event:type_name -> conch.executor.v1.NodeEvent
-	6, // 3: conch.executor.v1.NodeCommand.exec:type_name -> conch.executor.v1.ExecRequest
-	3, // 4: conch.executor.v1.AttachNodeResponse.command:type_name -> conch.executor.v1.NodeCommand
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	3, // 2: conch.executor.v1.AttachNodeRequest.event:type_name -> conch.executor.v1.NodeEvent
+	2, // 3: conch.executor.v1.AttachNodeRequest.resolved:type_name -> conch.executor.v1.NodeResolved
+	8, // 4: conch.executor.v1.NodeCommand.exec:type_name -> conch.executor.v1.ExecRequest
+	5, // 5: conch.executor.v1.AttachNodeResponse.command:type_name -> conch.executor.v1.NodeCommand
+	1, // 6: conch.executor.v1.AttachNodeResponse.resolve:type_name -> conch.executor.v1.NodeResolve
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_node_proto_init() }
@@ -436,13 +658,15 @@ func file_conch_executor_v1_node_proto_init() {
 		return
 	}
 	file_conch_executor_v1_exec_proto_init()
-	file_conch_executor_v1_node_proto_msgTypes[2].OneofWrappers = []any{
+	file_conch_executor_v1_node_proto_msgTypes[4].OneofWrappers = []any{
 		(*AttachNodeRequest_Hello)(nil),
 		(*AttachNodeRequest_Event)(nil),
+		(*AttachNodeRequest_Resolved)(nil),
 	}
-	file_conch_executor_v1_node_proto_msgTypes[4].OneofWrappers = []any{
+	file_conch_executor_v1_node_proto_msgTypes[6].OneofWrappers = []any{
 		(*AttachNodeResponse_Command)(nil),
 		(*AttachNodeResponse_Cancel)(nil),
+		(*AttachNodeResponse_Resolve)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -450,7 +674,7 @@ func file_conch_executor_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_node_proto_rawDesc), len(file_conch_executor_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -24,7 +24,7 @@ var File_conch_router_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_router_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1dconch/router/v1/service.proto\x12\x0fconch.router.v1\x1a\x1dconch/router/v1/account.proto\x1a\x1dconch/router/v1/gateway.proto\x1a\x1econch/router/v1/toolhost.proto2\xe4\x03\n" +
+	"\x1dconch/router/v1/service.proto\x12\x0fconch.router.v1\x1a\x1dconch/router/v1/account.proto\x1a\x1dconch/router/v1/gateway.proto\x1a\x1aconch/router/v1/node.proto\x1a\x1econch/router/v1/toolhost.proto2\xe4\x03\n" +
 	"\x0eGatewayService\x12^\n" +
 	"\rCreateGateway\x12%.conch.router.v1.CreateGatewayRequest\x1a&.conch.router.v1.CreateGatewayResponse\x12U\n" +
 	"\n" +
@@ -37,7 +37,13 @@ const file_conch_router_v1_service_proto_rawDesc = "" +
 	"\fListAccounts\x12$.conch.router.v1.ListAccountsRequest\x1a%.conch.router.v1.ListAccountsResponse\x12[\n" +
 	"\fCreateAPIKey\x12$.conch.router.v1.CreateAPIKeyRequest\x1a%.conch.router.v1.CreateAPIKeyResponse\x12X\n" +
 	"\vListAPIKeys\x12#.conch.router.v1.ListAPIKeysRequest\x1a$.conch.router.v1.ListAPIKeysResponse\x12[\n" +
-	"\fDeleteAPIKey\x12$.conch.router.v1.DeleteAPIKeyRequest\x1a%.conch.router.v1.DeleteAPIKeyResponse2b\n" +
+	"\fDeleteAPIKey\x12$.conch.router.v1.DeleteAPIKeyRequest\x1a%.conch.router.v1.DeleteAPIKeyResponse2\x8f\x02\n" +
+	"\vNodeService\x12U\n" +
+	"\n" +
+	"CreateNode\x12\".conch.router.v1.CreateNodeRequest\x1a#.conch.router.v1.CreateNodeResponse\x12R\n" +
+	"\tListNodes\x12!.conch.router.v1.ListNodesRequest\x1a\".conch.router.v1.ListNodesResponse\x12U\n" +
+	"\n" +
+	"DeleteNode\x12\".conch.router.v1.DeleteNodeRequest\x1a#.conch.router.v1.DeleteNodeResponse2b\n" +
 	"\x0fToolHostService\x12O\n" +
 	"\bCallTool\x12 .conch.router.v1.CallToolRequest\x1a!.conch.router.v1.CallToolResponseB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
 
@@ -52,18 +58,24 @@ var file_conch_router_v1_service_proto_goTypes = []any{
 	(*CreateAPIKeyRequest)(nil),   // 7: conch.router.v1.CreateAPIKeyRequest
 	(*ListAPIKeysRequest)(nil),    // 8: conch.router.v1.ListAPIKeysRequest
 	(*DeleteAPIKeyRequest)(nil),   // 9: conch.router.v1.DeleteAPIKeyRequest
-	(*CallToolRequest)(nil),       // 10: conch.router.v1.CallToolRequest
-	(*CreateGatewayResponse)(nil), // 11: conch.router.v1.CreateGatewayResponse
-	(*GetGatewayResponse)(nil),    // 12: conch.router.v1.GetGatewayResponse
-	(*ListGatewaysResponse)(nil),  // 13: conch.router.v1.ListGatewaysResponse
-	(*UpdateGatewayResponse)(nil), // 14: conch.router.v1.UpdateGatewayResponse
-	(*DeleteGatewayResponse)(nil), // 15: conch.router.v1.DeleteGatewayResponse
-	(*CreateAccountResponse)(nil), // 16: conch.router.v1.CreateAccountResponse
-	(*ListAccountsResponse)(nil),  // 17: conch.router.v1.ListAccountsResponse
-	(*CreateAPIKeyResponse)(nil),  // 18: conch.router.v1.CreateAPIKeyResponse
-	(*ListAPIKeysResponse)(nil),   // 19: conch.router.v1.ListAPIKeysResponse
-	(*DeleteAPIKeyResponse)(nil),  // 20: conch.router.v1.DeleteAPIKeyResponse
-	(*CallToolResponse)(nil),      // 21: conch.router.v1.CallToolResponse
+	(*CreateNodeRequest)(nil),     // 10: conch.router.v1.CreateNodeRequest
+	(*ListNodesRequest)(nil),      // 11: conch.router.v1.ListNodesRequest
+	(*DeleteNodeRequest)(nil),     // 12: conch.router.v1.DeleteNodeRequest
+	(*CallToolRequest)(nil),       // 13: conch.router.v1.CallToolRequest
+	(*CreateGatewayResponse)(nil), // 14: conch.router.v1.CreateGatewayResponse
+	(*GetGatewayResponse)(nil),    // 15: conch.router.v1.GetGatewayResponse
+	(*ListGatewaysResponse)(nil),  // 16: conch.router.v1.ListGatewaysResponse
+	(*UpdateGatewayResponse)(nil), // 17: conch.router.v1.UpdateGatewayResponse
+	(*DeleteGatewayResponse)(nil), // 18: conch.router.v1.DeleteGatewayResponse
+	(*CreateAccountResponse)(nil), // 19: conch.router.v1.CreateAccountResponse
+	(*ListAccountsResponse)(nil),  // 20: conch.router.v1.ListAccountsResponse
+	(*CreateAPIKeyResponse)(nil),  // 21: conch.router.v1.CreateAPIKeyResponse
+	(*ListAPIKeysResponse)(nil),   // 22: conch.router.v1.ListAPIKeysResponse
+	(*DeleteAPIKeyResponse)(nil),  // 23: conch.router.v1.DeleteAPIKeyResponse
+	(*CreateNodeResponse)(nil),    // 24: conch.router.v1.CreateNodeResponse
+	(*ListNodesResponse)(nil),     // 25: conch.router.v1.ListNodesResponse
+	(*DeleteNodeResponse)(nil),    // 26: conch.router.v1.DeleteNodeResponse
+	(*CallToolResponse)(nil),      // 27: conch.router.v1.CallToolResponse
 }
 var file_conch_router_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.router.v1.GatewayService.CreateGateway:input_type -> conch.router.v1.CreateGatewayRequest
@@ -76,20 +88,26 @@ var file_conch_router_v1_service_proto_depIdxs = []int32{
 	7,  // 7: conch.router.v1.AccountService.CreateAPIKey:input_type -> conch.router.v1.CreateAPIKeyRequest
 	8,  // 8: conch.router.v1.AccountService.ListAPIKeys:input_type -> conch.router.v1.ListAPIKeysRequest
 	9,  // 9: conch.router.v1.AccountService.DeleteAPIKey:input_type -> conch.router.v1.DeleteAPIKeyRequest
-	10, // 10: conch.router.v1.ToolHostService.CallTool:input_type -> conch.router.v1.CallToolRequest
-	11, // 11: conch.router.v1.GatewayService.CreateGateway:output_type -> conch.router.v1.CreateGatewayResponse
-	12, // 12: conch.router.v1.GatewayService.GetGateway:output_type -> conch.router.v1.GetGatewayResponse
-	13, // 13: conch.router.v1.GatewayService.ListGateways:output_type -> conch.router.v1.ListGatewaysResponse
-	14, // 14: conch.router.v1.GatewayService.UpdateGateway:output_type -> conch.router.v1.UpdateGatewayResponse
-	15, // 15: conch.router.v1.GatewayService.DeleteGateway:output_type -> conch.router.v1.DeleteGatewayResponse
-	16, // 16: conch.router.v1.AccountService.CreateAccount:output_type -> conch.router.v1.CreateAccountResponse
-	17, // 17: conch.router.v1.AccountService.ListAccounts:output_type -> conch.router.v1.ListAccountsResponse
-	18, // 18: conch.router.v1.AccountService.CreateAPIKey:output_type -> conch.router.v1.CreateAPIKeyResponse
-	19, // 19: conch.router.v1.AccountService.ListAPIKeys:output_type -> conch.router.v1.ListAPIKeysResponse
-	20, // 20: conch.router.v1.AccountService.DeleteAPIKey:output_type -> conch.router.v1.DeleteAPIKeyResponse
-	21, // 21: conch.router.v1.ToolHostService.CallTool:output_type -> conch.router.v1.CallToolResponse
-	11, // [11:22] is the sub-list for method output_type
-	0,  // [0:11] is the sub-list for method input_type
+	10, // 10: conch.router.v1.NodeService.CreateNode:input_type -> conch.router.v1.CreateNodeRequest
+	11, // 11: conch.router.v1.NodeService.ListNodes:input_type -> conch.router.v1.ListNodesRequest
+	12, // 12: conch.router.v1.NodeService.DeleteNode:input_type -> conch.router.v1.DeleteNodeRequest
+	13, // 13: conch.router.v1.ToolHostService.CallTool:input_type -> conch.router.v1.CallToolRequest
+	14, // 14: conch.router.v1.GatewayService.CreateGateway:output_type -> conch.router.v1.CreateGatewayResponse
+	15, // 15: conch.router.v1.GatewayService.GetGateway:output_type -> conch.router.v1.GetGatewayResponse
+	16, // 16: conch.router.v1.GatewayService.ListGateways:output_type -> conch.router.v1.ListGatewaysResponse
+	17, // 17: conch.router.v1.GatewayService.UpdateGateway:output_type -> conch.router.v1.UpdateGatewayResponse
+	18, // 18: conch.router.v1.GatewayService.DeleteGateway:output_type -> conch.router.v1.DeleteGatewayResponse
+	19, // 19: conch.router.v1.AccountService.CreateAccount:output_type -> conch.router.v1.CreateAccountResponse
+	20, // 20: conch.router.v1.AccountService.ListAccounts:output_type -> conch.router.v1.ListAccountsResponse
+	21, // 21: conch.router.v1.AccountService.CreateAPIKey:output_type -> conch.router.v1.CreateAPIKeyResponse
+	22, // 22: conch.router.v1.AccountService.ListAPIKeys:output_type -> conch.router.v1.ListAPIKeysResponse
+	23, // 23: conch.router.v1.AccountService.DeleteAPIKey:output_type -> conch.router.v1.DeleteAPIKeyResponse
+	24, // 24: conch.router.v1.NodeService.CreateNode:output_type -> conch.router.v1.CreateNodeResponse
+	25, // 25: conch.router.v1.NodeService.ListNodes:output_type -> conch.router.v1.ListNodesResponse
+	26, // 26: conch.router.v1.NodeService.DeleteNode:output_type -> conch.router.v1.DeleteNodeResponse
+	27, // 27: conch.router.v1.ToolHostService.CallTool:output_type -> conch.router.v1.CallToolResponse
+	14, // [14:28] is the sub-list for method output_type
+	0,  // [0:14] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -102,6 +120,7 @@ func file_conch_router_v1_service_proto_init() {
 	}
 	file_conch_router_v1_account_proto_init()
 	file_conch_router_v1_gateway_proto_init()
+	file_conch_router_v1_node_proto_init()
 	file_conch_router_v1_toolhost_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -111,7 +130,7 @@ func file_conch_router_v1_service_proto_init() {
 			NumEnums:      0,
 			NumMessages:   0,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_conch_router_v1_service_proto_goTypes,
 		DependencyIndexes: file_conch_router_v1_service_proto_depIdxs,
