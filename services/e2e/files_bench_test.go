@@ -12,12 +12,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
 	"github.com/conch-sh/conch/services/workspace/miniotest"
 )
 
 // BenchmarkFilesTransfer uploads and downloads a 100 MB file through the
 // REST API of conch dev backed by a local MinIO, and reports the growth of
-// conch dev's peak RSS over its resident size before the transfers.
+// conch dev's peak RSS over its resident size before the transfers. Its
+// anchors, minio-put and minio-get, then move the same bytes straight to
+// and from the same MinIO in one request each.
 func BenchmarkFilesTransfer(b *testing.B) {
 	m := miniotest.Start(b)
 	d := startDev(b, "CONCH_S3_ENDPOINT="+m.Endpoint, "CONCH_S3_ACCESS_KEY="+m.AccessKey, "CONCH_S3_SECRET_KEY="+m.SecretKey, "CONCH_S3_BUCKET="+miniotest.Bucket(), "CONCH_LOG_LEVEL=warn")
@@ -60,6 +65,38 @@ func BenchmarkFilesTransfer(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(procStatus(b, pid, "VmHWM")-base)/(1<<20), "rss-growth-MiB")
+	})
+
+	mc, err := minio.New(m.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, "")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bucket := miniotest.Bucket()
+	if err := mc.MakeBucket(b.Context(), bucket, minio.MakeBucketOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("minio-put", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			// One streamed request, as the upload's is.
+			if _, err := mc.PutObject(b.Context(), bucket, "big.bin", bytes.NewReader(data), size, minio.PutObjectOptions{DisableMultipart: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("minio-get", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			obj, err := mc.GetObject(b.Context(), bucket, "big.bin", minio.GetObjectOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, obj)
+			obj.Close()
+			if err != nil || n != size {
+				b.Fatalf("get = %d bytes, %v", n, err)
+			}
+		}
 	})
 }
 

@@ -1,0 +1,134 @@
+package benchreport
+
+// Anchors measured by benchmarks in the same run, shared by several rows.
+var (
+	bareBwrap = &Anchor{Name: "bare bwrap /bin/true", Ref: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkBareBwrap", Unit: "p50-ms"}}
+	forkExec  = &Anchor{Name: "bare fork+exec sh -c true", Ref: Ref{Pkg: "executor", Bench: "BenchmarkBareForkExec", Unit: "p50-ms"}}
+)
+
+// Rows is conch's benchmark report: the performance targets of the issues,
+// each with the floor it is measured against, and the other benchmarks
+// worth a glance. Hydrate and flush are judged on MinIO, the store of a
+// real cluster; the local-disk results are in the JSON.
+var Rows = []Row{
+	{
+		Service: "executor", Metric: "sandbox create, warm pool, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreate", Unit: "p50-ms"},
+		Anchor: bareBwrap, Target: Target{MaxRatio: 1.5},
+	},
+	{
+		Service: "executor", Metric: "sandbox create, cold, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateCold", Unit: "p50-ms"},
+		Anchor: bareBwrap,
+	},
+	{
+		Service: "executor", Metric: "command `true` via gRPC, warm sandbox, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTrip", Unit: "p50-ms"},
+		Anchor: forkExec, Target: Target{Max: 3, MaxRatio: 2},
+	},
+	{
+		Service: "executor", Metric: "command `true` via the agent, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkAgentRoundTrip", Unit: "p50-ms"},
+		Anchor: &Anchor{Name: "two nested shells", Ref: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkTwoShells", Unit: "p50-ms"}},
+	},
+	{
+		Service: "executor", Metric: "commands across 8 sandboxes", Unit: "cmds/s",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkThroughput8Sandboxes", Unit: "cmds/s"},
+		Target: Target{Min: 300},
+	},
+	{
+		Service: "executor", Metric: "executor RSS growth per idle sandbox (100)", Unit: "MiB",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkIdleSandboxes", Unit: "MiB-rss/sandbox"},
+		Target: Target{Max: 5},
+	},
+	{
+		Service: "executor", Metric: "sandbox processes' PSS per idle sandbox", Unit: "MiB",
+		Value: Ref{Pkg: "executor", Bench: "BenchmarkIdleSandboxes", Unit: "MiB-sandbox-procs-pss/sandbox"},
+	},
+	{
+		Service: "workspace", Metric: "upload 100 MB via REST to MinIO", Unit: "MB/s",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/upload", Unit: "MB/s"},
+		Anchor: &Anchor{Name: "direct MinIO put", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/minio-put", Unit: "MB/s"}},
+		Target: Target{Min: 100},
+	},
+	{
+		Service: "workspace", Metric: "upload: conch dev peak RSS growth", Unit: "MiB",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/upload", Unit: "rss-growth-MiB"},
+		Target: Target{Max: 32},
+	},
+	{
+		Service: "workspace", Metric: "download 100 MB via REST from MinIO", Unit: "MB/s",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/download", Unit: "MB/s"},
+		Anchor: &Anchor{Name: "direct MinIO get", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/minio-get", Unit: "MB/s"}},
+		Target: Target{Min: 100},
+	},
+	{
+		Service: "workspace", Metric: "download: conch dev peak RSS growth", Unit: "MiB",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/download", Unit: "rss-growth-MiB"},
+		Target: Target{Max: 32},
+	},
+	{
+		Service: "workspace", Metric: "hydrate 1,000 × 4 KiB, service cold (MinIO)", Unit: "ms",
+		Value:  Ref{Pkg: "workspace/files", Bench: "BenchmarkHydrate/s3/cold-service", Unit: "ns/op"},
+		Target: Target{Max: 1000},
+	},
+	{
+		Service: "workspace", Metric: "hydrate 1,000 × 4 KiB, new sandbox (MinIO)", Unit: "ms",
+		Value:  Ref{Pkg: "workspace/files", Bench: "BenchmarkHydrate/s3/cold", Unit: "ns/op"},
+		Target: Target{Max: 1000},
+	},
+	{
+		Service: "workspace", Metric: "hydrate 1,000 × 4 KiB, unchanged (MinIO)", Unit: "ms",
+		Value:  Ref{Pkg: "workspace/files", Bench: "BenchmarkHydrate/s3/unchanged", Unit: "ns/op"},
+		Target: Target{Max: 100},
+	},
+	{
+		Service: "workspace", Metric: "flush 1 changed of 10,000 files (MinIO)", Unit: "ms",
+		Value:  Ref{Pkg: "workspace/files", Bench: "BenchmarkFlushOneChanged/s3", Unit: "ns/op"},
+		Target: Target{Max: 150},
+	},
+	{
+		Service: "workspace", Metric: "store put 100 MB, size known", Unit: "MB/s",
+		Value: Ref{Pkg: "workspace/store/s3store", Bench: "BenchmarkLargeObject/known-size-true", Unit: "MB/s"},
+	},
+	{
+		Service: "workspace", Metric: "store put 100 MB, size unknown", Unit: "MB/s",
+		Value: Ref{Pkg: "workspace/store/s3store", Bench: "BenchmarkLargeObject/known-size-false", Unit: "MB/s"},
+	},
+	{
+		Service: "approval", Metric: "policy Evaluate, 3-segment command", Unit: "op/s",
+		Value:  Ref{Pkg: "approval/policy", Bench: "BenchmarkEvaluate", Unit: "ns/op"},
+		Target: Target{Min: 50_000},
+	},
+	{
+		Service: "approval", Metric: "policy Evaluate with a new engine", Unit: "op/s",
+		Value: Ref{Pkg: "approval/policy", Bench: "BenchmarkEvaluateWithNewEngine", Unit: "ns/op"},
+	},
+	{
+		Service: "approval", Metric: "service Evaluate, policy from etcd cache", Unit: "op/s",
+		Value:  Ref{Pkg: "approval", Bench: "BenchmarkEvaluateService", Unit: "ns/op"},
+		Target: Target{Min: 50_000},
+	},
+	{
+		Service: "approval", Metric: ":resolve to waiting command, p50", Unit: "ms",
+		Value:  Ref{Pkg: "approval", Bench: "BenchmarkResolveToWaiter", Unit: "p50-ms"},
+		Target: Target{Max: 20},
+	},
+	{
+		Service: "router", Metric: "completion via conch, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "conch-p50-ms"},
+		Anchor: &Anchor{Name: "direct upstream call", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "direct-p50-ms"}},
+	},
+	{
+		Service: "router", Metric: "router overhead, p50", Unit: "ms",
+		Value: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p50-ms"},
+	},
+	{
+		Service: "router", Metric: "completions, 8 parallel clients", Unit: "op/s",
+		Value: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionThroughput", Unit: "completions/s"},
+	},
+	{
+		Service: "router", Metric: "completion with one shell call, p50", Unit: "ms",
+		Value: Ref{Pkg: "e2e", Bench: "BenchmarkShellCompletion", Unit: "p50-ms"},
+	},
+}
