@@ -181,6 +181,13 @@ func (d *dev) stop(timeout time.Duration) (time.Duration, error) {
 // call makes an HTTP request and returns status and body.
 func (d *dev) call(method, path, key string, body any, headers ...string) (int, []byte) {
 	d.t.Helper()
+	code, _, b := d.do(method, path, key, body, headers...)
+	return code, b
+}
+
+// do makes an HTTP request and returns status, headers and body.
+func (d *dev) do(method, path, key string, body any, headers ...string) (int, http.Header, []byte) {
+	d.t.Helper()
 	var r io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -208,7 +215,7 @@ func (d *dev) call(method, path, key string, body any, headers ...string) (int, 
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 func tail(s string, n int) string {

@@ -63,6 +63,9 @@ type Service struct {
 	nodes     map[string]*nodeConn // account/name → attached node
 	lease     clientv3.LeaseID
 
+	max      int // sandboxes this executor holds at most
+	creating int // sandboxes being built, under mu
+
 	ws      Workspaces       // nil: persistent workspaces are refused
 	tools   ToolCaller       // nil: tool commands are refused
 	gateway *hostexec.Runner // nil: the gateway host is turned off
@@ -77,6 +80,18 @@ func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws 
 // ToolCaller runs a tool moved into a sandbox, on the router's tool host,
 // for the sandbox's account.
 type ToolCaller func(ctx context.Context, account, sandboxID, tool, arguments string) (output string, isError bool, err error)
+
+// DefaultMaxSandboxes is how many sandboxes an executor holds at most
+// unless WithMaxSandboxes says otherwise.
+const DefaultMaxSandboxes = 256
+
+// WithMaxSandboxes bounds the sandboxes this executor holds; a create
+// beyond it is refused with ResourceExhausted, and the router places new
+// sandboxes on the executors with the most room.
+func WithMaxSandboxes(n int) Option { return func(s *Service) { s.max = n } }
+
+// MaxSandboxes is how many sandboxes this executor holds at most.
+func (s *Service) MaxSandboxes() int { return s.max }
 
 // WithGatewayHost lets commands run on this executor's own machine, outside
 // any sandbox (host gateway), through r.
@@ -137,7 +152,7 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}}
+	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}, max: DefaultMaxSandboxes}
 	for _, o := range opts {
 		o(s)
 	}
@@ -293,6 +308,18 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 			return nil, "", errs.New(errs.InvalidArgument, "path_prepend: %q must be an absolute path without ':'", d)
 		}
 	}
+	s.mu.Lock()
+	if len(s.sandboxes)+s.creating >= s.max {
+		s.mu.Unlock()
+		return nil, "", errs.New(errs.ResourceExhausted, "executor %s is full (%d sandboxes); retry in a few seconds", s.name, s.max)
+	}
+	s.creating++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.creating--
+		s.mu.Unlock()
+	}()
 	id := "sb-" + randomID()
 	sb, err := s.rt.Create(ctx, sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend})
 	if err != nil {

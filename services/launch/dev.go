@@ -40,8 +40,7 @@ type DevConfig struct {
 	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
 	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (default: one kept in <data-dir>/signing-key)"`
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
-	// UploadIdleTimeout bounds a stalled upload body.
-	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
+	HTTPConfig
 
 	ExecutorConfig
 }
@@ -63,8 +62,8 @@ func (c *DevConfig) Validate() error {
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return config.Invalid("--log-level", "%v", err)
 	}
-	if c.UploadIdleTimeout <= 0 {
-		return config.Invalid("--upload-idle-timeout", "must be positive")
+	if err := c.HTTPConfig.Validate(); err != nil {
+		return err
 	}
 	if c.SigningKeys != "" {
 		if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
@@ -137,7 +136,9 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	defer cleanup()
 	g.Go(func() error { return execSvc.Run(gctx) })
-	g.Go(func() error { return p.serveOn(gctx, "executor", execLis, execAddr, common, execSrv.Register) })
+	g.Go(func() error {
+		return p.serveOn(gctx, "executor", execLis, execAddr, executorMeta(execSvc), common, execSrv.Register)
+	})
 	for _, name := range []string{"approval"} {
 		register, run, err := registerFunc(name, p)
 		if err != nil {
@@ -150,7 +151,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	ready := make(chan string, 1)
 	g.Go(func() error {
-		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.UploadIdleTimeout, common.ShutdownTimeout, ready)
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, common.ShutdownTimeout, ready)
 	})
 	g.Go(func() error {
 		select {

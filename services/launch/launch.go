@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,8 +82,27 @@ type RouterConfig struct {
 	PublicURL    string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router, for links it hands out (default: the request's host)"`
 	AdminKey     string `env:"CONCH_ADMIN_KEY" usage:"API key of the admin, who manages accounts"`
 	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
+	HTTPConfig
+}
+
+// HTTPConfig tunes the router's public HTTP API, in `conch router` and
+// `conch dev`.
+type HTTPConfig struct {
 	// UploadIdleTimeout bounds a stalled upload body.
 	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
+	// MaxConcurrentCompletions sheds load beyond what the router runs.
+	MaxConcurrentCompletions int `flag:"max-concurrent-completions" env:"CONCH_MAX_CONCURRENT_COMPLETIONS" default:"512" usage:"chat completions this router runs at once; beyond, 503 with Retry-After"`
+}
+
+// Validate checks the HTTP settings.
+func (c *HTTPConfig) Validate() error {
+	if c.UploadIdleTimeout <= 0 {
+		return config.Invalid("--upload-idle-timeout", "must be positive")
+	}
+	if c.MaxConcurrentCompletions < 1 || c.MaxConcurrentCompletions > 1<<20 {
+		return config.Invalid("--max-concurrent-completions", "must be between 1 and %d", 1<<20)
+	}
+	return nil
 }
 
 // Validate checks the router's settings.
@@ -96,8 +116,8 @@ func (c *RouterConfig) Validate() error {
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
 		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
 	}
-	if c.UploadIdleTimeout <= 0 {
-		return config.Invalid("--upload-idle-timeout", "must be positive")
+	if err := c.HTTPConfig.Validate(); err != nil {
+		return err
 	}
 	return validPublicURL(c.PublicURL)
 }
@@ -118,6 +138,7 @@ type ExecutorConfig struct {
 	// any sandbox, only as the exec policy and approvals allow.
 	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
 	GatewayWorkdir string `flag:"gateway-workdir" env:"CONCH_GATEWAY_WORKDIR" default:"/tmp" usage:"where gateway-host commands start, and their HOME"`
+	MaxSandboxes   int    `flag:"max-sandboxes" env:"CONCH_MAX_SANDBOXES" default:"256" usage:"sandboxes this executor holds at most; beyond, creates are refused and the router places them elsewhere"`
 }
 
 // Validate checks the executor's settings.
@@ -136,6 +157,9 @@ func (c *ExecutorConfig) Validate() error {
 	}
 	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
 		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")
+	}
+	if c.MaxSandboxes < 1 || c.MaxSandboxes > 100000 {
+		return config.Invalid("--max-sandboxes", "must be between 1 and 100000")
 	}
 	if !filepath.IsAbs(c.GatewayWorkdir) {
 		return config.Invalid("--gateway-workdir", "must be an absolute path")
@@ -197,7 +221,7 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 		}
 		return resp.GetOutput(), resp.GetIsError(), nil
 	}
-	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool)}
+	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes)}
 	if cfg.GatewayHost {
 		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
 	}
@@ -219,6 +243,12 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 	return srv, svc, func() { rt.Close(); _ = wsConn.Close(); _ = routerConn.Close(); _ = apConn.Close() }, nil
 }
 
+// executorMeta is what an executor registers beside its address: its
+// capacity, which the router places sandboxes by.
+func executorMeta(svc *executor.Service) map[string]string {
+	return map[string]string{placement.MetaMaxSandboxes: strconv.Itoa(svc.MaxSandboxes())}
+}
+
 // RunExecutor runs `conch executor`.
 func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	p, err := newProcess(ctx, "conch-executor", cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
@@ -238,7 +268,9 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	defer cleanup()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(gctx) })
-	g.Go(func() error { return p.serveOn(gctx, "executor", lis, addr, &cfg.Common, srv.Register) })
+	g.Go(func() error {
+		return p.serveOn(gctx, "executor", lis, addr, executorMeta(svc), &cfg.Common, srv.Register)
+	})
 	if cfg.MetricsAddr != "" {
 		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
 	}
@@ -318,7 +350,7 @@ func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, fun
 		var extra []grpc.DialOption
 		if name == "executor" {
 			// Calls about a sandbox or node go to the executor holding it.
-			pl := placement.NewRouter(p.etcd, p.log)
+			pl := placement.NewRouter(ctx, p.etcd, p.log)
 			extra = append(extra, grpc.WithChainUnaryInterceptor(pl.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(pl.StreamClientInterceptor()))
 		}
 		c, err := p.dial(ctx, name, extra...)
@@ -337,7 +369,7 @@ func (p *process) serve(ctx context.Context, name, addr, advertise string, c *Co
 	if err != nil {
 		return fmt.Errorf("%s: listen: %w", name, err)
 	}
-	return p.serveOn(ctx, name, lis, advertise, c, register)
+	return p.serveOn(ctx, name, lis, advertise, nil, c, register)
 }
 
 // listen opens a service's gRPC listener before the service is built, for a
@@ -355,9 +387,11 @@ func listen(name, addr, advertise string) (net.Listener, string, error) {
 	return lis, advertised, nil
 }
 
-// serveOn runs one service's gRPC server on lis until ctx ends.
-func (p *process) serveOn(ctx context.Context, name string, lis net.Listener, advertise string, c *Common, register func(*grpc.Server)) error {
+// serveOn runs one service's gRPC server on lis until ctx ends, registered
+// with meta.
+func (p *process) serveOn(ctx context.Context, name string, lis net.Listener, advertise string, meta map[string]string, c *Common, register func(*grpc.Server)) error {
 	return serving.Run(ctx, serving.Options{
+		Metadata:       meta,
 		Name:           name,
 		Listener:       lis,
 		AdvertiseAddr:  advertise,
@@ -389,7 +423,7 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
 	})
 	g.Go(func() error {
-		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.UploadIdleTimeout, cfg.ShutdownTimeout, nil)
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, cfg.ShutdownTimeout, nil)
 	})
 	return g.Wait()
 }
@@ -443,14 +477,15 @@ func registerFunc(name string, p *process) (register func(*grpc.Server), run fun
 
 // serveHTTP serves the router's public HTTP API on addr until ctx ends. When
 // ready is not nil it receives the bound address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, uploadIdle, timeout time.Duration, ready chan<- string) error {
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, hc HTTPConfig, timeout time.Duration, ready chan<- string) error {
 	conns, closeConns, err := p.dialAll(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConns()
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
-		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log, UploadIdleTimeout: uploadIdle,
+		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
+		UploadIdleTimeout: hc.UploadIdleTimeout, MaxConcurrentCompletions: hc.MaxConcurrentCompletions,
 	})
 	if err != nil {
 		return err

@@ -55,6 +55,9 @@ type HTTPOptions struct {
 	// UploadIdleTimeout bounds the wait for the next bytes of a file
 	// upload; 0 means DefaultUploadIdleTimeout.
 	UploadIdleTimeout time.Duration
+	// MaxConcurrentCompletions bounds the completions running at once;
+	// 0 means openai.DefaultMaxConcurrent.
+	MaxConcurrentCompletions int
 	// Logger receives request errors.
 	Logger *slog.Logger
 }
@@ -86,6 +89,8 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		Grants:   opts.Service.Grants(),
 		ToolDeps: opts.Service.ToolDeps(),
 		Logger:   opts.Logger,
+
+		MaxConcurrent: opts.MaxConcurrentCompletions,
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +137,12 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn) (*run
 		// services trust is set by the auth middleware and signed on the way
 		// out, so no header can be smuggled through.
 		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+			if ra := errs.RetryAfter(status.Code(err)); ra != "" {
+				w.Header().Set("Retry-After", ra)
+			}
+			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+		}),
 	)
 	register := []struct {
 		service string
@@ -196,6 +207,9 @@ func statusErrors(w http.ResponseWriter, code codes.Code, msg string) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if ra := errs.RetryAfter(code); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
 	w.WriteHeader(runtime.HTTPStatusFromCode(code))
 	_, _ = w.Write(b)
 }

@@ -2,10 +2,16 @@ package placement
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
@@ -59,5 +65,91 @@ func TestLookup(t *testing.T) {
 	}
 	if _, _, err := Lookup(t.Context(), cli, SandboxKey("sb-bad")); err == nil {
 		t.Fatal("a corrupt record decoded")
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	cli := etcdxtest.StartForTest(t)
+	ctx := t.Context()
+	for addr, max := range map[string]string{"127.0.0.1:7001": "2", "127.0.0.1:7002": "3", "127.0.0.1:7003": "not a number"} {
+		reg, err := discovery.Register(ctx, cli, "executor", addr, discovery.RegisterOptions{Metadata: map[string]string{MetaMaxSandboxes: max}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = reg.Close(context.WithoutCancel(ctx)) })
+	}
+	put := func(id, addr string) {
+		t.Helper()
+		if _, err := cli.Put(ctx, SandboxKey(id), Record{Account: "a", Executor: "x", Addr: addr}.Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("sb-1", "127.0.0.1:7001")
+	put("sb-2", "127.0.0.1:7001")
+	put("sb-3", "127.0.0.1:7002")
+	r := NewRouter(ctx, cli, nil)
+	// wait returns the candidates once the load shows want sandboxes.
+	wait := func(want int) []string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			count, ok := r.load.snapshot()
+			n := 0
+			for _, c := range count {
+				n += c
+			}
+			if ok && n == want {
+				got, err := r.candidates(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("load never reached %d sandboxes: %v", want, count)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The executor that does not say its capacity counts as roomy; the
+	// full one is left out.
+	if got := wait(3); !slices.Equal(got, []string{"127.0.0.1:7003", "127.0.0.1:7002"}) {
+		t.Fatalf("candidates = %v", got)
+	}
+	if _, err := cli.Delete(ctx, SandboxKey("sb-1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(2); len(got) != 3 || got[0] != "127.0.0.1:7003" {
+		t.Fatalf("after a delete: candidates = %v", got)
+	}
+	// Moved: the count follows the record.
+	put("sb-3", "127.0.0.1:7001")
+	if got := wait(2); !slices.Equal(got, []string{"127.0.0.1:7003", "127.0.0.1:7002"}) {
+		t.Fatalf("after a move: candidates = %v", got)
+	}
+}
+
+func TestAllExecutorsFull(t *testing.T) {
+	cli := etcdxtest.StartForTest(t)
+	ctx := t.Context()
+	reg, err := discovery.Register(ctx, cli, "executor", "127.0.0.1:7001", discovery.RegisterOptions{Metadata: map[string]string{MetaMaxSandboxes: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close(context.WithoutCancel(ctx)) })
+	if _, err := cli.Put(ctx, SandboxKey("sb-1"), Record{Addr: "127.0.0.1:7001"}.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(ctx, cli, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := r.candidates(ctx)
+		if status.Code(err) == codes.ResourceExhausted {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("candidates with every executor full: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -9,7 +9,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -20,21 +22,27 @@ import (
 const (
 	executorService = "/" + "conch.executor.v1.ExecutorService" + "/"
 	listSandboxes   = executorService + "ListSandboxes"
+	createSandbox   = executorService + "CreateSandbox"
 )
 
-// Router pins executor calls to the executor holding their sandbox or node.
-// Install its interceptors on the connection to the executor service.
+// Router pins executor calls to the executor holding their sandbox or node,
+// and places new sandboxes on the executor with the most room. Install its
+// interceptors on the connection to the executor service.
 type Router struct {
 	etcd *clientv3.Client
 	log  *slog.Logger
+	load load
 }
 
-// NewRouter returns a Router reading records from etcd.
-func NewRouter(etcd *clientv3.Client, log *slog.Logger) *Router {
+// NewRouter returns a Router reading records from etcd; it follows the
+// executors' load until ctx ends.
+func NewRouter(ctx context.Context, etcd *clientv3.Client, log *slog.Logger) *Router {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Router{etcd: etcd, log: log}
+	r := &Router{etcd: etcd, log: log}
+	go r.load.watch(ctx, etcd)
+	return r
 }
 
 // target returns the key of the record that places an executor request,
@@ -77,7 +85,7 @@ func (r *Router) pin(ctx context.Context, req any) (context.Context, error) {
 	}
 	rec, ok, err := Lookup(ctx, r.etcd, key)
 	if err != nil {
-		return ctx, err
+		return ctx, status.Error(codes.Unavailable, err.Error())
 	}
 	if !ok || rec.Addr == "" {
 		return ctx, nil
@@ -85,15 +93,18 @@ func (r *Router) pin(ctx context.Context, req any) (context.Context, error) {
 	return discovery.Pin(ctx, rec.Addr), nil
 }
 
-// UnaryClientInterceptor pins unary executor calls, and asks every
-// executor for ListSandboxes.
+// UnaryClientInterceptor pins unary executor calls, places CreateSandbox,
+// and asks every executor for ListSandboxes.
 func (r *Router) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if !strings.HasPrefix(method, executorService) {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		if method == listSandboxes {
+		switch method {
+		case listSandboxes:
 			return r.listAll(ctx, method, req, reply, cc, invoker, opts)
+		case createSandbox:
+			return r.create(ctx, method, req, reply, cc, invoker, opts)
 		}
 		ctx, err := r.pin(ctx, req)
 		if err != nil {

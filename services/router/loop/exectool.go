@@ -160,7 +160,7 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 	// A gateway-host command runs on the executor of the completion's
 	// sandbox, which keeps its process records for the process tool.
 	if host != approvalv1.Host_HOST_NODE {
-		id, err := cfg.Sandbox.ID(ctx)
+		id, err := cfg.sandboxID(ctx)
 		if err != nil {
 			return execError("sandbox: " + message(err))
 		}
@@ -211,7 +211,7 @@ func (cfg *Config) runProcess(ctx context.Context, call upstream.ToolCall) strin
 	if a.Action != "list" && a.SessionID == "" {
 		return "Error: process: sessionId is required for action " + a.Action
 	}
-	id, err := cfg.Sandbox.ID(ctx)
+	id, err := cfg.sandboxID(ctx)
 	if err != nil {
 		return "Error: sandbox: " + message(err)
 	}

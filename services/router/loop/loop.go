@@ -20,6 +20,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -71,6 +72,8 @@ type Config struct {
 	Sandbox  Sandbox
 	// Shell is nil when the completion has no shell tool.
 	Shell *Shell
+	// abort ends the loop with an error rather than a tool result.
+	abort error
 	// Exec says for whom and under which policy commands run.
 	Exec ExecContext
 	// Tools runs the server tools offered to the model directly (webhooks,
@@ -184,6 +187,9 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 				continue
 			}
 			result := cfg.runServerTool(ctx, res, call, ev)
+			if cfg.abort != nil {
+				return nil, cfg.abort
+			}
 			res.ServerToolCalls = append(res.ServerToolCalls, ServerToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Result: result})
 			req.Messages = append(req.Messages, upstream.Message{Role: "tool", ToolCallID: call.ID, Content: result})
 		}
@@ -208,6 +214,17 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 	res.Content += msg
 	res.FinishReason = "length"
 	return res, nil
+}
+
+// sandboxID returns the completion's sandbox. When no executor has room for
+// one, the completion ends with that error (a 429 with Retry-After) rather
+// than handing the model a failure that is the cluster's, not its own.
+func (cfg *Config) sandboxID(ctx context.Context) (string, error) {
+	id, err := cfg.Sandbox.ID(ctx)
+	if err != nil && errs.KindOf(err) == errs.ResourceExhausted {
+		cfg.abort = err
+	}
+	return id, err
 }
 
 func (cfg *Config) isServerTool(name string) bool {
@@ -297,7 +314,7 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 	if !utf8.ValidString(cmd) {
 		return toolresult.Error("shell: command is not valid UTF-8")
 	}
-	id, err := cfg.Sandbox.ID(ctx)
+	id, err := cfg.sandboxID(ctx)
 	if err != nil {
 		return toolresult.Error("sandbox: " + message(err))
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -53,13 +54,21 @@ type Options struct {
 	HTTPClient *http.Client
 	Retry      upstream.RetryPolicy
 	Logger     *slog.Logger
+	// MaxConcurrent bounds the completions this router runs at once;
+	// beyond, a completion is refused at once with 503 and Retry-After
+	// rather than queued. Zero means DefaultMaxConcurrent.
+	MaxConcurrent int
 }
+
+// DefaultMaxConcurrent is the default bound on concurrent completions.
+const DefaultMaxConcurrent = 512
 
 // Handler serves /v1.
 type Handler struct {
 	opts     Options
 	sessions *sessionStore
 	mux      *http.ServeMux
+	running  chan struct{} // one token per running completion
 }
 
 // NewHandler returns the /v1 handler. Requests must carry the caller's
@@ -84,7 +93,10 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, mux: http.NewServeMux()}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = DefaultMaxConcurrent
+	}
+	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, mux: http.NewServeMux(), running: make(chan struct{}, opts.MaxConcurrent)}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)
@@ -135,7 +147,12 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		if s, ok := status.FromError(err); ok {
 			msg = s.Message()
 		}
-		writeError(w, runtime.HTTPStatusFromCode(kind.Code()), "invalid_request_error", strings.ToLower(kind.String()), msg)
+		typ := "invalid_request_error"
+		if ra := errs.RetryAfter(kind.Code()); ra != "" {
+			w.Header().Set("Retry-After", ra)
+			typ = "server_error"
+		}
+		writeError(w, runtime.HTTPStatusFromCode(kind.Code()), typ, strings.ToLower(kind.String()), msg)
 	}
 }
 
@@ -211,6 +228,15 @@ func (h *Handler) provider(g *routerv1.Gateway) upstream.Provider {
 }
 
 func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	select {
+	case h.running <- struct{}{}:
+		defer func() { <-h.running }()
+	default:
+		w.Header().Set("Retry-After", errs.RetryAfter(codes.Unavailable))
+		writeError(w, http.StatusServiceUnavailable, "server_error", "overloaded",
+			fmt.Sprintf("this router is running its limit of %d completions; retry in a few seconds", cap(h.running)))
+		return
+	}
 	ctx := r.Context()
 	scope, ok := tenant.From(ctx)
 	if !ok {

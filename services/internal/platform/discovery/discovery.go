@@ -95,6 +95,42 @@ func Endpoints(ctx context.Context, cli *clientv3.Client, service string) ([]str
 	return addrs, nil
 }
 
+// Instance is a registered instance of a service.
+type Instance struct {
+	Addr string
+	// Metadata is what the instance registered beside its address.
+	Metadata map[string]string
+}
+
+// Instances lists the instances registered for service, sorted by address.
+func Instances(ctx context.Context, cli *clientv3.Client, service string) ([]Instance, error) {
+	if err := checkService(service); err != nil {
+		return nil, err
+	}
+	em, err := endpoints.NewManager(cli, Target(service))
+	if err != nil {
+		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
+	}
+	eps, err := em.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
+	}
+	out := make([]Instance, 0, len(eps))
+	for _, ep := range eps {
+		in := Instance{Addr: ep.Addr, Metadata: map[string]string{}}
+		if md, ok := ep.Metadata.(map[string]any); ok {
+			for k, v := range md {
+				if s, ok := v.(string); ok {
+					in.Metadata[k] = s
+				}
+			}
+		}
+		out = append(out, in)
+	}
+	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Addr, b.Addr) })
+	return out, nil
+}
+
 // ErrNotServing is returned by CheckReady when the service answers but
 // reports that it is not serving.
 var ErrNotServing = errors.New("not serving")

@@ -41,6 +41,9 @@ type Options struct {
 	Logger *slog.Logger
 	// LeaseTTL is the registration lease; zero means the discovery default.
 	LeaseTTL time.Duration
+	// Metadata is registered with the address (e.g. an executor's
+	// capacity).
+	Metadata map[string]string
 	// DrainDelay and StopTimeout tune shutdown (see grpcserver.Options).
 	DrainDelay, StopTimeout time.Duration
 	// TracerProvider and MeterProvider instrument the server.
@@ -97,7 +100,7 @@ func Run(ctx context.Context, opts Options) error {
 	// endpoint written to etcd but not acknowledged would otherwise stay
 	// until its lease expires. The shutdown below deregisters it.
 	regCtx, cancelReg := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	reg, err := discovery.Register(regCtx, opts.Etcd, opts.Name, addr, discovery.RegisterOptions{TTL: opts.LeaseTTL, Logger: log})
+	reg, err := discovery.Register(regCtx, opts.Etcd, opts.Name, addr, discovery.RegisterOptions{TTL: opts.LeaseTTL, Metadata: opts.Metadata, Logger: log})
 	cancelReg()
 	if err != nil {
 		srv.Shutdown(context.WithoutCancel(ctx))
