@@ -10,11 +10,11 @@ import (
 	"strings"
 )
 
-// Scripted is the built-in deterministic model of `conch dev` and demos. When
-// the last user message holds a command in backticks (or after "run:"), it
-// calls the shell tool with it, then answers with a short summary that quotes
-// the output; otherwise it answers with a short help text. It needs no
-// network and no key.
+// Scripted is the built-in deterministic model of `conch dev`, demos and load
+// tests. When the last user message holds commands in backticks (or one after
+// "run:", or a fenced script), it calls the shell tool with each in turn, then
+// answers with a short summary that quotes each output; otherwise it answers
+// with a short help text. It needs no network and no key.
 type Scripted struct{}
 
 var _ Provider = Scripted{}
@@ -29,16 +29,30 @@ var (
 	runPfx = regexp.MustCompile(`(?is)\brun:\s*(.+)$`)
 )
 
-// ScriptedCommand extracts the command of a user message, if any.
-func ScriptedCommand(text string) (string, bool) {
-	for _, re := range []*regexp.Regexp{fenced, inline, runPfx} {
-		if m := re.FindStringSubmatch(text); m != nil {
-			if cmd := strings.TrimSpace(m[1]); cmd != "" {
-				return cmd, true
-			}
+// ScriptedCommands extracts the commands of a user message: a fenced block
+// is one script; else each command in backticks, in order; else what follows
+// "run:".
+func ScriptedCommands(text string) []string {
+	if m := fenced.FindStringSubmatch(text); m != nil {
+		if cmd := strings.TrimSpace(m[1]); cmd != "" {
+			return []string{cmd}
 		}
 	}
-	return "", false
+	var cmds []string
+	for _, m := range inline.FindAllStringSubmatch(text, -1) {
+		if cmd := strings.TrimSpace(m[1]); cmd != "" {
+			cmds = append(cmds, cmd)
+		}
+	}
+	if len(cmds) > 0 {
+		return cmds
+	}
+	if m := runPfx.FindStringSubmatch(text); m != nil {
+		if cmd := strings.TrimSpace(m[1]); cmd != "" {
+			return []string{cmd}
+		}
+	}
+	return nil
 }
 
 // Complete implements Provider.
@@ -68,22 +82,35 @@ func scriptedAnswer(req *Request) *Response {
 		h := sha256.Sum256([]byte(fmt.Sprint(len(req.Messages)) + s))
 		return hex.EncodeToString(h[:6])
 	}
-	// After a tool result, summarise it.
-	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
-		last := req.Messages[n-1]
-		return &Response{ID: "scripted-" + id(last.Content), Content: summarise(commandOf(req.Messages, last.ToolCallID), last.Content), FinishReason: "stop"}
-	}
 	var text string
+	user := -1
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		if req.Messages[i].Role == "user" {
-			text = req.Messages[i].Content
+			text, user = req.Messages[i].Content, i
 			break
 		}
 	}
-	cmd, ok := ScriptedCommand(text)
-	if !ok {
+	cmds := ScriptedCommands(text)
+	// The tool results since the user spoke: one per command run so far.
+	var results []Message
+	for _, m := range req.Messages[user+1:] {
+		if m.Role == "tool" {
+			results = append(results, m)
+		}
+	}
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" && len(results) >= len(cmds) {
+		// Every command ran: summarise each.
+		parts := make([]string, len(results))
+		for i, r := range results {
+			parts[i] = summarise(commandOf(req.Messages, r.ToolCallID), r.Content)
+		}
+		last := req.Messages[n-1]
+		return &Response{ID: "scripted-" + id(last.Content), Content: strings.Join(parts, "\n\n"), FinishReason: "stop"}
+	}
+	if len(cmds) == 0 {
 		return &Response{ID: "scripted-" + id(text), Content: ScriptedHelp, FinishReason: "stop"}
 	}
+	cmd := cmds[len(results)]
 	tool, arg := "", ""
 	for _, t := range req.Tools {
 		switch t.Name {
