@@ -89,8 +89,11 @@ func validateForwarding(cfg *approvalv1.ForwardingConfig) error {
 		}
 	}
 	for i, a := range cfg.GetApprovers() {
-		if a.GetId() == "" || a.GetChannel() == approvalv1.Channel_CHANNEL_UNSPECIFIED {
+		switch {
+		case a.GetId() == "" || a.GetChannel() == approvalv1.Channel_CHANNEL_UNSPECIFIED:
 			return errs.New(errs.InvalidArgument, "approvers[%d]: channel and id required", i)
+		case a.GetChannel() == approvalv1.Channel_CHANNEL_SESSION:
+			return errs.New(errs.InvalidArgument, "approvers[%d].channel: a session's own user answers in session mode; approvers are webhook, slack or telegram ids", i)
 		}
 	}
 	ch := cfg.GetChannels()
@@ -164,14 +167,27 @@ func (s *Server) HandleChatCommand(ctx context.Context, req *approvalv1.HandleCh
 	if err != nil {
 		return nil, err
 	}
-	approver := false
-	for _, a := range cfg.GetApprovers() {
-		if a.GetChannel() == req.GetChannel() && a.GetId() == req.GetFrom() {
-			approver = true
+	session := req.GetChannel() == approvalv1.Channel_CHANNEL_SESSION
+	if session {
+		// The user of a conversation answers its own approvals there, when
+		// the account forwards approvals to sessions.
+		sc, _ := tenant.From(ctx)
+		if sc.Session == "" || sc.Session != req.GetFrom() {
+			return nil, errs.New(errs.PermissionDenied, "from: only the caller's own session answers in it")
 		}
-	}
-	if !approver {
-		return nil, errs.New(errs.PermissionDenied, "%s on %s is not a configured approver", req.GetFrom(), channelWord(req.GetChannel()))
+		if !cfg.GetEnabled() || (cfg.GetMode() != approvalv1.ForwardMode_FORWARD_MODE_SESSION && cfg.GetMode() != approvalv1.ForwardMode_FORWARD_MODE_BOTH) {
+			return nil, errs.New(errs.FailedPrecondition, "approvals are not answered in the conversation: forwarding mode is not session or both")
+		}
+	} else {
+		approver := false
+		for _, a := range cfg.GetApprovers() {
+			if a.GetChannel() == req.GetChannel() && a.GetId() == req.GetFrom() {
+				approver = true
+			}
+		}
+		if !approver {
+			return nil, errs.New(errs.PermissionDenied, "%s on %s is not a configured approver", req.GetFrom(), channelWord(req.GetChannel()))
+		}
 	}
 	f := strings.Fields(req.GetText())
 	if len(f) == 0 || (f[0] != "/approve" && !strings.HasPrefix(f[0], "/approve@")) {
@@ -183,6 +199,16 @@ func (s *Server) HandleChatCommand(ctx context.Context, req *approvalv1.HandleCh
 	d, ok := chatDecisions[strings.ToLower(f[2])]
 	if !ok {
 		return nil, errs.New(errs.InvalidArgument, "text: unknown decision %q; %s", f[2], chatUsage)
+	}
+	if session {
+		// Another conversation's approval is not found from this one.
+		a, err := s.store.Get(ctx, account, f[1])
+		if err != nil {
+			return nil, err
+		}
+		if a.Session != req.GetFrom() {
+			return nil, errs.New(errs.NotFound, "approval %q not found in this session", f[1])
+		}
 	}
 	a, err := s.resolve(ctx, account, f[1], d, channelWord(req.GetChannel())+":"+req.GetFrom())
 	if err != nil {

@@ -492,3 +492,67 @@ func TestLongCommands(t *testing.T) {
 		t.Fatalf("2 MiB command: %v %v", ev.GetDecision(), err)
 	}
 }
+
+func TestForwardingValidation(t *testing.T) {
+	t.Parallel()
+	s, ctx := newServer(t)
+	tests := []struct {
+		name string
+		cfg  *approvalv1.ForwardingConfig
+		want string
+	}{
+		{"session is no target", &approvalv1.ForwardingConfig{Targets: []*approvalv1.ForwardTarget{{Channel: approvalv1.Channel_CHANNEL_SESSION, To: "s1"}}}, "want webhook, slack or telegram"},
+		{"session is no approver channel", &approvalv1.ForwardingConfig{Approvers: []*approvalv1.Approver{{Channel: approvalv1.Channel_CHANNEL_SESSION, Id: "s1"}}}, "session's own user"},
+		{"approver without id", &approvalv1.ForwardingConfig{Approvers: []*approvalv1.Approver{{Channel: approvalv1.Channel_CHANNEL_SLACK}}}, "channel and id required"},
+		{"webhook target not a URL", &approvalv1.ForwardingConfig{Targets: []*approvalv1.ForwardTarget{{Channel: approvalv1.Channel_CHANNEL_WEBHOOK, To: "file:///etc/passwd"}}}, "http"},
+		{"bad session filter", &approvalv1.ForwardingConfig{SessionFilter: "/(/"}, "session_filter"},
+	}
+	for _, tt := range tests {
+		_, err := s.PutForwarding(ctx, &approvalv1.PutForwardingRequest{Config: tt.cfg})
+		if errs.KindOf(err) != errs.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want InvalidArgument with %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// A session answers only its own approvals, and only in mode session or
+// both.
+func TestSessionChatCommands(t *testing.T) {
+	t.Parallel()
+	s, ctx := newServer(t)
+	put := func(mode approvalv1.ForwardMode) {
+		t.Helper()
+		if _, err := s.PutForwarding(ctx, &approvalv1.PutForwardingRequest{Config: &approvalv1.ForwardingConfig{Enabled: true, Mode: mode}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(approvalv1.ForwardMode_FORWARD_MODE_SESSION)
+	resp, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("rm x"), Segments: segs("rm", "/usr/bin/rm"), Settings: gatewaySettings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetApproval().GetId()
+	in := func(session string) context.Context {
+		sc, _ := tenant.From(ctx)
+		sc.Session = session
+		return tenant.With(ctx, sc)
+	}
+	cmd := func(ctx context.Context, from string) error {
+		_, err := s.HandleChatCommand(ctx, &approvalv1.HandleChatCommandRequest{Channel: approvalv1.Channel_CHANNEL_SESSION, From: from, Text: "/approve " + id + " allow-once"})
+		return err
+	}
+	if err := cmd(in("s2"), "s2"); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("another session: %v, want NotFound", err)
+	}
+	if err := cmd(in("s2"), "s1"); errs.KindOf(err) != errs.PermissionDenied {
+		t.Fatalf("claiming another session: %v, want PermissionDenied", err)
+	}
+	put(approvalv1.ForwardMode_FORWARD_MODE_TARGETS)
+	if err := cmd(in("s1"), "s1"); errs.KindOf(err) != errs.FailedPrecondition {
+		t.Fatalf("mode targets: %v, want FailedPrecondition", err)
+	}
+	put(approvalv1.ForwardMode_FORWARD_MODE_BOTH)
+	if err := cmd(in("s1"), "s1"); err != nil {
+		t.Fatalf("own session: %v", err)
+	}
+}

@@ -83,12 +83,13 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		return nil, err
 	}
 	v1, err := openai.NewHandler(openai.Options{
-		Gateways: opts.Service.Gateways(),
-		Executor: executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
-		Etcd:     opts.Etcd,
-		Grants:   opts.Service.Grants(),
-		ToolDeps: opts.Service.ToolDeps(),
-		Logger:   opts.Logger,
+		Gateways:  opts.Service.Gateways(),
+		Executor:  executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
+		Approvals: approvalv1.NewApprovalServiceClient(opts.Conns["approval"]),
+		Etcd:      opts.Etcd,
+		Grants:    opts.Service.Grants(),
+		ToolDeps:  opts.Service.ToolDeps(),
+		Logger:    opts.Logger,
 
 		MaxConcurrent: opts.MaxConcurrentCompletions,
 	})

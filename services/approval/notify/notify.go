@@ -98,10 +98,20 @@ func securityWord(s approvalv1.Security) string {
 // alone sends nothing here: the session that asked already receives the
 // pending approval as an event of its own conversation.
 func Matches(cfg *approvalv1.ForwardingConfig, a *approvalv1.Approval) bool {
+	m := cfg.GetMode()
+	return (m == approvalv1.ForwardMode_FORWARD_MODE_TARGETS || m == approvalv1.ForwardMode_FORWARD_MODE_BOTH) && filtered(cfg, a)
+}
+
+// ToSession reports whether cfg forwards a to the conversation that asked,
+// as a message its user answers with /approve there.
+func ToSession(cfg *approvalv1.ForwardingConfig, a *approvalv1.Approval) bool {
+	m := cfg.GetMode()
+	return (m == approvalv1.ForwardMode_FORWARD_MODE_SESSION || m == approvalv1.ForwardMode_FORWARD_MODE_BOTH) && filtered(cfg, a)
+}
+
+// filtered reports whether forwarding is on and a passes its filters.
+func filtered(cfg *approvalv1.ForwardingConfig, a *approvalv1.Approval) bool {
 	if !cfg.GetEnabled() {
-		return false
-	}
-	if m := cfg.GetMode(); m != approvalv1.ForwardMode_FORWARD_MODE_TARGETS && m != approvalv1.ForwardMode_FORWARD_MODE_BOTH {
 		return false
 	}
 	if f := cfg.GetAgentFilter(); len(f) > 0 && !slices.Contains(f, a.GetAgent()) {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -54,6 +55,9 @@ type Options struct {
 	HTTPClient *http.Client
 	Retry      upstream.RetryPolicy
 	Logger     *slog.Logger
+	// Approvals answers /approve in a session's conversation; nil leaves
+	// such messages to the model.
+	Approvals approvalv1.ApprovalServiceClient
 	// MaxConcurrent bounds the completions this router runs at once;
 	// beyond, a completion is refused at once with 503 and Retry-After
 	// rather than queued. Zero means DefaultMaxConcurrent.
@@ -262,6 +266,10 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		h.execCommand(w, r, scope, g, req, text)
 		return
 	}
+	if text, ok := approveCommand(req); ok && h.opts.Approvals != nil {
+		h.approve(w, r, scope, req, text)
+		return
+	}
 	var set *toolhost.Set
 	if hasServerTools(g) {
 		if set, err = toolhost.Build(ctx, g, h.opts.ToolDeps); err != nil {
@@ -332,7 +340,11 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := newSSE(w, id, created, req.Model)
-	res, err := loop.Run(callCtx, cfg, ureq, s)
+	var ev loop.Events = s
+	if h.opts.Approvals != nil && scope.Session != "" {
+		ev = &sessionEvents{sse: s, ctx: ctx, approvals: h.opts.Approvals}
+	}
+	res, err := loop.Run(callCtx, cfg, ureq, ev)
 	if err != nil {
 		if !s.started {
 			h.writeErr(w, r, err)
@@ -414,6 +426,11 @@ func (h *Handler) execCommand(w http.ResponseWriter, r *http.Request, scope tena
 			answer = "Session exec settings now: " + describe(effective(g.GetExec(), o)) + "."
 		}
 	}
+	h.answer(w, req, answer)
+}
+
+// answer replies with text as the assistant, without calling the model.
+func (h *Handler) answer(w http.ResponseWriter, req *chatRequest, answer string) {
 	res := &loop.Result{Content: answer, FinishReason: "stop"}
 	id, created := "chatcmpl-"+randomHex(12), time.Now().Unix()
 	if !req.Stream {

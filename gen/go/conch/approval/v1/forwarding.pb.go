@@ -90,6 +90,10 @@ const (
 	Channel_CHANNEL_SLACK Channel = 2
 	// CHANNEL_TELEGRAM uses Telegram's Bot API.
 	Channel_CHANNEL_TELEGRAM Channel = 3
+	// CHANNEL_SESSION is the conversation whose command asked (mode session
+	// or both): its user answers with /approve in the same conversation. Not
+	// a target: approvals reach the session in its own stream.
+	Channel_CHANNEL_SESSION Channel = 4
 )
 
 // Enum value maps for Channel.
@@ -99,12 +103,14 @@ var (
 		1: "CHANNEL_WEBHOOK",
 		2: "CHANNEL_SLACK",
 		3: "CHANNEL_TELEGRAM",
+		4: "CHANNEL_SESSION",
 	}
 	Channel_value = map[string]int32{
 		"CHANNEL_UNSPECIFIED": 0,
 		"CHANNEL_WEBHOOK":     1,
 		"CHANNEL_SLACK":       2,
 		"CHANNEL_TELEGRAM":    3,
+		"CHANNEL_SESSION":     4,
 	}
 )
 
@@ -640,7 +646,8 @@ type HandleChatCommandRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Channel the message came from.
 	Channel Channel `protobuf:"varint,1,opt,name=channel,proto3,enum=conch.approval.v1.Channel" json:"channel,omitempty"`
-	// Sender id on that channel; only configured approvers count.
+	// Sender id on that channel; only configured approvers count. For
+	// CHANNEL_SESSION, the session id, which must be the caller's own.
 	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	// The message text.
 	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
@@ -801,12 +808,13 @@ const file_conch_approval_v1_forwarding_proto_rawDesc = "" +
 	"\x18FORWARD_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14FORWARD_MODE_SESSION\x10\x01\x12\x18\n" +
 	"\x14FORWARD_MODE_TARGETS\x10\x02\x12\x15\n" +
-	"\x11FORWARD_MODE_BOTH\x10\x03*`\n" +
+	"\x11FORWARD_MODE_BOTH\x10\x03*u\n" +
 	"\aChannel\x12\x17\n" +
 	"\x13CHANNEL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fCHANNEL_WEBHOOK\x10\x01\x12\x11\n" +
 	"\rCHANNEL_SLACK\x10\x02\x12\x14\n" +
-	"\x10CHANNEL_TELEGRAM\x10\x03B?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
+	"\x10CHANNEL_TELEGRAM\x10\x03\x12\x13\n" +
+	"\x0fCHANNEL_SESSION\x10\x04B?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
 
 var (
 	file_conch_approval_v1_forwarding_proto_rawDescOnce sync.Once
