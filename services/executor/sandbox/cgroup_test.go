@@ -1,0 +1,144 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestCgroupLimitFiles checks what each cgroup version is told for a
+// sandbox's limits, on a directory laid out like each cgroupfs.
+func TestCgroupLimitFiles(t *testing.T) {
+	l := Limits{MemoryBytes: 64 << 20, Pids: 32, CPUMillicores: 500}
+	tests := []struct {
+		name string
+		v2   bool
+		dirs []string
+		want map[string]string
+	}{
+		{"v2", true, []string{"p"}, map[string]string{
+			"p/sb/memory.max": "67108864", "p/sb/memory.swap.max": "0", "p/sb/pids.max": "32", "p/sb/cpu.max": "50000 100000",
+		}},
+		{"v1", false, []string{"memory/p", "pids/p", "cpu/p"}, map[string]string{
+			"memory/p/sb/memory.limit_in_bytes": "67108864", "pids/p/sb/pids.max": "32",
+			"cpu/p/sb/cpu.cfs_period_us": "100000", "cpu/p/sb/cpu.cfs_quota_us": "50000",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mount := t.TempDir()
+			for _, d := range tt.dirs {
+				if err := os.MkdirAll(filepath.Join(mount, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := &cgroupRoot{mount: mount, v2: tt.v2, parent: "p"}
+			if _, err := r.create("sb", l); err != nil {
+				t.Fatal(err)
+			}
+			for f, want := range tt.want {
+				b, err := os.ReadFile(filepath.Join(mount, f))
+				if err != nil || string(b) != want {
+					t.Errorf("%s = %q %v, want %q", f, b, err, want)
+				}
+			}
+		})
+	}
+}
+
+// unifiedMount returns a mounted cgroup2 hierarchy: /sys/fs/cgroup on a
+// v2 host, the hybrid layout's unified tree on a v1 host.
+func unifiedMount(t *testing.T) string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		for i, field := range fields {
+			if field == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				return fields[4]
+			}
+		}
+	}
+	t.Skip("no cgroup2 hierarchy mounted")
+	return ""
+}
+
+// TestCgroupV2KillsTheTree runs a process tree in a real cgroup2 group —
+// background children, one in a new session — and checks that the group's
+// kill (cgroup.kill) ends all of them and the group can be removed. It
+// needs no controllers, so it runs on a v1 host's unified tree too.
+func TestCgroupV2KillsTheTree(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	mount := unifiedMount(t)
+	parent := fmt.Sprintf("conch-test-%d", os.Getpid())
+	if err := os.Mkdir(filepath.Join(mount, parent), 0o755); err != nil {
+		t.Skipf("cannot create a group in %s: %v", mount, err)
+	}
+	t.Cleanup(func() { _ = unix.Rmdir(filepath.Join(mount, parent)) })
+	r := &cgroupRoot{mount: mount, v2: true, parent: parent}
+	cg := &cgroup{root: r, dirs: []string{filepath.Join(mount, parent, "sb")}}
+	if err := os.Mkdir(cg.dirs[0], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.kill(time.Second); _ = cg.remove() })
+
+	// The shell waits for its go until it is in the group, so that every
+	// child starts inside.
+	cmd := exec.Command("/bin/sh", "-c", "read go; (sleep 300 &); setsid sleep 300 & nohup sleep 300 >/dev/null 2>&1 & sleep 300")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if err := cg.add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids, err := cg.pids()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pids) >= 5 { // sh and four sleeps
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tree never started: %v", pids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cg.kill(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if pids, err := cg.pids(); err != nil || len(pids) != 0 {
+		t.Fatalf("after kill: %v %v", pids, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the shell survived the group's kill")
+	}
+	if err := cg.remove(); err != nil {
+		t.Fatal(err)
+	}
+}
