@@ -112,7 +112,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ws, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
+	ws, wsRun, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
 		dir: filepath.Join(cfg.DataDir, "workspaces"), endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey,
 		bucket: cfg.S3Bucket, secure: cfg.S3Secure, signingKeys: signingKeys,
 	})
@@ -125,6 +125,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
 	g.Go(func() error { return p.serve(gctx, "workspace", "127.0.0.1:0", "", common, ws.Register) })
+	g.Go(func() error { return wsRun(gctx) })
 	execLis, execAddr, err := listen("executor", "127.0.0.1:0", "")
 	if err != nil {
 		return err

@@ -66,10 +66,10 @@ type workspaceStorage struct {
 	quotaBytes, quotaFiles           int64
 }
 
-// newWorkspace builds the workspace service; close releases its locks.
-func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (*workspace.Server, func(), error) {
+// newWorkspace builds the workspace service; run is its background work
+// (collecting stale uploads), release frees its locks.
+func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (srv *workspace.Server, run func(context.Context) error, release func(), err error) {
 	var st store.Store
-	var err error
 	if c.endpoint != "" {
 		// Accept "host:port" as well as a URL, whose scheme decides TLS.
 		endpoint, secure := c.endpoint, c.secure
@@ -83,26 +83,25 @@ func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (*worksp
 		st, err = fsstore.New(c.dir)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("workspace storage: %w", err)
+		return nil, nil, nil, fmt.Errorf("workspace storage: %w", err)
 	}
 	keys, err := signing.ParseKeys(c.signingKeys)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	signer, err := signing.New(keys)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	fsvc, err := files.New(st, p.etcd, files.Config{QuotaBytes: c.quotaBytes, QuotaFiles: c.quotaFiles})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	srv, err := workspace.New(fsvc, signer)
-	if err != nil {
+	if srv, err = workspace.New(fsvc, signer); err != nil {
 		fsvc.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return srv, fsvc.Close, nil
+	return srv, fsvc.Run, fsvc.Close, nil
 }
 
 // RunWorkspace runs `conch workspace`.
@@ -112,7 +111,7 @@ func RunWorkspace(ctx context.Context, cfg WorkspaceConfig) error {
 		return err
 	}
 	defer p.close(ctx)
-	srv, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
+	srv, run, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
 		dir: cfg.Dir, endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey, bucket: cfg.S3Bucket, secure: cfg.S3Secure,
 		signingKeys: cfg.SigningKeys, quotaBytes: cfg.QuotaBytes, quotaFiles: cfg.QuotaFiles,
 	})
@@ -120,7 +119,7 @@ func RunWorkspace(ctx context.Context, cfg WorkspaceConfig) error {
 		return err
 	}
 	defer closeWS()
-	return p.runService(ctx, "workspace", &cfg.Common, srv.Register, nil)
+	return p.runService(ctx, "workspace", &cfg.Common, srv.Register, run)
 }
 
 // devSigningKeys returns CONCH_SIGNING_KEYS, else the key kept in the data

@@ -108,6 +108,11 @@ type Store interface {
 	List(ctx context.Context, prefix string, recursive bool) iter.Seq2[Info, error]
 	// Delete deletes keys; keys that do not exist are ignored.
 	Delete(ctx context.Context, keys []string) error
+	// Collect removes staged content older than olderThan that no key
+	// refers to: what a crash between Stage and Publish left behind. It
+	// returns how many pieces it removed. Staged content younger than
+	// olderThan is kept, so it must exceed the longest Stage-to-Publish.
+	Collect(ctx context.Context, olderThan time.Duration) (int, error)
 }
 
 // CheckKey returns an error unless key is a valid object key.

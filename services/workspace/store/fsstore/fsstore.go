@@ -168,6 +168,26 @@ func (s *Store) Publish(_ context.Context, st store.Staged, o store.PutOptions) 
 	return s.publish(st.Key, dst, tmp, header{Size: st.Size, Mode: o.Mode, Mtime: o.ModTime.UnixNano(), SHA256: st.SHA256})
 }
 
+// Collect removes staged files older than olderThan; a published one has
+// been renamed away.
+func (s *Store) Collect(_ context.Context, olderThan time.Duration) (int, error) {
+	entries, err := os.ReadDir(s.tmp)
+	if err != nil {
+		return 0, fmt.Errorf("fsstore: collect: %w", err)
+	}
+	cutoff, n := time.Now().Add(-olderThan), 0
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !info.ModTime().Before(cutoff) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(s.tmp, e.Name())); err == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Discard removes a staged file.
 func (s *Store) Discard(_ context.Context, st store.Staged) error {
 	tmp, err := s.tmpPath(st.ID)

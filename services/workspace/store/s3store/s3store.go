@@ -228,6 +228,11 @@ func (s *Store) Publish(ctx context.Context, st store.Staged, o store.PutOptions
 	if len(st.ID) != blobIDLen {
 		return store.Info{}, fmt.Errorf("s3store: publish %s: not a staged upload", st.Key)
 	}
+	// The blob must still be there: one collected as garbage (a publish
+	// long after its stage) would leave a pointer to nothing.
+	if bi, err := s.c.StatObject(ctx, s.bucket, blobKey(st.Key, st.ID), minio.StatObjectOptions{}); err != nil || bi.Size != st.Size {
+		return store.Info{}, fmt.Errorf("s3store: publish %s: the staged upload is gone (%v); write it again", st.Key, err)
+	}
 	o.Size, o.SHA256, o.LinkTarget = st.Size, st.SHA256, ""
 	_, err := s.c.PutObject(ctx, s.bucket, st.Key, bytes.NewReader(nil), 0, minio.PutObjectOptions{
 		UserMetadata: userMeta(o, st.ID), ContentType: "application/octet-stream", DisableMultipart: true,
@@ -248,6 +253,42 @@ func (s *Store) Discard(ctx context.Context, st store.Staged) error {
 		return fmt.Errorf("s3store: discard %s: %w", st.Key, err)
 	}
 	return nil
+}
+
+// Collect removes blobs older than olderThan that their key's pointer does
+// not name.
+func (s *Store) Collect(ctx context.Context, olderThan time.Duration) (int, error) {
+	cutoff := time.Now().Add(-olderThan)
+	named := map[string]string{} // key → the blob its pointer names ("" none)
+	var garbage []string
+	for oi := range s.c.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: blobPrefix, Recursive: true}) {
+		if oi.Err != nil {
+			return 0, fmt.Errorf("s3store: collect: list blobs: %w", oi.Err)
+		}
+		if !oi.LastModified.Before(cutoff) {
+			continue
+		}
+		rest := strings.TrimPrefix(oi.Key, blobPrefix)
+		key, id := path.Dir(rest), path.Base(rest)
+		blob, ok := named[key]
+		if !ok {
+			pi, err := s.c.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+			switch {
+			case err == nil:
+				_, blob = fromObject(pi, pi.UserMetadata)
+			case !errors.Is(notFound(err), store.ErrNotFound):
+				return 0, fmt.Errorf("s3store: collect: stat %s: %w", key, err)
+			}
+			named[key] = blob
+		}
+		if blob != id {
+			garbage = append(garbage, oi.Key)
+		}
+	}
+	if err := s.removeAll(ctx, garbage); err != nil {
+		return 0, fmt.Errorf("s3store: collect: %w", err)
+	}
+	return len(garbage), nil
 }
 
 // dropBlobs deletes the blobs of key except keep; failures leave garbage

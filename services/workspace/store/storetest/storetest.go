@@ -259,6 +259,53 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 	})
 
+	t.Run("collect removes what a crash left staged, nothing else", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		big := bytes.Repeat([]byte("c"), 6<<20) // large enough for a blob anywhere
+		orphan, err := s.Stage(ctx, "gc/orphan", bytes.NewReader(big), store.PutOptions{Size: int64(len(big))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := s.Stage(ctx, "gc/kept", bytes.NewReader(big), store.PutOptions{Size: int64(len(big))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Publish(ctx, kept, store.PutOptions{Mode: 0o644, ModTime: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		// Younger than the grace period: kept.
+		if n, err := s.Collect(ctx, time.Hour); err != nil || n != 0 {
+			t.Fatalf("Collect(1h) = %d, %v; want nothing removed", n, err)
+		}
+		young, err := s.Stage(ctx, "gc/young", strings.NewReader("young"), store.PutOptions{Size: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond) // object stores keep whole seconds
+		if n, err := s.Collect(ctx, time.Second); err != nil || n != 2 {
+			t.Fatalf("Collect = %d, %v; want the two unpublished uploads removed", n, err)
+		}
+		// Publishing what was collected fails rather than point at nothing.
+		for _, st := range []store.Staged{orphan, young} {
+			if _, err := s.Publish(ctx, st, store.PutOptions{Mode: 0o644, ModTime: time.Now()}); err == nil {
+				t.Fatalf("published %s after its upload was collected", st.Key)
+			}
+			if _, err := s.Stat(ctx, st.Key); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("%s after a refused publish: %v", st.Key, err)
+			}
+		}
+		rc, info, err := s.Get(ctx, "gc/kept")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if !bytes.Equal(got, big) || info.Size != int64(len(big)) {
+			t.Fatalf("published content after collect: %d bytes", len(got))
+		}
+	})
+
 	t.Run("more than 1000 keys list and delete", func(t *testing.T) {
 		s := newStore(t)
 		const n = 1100

@@ -1,0 +1,39 @@
+package files
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Garbage collection of staged uploads that a crash left unpublished.
+const (
+	// StaleStaged is how old unpublished staged content must be before it
+	// is collected: far longer than any flush or upload takes.
+	StaleStaged = time.Hour
+	// collectEvery is the period of collection, jittered so that replicas
+	// spread out.
+	collectEvery = 15 * time.Minute
+)
+
+// Run collects stale staged content every so often until ctx ends. Every
+// replica may run it: removing garbage twice is harmless.
+func (s *Service) Run(ctx context.Context) error {
+	log := slog.Default()
+	for {
+		wait := collectEvery/2 + rand.N(collectEvery)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		n, err := s.store.Collect(ctx, StaleStaged)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.WarnContext(ctx, "collecting stale uploads failed", "error", err)
+		case n > 0:
+			log.InfoContext(ctx, "collected stale uploads", "removed", n)
+		}
+	}
+}
