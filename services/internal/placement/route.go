@@ -19,11 +19,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
-const (
-	executorService = "/" + "conch.executor.v1.ExecutorService" + "/"
-	listSandboxes   = executorService + "ListSandboxes"
-	createSandbox   = executorService + "CreateSandbox"
-)
+// executorService prefixes the executor's full method names.
+var executorService = "/" + executorv1.ExecutorService_ServiceDesc.ServiceName + "/"
 
 // Router pins executor calls to the executor holding their sandbox or node,
 // and places new sandboxes on the executor with the most room. Install its
@@ -101,9 +98,9 @@ func (r *Router) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 		switch method {
-		case listSandboxes:
+		case executorv1.ExecutorService_ListSandboxes_FullMethodName:
 			return r.listAll(ctx, method, req, reply, cc, invoker, opts)
-		case createSandbox:
+		case executorv1.ExecutorService_CreateSandbox_FullMethodName:
 			return r.create(ctx, method, req, reply, cc, invoker, opts)
 		}
 		ctx, err := r.pin(ctx, req)
