@@ -174,6 +174,8 @@ func prepare(areq *approvalv1.AuthorizeRequest, req Request) string {
 		cwd = "/"
 	}
 	areq.Segments = Segments(req.Binding.GetCommand(), cwd, req.Resolver)
+	// What the resolver did not find is not to be found elsewhere.
+	areq.Resolved = true
 	if req.Digest == nil {
 		return ""
 	}
