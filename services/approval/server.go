@@ -123,6 +123,9 @@ type judgeInput struct {
 	env                 map[string]string
 	exec                *approvalv1.ExecSettings
 	segments            []*approvalv1.Segment
+	// resolved says the caller resolved the programs: segments are all
+	// it found.
+	resolved bool
 }
 
 func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*judgement, error) {
@@ -141,7 +144,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	}
 	var resolver policy.Resolver
 	digests := map[string]string{}
-	if len(in.segments) > 0 {
+	if len(in.segments) > 0 || in.resolved {
 		m := policy.MapResolver{}
 		for _, seg := range in.segments {
 			if len(seg.GetArgv()) == 0 || seg.GetResolvedPath() == "" || !path.IsAbs(seg.GetResolvedPath()) {
@@ -244,7 +247,7 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 	host := hostFrom(b.GetHost())
 	j, err := s.judge(ctx, account, judgeInput{
 		command: b.GetCommand(), agent: b.GetAgent(), cwd: b.GetCwd(), host: host, env: b.GetEnv(),
-		exec: req.GetSettings(), segments: req.GetSegments(),
+		exec: req.GetSettings(), segments: req.GetSegments(), resolved: req.GetResolved(),
 	})
 	if err != nil {
 		return nil, err

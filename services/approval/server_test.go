@@ -100,6 +100,25 @@ func TestAuthorizeAskResolveUseOnce(t *testing.T) {
 	}
 }
 
+// A caller that resolved the command's programs and found none is
+// believed: the service never finds them on its own host instead.
+func TestAuthorizeTrustsTheCallersResolution(t *testing.T) {
+	t.Parallel()
+	s, ctx := newServer(t)
+	if _, err := s.AddAllowlistEntry(ctx, &approvalv1.AddAllowlistEntryRequest{Agent: "default", Pattern: "/usr/bin/env"}); err != nil {
+		t.Fatal(err)
+	}
+	settings := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY, Security: approvalv1.Security_SECURITY_ALLOWLIST, Ask: approvalv1.Ask_ASK_OFF}
+	resp, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("env"), Settings: settings})
+	if err != nil || resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_ALLOW {
+		t.Fatalf("resolved on the service's host: %v %v", resp, err)
+	}
+	resp, err = s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("env"), Settings: settings, Resolved: true})
+	if err != nil || resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_DENY || !strings.Contains(resp.GetSegments()[0].GetReason(), "env: not found") {
+		t.Fatalf("not found by the caller: %v %v", resp, err)
+	}
+}
+
 func TestAllowAlwaysRecordsInnerProgram(t *testing.T) {
 	t.Parallel()
 	s, ctx := newServer(t)

@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +83,65 @@ func testWaitsForApproval(t *testing.T, d *dev, tool string) {
 	}
 	if !strings.Contains(out, `\"exit_code\":0`) {
 		t.Fatalf("the approved command did not run: %s", out)
+	}
+}
+
+// In allowlist mode a sandbox's command is judged by what the sandbox
+// would run: a program in its workspace matches a pattern on its path
+// there, while a file of the executor's host — on the PATH the gateway
+// prepends, or behind a symlink in the workspace — counts for nothing.
+func TestAllowlistResolvesInTheSandbox(t *testing.T) {
+	d := startDev(t)
+	// The executor's host has this dir; sandboxes do not see it.
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "tool"), []byte("#!/bin/sh\necho from the host\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const gw, user = "sandbox-allowlist", "dana"
+	createGateway(t, d, map[string]any{"name": gw, "upstream": map[string]any{"provider": "scripted"},
+		"shell": map[string]any{"allow_data_persistence": true},
+		"exec":  map[string]any{"security": "allowlist", "ask": "off", "path_prepend": []string{host}}})
+	for _, p := range []string{"/home/workspace/bin/tool", host + "/tool"} {
+		if code, body := d.call("POST", "/api/v1/exec-approvals/agents/"+gw+"/allowlist", d.Key, map[string]string{"pattern": p}); code != http.StatusOK {
+			t.Fatalf("allowlist %s: %d %s", p, code, body)
+		}
+	}
+
+	// The user's persistent workspace gets a program and a link to the
+	// host's, made by a sandbox of the sandbox API (security full).
+	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
+	var sb struct{ ID string }
+	if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
+		t.Fatalf("create sandbox = %d %s", code, body)
+	}
+	setup := `mkdir bin && printf '#!/bin/sh\necho from the workspace\n' > bin/tool && chmod +x bin/tool && ln -s ` + host + `/tool bin/hostlink`
+	if code, body := d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": setup}); code != http.StatusOK || !strings.Contains(string(body), `"exit_code":0`) {
+		t.Fatalf("setup = %d %s", code, body)
+	}
+	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil); code != http.StatusOK {
+		t.Fatalf("delete sandbox = %d %s", code, body)
+	}
+
+	chat := func(command string) string {
+		t.Helper()
+		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+			"model": gw, "user": user,
+			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
+			"tools":    []map[string]string{{"type": "exec"}},
+		})
+		if code != http.StatusOK {
+			t.Fatalf("chat %q = %d %s", command, code, body)
+		}
+		return string(body)
+	}
+	for _, command := range []string{"bin/tool", "cd bin && ./tool", "cd && bin/tool"} {
+		if out := chat(command); !strings.Contains(out, `\"exit_code\":0`) || !strings.Contains(out, "from the workspace") {
+			t.Errorf("%q, allowlisted in the workspace, did not run: %s", command, out)
+		}
+	}
+	for _, command := range []string{"tool", "bin/hostlink", host + "/tool"} {
+		if out := chat(command); !strings.Contains(out, "Command not allowed by exec policy") || strings.Contains(out, "from the host") {
+			t.Errorf("%q, allowlisted only on the executor's host, was not refused: %s", command, out)
+		}
 	}
 }

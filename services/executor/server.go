@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -49,10 +51,11 @@ func (s *Server) WithApprovals(c gate.Client) *Server {
 	return s
 }
 
-// authorize asks the approval service whether req may run, telling the
-// caller while a human decides. It reports false after sending the refusal
-// as the command's end, with the policy's exact error string.
-func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, node *nodeConn, stream executorv1.ExecutorService_ExecServer) (bool, error) {
+// authorize asks the approval service whether req may run in workdir (in
+// sb, on the gateway host or on node), telling the caller while a human
+// decides. It reports false after sending the refusal as the command's
+// end, with the policy's exact error string.
+func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, workdir string, sb *sandbox.Sandbox, node *nodeConn, stream executorv1.ExecutorService_ExecServer) (bool, error) {
 	if !gate.Needed(req.GetHost(), req.GetSettings()) {
 		return true, nil
 	}
@@ -66,6 +69,7 @@ func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, nod
 	}
 	var resolver policy.Resolver
 	var digest func(string) (string, error)
+	cwd, home := workdir, ""
 	switch req.GetHost() {
 	case approvalv1.Host_HOST_GATEWAY:
 		// The command runs on this machine: its programs are resolved,
@@ -73,20 +77,21 @@ func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, nod
 		// command gets.
 		path := append(slices.Clone(req.GetSettings().GetPathPrepend()), policy.SplitPath(hostexec.DefaultPath)...)
 		resolver, digest = policy.PathResolver{Path: path}, gate.FileDigest
+		cwd = s.svc.gatewayDir(cwd)
 	case approvalv1.Host_HOST_NODE:
 		// The node resolves and digests them on its own filesystem.
 		r := &nodeResolver{ctx: ctx, c: node, pathPrepend: req.GetSettings().GetPathPrepend(), digests: map[string]string{}}
 		resolver, digest = r, r.Digest
-	}
-	cwd := req.GetWorkdir()
-	switch req.GetHost() {
-	case approvalv1.Host_HOST_GATEWAY:
-		cwd = s.svc.gatewayDir(cwd)
-	case approvalv1.Host_HOST_NODE:
 		cwd = node.dir(cwd)
+	default:
+		// The command runs in sb: its programs are resolved, and bound by
+		// content, in the sandbox's own filesystem and PATH, through its
+		// mounts and symlinks as it sees them, never the executor's.
+		r := sb.Resolver(req.GetSettings().GetPathPrepend())
+		resolver, digest, home = r, sandboxDigest(r.View), sandbox.WorkspaceDir
 	}
 	v, err := gate.Check(ctx, s.approvals, gate.Request{
-		Resolver: resolver, Digest: digest,
+		Resolver: resolver, Digest: digest, Home: home,
 		Binding: &approvalv1.Binding{
 			Command: req.GetCommand(), Cwd: cwd, Env: req.GetEnv(), Host: req.GetHost(), Node: req.GetNode(),
 			Agent: req.GetAgent(), Session: req.GetSession(), User: req.GetUser(),
@@ -103,6 +108,31 @@ func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, nod
 		return refuse(v.Reason)
 	}
 	return true, nil
+}
+
+// sandboxDigest binds an approval to the content of a sandbox's file, read
+// through the sandbox's view. Files the sandbox cannot change (the system
+// dirs, the agent binary its tool commands link to) are not hashed.
+func sandboxDigest(v *fsview.View) func(string) (string, error) {
+	return func(p string) (string, error) {
+		real, err := v.Resolve(p)
+		if err != nil {
+			return "", fmt.Errorf("executor: digest %s: %w", p, err)
+		}
+		if gate.SystemFile(real) || real == sandbox.AgentPath {
+			return "", nil
+		}
+		f, err := v.Open(real)
+		if err != nil {
+			return "", fmt.Errorf("executor: digest %s: %w", p, err)
+		}
+		defer f.Close()
+		d, err := gate.ReadDigest(f)
+		if err != nil {
+			return "", fmt.Errorf("executor: digest %s: %w", p, err)
+		}
+		return d, nil
+	}
 }
 
 // Register registers the service's gRPC handlers on g.
@@ -291,8 +321,11 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		return err
 	}
 	var node *nodeConn
+	inSandbox := false
 	switch req.GetHost() {
-	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX, approvalv1.Host_HOST_GATEWAY:
+	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX:
+		inSandbox = true
+	case approvalv1.Host_HOST_GATEWAY:
 	case approvalv1.Host_HOST_NODE:
 		// Found before anyone is asked to approve a command for it.
 		if node, err = s.svc.node(ctx, account, req.GetNode()); err != nil {
@@ -323,11 +356,23 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		// Refused before anyone is asked to approve it.
 		return errGatewayOff
 	}
-	if ok, err := s.authorize(ctx, req, node, stream); !ok || err != nil {
+	workdir := req.GetWorkdir()
+	var sb *sandbox.Sandbox
+	if inSandbox && gate.Needed(req.GetHost(), req.GetSettings()) {
+		// Found before anyone is asked to approve a command for it.
+		e, err := s.svc.lookup(ctx, account, req.GetSandboxId())
+		if err != nil {
+			return err
+		}
+		// Judged and run in one directory, whatever another command's
+		// cd does meanwhile.
+		sb, workdir = e.sb, e.sb.Dir(workdir)
+	}
+	if ok, err := s.authorize(ctx, req, workdir, sb, node, stream); !ok || err != nil {
 		return err
 	}
 	res, err := s.svc.Exec(ctx, account, ExecParams{
-		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
+		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: workdir, Env: req.GetEnv(),
 		Timeout: timeout, MaxOutput: maxOut, Pty: req.GetPty(), Yield: time.Duration(req.GetYieldMs()) * time.Millisecond,
 		Background: req.GetBackground(), Notify: req.GetSettings().GetNotifyOnExit(),
 		Notice: notice, PathPrepend: req.GetSettings().GetPathPrepend(),

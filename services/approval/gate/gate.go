@@ -41,6 +41,9 @@ type Request struct {
 	// Resolver resolves program names the way the command's shell will;
 	// nil lets the approval service resolve on its own host.
 	Resolver policy.Resolver
+	// Home is where the command's shell goes on a bare cd; empty refuses
+	// a bare cd.
+	Home string
 	// OnPending is called once when a human must decide, e.g. to show the
 	// approval to the user; may be nil.
 	OnPending func(*approvalv1.Approval)
@@ -56,26 +59,45 @@ const MaxDigestBytes = 64 << 20
 // them on every command would only cost time.
 var systemDirs = []string{"/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/alternatives/"}
 
+// SystemFile reports whether p is in the system dirs, whose files are not
+// hashed.
+func SystemFile(p string) bool {
+	for _, d := range systemDirs {
+		if strings.HasPrefix(p, d) {
+			return true
+		}
+	}
+	return false
+}
+
 // FileDigest returns "sha256:<hex>" of a file on this host, or "" for files
 // in the system dirs. A file larger than MaxDigestBytes is an error.
 func FileDigest(p string) (string, error) {
-	for _, d := range systemDirs {
-		if strings.HasPrefix(p, d) {
-			return "", nil
-		}
+	if SystemFile(p) {
+		return "", nil
 	}
 	f, err := os.Open(p)
 	if err != nil {
 		return "", fmt.Errorf("gate: digest %s: %w", p, err)
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(f, MaxDigestBytes+1))
+	d, err := ReadDigest(f)
 	if err != nil {
 		return "", fmt.Errorf("gate: digest %s: %w", p, err)
 	}
+	return d, nil
+}
+
+// ReadDigest returns "sha256:<hex>" of what r reads; more than
+// MaxDigestBytes is an error.
+func ReadDigest(r io.Reader) (string, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(r, MaxDigestBytes+1))
+	if err != nil {
+		return "", err
+	}
 	if n > MaxDigestBytes {
-		return "", fmt.Errorf("gate: digest %s: larger than %d bytes", p, MaxDigestBytes)
+		return "", fmt.Errorf("larger than %d bytes", MaxDigestBytes)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -104,9 +126,9 @@ func Needed(host approvalv1.Host, s *approvalv1.ExecSettings) bool {
 }
 
 // Segments resolves the programs of command as its shell would in cwd,
-// for the approval service to judge with.
-func Segments(command, cwd string, r policy.Resolver) []*approvalv1.Segment {
-	res := policy.New(policy.Config{}).Evaluate(policy.Request{
+// with home its home directory, for the approval service to judge with.
+func Segments(command, cwd, home string, r policy.Resolver) []*approvalv1.Segment {
+	res := policy.New(policy.Config{Home: home}).Evaluate(policy.Request{
 		Command: command, Cwd: cwd, Resolver: r, Settings: policy.Settings{Security: policy.SecurityFull, Ask: policy.AskOff},
 	})
 	out := make([]*approvalv1.Segment, 0, len(res.Segments))
@@ -173,7 +195,9 @@ func prepare(areq *approvalv1.AuthorizeRequest, req Request) string {
 	if cwd == "" {
 		cwd = "/"
 	}
-	areq.Segments = Segments(req.Binding.GetCommand(), cwd, req.Resolver)
+	areq.Segments = Segments(req.Binding.GetCommand(), cwd, req.Home, req.Resolver)
+	// What the resolver did not find is not to be found elsewhere.
+	areq.Resolved = true
 	if req.Digest == nil {
 		return ""
 	}

@@ -223,3 +223,19 @@ func TestApprovedScriptChanged(t *testing.T) {
 		t.Fatalf("system binary digest %q %v", d, err)
 	}
 }
+
+// A bare cd goes to the home the shell has, and programs after it resolve
+// there.
+func TestSegmentsHome(t *testing.T) {
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "tool"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	segs := gate.Segments("cd && ./tool", "/", home, policy.PathResolver{})
+	if len(segs) != 1 || segs[0].GetResolvedPath() != filepath.Join(home, "tool") {
+		t.Fatalf("segments with a home: %v", segs)
+	}
+	if segs := gate.Segments("cd && ./tool", "/", "", policy.PathResolver{}); len(segs) != 0 {
+		t.Fatalf("segments without a home: %v", segs)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 )
 
 // Limits bound what a sandbox may use.
@@ -303,6 +306,14 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 		return nil, fmt.Errorf("sandbox: mount workspace: %w", err)
 	}
 	cleanups = append(cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
+	s.mounts = r.mounts(s)
+	ms := make([]fsview.Mount, len(s.mounts))
+	for i, m := range s.mounts {
+		ms[i] = m.view()
+	}
+	if s.view, err = fsview.New(ms, s.uid, s.uid); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
 
 	if s.cg, err = r.cgroups.create("sb-"+name, spec.Limits); err != nil {
 		return nil, err
@@ -318,12 +329,8 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 // sandboxEnv is the environment every command starts from: nothing of the
 // host's.
 func sandboxEnv(spec Spec) []string {
-	path := "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin:" + ToolsDir
-	if len(spec.PathPrepend) > 0 {
-		path = strings.Join(spec.PathPrepend, ":") + ":" + path
-	}
 	env := []string{
-		"PATH=" + path,
+		"PATH=" + strings.Join(commandPath(spec.PathPrepend), ":"),
 		"HOME=" + WorkspaceDir,
 		"USER=user", "LOGNAME=user", "SHELL=/bin/sh",
 		"LANG=C.UTF-8", "TERM=xterm-256color", "TMPDIR=/tmp",
@@ -332,6 +339,12 @@ func sandboxEnv(spec Spec) []string {
 		env = append(env, k+"="+v)
 	}
 	return env
+}
+
+// commandPath is the PATH of a command: the directories prepended, then
+// the system's, then the tools'.
+func commandPath(prepend []string) []string {
+	return append(slices.Clone(prepend), "/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin", ToolsDir)
 }
 
 // etcFiles are the host /etc entries programs need; nothing else of /etc
@@ -359,9 +372,75 @@ func writeEtc(dir string) error {
 	return nil
 }
 
+// mount is one entry of a sandbox's mount table: a bubblewrap option and
+// its operands.
+type mount struct {
+	op string // --ro-bind, --ro-bind-try, --bind, --symlink, --proc, --dev, --tmpfs or --dir
+	// src is a bind's host source or a symlink's text.
+	src, dst string
+	size     int64 // of a tmpfs; 0 is bubblewrap's default
+}
+
+func (m mount) args() []string {
+	switch m.op {
+	case "--ro-bind", "--ro-bind-try", "--bind", "--symlink":
+		return []string{m.op, m.src, m.dst}
+	case "--tmpfs":
+		if m.size > 0 {
+			return []string{"--size", strconv.FormatInt(m.size, 10), m.op, m.dst}
+		}
+	}
+	return []string{m.op, m.dst}
+}
+
+// view is the entry as the host resolves paths through it.
+func (m mount) view() fsview.Mount {
+	switch m.op {
+	case "--ro-bind", "--ro-bind-try", "--bind":
+		return fsview.Mount{Target: m.dst, Source: m.src}
+	case "--symlink":
+		return fsview.Mount{Target: m.dst, Link: m.src}
+	}
+	return fsview.Mount{Target: m.dst}
+}
+
+// mounts is the mount table of s in the order bubblewrap makes it; the
+// sandbox's processes see nothing else.
+func (r *Runtime) mounts(s *Sandbox) []mount {
+	root := r.cfg.RootFS
+	var ms []mount
+	for _, d := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		src := filepath.Join(root, d)
+		if fi, err := os.Lstat(src); err == nil {
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				if target, err := os.Readlink(src); err == nil {
+					ms = append(ms, mount{op: "--symlink", src: target, dst: "/" + d})
+				}
+				continue
+			}
+			ms = append(ms, mount{op: "--ro-bind", src: src, dst: "/" + d})
+		}
+	}
+	for _, f := range etcFiles {
+		ms = append(ms, mount{op: "--ro-bind-try", src: filepath.Join(root, "etc", f), dst: "/etc/" + f})
+	}
+	for _, f := range []string{"passwd", "group", "hosts", "hostname"} {
+		ms = append(ms, mount{op: "--ro-bind", src: filepath.Join(s.dir, f), dst: "/etc/" + f})
+	}
+	return append(ms,
+		mount{op: "--proc", dst: "/proc"},
+		mount{op: "--dev", dst: "/dev"},
+		mount{op: "--tmpfs", dst: "/tmp", size: s.spec.Limits.TmpBytes},
+		mount{op: "--tmpfs", dst: "/run"},
+		mount{op: "--dir", dst: agentDir},
+		mount{op: "--ro-bind", src: r.agent, dst: agentPath},
+		mount{op: "--ro-bind", src: filepath.Join(s.dir, "tools"), dst: ToolsDir},
+		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
+	)
+}
+
 // bwrapArgs builds the bubblewrap command line of a sandbox.
 func (r *Runtime) bwrapArgs(s *Sandbox) []string {
-	root := r.cfg.RootFS
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup",
 		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
@@ -373,37 +452,10 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 		// to give each command a pid namespace; commands never get it.
 		"--cap-add", "CAP_SYS_ADMIN",
 	}
-	for _, d := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
-		src := filepath.Join(root, d)
-		if fi, err := os.Lstat(src); err == nil {
-			if fi.Mode()&fs.ModeSymlink != 0 {
-				if target, err := os.Readlink(src); err == nil {
-					a = append(a, "--symlink", target, "/"+d)
-				}
-				continue
-			}
-			a = append(a, "--ro-bind", src, "/"+d)
-		}
+	for _, m := range s.mounts {
+		a = append(a, m.args()...)
 	}
-	for _, f := range etcFiles {
-		a = append(a, "--ro-bind-try", filepath.Join(root, "etc", f), "/etc/"+f)
-	}
-	for _, f := range []string{"passwd", "group", "hosts", "hostname"} {
-		a = append(a, "--ro-bind", filepath.Join(s.dir, f), "/etc/"+f)
-	}
-	a = append(a,
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--size", strconv.FormatInt(s.spec.Limits.TmpBytes, 10), "--tmpfs", "/tmp",
-		"--tmpfs", "/run",
-		"--dir", agentDir,
-		"--ro-bind", r.agent, agentPath,
-		"--ro-bind", filepath.Join(s.dir, "tools"), ToolsDir,
-		"--bind", s.workspace, WorkspaceDir,
-		"--chdir", WorkspaceDir,
-		"--remount-ro", "/",
-	)
-	return a
+	return append(a, "--chdir", WorkspaceDir, "--remount-ro", "/")
 }
 
 // start runs bubblewrap and waits for the agent's hello.

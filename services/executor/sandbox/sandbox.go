@@ -11,10 +11,13 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 )
 
 // Stream names an output stream.
@@ -40,6 +43,8 @@ type Sandbox struct {
 	cmd       *exec.Cmd
 	in        *frameWriter
 	stdin     io.WriteCloser
+	mounts    []mount
+	view      *fsview.View
 
 	mu     sync.Mutex
 	procs  map[uint32]*Process
@@ -62,6 +67,31 @@ func (s *Sandbox) WorkspacePath() string { return s.workspace }
 // ToolsPath returns the host directory seen inside the sandbox, read-only,
 // as ToolsDir.
 func (s *Sandbox) ToolsPath() string { return filepath.Join(s.dir, "tools") }
+
+// Dir returns the directory a command with workdir starts in: workdir
+// when absolute, else relative to the shell's current directory.
+func (s *Sandbox) Dir(workdir string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return startDir(s.cwd, workdir)
+}
+
+func startDir(cwd, workdir string) string {
+	switch {
+	case workdir == "":
+		return cwd
+	case path.IsAbs(workdir):
+		return path.Clean(workdir)
+	}
+	return path.Join(cwd, workdir)
+}
+
+// Resolver returns what finds the programs of a command started with
+// pathPrepend as the sandbox's shell would: on the sandbox's PATH, in its
+// filesystem as its processes see it (package fsview).
+func (s *Sandbox) Resolver(pathPrepend []string) fsview.Resolver {
+	return fsview.Resolver{View: s.view, Path: commandPath(append(slices.Clone(s.spec.PathPrepend), pathPrepend...))}
+}
 
 // Cwd returns the shell's current directory as of the last command.
 func (s *Sandbox) Cwd() string {
@@ -181,13 +211,7 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	s.nextID++
 	p := &Process{sb: s, id: s.nextID, opts: opts, started: make(chan struct{}), done: make(chan struct{}), oomBefore: s.cg.oomKills()}
 	s.procs[p.id] = p
-	dir := opts.Workdir
-	switch {
-	case dir == "":
-		dir = s.cwd
-	case !path.IsAbs(dir):
-		dir = path.Join(s.cwd, dir)
-	}
+	dir := startDir(s.cwd, opts.Workdir)
 	s.mu.Unlock()
 	spec := s.spec
 	spec.PathPrepend = append(append([]string(nil), spec.PathPrepend...), opts.PathPrepend...)

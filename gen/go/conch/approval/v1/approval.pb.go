@@ -449,12 +449,17 @@ type AuthorizeRequest struct {
 	// What the command is and where it runs.
 	Binding *Binding `protobuf:"bytes,1,opt,name=binding,proto3" json:"binding,omitempty"`
 	// Segments parsed and resolved by the caller against the filesystem the
-	// command really runs with; empty makes the service resolve on its own host.
+	// command really runs with; with neither segments nor resolved set, the
+	// service resolves on its own host.
 	Segments []*Segment `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
 	// Gateway and session settings layered under the exec-approvals document.
 	Settings *ExecSettings `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
 	// An approval granted earlier for exactly this binding, consumed on use.
-	ApprovalId    string `protobuf:"bytes,4,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	ApprovalId string `protobuf:"bytes,4,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// The caller resolved the command's programs: a program missing from
+	// segments was not found where the command runs, even when segments is
+	// empty, and is never looked up on the service's host.
+	Resolved      bool `protobuf:"varint,5,opt,name=resolved,proto3" json:"resolved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +520,13 @@ func (x *AuthorizeRequest) GetApprovalId() string {
 		return x.ApprovalId
 	}
 	return ""
+}
+
+func (x *AuthorizeRequest) GetResolved() bool {
+	if x != nil {
+		return x.Resolved
+	}
+	return false
 }
 
 // AuthorizeResponse is the verdict for an execution.
@@ -1605,13 +1617,14 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\x04user\x18\b \x01(\tR\x04user\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x01\n" +
 	"\x10AuthorizeRequest\x124\n" +
 	"\abinding\x18\x01 \x01(\v2\x1a.conch.approval.v1.BindingR\abinding\x126\n" +
 	"\bsegments\x18\x02 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12;\n" +
 	"\bsettings\x18\x03 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\bsettings\x12\x1f\n" +
 	"\vapproval_id\x18\x04 \x01(\tR\n" +
-	"approvalId\"\xdb\x01\n" +
+	"approvalId\x12\x1a\n" +
+	"\bresolved\x18\x05 \x01(\bR\bresolved\"\xdb\x01\n" +
 	"\x11AuthorizeResponse\x12=\n" +
 	"\bdecision\x18\x01 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x127\n" +
