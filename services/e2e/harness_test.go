@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,12 +71,26 @@ func (b *lockedBuffer) String() string {
 // freeAddr returns a loopback address that was free a moment ago.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A port below the ephemeral range: the kernel never hands it to an
+	// outgoing connection (of etcd, MinIO, …) between this check and the
+	// process that binds it.
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
 
 // startDev starts `conch dev` on a free port in a fresh data dir and waits
@@ -86,9 +102,9 @@ func startDev(t testing.TB, env ...string) *dev {
 		t.Fatal(err)
 	}
 	d := &dev{t: t, DataDir: t.TempDir(), waited: make(chan error, 1), stderr: &lockedBuffer{}}
-	addr := freeAddr(t)
-	d.URL = "http://" + addr
-	d.cmd = exec.Command(bin, "dev", "--http-addr", addr, "--data-dir", d.DataDir)
+	// Port 0: conch dev picks a free port and says which in its banner, so
+	// no other process can take it between a check and the bind.
+	d.cmd = exec.Command(bin, "dev", "--http-addr", "127.0.0.1:0", "--data-dir", d.DataDir)
 	d.cmd.Env = append(cleanEnv(), env...)
 	d.cmd.Stderr = d.stderr
 	stdout, err := d.cmd.StdoutPipe()
@@ -117,6 +133,25 @@ func startDev(t testing.TB, env ...string) *dev {
 		}
 	})
 
+	const up = "conch dev is up on "
+	deadline := time.After(30 * time.Second)
+	for d.URL == "" {
+		select {
+		case line, ok := <-banner:
+			if !ok {
+				t.Fatalf("conch dev exited before its banner:\n%s", tail(d.stderr.String(), 4000))
+			}
+			if u, found := strings.CutPrefix(line, up); found {
+				d.URL = u
+			}
+		case <-deadline:
+			t.Fatalf("no banner from conch dev after 30s:\n%s", tail(d.stderr.String(), 4000))
+		}
+	}
+	go func() {
+		for range banner { // keep the pipe drained
+		}
+	}()
 	d.waitReady(30 * time.Second)
 	key, err := os.ReadFile(filepath.Join(d.DataDir, "api-key"))
 	if err != nil {
