@@ -26,7 +26,7 @@ import (
 )
 
 // DefaultSkillDirs is where the sandbox puts the commands of moved tools.
-var DefaultSkillDirs = []string{"/opt/conch/tools"}
+var DefaultSkillDirs = []string{"/run/conch/tools"}
 
 // Defaults of the exec settings (SPEC §7).
 const (

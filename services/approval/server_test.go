@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -573,5 +575,12 @@ func TestSessionChatCommands(t *testing.T) {
 	put(approvalv1.ForwardMode_FORWARD_MODE_BOTH)
 	if err := cmd(in("s1"), "s1"); err != nil {
 		t.Fatalf("own session: %v", err)
+	}
+}
+
+// The skill dirs are where sandboxes put the commands of moved tools.
+func TestDefaultSkillDirsAreTheSandboxTools(t *testing.T) {
+	if !slices.Contains(DefaultSkillDirs, sandbox.ToolsDir) {
+		t.Fatalf("DefaultSkillDirs %v lack the sandbox's %s", DefaultSkillDirs, sandbox.ToolsDir)
 	}
 }

@@ -166,3 +166,44 @@ func TestMovedTools(t *testing.T) {
 		t.Errorf("whitelist model tools = %v, want shell and get_users", names)
 	}
 }
+
+// TestMovedToolsAutoAllowed runs moved tools' commands in allowlist mode
+// without an allowlist entry exactly when the agent's autoAllowSkills is on.
+func TestMovedToolsAutoAllowed(t *testing.T) {
+	d := startDev(t)
+	mcpSrv := startMCP(t)
+	for _, auto := range []bool{true, false} {
+		name := fmt.Sprintf("skills-%v", auto)
+		up := shellScript(t, "add --a 2 --b 40")
+		createGateway(t, d, map[string]any{
+			"name":     name,
+			"upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"},
+			"shell":    map[string]any{"enabled": true, "tools": map[string]any{"mode": "blacklist", "names": []string{}}},
+			"tools":    map[string]any{"mcp_servers": []any{map[string]any{"name": "calc", "url": mcpSrv.URL}}},
+			"exec":     map[string]any{"security": "allowlist", "ask": "off"},
+		})
+		code, body := d.call("GET", "/api/v1/exec-approvals", d.Key, nil)
+		var doc map[string]any
+		if code != 200 || json.Unmarshal(body, &doc) != nil {
+			t.Fatalf("get exec-approvals = %d %s", code, body)
+		}
+		agents, _ := doc["agents"].(map[string]any)
+		if agents == nil {
+			agents = map[string]any{}
+		}
+		agents[name] = map[string]any{"autoAllowSkills": auto}
+		doc["agents"] = agents
+		if code, body := d.call("PUT", "/api/v1/exec-approvals", d.Key, doc); code != 200 {
+			t.Fatalf("put exec-approvals = %d %s", code, body)
+		}
+		results, _ := completeShell(t, d, name, nil)
+		if len(results) != 1 {
+			t.Fatalf("%s: %+v", name, results)
+		}
+		r := results[0]
+		ran := r.Outcome.Type == "exit" && strings.Contains(r.Stdout, "42")
+		if ran != auto || (!auto && !strings.Contains(r.Error, "Command not allowed by exec policy")) {
+			t.Errorf("autoAllowSkills %v: %+v", auto, r)
+		}
+	}
+}
