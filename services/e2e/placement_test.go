@@ -96,7 +96,8 @@ func TestTwoExecutors(t *testing.T) {
 	if code, body := d.call("POST", "/api/v1/exec-approvals/agents/on-box/allowlist", d.Key, map[string]string{"pattern": "/usr/bin/expr"}); code != http.StatusOK {
 		t.Fatalf("allowlist: %d %s", code, body)
 	}
-	for i := range 6 {
+	onBox := func(i int) {
+		t.Helper()
 		var out string
 		for try := 0; ; try++ {
 			code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
@@ -104,8 +105,8 @@ func TestTwoExecutors(t *testing.T) {
 				"tools": []map[string]string{{"type": "exec"}},
 			})
 			out = string(body)
-			// The node may still be connecting on the first call.
-			if code != http.StatusOK || !strings.Contains(out, "Node not found") || try == 50 {
+			// The node may still be (re)connecting.
+			if code != http.StatusOK || !(strings.Contains(out, "Node not found") || strings.Contains(out, "retry")) || try == 100 {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -113,6 +114,9 @@ func TestTwoExecutors(t *testing.T) {
 		if !strings.Contains(out, fmt.Sprintf(`%d\\n`, i+1000)) {
 			t.Fatalf("command %d on the node: %s", i, out)
 		}
+	}
+	for i := range 6 {
+		onBox(i)
 	}
 
 	// Destroy works wherever the sandbox is.
@@ -127,11 +131,13 @@ func TestTwoExecutors(t *testing.T) {
 	// Kill one executor: its sandboxes are unavailable at once (not sent
 	// to the other executor, not hanging), then not found once its lease
 	// is gone; the other executor's sandboxes keep working.
-	victim := sandboxes[len(sandboxes)-1]
-	rec, ok, err := placement.Lookup(t.Context(), c.etcd, placement.SandboxKey(victim.id))
+	// The victim is the executor holding the node's stream, so that the
+	// node has to move too.
+	rec, ok, err := placement.Lookup(t.Context(), c.etcd, placement.NodeKey("admin", "box"))
 	if err != nil || !ok {
-		t.Fatalf("record of %s: %v %v", victim.id, ok, err)
+		t.Fatalf("record of node box: %v %v", ok, err)
 	}
+	victim := struct{ executor string }{rec.Executor}
 	killed := false
 	for i, addr := range c.execAddrs {
 		if addr == rec.Addr {
@@ -145,7 +151,7 @@ func TestTwoExecutors(t *testing.T) {
 		t.Fatalf("no executor at %s (%v)", rec.Addr, c.execAddrs)
 	}
 	deadline := time.Now().Add(40 * time.Second)
-	for _, s := range sandboxes[1:] {
+	for _, s := range sandboxes[1:] { // the first was destroyed
 		for {
 			code, body := d.call("POST", "/api/v1/sandboxes/"+s.id+"/commands", d.Key, map[string]any{"command": "true"})
 			if s.executor != victim.executor {
@@ -166,6 +172,9 @@ func TestTwoExecutors(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// A node whose executor died connects again, to the survivor.
+	onBox(100)
+
 	// New sandboxes land on the survivor.
 	for range 3 {
 		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})

@@ -43,6 +43,7 @@ type nodeConn struct {
 	mu      sync.Mutex
 	waiters map[string]chan *executorv1.AttachNodeRequest // request id → its messages
 	closed  bool
+	why     error // why the connection was closed from this side
 	done    chan struct{}
 }
 
@@ -89,13 +90,14 @@ func (c *nodeConn) deliver(id string, m *executorv1.AttachNodeRequest) {
 	}
 }
 
-func (c *nodeConn) close() {
+// close ends the connection for why, which the node is told.
+func (c *nodeConn) close(why error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return
 	}
-	c.closed = true
+	c.closed, c.why = true, why
 	close(c.done)
 	for id, ch := range c.waiters {
 		close(ch)
@@ -198,7 +200,7 @@ func (s *Service) Attach(ctx context.Context, account string, stream executorv1.
 	s.nodes[k] = c
 	s.mu.Unlock()
 	if old != nil {
-		old.close()
+		old.close(errs.New(errs.Conflict, "node %s connected again; this connection is replaced", c.name))
 	}
 	s.log.Info("node attached", "node", c.name, "account", account, "platform", c.platform)
 	defer func() {
@@ -207,7 +209,7 @@ func (s *Service) Attach(ctx context.Context, account string, stream executorv1.
 			delete(s.nodes, k)
 		}
 		s.mu.Unlock()
-		c.close()
+		c.close(nil)
 		s.forgetNode(context.WithoutCancel(ctx), c)
 		s.log.Info("node detached", "node", c.name, "account", account)
 	}()
@@ -244,7 +246,10 @@ func (s *Service) Attach(ctx context.Context, account string, stream executorv1.
 			}
 			return err
 		case <-c.done:
-			return errs.New(errs.Conflict, "node %s connected again; this connection is replaced", c.name)
+			c.mu.Lock()
+			why := c.why
+			c.mu.Unlock()
+			return why
 		case <-ctx.Done():
 			return ctx.Err()
 		}

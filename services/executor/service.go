@@ -257,7 +257,16 @@ func (s *Service) shutdown(ctx context.Context) {
 	for id := range s.sandboxes {
 		ids = append(ids, id)
 	}
+	nodes := make([]*nodeConn, 0, len(s.nodes))
+	for _, c := range s.nodes {
+		nodes = append(nodes, c)
+	}
 	s.mu.Unlock()
+	// Nodes reconnect through the router to another executor rather than
+	// hold this one's shutdown.
+	for _, c := range nodes {
+		c.close(errs.New(errs.Unavailable, "executor %s is shutting down; connect again", s.name))
+	}
 	for _, id := range ids {
 		if err := s.destroy(ctx, id); err != nil {
 			s.log.Warn("sandbox teardown failed", "sandbox", id, "error", err)
