@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox"
 )
@@ -59,9 +60,13 @@ type Process struct {
 
 	inMu sync.Mutex
 
-	done     chan struct{}
-	exit     sandbox.Exit
-	killOnce sync.Once
+	// killMu orders kills before the reaping: while it is held and reaped
+	// is false, the command's pid and process group id are still its own.
+	killMu sync.Mutex
+	reaped bool
+
+	done chan struct{}
+	exit sandbox.Exit
 }
 
 // Done is closed when the command and its output have ended.
@@ -77,11 +82,15 @@ func (p *Process) Kill() error {
 }
 
 func (p *Process) killTree() {
-	pid := p.cmd.Process.Pid
+	p.killMu.Lock()
+	defer p.killMu.Unlock()
+	if p.reaped {
+		return // the ids may belong to someone else by now
+	}
 	// In its own pid namespace the shell is init: killing it kills the
 	// namespace. Its session's process group goes either way.
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 }
 
 // Write writes to the command's standard input; eof closes it (a ^D on a
@@ -202,9 +211,21 @@ func (p *Process) wait(readers []*os.File, opts sandbox.Options) {
 		}
 		wg.Go(func() { dropped[i] = forward(f, st, opts.Budget, opts.OnOutput) })
 	}
-	err := p.cmd.Wait()
+	// Wait for the shell to exit without reaping it, so that its pid and
+	// process group id stay reserved while what it left is killed.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, p.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
 	// Nothing the command started outlives it.
 	p.killTree()
+	p.killMu.Lock()
+	p.reaped = true
+	p.killMu.Unlock()
+	err := p.cmd.Wait()
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {
