@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 )
 
 func main() {
-	url := flag.String("url", envOr("CONCH_URL", "http://127.0.0.1:8080"), "router base URL")
+	urls := flag.String("url", envOr("CONCH_URL", "http://127.0.0.1:8080"), "router base URLs, comma separated; clients spread over them")
 	key := flag.String("key", os.Getenv("CONCH_API_KEY"), "API key (default $CONCH_API_KEY)")
 	conc := flag.Int("concurrency", 8, "clients of the sustained phase")
 	dur := flag.Duration("duration", 30*time.Second, "length of the sustained phase")
@@ -36,7 +37,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rs, err := load.Run(ctx, load.Options{URL: *url, Key: *key, Phases: phases, Log: os.Stderr})
+	rs, err := load.Run(ctx, load.Options{URLs: strings.Split(*urls, ","), Key: *key, Phases: phases, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conchload:", err)
 		os.Exit(1)

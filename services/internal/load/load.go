@@ -22,8 +22,10 @@ import (
 
 // Options configure a run.
 type Options struct {
-	// URL is the router's base URL; Key an API key of the account to use.
-	URL, Key string
+	// URLs are the routers' base URLs: each client uses one, in turn.
+	// Key is an API key of the account to use.
+	URLs []string
+	Key  string
 	// Phases run in order.
 	Phases []Phase
 	// Client makes the requests; nil means one with a 5-minute timeout.
@@ -72,7 +74,14 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.Client == nil {
 		opts.Client = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
 	}
-	c := &client{url: strings.TrimRight(opts.URL, "/"), key: opts.Key, http: opts.Client}
+	if len(opts.URLs) == 0 {
+		return nil, errors.New("load: no router URL")
+	}
+	clients := make([]*client, len(opts.URLs))
+	for i, u := range opts.URLs {
+		clients[i] = &client{url: strings.TrimRight(u, "/"), key: opts.Key, http: opts.Client}
+	}
+	c := clients[0]
 	if err := c.setup(ctx); err != nil {
 		return nil, err
 	}
@@ -86,7 +95,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			fmt.Fprintf(opts.Log, "phase %s: %d clients for %v\n", ph.Name, ph.Concurrency, ph.Duration)
 		}
 		before := approved.get()
-		r := c.phase(ctx, ph)
+		r := phase(ctx, clients, ph)
 		r.Approvals = approved.get() - before
 		out = append(out, r)
 	}
@@ -325,7 +334,8 @@ func checkCompletion(body []byte, commands int) string {
 	return ""
 }
 
-func (c *client) phase(ctx context.Context, ph Phase) Result {
+// phase runs ph's clients, spread over the routers.
+func phase(ctx context.Context, clients []*client, ph Phase) Result {
 	pctx, cancel := context.WithTimeout(ctx, ph.Duration)
 	defer cancel()
 	var (
@@ -334,7 +344,8 @@ func (c *client) phase(ctx context.Context, ph Phase) Result {
 		wg  sync.WaitGroup
 	)
 	start := time.Now()
-	for range ph.Concurrency {
+	for i := range ph.Concurrency {
+		c := clients[i%len(clients)]
 		wg.Go(func() {
 			for pctx.Err() == nil {
 				o := c.one(pctx)
