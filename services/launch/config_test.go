@@ -49,6 +49,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"workspace short signing key", workspaceConfig, []string{"--dir", "/tmp/ws"}, []string{secret, "CONCH_SIGNING_KEYS=k1:short"}, "CONCH_SIGNING_KEYS"},
 		{"workspace zero quota", workspaceConfig, []string{"--dir", "/tmp/ws", "--quota-bytes", "0"}, []string{secret, signingKeys}, "--quota-bytes"},
 		{"workspace negative file quota", workspaceConfig, []string{"--dir", "/tmp/ws", "--quota-files", "-1"}, []string{secret, signingKeys}, "--quota-files"},
+		{"etcd valid", etcdConfig, etcdArgs(), nil, ""},
+		{"etcd without name", etcdConfig, etcdArgs("--name", ""), nil, "--name"},
+		{"etcd without data dir", etcdConfig, etcdArgs("--data-dir", ""), nil, "--data-dir"},
+		{"etcd bad client URL", etcdConfig, etcdArgs("--listen-client", "127.0.0.1:2379"), nil, "--listen-client"},
+		{"etcd bad peer URL", etcdConfig, etcdArgs("--listen-peer", "http://127.0.0.1"), nil, "--listen-peer"},
+		{"etcd member missing from the cluster", etcdConfig, etcdArgs("--name", "e9"), nil, "--initial-cluster"},
+		{"etcd peer URL not the member's", etcdConfig, etcdArgs("--listen-peer", "http://127.0.0.1:2480"), nil, "--initial-cluster"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,5 +89,14 @@ func routerConfig() any  { return &RouterConfig{} }
 func serviceConfig() any { return &ServiceConfig{} }
 
 func workspaceConfig() any { return &WorkspaceConfig{} }
+func etcdConfig() any      { return &EtcdConfig{} }
+
+// etcdArgs are the flags of a valid member e0, with overrides appended
+// (the last of a repeated flag wins).
+func etcdArgs(override ...string) []string {
+	return append([]string{"--name", "e0", "--data-dir", "/tmp/e0",
+		"--listen-client", "http://127.0.0.1:2379", "--listen-peer", "http://127.0.0.1:2380",
+		"--initial-cluster", "e0=http://127.0.0.1:2380,e1=http://127.0.0.1:2381,e2=http://127.0.0.1:2382"}, override...)
+}
 
 const signingKeys = "CONCH_SIGNING_KEYS=k1:0123456789abcdef0123456789abcdef"

@@ -1,6 +1,6 @@
 // Command conch is the single binary of conch: the whole cluster in one
 // process (`conch dev`), one service for clusters (`conch router|executor|
-// approval|workspace`), and client commands.
+// approval|workspace`), one etcd member (`conch etcd`), and client commands.
 package main
 
 import (
@@ -28,6 +28,7 @@ Commands:
   executor    run the executor service (sandboxes)
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
+  etcd        run one member of a static etcd cluster (embedded etcd)
   node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
@@ -99,6 +100,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunExecutor(ctx, cfg)
+	case "etcd":
+		var cfg launch.EtcdConfig
+		if err := load(cmd, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunEtcd(ctx, cfg)
 	case sandbox.AgentCommand:
 		// Hidden: the resident agent inside each sandbox.
 		return sandbox.RunAgent()

@@ -75,41 +75,70 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 		return nil, err
 	}
 
-	cfg := embed.NewConfig()
-	cfg.Name = "conch"
-	cfg.Dir = opts.Dir
-	cfg.ListenClientUrls = []url.URL{*clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
-	cfg.ListenPeerUrls = []url.URL{*peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg := newConfig("conch", opts.Dir, *clientURL, *peerURL, opts.UnsafeNoFsync)
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.AutoCompactionMode = embed.CompactorModePeriodic
-	cfg.AutoCompactionRetention = embeddedCompaction
-	cfg.QuotaBackendBytes = embeddedQuotaBytes
-	cfg.UnsafeNoFsync = opts.UnsafeNoFsync
-	cfg.LogLevel = "error"
-	mute := new(atomic.Bool)
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(opts.Logger, zapcore.ErrorLevel, mute))
-
-	e, err := embed.StartEtcd(cfg)
+	e, mute, err := start(cfg, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(embeddedStartTimeout)
-	defer timer.Stop()
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
+	if err := waitReady(ctx, e, embeddedStartTimeout); err != nil {
 		e.Close()
-		return nil, fmt.Errorf("serve: %w", err)
-	case <-timer.C:
-		e.Close()
-		return nil, fmt.Errorf("not ready after %v", embeddedStartTimeout)
-	case <-ctx.Done():
-		e.Close()
-		return nil, fmt.Errorf("wait until ready: %w", ctx.Err())
+		return nil, err
 	}
 	return &Embedded{etcd: e, endpoints: []string{clientURL.String()}, mute: mute}, nil
+}
+
+// newConfig is the configuration every embedded etcd of conch shares:
+// one client and one peer URL, listened on and advertised as they are;
+// auto-compaction keeping one hour of history; a 2 GiB backend quota; etcd's
+// own logging at error level.
+func newConfig(name, dir string, clientURL, peerURL url.URL, noFsync bool) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = dir
+	cfg.ListenClientUrls = []url.URL{clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	cfg.ListenPeerUrls = []url.URL{peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{peerURL}
+	cfg.AutoCompactionMode = embed.CompactorModePeriodic
+	cfg.AutoCompactionRetention = embeddedCompaction
+	cfg.QuotaBackendBytes = embeddedQuotaBytes
+	cfg.UnsafeNoFsync = noFsync
+	cfg.LogLevel = "error"
+	return cfg
+}
+
+// start starts etcd with its logs routed to log; mute silences them for
+// an orderly close.
+func start(cfg *embed.Config, log *slog.Logger) (*embed.Etcd, *atomic.Bool, error) {
+	mute := new(atomic.Bool)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(log, zapcore.ErrorLevel, mute))
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, mute, nil
+}
+
+// waitReady waits until e serves, fails, or timeout passes; zero timeout
+// waits as long as ctx allows.
+func waitReady(ctx context.Context, e *embed.Etcd, timeout time.Duration) error {
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return nil
+	case err := <-e.Err():
+		return fmt.Errorf("serve: %w", err)
+	case <-expired:
+		return fmt.Errorf("not ready after %v", timeout)
+	case <-ctx.Done():
+		return fmt.Errorf("wait until ready: %w", ctx.Err())
+	}
 }
 
 // freeLoopbackURL returns an http URL on a loopback port that was free a

@@ -128,3 +128,110 @@ func TestZapBridge(t *testing.T) {
 		})
 	}
 }
+
+func TestMembersFormACluster(t *testing.T) {
+	names := []string{"m0", "m1", "m2"}
+	var clientURLs, peerURLs []string
+	for range names {
+		c, err := freeLoopbackURL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := freeLoopbackURL()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clientURLs, peerURLs = append(clientURLs, c.String()), append(peerURLs, p.String())
+	}
+	var initial []string
+	for i, n := range names {
+		initial = append(initial, n+"="+peerURLs[i])
+	}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	members := make([]*Embedded, len(names))
+	startMember := func(i int) {
+		t.Helper()
+		m, err := StartMember(MemberOptions{
+			Name: names[i], Dir: dirs[i], ClientURL: clientURLs[i], PeerURL: peerURLs[i],
+			InitialCluster: strings.Join(initial, ","), UnsafeNoFsync: true,
+		})
+		if err != nil {
+			t.Fatalf("StartMember(%s): %v", names[i], err)
+		}
+		members[i] = m
+	}
+	for i := range names {
+		startMember(i)
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			if m != nil {
+				m.Close()
+			}
+		}
+	})
+	for i, m := range members {
+		select {
+		case <-m.Ready():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("member %s not ready", names[i])
+		}
+	}
+	connect := func(url string) *clientv3.Client {
+		t.Helper()
+		cli, err := NewClient(t.Context(), ClientOptions{Endpoints: []string{url}})
+		if err != nil {
+			t.Fatalf("NewClient(%s): %v", url, err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	if _, err := connect(clientURLs[0]).Put(t.Context(), "conch/k", "v"); err != nil {
+		t.Fatalf("put through m0: %v", err)
+	}
+	// One member down: the other two still make a quorum, and the member
+	// restarted on its data dir catches up.
+	members[0].Close()
+	members[0] = nil
+	if _, err := connect(clientURLs[1]).Put(t.Context(), "conch/k", "v2"); err != nil {
+		t.Fatalf("put with one member down: %v", err)
+	}
+	startMember(0)
+	<-members[0].Ready()
+	resp, err := connect(clientURLs[0]).Get(t.Context(), "conch/k")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v2" {
+		t.Fatalf("get through the restarted member = %v, %v; want v2", resp, err)
+	}
+}
+
+func TestMemberOptionsValidate(t *testing.T) {
+	ok := MemberOptions{Name: "a", Dir: "/d", ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2", InitialCluster: "a=http://127.0.0.1:2,b=http://127.0.0.1:3"}
+	tests := []struct {
+		name    string
+		edit    func(*MemberOptions)
+		wantMsg string
+	}{
+		{"valid", func(*MemberOptions) {}, ""},
+		{"no name", func(o *MemberOptions) { o.Name = "" }, "Name: required"},
+		{"client URL without port", func(o *MemberOptions) { o.ClientURL = "http://127.0.0.1" }, "ClientURL"},
+		{"peer URL not http", func(o *MemberOptions) { o.PeerURL = "127.0.0.1:2" }, "PeerURL"},
+		{"not in the initial cluster", func(o *MemberOptions) { o.Name = "c" }, `no member named "c"`},
+		{"peer URL differs", func(o *MemberOptions) { o.PeerURL = "http://127.0.0.1:4" }, "not at the peer URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := ok
+			tt.edit(&o)
+			err := o.Validate()
+			if tt.wantMsg == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Fatalf("Validate() = %v, want it to mention %q", err, tt.wantMsg)
+			}
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package etcdx
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+
+	"go.etcd.io/etcd/client/pkg/v3/types"
+)
+
+// DefaultClusterToken is the initial cluster token when MemberOptions
+// leaves it empty. Members of one cluster must agree on it.
+const DefaultClusterToken = "conch"
+
+// MemberOptions configures StartMember: one member of a static cluster
+// whose members are all named in InitialCluster.
+type MemberOptions struct {
+	// Name is this member's name in InitialCluster. Required.
+	Name string
+	// Dir holds the member's data; it is created if missing. A member
+	// restarted on an existing Dir rejoins with its data and ignores
+	// InitialCluster. Required.
+	Dir string
+	// ClientURL is where clients connect (http://host:port), listened on
+	// and advertised as it is. Required.
+	ClientURL string
+	// PeerURL is where the other members connect, listened on and
+	// advertised as it is; it must be this member's URL in
+	// InitialCluster. Required.
+	PeerURL string
+	// InitialCluster names every member: "name=http://host:port,...".
+	// Required.
+	InitialCluster string
+	// ClusterToken tells this cluster apart from others on the same
+	// hosts; empty means DefaultClusterToken.
+	ClusterToken string
+	// UnsafeNoFsync skips fsync, as in EmbeddedOptions.
+	UnsafeNoFsync bool
+	// Logger receives etcd's error logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// OptionError reports a bad field of MemberOptions.
+type OptionError struct {
+	// Option is the field's name: "Name", "Dir", "ClientURL", "PeerURL"
+	// or "InitialCluster".
+	Option string
+	// Err says what is wrong.
+	Err error
+}
+
+// Error returns "<option>: <err>".
+func (e *OptionError) Error() string { return e.Option + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *OptionError) Unwrap() error { return e.Err }
+
+func optionErr(option, format string, args ...any) error {
+	return &OptionError{Option: option, Err: fmt.Errorf(format, args...)}
+}
+
+// Validate checks the options; the error is an *OptionError naming the
+// first bad field.
+func (o MemberOptions) Validate() error {
+	if o.Name == "" {
+		return optionErr("Name", "required")
+	}
+	if o.Dir == "" {
+		return optionErr("Dir", "required")
+	}
+	if _, err := memberURL(o.ClientURL); err != nil {
+		return optionErr("ClientURL", "%w", err)
+	}
+	peer, err := memberURL(o.PeerURL)
+	if err != nil {
+		return optionErr("PeerURL", "%w", err)
+	}
+	members, err := types.NewURLsMap(o.InitialCluster)
+	if err != nil {
+		return optionErr("InitialCluster", "%w", err)
+	}
+	mine, ok := members[o.Name]
+	if !ok {
+		return optionErr("InitialCluster", "no member named %q", o.Name)
+	}
+	if len(mine) != 1 || mine[0].String() != peer.String() {
+		return optionErr("InitialCluster", "member %q is at %v, not at the peer URL %s", o.Name, mine, peer)
+	}
+	return nil
+}
+
+// memberURL parses an http://host:port URL with nothing else in it.
+func memberURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" || u.Port() == "" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, fmt.Errorf("%q: want http://host:port", s)
+	}
+	u.Path = ""
+	return u, nil
+}
+
+// StartMember starts one member of a static multi-member cluster and
+// returns without waiting for the cluster: a member serves only once a
+// quorum of its peers is up, which Ready reports.
+func StartMember(opts MemberOptions) (*Embedded, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("etcdx: start member: %w", err)
+	}
+	clientURL, _ := memberURL(opts.ClientURL)
+	peerURL, _ := memberURL(opts.PeerURL)
+	cfg := newConfig(opts.Name, opts.Dir, *clientURL, *peerURL, opts.UnsafeNoFsync)
+	cfg.InitialCluster = opts.InitialCluster
+	cfg.InitialClusterToken = opts.ClusterToken
+	if cfg.InitialClusterToken == "" {
+		cfg.InitialClusterToken = DefaultClusterToken
+	}
+	e, mute, err := start(cfg, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("etcdx: start member %s: %w", opts.Name, err)
+	}
+	return &Embedded{etcd: e, endpoints: []string{clientURL.String()}, mute: mute}, nil
+}
+
+// Ready is closed once the member serves clients, which for a member of a
+// multi-member cluster needs a quorum.
+func (e *Embedded) Ready() <-chan struct{} { return e.etcd.Server.ReadyNotify() }
