@@ -37,6 +37,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"router short admin key", routerConfig, nil, []string{secret, "CONCH_ADMIN_KEY=abc"}, "CONCH_ADMIN_KEY"},
 		{"router bad shutdown timeout", routerConfig, []string{"--shutdown-timeout", "soon"}, []string{secret}, "--shutdown-timeout"},
 		{"router zero shutdown timeout", routerConfig, []string{"--shutdown-timeout", "0s"}, []string{secret}, "--shutdown-timeout"},
+		{"router zero etcd request timeout", routerConfig, []string{"--etcd-request-timeout", "0s"}, []string{secret}, "--etcd-request-timeout"},
 		{"service valid", serviceConfig, []string{"--etcd-endpoints", "a:2379,b:2379"}, []string{secret}, ""},
 		{"service missing secret", serviceConfig, nil, nil, "CONCH_INTERNAL_SECRET"},
 		{"service unknown flag", serviceConfig, []string{"--http-addr", "x:1"}, []string{secret}, "http-addr"},

@@ -95,7 +95,11 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	defer emb.Close()
 
-	p, err := newProcess(ctx, "conch-dev", cfg.LogLevel, "", emb.Endpoints(), randomSecret())
+	common := &Common{
+		LogLevel: cfg.LogLevel, EtcdEndpoints: emb.Endpoints(), InternalSecret: randomSecret(),
+		ShutdownTimeout: 5 * time.Second, EtcdRequestTimeout: etcdx.DefaultRequestTimeout,
+	}
+	p, err := newProcess(ctx, "conch-dev", common)
 	if err != nil {
 		return err
 	}
@@ -120,7 +124,6 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return err
 	}
 	defer closeWS()
-	common := &Common{ShutdownTimeout: 5 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { svc.Run(gctx); return nil })
 	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })

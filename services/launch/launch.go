@@ -52,7 +52,10 @@ type Common struct {
 	LogLevel        string        `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
 	OTLPEndpoint    string        `flag:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" usage:"OTLP gRPC endpoint for traces (empty: no export)"`
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" env:"CONCH_SHUTDOWN_TIMEOUT" default:"10s" usage:"hard deadline for draining on shutdown"`
-	DrainDelay      time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
+	// EtcdRequestTimeout bounds each call to etcd, so that a cluster
+	// that lost its quorum fails requests instead of holding them.
+	EtcdRequestTimeout time.Duration `flag:"etcd-request-timeout" env:"CONCH_ETCD_REQUEST_TIMEOUT" default:"5s" usage:"how long one etcd call may wait for an answer (longer than a leader election)"`
+	DrainDelay         time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
 }
 
 // Validate checks the shared settings.
@@ -71,6 +74,9 @@ func (c *Common) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return config.Invalid("--shutdown-timeout", "must be positive")
+	}
+	if c.EtcdRequestTimeout <= 0 {
+		return config.Invalid("--etcd-request-timeout", "must be positive")
 	}
 	return nil
 }
@@ -251,7 +257,7 @@ func executorMeta(svc *executor.Service) map[string]string {
 
 // RunExecutor runs `conch executor`.
 func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
-	p, err := newProcess(ctx, "conch-executor", cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	p, err := newProcess(ctx, "conch-executor", &cfg.Common)
 	if err != nil {
 		return err
 	}
@@ -286,21 +292,25 @@ type process struct {
 	signer *tenant.Signer
 }
 
-func newProcess(ctx context.Context, name, level, otlp string, endpoints []string, secret string) (*process, error) {
-	lvl, err := logging.ParseLevel(level)
+// newProcess sets up the process named name (its telemetry service name)
+// from the settings in c.
+func newProcess(ctx context.Context, name string, c *Common) (*process, error) {
+	lvl, err := logging.ParseLevel(c.LogLevel)
 	if err != nil {
 		return nil, err
 	}
 	p := &process{log: logging.New(os.Stderr, lvl)}
 	slog.SetDefault(p.log)
-	if p.tel, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: name, OTLPEndpoint: otlp}); err != nil {
+	if p.tel, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: name, OTLPEndpoint: c.OTLPEndpoint}); err != nil {
 		return nil, err
 	}
-	if p.signer, err = tenant.NewSigner(secret); err != nil {
+	if p.signer, err = tenant.NewSigner(c.InternalSecret); err != nil {
 		p.close(ctx)
 		return nil, err
 	}
-	if p.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: p.log}); err != nil {
+	if p.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{
+		Endpoints: c.EtcdEndpoints, DialTimeout: 5 * time.Second, RequestTimeout: c.EtcdRequestTimeout, Logger: p.log,
+	}); err != nil {
 		p.close(ctx)
 		return nil, err
 	}
@@ -408,7 +418,7 @@ func (p *process) serveOn(ctx context.Context, name string, lis net.Listener, ad
 
 // RunRouter runs `conch router`.
 func RunRouter(ctx context.Context, cfg RouterConfig) error {
-	p, err := newProcess(ctx, "conch-router", cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	p, err := newProcess(ctx, "conch-router", &cfg.Common)
 	if err != nil {
 		return err
 	}
@@ -430,7 +440,7 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 
 // RunService runs `conch executor|approval`.
 func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
-	p, err := newProcess(ctx, "conch-"+name, cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	p, err := newProcess(ctx, "conch-"+name, &cfg.Common)
 	if err != nil {
 		return err
 	}

@@ -106,7 +106,7 @@ func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (srv *wo
 
 // RunWorkspace runs `conch workspace`.
 func RunWorkspace(ctx context.Context, cfg WorkspaceConfig) error {
-	p, err := newProcess(ctx, "conch-workspace", cfg.LogLevel, cfg.OTLPEndpoint, cfg.EtcdEndpoints, cfg.InternalSecret)
+	p, err := newProcess(ctx, "conch-workspace", &cfg.Common)
 	if err != nil {
 		return err
 	}

@@ -5,17 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
 // DefaultDialTimeout bounds connecting to etcd when ClientOptions leaves
 // DialTimeout zero.
 const DefaultDialTimeout = 5 * time.Second
+
+// DefaultRequestTimeout bounds one etcd call when ClientOptions leaves
+// RequestTimeout zero: longer than a leader election, so losing any one
+// member goes unnoticed, and short enough that a request waiting on a
+// cluster without quorum fails while its caller still waits for it.
+const DefaultRequestTimeout = 5 * time.Second
+
+// ErrNoAnswer is wrapped by the error of an etcd call that got no answer
+// within the client's RequestTimeout.
+var ErrNoAnswer = errors.New("etcd did not answer in time; the etcd cluster may have lost its quorum")
 
 // Message size limits for etcd clients. The server rejects requests over
 // 1.5 MiB by default, so sending more is pointless; responses (range reads)
@@ -32,6 +46,10 @@ type ClientOptions struct {
 	// DialTimeout bounds the connection check; zero means
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
+	// RequestTimeout bounds each unary call (reads, writes, leases,
+	// including etcd's own retries); zero means DefaultRequestTimeout.
+	// Watches and lease keepalives are streams and are not bounded.
+	RequestTimeout time.Duration
 	// Logger receives the etcd client's error logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -46,6 +64,9 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	eps := strings.Join(opts.Endpoints, ",")
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            opts.Endpoints,
@@ -55,6 +76,7 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 		MaxCallSendMsgSize:   maxCallSendMsgSize,
 		MaxCallRecvMsgSize:   maxCallRecvMsgSize,
 		Logger:               zapLogger(opts.Logger, zapcore.ErrorLevel, new(atomic.Bool)),
+		DialOptions:          []grpc.DialOption{grpc.WithChainUnaryInterceptor(boundCalls(opts.RequestTimeout))},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdx: connect to etcd at %s: %w", eps, err)
@@ -70,4 +92,23 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 		)
 	}
 	return cli, nil
+}
+
+// boundCalls gives each unary etcd call at most timeout. Without a bound, a
+// linearizable read on a cluster that lost its quorum waits for a leader
+// that never comes, and etcd's client retries each such read up to a
+// hundred times, so a request would hang for as long as the quorum is
+// lost. A call out of time fails with an errs.Unavailable error wrapping
+// ErrNoAnswer, which is not a gRPC status, so that etcd's retrying
+// interceptor (which wraps this one) returns it rather than trying again.
+func boundCalls(timeout time.Duration) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		callCtx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		err := invoker(callCtx, method, req, reply, cc, opts...)
+		if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
+			return errs.Wrap(errs.Unavailable, ErrNoAnswer, "etcdx: %s: no answer within %v", path.Base(method), timeout)
+		}
+		return err
+	}
 }

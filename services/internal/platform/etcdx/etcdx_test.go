@@ -2,6 +2,8 @@ package etcdx
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
 func TestEmbeddedKeepsDataAcrossRestart(t *testing.T) {
@@ -198,9 +202,37 @@ func TestMembersFormACluster(t *testing.T) {
 	}
 	startMember(0)
 	<-members[0].Ready()
-	resp, err := connect(clientURLs[0]).Get(t.Context(), "conch/k")
+	survivor := connect(clientURLs[0])
+	resp, err := survivor.Get(t.Context(), "conch/k")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v2" {
 		t.Fatalf("get through the restarted member = %v, %v; want v2", resp, err)
+	}
+
+	// Two members down: no quorum. Calls fail with ErrNoAnswer, an
+	// Unavailable error, instead of waiting for a leader that never comes.
+	bounded, err := NewClient(t.Context(), ClientOptions{Endpoints: []string{clientURLs[0]}, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bounded.Close()
+	for _, i := range []int{1, 2} {
+		members[i].Close()
+		members[i] = nil
+	}
+	// The caller's own deadline is far longer than the request timeout.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"get", func() error { _, err := bounded.Get(ctx, "conch/k"); return err }},
+		{"put", func() error { _, err := bounded.Put(ctx, "conch/k", "v3"); return err }},
+	}
+	for _, c := range calls {
+		if err := c.call(); !errors.Is(err, ErrNoAnswer) || errs.KindOf(err) != errs.Unavailable {
+			t.Errorf("%s without quorum = %v (kind %v), want ErrNoAnswer, unavailable", c.name, err, errs.KindOf(err))
+		}
 	}
 }
 
