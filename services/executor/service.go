@@ -164,6 +164,12 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	return s, nil
 }
 
+// Bounds of the wait between attempts to take a new ownership lease.
+const (
+	minLeaseRetry = 100 * time.Millisecond
+	maxLeaseRetry = 5 * time.Second
+)
+
 // Run keeps the ownership lease alive, ends idle sandboxes and forgets old
 // processes until ctx ends, then destroys every sandbox.
 func (s *Service) Run(ctx context.Context) error {
@@ -174,19 +180,31 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	var renew <-chan time.Time
+	delay := minLeaseRetry
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case _, ok := <-ka:
 			if !ok && ctx.Err() == nil {
-				// The lease expired: our records are gone; take a new lease
-				// and record the sandboxes again.
-				if ka, err = s.renewLease(ctx); err != nil {
-					s.log.Error("ownership lease lost", "error", err)
-					return err
-				}
+				// The lease expired, or etcd could not renew it for
+				// its whole TTL: our records are gone or going. Take a
+				// new lease and record the sandboxes again, for as long
+				// as etcd takes to come back; the sandboxes keep
+				// serving meanwhile.
+				ka, renew = nil, time.After(0)
 			}
+		case <-renew:
+			next, err := s.renewLease(ctx)
+			if err != nil {
+				s.log.Warn("ownership lease lost; taking a new one failed", "error", err, "retry_in", delay)
+				renew = time.After(delay)
+				delay = min(2*delay, maxLeaseRetry)
+				continue
+			}
+			s.log.Info("ownership lease taken again")
+			ka, renew, delay = next, nil, minLeaseRetry
 		case now := <-tick.C:
 			s.procs.Sweep(now)
 			s.endIdle(ctx, now)
