@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
@@ -352,7 +353,7 @@ type execRun struct {
 func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call upstream.ToolCall, ev Events) (*execRun, error) {
 	stream, err := cfg.Executor.Exec(ctx, req)
 	if err != nil {
-		return nil, errors.New("exec: " + message(err))
+		return nil, errors.New("exec: " + streamMessage(err, false))
 	}
 	run := &execRun{}
 	for {
@@ -361,7 +362,7 @@ func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call u
 			return nil, errors.New("exec: the executor ended the command without an outcome")
 		}
 		if err != nil {
-			return nil, errors.New("exec: " + message(err))
+			return nil, errors.New("exec: " + streamMessage(err, run.processID != ""))
 		}
 		switch e := msg.GetEvent().(type) {
 		case *executorv1.ExecResponse_Started:
@@ -385,6 +386,20 @@ func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call u
 			return run, nil
 		}
 	}
+}
+
+// streamMessage is the text of an error that ended an Exec stream. gRPC's
+// words for a lost executor ("error reading from server: EOF") would tell
+// neither the model nor the user reading its answer what happened, so an
+// unavailable executor is named, and so is what became of the command.
+func streamMessage(err error, started bool) string {
+	if status.Code(err) != codes.Unavailable {
+		return message(err)
+	}
+	if started {
+		return "the executor running the command went away before it finished, so its outcome is unknown (" + message(err) + ")"
+	}
+	return "the executor holding the sandbox is unavailable (" + message(err) + ")"
 }
 
 // message is the text of an error for the model: a gRPC status's message,
