@@ -144,11 +144,16 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return p.serveOn(gctx, "executor", execLis, execAddr, executorMeta(execSvc), common, execSrv.Register)
 	})
 	for _, name := range []string{"approval"} {
-		register, run, err := registerFunc(name, p)
+		lis, addr, err := listen(name, "127.0.0.1:0", "")
 		if err != nil {
 			return err
 		}
-		g.Go(func() error { return p.serve(gctx, name, "127.0.0.1:0", "", common, register) })
+		register, run, err := registerFunc(name, p, addr)
+		if err != nil {
+			_ = lis.Close()
+			return err
+		}
+		g.Go(func() error { return p.serveOn(gctx, name, lis, addr, nil, common, register) })
 		if run != nil {
 			g.Go(func() error { return run(gctx) })
 		}

@@ -445,18 +445,32 @@ func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 		return err
 	}
 	defer p.close(ctx)
-	register, run, err := registerFunc(name, p)
+	lis, addr, err := listen(name, cfg.GRPCAddr, cfg.AdvertiseAddr)
 	if err != nil {
 		return err
 	}
-	return p.runService(ctx, name, &cfg.Common, register, run)
+	register, run, err := registerFunc(name, p, addr)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	return p.runServiceOn(ctx, name, lis, addr, &cfg.Common, register, run)
 }
 
 // runService serves one service's gRPC server, its background work (run,
 // when not nil) and /metrics when asked.
 func (p *process) runService(ctx context.Context, name string, c *Common, register func(*grpc.Server), run func(context.Context) error) error {
+	lis, addr, err := listen(name, c.GRPCAddr, c.AdvertiseAddr)
+	if err != nil {
+		return err
+	}
+	return p.runServiceOn(ctx, name, lis, addr, c, register, run)
+}
+
+// runServiceOn is runService on a listener already open at addr.
+func (p *process) runServiceOn(ctx context.Context, name string, lis net.Listener, addr string, c *Common, register func(*grpc.Server), run func(context.Context) error) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return p.serve(gctx, name, c.GRPCAddr, c.AdvertiseAddr, c, register) })
+	g.Go(func() error { return p.serveOn(gctx, name, lis, addr, nil, c, register) })
 	if run != nil {
 		g.Go(func() error { return run(gctx) })
 	}
@@ -467,16 +481,18 @@ func (p *process) runService(ctx context.Context, name string, c *Common, regist
 }
 
 // registerFunc builds a service without configuration of its own (the
-// workspace service has RunWorkspace); run, when not nil, is its background
-// work and runs beside the gRPC server.
-func registerFunc(name string, p *process) (register func(*grpc.Server), run func(context.Context) error, err error) {
+// workspace service has RunWorkspace) that will be reached at addr; run,
+// when not nil, is its background work and runs beside the gRPC server.
+func registerFunc(name string, p *process, addr string) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
 	case "approval":
 		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
 		if err != nil {
 			return nil, nil, err
 		}
-		svc, err := approval.New(st, approval.Config{Logger: p.log})
+		// Named by its address, the replica that leads the notifier
+		// election is the one an operator can find.
+		svc, err := approval.New(st, approval.Config{Logger: p.log, Name: addr})
 		if err != nil {
 			return nil, nil, err
 		}
