@@ -7,7 +7,7 @@ BIN   := bin/conch
 TEST_FLAGS ?= -count=1 -timeout 20m
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all build run test bench images lint gen breaking deps clean
+.PHONY: all build run cluster cluster-down test bench images lint gen breaking deps clean
 
 all: build
 
@@ -18,6 +18,15 @@ build:
 ## run: start the whole cluster on this machine (conch dev)
 run: deps build
 	./$(BIN) dev
+
+## cluster: a cluster of processes on loopback (3 etcd members, MinIO, two of each service), in the background
+CLUSTER_DIR ?= .cluster
+cluster: deps build
+	$(GO) run ./services/cmd/conch-cluster up -dir $(CLUSTER_DIR) -conch $(BIN) -minio "$${CONCH_MINIO_BIN:-$$(scripts/minio.sh)}"
+
+## cluster-down: stop the cluster `make cluster` started
+cluster-down:
+	$(GO) run ./services/cmd/conch-cluster down -dir $(CLUSTER_DIR)
 
 ## deps: install or name the system packages conch needs
 deps:
