@@ -36,7 +36,9 @@ type Server struct {
 	cmd                  *exec.Cmd
 }
 
-var binary = sync.OnceValues(func() (string, error) {
+// Binary returns the MinIO server binary, building it on first use if
+// there is none, for tests that run MinIO their own way.
+var Binary = sync.OnceValues(func() (string, error) {
 	if b := os.Getenv("CONCH_MINIO_BIN"); b != "" {
 		return b, nil
 	}
@@ -101,7 +103,7 @@ func Launch(dir string) (s *Server, stop func(), err error) {
 }
 
 func launch(dir string) (s *Server, stop func(), err error) {
-	bin, err := binary()
+	bin, err := Binary()
 	if err != nil {
 		return nil, nil, err
 	}
