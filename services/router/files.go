@@ -280,6 +280,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 				break // the service ended the stream; CloseAndRecv has why
 			}
 			if err != nil {
+				drain(body)
 				writeStatus(w, err)
 				return
 			}
@@ -288,12 +289,13 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 			break // the body is complete
 		}
 	}
-	_ = rc.SetReadDeadline(time.Time{})
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
+		drain(body)
 		writeStatus(w, err)
 		return
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	b, err := restjson.New().Marshal(resp.GetEntry())
 	if err != nil {
 		statusErrors(w, codes.Internal, "internal error")
@@ -301,6 +303,15 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// drain reads what is left of a body the service gave up on (its storage
+// failed mid-upload), within the upload limit and the idle timeout. A
+// client still sending would otherwise have its connection reset when the
+// server closes it with the body unread, and never see the answer saying
+// why the upload failed.
+func drain(body io.Reader) {
+	_, _ = io.Copy(io.Discard, body)
 }
 
 // fill reads into buf until it is full or r fails, and returns r's error
