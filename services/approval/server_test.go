@@ -434,7 +434,8 @@ func TestConcurrentResolveThroughService(t *testing.T) {
 }
 
 // When the leading replica stops, another takes over: it announces new
-// approvals and does not announce again what the first one sent.
+// approvals, does not announce again what the first one sent, and sends
+// the outcome of an approval answered while no replica led.
 func TestForwardingFailover(t *testing.T) {
 	t.Parallel()
 	s, ctx := newServer(t)
@@ -461,11 +462,13 @@ func TestForwardingFailover(t *testing.T) {
 			}
 		}
 	}
-	ask := func() {
+	ask := func() string {
 		t.Helper()
-		if _, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("rm x"), Segments: segs("rm", "/usr/bin/rm"), Settings: gatewaySettings}); err != nil {
+		resp, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("rm x"), Segments: segs("rm", "/usr/bin/rm"), Settings: gatewaySettings})
+		if err != nil {
 			t.Fatal(err)
 		}
+		return resp.GetApproval().GetId()
 	}
 	first, stopFirst := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -473,19 +476,29 @@ func TestForwardingFailover(t *testing.T) {
 		defer close(done)
 		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "first", SessionTTL: 5}).Run(first)
 	}()
-	ask()
+	answered := ask()
 	waitCount(1)
 	stopFirst()
 	<-done
+	if _, err := s.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: answered, Decision: approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE}); err != nil {
+		t.Fatal(err)
+	}
 	second, stopSecond := context.WithCancel(ctx)
 	defer stopSecond()
 	go func() {
 		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "second", SessionTTL: 5}).Run(second)
 	}()
-	ask()
 	waitCount(2)
+	chat.mu.Lock()
+	outcome := chat.msgs["telegram:7"][1]
+	chat.mu.Unlock()
+	if !strings.Contains(outcome, "Exec approval "+answered+": allowed") {
+		t.Fatalf("second message %q, want the outcome of %s", outcome, answered)
+	}
 	ask()
 	waitCount(3)
+	ask()
+	waitCount(4)
 }
 
 // Long commands are judged whole; one too long to review is refused rather

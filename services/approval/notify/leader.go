@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -109,8 +110,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// lead announces pending approvals that nobody announced yet, then every
-// new one, until ctx ends.
+// lead announces pending approvals that nobody announced yet, and the
+// outcomes still owed for approvals answered while no replica led, then
+// every new approval and outcome, until ctx ends.
 func (n *Notifier) lead(ctx context.Context) error {
 	cli := n.Store.Client()
 	prefix := n.Store.ApprovalsPrefix()
@@ -118,9 +120,23 @@ func (n *Notifier) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The markers of what was sent sit beside each record, so one read
+	// tells which outcomes are owed without asking etcd per approval.
+	marked := map[string]bool{}
 	for _, kv := range resp.Kvs {
-		if a, ok := store.DecodeRecord(string(kv.Key), kv.Value, kv.ModRevision); ok && a.State == store.StatePending {
+		if k := string(kv.Key); strings.HasSuffix(k, store.NoticedSuffix) || strings.HasSuffix(k, store.OutcomeSuffix) {
+			marked[k] = true
+		}
+	}
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		a, ok := store.DecodeRecord(k, kv.Value, kv.ModRevision)
+		switch {
+		case !ok:
+		case a.State == store.StatePending:
 			n.announce(ctx, a)
+		case a.Terminal() && marked[k+store.NoticedSuffix] && !marked[k+store.OutcomeSuffix]:
+			n.announceOutcome(ctx, a)
 		}
 	}
 	rev := resp.Header.Revision

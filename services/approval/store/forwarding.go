@@ -35,10 +35,18 @@ func (s *Store) PutForwarding(ctx context.Context, account string, b []byte) err
 	return nil
 }
 
+// Suffixes of the markers kept beside an approval's record (under
+// ApprovalsPrefix) once its announcement, and then its outcome's, were
+// claimed.
+const (
+	NoticedSuffix = "/noticed"
+	OutcomeSuffix = "/outcome"
+)
+
 // ClaimNotice records that the notice for an approval was sent, once: it
 // reports false when another sender claimed it first.
 func (s *Store) ClaimNotice(ctx context.Context, account, id string) (bool, error) {
-	k := s.recKey(account, id) + "/noticed"
+	k := s.recKey(account, id) + NoticedSuffix
 	lease, err := s.cli.Grant(ctx, int64(RecordTTL.Seconds()))
 	if err != nil {
 		return false, unavailable(err, "grant notice lease")
@@ -58,7 +66,7 @@ func (s *Store) ApprovalsPrefix() string { return s.prefix + "approvals/" }
 // DecodeRecord decodes an approval record read from ApprovalsPrefix; ok is
 // false for keys that are not records.
 func DecodeRecord(key string, value []byte, modRev int64) (*Approval, bool) {
-	if strings.HasSuffix(key, "/live") || strings.HasSuffix(key, "/noticed") || strings.HasSuffix(key, "/outcome") {
+	if strings.HasSuffix(key, "/live") || strings.HasSuffix(key, NoticedSuffix) || strings.HasSuffix(key, OutcomeSuffix) {
 		return nil, false
 	}
 	a, err := decode(value, modRev)
@@ -72,8 +80,8 @@ func DecodeRecord(key string, value []byte, modRev int64) (*Approval, bool) {
 // once: it reports false when the approval was never announced or another
 // sender claimed the outcome first.
 func (s *Store) ClaimOutcome(ctx context.Context, account, id string) (bool, error) {
-	noticed := s.recKey(account, id) + "/noticed"
-	k := s.recKey(account, id) + "/outcome"
+	noticed := s.recKey(account, id) + NoticedSuffix
+	k := s.recKey(account, id) + OutcomeSuffix
 	lease, err := s.cli.Grant(ctx, int64(RecordTTL.Seconds()))
 	if err != nil {
 		return false, unavailable(err, "grant notice lease")

@@ -394,7 +394,7 @@ func (s *Store) List(ctx context.Context, account string) ([]*Approval, error) {
 			live[strings.TrimSuffix(k, "/live")] = true
 			continue
 		}
-		if strings.HasSuffix(k, "/noticed") || strings.HasSuffix(k, "/outcome") {
+		if strings.HasSuffix(k, NoticedSuffix) || strings.HasSuffix(k, OutcomeSuffix) {
 			continue
 		}
 		a, err := decode(kv.Value, kv.ModRevision)
