@@ -139,10 +139,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return err
 	}
 	defer cleanup()
-	g.Go(func() error { return execSvc.Run(gctx) })
-	g.Go(func() error {
-		return p.serveOn(gctx, "executor", execLis, execAddr, executorMeta(execSvc), common, execSrv.Register)
-	})
+	p.serveExecutor(gctx, g, execLis, execAddr, execSvc, execSrv, common)
 	for _, name := range []string{"approval"} {
 		lis, addr, err := listen(name, "127.0.0.1:0", "")
 		if err != nil {

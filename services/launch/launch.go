@@ -273,14 +273,25 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	}
 	defer cleanup()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return svc.Run(gctx) })
-	g.Go(func() error {
-		return p.serveOn(gctx, "executor", lis, addr, executorMeta(svc), &cfg.Common, srv.Register)
-	})
+	p.serveExecutor(gctx, g, lis, addr, svc, srv, &cfg.Common)
 	if cfg.MetricsAddr != "" {
 		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
 	}
 	return g.Wait()
+}
+
+// serveExecutor serves the executor's gRPC server on lis and runs its
+// domain, both in g, until ctx ends. The domain outlives the server: its
+// shutdown, which destroys the sandboxes and revokes the lease their
+// records live under, begins only once the server has drained, so a call
+// still accepted while draining never meets a half-shut executor.
+func (p *process) serveExecutor(ctx context.Context, g *errgroup.Group, lis net.Listener, addr string, svc *executor.Service, srv *executor.Server, c *Common) {
+	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+	g.Go(func() error { return svc.Run(svcCtx) })
+	g.Go(func() error {
+		defer stopSvc()
+		return p.serveOn(ctx, "executor", lis, addr, executorMeta(svc), c, srv.Register)
+	})
 }
 
 // process is what every conch process sets up before its services: logging,
