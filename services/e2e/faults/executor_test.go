@@ -1,0 +1,131 @@
+package faults
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/placement"
+)
+
+// TestExecutorKilledDuringCommand kills the executor running a session's
+// command with SIGKILL: the completion answers with an error outcome, the
+// session's next completion gets a sandbox on the other executor, and the
+// user's workspace holds every write acknowledged before the kill.
+func TestExecutorKilledDuringCommand(t *testing.T) {
+	e := start(t)
+	ctx := t.Context()
+	e.gateway("faults", nil)
+	const user, session = "alice", "kill-executor"
+
+	// Acknowledged writes, in the session's sandbox and from outside.
+	var acked []string
+	for i := range 3 {
+		name := fmt.Sprintf("acked-%d.txt", i)
+		if c := e.complete(ctx, "faults", user, session, fmt.Sprintf("echo v%d > %s", i, name)); !c.ran() {
+			t.Fatalf("write %s = %v %+v", name, c.response, c.result)
+		}
+		acked = append(acked, name)
+	}
+	if r := e.upload(ctx, user, "/uploaded.txt", []byte("up\n")); !r.ok() {
+		t.Fatalf("upload = %v", r)
+	}
+
+	sandbox, owner := sessionSandbox(t, e, session)
+
+	// A command in flight when its executor dies.
+	done := make(chan completion, 1)
+	go func() {
+		done <- e.complete(ctx, "faults", user, session, "echo lost > unacked.txt; sleep 300")
+	}()
+	eventually(t, 30*time.Second, "the long command runs", func() error {
+		var list struct {
+			Processes []struct {
+				Command, State string
+			} `json:"processes"`
+		}
+		body := e.must("GET", "/api/v1/sandboxes/"+sandbox+"/processes", nil)
+		if err := json.Unmarshal(body, &list); err != nil {
+			return err
+		}
+		for _, p := range list.Processes {
+			if strings.Contains(p.Command, "sleep 300") && p.State == "running" {
+				return nil
+			}
+		}
+		return fmt.Errorf("processes: %s", body)
+	})
+	if err := e.c.Kill(owner); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s, which held sandbox %s", owner, sandbox)
+
+	var killed completion
+	select {
+	case killed = <-done:
+	case <-time.After(requestTimeout):
+		t.Fatal("the completion whose executor died did not answer")
+	}
+	if !killed.ok() {
+		t.Fatalf("completion whose executor died = %v, want 200 with an error outcome", killed.response)
+	}
+	if killed.result.Outcome.Type != "error" || !strings.Contains(killed.result.Error, "executor") {
+		t.Fatalf("shell result after the kill = %+v, want an error outcome that names the executor", killed.result)
+	}
+	t.Logf("the caller was told: %s", killed.result.Error)
+
+	// The session's next completion runs in a new sandbox, on the other
+	// executor, and sees every acknowledged write.
+	next := e.complete(ctx, "faults", user, session, "cat "+strings.Join(acked, " ")+" uploaded.txt")
+	if !next.ran() || next.result.Stdout != "v0\nv1\nv2\nup\n" {
+		t.Fatalf("next completion = %v %+v, want the acknowledged files", next.response, next.result)
+	}
+	moved, where := sessionSandbox(t, e, session)
+	if moved == sandbox || where == owner {
+		t.Fatalf("the session's sandbox is %s on %s, want a new one off %s", moved, where, owner)
+	}
+	// Completions without a session land on the surviving executor too.
+	for i := range 3 {
+		if c := e.complete(ctx, "faults", user, "", "cat acked-0.txt"); !c.ran() || c.result.Stdout != "v0\n" {
+			t.Fatalf("completion %d after the kill = %v %+v", i, c.response, c.result)
+		}
+	}
+	for i, name := range acked {
+		if r := e.download(ctx, user, "/"+name); !r.ok() || string(r.body) != fmt.Sprintf("v%d\n", i) {
+			t.Fatalf("download %s = %v", name, r)
+		}
+	}
+}
+
+// sessionSandbox returns the live sandbox of session and the member
+// (executor) that holds it.
+func sessionSandbox(t *testing.T, e *env, session string) (id, member string) {
+	t.Helper()
+	var list struct {
+		Sandboxes []struct {
+			ID, Session, State string
+		} `json:"sandboxes"`
+	}
+	body := e.must("GET", "/api/v1/sandboxes", nil)
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list.Sandboxes {
+		if sb.Session != session {
+			continue
+		}
+		rec, ok, err := placement.Lookup(t.Context(), e.c.Etcd(), placement.SandboxKey(sb.ID))
+		if err != nil || !ok {
+			t.Fatalf("placement of %s: %v %v", sb.ID, ok, err)
+		}
+		name, ok := e.c.MemberAt(rec.Addr)
+		if !ok {
+			t.Fatalf("no member at %s", rec.Addr)
+		}
+		return sb.ID, name
+	}
+	t.Fatalf("no sandbox of session %s: %s", session, body)
+	return "", ""
+}
