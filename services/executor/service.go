@@ -275,22 +275,28 @@ func (s *Service) shutdown(ctx context.Context) {
 	for id := range s.sandboxes {
 		ids = append(ids, id)
 	}
-	nodes := make([]*nodeConn, 0, len(s.nodes))
-	for _, c := range s.nodes {
-		nodes = append(nodes, c)
-	}
 	s.mu.Unlock()
-	// Nodes reconnect through the router to another executor rather than
-	// hold this one's shutdown.
-	for _, c := range nodes {
-		c.close(errs.New(errs.Unavailable, "executor %s is shutting down; connect again", s.name))
-	}
+	s.DetachNodes()
 	for _, id := range ids {
 		if err := s.destroy(ctx, id); err != nil {
 			s.log.Warn("sandbox teardown failed", "sandbox", id, "error", err)
 		}
 	}
 	_, _ = s.etcd.Revoke(ctx, s.lease)
+}
+
+// DetachNodes sends this executor's nodes away: they connect again through
+// the router to another executor rather than hold this one's shutdown.
+func (s *Service) DetachNodes() {
+	s.mu.Lock()
+	nodes := make([]*nodeConn, 0, len(s.nodes))
+	for _, c := range s.nodes {
+		nodes = append(nodes, c)
+	}
+	s.mu.Unlock()
+	for _, c := range nodes {
+		c.close(errs.New(errs.Unavailable, "executor %s is shutting down; connect again", s.name))
+	}
 }
 
 // CreateParams describe a sandbox to build.

@@ -292,6 +292,13 @@ func (p *process) serveExecutor(ctx context.Context, g *errgroup.Group, lis net.
 		defer stopSvc()
 		return p.serveOn(ctx, "executor", lis, addr, executorMeta(svc), c, srv.Register)
 	})
+	// A node's stream would hold the drain to its deadline: nodes move to
+	// another executor as soon as the shutdown begins.
+	g.Go(func() error {
+		<-ctx.Done()
+		svc.DetachNodes()
+		return nil
+	})
 }
 
 // process is what every conch process sets up before its services: logging,
