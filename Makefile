@@ -7,7 +7,7 @@ BIN   := bin/conch
 TEST_FLAGS ?= -count=1 -timeout 20m
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all build run cluster cluster-down test bench images lint gen breaking deps clean
+.PHONY: all build run cluster cluster-down load test bench images lint gen breaking deps clean
 
 all: build
 
@@ -27,6 +27,16 @@ cluster: deps build
 ## cluster-down: stop the cluster `make cluster` started
 cluster-down:
 	$(GO) run ./services/cmd/conch-cluster down -dir $(CLUSTER_DIR)
+
+## load: drive the cluster of `make cluster` (started if needed): a sustained phase, then an overload phase
+LOAD_CLIENTS  ?= 8
+LOAD_TIME     ?= 60s
+LOAD_OVERLOAD ?= 64
+LOAD_REPORT   ?= load-report.json
+load: build
+	@test -f $(CLUSTER_DIR)/cluster.json || $(MAKE) cluster
+	$(GO) run ./services/cmd/conchload -cluster $(CLUSTER_DIR) -concurrency $(LOAD_CLIENTS) -duration $(LOAD_TIME) \
+		-overload $(LOAD_OVERLOAD) -overload-duration 15s -json $(LOAD_REPORT)
 
 ## deps: install or name the system packages conch needs
 deps:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/load"
+	"github.com/conch-sh/conch/services/internal/localcluster"
 )
 
 func main() {
@@ -26,7 +27,16 @@ func main() {
 	over := flag.Int("overload", 0, "clients of the overload phase (0: none)")
 	overDur := flag.Duration("overload-duration", 10*time.Second, "length of the overload phase")
 	out := flag.String("json", "", "also write the results as JSON to this file")
+	cluster := flag.String("cluster", "", "drive the cluster `make cluster` keeps in this directory (its routers and admin key)")
 	flag.Parse()
+	if *cluster != "" {
+		st, err := localcluster.ReadState(*cluster)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conchload:", err, "(is `make cluster` running?)")
+			os.Exit(2)
+		}
+		*urls, *key = strings.Join(st.Routers, ","), st.AdminKey
+	}
 	if *key == "" {
 		fmt.Fprintln(os.Stderr, "conchload: --key or CONCH_API_KEY is required")
 		os.Exit(2)
