@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestGatewayHost runs exec commands on the executor's own machine, outside
@@ -71,32 +70,11 @@ func TestGatewayHost(t *testing.T) {
 
 	// Anything else waits for a human, and then runs on the host.
 	made := filepath.Join(dir, "made")
-	answered := make(chan int, 1)
-	go func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) && t.Context().Err() == nil {
-			_, body := d.call("GET", "/api/v1/approvals?state=pending", d.Key, nil)
-			var list struct {
-				Approvals []struct {
-					ID, Command, Host, Cwd string
-					ResolvedPaths          []string `json:"resolved_paths"`
-				} `json:"approvals"`
-			}
-			_ = json.Unmarshal(body, &list)
-			for _, a := range list.Approvals {
-				if a.Command == "touch "+made {
-					if a.Host != "gateway" || a.Cwd != "/tmp" || len(a.ResolvedPaths) != 1 || a.ResolvedPaths[0] != "/usr/bin/touch" {
-						t.Errorf("pending approval = %+v, want host gateway, cwd /tmp, /usr/bin/touch", a)
-					}
-					code, _ := d.call("POST", "/api/v1/approvals/"+a.ID+":resolve", d.Key, map[string]string{"decision": "allow-once"})
-					answered <- code
-					return
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
+	answered := allowWhenPending(t, d, "touch "+made, func(a pendingApproval) {
+		if a.Host != "gateway" || a.Cwd != "/tmp" || len(a.ResolvedPaths) != 1 || a.ResolvedPaths[0] != "/usr/bin/touch" {
+			t.Errorf("pending approval = %+v, want host gateway, cwd %s, /usr/bin/touch", a, "/tmp")
 		}
-		answered <- 0
-	}()
+	})
 	out = chat("touch " + made)
 	if code := <-answered; code != http.StatusOK {
 		t.Fatalf("resolve = %d", code)

@@ -259,3 +259,56 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// pendingApproval is a pending approval as GET /api/v1/approvals lists it.
+type pendingApproval struct {
+	ID, Command, Host, Cwd string
+	ResolvedPaths          []string `json:"resolved_paths"`
+}
+
+// allowWhenPending waits in the background, up to 30s, for the pending
+// approval of command, passes it to check and allows it once. The channel
+// gets the status of the :resolve call, 0 when none was pending in time.
+func allowWhenPending(t *testing.T, d *dev, command string, check func(pendingApproval)) <-chan int {
+	answered := make(chan int, 1)
+	get := func(method, path string, body any) (int, []byte) {
+		var r io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			r = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(t.Context(), method, d.URL+path, r)
+		if err != nil {
+			return 0, nil
+		}
+		req.Header.Set("Authorization", "Bearer "+d.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) && t.Context().Err() == nil {
+			_, body := get("GET", "/api/v1/approvals?state=pending", nil)
+			var list struct {
+				Approvals []pendingApproval `json:"approvals"`
+			}
+			_ = json.Unmarshal(body, &list)
+			for _, a := range list.Approvals {
+				if a.Command == command {
+					check(a)
+					code, _ := get("POST", "/api/v1/approvals/"+a.ID+":resolve", map[string]string{"decision": "allow-once"})
+					answered <- code
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		answered <- 0
+	}()
+	return answered
+}

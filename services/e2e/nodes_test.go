@@ -147,32 +147,11 @@ func TestNodes(t *testing.T) {
 
 	// Anything else waits for a human, with the node's paths, then runs
 	// there.
-	answered := make(chan int, 1)
-	go func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) && t.Context().Err() == nil {
-			_, body := d.call("GET", "/api/v1/approvals?state=pending", d.Key, nil)
-			var list struct {
-				Approvals []struct {
-					ID, Command, Host, Cwd string
-					ResolvedPaths          []string `json:"resolved_paths"`
-				} `json:"approvals"`
-			}
-			_ = json.Unmarshal(body, &list)
-			for _, a := range list.Approvals {
-				if a.Command == "touch made-on-node" {
-					if a.Host != "node" || a.Cwd != workdir || len(a.ResolvedPaths) != 1 || a.ResolvedPaths[0] != "/usr/bin/touch" {
-						t.Errorf("pending approval = %+v, want host node, cwd %s, /usr/bin/touch", a, workdir)
-					}
-					code, _ := d.call("POST", "/api/v1/approvals/"+a.ID+":resolve", d.Key, map[string]string{"decision": "allow-once"})
-					answered <- code
-					return
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
+	answered := allowWhenPending(t, d, "touch made-on-node", func(a pendingApproval) {
+		if a.Host != "node" || a.Cwd != workdir || len(a.ResolvedPaths) != 1 || a.ResolvedPaths[0] != "/usr/bin/touch" {
+			t.Errorf("pending approval = %+v, want host node, cwd %s, /usr/bin/touch", a, workdir)
 		}
-		answered <- 0
-	}()
+	})
 	out := chat(gw, "touch made-on-node")
 	if code := <-answered; code != http.StatusOK {
 		t.Fatalf("resolve = %d", code)
