@@ -65,15 +65,15 @@ func (r PathResolver) LookPath(name, dir string) (string, error) {
 		return "", ErrNotFound
 	}
 	if strings.Contains(name, "/") {
-		p := name
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(dir, p)
+		raw := name
+		if !filepath.IsAbs(raw) {
+			raw = dir + "/" + raw
 		}
-		p = filepath.Clean(p)
-		if r.executable(p) {
-			return p, nil
+		p := filepath.Clean(raw)
+		if !r.executable(p) || !r.sameFile(raw, p) {
+			return "", ErrNotFound
 		}
-		return "", ErrNotFound
+		return p, nil
 	}
 	for _, d := range r.Path {
 		if d == "" {
@@ -88,6 +88,20 @@ func (r PathResolver) LookPath(name, dir string) (string, error) {
 		}
 	}
 	return "", ErrNotFound
+}
+
+// sameFile reports whether raw, resolved as the kernel does (a ".." after
+// a symlink leaves the link's target, not the link's directory), is the
+// file its lexically cleaned form p names. A name where the two differ is
+// refused rather than judged by a file it would not run. Only checked on
+// the real filesystem.
+func (r PathResolver) sameFile(raw, p string) bool {
+	if r.Stat != nil || r.EvalSymlinks != nil || !strings.Contains(raw, "..") {
+		return true
+	}
+	a, err1 := filepath.EvalSymlinks(raw)
+	b, err2 := filepath.EvalSymlinks(p)
+	return err1 == nil && err2 == nil && a == b
 }
 
 func (r PathResolver) executable(p string) bool {
