@@ -19,7 +19,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -121,11 +123,7 @@ func (r *Runner) Env(extra map[string]string, pathPrepend []string) []string {
 		base[k] = v
 	}
 	if len(pathPrepend) > 0 {
-		p := ""
-		for _, d := range pathPrepend {
-			p += d + ":"
-		}
-		base["PATH"] = p + base["PATH"]
+		base["PATH"] = strings.Join(append(slices.Clone(pathPrepend), base["PATH"]), ":")
 	}
 	env := make([]string, 0, len(base))
 	for k, v := range base {
