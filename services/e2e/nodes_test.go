@@ -11,6 +11,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 )
 
 // nodeProc is a running `conch node`.
@@ -178,6 +186,24 @@ func TestNodes(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(workdir, "stolen")); err == nil {
 		t.Fatal("another account ran a command on the node")
+	}
+
+	// The router's public address serves nodes their stream and nothing
+	// else of the executor's API, whatever metadata a caller sends.
+	conn, err := grpc.NewClient(strings.TrimPrefix(d.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := executorv1.NewExecutorServiceClient(conn)
+	smuggled := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+d.Key, "conch-account", "dev", "x-conch-scope", "forged")
+	if _, err := api.ListSandboxes(smuggled, &executorv1.ListSandboxesRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("ListSandboxes on the public address: %v, want Unimplemented", err)
+	}
+	if s, err := api.Exec(smuggled, &executorv1.ExecRequest{Command: "true"}); err == nil {
+		if _, err = s.Recv(); status.Code(err) != codes.Unimplemented {
+			t.Fatalf("Exec on the public address: %v, want Unimplemented", err)
+		}
 	}
 
 	// Unpairing disconnects the node at once; it does not come back.
