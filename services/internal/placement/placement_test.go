@@ -2,6 +2,7 @@ package placement
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -88,17 +89,15 @@ func TestCandidates(t *testing.T) {
 	put("sb-2", "127.0.0.1:7001")
 	put("sb-3", "127.0.0.1:7002")
 	r := NewRouter(ctx, cli, nil)
-	// wait returns the candidates once the load shows want sandboxes.
-	wait := func(want int) []string {
+	// wait returns the candidates once the load counts want per executor
+	// (executors left out hold none).
+	wait := func(want map[string]int) []string {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			count, ok := r.load.snapshot()
-			n := 0
-			for _, c := range count {
-				n += c
-			}
-			if ok && n == want {
+			maps.DeleteFunc(count, func(_ string, n int) bool { return n == 0 })
+			if ok && maps.Equal(want, count) {
 				got, err := r.candidates(ctx)
 				if err != nil {
 					t.Fatal(err)
@@ -106,25 +105,25 @@ func TestCandidates(t *testing.T) {
 				return got
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("load never reached %d sandboxes: %v", want, count)
+				t.Fatalf("load never reached %v: %v", want, count)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	// The executor that does not say its capacity counts as roomy; the
 	// full one is left out.
-	if got := wait(3); !slices.Equal(got, []string{"127.0.0.1:7003", "127.0.0.1:7002"}) {
+	if got := wait(map[string]int{"127.0.0.1:7001": 2, "127.0.0.1:7002": 1}); !slices.Equal(got, []string{"127.0.0.1:7003", "127.0.0.1:7002"}) {
 		t.Fatalf("candidates = %v", got)
 	}
 	if _, err := cli.Delete(ctx, SandboxKey("sb-1")); err != nil {
 		t.Fatal(err)
 	}
-	if got := wait(2); len(got) != 3 || got[0] != "127.0.0.1:7003" {
+	if got := wait(map[string]int{"127.0.0.1:7001": 1, "127.0.0.1:7002": 1}); len(got) != 3 || got[0] != "127.0.0.1:7003" {
 		t.Fatalf("after a delete: candidates = %v", got)
 	}
 	// Moved: the count follows the record.
 	put("sb-3", "127.0.0.1:7001")
-	if got := wait(2); !slices.Equal(got, []string{"127.0.0.1:7003", "127.0.0.1:7002"}) {
+	if got := wait(map[string]int{"127.0.0.1:7001": 2}); !slices.Equal(got, []string{"127.0.0.1:7003", "127.0.0.1:7002"}) {
 		t.Fatalf("after a move: candidates = %v", got)
 	}
 }
