@@ -255,7 +255,7 @@ func newFakeChat(t *testing.T) *fakeChat {
 		b, _ := io.ReadAll(r.Body)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
-		key := r.URL.Path
+		var key string
 		switch {
 		case r.URL.Path == "/slack/chat.postMessage":
 			if r.Header.Get("Authorization") != "Bearer xoxb-test" {

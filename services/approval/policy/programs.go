@@ -130,12 +130,9 @@ func hasHookFlag(prog string, args []string) (string, bool) {
 	return "", false
 }
 
-// builtinsAllowed are the builtins that run in allowlist mode.
-var builtinsAllowed = map[string]bool{"cd": true, "pwd": true, "true": true, "false": true, ":": true}
-
 // shellBuiltins are names the shell runs itself (or special-cases) rather
-// than looking up on PATH; all but builtinsAllowed and the wrappers exec and
-// command are refused.
+// than looking up on PATH; all but cd, pwd, true, false and : (allowed by
+// analyzer.builtin) and the wrappers exec and command are refused.
 var shellBuiltins = map[string]bool{
 	".": true, "source": true, "eval": true, "exec": true, "command": true, "builtin": true,
 	"trap": true, "export": true, "set": true, "unset": true, "alias": true, "unalias": true,

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -94,7 +93,6 @@ func (s *Store) follow(ctx context.Context, wch clientv3.WatchChan, rk, lk strin
 				}
 			case k == rk && ev.Type == clientv3.EventTypeDelete:
 				return false, true, nil
-			case !strings.HasPrefix(k, rk):
 			}
 		}
 	}

@@ -307,11 +307,6 @@ func (e *env) download(ctx context.Context, user, path string) response {
 	return e.request(ctx, "GET", "/api/v1/shell/io/download?path="+url.QueryEscape(path), nil, "X-Shell-User-Id", user)
 }
 
-// stat reads path's metadata in user's workspace.
-func (e *env) stat(ctx context.Context, user, path string) response {
-	return e.request(ctx, "GET", "/api/v1/shell/io/stat?path="+url.QueryEscape(path), nil, "X-Shell-User-Id", user)
-}
-
 // eventually polls check until it returns nil, failing the test with the
 // last error after timeout.
 func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
