@@ -76,22 +76,14 @@ func Dial(ctx context.Context, cli *clientv3.Client, service string, opts ...grp
 
 // Endpoints lists the addresses currently registered for service, sorted.
 func Endpoints(ctx context.Context, cli *clientv3.Client, service string) ([]string, error) {
-	if err := checkService(service); err != nil {
+	ins, err := Instances(ctx, cli, service)
+	if err != nil {
 		return nil, err
 	}
-	em, err := endpoints.NewManager(cli, Target(service))
-	if err != nil {
-		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
+	addrs := make([]string, len(ins))
+	for i, in := range ins {
+		addrs[i] = in.Addr
 	}
-	eps, err := em.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
-	}
-	addrs := make([]string, 0, len(eps))
-	for _, ep := range eps {
-		addrs = append(addrs, ep.Addr)
-	}
-	slices.Sort(addrs)
 	return addrs, nil
 }
 
