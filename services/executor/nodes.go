@@ -22,7 +22,6 @@ import (
 
 // Waits on a node that stops answering.
 const (
-	nodeHelloTimeout   = 10 * time.Second
 	nodeResolveTimeout = 10 * time.Second
 	nodeKillGrace      = 10 * time.Second
 )
@@ -160,24 +159,9 @@ func (s *Service) forgetNode(ctx context.Context, c *nodeConn) {
 // Attach serves a node's stream until it ends: it records the node, then
 // passes the node's answers to the commands and resolves waiting for them.
 func (s *Service) Attach(ctx context.Context, account string, stream executorv1.ExecutorService_AttachNodeServer) error {
-	first := make(chan *executorv1.AttachNodeRequest, 1)
-	go func() {
-		m, err := stream.Recv()
-		if err == nil {
-			first <- m
-		}
-		close(first)
-	}()
-	var hello *executorv1.NodeHello
-	select {
-	case m := <-first:
-		hello = m.GetHello()
-	case <-time.After(nodeHelloTimeout):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if hello == nil {
-		return errs.New(errs.InvalidArgument, "a node's first message must be its hello")
+	hello, err := placement.ReadHello(ctx, stream)
+	if err != nil {
+		return err
 	}
 	if !placement.NodeName.MatchString(hello.GetName()) {
 		return errs.New(errs.InvalidArgument, "hello.name: must be 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit")

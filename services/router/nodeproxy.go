@@ -7,19 +7,16 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/nodes"
 )
-
-// nodeHelloTimeout bounds the wait for a connecting node's hello.
-const nodeHelloTimeout = 10 * time.Second
 
 // nodeProxy serves ExecutorService.AttachNode on the router's public
 // address, the one place a node can reach: it checks the node's pairing
@@ -54,23 +51,9 @@ func isGRPC(r *http.Request) bool {
 
 func (p *nodeProxy) AttachNode(stream executorv1.ExecutorService_AttachNodeServer) error {
 	ctx := stream.Context()
-	first := make(chan *executorv1.AttachNodeRequest, 1)
-	go func() {
-		if m, err := stream.Recv(); err == nil {
-			first <- m
-		}
-		close(first)
-	}()
-	var hello *executorv1.NodeHello
-	select {
-	case m := <-first:
-		hello = m.GetHello()
-	case <-time.After(nodeHelloTimeout):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if hello == nil {
-		return errs.New(errs.InvalidArgument, "a node's first message must be its hello")
+	hello, err := placement.ReadHello(ctx, stream)
+	if err != nil {
+		return err
 	}
 	account, name, err := p.nodes.Authenticate(ctx, hello.GetToken())
 	if err != nil {
