@@ -64,6 +64,14 @@ func (l *load) remove(id string) {
 	}
 }
 
+// addr returns the executor holding sandbox id, as the watch last saw it.
+func (l *load) addr(id string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.byID[id]
+	return a, ok && a != ""
+}
+
 func (l *load) snapshot() (map[string]int, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -80,6 +80,13 @@ func (r *Router) pin(ctx context.Context, req any) (context.Context, error) {
 	if key == "" {
 		return ctx, nil
 	}
+	// The load watch already knows most sandboxes; one it has not seen yet
+	// (just created) is read from etcd.
+	if id, ok := strings.CutPrefix(key, SandboxPrefix); ok {
+		if addr, ok := r.load.addr(id); ok {
+			return discovery.Pin(ctx, addr), nil
+		}
+	}
 	rec, ok, err := Lookup(ctx, r.etcd, key)
 	if err != nil {
 		return ctx, status.Error(codes.Unavailable, err.Error())
