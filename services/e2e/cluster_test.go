@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -117,5 +119,66 @@ func waitStatus(t *testing.T, d *dev, path string, code int) {
 			t.Fatalf("GET %s = %d %s, want %d", path, got, body, code)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRouterDrains stops a router the way Kubernetes does, with SIGTERM
+// while clients still reach it: for its drain delay it keeps serving, with
+// /readyz answering 503 and every response closing its connection, and
+// only then stops taking connections.
+func TestRouterDrains(t *testing.T) {
+	c := startCluster(t, 1)
+	addr := freeAddr(t)
+	router := c.start("router", "--http-addr", addr, "--drain-delay", "5s")
+	d := &dev{t: t, URL: "http://" + addr, Key: c.dev.Key, waited: make(chan error)}
+	d.waitReady(30 * time.Second)
+
+	client := &http.Client{Transport: &http.Transport{}}
+	get := func(path string) (*http.Response, bool) {
+		t.Helper()
+		var reused bool
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", d.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+d.Key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp, reused
+	}
+	if resp, _ := get("/api/v1/accounts"); resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("before the drain: %s, close %v; want 200 on a kept-alive connection", resp.Status, resp.Close)
+	}
+
+	if err := router.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, d, "/readyz", http.StatusServiceUnavailable)
+	// The connection kept from before is still served, and closed after.
+	resp, reused := get("/api/v1/accounts")
+	if resp.StatusCode != http.StatusOK || !reused || !resp.Close {
+		t.Fatalf("draining, on the kept connection: %s, reused %v, close %v; want 200, reused, then closed", resp.Status, reused, resp.Close)
+	}
+	// New connections are still accepted, answered, and closed.
+	resp, reused = get("/api/v1/accounts")
+	if resp.StatusCode != http.StatusOK || reused || !resp.Close {
+		t.Fatalf("draining, on a new connection: %s, reused %v, close %v; want 200 on a new connection, then closed", resp.Status, reused, resp.Close)
+	}
+	if resp, _ := get("/readyz"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("draining: /readyz = %s, want 503", resp.Status)
+	}
+
+	if err := router.Wait(); err != nil {
+		t.Fatalf("router exit: %v", err)
+	}
+	if _, err := client.Get(d.URL + "/healthz"); err == nil {
+		t.Fatal("the router still takes connections after it stopped")
 	}
 }

@@ -446,12 +446,15 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { svc.Run(gctx); return nil })
+	// The caches the HTTP API reads stay current while it drains.
+	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+	g.Go(func() error { svc.Run(svcCtx); return nil })
 	g.Go(func() error {
 		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
 	})
 	g.Go(func() error {
-		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, cfg.ShutdownTimeout, nil)
+		defer stopSvc()
+		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, &cfg.Common, nil)
 	})
 	return g.Wait()
 }
@@ -519,10 +522,15 @@ func registerFunc(name string, p *process, addr string) (register func(*grpc.Ser
 	return nil, nil, fmt.Errorf("unknown service %q", name)
 }
 
-// serveHTTP serves the router's public HTTP API on addr until ctx ends. When
-// ready is not nil it receives the bound address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, hc HTTPConfig, timeout time.Duration, ready chan<- string) error {
-	conns, closeConns, err := p.dialAll(ctx)
+// serveHTTP serves the router's public HTTP API on addr until ctx ends, then
+// drains (see router.NewHTTPHandler) for c.DrainDelay and stops, waiting up
+// to c.ShutdownTimeout for the requests in flight. What the handler calls
+// outlives ctx until then. When ready is not nil it receives the bound
+// address once the server listens.
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, hc HTTPConfig, c *Common, ready chan<- string) error {
+	deps, stopDeps := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDeps()
+	conns, closeConns, err := p.dialAll(deps)
 	if err != nil {
 		return err
 	}
@@ -534,16 +542,19 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 	if err != nil {
 		return err
 	}
-	return p.listenAndServe(ctx, addr, h, timeout, ready)
+	return p.listenAndServe(ctx, addr, h, c.DrainDelay, c.ShutdownTimeout, ready)
 }
 
 func (p *process) serveMetrics(ctx context.Context, addr string, timeout time.Duration) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", p.tel.MetricsHandler())
-	return p.listenAndServe(ctx, addr, mux, timeout, nil)
+	return p.listenAndServe(ctx, addr, mux, 0, timeout, nil)
 }
 
-func (p *process) listenAndServe(ctx context.Context, addr string, h http.Handler, timeout time.Duration, ready chan<- string) error {
+// listenAndServe serves h on addr until ctx ends and drain has passed, then
+// stops taking connections and waits up to timeout for the requests in
+// flight.
+func (p *process) listenAndServe(ctx context.Context, addr string, h http.Handler, drain, timeout time.Duration, ready chan<- string) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("http: listen: %w", err)
@@ -557,14 +568,25 @@ func (p *process) listenAndServe(ctx context.Context, addr string, h http.Handle
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	p.log.Info("http server started", "addr", lis.Addr().String())
+	bound := lis.Addr().String()
+	p.log.Info("http server started", "addr", bound)
 	if ready != nil {
-		ready <- lis.Addr().String()
+		ready <- bound
 	}
 	select {
 	case err := <-served:
 		return fmt.Errorf("http: %w", err)
 	case <-ctx.Done():
+	}
+	if drain > 0 {
+		// Closing the listener at once would reset the connections a load
+		// balancer still sends before it sees the drain.
+		p.log.Info("http server draining", "addr", bound, "drain_delay", drain)
+		select {
+		case err := <-served:
+			return fmt.Errorf("http: %w", err)
+		case <-time.After(drain):
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
@@ -574,6 +596,7 @@ func (p *process) listenAndServe(ctx context.Context, addr string, h http.Handle
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http: %w", err)
 	}
+	p.log.Info("http server stopped", "addr", bound)
 	return nil
 }
 

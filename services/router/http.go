@@ -65,7 +65,11 @@ type HTTPOptions struct {
 // NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
 // /metrics without auth; /v1 and /api/v1 behind bearer auth; gRPC calls
 // (HTTP/2) of paired nodes, which authenticate with their pairing token.
-// Node streams end when ctx does.
+//
+// When ctx ends the router drains: it goes on serving, but /readyz answers
+// 503 so a load balancer sends new clients elsewhere, every response closes
+// its connection so kept-alive clients reconnect elsewhere too, and node
+// streams end so their nodes attach through another router.
 func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error) {
 	if opts.Service == nil || opts.Etcd == nil || opts.Metrics == nil {
 		return nil, errors.New("router: Service, Etcd and Metrics are required")
@@ -102,7 +106,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.Handle("GET /readyz", &readiness{conns: opts.Conns})
+	mux.Handle("GET /readyz", &readiness{conns: opts.Conns, draining: ctx.Done()})
 	mux.Handle("GET /metrics", opts.Metrics)
 	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
@@ -125,6 +129,11 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		if isGRPC(r) {
 			nodeGRPC.ServeHTTP(w, r)
 			return
+		}
+		if ctx.Err() != nil {
+			// HTTP/1 closes the connection after this response; HTTP/2
+			// sends GOAWAY.
+			w.Header().Set("Connection", "close")
 		}
 		api.ServeHTTP(w, r)
 	}), nil
@@ -285,12 +294,20 @@ func requestBaseURL(r *http.Request) string {
 }
 
 // readiness answers /readyz: 200 when every service has a registered
-// endpoint that reports SERVING through discovery.
+// endpoint that reports SERVING through discovery, 503 once the router
+// drains.
 type readiness struct {
-	conns map[string]*grpc.ClientConn
+	conns    map[string]*grpc.ClientConn
+	draining <-chan struct{}
 }
 
 func (h *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-h.draining:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
+		return
+	default:
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	type result struct {

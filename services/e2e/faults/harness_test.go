@@ -53,12 +53,10 @@ const requestTimeout = 60 * time.Second
 
 // env is a running cluster and a client of its routers.
 type env struct {
-	t       *testing.T
-	c       *localcluster.Cluster
-	key     string
-	routers []string
-	// next spreads requests over the routers.
-	next atomic.Uint32
+	t    *testing.T
+	c    *localcluster.Cluster
+	key  string
+	lb   *balancer
 	http *http.Client
 }
 
@@ -94,14 +92,75 @@ func start(t *testing.T) *env {
 		c.Close()
 	})
 	s := c.State()
+	lb := &balancer{routers: s.Routers, ready: make([]bool, len(s.Routers))}
+	go lb.probe(t.Context())
 	return &env{
-		t: t, c: c, key: s.AdminKey, routers: s.Routers,
+		t: t, c: c, key: s.AdminKey, lb: lb,
 		// A new connection per request: a router that is stopping
 		// refuses new connections, which a client can safely retry
 		// on another router; a kept-alive connection it closes may
 		// already carry a request.
 		http: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 	}
+}
+
+// balancer spreads requests over the routers as a load balancer does:
+// over those whose /readyz answered 200 when last probed, in turn. A
+// router that begins to drain answers 503 and gets no more requests, though
+// it still serves those that reach it before the balancer notices.
+type balancer struct {
+	routers []string
+	next    atomic.Uint32
+
+	mu    sync.Mutex
+	ready []bool
+}
+
+// probeInterval is how often the balancer asks every router /readyz: well
+// within the cluster's drain delay.
+const probeInterval = 100 * time.Millisecond
+
+// probe asks every router /readyz each probeInterval until ctx ends.
+func (b *balancer) probe(ctx context.Context) {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for {
+		for i, router := range b.routers {
+			ok := false
+			if req, err := http.NewRequestWithContext(ctx, "GET", router+"/readyz", nil); err == nil {
+				if resp, err := client.Do(req); err == nil {
+					ok = resp.StatusCode == http.StatusOK
+					_ = resp.Body.Close()
+				}
+			}
+			b.mu.Lock()
+			b.ready[i] = ok
+			b.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(probeInterval):
+		}
+	}
+}
+
+// order returns the routers for one request to try in turn: the ready ones,
+// starting with the next, then the others (when none is ready, a client
+// has nothing better to try).
+func (b *balancer) order() []string {
+	first := int(b.next.Add(1))
+	var ready, other []string
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.routers {
+		j := (first + i) % len(b.routers)
+		if b.ready[j] {
+			ready = append(ready, b.routers[j])
+		} else {
+			other = append(other, b.routers[j])
+		}
+	}
+	return append(ready, other...)
 }
 
 // testWriter writes the cluster's own warnings to the test log.
@@ -129,10 +188,10 @@ func (r response) String() string {
 // ok reports a 200.
 func (r response) ok() bool { return r.err == nil && r.code == http.StatusOK }
 
-// request sends a request through a router, as a load balancer would: to
-// the next router in turn, or to the other one when the first refuses the
-// connection (nothing was sent, so nothing can have happened). body is
-// sent as it is when it is a []byte, as JSON otherwise.
+// request sends a request through a router the balancer picks, or the next
+// one when a router refuses the connection (nothing was sent, so nothing
+// can have happened). body is sent as it is when it is a []byte, as JSON
+// otherwise.
 func (e *env) request(ctx context.Context, method, path string, body any, headers ...string) response {
 	var raw []byte
 	switch b := body.(type) {
@@ -147,10 +206,9 @@ func (e *env) request(ctx context.Context, method, path string, body any, header
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	first := int(e.next.Add(1))
 	var r response
-	for i := range len(e.routers) {
-		r = e.send(ctx, e.routers[(first+i)%len(e.routers)], method, path, raw, body != nil, headers)
+	for _, router := range e.lb.order() {
+		r = e.send(ctx, router, method, path, raw, body != nil, headers)
 		if !refused(r.err) {
 			return r
 		}
@@ -275,12 +333,13 @@ func (e *env) upload(ctx context.Context, user, path string, content []byte) res
 }
 
 // uploadStream stores the size bytes body yields at path in user's
-// workspace, through the first router that accepts the connection.
+// workspace, through the first router of the balancer's that accepts the
+// connection.
 func (e *env) uploadStream(ctx context.Context, user, path string, body io.Reader, size int64) response {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var r response
-	for _, router := range e.routers {
+	for _, router := range e.lb.order() {
 		req, err := http.NewRequestWithContext(ctx, "PUT", router+"/api/v1/shell/io/upload?path="+url.QueryEscape(path), body)
 		if err != nil {
 			return response{err: err}
