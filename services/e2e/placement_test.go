@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/placement"
+	"github.com/conch-sh/conch/services/internal/platform/discovery"
 )
 
 // TestTwoExecutors checks that with two executors every call about a
@@ -151,6 +154,8 @@ func TestTwoExecutors(t *testing.T) {
 		t.Fatalf("no executor at %s (%v)", rec.Addr, c.execAddrs)
 	}
 	deadline := time.Now().Add(40 * time.Second)
+	// named counts the answers that said which sandbox is out of reach.
+	named := 0
 	for _, s := range sandboxes[1:] { // the first was destroyed
 		for {
 			code, body := d.call("POST", "/api/v1/sandboxes/"+s.id+"/commands", d.Key, map[string]any{"command": "true"})
@@ -163,14 +168,22 @@ func TestTwoExecutors(t *testing.T) {
 			if code == http.StatusNotFound {
 				break
 			}
-			if code != http.StatusServiceUnavailable {
+			// Never an internal address. A call sent before the router
+			// saw the executor die ends as the connection did.
+			if code != http.StatusServiceUnavailable || strings.Contains(string(body), rec.Addr) {
 				t.Fatalf("dead executor's sandbox %s = %d %s, want 503 then 404", s.id, code, body)
+			}
+			if strings.Contains(string(body), "the executor holding sandbox "+s.id+" is not reachable") {
+				named++
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("dead executor's sandbox %s still %d %s", s.id, code, body)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+	if named == 0 {
+		t.Fatal("no answer named the sandbox out of reach before the dead executor's sandboxes were forgotten")
 	}
 	// A node whose executor died connects again, to the survivor.
 	onBox(100)
@@ -181,5 +194,95 @@ func TestTwoExecutors(t *testing.T) {
 		if code != http.StatusOK || strings.Contains(string(body), victim.executor) {
 			t.Fatalf("create after kill = %d %s", code, body)
 		}
+	}
+}
+
+// TestExecutorDrainServesItsSandboxes stops an executor gracefully: it
+// leaves discovery at once, so new sandboxes go elsewhere, but for its
+// drain delay the commands of the sandboxes it holds still reach it, with
+// their state; once it has stopped they answer 503, then 404.
+func TestExecutorDrainServesItsSandboxes(t *testing.T) {
+	c := startCluster(t, 1)
+	d := c.dev
+	addr := freeAddr(t)
+	draining := c.start("executor", "--grpc-addr", addr, "--drain-delay", "5s")
+
+	// A sandbox on the executor about to drain.
+	var id string
+	for i := 0; id == ""; i++ {
+		if i == 40 {
+			t.Fatal("40 sandboxes, none on the second executor")
+		}
+		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+		var created struct {
+			ID string `json:"id"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &created) != nil {
+			t.Fatalf("create = %d %s", code, body)
+		}
+		rec, ok, err := placement.Lookup(t.Context(), c.etcd, placement.SandboxKey(created.ID))
+		if err != nil || !ok {
+			t.Fatalf("record of %s: %v %v", created.ID, ok, err)
+		}
+		if rec.Addr == addr {
+			id = created.ID
+		}
+	}
+	run := func(cmd string) (int, string) {
+		t.Helper()
+		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": cmd})
+		return code, string(body)
+	}
+	if code, body := run("cd /tmp && echo kept > state"); code != http.StatusOK {
+		t.Fatalf("command = %d %s", code, body)
+	}
+
+	if err := draining.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		addrs, err := discovery.Endpoints(t.Context(), c.etcd, "executor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(addrs, addr) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stopping executor is still registered: %v", addrs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body := run("cat state && pwd"); code != http.StatusOK || !strings.Contains(body, `"stdout":"kept\n/tmp\n"`) {
+		t.Fatalf("command while its executor drains = %d %s, want the sandbox's state", code, body)
+	}
+	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+	var created struct {
+		ID string `json:"id"`
+	}
+	if code != http.StatusOK || json.Unmarshal(body, &created) != nil {
+		t.Fatalf("create while one executor drains = %d %s", code, body)
+	}
+	if rec, _, _ := placement.Lookup(t.Context(), c.etcd, placement.SandboxKey(created.ID)); rec.Addr == addr {
+		t.Fatalf("sandbox %s created on the draining executor", created.ID)
+	}
+
+	if err := draining.Wait(); err != nil {
+		t.Fatalf("executor exit: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		code, body := run("true")
+		if code == http.StatusNotFound {
+			break
+		}
+		// The error names the sandbox, never an internal address.
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "the executor holding sandbox "+id+" is not reachable") || strings.Contains(body, addr) {
+			t.Fatalf("command after its executor stopped = %d %s, want 503 then 404", code, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

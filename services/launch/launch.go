@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -355,16 +356,20 @@ func (p *process) dial(ctx context.Context, service string, extra ...grpc.DialOp
 	opts := []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(p.signer.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(p.signer.StreamClientInterceptor()),
-		// Fixed flow-control windows: gRPC's bandwidth-delay estimate
-		// otherwise grows them to many MiB on fast links, and a streamed
-		// download would sit in the router's memory that far ahead.
-		grpc.WithInitialWindowSize(streamWindow),
-		grpc.WithInitialConnWindowSize(4 * streamWindow),
-		// A directory listing is one response and may exceed gRPC's
-		// default 4 MiB; the workspace service bounds it below this.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32 << 20)),
 	}
-	return discovery.Dial(ctx, p.etcd, service, append(opts, extra...)...)
+	return discovery.Dial(ctx, p.etcd, service, slices.Concat(opts, callOptions, extra)...)
+}
+
+// callOptions tune every connection to a service.
+var callOptions = []grpc.DialOption{
+	// Fixed flow-control windows: gRPC's bandwidth-delay estimate
+	// otherwise grows them to many MiB on fast links, and a streamed
+	// download would sit in the router's memory that far ahead.
+	grpc.WithInitialWindowSize(streamWindow),
+	grpc.WithInitialConnWindowSize(4 * streamWindow),
+	// A directory listing is one response and may exceed gRPC's
+	// default 4 MiB; the workspace service bounds it below this.
+	grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32 << 20)),
 }
 
 func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, func(), error) {
@@ -378,7 +383,11 @@ func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, fun
 		var extra []grpc.DialOption
 		if name == "executor" {
 			// Calls about a sandbox or node go to the executor holding it.
-			pl := placement.NewRouter(ctx, p.etcd, p.log)
+			// A call reaching it through the placement interceptors
+			// is already signed.
+			pl := placement.NewRouter(ctx, p.etcd, p.log, func(addr string) (*grpc.ClientConn, error) {
+				return discovery.DialAddr(addr, callOptions...)
+			})
 			extra = append(extra, grpc.WithChainUnaryInterceptor(pl.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(pl.StreamClientInterceptor()))
 		}
 		c, err := p.dial(ctx, name, extra...)

@@ -88,7 +88,7 @@ func TestCandidates(t *testing.T) {
 	put("sb-1", "127.0.0.1:7001")
 	put("sb-2", "127.0.0.1:7001")
 	put("sb-3", "127.0.0.1:7002")
-	r := NewRouter(ctx, cli, nil)
+	r := NewRouter(ctx, cli, nil, nil)
 	// wait returns the candidates once the load counts want per executor
 	// (executors left out hold none).
 	wait := func(want map[string]int) []string {
@@ -139,7 +139,7 @@ func TestAllExecutorsFull(t *testing.T) {
 	if _, err := cli.Put(ctx, SandboxKey("sb-1"), Record{Addr: "127.0.0.1:7001"}.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(ctx, cli, nil)
+	r := NewRouter(ctx, cli, nil, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := r.candidates(ctx)
@@ -150,5 +150,55 @@ func TestAllExecutorsFull(t *testing.T) {
 			t.Fatalf("candidates with every executor full: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestUnreachableRewords(t *testing.T) {
+	acme := tenant.With(context.Background(), tenant.Scope{Account: "acme"})
+	// An unsent pinned call's error, as the balancer gives it for an
+	// instance that does not answer.
+	cli := etcdxtest.StartForTest(t)
+	reg, err := discovery.Register(t.Context(), cli, "nothing", "127.0.0.1:1", discovery.RegisterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close(context.Background())
+	conn, err := discovery.Dial(acme, cli, "nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(acme, 10*time.Second)
+	defer cancel()
+	unsent := conn.Invoke(discovery.Pin(ctx, "127.0.0.1:1"), "/x.Y/Z", &executorv1.GetSandboxRequest{}, &executorv1.GetSandboxResponse{})
+	if !discovery.Unreachable(unsent) {
+		t.Fatalf("pinned call to nothing: %v", unsent)
+	}
+	tests := []struct {
+		name string
+		req  any
+		err  error
+		want string // the message; "" for err unchanged
+	}{
+		{"sandbox", &executorv1.RunCommandRequest{SandboxId: "sb-1"}, unsent, "the executor holding sandbox sb-1 is not reachable; it may be restarting"},
+		{"node", &executorv1.ExecRequest{Host: approvalv1.Host_HOST_NODE, Node: "box"}, unsent, "the executor holding node box's connection is not reachable; it may be restarting"},
+		{"other", &executorv1.CreateSandboxRequest{}, unsent, "its executor is not reachable; it may be restarting"},
+		{"the executor's own answer", &executorv1.RunCommandRequest{SandboxId: "sb-1"}, status.Error(codes.Unavailable, "workspace is unavailable"), ""},
+		{"not found", &executorv1.RunCommandRequest{SandboxId: "sb-1"}, status.Error(codes.NotFound, "Sandbox not found"), ""},
+		{"success", &executorv1.RunCommandRequest{SandboxId: "sb-1"}, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := unreachable(acme, tt.req, tt.err, nil)
+			if tt.want == "" {
+				if got != tt.err {
+					t.Fatalf("got %v, want %v unchanged", got, tt.err)
+				}
+				return
+			}
+			if status.Code(got) != codes.Unavailable || status.Convert(got).Message() != tt.want || len(status.Convert(got).Details()) != 0 {
+				t.Fatalf("got %v, want Unavailable %q", got, tt.want)
+			}
+		})
 	}
 }

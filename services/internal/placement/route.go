@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -26,19 +27,22 @@ var executorService = "/" + executorv1.ExecutorService_ServiceDesc.ServiceName +
 // and places new sandboxes on the executor with the most room. Install its
 // interceptors on the connection to the executor service.
 type Router struct {
-	etcd *clientv3.Client
-	log  *slog.Logger
-	load load
+	etcd   *clientv3.Client
+	log    *slog.Logger
+	load   load
+	direct direct
 }
 
 // NewRouter returns a Router reading records from etcd; it follows the
-// executors' load until ctx ends.
-func NewRouter(ctx context.Context, etcd *clientv3.Client, log *slog.Logger) *Router {
+// executors' load until ctx ends. A call pinned to an executor that is
+// draining goes over a connection dial opens to it (none when dial is nil).
+func NewRouter(ctx context.Context, etcd *clientv3.Client, log *slog.Logger, dial Dialer) *Router {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Router{etcd: etcd, log: log}
+	r := &Router{etcd: etcd, log: log, direct: direct{dial: dial}}
 	go r.load.watch(ctx, etcd)
+	go r.direct.closeAll(ctx)
 	return r
 }
 
@@ -114,8 +118,33 @@ func (r *Router) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if err != nil {
 			return err
 		}
-		return invoker(ctx, method, req, reply, cc, opts...)
+		err = invoker(ctx, method, req, reply, cc, opts...)
+		dc := r.direct.fallback(ctx, err)
+		if dc != nil {
+			err = dc.Invoke(ctx, method, req, reply, opts...)
+		}
+		return unreachable(ctx, req, err, dc)
 	}
+}
+
+// unreachable rewords the error of a call whose executor could not be
+// reached, through discovery or over dc when it was tried, to name what
+// the executor holds rather than its internal address.
+func unreachable(ctx context.Context, req any, err error, dc *grpc.ClientConn) error {
+	failed := discovery.Unreachable(err) ||
+		dc != nil && status.Code(err) == codes.Unavailable && dc.GetState() == connectivity.TransientFailure
+	if !failed {
+		return err
+	}
+	key := target(ctx, req)
+	what := "its executor"
+	if id, ok := strings.CutPrefix(key, SandboxPrefix); ok {
+		what = "the executor holding sandbox " + id
+	} else if node, ok := strings.CutPrefix(key, NodePrefix); ok {
+		_, name, _ := strings.Cut(node, "/")
+		what = "the executor holding node " + name + "'s connection"
+	}
+	return status.Error(codes.Unavailable, what+" is not reachable; it may be restarting")
 }
 
 // listAll merges ListSandboxes from every executor. An executor that does
@@ -195,9 +224,15 @@ func (s *pinnedStream) SendMsg(m any) error {
 		if err != nil {
 			return err
 		}
-		if s.cs, err = s.streamer(ctx, s.desc, s.cc, s.method, s.opts...); err != nil {
-			return err
+		cs, err := s.streamer(ctx, s.desc, s.cc, s.method, s.opts...)
+		dc := s.r.direct.fallback(ctx, err)
+		if dc != nil {
+			cs, err = dc.NewStream(ctx, s.desc, s.method, s.opts...)
 		}
+		if err != nil {
+			return unreachable(ctx, m, err, dc)
+		}
+		s.cs = cs
 	}
 	return s.cs.SendMsg(m)
 }

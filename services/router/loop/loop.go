@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -396,10 +397,14 @@ func streamMessage(err error, started bool) string {
 	if status.Code(err) != codes.Unavailable {
 		return message(err)
 	}
-	if started {
-		return "the executor running the command went away before it finished, so its outcome is unknown (" + message(err) + ")"
+	msg := message(err)
+	switch {
+	case started:
+		return "the executor running the command went away before it finished, so its outcome is unknown (" + msg + ")"
+	case strings.HasPrefix(msg, "the executor holding "):
+		return msg // placement's words already say it
 	}
-	return "the executor holding the sandbox is unavailable (" + message(err) + ")"
+	return "the executor holding the sandbox is unavailable (" + msg + ")"
 }
 
 // message is the text of an error for the model: a gRPC status's message,

@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/client/v3/naming/resolver"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -56,20 +57,41 @@ func Dial(ctx context.Context, cli *clientv3.Client, service string, opts ...grp
 	if err != nil {
 		return nil, fmt.Errorf("discovery: dial %s: build resolver: %w", service, err)
 	}
-	defaults := []grpc.DialOption{
+	opts = slices.Concat([]grpc.DialOption{
 		grpc.WithResolvers(b),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"` + Policy + `":{}}],"healthCheckConfig":{"serviceName":""}}`),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time:                20 * time.Second,
-			Timeout:             10 * time.Second,
-			PermitWithoutStream: true,
-		}),
-	}
-	conn, err := grpc.NewClient("etcd:///"+Target(service), slices.Concat(defaults, opts)...)
+	}, transport, opts)
+	conn, err := grpc.NewClient("etcd:///"+Target(service), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: dial %s: %w", service, err)
+	}
+	return conn, nil
+}
+
+// transport are the dial options of every connection: plaintext,
+// keepalive, OpenTelemetry client instrumentation.
+var transport = []grpc.DialOption{
+	grpc.WithTransportCredentials(insecure.NewCredentials()),
+	grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+	grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time:                20 * time.Second,
+		Timeout:             10 * time.Second,
+		PermitWithoutStream: true,
+	}),
+}
+
+// DialAddr returns a lazy client connection to the one instance at addr,
+// whatever discovery and its health say of it: for calls only that
+// instance can serve, such as those about what a draining instance still
+// holds. A connection attempt gives up after a few seconds. opts are
+// appended to the defaults, as for Dial.
+func DialAddr(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts = slices.Concat([]grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 3 * time.Second}),
+	}, transport, opts)
+	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: dial %s: %w", addr, err)
 	}
 	return conn, nil
 }

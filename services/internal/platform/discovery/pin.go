@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/endpointsharding"
 	"google.golang.org/grpc/balancer/pickfirst"
@@ -24,7 +25,7 @@ type pinKey struct{}
 // Pin returns a context whose calls go to the instance registered at addr.
 // While that instance is first connecting the call waits for it; if it is
 // unknown, failing or draining the call fails at once with
-// codes.Unavailable rather than going elsewhere.
+// codes.Unavailable (Unreachable reports it) rather than going elsewhere.
 func Pin(ctx context.Context, addr string) context.Context {
 	return context.WithValue(ctx, pinKey{}, addr)
 }
@@ -87,8 +88,37 @@ func (p *pinPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			case connectivity.Connecting:
 				return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 			}
-			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "instance %s is not reachable", addr)
+			return balancer.PickResult{}, unreachable(addr)
 		}
 	}
-	return balancer.PickResult{}, status.Errorf(codes.Unavailable, "instance %s is not reachable", addr)
+	return balancer.PickResult{}, unreachable(addr)
+}
+
+// reasonUnreachable marks the error of a pinned call that was not sent.
+const reasonUnreachable = "PINNED_INSTANCE_UNREACHABLE"
+
+func unreachable(addr string) error {
+	st, err := status.Newf(codes.Unavailable, "instance %s is not reachable", addr).WithDetails(&errdetails.ErrorInfo{
+		Reason: reasonUnreachable, Domain: "conch.sh", Metadata: map[string]string{"addr": addr},
+	})
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "instance %s is not reachable", addr)
+	}
+	return st.Err()
+}
+
+// Unreachable reports whether err is a pinned call's that was not sent:
+// its instance has left discovery, does not report SERVING or is not
+// connected.
+func Unreachable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonUnreachable {
+			return true
+		}
+	}
+	return false
 }

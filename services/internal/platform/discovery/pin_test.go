@@ -65,8 +65,11 @@ func TestPinnedCalls(t *testing.T) {
 	}
 
 	_, err = call(Pin(t.Context(), "127.0.0.1:1"))
-	if status.Code(err) != codes.Unavailable {
+	if !Unreachable(err) {
 		t.Fatalf("call pinned to an unknown instance: %v, want Unavailable at once", err)
+	}
+	if _, err := call(t.Context()); Unreachable(err) {
+		t.Fatalf("an unpinned call's error is taken for a pinned one's: %v", err)
 	}
 
 	// An instance that stops reporting SERVING (it is draining) gets no
@@ -78,4 +81,18 @@ func TestPinnedCalls(t *testing.T) {
 		}
 		return nil
 	})
+	// Calls pinned to it fail unsent, and reach it over a connection of
+	// their own.
+	if _, err := call(Pin(t.Context(), addrA)); !Unreachable(err) {
+		t.Fatalf("call pinned to a draining instance: %v, want it unsent", err)
+	}
+	direct, err := DialAddr(addrA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	var p peer.Peer
+	if _, err := healthpb.NewHealthClient(direct).Check(t.Context(), &healthpb.HealthCheckRequest{}, grpc.Peer(&p)); status.Code(err) != codes.OK || p.Addr.String() != addrA {
+		t.Fatalf("direct call: %v from %v, want the draining instance's answer", err, p.Addr)
+	}
 }
