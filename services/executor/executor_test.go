@@ -512,3 +512,22 @@ func TestIdleSandboxEnds(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestDrainKeepsSandboxes checks that a draining executor goes on serving
+// the sandboxes it holds but creates no more, with an error the router
+// takes as "try another executor".
+func TestDrainKeepsSandboxes(t *testing.T) {
+	x := startExecutor(t)
+	ctx := as(t, "acme")
+	created, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.svc.Drain()
+	run, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: created.GetId(), Command: "echo still here"})
+	if err != nil || run.GetStdout() != "still here\n" {
+		t.Fatalf("command while draining: %v %v", run, err)
+	}
+	_, err = x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{})
+	wantCode(t, err, codes.Unavailable, "shutting down")
+}

@@ -180,6 +180,11 @@ func (s *Service) Attach(ctx context.Context, account string, stream executorv1.
 	}
 	k := nodeKey(account, c.name)
 	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		s.forgetNode(context.WithoutCancel(ctx), c)
+		return s.shuttingDown()
+	}
 	old := s.nodes[k]
 	s.nodes[k] = c
 	s.mu.Unlock()

@@ -63,8 +63,9 @@ type Service struct {
 	nodes     map[string]*nodeConn // account/name → attached node
 	lease     clientv3.LeaseID
 
-	max      int // sandboxes this executor holds at most
-	creating int // sandboxes being built, under mu
+	max      int  // sandboxes this executor holds at most
+	creating int  // sandboxes being built, under mu
+	draining bool // no new sandboxes or nodes, under mu
 
 	ws      Workspaces       // nil: persistent workspaces are refused
 	tools   ToolCaller       // nil: tool commands are refused
@@ -270,13 +271,13 @@ func (s *Service) endIdle(ctx context.Context, now time.Time) {
 }
 
 func (s *Service) shutdown(ctx context.Context) {
+	s.Drain()
 	s.mu.Lock()
 	ids := make([]string, 0, len(s.sandboxes))
 	for id := range s.sandboxes {
 		ids = append(ids, id)
 	}
 	s.mu.Unlock()
-	s.DetachNodes()
 	for _, id := range ids {
 		if err := s.destroy(ctx, id); err != nil {
 			s.log.Warn("sandbox teardown failed", "sandbox", id, "error", err)
@@ -285,18 +286,27 @@ func (s *Service) shutdown(ctx context.Context) {
 	_, _ = s.etcd.Revoke(ctx, s.lease)
 }
 
-// DetachNodes sends this executor's nodes away: they connect again through
-// the router to another executor rather than hold this one's shutdown.
-func (s *Service) DetachNodes() {
+// Drain begins this executor's shutdown. The sandboxes it holds go on
+// serving, but it creates no more (the router places them on another
+// executor) and sends its nodes away: they connect again through the
+// router to another executor rather than hold this one's shutdown.
+func (s *Service) Drain() {
 	s.mu.Lock()
+	s.draining = true
 	nodes := make([]*nodeConn, 0, len(s.nodes))
 	for _, c := range s.nodes {
 		nodes = append(nodes, c)
 	}
 	s.mu.Unlock()
 	for _, c := range nodes {
-		c.close(errs.New(errs.Unavailable, "executor %s is shutting down; connect again", s.name))
+		c.close(s.shuttingDown())
 	}
+}
+
+// shuttingDown is the answer of a draining executor to what only another
+// can do: the router tries another, a node connects again.
+func (s *Service) shuttingDown() error {
+	return errs.New(errs.Unavailable, "executor %s is shutting down; try another", s.name)
 }
 
 // CreateParams describe a sandbox to build.
@@ -342,6 +352,10 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		}
 	}
 	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return nil, "", s.shuttingDown()
+	}
 	if len(s.sandboxes)+s.creating >= s.max {
 		s.mu.Unlock()
 		return nil, "", errs.New(errs.ResourceExhausted, "executor %s is full (%d sandboxes); retry in a few seconds", s.name, s.max)

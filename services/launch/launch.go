@@ -293,11 +293,11 @@ func (p *process) serveExecutor(ctx context.Context, g *errgroup.Group, lis net.
 		defer stopSvc()
 		return p.serveOn(ctx, "executor", lis, addr, executorMeta(svc), c, srv.Register)
 	})
-	// A node's stream would hold the drain to its deadline: nodes move to
-	// another executor as soon as the shutdown begins.
+	// New sandboxes go elsewhere as soon as the shutdown begins, and so do
+	// nodes: a node's stream would hold the drain to its deadline.
 	g.Go(func() error {
 		<-ctx.Done()
-		svc.DetachNodes()
+		svc.Drain()
 		return nil
 	})
 }
