@@ -36,6 +36,7 @@ const (
 	rpcWatchApproval  = "conch.approval.v1.ApprovalService/WatchApproval"
 	rpcHydrate        = "conch.workspace.v1.WorkspaceService/Hydrate"
 	rpcFlush          = "conch.workspace.v1.WorkspaceService/Flush"
+	rpcCallTool       = "conch.router.v1.ToolHostService/CallTool"
 )
 
 // TestTracing runs the four services as their own processes, exporting to
@@ -149,6 +150,60 @@ func TestTracingBackgroundFlush(t *testing.T) {
 	}
 	if flushes != 1 {
 		t.Errorf("%d workspace flushes, want the background command's one", flushes)
+	}
+}
+
+// TestTracingToolFromTheShell checks that a tool moved into the shell and
+// called by a command is part of the completion's trace: the router's
+// CallTool is served under the executor's Exec of that command.
+func TestTracingToolFromTheShell(t *testing.T) {
+	c := startTracedCluster(t)
+	d := c.d
+	hook, _ := startWebhook(t)
+	up := newFakeUpstream(t, func(n int, req map[string]any) (int, string) {
+		if n == 0 {
+			return 200, openAIToolCall("call_tool", "shell", map[string]any{"command": "get-users --filter active | grep -c active"})
+		}
+		return 200, openAIText("done")
+	})
+	createGateway(t, d, map[string]any{"name": "tooled", "upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"},
+		"shell": map[string]any{"enabled": true, "tools": map[string]any{"mode": "blacklist", "names": []string{}}},
+		"tools": map[string]any{"webhooks": []any{map[string]any{
+			"name": "get_users", "url": hook.URL,
+			"parameters_schema": `{"type":"object","properties":{"filter":{"type":"string"}},"required":["filter"]}`,
+		}}}})
+
+	traceID, clientSpan := randomHexID(16), randomHexID(8)
+	res := postCompletion(t.Context(), d, traceparent(traceID, clientSpan), map[string]any{
+		"model": "tooled", "messages": []map[string]string{{"role": "user", "content": "count the active users"}},
+	})
+	if res.err != nil || res.code != http.StatusOK || !strings.Contains(res.body, `\"stdout\":\"2\\n\"`) {
+		t.Fatalf("completion = %d %s %v, want 200 with the tool's output counted", res.code, res.body, res.err)
+	}
+	c.col.waitFor(t, 30*time.Second, func(s recordedSpan) bool {
+		return s.trace == traceID && served("conch-executor", rpcDestroySandbox)(s)
+	})
+	c.stop(t)
+
+	all := c.col.all()
+	tree := newSpanTree(all, traceID)
+	t.Logf("trace %s:\n%s", traceID, tree)
+	calls := 0
+	for _, s := range tree.spans {
+		if served("conch-router", rpcCallTool)(s) {
+			calls++
+			if !tree.hasAncestor(s, served("conch-executor", rpcExec)) {
+				t.Errorf("CallTool %v is not under the executor's Exec of the command", s)
+			}
+		}
+	}
+	if calls != 1 {
+		t.Errorf("%d CallTool served in the completion's trace, want 1", calls)
+	}
+	for _, s := range all {
+		if s.trace != traceID && served("conch-router", rpcCallTool)(s) {
+			t.Errorf("%v is outside the completion's trace %s", s, traceID)
+		}
 	}
 }
 

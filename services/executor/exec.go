@@ -227,9 +227,14 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 			q.push(st, b[:kept])
 		}
 	}
+	env := p.Env
+	var sc trace.SpanContext
+	if e != nil && e.tools != nil {
+		env, sc = traceEnv(ctx, env)
+	}
 	var err error
 	proc, err = start(sandbox.Options{
-		Command: p.Command, Workdir: p.Workdir, Env: p.Env, Pty: p.Pty, Budget: budget,
+		Command: p.Command, Workdir: p.Workdir, Env: env, Pty: p.Pty, Budget: budget,
 		TrackCwd: !p.Background, OnOutput: onOutput, PathPrepend: p.PathPrepend,
 	})
 	close(procReady)
@@ -245,6 +250,10 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 	started := time.Now()
 	if e != nil {
 		s.procs.Add(r)
+		// Its tool calls join this trace for as long as it runs, in the
+		// background too.
+		done := e.commandRuns(sc)
+		go func() { <-proc.Done(); done() }()
 	}
 	if err := ev.Started(pid); err != nil {
 		_ = proc.Kill()

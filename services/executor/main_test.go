@@ -14,13 +14,18 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
-// TestMain lets the test binary serve as the sandbox agent.
+// TestMain lets the test binary serve as the sandbox agent, and as the
+// tool commands of a sandbox, as the conch binary does.
 func TestMain(m *testing.M) {
+	if name, ok := toolshim.Command(os.Args[0], sandbox.ToolsDir); ok {
+		os.Exit(toolshim.Run(sandbox.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == sandbox.AgentCommand {
 		if err := sandbox.RunAgent(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

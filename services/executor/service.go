@@ -15,6 +15,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
@@ -123,6 +125,7 @@ type entry struct {
 
 	mu       sync.Mutex
 	lastUsed time.Time
+	running  map[spanKey]int // trace contexts of the commands running, under mu
 
 	// Persistent workspace sync state, under syncMu.
 	syncMu   sync.Mutex
@@ -378,8 +381,10 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	now := time.Now()
 	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, limits: p.Limits, idle: p.Idle, created: now, lastUsed: now}
 	if len(p.Tools) > 0 {
-		call := func(ctx context.Context, tool, arguments string) (string, bool, error) {
-			return s.tools(ctx, account, id, tool, arguments)
+		call := func(ctx context.Context, req toolshim.Request) (string, bool, error) {
+			ctx, span := tracer.Start(e.traceOf(ctx, req.Traceparent), "executor.tool", trace.WithAttributes(attribute.String("conch.tool", req.Tool)))
+			defer span.End()
+			return s.tools(ctx, account, id, req.Tool, req.Arguments)
 		}
 		if e.tools, err = toolshim.Install(sb.ToolsPath(), sandbox.AgentPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))

@@ -18,8 +18,9 @@ import (
 const callTimeout = 5 * time.Minute
 
 // Caller runs a tool call of a sandbox; the executor forwards it to the
-// router's tool host.
-type Caller func(ctx context.Context, tool, arguments string) (output string, isError bool, err error)
+// router's tool host. The request's Traceparent is the sandbox's word, to be
+// trusted only as far as the caller can check it.
+type Caller func(ctx context.Context, req Request) (output string, isError bool, err error)
 
 // Host serves one sandbox's tool calls on the socket in its tools
 // directory. The sandbox can ask for nothing but its own tools: each call
@@ -115,7 +116,7 @@ func (h *Host) handle(ctx context.Context, conn net.Conn) {
 	} else if !h.tools[req.Tool] {
 		ans.Error = fmt.Sprintf("%q is not a tool of this sandbox", req.Tool)
 	} else {
-		out, isErr, err := h.call(ctx, req.Tool, req.Arguments)
+		out, isErr, err := h.call(ctx, req)
 		if err != nil {
 			ans.Error = err.Error()
 		} else {

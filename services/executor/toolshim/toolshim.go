@@ -51,10 +51,17 @@ func (m *Manifest) Lookup(name string) (Tool, bool) {
 	return Tool{}, false
 }
 
+// TraceparentEnv is the variable that carries a command's trace context
+// into the sandbox, as OpenTelemetry names it for processes.
+const TraceparentEnv = "TRACEPARENT"
+
 // Request is a tool call from the sandbox.
 type Request struct {
 	Tool      string `json:"tool"`
 	Arguments string `json:"arguments"`
+	// Traceparent is the TRACEPARENT the command was started with: the
+	// W3C trace context of the call that runs it.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // Answer is the executor's reply.
@@ -114,7 +121,7 @@ func Run(dir, name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	ans, err := call(filepath.Join(dir, SocketFile), Request{Tool: t.Name, Arguments: string(b)})
+	ans, err := call(filepath.Join(dir, SocketFile), Request{Tool: t.Name, Arguments: string(b), Traceparent: os.Getenv(TraceparentEnv)})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1

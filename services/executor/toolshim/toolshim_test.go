@@ -14,7 +14,8 @@ func TestInstallAndRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var calls []string
-	backend := func(_ context.Context, tool, args string) (string, bool, error) {
+	backend := func(_ context.Context, req Request) (string, bool, error) {
+		tool, args := req.Tool, req.Arguments
 		calls = append(calls, tool+" "+args)
 		switch {
 		case strings.Contains(args, "fail"):
