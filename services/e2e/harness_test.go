@@ -8,18 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/localcluster"
 )
 
 // conchBin is the binary under test: $CONCH_BIN (set by `make test`), else
@@ -71,26 +70,11 @@ func (b *lockedBuffer) String() string {
 // freeAddr returns a loopback address that was free a moment ago.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	// A port below the ephemeral range: the kernel never hands it to an
-	// outgoing connection (of etcd, MinIO, …) between this check and the
-	// process that binds it.
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000 {
-				low = n
-			}
-		}
+	addrs, err := localcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000))
-		if l, err := net.Listen("tcp", addr); err == nil {
-			l.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free port below the ephemeral range")
-	return ""
+	return addrs[0]
 }
 
 // startDev starts `conch dev` on a free port in a fresh data dir and waits

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -222,7 +223,7 @@ func prepareDir(dir string) error {
 func (c *Cluster) plan() error {
 	o := c.opts
 	n := 2*o.EtcdMembers + 2 + len(ServiceKinds)*o.Replicas + o.Replicas
-	ports, err := freePorts(n)
+	ports, err := FreePorts(n)
 	if err != nil {
 		return err
 	}
@@ -319,9 +320,20 @@ func baseEnv() []string {
 	return env
 }
 
-// freePorts returns n distinct loopback addresses that were free a moment
-// ago; they are held open together so none is handed out twice.
-func freePorts(n int) ([]string, error) {
+// FreePorts returns n distinct loopback addresses that were free a moment
+// ago; they are held open together so none is handed out twice. They lie
+// below the ephemeral port range, so the kernel never hands one to an
+// outgoing connection (of etcd, MinIO, a test) before the process meant to
+// bind it does.
+func FreePorts(n int) ([]string, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
+				low = v
+			}
+		}
+	}
 	var addrs []string
 	var lis []net.Listener
 	defer func() {
@@ -329,10 +341,13 @@ func freePorts(n int) ([]string, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries == 100*n {
+			return nil, errors.New("localcluster: no free port below the ephemeral range")
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+mrand.IntN(low-10000)))
 		if err != nil {
-			return nil, fmt.Errorf("localcluster: find a free port: %w", err)
+			continue
 		}
 		lis = append(lis, l)
 		addrs = append(addrs, l.Addr().String())
