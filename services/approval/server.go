@@ -193,9 +193,13 @@ func (s *Server) Evaluate(ctx context.Context, req *approvalv1.EvaluateRequest) 
 	if req.GetCwd() != "" && !path.IsAbs(req.GetCwd()) {
 		return nil, errs.New(errs.InvalidArgument, "cwd: must be an absolute path")
 	}
-	j, err := s.judge(ctx, account, judgeInput{
-		command: req.GetCommand(), agent: req.GetAgent(), cwd: req.GetCwd(), host: hostFrom(req.GetHost()), exec: req.GetSettings(),
-	})
+	in := judgeInput{command: req.GetCommand(), agent: req.GetAgent(), cwd: req.GetCwd(), host: hostFrom(req.GetHost()), exec: req.GetSettings()}
+	if r := req.GetSandboxResolution(); r != nil && in.host == policy.HostSandbox {
+		// Found as a new sandbox finds them; what was not found there is
+		// not to be looked for here.
+		in.segments, in.resolved = r.GetSegments(), true
+	}
+	j, err := s.judge(ctx, account, in)
 	if err != nil {
 		return nil, err
 	}

@@ -241,6 +241,45 @@ func TestEvaluateAndDocument(t *testing.T) {
 	}
 }
 
+// TestEvaluateWithSandboxSegments checks that for host sandbox the verdict
+// rests on the programs a new sandbox finds, not on the approval host's,
+// and that the segments count for no other host.
+func TestEvaluateWithSandboxResolution(t *testing.T) {
+	t.Parallel()
+	s, ctx := newServer(t)
+	for _, p := range []string{"/opt/image/bin/only-in-sandbox", "/usr/bin/ls"} {
+		if _, err := s.AddAllowlistEntry(ctx, &approvalv1.AddAllowlistEntryRequest{Agent: "main", Pattern: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allowlist := &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_ALLOWLIST, Ask: approvalv1.Ask_ASK_OFF}
+	found := &approvalv1.SandboxResolution{Segments: []*approvalv1.Segment{{Argv: []string{"only-in-sandbox"}, ResolvedPath: "/opt/image/bin/only-in-sandbox"}}}
+	nothing := &approvalv1.SandboxResolution{}
+	tests := []struct {
+		name     string
+		host     approvalv1.Host
+		command  string
+		sandbox  *approvalv1.SandboxResolution
+		want     approvalv1.PolicyDecision
+		resolved string
+	}{
+		{"found in the sandbox", approvalv1.Host_HOST_SANDBOX, "only-in-sandbox --x", found, approvalv1.PolicyDecision_POLICY_DECISION_ALLOW, "/opt/image/bin/only-in-sandbox"},
+		{"host unset is the sandbox", approvalv1.Host_HOST_UNSPECIFIED, "only-in-sandbox", found, approvalv1.PolicyDecision_POLICY_DECISION_ALLOW, "/opt/image/bin/only-in-sandbox"},
+		{"not found in the sandbox", approvalv1.Host_HOST_SANDBOX, "ls", found, approvalv1.PolicyDecision_POLICY_DECISION_DENY, ""},
+		{"nothing found in the sandbox", approvalv1.Host_HOST_SANDBOX, "ls", nothing, approvalv1.PolicyDecision_POLICY_DECISION_DENY, ""},
+		{"not asked: the approval host's", approvalv1.Host_HOST_SANDBOX, "ls", nil, approvalv1.PolicyDecision_POLICY_DECISION_ALLOW, "/usr/bin/ls"},
+		{"ignored for the gateway host", approvalv1.Host_HOST_GATEWAY, "only-in-sandbox", found, approvalv1.PolicyDecision_POLICY_DECISION_DENY, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := s.Evaluate(ctx, &approvalv1.EvaluateRequest{Command: tt.command, Agent: "main", Host: tt.host, Cwd: "/home/workspace", Settings: allowlist, SandboxResolution: tt.sandbox})
+			if err != nil || resp.GetDecision() != tt.want || len(resp.GetSegments()) == 0 || resp.GetSegments()[0].GetResolvedPath() != tt.resolved {
+				t.Fatalf("evaluate = %v, %v; want %v with %q resolved", resp, err, tt.want, tt.resolved)
+			}
+		})
+	}
+}
+
 // fakeChat records messages posted to its webhook, Slack and Telegram
 // endpoints.
 type fakeChat struct {

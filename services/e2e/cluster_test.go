@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,9 +59,10 @@ type cluster struct {
 	start func(args ...string) *exec.Cmd
 }
 
-// startCluster starts a workspace, an approval service, n executors and a
-// router, each its own process, and waits until the router is ready.
-func startCluster(t *testing.T, n int) *cluster {
+// startCluster starts a workspace, an approval service, n executors (with
+// executorArgs) and a router, each its own process, and waits until the
+// router is ready.
+func startCluster(t *testing.T, n int, executorArgs ...string) *cluster {
 	t.Helper()
 	bin, err := conchBin()
 	if err != nil {
@@ -96,7 +100,7 @@ func startCluster(t *testing.T, n int) *cluster {
 	c.start("approval")
 	for range n {
 		addr := freeAddr(t)
-		c.executors = append(c.executors, c.start("executor", "--grpc-addr", addr))
+		c.executors = append(c.executors, c.start(append([]string{"executor", "--grpc-addr", addr}, executorArgs...)...))
 		c.execAddrs = append(c.execAddrs, addr)
 	}
 	httpAddr := freeAddr(t)
@@ -180,5 +184,54 @@ func TestRouterDrains(t *testing.T) {
 	}
 	if _, err := client.Get(d.URL + "/healthz"); err == nil {
 		t.Fatal("the router still takes connections after it stopped")
+	}
+}
+
+// TestEvaluateSeesTheSandboxRootFS checks that exec-policy:evaluate for
+// host sandbox judges the programs a sandbox would run, found by an
+// executor in its root filesystem, not those of the approval service's
+// machine: here the image has a program the host lacks and lacks ls.
+func TestEvaluateSeesTheSandboxRootFS(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "usr", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sh", "only-in-image"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, "--sandbox-rootfs", root, "--sandbox-pool", "0")
+	d := c.dev
+
+	evaluate := func(host string) []string {
+		t.Helper()
+		code, body := d.call("POST", "/api/v1/exec-policy:evaluate", d.Key, map[string]any{
+			"command": "only-in-image --x && ls", "agent": "default", "host": host, "cwd": "/home/workspace",
+			// A client's word on what a sandbox finds counts for nothing.
+			"sandbox_resolution": map[string]any{"segments": []map[string]any{{"argv": []string{"ls"}, "resolved_path": "/usr/bin/ls"}}},
+		})
+		var r struct {
+			Segments []struct {
+				ResolvedPath string `json:"resolved_path"`
+			} `json:"segments"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &r) != nil || len(r.Segments) != 2 {
+			t.Fatalf("evaluate on host %s = %d %s", host, code, body)
+		}
+		return []string{r.Segments[0].ResolvedPath, r.Segments[1].ResolvedPath}
+	}
+	if got := evaluate("sandbox"); got[0] != "/usr/bin/only-in-image" || got[1] != "" {
+		t.Errorf("host sandbox resolved %q, want only-in-image from the image and no ls", got)
+	}
+	if got := evaluate("gateway"); got[0] != "" || got[1] == "" {
+		t.Errorf("host gateway resolved %q, want the approval host's ls and no only-in-image", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -135,10 +137,8 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	if p.MaxOutput <= 0 {
 		p.MaxOutput = DefaultOutputChars
 	}
-	for _, d := range p.PathPrepend {
-		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
-			return nil, errs.New(errs.InvalidArgument, "settings.path_prepend: %q must be an absolute path without ':'", d)
-		}
+	if err := checkPathPrepend("settings.path_prepend", p.PathPrepend); err != nil {
+		return nil, err
 	}
 	if !p.outside() {
 		e.touch()
@@ -403,4 +403,38 @@ func abbreviate(s string, n int) string {
 		return string(r[:n]) + "…"
 	}
 	return s
+}
+
+// ResolveCommand finds the programs of command, started in cwd with
+// pathPrepend, as the shell of a new sandbox would.
+func (s *Service) ResolveCommand(command, cwd string, pathPrepend []string) ([]*approvalv1.Segment, error) {
+	switch {
+	case strings.TrimSpace(command) == "":
+		return nil, errs.New(errs.InvalidArgument, "command: must not be empty")
+	case len(command) > MaxCommandBytes:
+		return nil, errs.New(errs.InvalidArgument, "command: longer than the limit of %d bytes (1 MiB)", MaxCommandBytes)
+	case cwd == "":
+		cwd = sandbox.WorkspaceDir
+	case !path.IsAbs(cwd) || strings.ContainsRune(cwd, 0) || len(cwd) > 4096:
+		return nil, errs.New(errs.InvalidArgument, "cwd: must be an absolute path without NUL bytes, at most 4096 bytes")
+	}
+	if err := checkPathPrepend("path_prepend", pathPrepend); err != nil {
+		return nil, err
+	}
+	r, err := s.rt.Resolver(pathPrepend)
+	if err != nil {
+		return nil, err
+	}
+	return gate.Segments(command, path.Clean(cwd), sandbox.WorkspaceDir, r), nil
+}
+
+// checkPathPrepend refuses a PATH entry that is not an absolute directory
+// name PATH can hold.
+func checkPathPrepend(field string, dirs []string) error {
+	for _, d := range dirs {
+		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
+			return errs.New(errs.InvalidArgument, "%s: %q must be an absolute path without ':'", field, d)
+		}
+	}
+	return nil
 }

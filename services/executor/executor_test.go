@@ -531,3 +531,36 @@ func TestDrainKeepsSandboxes(t *testing.T) {
 	_, err = x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{})
 	wantCode(t, err, codes.Unavailable, "shutting down")
 }
+
+func TestResolveCommand(t *testing.T) {
+	x := startExecutor(t)
+	ctx := as(t, "acme")
+	res, err := x.client.ResolveCommand(ctx, &executorv1.ResolveCommandRequest{Command: "ls -l | grep x && cd /tmp && nosuch-program"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range res.GetSegments() {
+		got = append(got, s.GetArgv()[0]+"="+s.GetResolvedPath())
+	}
+	if want := []string{"ls=/usr/bin/ls", "grep=/usr/bin/grep"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("segments = %q, want %q (builtins and what is not found left out)", got, want)
+	}
+	for _, tt := range []struct {
+		name string
+		req  *executorv1.ResolveCommandRequest
+		msg  string
+	}{
+		{"empty command", &executorv1.ResolveCommandRequest{Command: " "}, "command"},
+		{"relative cwd", &executorv1.ResolveCommandRequest{Command: "ls", Cwd: "tmp"}, "cwd"},
+		{"cwd with NUL", &executorv1.ResolveCommandRequest{Command: "ls", Cwd: "/tmp\x00"}, "cwd"},
+		{"relative path_prepend", &executorv1.ResolveCommandRequest{Command: "ls", PathPrepend: []string{"bin"}}, "path_prepend"},
+		{"path_prepend with a colon", &executorv1.ResolveCommandRequest{Command: "ls", PathPrepend: []string{"/a:/b"}}, "path_prepend"},
+		{"too long", &executorv1.ResolveCommandRequest{Command: strings.Repeat("x", MaxCommandBytes+1)}, "command"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := x.client.ResolveCommand(ctx, tt.req)
+			wantCode(t, err, codes.InvalidArgument, tt.msg)
+		})
+	}
+}

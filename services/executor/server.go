@@ -135,6 +135,18 @@ func sandboxDigest(v *fsview.View) func(string) (string, error) {
 	}
 }
 
+// ResolveCommand implements ExecutorService.
+func (s *Server) ResolveCommand(ctx context.Context, req *executorv1.ResolveCommandRequest) (*executorv1.ResolveCommandResponse, error) {
+	if _, err := tenant.Account(ctx); err != nil {
+		return nil, err
+	}
+	segs, err := s.svc.ResolveCommand(req.GetCommand(), req.GetCwd(), req.GetPathPrepend())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.ResolveCommandResponse{Segments: segs}, nil
+}
+
 // Register registers the service's gRPC handlers on g.
 func (s *Server) Register(g *grpc.Server) {
 	executorv1.RegisterExecutorServiceServer(g, s)

@@ -21,6 +21,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/placement"
@@ -48,6 +49,8 @@ const (
 // Runtime builds sandboxes; *sandbox.Runtime is the production one.
 type Runtime interface {
 	Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error)
+	// Resolver finds programs as a new sandbox would.
+	Resolver(pathPrepend []string) (fsview.Resolver, error)
 }
 
 // Service is the executor's domain: the sandboxes of this executor, their
@@ -349,10 +352,8 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	if len(p.Tools) > 0 && s.tools == nil {
 		return nil, "", errs.New(errs.FailedPrecondition, "tools: this executor is not connected to a tool host")
 	}
-	for _, d := range p.PathPrepend {
-		if !strings.HasPrefix(d, "/") || strings.ContainsAny(d, ":\x00") || len(d) > 4096 {
-			return nil, "", errs.New(errs.InvalidArgument, "path_prepend: %q must be an absolute path without ':'", d)
-		}
+	if err := checkPathPrepend("path_prepend", p.PathPrepend); err != nil {
+		return nil, "", err
 	}
 	s.mu.Lock()
 	if s.draining {

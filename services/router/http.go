@@ -82,7 +82,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	gw, err := newGatewayMux(ctx, opts.Conns)
+	gw, err := newGatewayMux(ctx, opts.Conns, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}), nil
 }
 
-func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn) (*runtime.ServeMux, error) {
+func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, log *slog.Logger) (*runtime.ServeMux, error) {
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restjson.New()),
 		runtime.SetQueryParameterParser(restjson.QueryParser{}),
@@ -162,13 +162,19 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn) (*run
 		{"router", routerv1.RegisterGatewayServiceHandler},
 		{"router", routerv1.RegisterNodeServiceHandler},
 		{"executor", executorv1.RegisterExecutorServiceHandler},
-		{"approval", approvalv1.RegisterApprovalServiceHandler},
 		{"workspace", workspacev1.RegisterWorkspaceServiceHandler},
 	}
 	for _, r := range register {
 		if err := r.fn(ctx, mux, conns[r.service]); err != nil {
 			return nil, fmt.Errorf("router: register %s REST handlers: %w", r.service, err)
 		}
+	}
+	approvals := sandboxEvaluate{
+		ApprovalServiceClient: approvalv1.NewApprovalServiceClient(conns["approval"]),
+		exec:                  executorv1.NewExecutorServiceClient(conns["executor"]), log: log,
+	}
+	if err := approvalv1.RegisterApprovalServiceHandlerClient(ctx, mux, approvals); err != nil {
+		return nil, fmt.Errorf("router: register approval REST handlers: %w", err)
 	}
 	return mux, nil
 }

@@ -73,3 +73,64 @@ func TestResolverAgreesWithTheShell(t *testing.T) {
 		t.Errorf("LookPath(/tmp/tmptool) = %q, %v; want ErrPrivate", p, err)
 	}
 }
+
+// A command no sandbox runs is judged by what a new sandbox would find: the
+// runtime's root filesystem, not the host's.
+func TestRuntimeResolverSeesTheRootFS(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "usr", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]os.FileMode{"sh": 0o755, "only-here": 0o755, "not-exec": 0o644} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	if err := os.Chmod(state, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRuntime(Config{StateDir: filepath.Join(state, "state"), CgroupParent: "conch-test-" + filepath.Base(state), RootFS: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	res, err := r.Resolver(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, want string }{
+		{"only-here", "/usr/bin/only-here"},
+		{"sh", "/usr/bin/sh"},
+		{"/bin/only-here", "/usr/bin/only-here"}, // through the root filesystem's own link
+		{"ls", ""},                               // the host's, not the root filesystem's
+		{"not-exec", ""},                         // not executable
+		{"./script", ""},                         // nothing in a new workspace
+		{"/etc/passwd", ""},
+	}
+	for _, tt := range tests {
+		got, err := res.LookPath(tt.name, WorkspaceDir)
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("LookPath(%q) = %q, want not found", tt.name, got)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("LookPath(%q) = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+	// The view is made once.
+	again, err := r.Resolver([]string{"/opt/tools"})
+	if err != nil || again.View != res.View || again.Path[0] != "/opt/tools" {
+		t.Errorf("second Resolver = %+v, %v; want the same view with the path prepended", again, err)
+	}
+}

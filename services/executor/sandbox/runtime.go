@@ -82,6 +82,9 @@ type Runtime struct {
 	next int
 
 	pool *pool
+
+	// template is the view of a new sandbox, made on first use.
+	template func() (*fsview.View, error)
 }
 
 // ErrUnsupported marks a requested feature this executor cannot provide yet.
@@ -134,6 +137,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("sandbox: state dir: %w", err)
 	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger, uids: map[int]bool{}}
+	r.template = sync.OnceValues(r.newTemplate)
 	if r.agent, err = installAgent(cfg.AgentBinary, cfg.StateDir); err != nil {
 		return nil, err
 	}
@@ -402,6 +406,49 @@ func (m mount) view() fsview.Mount {
 		return fsview.Mount{Target: m.dst, Link: m.src}
 	}
 	return fsview.Mount{Target: m.dst}
+}
+
+// Resolver finds the programs of a command started with pathPrepend as
+// the shell of a new sandbox would: in the root filesystem and the mounts
+// every sandbox gets, before its workspace or tools directory hold
+// anything. It judges a command that no particular sandbox runs.
+func (r *Runtime) Resolver(pathPrepend []string) (fsview.Resolver, error) {
+	v, err := r.template()
+	if err != nil {
+		return fsview.Resolver{}, err
+	}
+	return fsview.Resolver{View: v, Path: commandPath(pathPrepend)}, nil
+}
+
+// newTemplate lays out the state of a sandbox that never runs, its
+// workspace an empty directory only root may enter, and returns its view.
+func (r *Runtime) newTemplate() (*fsview.View, error) {
+	s := &Sandbox{dir: filepath.Join(r.cfg.StateDir, "template")}
+	s.workspace = filepath.Join(s.dir, "workspace")
+	if err := os.RemoveAll(s.dir); err != nil {
+		return nil, fmt.Errorf("sandbox: template: %w", err)
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{s.dir, 0o711}, {filepath.Join(s.dir, "tools"), 0o755}, {s.workspace, 0o700}} {
+		if err := os.Mkdir(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("sandbox: template: %w", err)
+		}
+	}
+	if err := writeEtc(s.dir); err != nil {
+		return nil, err
+	}
+	mounts := r.mounts(s)
+	ms := make([]fsview.Mount, len(mounts))
+	for i, m := range mounts {
+		ms[i] = m.view()
+	}
+	v, err := fsview.New(ms, r.cfg.UIDBase, r.cfg.UIDBase)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: template: %w", err)
+	}
+	return v, nil
 }
 
 // mounts is the mount table of s in the order bubblewrap makes it; the

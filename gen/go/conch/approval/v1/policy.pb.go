@@ -475,9 +475,13 @@ type EvaluateRequest struct {
 	// Working directory the command would start in.
 	Cwd string `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// Settings of the gateway and session, layered under the document.
-	Settings      *ExecSettings `protobuf:"bytes,5,opt,name=settings,proto3" json:"settings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Settings *ExecSettings `protobuf:"bytes,5,opt,name=settings,proto3" json:"settings,omitempty"`
+	// The command's programs as a new sandbox finds them, for host sandbox:
+	// the router asks an executor. When set, a program not among them is not
+	// found; when unset, the approval service resolves on its own filesystem.
+	SandboxResolution *SandboxResolution `protobuf:"bytes,6,opt,name=sandbox_resolution,json=sandboxResolution,proto3" json:"sandbox_resolution,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *EvaluateRequest) Reset() {
@@ -545,6 +549,59 @@ func (x *EvaluateRequest) GetSettings() *ExecSettings {
 	return nil
 }
 
+func (x *EvaluateRequest) GetSandboxResolution() *SandboxResolution {
+	if x != nil {
+		return x.SandboxResolution
+	}
+	return nil
+}
+
+// SandboxResolution is what the shell of a new sandbox would run.
+type SandboxResolution struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// argv and resolved_path of each program found.
+	Segments      []*Segment `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxResolution) Reset() {
+	*x = SandboxResolution{}
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxResolution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxResolution) ProtoMessage() {}
+
+func (x *SandboxResolution) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxResolution.ProtoReflect.Descriptor instead.
+func (*SandboxResolution) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SandboxResolution) GetSegments() []*Segment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
 // EvaluateResponse is the verdict.
 type EvaluateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -566,7 +623,7 @@ type EvaluateResponse struct {
 
 func (x *EvaluateResponse) Reset() {
 	*x = EvaluateResponse{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +635,7 @@ func (x *EvaluateResponse) String() string {
 func (*EvaluateResponse) ProtoMessage() {}
 
 func (x *EvaluateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +648,7 @@ func (x *EvaluateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateResponse.ProtoReflect.Descriptor instead.
 func (*EvaluateResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EvaluateResponse) GetDecision() PolicyDecision {
@@ -658,13 +715,16 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\rresolved_path\x18\x02 \x01(\tR\fresolvedPath\x12=\n" +
 	"\bdecision\x18\x03 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12%\n" +
-	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\"\xbd\x01\n" +
+	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\"\x92\x02\n" +
 	"\x0fEvaluateRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05agent\x18\x02 \x01(\tR\x05agent\x12+\n" +
 	"\x04host\x18\x03 \x01(\x0e2\x17.conch.approval.v1.HostR\x04host\x12\x10\n" +
 	"\x03cwd\x18\x04 \x01(\tR\x03cwd\x12;\n" +
-	"\bsettings\x18\x05 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\bsettings\"\xc4\x02\n" +
+	"\bsettings\x18\x05 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\bsettings\x12S\n" +
+	"\x12sandbox_resolution\x18\x06 \x01(\v2$.conch.approval.v1.SandboxResolutionR\x11sandboxResolution\"K\n" +
+	"\x11SandboxResolution\x126\n" +
+	"\bsegments\x18\x01 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\"\xc4\x02\n" +
 	"\x10EvaluateResponse\x12=\n" +
 	"\bdecision\x18\x01 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x126\n" +
@@ -707,16 +767,17 @@ func file_conch_approval_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_approval_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_conch_approval_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_conch_approval_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_conch_approval_v1_policy_proto_goTypes = []any{
-	(Host)(0),                // 0: conch.approval.v1.Host
-	(Security)(0),            // 1: conch.approval.v1.Security
-	(Ask)(0),                 // 2: conch.approval.v1.Ask
-	(PolicyDecision)(0),      // 3: conch.approval.v1.PolicyDecision
-	(*ExecSettings)(nil),     // 4: conch.approval.v1.ExecSettings
-	(*Segment)(nil),          // 5: conch.approval.v1.Segment
-	(*EvaluateRequest)(nil),  // 6: conch.approval.v1.EvaluateRequest
-	(*EvaluateResponse)(nil), // 7: conch.approval.v1.EvaluateResponse
+	(Host)(0),                 // 0: conch.approval.v1.Host
+	(Security)(0),             // 1: conch.approval.v1.Security
+	(Ask)(0),                  // 2: conch.approval.v1.Ask
+	(PolicyDecision)(0),       // 3: conch.approval.v1.PolicyDecision
+	(*ExecSettings)(nil),      // 4: conch.approval.v1.ExecSettings
+	(*Segment)(nil),           // 5: conch.approval.v1.Segment
+	(*EvaluateRequest)(nil),   // 6: conch.approval.v1.EvaluateRequest
+	(*SandboxResolution)(nil), // 7: conch.approval.v1.SandboxResolution
+	(*EvaluateResponse)(nil),  // 8: conch.approval.v1.EvaluateResponse
 }
 var file_conch_approval_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.ExecSettings.host:type_name -> conch.approval.v1.Host
@@ -726,16 +787,18 @@ var file_conch_approval_v1_policy_proto_depIdxs = []int32{
 	3,  // 4: conch.approval.v1.Segment.decision:type_name -> conch.approval.v1.PolicyDecision
 	0,  // 5: conch.approval.v1.EvaluateRequest.host:type_name -> conch.approval.v1.Host
 	4,  // 6: conch.approval.v1.EvaluateRequest.settings:type_name -> conch.approval.v1.ExecSettings
-	3,  // 7: conch.approval.v1.EvaluateResponse.decision:type_name -> conch.approval.v1.PolicyDecision
-	5,  // 8: conch.approval.v1.EvaluateResponse.segments:type_name -> conch.approval.v1.Segment
-	1,  // 9: conch.approval.v1.EvaluateResponse.security:type_name -> conch.approval.v1.Security
-	2,  // 10: conch.approval.v1.EvaluateResponse.ask:type_name -> conch.approval.v1.Ask
-	1,  // 11: conch.approval.v1.EvaluateResponse.ask_fallback:type_name -> conch.approval.v1.Security
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 7: conch.approval.v1.EvaluateRequest.sandbox_resolution:type_name -> conch.approval.v1.SandboxResolution
+	5,  // 8: conch.approval.v1.SandboxResolution.segments:type_name -> conch.approval.v1.Segment
+	3,  // 9: conch.approval.v1.EvaluateResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	5,  // 10: conch.approval.v1.EvaluateResponse.segments:type_name -> conch.approval.v1.Segment
+	1,  // 11: conch.approval.v1.EvaluateResponse.security:type_name -> conch.approval.v1.Security
+	2,  // 12: conch.approval.v1.EvaluateResponse.ask:type_name -> conch.approval.v1.Ask
+	1,  // 13: conch.approval.v1.EvaluateResponse.ask_fallback:type_name -> conch.approval.v1.Security
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_policy_proto_init() }
@@ -749,7 +812,7 @@ func file_conch_approval_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_policy_proto_rawDesc), len(file_conch_approval_v1_policy_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

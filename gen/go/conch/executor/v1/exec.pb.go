@@ -910,6 +910,117 @@ func (x *RunCommandResponse) GetError() string {
 	return ""
 }
 
+// ResolveCommandRequest names a command whose programs to find.
+type ResolveCommandRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command line, as /bin/sh -c would receive it.
+	Command string `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	// Directory it would start in; empty is /home/workspace.
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// Directories put in front of PATH.
+	PathPrepend   []string `protobuf:"bytes,3,rep,name=path_prepend,json=pathPrepend,proto3" json:"path_prepend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveCommandRequest) Reset() {
+	*x = ResolveCommandRequest{}
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveCommandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveCommandRequest) ProtoMessage() {}
+
+func (x *ResolveCommandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveCommandRequest.ProtoReflect.Descriptor instead.
+func (*ResolveCommandRequest) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ResolveCommandRequest) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *ResolveCommandRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ResolveCommandRequest) GetPathPrepend() []string {
+	if x != nil {
+		return x.PathPrepend
+	}
+	return nil
+}
+
+// ResolveCommandResponse lists each simple command of the line.
+type ResolveCommandResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// argv, and resolved_path and content_digest when the program is a file
+	// a new sandbox would run; no decision.
+	Segments      []*v1.Segment `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveCommandResponse) Reset() {
+	*x = ResolveCommandResponse{}
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveCommandResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveCommandResponse) ProtoMessage() {}
+
+func (x *ResolveCommandResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveCommandResponse.ProtoReflect.Descriptor instead.
+func (*ResolveCommandResponse) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResolveCommandResponse) GetSegments() []*v1.Segment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
 var File_conch_executor_v1_exec_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_exec_proto_rawDesc = "" +
@@ -982,7 +1093,13 @@ const file_conch_executor_v1_exec_proto_rawDesc = "" +
 	"\x06stderr\x18\x02 \x01(\tR\x06stderr\x124\n" +
 	"\aoutcome\x18\x03 \x01(\v2\x1a.conch.executor.v1.OutcomeR\aoutcome\x12\x19\n" +
 	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01B\b\n" +
-	"\x06_error*t\n" +
+	"\x06_error\"f\n" +
+	"\x15ResolveCommandRequest\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12!\n" +
+	"\fpath_prepend\x18\x03 \x03(\tR\vpathPrepend\"P\n" +
+	"\x16ResolveCommandResponse\x126\n" +
+	"\bsegments\x18\x01 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments*t\n" +
 	"\vOutcomeType\x12\x1c\n" +
 	"\x18OUTCOME_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_TYPE_EXIT\x10\x01\x12\x18\n" +
@@ -1007,46 +1124,50 @@ func file_conch_executor_v1_exec_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_exec_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_executor_v1_exec_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_conch_executor_v1_exec_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_conch_executor_v1_exec_proto_goTypes = []any{
-	(OutcomeType)(0),              // 0: conch.executor.v1.OutcomeType
-	(StreamName)(0),               // 1: conch.executor.v1.StreamName
-	(*Outcome)(nil),               // 2: conch.executor.v1.Outcome
-	(*ExecRequest)(nil),           // 3: conch.executor.v1.ExecRequest
-	(*Output)(nil),                // 4: conch.executor.v1.Output
-	(*ApprovalPending)(nil),       // 5: conch.executor.v1.ApprovalPending
-	(*Backgrounded)(nil),          // 6: conch.executor.v1.Backgrounded
-	(*Finished)(nil),              // 7: conch.executor.v1.Finished
-	(*ExecResponse)(nil),          // 8: conch.executor.v1.ExecResponse
-	(*RunCommandRequest)(nil),     // 9: conch.executor.v1.RunCommandRequest
-	(*RunCommandResponse)(nil),    // 10: conch.executor.v1.RunCommandResponse
-	nil,                           // 11: conch.executor.v1.ExecRequest.EnvEntry
-	nil,                           // 12: conch.executor.v1.RunCommandRequest.EnvEntry
-	(v1.Host)(0),                  // 13: conch.approval.v1.Host
-	(*v1.ExecSettings)(nil),       // 14: conch.approval.v1.ExecSettings
-	(*v1.Approval)(nil),           // 15: conch.approval.v1.Approval
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(OutcomeType)(0),               // 0: conch.executor.v1.OutcomeType
+	(StreamName)(0),                // 1: conch.executor.v1.StreamName
+	(*Outcome)(nil),                // 2: conch.executor.v1.Outcome
+	(*ExecRequest)(nil),            // 3: conch.executor.v1.ExecRequest
+	(*Output)(nil),                 // 4: conch.executor.v1.Output
+	(*ApprovalPending)(nil),        // 5: conch.executor.v1.ApprovalPending
+	(*Backgrounded)(nil),           // 6: conch.executor.v1.Backgrounded
+	(*Finished)(nil),               // 7: conch.executor.v1.Finished
+	(*ExecResponse)(nil),           // 8: conch.executor.v1.ExecResponse
+	(*RunCommandRequest)(nil),      // 9: conch.executor.v1.RunCommandRequest
+	(*RunCommandResponse)(nil),     // 10: conch.executor.v1.RunCommandResponse
+	(*ResolveCommandRequest)(nil),  // 11: conch.executor.v1.ResolveCommandRequest
+	(*ResolveCommandResponse)(nil), // 12: conch.executor.v1.ResolveCommandResponse
+	nil,                            // 13: conch.executor.v1.ExecRequest.EnvEntry
+	nil,                            // 14: conch.executor.v1.RunCommandRequest.EnvEntry
+	(v1.Host)(0),                   // 15: conch.approval.v1.Host
+	(*v1.ExecSettings)(nil),        // 16: conch.approval.v1.ExecSettings
+	(*v1.Approval)(nil),            // 17: conch.approval.v1.Approval
+	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
+	(*v1.Segment)(nil),             // 19: conch.approval.v1.Segment
 }
 var file_conch_executor_v1_exec_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Outcome.type:type_name -> conch.executor.v1.OutcomeType
-	11, // 1: conch.executor.v1.ExecRequest.env:type_name -> conch.executor.v1.ExecRequest.EnvEntry
-	13, // 2: conch.executor.v1.ExecRequest.host:type_name -> conch.approval.v1.Host
-	14, // 3: conch.executor.v1.ExecRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	13, // 1: conch.executor.v1.ExecRequest.env:type_name -> conch.executor.v1.ExecRequest.EnvEntry
+	15, // 2: conch.executor.v1.ExecRequest.host:type_name -> conch.approval.v1.Host
+	16, // 3: conch.executor.v1.ExecRequest.settings:type_name -> conch.approval.v1.ExecSettings
 	1,  // 4: conch.executor.v1.Output.stream:type_name -> conch.executor.v1.StreamName
-	15, // 5: conch.executor.v1.ApprovalPending.approval:type_name -> conch.approval.v1.Approval
+	17, // 5: conch.executor.v1.ApprovalPending.approval:type_name -> conch.approval.v1.Approval
 	2,  // 6: conch.executor.v1.Finished.outcome:type_name -> conch.executor.v1.Outcome
 	4,  // 7: conch.executor.v1.ExecResponse.output:type_name -> conch.executor.v1.Output
 	5,  // 8: conch.executor.v1.ExecResponse.approval_pending:type_name -> conch.executor.v1.ApprovalPending
-	16, // 9: conch.executor.v1.ExecResponse.still_running:type_name -> google.protobuf.Timestamp
+	18, // 9: conch.executor.v1.ExecResponse.still_running:type_name -> google.protobuf.Timestamp
 	6,  // 10: conch.executor.v1.ExecResponse.backgrounded:type_name -> conch.executor.v1.Backgrounded
 	7,  // 11: conch.executor.v1.ExecResponse.finished:type_name -> conch.executor.v1.Finished
-	12, // 12: conch.executor.v1.RunCommandRequest.env:type_name -> conch.executor.v1.RunCommandRequest.EnvEntry
+	14, // 12: conch.executor.v1.RunCommandRequest.env:type_name -> conch.executor.v1.RunCommandRequest.EnvEntry
 	2,  // 13: conch.executor.v1.RunCommandResponse.outcome:type_name -> conch.executor.v1.Outcome
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	19, // 14: conch.executor.v1.ResolveCommandResponse.segments:type_name -> conch.approval.v1.Segment
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_exec_proto_init() }
@@ -1070,7 +1191,7 @@ func file_conch_executor_v1_exec_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_exec_proto_rawDesc), len(file_conch_executor_v1_exec_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

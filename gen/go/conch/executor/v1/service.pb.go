@@ -24,7 +24,8 @@ var File_conch_executor_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto2\xfd\t\n" +
+	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto2\xe4\n" +
+	"\n" +
 	"\x0fExecutorService\x12b\n" +
 	"\rCreateSandbox\x12'.conch.executor.v1.CreateSandboxRequest\x1a(.conch.executor.v1.CreateSandboxResponse\x12Y\n" +
 	"\n" +
@@ -33,7 +34,8 @@ const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\x0eDestroySandbox\x12(.conch.executor.v1.DestroySandboxRequest\x1a).conch.executor.v1.DestroySandboxResponse\x12I\n" +
 	"\x04Exec\x12\x1e.conch.executor.v1.ExecRequest\x1a\x1f.conch.executor.v1.ExecResponse0\x01\x12Y\n" +
 	"\n" +
-	"RunCommand\x12$.conch.executor.v1.RunCommandRequest\x1a%.conch.executor.v1.RunCommandResponse\x12b\n" +
+	"RunCommand\x12$.conch.executor.v1.RunCommandRequest\x1a%.conch.executor.v1.RunCommandResponse\x12e\n" +
+	"\x0eResolveCommand\x12(.conch.executor.v1.ResolveCommandRequest\x1a).conch.executor.v1.ResolveCommandResponse\x12b\n" +
 	"\rListProcesses\x12'.conch.executor.v1.ListProcessesRequest\x1a(.conch.executor.v1.ListProcessesResponse\x12\\\n" +
 	"\vPollProcess\x12%.conch.executor.v1.PollProcessRequest\x1a&.conch.executor.v1.PollProcessResponse\x12e\n" +
 	"\x0eReadProcessLog\x12(.conch.executor.v1.ReadProcessLogRequest\x1a).conch.executor.v1.ReadProcessLogResponse\x12_\n" +
@@ -50,26 +52,28 @@ var file_conch_executor_v1_service_proto_goTypes = []any{
 	(*DestroySandboxRequest)(nil),      // 3: conch.executor.v1.DestroySandboxRequest
 	(*ExecRequest)(nil),                // 4: conch.executor.v1.ExecRequest
 	(*RunCommandRequest)(nil),          // 5: conch.executor.v1.RunCommandRequest
-	(*ListProcessesRequest)(nil),       // 6: conch.executor.v1.ListProcessesRequest
-	(*PollProcessRequest)(nil),         // 7: conch.executor.v1.PollProcessRequest
-	(*ReadProcessLogRequest)(nil),      // 8: conch.executor.v1.ReadProcessLogRequest
-	(*WriteProcessRequest)(nil),        // 9: conch.executor.v1.WriteProcessRequest
-	(*KillProcessRequest)(nil),         // 10: conch.executor.v1.KillProcessRequest
-	(*WatchSandboxEventsRequest)(nil),  // 11: conch.executor.v1.WatchSandboxEventsRequest
-	(*AttachNodeRequest)(nil),          // 12: conch.executor.v1.AttachNodeRequest
-	(*CreateSandboxResponse)(nil),      // 13: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxResponse)(nil),         // 14: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesResponse)(nil),      // 15: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxResponse)(nil),     // 16: conch.executor.v1.DestroySandboxResponse
-	(*ExecResponse)(nil),               // 17: conch.executor.v1.ExecResponse
-	(*RunCommandResponse)(nil),         // 18: conch.executor.v1.RunCommandResponse
-	(*ListProcessesResponse)(nil),      // 19: conch.executor.v1.ListProcessesResponse
-	(*PollProcessResponse)(nil),        // 20: conch.executor.v1.PollProcessResponse
-	(*ReadProcessLogResponse)(nil),     // 21: conch.executor.v1.ReadProcessLogResponse
-	(*WriteProcessResponse)(nil),       // 22: conch.executor.v1.WriteProcessResponse
-	(*KillProcessResponse)(nil),        // 23: conch.executor.v1.KillProcessResponse
-	(*WatchSandboxEventsResponse)(nil), // 24: conch.executor.v1.WatchSandboxEventsResponse
-	(*AttachNodeResponse)(nil),         // 25: conch.executor.v1.AttachNodeResponse
+	(*ResolveCommandRequest)(nil),      // 6: conch.executor.v1.ResolveCommandRequest
+	(*ListProcessesRequest)(nil),       // 7: conch.executor.v1.ListProcessesRequest
+	(*PollProcessRequest)(nil),         // 8: conch.executor.v1.PollProcessRequest
+	(*ReadProcessLogRequest)(nil),      // 9: conch.executor.v1.ReadProcessLogRequest
+	(*WriteProcessRequest)(nil),        // 10: conch.executor.v1.WriteProcessRequest
+	(*KillProcessRequest)(nil),         // 11: conch.executor.v1.KillProcessRequest
+	(*WatchSandboxEventsRequest)(nil),  // 12: conch.executor.v1.WatchSandboxEventsRequest
+	(*AttachNodeRequest)(nil),          // 13: conch.executor.v1.AttachNodeRequest
+	(*CreateSandboxResponse)(nil),      // 14: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxResponse)(nil),         // 15: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesResponse)(nil),      // 16: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxResponse)(nil),     // 17: conch.executor.v1.DestroySandboxResponse
+	(*ExecResponse)(nil),               // 18: conch.executor.v1.ExecResponse
+	(*RunCommandResponse)(nil),         // 19: conch.executor.v1.RunCommandResponse
+	(*ResolveCommandResponse)(nil),     // 20: conch.executor.v1.ResolveCommandResponse
+	(*ListProcessesResponse)(nil),      // 21: conch.executor.v1.ListProcessesResponse
+	(*PollProcessResponse)(nil),        // 22: conch.executor.v1.PollProcessResponse
+	(*ReadProcessLogResponse)(nil),     // 23: conch.executor.v1.ReadProcessLogResponse
+	(*WriteProcessResponse)(nil),       // 24: conch.executor.v1.WriteProcessResponse
+	(*KillProcessResponse)(nil),        // 25: conch.executor.v1.KillProcessResponse
+	(*WatchSandboxEventsResponse)(nil), // 26: conch.executor.v1.WatchSandboxEventsResponse
+	(*AttachNodeResponse)(nil),         // 27: conch.executor.v1.AttachNodeResponse
 }
 var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.ExecutorService.CreateSandbox:input_type -> conch.executor.v1.CreateSandboxRequest
@@ -78,28 +82,30 @@ var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	3,  // 3: conch.executor.v1.ExecutorService.DestroySandbox:input_type -> conch.executor.v1.DestroySandboxRequest
 	4,  // 4: conch.executor.v1.ExecutorService.Exec:input_type -> conch.executor.v1.ExecRequest
 	5,  // 5: conch.executor.v1.ExecutorService.RunCommand:input_type -> conch.executor.v1.RunCommandRequest
-	6,  // 6: conch.executor.v1.ExecutorService.ListProcesses:input_type -> conch.executor.v1.ListProcessesRequest
-	7,  // 7: conch.executor.v1.ExecutorService.PollProcess:input_type -> conch.executor.v1.PollProcessRequest
-	8,  // 8: conch.executor.v1.ExecutorService.ReadProcessLog:input_type -> conch.executor.v1.ReadProcessLogRequest
-	9,  // 9: conch.executor.v1.ExecutorService.WriteProcess:input_type -> conch.executor.v1.WriteProcessRequest
-	10, // 10: conch.executor.v1.ExecutorService.KillProcess:input_type -> conch.executor.v1.KillProcessRequest
-	11, // 11: conch.executor.v1.ExecutorService.WatchSandboxEvents:input_type -> conch.executor.v1.WatchSandboxEventsRequest
-	12, // 12: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
-	13, // 13: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
-	14, // 14: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
-	15, // 15: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
-	16, // 16: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
-	17, // 17: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
-	18, // 18: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
-	19, // 19: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
-	20, // 20: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
-	21, // 21: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
-	22, // 22: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
-	23, // 23: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
-	24, // 24: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
-	25, // 25: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
-	13, // [13:26] is the sub-list for method output_type
-	0,  // [0:13] is the sub-list for method input_type
+	6,  // 6: conch.executor.v1.ExecutorService.ResolveCommand:input_type -> conch.executor.v1.ResolveCommandRequest
+	7,  // 7: conch.executor.v1.ExecutorService.ListProcesses:input_type -> conch.executor.v1.ListProcessesRequest
+	8,  // 8: conch.executor.v1.ExecutorService.PollProcess:input_type -> conch.executor.v1.PollProcessRequest
+	9,  // 9: conch.executor.v1.ExecutorService.ReadProcessLog:input_type -> conch.executor.v1.ReadProcessLogRequest
+	10, // 10: conch.executor.v1.ExecutorService.WriteProcess:input_type -> conch.executor.v1.WriteProcessRequest
+	11, // 11: conch.executor.v1.ExecutorService.KillProcess:input_type -> conch.executor.v1.KillProcessRequest
+	12, // 12: conch.executor.v1.ExecutorService.WatchSandboxEvents:input_type -> conch.executor.v1.WatchSandboxEventsRequest
+	13, // 13: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
+	14, // 14: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
+	15, // 15: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
+	16, // 16: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
+	17, // 17: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
+	18, // 18: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
+	19, // 19: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
+	20, // 20: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
+	21, // 21: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
+	22, // 22: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
+	23, // 23: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
+	24, // 24: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
+	25, // 25: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
+	26, // 26: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
+	27, // 27: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
+	14, // [14:28] is the sub-list for method output_type
+	0,  // [0:14] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -25,6 +25,7 @@ const (
 	ExecutorService_DestroySandbox_FullMethodName     = "/conch.executor.v1.ExecutorService/DestroySandbox"
 	ExecutorService_Exec_FullMethodName               = "/conch.executor.v1.ExecutorService/Exec"
 	ExecutorService_RunCommand_FullMethodName         = "/conch.executor.v1.ExecutorService/RunCommand"
+	ExecutorService_ResolveCommand_FullMethodName     = "/conch.executor.v1.ExecutorService/ResolveCommand"
 	ExecutorService_ListProcesses_FullMethodName      = "/conch.executor.v1.ExecutorService/ListProcesses"
 	ExecutorService_PollProcess_FullMethodName        = "/conch.executor.v1.ExecutorService/PollProcess"
 	ExecutorService_ReadProcessLog_FullMethodName     = "/conch.executor.v1.ExecutorService/ReadProcessLog"
@@ -58,6 +59,10 @@ type ExecutorServiceClient interface {
 	// RunCommand runs a command to its end and returns the result as the
 	// model receives it.
 	RunCommand(ctx context.Context, in *RunCommandRequest, opts ...grpc.CallOption) (*RunCommandResponse, error)
+	// ResolveCommand finds the programs of a command as the shell of a new
+	// sandbox of this executor would, without running anything: what the
+	// exec policy judges for host sandbox when no sandbox is named.
+	ResolveCommand(ctx context.Context, in *ResolveCommandRequest, opts ...grpc.CallOption) (*ResolveCommandResponse, error)
 	// ListProcesses lists a sandbox's running and recently finished processes.
 	ListProcesses(ctx context.Context, in *ListProcessesRequest, opts ...grpc.CallOption) (*ListProcessesResponse, error)
 	// PollProcess returns a process's new output since the last poll.
@@ -147,6 +152,16 @@ func (c *executorServiceClient) RunCommand(ctx context.Context, in *RunCommandRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunCommandResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_RunCommand_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ResolveCommand(ctx context.Context, in *ResolveCommandRequest, opts ...grpc.CallOption) (*ResolveCommandResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveCommandResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ResolveCommand_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +274,10 @@ type ExecutorServiceServer interface {
 	// RunCommand runs a command to its end and returns the result as the
 	// model receives it.
 	RunCommand(context.Context, *RunCommandRequest) (*RunCommandResponse, error)
+	// ResolveCommand finds the programs of a command as the shell of a new
+	// sandbox of this executor would, without running anything: what the
+	// exec policy judges for host sandbox when no sandbox is named.
+	ResolveCommand(context.Context, *ResolveCommandRequest) (*ResolveCommandResponse, error)
 	// ListProcesses lists a sandbox's running and recently finished processes.
 	ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error)
 	// PollProcess returns a process's new output since the last poll.
@@ -302,6 +321,9 @@ func (UnimplementedExecutorServiceServer) Exec(*ExecRequest, grpc.ServerStreamin
 }
 func (UnimplementedExecutorServiceServer) RunCommand(context.Context, *RunCommandRequest) (*RunCommandResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunCommand not implemented")
+}
+func (UnimplementedExecutorServiceServer) ResolveCommand(context.Context, *ResolveCommandRequest) (*ResolveCommandResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveCommand not implemented")
 }
 func (UnimplementedExecutorServiceServer) ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListProcesses not implemented")
@@ -446,6 +468,24 @@ func _ExecutorService_RunCommand_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_ResolveCommand_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveCommandRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ResolveCommand(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ResolveCommand_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ResolveCommand(ctx, req.(*ResolveCommandRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ExecutorService_ListProcesses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListProcessesRequest)
 	if err := dec(in); err != nil {
@@ -580,6 +620,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RunCommand",
 			Handler:    _ExecutorService_RunCommand_Handler,
+		},
+		{
+			MethodName: "ResolveCommand",
+			Handler:    _ExecutorService_ResolveCommand_Handler,
 		},
 		{
 			MethodName: "ListProcesses",
