@@ -6,6 +6,7 @@ package process
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -208,43 +209,82 @@ type Event struct {
 type Table struct {
 	retention time.Duration
 	mu        sync.Mutex
-	recs      map[string]map[string]*Record // sandbox → id → record
+	recs      map[string]*sandboxRecords
 	watchers  map[string]map[chan Event]struct{}
+}
+
+// sandboxRecords are one sandbox's records, by id and in the order they
+// were added (order may still name records since forgotten).
+type sandboxRecords struct {
+	byID  map[string]*Record
+	order []*Record
+}
+
+// evictOne forgets the record added first among those that have ended.
+func (m *sandboxRecords) evictOne() {
+	for len(m.order) > 0 && m.byID[m.order[0].ID] != m.order[0] {
+		m.order[0] = nil
+		m.order = m.order[1:]
+	}
+	for i, r := range m.order {
+		if m.byID[r.ID] != r || r.Snapshot().Running {
+			continue // forgotten already (compact drops it), or running
+		}
+		delete(m.byID, r.ID)
+		if i == 0 {
+			m.order[0] = nil
+			m.order = m.order[1:]
+		}
+		return
+	}
+}
+
+// compact drops from order the records no longer kept.
+func (m *sandboxRecords) compact() {
+	kept := m.order[:0]
+	for _, r := range m.order {
+		if m.byID[r.ID] == r {
+			kept = append(kept, r)
+		}
+	}
+	clear(m.order[len(kept):])
+	m.order = kept
 }
 
 // NewTable returns a table that forgets finished records after retention.
 func NewTable(retention time.Duration) *Table {
-	return &Table{retention: retention, recs: map[string]map[string]*Record{}, watchers: map[string]map[chan Event]struct{}{}}
+	return &Table{retention: retention, recs: map[string]*sandboxRecords{}, watchers: map[string]map[chan Event]struct{}{}}
 }
 
-// Add adds a record.
+// Add adds a record. Beyond MaxRecords for its sandbox, the finished record
+// added first is forgotten: commands mostly end in the order they start,
+// so that is found at once.
 func (t *Table) Add(r *Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.recs[r.SandboxID]
 	if m == nil {
-		m = map[string]*Record{}
+		m = &sandboxRecords{byID: map[string]*Record{}}
 		t.recs[r.SandboxID] = m
 	}
-	if len(m) >= MaxRecords {
-		var oldest *Record
-		for _, o := range m {
-			if s := o.Snapshot(); !s.Running && (oldest == nil || s.EndedAt.Before(oldest.Snapshot().EndedAt)) {
-				oldest = o
-			}
-		}
-		if oldest != nil {
-			delete(m, oldest.ID)
-		}
+	if len(m.byID) >= MaxRecords {
+		m.evictOne()
 	}
-	m[r.ID] = r
+	if len(m.order) >= 2*MaxRecords {
+		m.compact()
+	}
+	m.byID[r.ID] = r
+	m.order = append(m.order, r)
 }
 
 // Get returns a sandbox's record.
 func (t *Table) Get(sandboxID, id string) (*Record, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.recs[sandboxID][id]
+	var r *Record
+	if m := t.recs[sandboxID]; m != nil {
+		r = m.byID[id]
+	}
 	if r == nil {
 		return nil, ErrNotFound
 	}
@@ -254,25 +294,20 @@ func (t *Table) Get(sandboxID, id string) (*Record, error) {
 // List returns a sandbox's records, oldest first.
 func (t *Table) List(sandboxID string) []Snapshot {
 	t.mu.Lock()
-	recs := make([]*Record, 0, len(t.recs[sandboxID]))
-	for _, r := range t.recs[sandboxID] {
-		recs = append(recs, r)
+	var recs []*Record
+	if m := t.recs[sandboxID]; m != nil {
+		recs = make([]*Record, 0, len(m.byID))
+		for _, r := range m.byID {
+			recs = append(recs, r)
+		}
 	}
 	t.mu.Unlock()
 	out := make([]Snapshot, 0, len(recs))
 	for _, r := range recs {
 		out = append(out, r.Snapshot())
 	}
-	sortSnapshots(out)
+	slices.SortStableFunc(out, func(a, b Snapshot) int { return a.StartedAt.Compare(b.StartedAt) })
 	return out
-}
-
-func sortSnapshots(s []Snapshot) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j].StartedAt.Before(s[j-1].StartedAt); j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // Notify tells the sandbox's watchers about an event; a watcher that does
@@ -319,14 +354,16 @@ func (t *Table) Sweep(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for sb, m := range t.recs {
-		for id, r := range m {
+		for id, r := range m.byID {
 			s := r.Snapshot()
 			if !s.Running && now.Sub(s.EndedAt) > t.retention {
-				delete(m, id)
+				delete(m.byID, id)
 			}
 		}
-		if len(m) == 0 {
+		if len(m.byID) == 0 {
 			delete(t.recs, sb)
+			continue
 		}
+		m.compact()
 	}
 }

@@ -114,4 +114,23 @@ func TestTableKeepsAtMostMaxRecords(t *testing.T) {
 	if _, err := tab.Get("s", fmt.Sprintf("p%d", MaxRecords+9)); err != nil {
 		t.Fatal("the newest record was forgotten")
 	}
+	// The finished ones added first went first.
+	for i, want := range map[int]bool{0: false, 10: false, 11: true} {
+		if _, err := tab.Get("s", fmt.Sprintf("p%d", i)); (err == nil) != want {
+			t.Errorf("p%d kept = %v, want %v", i, err == nil, want)
+		}
+	}
+	// After a sweep forgets them all, the table fills again to the bound.
+	tab.Sweep(time.Now().Add(time.Hour))
+	for i := range 2*MaxRecords + 5 {
+		r := NewRecord(fmt.Sprintf("q%d", i), "s", "true", false, false, nil, nil)
+		r.End(0, false, "")
+		tab.Add(r)
+	}
+	if n := len(tab.List("s")); n != MaxRecords {
+		t.Fatalf("after a sweep and more: %d records kept, want %d", n, MaxRecords)
+	}
+	if _, err := tab.Get("s", "running"); err != nil {
+		t.Fatal("a running process was forgotten")
+	}
 }
