@@ -48,9 +48,10 @@ test: build
 
 BENCH_OUT    ?= bench.txt
 BENCH_REPORT ?= bench-report.json
-# Vetting later packages would compete with earlier benchmarks for the
-# CPU; vet is make lint's job.
-BENCH_TEST    = cd services && CONCH_BIN=$(CURDIR)/$(BIN) $(GO) test -vet=off -run '^$$' -benchmem
+# One package at a time (-p 1): two packages' benchmarks at once would
+# compete for the CPU and the disk, and each would measure the other. Vetting
+# later packages would compete too; vet is make lint's job.
+BENCH_TEST    = cd services && CONCH_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -vet=off -run '^$$' -benchmem
 # Pool creation refills the pool, untimed, after each timed take: ~20 ms
 # for well under 1 ms timed, so a 1s benchtime would take half a minute. It
 # runs a fixed count instead.
