@@ -33,8 +33,7 @@ LOAD_CLIENTS  ?= 8
 LOAD_TIME     ?= 60s
 LOAD_OVERLOAD ?= 64
 LOAD_REPORT   ?= load-report.json
-load: build
-	@test -f $(CLUSTER_DIR)/cluster.json || $(MAKE) cluster
+load: cluster
 	$(GO) run ./services/cmd/conchload -cluster $(CLUSTER_DIR) -concurrency $(LOAD_CLIENTS) -duration $(LOAD_TIME) \
 		-overload $(LOAD_OVERLOAD) -overload-duration 15s -json $(LOAD_REPORT)
 

@@ -76,23 +76,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// up starts a cluster in dir, or, when every member of the one there
+// runs, says so: `make load` brings a cluster up only if it is not.
 func up(ctx context.Context, dir, conch, minio string, stdout, stderr io.Writer) error {
+	if s, err := localcluster.ReadState(dir); err == nil {
+		live, err := localcluster.Live(dir)
+		if err != nil {
+			return err
+		}
+		if len(live) == len(s.Members) && len(live) > 0 {
+			printState(stdout, "conch cluster is already up", dir, s)
+			return nil
+		}
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := localcluster.Start(ctx, localcluster.Options{Dir: dir, Conch: conch, MinIO: minio, Detach: true, Logger: log})
 	if err != nil {
 		return err
 	}
 	s := c.State()
-	fmt.Fprintf(stdout, `conch cluster is up in the background
+	printState(stdout, "conch cluster is up in the background", c.Dir(), &s)
+	return nil
+}
+
+func printState(w io.Writer, title, dir string, s *localcluster.State) {
+	fmt.Fprintf(w, `%s
   routers:   %s
   admin key: %s
   etcd:      %s
   minio:     http://%s (bucket %s)
   state:     %s/%s, logs in %s/logs
 stop it with: make cluster-down
-`, strings.Join(s.Routers, " "), s.AdminKey, strings.Join(s.EtcdEndpoints, ","), s.S3.Endpoint, s.S3.Bucket,
-		c.Dir(), localcluster.StateFile, c.Dir())
-	return nil
+`, title, strings.Join(s.Routers, " "), s.AdminKey, strings.Join(s.EtcdEndpoints, ","), s.S3.Endpoint, s.S3.Bucket,
+		dir, localcluster.StateFile, dir)
 }
 
 func envOr(key, def string) string {
