@@ -9,29 +9,33 @@ import (
 )
 
 // startSleeper starts a process in a group of its own, as the cluster
-// starts its members, and returns its state as a member of kind.
-func startSleeper(t *testing.T, name, kind string) (MemberState, *exec.Cmd) {
+// starts its members, and returns its state as a member of kind and a
+// channel closed once it has exited: it is reaped as it dies, as a
+// detached cluster's orphans are reaped by init.
+func startSleeper(t *testing.T, name, kind string) (MemberState, <-chan struct{}) {
 	t.Helper()
 	cmd := exec.Command("sleep", "600")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	exited := make(chan struct{})
 	start, _, err := procStat(cmd.Process.Pid)
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	if err != nil {
 		t.Fatal(err)
 	}
-	return MemberState{Name: name, Kind: kind, PID: cmd.Process.Pid, StartTime: start}, cmd
+	return MemberState{Name: name, Kind: kind, PID: cmd.Process.Pid, StartTime: start}, exited
 }
 
 func TestDownStopsLiveMembersOnly(t *testing.T) {
 	dir := t.TempDir()
-	router, routerCmd := startSleeper(t, "router-0", KindRouter)
-	etcd, etcdCmd := startSleeper(t, "etcd-0", KindEtcd)
+	router, routerExited := startSleeper(t, "router-0", KindRouter)
+	etcd, etcdExited := startSleeper(t, "etcd-0", KindEtcd)
 	// A member whose recorded start time is not its PID's: the PID
 	// was reused by another process, which must be left alone.
-	stranger, strangerCmd := startSleeper(t, "executor-0", KindExecutor)
+	stranger, strangerExited := startSleeper(t, "executor-0", KindExecutor)
 	stranger.StartTime++
 	if err := writeState(dir, &State{Members: []MemberState{router, etcd, stranger}}); err != nil {
 		t.Fatal(err)
@@ -48,14 +52,7 @@ func TestDownStopsLiveMembersOnly(t *testing.T) {
 		t.Fatalf("Live = %v, want %v", names, want)
 	}
 
-	// Waiting reaps the members as they die, as a detached cluster's
-	// orphans are reaped by init.
-	exited := map[string]chan struct{}{}
-	for name, cmd := range map[string]*exec.Cmd{"router-0": routerCmd, "etcd-0": etcdCmd, "executor-0": strangerCmd} {
-		ch := make(chan struct{})
-		exited[name] = ch
-		go func() { _ = cmd.Wait(); close(ch) }()
-	}
+	exited := map[string]<-chan struct{}{"router-0": routerExited, "etcd-0": etcdExited, "executor-0": strangerExited}
 	if err := Down(dir, 5*time.Second); err != nil {
 		t.Fatalf("Down: %v", err)
 	}
