@@ -165,6 +165,15 @@ func (r *Router) listAll(ctx context.Context, method string, req, reply any, cc 
 		got   int
 	)
 	out.Sandboxes = nil
+	// The caller's header, trailer and peer destinations would be written
+	// by every call at once.
+	opts = slices.DeleteFunc(slices.Clone(opts), func(o grpc.CallOption) bool {
+		switch o.(type) {
+		case grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption:
+			return true
+		}
+		return false
+	})
 	for _, addr := range addrs {
 		wg.Go(func() {
 			one := &executorv1.ListSandboxesResponse{}
