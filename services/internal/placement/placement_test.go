@@ -155,25 +155,7 @@ func TestAllExecutorsFull(t *testing.T) {
 
 func TestUnreachableRewords(t *testing.T) {
 	acme := tenant.With(context.Background(), tenant.Scope{Account: "acme"})
-	// An unsent pinned call's error, as the balancer gives it for an
-	// instance that does not answer.
-	cli := etcdxtest.StartForTest(t)
-	reg, err := discovery.Register(t.Context(), cli, "nothing", "127.0.0.1:1", discovery.RegisterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close(context.Background())
-	conn, err := discovery.Dial(acme, cli, "nothing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(acme, 10*time.Second)
-	defer cancel()
-	unsent := conn.Invoke(discovery.Pin(ctx, "127.0.0.1:1"), "/x.Y/Z", &executorv1.GetSandboxRequest{}, &executorv1.GetSandboxResponse{})
-	if !discovery.Unreachable(unsent) {
-		t.Fatalf("pinned call to nothing: %v", unsent)
-	}
+	unsent := unreachableForTest(t)
 	tests := []struct {
 		name string
 		req  any
