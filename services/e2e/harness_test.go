@@ -18,26 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conch-sh/conch/services/internal/conchtest"
 	"github.com/conch-sh/conch/services/internal/localcluster"
 )
 
-// conchBin is the binary under test: $CONCH_BIN (set by `make test`), else
-// built once into a temp dir.
-var conchBin = sync.OnceValues(func() (string, error) {
-	if bin := os.Getenv("CONCH_BIN"); bin != "" {
-		return bin, nil
-	}
-	dir, err := os.MkdirTemp("", "conch-e2e-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "conch")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/conch-sh/conch/services/cmd/conch").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build conch: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+// conchBin is the binary under test.
+var conchBin = conchtest.Binary
 
 // dev is a running `conch dev`.
 type dev struct {
