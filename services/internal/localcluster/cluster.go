@@ -157,16 +157,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 	// etcd first: every other member needs it. A member serves only
 	// once a quorum runs, so all start before any is waited for.
-	etcds := c.Members(KindEtcd)
-	for _, name := range etcds {
-		if err := c.spawn(name); err != nil {
-			return nil, err
-		}
-	}
-	for _, name := range etcds {
-		if err := c.waitReady(ctx, name); err != nil {
-			return nil, err
-		}
+	if err := c.startAll(ctx, c.Members(KindEtcd)); err != nil {
+		return nil, err
 	}
 	if c.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: c.state.EtcdEndpoints}); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
@@ -178,15 +170,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	for _, kind := range ServiceKinds {
 		services = append(services, c.Members(kind)...)
 	}
-	for _, name := range services {
-		if err := c.spawn(name); err != nil {
-			return nil, err
-		}
-	}
-	for _, name := range services {
-		if err := c.waitReady(ctx, name); err != nil {
-			return nil, err
-		}
+	if err := c.startAll(ctx, services); err != nil {
+		return nil, err
 	}
 	c.log.Info("cluster ready", "dir", opts.Dir, "routers", strings.Join(c.state.Routers, " "))
 	return c, nil
@@ -194,6 +179,22 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 // prepareDir makes dir ready for a new cluster: it refuses a dir whose
 // cluster still runs and removes what a stopped one left.
+// startAll starts the members names, all of them before waiting for any
+// to serve.
+func (c *Cluster) startAll(ctx context.Context, names []string) error {
+	for _, name := range names {
+		if err := c.spawn(name); err != nil {
+			return err
+		}
+	}
+	for _, name := range names {
+		if err := c.waitReady(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func prepareDir(dir string) error {
 	live, err := Live(dir)
 	if err != nil {
