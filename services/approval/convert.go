@@ -108,7 +108,7 @@ func settingsFrom(s *approvalv1.ExecSettings) policy.Settings {
 func segmentsTo(segs []policy.Segment) []*approvalv1.Segment {
 	out := make([]*approvalv1.Segment, len(segs))
 	for i, s := range segs {
-		out[i] = &approvalv1.Segment{Argv: s.Argv, ResolvedPath: s.ResolvedPath, Decision: decisionTo(s.Decision), Reason: s.Reason}
+		out[i] = &approvalv1.Segment{Argv: s.Argv, ResolvedPath: s.ResolvedPath, RealPath: s.RealPath, Decision: decisionTo(s.Decision), Reason: s.Reason}
 	}
 	return out
 }

@@ -145,7 +145,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	var resolver policy.Resolver
 	digests := map[string]string{}
 	if len(in.segments) > 0 || in.resolved {
-		m := policy.MapResolver{}
+		m := policy.MapResolver{Paths: map[string]string{}, Real: map[string]string{}}
 		for _, seg := range in.segments {
 			if len(seg.GetArgv()) == 0 || seg.GetResolvedPath() == "" || !path.IsAbs(seg.GetResolvedPath()) {
 				continue
@@ -155,9 +155,12 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 				digests[resolved] = d
 			}
 			if name := seg.GetArgv()[0]; !strings.Contains(name, "/") {
-				m[name] = resolved
+				m.Paths[name] = resolved
 			}
-			m[resolved] = resolved
+			m.Paths[resolved] = resolved
+			if r := seg.GetRealPath(); r != "" && path.IsAbs(r) {
+				m.Real[resolved] = path.Clean(r)
+			}
 		}
 		resolver = m
 	} else {
@@ -205,7 +208,7 @@ func (s *Server) Evaluate(ctx context.Context, req *approvalv1.EvaluateRequest) 
 	}
 	verdicts.Add(ctx, 1, verdictAttrs("evaluate", j.res.Decision.String()))
 	return &approvalv1.EvaluateResponse{
-		Decision: decisionTo(j.res.Decision), Reason: j.res.Reason, Segments: segmentsTo(j.res.Segments),
+		Decision: decisionTo(j.res.Decision), Reason: j.res.Reason, Segments: segmentsTo(j.res.Segments), Plan: j.res.Plan,
 		Security: securityTo(j.settings.Security), Ask: askTo(j.settings.Ask), AskFallback: securityTo(j.settings.AskFallback),
 	}, nil
 }
@@ -256,7 +259,7 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 	if err != nil {
 		return nil, err
 	}
-	out := &approvalv1.AuthorizeResponse{Segments: segmentsTo(j.res.Segments)}
+	out := &approvalv1.AuthorizeResponse{Segments: segmentsTo(j.res.Segments), Plan: j.res.Plan, Security: securityTo(j.settings.Security)}
 	digest := bindingDigest(account, b, j.res.ResolvedPaths(), j.digests)
 	if req.GetApprovalId() != "" && j.res.Decision != policy.Deny {
 		return s.useApproval(ctx, account, req.GetApprovalId(), digest, out)

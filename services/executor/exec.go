@@ -22,8 +22,14 @@ import (
 
 // ExecParams describe one command.
 type ExecParams struct {
-	SandboxID  string
-	Command    string
+	SandboxID string
+	// Command is the command as the caller wrote it: what its records
+	// show, and what the shell runs when Plan is empty.
+	Command string
+	// Plan is what the shell runs in place of Command when the exec
+	// policy judged the command's structure: the judged tree re-printed
+	// canonically, so nothing but what was judged can run.
+	Plan       string
 	Workdir    string
 	Env        map[string]string
 	Timeout    time.Duration
@@ -233,8 +239,12 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 		env, sc = traceEnv(ctx, env)
 	}
 	var err error
+	script := p.Command
+	if p.Plan != "" {
+		script = p.Plan
+	}
 	proc, err = start(sandbox.Options{
-		Command: p.Command, Workdir: p.Workdir, Env: env, Pty: p.Pty, Budget: budget,
+		Command: script, Workdir: p.Workdir, Env: env, Pty: p.Pty, Budget: budget,
 		TrackCwd: !p.Background, OnOutput: onOutput, PathPrepend: p.PathPrepend,
 	})
 	close(procReady)

@@ -49,7 +49,11 @@ func TestValidateEnv(t *testing.T) {
 		env  map[string]string
 		want string // substring of the error; empty: accepted
 	}{
-		{map[string]string{"FOO": "bar", "my_var2": "x"}, ""},
+		{map[string]string{"FOO": "bar", "MY_VAR2": "x", "LANG": "C.UTF-8", "LC_ALL": "C"}, ""},
+		{map[string]string{"my_var": "x"}, "my_var may not be set"},
+		{map[string]string{"POSIXLY_CORRECT": "1"}, "POSIXLY_CORRECT may not be set"},
+		{map[string]string{"GIT_SEQUENCE_EDITOR": "id"}, "GIT_SEQUENCE_EDITOR may not be set"},
+		{map[string]string{"http_proxy": "x"}, "http_proxy may not be set"},
 		{map[string]string{"PATH": "/tmp"}, "PATH may not be set"},
 		{map[string]string{"path": "/tmp"}, "may not be set"},
 		{map[string]string{"LD_PRELOAD": "/tmp/x.so"}, "LD_* variables"},

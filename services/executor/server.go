@@ -54,13 +54,14 @@ func (s *Server) WithApprovals(c gate.Client) *Server {
 // authorize asks the approval service whether req may run in workdir (in
 // sb, on the gateway host or on node), telling the caller while a human
 // decides. It reports false after sending the refusal as the command's
-// end, with the policy's exact error string.
-func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, workdir string, sb *sandbox.Sandbox, node *nodeConn, stream executorv1.ExecutorService_ExecServer) (bool, error) {
+// end, with the policy's exact error string; when allowed, plan is what
+// runs in place of the command ("" runs it as written).
+func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, workdir string, sb *sandbox.Sandbox, node *nodeConn, stream executorv1.ExecutorService_ExecServer) (ok bool, plan string, err error) {
 	if !gate.Needed(req.GetHost(), req.GetSettings()) {
-		return true, nil
+		return true, "", nil
 	}
-	refuse := func(reason string) (bool, error) {
-		return false, stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
+	refuse := func(reason string) (bool, string, error) {
+		return false, "", stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
 			Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR}, Error: reason,
 		}}})
 	}
@@ -102,12 +103,12 @@ func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, wor
 		},
 	})
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	if !v.Allowed {
 		return refuse(v.Reason)
 	}
-	return true, nil
+	return true, v.Plan, nil
 }
 
 // sandboxDigest binds an approval to the content of a sandbox's file, read
@@ -380,11 +381,12 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 		// cd does meanwhile.
 		sb, workdir = e.sb, e.sb.Dir(workdir)
 	}
-	if ok, err := s.authorize(ctx, req, workdir, sb, node, stream); !ok || err != nil {
+	ok, plan, err := s.authorize(ctx, req, workdir, sb, node, stream)
+	if !ok || err != nil {
 		return err
 	}
 	res, err := s.svc.Exec(ctx, account, ExecParams{
-		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: workdir, Env: req.GetEnv(),
+		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Plan: plan, Workdir: workdir, Env: req.GetEnv(),
 		Timeout: timeout, MaxOutput: maxOut, Pty: req.GetPty(), Yield: time.Duration(req.GetYieldMs()) * time.Millisecond,
 		Background: req.GetBackground(), Notify: req.GetSettings().GetNotifyOnExit(),
 		Notice: notice, PathPrepend: req.GetSettings().GetPathPrepend(),

@@ -106,6 +106,10 @@ func ReadDigest(r io.Reader) (string, error) {
 type Verdict struct {
 	// Allowed reports whether the command may run now.
 	Allowed bool
+	// Plan is what runs in place of the command when the policy judged its
+	// structure (see policy.Result.Plan); empty means the command runs as
+	// written.
+	Plan string
 	// Reason is the spec's error string when not allowed.
 	Reason string
 	// Approval is the approval a human answered, if one was needed.
@@ -131,11 +135,9 @@ func Segments(command, cwd, home string, r policy.Resolver) []*approvalv1.Segmen
 	res := policy.New(policy.Config{Home: home}).Evaluate(policy.Request{
 		Command: command, Cwd: cwd, Resolver: r, Settings: policy.Settings{Security: policy.SecurityFull, Ask: policy.AskOff},
 	})
-	out := make([]*approvalv1.Segment, 0, len(res.Segments))
-	for _, s := range res.Segments {
-		if s.ResolvedPath != "" && len(s.Argv) > 0 {
-			out = append(out, &approvalv1.Segment{Argv: s.Argv[:1], ResolvedPath: s.ResolvedPath})
-		}
+	out := make([]*approvalv1.Segment, 0, len(res.Programs))
+	for _, p := range res.Programs {
+		out = append(out, &approvalv1.Segment{Argv: []string{p.Name}, ResolvedPath: p.Path, RealPath: p.RealPath})
 	}
 	return out
 }
@@ -155,7 +157,7 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 	}
 	switch resp.GetDecision() {
 	case approvalv1.PolicyDecision_POLICY_DECISION_ALLOW:
-		return Verdict{Allowed: true}, nil
+		return allowed(resp, nil), nil
 	case approvalv1.PolicyDecision_POLICY_DECISION_ASK:
 	default:
 		return Verdict{Reason: resp.GetReason()}, nil
@@ -180,9 +182,20 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("gate: use approval %s: %w", final.GetId(), err)
 	}
 	if resp.GetDecision() == approvalv1.PolicyDecision_POLICY_DECISION_ALLOW {
-		return Verdict{Allowed: true, Approval: resp.GetApproval()}, nil
+		return allowed(resp, resp.GetApproval()), nil
 	}
 	return Verdict{Reason: resp.GetReason(), Approval: resp.GetApproval()}, nil
+}
+
+// allowed is the verdict of an allow. Where the policy judged the
+// command's structure the judged plan is what runs; an allow under
+// security allowlist that comes without one cannot be run as judged and
+// is refused.
+func allowed(resp *approvalv1.AuthorizeResponse, a *approvalv1.Approval) Verdict {
+	if resp.GetSecurity() != approvalv1.Security_SECURITY_FULL && resp.GetPlan() == "" {
+		return Verdict{Reason: policy.ErrNotAllowed + ": the approval service sent no plan to run", Approval: a}
+	}
+	return Verdict{Allowed: true, Plan: resp.GetPlan(), Approval: a}
 }
 
 // prepare resolves the command's programs and their digests into areq; a

@@ -124,7 +124,7 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 		return deny(ErrNotAllowed)
 	}
 	if err := CheckEnv(req.Env); err != nil {
-		return deny(ErrNotAllowed + ": " + err.Error())
+		return deny(ErrNotAllowed + " (" + err.Error() + ")")
 	}
 	if len(req.Command) > MaxCommandBytes {
 		return deny(fmt.Sprintf("%s: command longer than %d bytes", ErrNotAllowed, MaxCommandBytes))
@@ -146,9 +146,9 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 	if resolver == nil {
 		resolver = PathResolver{Path: SplitPath(DefaultPath)}
 	}
-	a := &analyzer{e: e, r: resolver}
+	a := &analyzer{e: e, r: resolver, env: req.Env, p: &printer{}}
 	a.stmts(f.Stmts, []string{path.Clean(req.Cwd)})
-	res.Segments = a.segs
+	res.Segments, res.Programs = a.segs, a.programs
 	if s.Security == SecurityFull {
 		for i := range res.Segments {
 			res.Segments[i].Decision = Allow
@@ -171,15 +171,15 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 			if s.Ask == AskOff {
 				return deny(ErrNotAllowed)
 			}
-			res.Decision, res.Reason = AskHuman, "allowlist miss: "+seg.Reason
+			res.Decision, res.Reason, res.Plan = AskHuman, "allowlist miss: "+seg.Reason, a.p.b.String()
 			return res
 		}
 	}
 	if s.Ask == AskAlways {
-		res.Decision, res.Reason = AskHuman, "ask is always"
+		res.Decision, res.Reason, res.Plan = AskHuman, "ask is always", a.p.b.String()
 		return res
 	}
-	res.Decision, res.Reason = Allow, "allowlist"
+	res.Decision, res.Reason, res.Plan = Allow, "allowlist", a.p.b.String()
 	return res
 }
 
@@ -239,6 +239,30 @@ type analyzer struct {
 	segs    []Segment
 	refused string
 	depth   int
+	// env are the variables the request sets: a "$NAME" of one of them
+	// is judged, and printed, as its value.
+	env map[string]string
+	// p prints the plan of the statements being judged.
+	p *printer
+	// callEnv are the assignments the programs of the current simple
+	// command need in the plan (see profileEnv).
+	callEnv map[string]string
+	// head is the binary the current simple command's program word
+	// resolved to, when it is one binary in every directory.
+	head string
+	// innerPlans are the plans of sh -c strings, by the word they replace.
+	innerPlans map[*word]string
+	// programs are the names resolved so far.
+	programs []Program
+}
+
+// lookPath resolves name in dir and notes what it found.
+func (a *analyzer) lookPath(name, dir string) (string, error) {
+	p, err := a.r.LookPath(name, dir)
+	if err == nil && len(a.programs) < maxSegments {
+		a.programs = append(a.programs, Program{Name: name, Path: p, RealPath: a.realPath(p)})
+	}
+	return p, err
 }
 
 func (a *analyzer) refuse(r *refusal) {
@@ -281,6 +305,7 @@ func (a *analyzer) stmts(list []*syntax.Stmt, cwds []string) []string {
 			return cwds
 		}
 		s, f := a.stmt(st, cwds)
+		a.p.endLine()
 		cwds = union(s, f)
 	}
 	return cwds
@@ -300,8 +325,15 @@ func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
 		a.refuse(refuse("&|"))
 		return cwds, cwds
 	}
+	var bodies []string
 	for _, r := range st.Redirs {
 		if (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.N == nil && r.Word != nil && quotedHeredoc(r.Word) {
+			body, ok := heredocBody(r.Hdoc, r.Op == syntax.DashHdoc)
+			if !ok {
+				a.refuse(refuse(r.Op.String()))
+				return cwds, cwds
+			}
+			bodies = append(bodies, body)
 			continue
 		}
 		tok := r.Op.String()
@@ -314,11 +346,43 @@ func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
 	if st.Cmd == nil {
 		return cwds, cwds
 	}
+	if st.Negated {
+		a.p.b.WriteString("! ")
+	}
 	succ, fail = a.cmd(st.Cmd, cwds)
+	for _, body := range bodies {
+		a.p.heredoc(body)
+	}
 	if st.Negated {
 		succ, fail = fail, succ
 	}
 	return succ, fail
+}
+
+// heredocBody returns the text of a quoted here-document as the shell
+// feeds it. The parser keeps the leading tabs <<- removes, and the tabs
+// before the closing delimiter as a last, unterminated line.
+func heredocBody(w *syntax.Word, dash bool) (string, bool) {
+	if w == nil {
+		return "", true
+	}
+	var b strings.Builder
+	for _, p := range w.Parts {
+		l, ok := p.(*syntax.Lit)
+		if !ok {
+			return "", false
+		}
+		b.WriteString(l.Value)
+	}
+	body := b.String()
+	if !dash {
+		return body, true
+	}
+	lines := strings.SplitAfter(body, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimLeft(l, "\t")
+	}
+	return strings.Join(lines, ""), true
 }
 
 func (a *analyzer) cmd(c syntax.Command, cwds []string) (succ, fail []string) {
@@ -329,15 +393,18 @@ func (a *analyzer) cmd(c syntax.Command, cwds []string) (succ, fail []string) {
 		switch c.Op {
 		case syntax.AndStmt:
 			s1, f1 := a.stmt(c.X, cwds)
+			a.p.b.WriteString(" && ")
 			s2, f2 := a.stmt(c.Y, s1)
 			return s2, union(f1, f2)
 		case syntax.OrStmt:
 			s1, f1 := a.stmt(c.X, cwds)
+			a.p.b.WriteString(" || ")
 			s2, f2 := a.stmt(c.Y, f1)
 			return union(s1, s2), f2
 		case syntax.Pipe:
 			// Every stage runs in a subshell: a cd there changes nothing.
 			a.stmt(c.X, cwds)
+			a.p.b.WriteString(" | ")
 			a.stmt(c.Y, cwds)
 			return cwds, cwds
 		}
@@ -406,9 +473,54 @@ func (a *analyzer) call(c *syntax.CallExpr, cwds []string) (succ, fail []string)
 			a.refuse(r)
 			return cwds, cwds
 		}
-		words[i] = ww
+		words[i] = a.expand(ww)
 	}
-	return a.argv(words, cwds, false)
+	outer, head := a.callEnv, a.head
+	a.callEnv, a.head = nil, ""
+	succ, fail = a.argv(words, cwds, true)
+	if a.head != "" {
+		words[0] = lit(a.head)
+	}
+	for i := range words {
+		if plan, ok := a.innerPlans[&words[i]]; ok {
+			words[i] = lit(plan)
+		}
+	}
+	a.p.call(a.callEnv, words)
+	a.callEnv, a.head = outer, head
+	return succ, fail
+}
+
+// expand gives a "$NAME" of a variable the request sets its value: the
+// plan passes that value itself, so it is what is judged.
+func (a *analyzer) expand(w word) word {
+	if !w.quotedVar {
+		return w
+	}
+	var b wordBuilder
+	vars := false
+	for _, p := range w.parts {
+		if p.kind == partVar {
+			if v, ok := a.env[p.text]; ok {
+				b.add(partLit, v)
+				continue
+			}
+			vars = true
+		}
+		b.add(p.kind, p.text)
+	}
+	w.parts, w.val, w.quotedVar = b.parts, b.value(), vars
+	return w
+}
+
+// setEnv records an assignment the current simple command needs.
+func (a *analyzer) setEnv(env map[string]string) {
+	if a.callEnv == nil {
+		a.callEnv = map[string]string{}
+	}
+	for k, v := range env {
+		a.callEnv[k] = v
+	}
 }
 
 // nonLiteralToken names what would expand in w.
@@ -443,9 +555,9 @@ func values(ws []word) []string {
 	return out
 }
 
-// argv judges one simple command given as words. stdinArgs is set when a
-// wrapper (xargs) appends arguments read from stdin.
-func (a *analyzer) argv(words []word, cwds []string, stdinArgs bool) (succ, fail []string) {
+// argv judges one simple command given as words; top is set when they are
+// a statement's own, whose program word the plan may replace by its binary.
+func (a *analyzer) argv(words []word, cwds []string, top bool) (succ, fail []string) {
 	if len(words) == 0 || a.refused != "" {
 		return cwds, cwds
 	}
@@ -455,12 +567,12 @@ func (a *analyzer) argv(words []word, cwds []string, stdinArgs bool) (succ, fail
 	}
 	name := words[0].val
 	argv := values(words)
-	if shellBuiltins[name] && !stdinArgs {
+	if shellBuiltins[name] {
 		return a.builtin(name, words, argv, cwds)
 	}
 	var paths []string
 	for _, d := range cwds {
-		p, err := a.r.LookPath(name, d)
+		p, err := a.lookPath(name, d)
 		if err != nil {
 			a.add(Segment{Argv: argv, Decision: AskHuman, Reason: ErrNotAllowed + " (" + name + ": not found)"})
 			return cwds, cwds
@@ -469,8 +581,11 @@ func (a *analyzer) argv(words []word, cwds []string, stdinArgs bool) (succ, fail
 			paths = append(paths, p)
 		}
 	}
+	if top && len(paths) == 1 {
+		a.head = paths[0]
+	}
 	for _, p := range paths {
-		a.program(p, words, argv, cwds, stdinArgs)
+		a.program(p, words, argv, cwds)
 	}
 	return cwds, cwds
 }
@@ -533,51 +648,65 @@ func (a *analyzer) builtin(name string, words []word, argv []string, cwds []stri
 }
 
 // program judges a resolved binary p run with words.
-func (a *analyzer) program(p string, words []word, argv []string, cwds []string, stdinArgs bool) {
+func (a *analyzer) program(p string, words []word, argv []string, cwds []string) {
 	args := argv[1:]
 	base := a.kindName(p)
+	real := a.realPath(p)
 	// kindPath carries the deciding name to the helpers that take paths.
 	kindPath := "/" + base
 	miss := func(why string) {
-		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")", Recordable: recordable(p) && recordable(kindPath)})
+		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")",
+			Recordable: recordable(p) && recordable(real) && recordable(kindPath)})
+	}
+	if stdinRunners[base] {
+		// What it runs is completed at run time from its input.
+		a.fail(ErrNotAllowed + " (" + base + " builds commands from what it reads at run time, which the policy cannot judge)")
+		return
+	}
+	id, listed := matchEntries(a.e.entries, p)
+	if !listed && real != p && !multiCall[progName(real)] {
+		// The binary that runs is the link's target.
+		id, listed = matchEntries(a.e.entries, real)
+	}
+	if !listed || profiled(base) {
+		// Options are judged on the values the program receives: an
+		// argument that expands at run time could be any of them.
+		for _, w := range words[1:] {
+			if !w.literal() {
+				a.refuse(refuse(nonLiteralToken(w)))
+				return
+			}
+		}
 	}
 	if wrappers[base] {
 		inner, why, ok := unwrap(base, words[1:])
 		if !ok {
-			a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
+			a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
 			return
 		}
 		if inner != nil {
-			a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "wrapper " + base + ": judged by what it runs"})
-			if base == "xargs" && len(inner) == 0 {
-				inner = []word{{val: "echo"}}
-			}
-			if len(inner) > 0 && !inner[0].literal() {
-				a.refuse(refuse(nonLiteralToken(inner[0])))
-				return
-			}
+			a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: Allow, Reason: "wrapper " + base + ": judged by what it runs"})
 			if len(inner) > 0 && inner[0].val == "env" && base == "env" {
 				a.refuse(refuse("env env"))
 				return
 			}
-			// Wrappers exec a binary: no builtins, no functions; xargs
-			// appends arguments read from stdin.
+			// Wrappers exec a binary: no builtins, no functions.
 			a.depth++
 			if a.depth > maxDepth*4 {
 				a.fail(ErrNotAllowed + ": wrappers nested too deep")
 				return
 			}
-			a.argvExec(inner, cwds, stdinArgs || base == "xargs")
+			a.argvExec(inner, cwds)
 			a.depth--
 			return
 		}
 	}
 	switch {
-	case multiCall[base] || runners[base]:
+	case multiCall[base] || isRunner(base):
 		miss(base + " runs programs the policy cannot follow")
 		return
 	case isShell(kindPath):
-		a.shell(p, words, argv, cwds, stdinArgs)
+		a.shell(p, words, argv, cwds)
 		return
 	}
 	if isInterpreter(kindPath) {
@@ -587,41 +716,49 @@ func (a *analyzer) program(p string, words []word, argv []string, cwds []string,
 		}
 	}
 	if base == "find" {
-		if !a.findExec(p, words, cwds) {
-			return
-		}
-	}
-	if id, ok := matchEntries(a.e.entries, p); ok {
-		if flag, ok := hasHookFlag(kindPath, args); ok {
-			miss(base + " " + flag + " runs another program")
-			return
-		}
-		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "allowlist", EntryID: id})
-		return
-	}
-	if prof, ok := a.e.safe[base]; ok && a.e.safeDirs[path.Dir(p)] {
-		for _, w := range words[1:] {
-			if !w.literal() {
-				a.refuse(refuse(nonLiteralToken(w)))
+		for _, w := range args {
+			if findExec[w] {
+				a.fail(ErrNotAllowed + " (find " + w + " runs a command on names found at run time, which the policy cannot judge)")
 				return
 			}
 		}
-		if stdinArgs {
-			miss(base + " would receive file names from stdin")
+	}
+	if listed {
+		if base == "git" {
+			if why, ok := judgeGit(args); !ok {
+				miss(why)
+				return
+			}
+			a.setEnv(gitEnv)
+		} else if flag, ok := hasHookFlag(kindPath, args); ok {
+			miss(base + " " + flag + " runs another program")
 			return
 		}
+		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: Allow, Reason: "allowlist", EntryID: id})
+		return
+	}
+	if prof, ok := a.e.safe[base]; ok && a.e.safeDirs[path.Dir(p)] {
 		if err := checkSafeArgs(base, prof, args); err != nil {
 			miss(err.Error())
 			return
 		}
-		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "safe bin"})
+		a.setEnv(safeBinEnv)
+		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: Allow, Reason: "safe bin"})
 		return
 	}
 	if a.e.skills[path.Dir(p)] {
-		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: "skill"})
+		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: Allow, Reason: "skill"})
 		return
 	}
 	miss(p + " is not in the allowlist")
+}
+
+// realPath is p with its symlinks resolved where the resolver knows them.
+func (a *analyzer) realPath(p string) string {
+	if rp, ok := a.r.(interface{ RealPath(string) string }); ok {
+		return rp.RealPath(p)
+	}
+	return p
 }
 
 // kindName is the name that decides how the binary at p is judged: the
@@ -630,11 +767,7 @@ func (a *analyzer) program(p string, words []word, argv []string, cwds []string,
 // started under.
 func (a *analyzer) kindName(p string) string {
 	base := progName(p)
-	rp, ok := a.r.(interface{ RealPath(string) string })
-	if !ok {
-		return base
-	}
-	real := progName(rp.RealPath(p))
+	real := progName(a.realPath(p))
 	if multiCall[real] && !multiCall[base] {
 		return base
 	}
@@ -644,7 +777,7 @@ func (a *analyzer) kindName(p string) string {
 // argvExec judges words run by exec(2) from a wrapper: a builtin name there
 // is looked up on PATH like any program, except the few the shell would
 // not find as binaries, which are refused.
-func (a *analyzer) argvExec(words []word, cwds []string, stdinArgs bool) {
+func (a *analyzer) argvExec(words []word, cwds []string) {
 	if len(words) == 0 {
 		return
 	}
@@ -655,7 +788,7 @@ func (a *analyzer) argvExec(words []word, cwds []string, stdinArgs bool) {
 	name := words[0].val
 	var paths []string
 	for _, d := range cwds {
-		p, err := a.r.LookPath(name, d)
+		p, err := a.lookPath(name, d)
 		if err != nil {
 			a.add(Segment{Argv: values(words), Decision: AskHuman, Reason: ErrNotAllowed + " (" + name + ": not found)"})
 			return
@@ -666,16 +799,16 @@ func (a *analyzer) argvExec(words []word, cwds []string, stdinArgs bool) {
 	}
 	argv := values(words)
 	for _, p := range paths {
-		a.program(p, words, argv, cwds, stdinArgs)
+		a.program(p, words, argv, cwds)
 	}
 }
 
 // shell judges sh -c STRING by the commands in STRING; a shell running a
 // script or stdin cannot be judged.
-func (a *analyzer) shell(p string, words []word, argv []string, cwds []string, stdinArgs bool) {
+func (a *analyzer) shell(p string, words []word, argv []string, cwds []string) {
 	base := progName(p)
 	miss := func(why string) {
-		a.add(Segment{Argv: argv, ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
+		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: a.realPath(p), Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
 	}
 	hasC := false
 	i := 1
@@ -703,7 +836,7 @@ func (a *analyzer) shell(p string, words []word, argv []string, cwds []string, s
 			}
 		}
 	}
-	if !hasC || i >= len(words) || stdinArgs {
+	if !hasC || i >= len(words) {
 		miss(base + " runs a script or stdin the policy cannot judge")
 		return
 	}
@@ -727,10 +860,19 @@ func (a *analyzer) shell(p string, words []word, argv []string, cwds []string, s
 		a.fail(err.Error())
 		return
 	}
-	a.add(Segment{Argv: argv, ResolvedPath: p, Decision: Allow, Reason: base + " -c: judged by what it runs"})
+	a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: a.realPath(p), Decision: Allow, Reason: base + " -c: judged by what it runs"})
 	n := len(a.segs)
 	a.depth++
+	// The inner shell runs the plan of what was judged inside, never the
+	// string it was given.
+	outer := a.p
+	a.p = &printer{}
 	a.stmts(f.Stmts, cwds)
+	if a.innerPlans == nil {
+		a.innerPlans = map[*word]string{}
+	}
+	a.innerPlans[&words[i]] = a.p.b.String()
+	a.p = outer
 	a.depth--
 	// allow-always records the inner program only when the inner command
 	// is one plain program call; a chain or pipeline records nothing.
@@ -744,34 +886,4 @@ func (a *analyzer) shell(p string, words []word, argv []string, cwds []string, s
 func isCall(c syntax.Command) bool {
 	_, ok := c.(*syntax.CallExpr)
 	return ok
-}
-
-// findExec judges the programs find's -exec family would run; it reports
-// false when it refused.
-func (a *analyzer) findExec(p string, words []word, cwds []string) bool {
-	for i := 1; i < len(words); i++ {
-		if !findExec[words[i].val] {
-			continue
-		}
-		j := i + 1
-		for j < len(words) && words[j].val != ";" && words[j].val != "+" {
-			j++
-		}
-		if j == len(words) || j == i+1 {
-			a.add(Segment{Argv: values(words), ResolvedPath: p, Decision: AskHuman, Reason: ErrNotAllowed + " (find " + words[i].val + " without a command)"})
-			return false
-		}
-		n := len(a.segs)
-		a.argvExec(words[i+1:j], cwds, true)
-		if a.refused != "" {
-			return false
-		}
-		for _, s := range a.segs[n:] {
-			if s.Decision != Allow {
-				return true
-			}
-		}
-		i = j
-	}
-	return true
 }

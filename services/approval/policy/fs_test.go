@@ -34,7 +34,7 @@ func testFS() fakeFS {
 	f := fakeFS{}
 	for _, n := range []string{"ls", "cat", "grep", "jq", "cut", "sort", "uniq", "head", "tail", "tr", "wc", "env",
 		"nice", "nohup", "timeout", "stdbuf", "xargs", "find", "git", "tar", "python3", "perl", "node", "bash", "sh",
-		"dash", "busybox", "sudo", "echo", "rm", "awk", "sed", "curl", "ssh", "rsync", "setsid", "zip", "php", "ruby", "vim", "make", "chmod"} {
+		"dash", "busybox", "sudo", "echo", "rm", "awk", "sed", "curl", "ssh", "rsync", "setsid", "zip", "php", "ruby", "vim", "make", "chmod", "prlimit", "setarch"} {
 		f["/usr/bin/"+n] = 0o755
 	}
 	f["/bin/sh"] = 0o755

@@ -173,8 +173,8 @@ func TestRecordable(t *testing.T) {
 		{"node x.js", nil},
 		{"busybox rm x", nil},
 		{"sudo rm x", nil},
-		{"ls | xargs rm", []string{"/usr/bin/rm"}},
-		{"ls | xargs grep x", []string{"/usr/bin/grep"}},
+		{"ls | xargs rm", nil},
+		{"ls | xargs grep x", nil},
 		{"make", nil},
 		{"awk 1", nil},
 		{"./wc", []string{"/home/u/work/wc"}},
@@ -215,7 +215,7 @@ func TestFallback(t *testing.T) {
 func TestMapResolver(t *testing.T) {
 	t.Parallel()
 	e, _ := testEngine()
-	r := MapResolver{"ls": "/usr/bin/ls", "/w/sub/tool": "/w/sub/tool", "rg": "/opt/homebrew/bin/rg"}
+	r := MapResolver{Paths: map[string]string{"ls": "/usr/bin/ls", "/w/sub/tool": "/w/sub/tool", "rg": "/opt/homebrew/bin/rg"}}
 	res := e.Evaluate(Request{Command: "ls && rg x && cd sub && ./tool && ../sub/tool && ./missing", Cwd: "/w", Settings: Settings{Security: SecurityAllowlist, Ask: AskOnMiss}, Resolver: r})
 	if got := res.ResolvedPaths(); !slices.Equal(got, []string{"/usr/bin/ls", "/opt/homebrew/bin/rg", "/w/sub/tool"}) {
 		t.Fatalf("resolved %q", got)

@@ -36,15 +36,44 @@ func interpreterName(n string) string {
 var multiCall = map[string]bool{"busybox": true, "toybox": true, "coreutils": true}
 
 // runners start another program in a way the engine does not follow (a
-// different user, root, namespaces, a terminal, tracing); never allowed
-// without a human, whatever the allowlist says.
+// different user, root, namespaces, another personality or loader, a
+// terminal, tracing, a remote host); never allowed without a human,
+// whatever the allowlist says, and never recorded by allow-always.
 var runners = map[string]bool{
-	"sudo": true, "doas": true, "su": true, "runuser": true, "pkexec": true, "chroot": true,
-	"unshare": true, "nsenter": true, "strace": true, "ltrace": true, "script": true,
-	"watch": true, "flock": true, "setpriv": true, "capsh": true, "systemd-run": true,
-	"ssh-agent": true, "dbus-run-session": true, "parallel": true, "firejail": true,
-	"bwrap": true, "proot": true, "fakeroot": true, "time": true, "chrt": true, "taskset": true,
-	"ionice": true, "setsid": true, "catchsegv": true, "valgrind": true, "eatmydata": true,
+	"sudo": true, "sudoedit": true, "doas": true, "su": true, "sg": true, "newgrp": true, "runuser": true,
+	"pkexec": true, "chroot": true, "schroot": true, "unshare": true, "nsenter": true, "ip": true,
+	"strace": true, "ltrace": true, "perf": true, "rr": true, "valgrind": true, "catchsegv": true,
+	"script": true, "watch": true, "flock": true, "setpriv": true, "capsh": true, "systemd-run": true,
+	"systemd-nspawn": true, "ssh-agent": true, "dbus-run-session": true, "dbus-launch": true,
+	"firejail": true, "bwrap": true, "proot": true, "fakeroot": true, "fakechroot": true, "faketime": true,
+	"time": true, "chrt": true, "taskset": true, "ionice": true, "setsid": true, "eatmydata": true,
+	"prlimit": true, "setarch": true, "linux32": true, "linux64": true, "i386": true, "x86_64": true,
+	"uname26": true, "choom": true, "numactl": true, "cgexec": true, "nocache": true, "trickle": true,
+	"torsocks": true, "torify": true, "proxychains": true, "proxychains4": true, "tsocks": true,
+	"sshpass": true, "ssh": true, "rsh": true, "mosh": true, "screen": true, "tmux": true, "at": true,
+	"batch": true, "run-parts": true, "xvfb-run": true, "chpst": true, "setuidgid": true, "envdir": true,
+	"softlimit": true, "tini": true, "dumb-init": true, "unbuffer": true, "ld.so": true,
+}
+
+// stdinRunners complete the command they run with what they read at run
+// time; no argv can be judged, so they are refused outright.
+var stdinRunners = map[string]bool{"xargs": true, "parallel": true}
+
+// isRunner also knows the dynamic loaders, which run any program given
+// as an argument under a versioned name (ld-linux-x86-64.so.2).
+func isRunner(n string) bool {
+	return runners[n] || strings.HasPrefix(n, "ld-linux") || strings.HasPrefix(n, "ld-musl")
+}
+
+// profiled reports whether the engine looks inside a program's arguments
+// (a wrapper, a shell, an interpreter, a runner or a tool with hook
+// options): those must be the values the program receives, never words
+// that expand at run time.
+func profiled(base string) bool {
+	_, hooks := hookFlags[base]
+	_, safe := profiles[base]
+	return wrappers[base] || shells[base] || interpreters[interpreterName(base)] || multiCall[base] ||
+		isRunner(base) || stdinRunners[base] || hooks || safe || base == "find" || base == "git"
 }
 
 // hookFlags are options of common tools that run another program or load
@@ -54,7 +83,6 @@ var hookFlags = map[string]struct {
 	short string
 	long  []string
 }{
-	"git":    {short: "c", long: []string{"config-env", "exec-path", "upload-pack", "receive-pack", "template", "ext-diff", "textconv"}},
 	"tar":    {short: "IF", long: []string{"to-command", "use-compress-program", "checkpoint-action", "info-script", "new-volume-script", "rsh-command", "rmt-command"}},
 	"rsync":  {short: "e", long: []string{"rsh", "rsync-path"}},
 	"ssh":    {short: "oFS", long: nil},
@@ -82,26 +110,11 @@ func isInterpreter(p string) bool { return interpreters[interpreterName(progName
 // recordable reports whether allow-always may add p to an allowlist.
 func recordable(p string) bool {
 	n := progName(p)
-	return p != "" && !shells[n] && !interpreters[interpreterName(n)] && !multiCall[n] && !runners[n] && !wrappers[n]
-}
-
-// hookWords are arguments with which a tool runs commands given to it or
-// stores commands it runs later (git config core.pager, git rebase --exec).
-var hookWords = map[string]map[string]bool{
-	"git": {"config": true, "foreach": true, "run": true, "--exec": true, "-x": true, "filter-branch": true,
-		"difftool": true, "mergetool": true, "alias": true, "--extcmd": true},
+	return p != "" && !shells[n] && !interpreters[interpreterName(n)] && !multiCall[n] && !isRunner(n) && !wrappers[n] && !stdinRunners[n]
 }
 
 // hasHookFlag reports the first argument that is a hook option of prog.
 func hasHookFlag(prog string, args []string) (string, bool) {
-	if words, ok := hookWords[progName(prog)]; ok {
-		for _, a := range args {
-			name, _, _ := strings.Cut(a, "=")
-			if words[name] {
-				return a, true
-			}
-		}
-	}
 	h, ok := hookFlags[progName(prog)]
 	if !ok {
 		return "", false
@@ -117,7 +130,8 @@ func hasHookFlag(prog string, args []string) (string, bool) {
 				continue
 			}
 			for _, l := range h.long {
-				if strings.HasPrefix(l, n) && len(n) >= 2 {
+				// GNU tools take any unambiguous prefix.
+				if strings.HasPrefix(l, n) {
 					return a, true
 				}
 			}
@@ -151,7 +165,7 @@ var shellBuiltins = map[string]bool{
 // wrappers run the program named in their arguments; they are unwrapped and
 // judged by what they run.
 var wrappers = map[string]bool{
-	"env": true, "nice": true, "nohup": true, "timeout": true, "stdbuf": true, "xargs": true,
+	"env": true, "nice": true, "nohup": true, "timeout": true, "stdbuf": true,
 }
 
 // inlineCode are the flags with which interpreters run code given on the

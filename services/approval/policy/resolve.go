@@ -119,7 +119,13 @@ func (r PathResolver) executable(p string) bool {
 // absolute path, so that names with a slash (./tool, bin/x) resolve
 // lexically against the directory the engine tracks and count only when
 // the caller saw a binary there.
-type MapResolver map[string]string
+type MapResolver struct {
+	// Paths maps names and resolved paths to resolved paths.
+	Paths map[string]string
+	// Real maps resolved paths to the files they are links to, as the
+	// caller saw them.
+	Real map[string]string
+}
 
 // LookPath implements Resolver.
 func (m MapResolver) LookPath(name, dir string) (string, error) {
@@ -129,13 +135,21 @@ func (m MapResolver) LookPath(name, dir string) (string, error) {
 			p = filepath.Join(dir, p)
 		}
 		p = filepath.Clean(p)
-		if m[p] == p {
+		if m.Paths[p] == p {
 			return p, nil
 		}
 		return "", ErrNotFound
 	}
-	if p, ok := m[name]; ok {
+	if p, ok := m.Paths[name]; ok {
 		return p, nil
 	}
 	return "", ErrNotFound
+}
+
+// RealPath returns the file p links to, as the caller saw it, or p.
+func (m MapResolver) RealPath(p string) string {
+	if r, ok := m.Real[p]; ok {
+		return r
+	}
+	return p
 }

@@ -2,8 +2,10 @@ package policy
 
 import (
 	"fmt"
-	"regexp"
+	"reflect"
 	"strings"
+
+	"github.com/itchyny/gojq"
 )
 
 // DefaultSafeBins are the binaries that run in allowlist mode as stream
@@ -150,25 +152,104 @@ var profiles = map[string]*profile{
 // what its flags do.
 var bareProfile = &profile{}
 
-var jqIdent = regexp.MustCompile(`\$?[A-Za-z_][A-Za-z0-9_]*`)
+// safeBinEnv is what a safe bin runs with: a HOME that can hold nothing
+// (not even a directory), so no dotfile such as ~/.jq, which jq loads as
+// code, is read from a workspace a command could write.
+var safeBinEnv = map[string]string{"HOME": "/dev/null"}
 
-// jqForbidden are jq identifiers that read the environment or files or load
-// code.
+// jqForbidden are jq functions and variables that read the environment or
+// files or describe the program's own location.
 var jqForbidden = map[string]bool{
-	"env": true, "$ENV": true, "include": true, "import": true, "input_filename": true,
+	"env": true, "$ENV": true, "input_filename": true, "$__loc__": true, "$__prog_args": true,
 	"modulemeta": true, "get_search_list": true, "get_prog_origin": true, "get_jq_origin": true,
-	"$__prog_args": true, "$__loc__": true,
+	"input_line_number": true,
 }
 
+// checkJQ judges jq filters by their syntax tree. jq's own lexer allows
+// a space or a comment between $ and a name ("$ ENV"); the jq parser used
+// here does not, so a filter spelled that way is refused before parsing
+// instead of being read differently.
 func checkJQ(args []string) error {
 	for _, a := range args {
-		for _, id := range jqIdent.FindAllString(a, -1) {
-			if jqForbidden[id] {
-				return fmt.Errorf("jq filter uses %s, which reads the environment or files", id)
-			}
+		if i := jqLooseDollar(a); i >= 0 {
+			return fmt.Errorf("jq filter has a $ not followed by a name at offset %d", i)
+		}
+		q, err := gojq.Parse(a)
+		if err != nil {
+			return fmt.Errorf("jq filter does not parse: %v", err)
+		}
+		if name := jqForbiddenUse(reflect.ValueOf(q)); name != "" {
+			return fmt.Errorf("jq filter uses %s, which reads the environment, files or modules", name)
 		}
 	}
 	return nil
+}
+
+// jqLooseDollar returns the offset of a $ outside string literals that is
+// not directly followed by an identifier, or -1.
+func jqLooseDollar(s string) int {
+	inStr := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inStr && c == '\\':
+			i++
+		case c == '"':
+			inStr = !inStr
+		case !inStr && c == '#':
+			// A comment runs to the end of the line.
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+		case !inStr && c == '$':
+			if i+1 >= len(s) || !(s[i+1] == '_' || s[i+1] >= 'a' && s[i+1] <= 'z' || s[i+1] >= 'A' && s[i+1] <= 'Z') {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// jqForbiddenUse walks a parsed jq program and returns the first forbidden
+// function, variable or module load in it, in definitions and string
+// interpolations too.
+func jqForbiddenUse(v reflect.Value) string {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return ""
+		}
+		switch n := v.Interface().(type) {
+		case *gojq.Func:
+			if jqForbidden[n.Name] {
+				return n.Name
+			}
+		case *gojq.ObjectKeyVal:
+			if jqForbidden[n.Key] {
+				return n.Key
+			}
+		case *gojq.Query:
+			if len(n.Imports) > 0 {
+				return "import or include"
+			}
+		}
+		return jqForbiddenUse(v.Elem())
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				if name := jqForbiddenUse(v.Field(i)); name != "" {
+					return name
+				}
+			}
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			if name := jqForbiddenUse(v.Index(i)); name != "" {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // checkSafeArgs judges the arguments of a safe bin against its profile.

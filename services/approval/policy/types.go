@@ -146,6 +146,9 @@ type Segment struct {
 	// ResolvedPath is the binary the shell would run; empty for builtins
 	// and for names that do not resolve.
 	ResolvedPath string
+	// RealPath is ResolvedPath with its symlinks resolved: the file that
+	// really runs, and what allow-always records.
+	RealPath string
 	// Decision is Allow, AskHuman (an allowlist miss) or Deny (refused).
 	Decision Decision
 	// Reason explains the decision; refusals start with the spec's string.
@@ -156,6 +159,15 @@ type Segment struct {
 	// allowlist: a resolved binary that is not a shell, an interpreter, a
 	// multi-call binary or a wrapper.
 	Recordable bool
+}
+
+// Program is a program name and the binary it resolved to.
+type Program struct {
+	// Name is the name the command gives.
+	Name string
+	// Path is the binary it resolves to; RealPath that file with its
+	// symlinks resolved.
+	Path, RealPath string
 }
 
 // Result is the verdict on a whole command line.
@@ -170,6 +182,15 @@ type Result struct {
 	Segments []Segment
 	// Settings are the effective settings the verdict was reached under.
 	Settings Settings
+	// Programs are the program names the command resolved, judged or
+	// not, in the order met: what a caller resolving for the approval
+	// service sends (see gate.Segments).
+	Programs []Program
+	// Plan is the script that runs in place of the command when the
+	// engine judged its structure (security allowlist, not denied): the
+	// judged tree re-printed canonically (see plan.go). Empty under
+	// security full, where the command runs as written.
+	Plan string
 }
 
 // ResolvedPaths returns the distinct resolved binaries of the segments.
@@ -185,15 +206,20 @@ func (r *Result) ResolvedPaths() []string {
 	return out
 }
 
-// Recordable returns the resolved binaries allow-always adds to the
-// allowlist: those of segments that missed and may be recorded.
+// Recordable returns the binaries allow-always adds to the allowlist: the
+// real files (symlinks followed) of segments that missed and may be
+// recorded.
 func (r *Result) Recordable() []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, s := range r.Segments {
-		if s.Decision == AskHuman && s.Recordable && !seen[s.ResolvedPath] {
-			seen[s.ResolvedPath] = true
-			out = append(out, s.ResolvedPath)
+		p := s.RealPath
+		if p == "" {
+			p = s.ResolvedPath
+		}
+		if s.Decision == AskHuman && s.Recordable && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
 		}
 	}
 	return out

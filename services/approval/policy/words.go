@@ -6,17 +6,46 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 )
 
+// partKind says how a piece of a judged word reaches the program: as its
+// text, or expanded by the shell when the plan runs.
+type partKind int8
+
+const (
+	// partLit is text the program receives as it is.
+	partLit partKind = iota
+	// partGlob is unquoted text holding pattern characters (* ? [ ]),
+	// expanded against file names.
+	partGlob
+	// partTilde is a leading ~ that expands to the home directory.
+	partTilde
+	// partVar is a "$NAME" inside double quotes; text is the name.
+	partVar
+)
+
+// wordPart is one piece of a judged word.
+type wordPart struct {
+	kind partKind
+	text string
+}
+
 // word is a shell word after quote removal, with what would still expand
 // when the shell runs it.
 type word struct {
 	val string
-	// glob: an unquoted *, ? or [; tilde: an unquoted leading ~; brace: an
-	// unquoted {; quotedVar: a simple "$NAME" inside double quotes.
+	// glob: an unquoted *, ? or [; tilde: an unquoted leading ~ (or one
+	// after = or :, which bash expands in words that look like
+	// assignments); brace: an unquoted {a,b} or {x..y}; quotedVar: a
+	// simple "$NAME" inside double quotes.
 	glob, tilde, brace, quotedVar bool
+	// parts spell the word for the plan; nil means val is all literal.
+	parts []wordPart
 }
 
 // literal reports whether the word means exactly its value.
 func (w word) literal() bool { return !w.glob && !w.tilde && !w.brace && !w.quotedVar }
+
+// lit returns a word that means exactly s.
+func lit(s string) word { return word{val: s} }
 
 // refusal is a construct the engine cannot judge; its message is the spec's.
 type refusal struct{ token string }
@@ -35,7 +64,7 @@ func evalWord(w *syntax.Word) (word, *refusal) {
 		// single-quoted string need no copying.
 		switch p := w.Parts[0].(type) {
 		case *syntax.Lit:
-			if !strings.ContainsAny(p.Value, "\\*?[{~") {
+			if !strings.ContainsAny(p.Value, "\\*?[]{~") {
 				out.val = p.Value
 				return out, nil
 			}
@@ -46,16 +75,16 @@ func evalWord(w *syntax.Word) (word, *refusal) {
 			}
 		}
 	}
-	var b strings.Builder
-	for _, part := range w.Parts {
+	var b wordBuilder
+	for i, part := range w.Parts {
 		switch p := part.(type) {
 		case *syntax.Lit:
-			unquotedLit(&b, &out, p.Value)
+			b.unquoted(&out, p.Value, i == 0)
 		case *syntax.SglQuoted:
 			if p.Dollar {
 				return out, refuse("$'")
 			}
-			b.WriteString(p.Value)
+			b.add(partLit, p.Value)
 		case *syntax.DblQuoted:
 			if p.Dollar {
 				return out, refuse(`$"`)
@@ -63,13 +92,18 @@ func evalWord(w *syntax.Word) (word, *refusal) {
 			for _, dp := range p.Parts {
 				switch q := dp.(type) {
 				case *syntax.Lit:
-					doubleQuotedLit(&b, q.Value)
+					b.add(partLit, doubleQuoted(q.Value))
 				case *syntax.ParamExp:
 					if !simpleParam(q) {
 						return out, refuse("${")
 					}
+					if !validEnvName(q.Param.Value) {
+						// $@, $*, $#, $?, $$, $!, $- and positional
+						// parameters have no value the plan can know.
+						return out, refuse("$" + q.Param.Value)
+					}
 					out.quotedVar = true
-					b.WriteString("$" + q.Param.Value)
+					b.add(partVar, q.Param.Value)
 				case *syntax.CmdSubst:
 					return out, refuse(cmdSubstToken(q))
 				case *syntax.ArithmExp:
@@ -97,7 +131,8 @@ func evalWord(w *syntax.Word) (word, *refusal) {
 			return out, refuse("?")
 		}
 	}
-	out.val = b.String()
+	out.parts = b.parts
+	out.val = b.value()
 	if out.brace {
 		// Only {a,b} and {x..y} expand; a lone {} (find's placeholder)
 		// is literal. Judge from the first unquoted brace on.
@@ -105,6 +140,73 @@ func evalWord(w *syntax.Word) (word, *refusal) {
 		out.brace = strings.Contains(rest, "}") && (strings.Contains(rest, ",") || strings.Contains(rest, ".."))
 	}
 	return out, nil
+}
+
+// wordBuilder collects a word's parts, merging neighbours of one kind.
+type wordBuilder struct{ parts []wordPart }
+
+func (b *wordBuilder) add(k partKind, s string) {
+	if s == "" && k != partVar {
+		return
+	}
+	if n := len(b.parts); n > 0 && k != partVar && b.parts[n-1].kind == k {
+		b.parts[n-1].text += s
+		return
+	}
+	b.parts = append(b.parts, wordPart{kind: k, text: s})
+}
+
+// value is the word as the engine judges it; a variable keeps its $NAME
+// spelling.
+func (b *wordBuilder) value() string {
+	var s strings.Builder
+	for _, p := range b.parts {
+		if p.kind == partVar {
+			s.WriteString("$" + p.text)
+			continue
+		}
+		s.WriteString(p.text)
+	}
+	return s.String()
+}
+
+// unquoted adds an unquoted literal, removing backslashes and line
+// continuations and noting what the shell would still expand. first says
+// the literal starts the word.
+func (b *wordBuilder) unquoted(w *word, s string, first bool) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\\' {
+			if i+1 < len(s) {
+				i++
+				if s[i] != '\n' {
+					b.add(partLit, s[i:i+1])
+				}
+			}
+			continue
+		}
+		switch c {
+		case '*', '?', '[', ']':
+			if c != ']' {
+				w.glob = true
+			}
+			b.add(partGlob, s[i:i+1])
+			continue
+		case '{':
+			w.brace = true
+		case '~':
+			// dash expands only a leading ~; bash also one after = or :
+			// in words that look like assignments. Any unquoted one is
+			// judged as expanding; only a leading ~ alone or before /
+			// expands in the plan, the rest is printed quoted.
+			w.tilde = true
+			if first && i == 0 && (len(s) == 1 || s[1] == '/') {
+				b.add(partTilde, "~")
+				continue
+			}
+		}
+		b.add(partLit, s[i:i+1])
+	}
 }
 
 func cmdSubstToken(c *syntax.CmdSubst) string {
@@ -120,38 +222,13 @@ func simpleParam(p *syntax.ParamExp) bool {
 		p.Repl == nil && p.Names == 0 && p.Exp == nil
 }
 
-// unquotedLit appends an unquoted literal, removing backslashes and line
-// continuations and noting what the shell would still expand.
-func unquotedLit(b *strings.Builder, w *word, s string) {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '\\' {
-			if i+1 < len(s) {
-				i++
-				if s[i] != '\n' {
-					b.WriteByte(s[i])
-				}
-			}
-			continue
-		}
-		switch c {
-		case '*', '?', '[':
-			w.glob = true
-		case '{':
-			w.brace = true
-		case '~':
-			// bash expands a tilde at the start of a word and after = or
-			// : in words that look like assignments; any unquoted one is
-			// treated as expanding.
-			w.tilde = true
-		}
-		b.WriteByte(c)
+// doubleQuoted returns a literal inside double quotes after quote removal:
+// a backslash escapes only $ ` " \ and newline there.
+func doubleQuoted(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
 	}
-}
-
-// doubleQuotedLit appends a literal inside double quotes, where a backslash
-// escapes only $ ` " \ and newline.
-func doubleQuotedLit(b *strings.Builder, s string) {
+	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c == '\\' && i+1 < len(s) {
@@ -167,6 +244,7 @@ func doubleQuotedLit(b *strings.Builder, s string) {
 		}
 		b.WriteByte(c)
 	}
+	return b.String()
 }
 
 // quotedHeredoc reports whether a here-document's delimiter is quoted, which

@@ -539,7 +539,15 @@ type AuthorizeResponse struct {
 	// The pending approval to watch when decision is ask.
 	Approval *Approval `protobuf:"bytes,3,opt,name=approval,proto3" json:"approval,omitempty"`
 	// Each simple command as judged.
-	Segments      []*Segment `protobuf:"bytes,4,rep,name=segments,proto3" json:"segments,omitempty"`
+	Segments []*Segment `protobuf:"bytes,4,rep,name=segments,proto3" json:"segments,omitempty"`
+	// The script to run instead of the command when decision is allow and
+	// security is allowlist: the judged syntax tree re-printed canonically,
+	// so that the shell runs exactly what was judged. Empty under security
+	// full, where the command runs as written.
+	Plan string `protobuf:"bytes,5,opt,name=plan,proto3" json:"plan,omitempty"`
+	// The effective security mode the verdict was reached under; a runner
+	// refuses an allowlist verdict that comes without a plan.
+	Security      Security `protobuf:"varint,6,opt,name=security,proto3,enum=conch.approval.v1.Security" json:"security,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +608,20 @@ func (x *AuthorizeResponse) GetSegments() []*Segment {
 		return x.Segments
 	}
 	return nil
+}
+
+func (x *AuthorizeResponse) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *AuthorizeResponse) GetSecurity() Security {
+	if x != nil {
+		return x.Security
+	}
+	return Security_SECURITY_UNSPECIFIED
 }
 
 // WatchApprovalRequest names the approval to follow.
@@ -1624,12 +1646,14 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\bsettings\x18\x03 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\bsettings\x12\x1f\n" +
 	"\vapproval_id\x18\x04 \x01(\tR\n" +
 	"approvalId\x12\x1a\n" +
-	"\bresolved\x18\x05 \x01(\bR\bresolved\"\xdb\x01\n" +
+	"\bresolved\x18\x05 \x01(\bR\bresolved\"\xa8\x02\n" +
 	"\x11AuthorizeResponse\x12=\n" +
 	"\bdecision\x18\x01 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x127\n" +
 	"\bapproval\x18\x03 \x01(\v2\x1b.conch.approval.v1.ApprovalR\bapproval\x126\n" +
-	"\bsegments\x18\x04 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\"&\n" +
+	"\bsegments\x18\x04 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12\x12\n" +
+	"\x04plan\x18\x05 \x01(\tR\x04plan\x127\n" +
+	"\bsecurity\x18\x06 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\"&\n" +
 	"\x14WatchApprovalRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
 	"\x15WatchApprovalResponse\x127\n" +
@@ -1757,19 +1781,20 @@ var file_conch_approval_v1_approval_proto_depIdxs = []int32{
 	31, // 13: conch.approval.v1.AuthorizeResponse.decision:type_name -> conch.approval.v1.PolicyDecision
 	2,  // 14: conch.approval.v1.AuthorizeResponse.approval:type_name -> conch.approval.v1.Approval
 	29, // 15: conch.approval.v1.AuthorizeResponse.segments:type_name -> conch.approval.v1.Segment
-	2,  // 16: conch.approval.v1.WatchApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	2,  // 17: conch.approval.v1.GetApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	0,  // 18: conch.approval.v1.ListApprovalsRequest.state:type_name -> conch.approval.v1.ApprovalState
-	2,  // 19: conch.approval.v1.ListApprovalsResponse.approvals:type_name -> conch.approval.v1.Approval
-	1,  // 20: conch.approval.v1.ResolveApprovalRequest.decision:type_name -> conch.approval.v1.ApprovalDecision
-	2,  // 21: conch.approval.v1.ResolveApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	18, // 22: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
-	18, // 23: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	27, // 16: conch.approval.v1.AuthorizeResponse.security:type_name -> conch.approval.v1.Security
+	2,  // 17: conch.approval.v1.WatchApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	2,  // 18: conch.approval.v1.GetApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	0,  // 19: conch.approval.v1.ListApprovalsRequest.state:type_name -> conch.approval.v1.ApprovalState
+	2,  // 20: conch.approval.v1.ListApprovalsResponse.approvals:type_name -> conch.approval.v1.Approval
+	1,  // 21: conch.approval.v1.ResolveApprovalRequest.decision:type_name -> conch.approval.v1.ApprovalDecision
+	2,  // 22: conch.approval.v1.ResolveApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	18, // 23: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
+	18, // 24: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_approval_proto_init() }

@@ -394,6 +394,10 @@ type Segment struct {
 	// caller computed it; an approval is bound to it, so a script changed
 	// after the approval no longer matches.
 	ContentDigest string `protobuf:"bytes,5,opt,name=content_digest,json=contentDigest,proto3" json:"content_digest,omitempty"`
+	// resolved_path with every symlink resolved, as the caller's filesystem
+	// sees it: the file that really runs. A link is judged by what it
+	// points to, and allow-always records the target.
+	RealPath      string `protobuf:"bytes,6,opt,name=real_path,json=realPath,proto3" json:"real_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,6 +463,13 @@ func (x *Segment) GetReason() string {
 func (x *Segment) GetContentDigest() string {
 	if x != nil {
 		return x.ContentDigest
+	}
+	return ""
+}
+
+func (x *Segment) GetRealPath() string {
+	if x != nil {
+		return x.RealPath
 	}
 	return ""
 }
@@ -616,7 +627,11 @@ type EvaluateResponse struct {
 	// The effective ask mode.
 	Ask Ask `protobuf:"varint,5,opt,name=ask,proto3,enum=conch.approval.v1.Ask" json:"ask,omitempty"`
 	// The effective fallback.
-	AskFallback   Security `protobuf:"varint,6,opt,name=ask_fallback,json=askFallback,proto3,enum=conch.approval.v1.Security" json:"ask_fallback,omitempty"`
+	AskFallback Security `protobuf:"varint,6,opt,name=ask_fallback,json=askFallback,proto3,enum=conch.approval.v1.Security" json:"ask_fallback,omitempty"`
+	// The script that would run in place of the command (see
+	// AuthorizeResponse.plan); empty when the command would run as written
+	// or not at all.
+	Plan          string `protobuf:"bytes,7,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -693,6 +708,13 @@ func (x *EvaluateResponse) GetAskFallback() Security {
 	return Security_SECURITY_UNSPECIFIED
 }
 
+func (x *EvaluateResponse) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
 var File_conch_approval_v1_policy_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_policy_proto_rawDesc = "" +
@@ -709,13 +731,14 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\x1aapproval_running_notice_ms\x18\b \x01(\x05R\x17approvalRunningNoticeMs\x12$\n" +
 	"\x0enotify_on_exit\x18\t \x01(\bR\fnotifyOnExit\x12\x12\n" +
 	"\x04node\x18\n" +
-	" \x01(\tR\x04node\"\xc0\x01\n" +
+	" \x01(\tR\x04node\"\xdd\x01\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12#\n" +
 	"\rresolved_path\x18\x02 \x01(\tR\fresolvedPath\x12=\n" +
 	"\bdecision\x18\x03 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12%\n" +
-	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\"\x92\x02\n" +
+	"\x0econtent_digest\x18\x05 \x01(\tR\rcontentDigest\x12\x1b\n" +
+	"\treal_path\x18\x06 \x01(\tR\brealPath\"\x92\x02\n" +
 	"\x0fEvaluateRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05agent\x18\x02 \x01(\tR\x05agent\x12+\n" +
@@ -724,14 +747,15 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\bsettings\x18\x05 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\bsettings\x12S\n" +
 	"\x12sandbox_resolution\x18\x06 \x01(\v2$.conch.approval.v1.SandboxResolutionR\x11sandboxResolution\"K\n" +
 	"\x11SandboxResolution\x126\n" +
-	"\bsegments\x18\x01 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\"\xc4\x02\n" +
+	"\bsegments\x18\x01 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\"\xd8\x02\n" +
 	"\x10EvaluateResponse\x12=\n" +
 	"\bdecision\x18\x01 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x126\n" +
 	"\bsegments\x18\x03 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x127\n" +
 	"\bsecurity\x18\x04 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\x12(\n" +
 	"\x03ask\x18\x05 \x01(\x0e2\x16.conch.approval.v1.AskR\x03ask\x12>\n" +
-	"\fask_fallback\x18\x06 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\vaskFallback*O\n" +
+	"\fask_fallback\x18\x06 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\vaskFallback\x12\x12\n" +
+	"\x04plan\x18\a \x01(\tR\x04plan*O\n" +
 	"\x04Host\x12\x14\n" +
 	"\x10HOST_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fHOST_SANDBOX\x10\x01\x12\x10\n" +

@@ -1,0 +1,146 @@
+package policy
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The plan: what runs is what was judged.
+//
+// The engine parses a command with mvdan/sh; the sandbox runs /bin/sh, which
+// is dash, and gateway hosts and nodes run theirs. Two parsers never agree
+// on every input (line continuations inside comments, in "$\⏎(", in
+// heredoc operators …), so handing the original text to a shell after
+// judging it would let the shell run something the engine never saw.
+//
+// conch therefore never runs judged text. When the engine has judged a
+// command's structure (security allowlist, which is also the mode of every
+// command an approval was asked for outside security full), it re-prints
+// the syntax tree it judged as a canonical script, and the executor runs
+// that script instead of the original:
+//
+//   - every word is single-quoted from the value the engine judged, so the
+//     shell performs no expansion the engine did not decide on; the only
+//     things left unquoted are the expansions the engine allowed and judged
+//     as such: glob characters in the arguments of allowlisted programs, a
+//     leading ~, and "${NAME}" of a variable whose value it could not know;
+//   - a program word that resolved to one binary is printed as that
+//     binary's absolute path, so no PATH entry written in the meantime can
+//     put another program in its place;
+//   - the operators are the five every POSIX shell reads alike: ! && || |
+//     and a newline between statements;
+//   - a quoted here-document is re-printed with a delimiter that does not
+//     occur in its body, its body as judged (tabs of <<- already removed);
+//   - the command string of sh -c is replaced by the canonical plan of what
+//     the engine judged inside it;
+//   - variables a program's profile needs (git's locked configuration, the
+//     empty HOME of safe bins) are set as prefix assignments.
+//
+// That subset of the shell language has one reading in dash, bash and
+// every other POSIX shell, so the shell cannot run anything but the judged
+// plan. The alternative, executing the plan in the sandbox's agent
+// without a shell, would need a second implementation of pipelines,
+// exit statuses, cd and here-documents on every host (sandbox, gateway,
+// node); the canonical script keeps one executor path and is what
+// exec-policy:evaluate shows. security full runs the command as written:
+// nothing was judged, so there is no plan.
+
+// quote appends s as one single-quoted shell word.
+func quote(b *strings.Builder, s string) {
+	b.WriteByte('\'')
+	for {
+		i := strings.IndexByte(s, '\'')
+		if i < 0 {
+			break
+		}
+		b.WriteString(s[:i])
+		b.WriteString(`'\''`)
+		s = s[i+1:]
+	}
+	b.WriteString(s)
+	b.WriteByte('\'')
+}
+
+// printWord appends w as the plan spells it.
+func printWord(b *strings.Builder, w word) {
+	if w.parts == nil || (!w.glob && !w.tilde && !w.quotedVar) {
+		quote(b, w.val)
+		return
+	}
+	for _, p := range w.parts {
+		switch {
+		case p.kind == partGlob && w.glob:
+			// Only * ? [ ] are ever in a glob part.
+			b.WriteString(p.text)
+		case p.kind == partTilde:
+			b.WriteByte('~')
+		case p.kind == partVar:
+			b.WriteString(`"${` + p.text + `}"`)
+		default:
+			quote(b, p.text)
+		}
+	}
+}
+
+// heredocDelimiter returns a delimiter no line of body equals.
+func heredocDelimiter(body string) string {
+	lines := strings.Split(body, "\n")
+	for n := 0; ; n++ {
+		d := "CONCH_EOF"
+		if n > 0 {
+			d += "_" + strconv.Itoa(n)
+		}
+		if !slices.Contains(lines, d) {
+			return d
+		}
+	}
+}
+
+// printer builds a plan as the analyzer walks the tree in execution order.
+type printer struct {
+	b strings.Builder
+	// hdocs are the bodies of the current line's here-documents, written
+	// after its newline.
+	hdocs []string
+}
+
+func (p *printer) heredoc(body string) {
+	if body != "" && !strings.HasSuffix(body, "\n") {
+		body += "\n"
+	}
+	d := heredocDelimiter(body)
+	p.b.WriteString(" <<'" + d + "'")
+	p.hdocs = append(p.hdocs, body+d+"\n")
+}
+
+// endLine ends a statement of a list and writes its here-documents.
+func (p *printer) endLine() {
+	p.b.WriteByte('\n')
+	for _, h := range p.hdocs {
+		p.b.WriteString(h)
+	}
+	p.hdocs = p.hdocs[:0]
+}
+
+// call appends one simple command: assignments the profiles need, then
+// the words.
+func (p *printer) call(env map[string]string, words []word) {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		// Names are the engine's own constants: plain identifiers.
+		p.b.WriteString(k + "=")
+		quote(&p.b, env[k])
+		p.b.WriteByte(' ')
+	}
+	for i, w := range words {
+		if i > 0 {
+			p.b.WriteByte(' ')
+		}
+		printWord(&p.b, w)
+	}
+}
