@@ -83,7 +83,7 @@ func startStack(t *testing.T) *stack {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{url: srv.URL, svc: svc, store: st, ctx: tenant.With(ctx, tenant.Scope{Account: "dev", Session: "chat-1"})}
+	return &stack{url: srv.URL, svc: svc, store: st, ctx: tenant.With(ctx, tenant.Scope{Account: "dev", Session: "chat-1", Key: "key-test"})}
 }
 
 // ask creates a pending approval the way an executor would.

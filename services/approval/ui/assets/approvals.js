@@ -56,7 +56,9 @@
   }
 
   async function api(method, path, body) {
-    const opts = { method, headers: { "Authorization": "Bearer " + key } };
+    // X-Conch-Client names this page as the surface recorded beside the
+    // key when it answers an approval.
+    const opts = { method, headers: { "Authorization": "Bearer " + key, "X-Conch-Client": "web" } };
     if (body !== undefined) {
       opts.headers["Content-Type"] = "application/json";
       opts.body = JSON.stringify(body);
