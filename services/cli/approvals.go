@@ -116,7 +116,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if o.JSON() {
 			return PrintJSON(stdout, a)
 		}
-		fmt.Fprintf(stdout, "approval %s: %s (%s)\n", a.ID, a.State, a.Decision)
+		fmt.Fprintf(stdout, "approval %s: %s (%s)\n", display.Escape(a.ID), a.State, a.Decision)
 		return nil
 	case "allowlist list":
 		if err := need(1, "AGENT"); err != nil {
@@ -148,7 +148,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if o.JSON() {
 			return PrintJSON(stdout, e)
 		}
-		fmt.Fprintf(stdout, "added %s (%s)\n", e.Pattern, e.ID)
+		fmt.Fprintf(stdout, "added %s (%s)\n", display.Escape(e.Pattern), e.ID)
 		return nil
 	case "allowlist rm":
 		if err := need(2, "AGENT ID|PATTERN"); err != nil {
