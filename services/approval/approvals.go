@@ -65,7 +65,10 @@ func (s *Server) ListApprovals(ctx context.Context, req *approvalv1.ListApproval
 	return out, nil
 }
 
-// ResolveApproval implements ApprovalService.
+// ResolveApproval implements ApprovalService. The approver recorded is the
+// key that authenticated the call (SPEC §12), never a name in the request:
+// a request naming one is refused, so no caller can record another
+// principal or "fallback".
 func (s *Server) ResolveApproval(ctx context.Context, req *approvalv1.ResolveApprovalRequest) (*approvalv1.ResolveApprovalResponse, error) {
 	account, err := tenant.Account(ctx)
 	if err != nil {
@@ -74,18 +77,39 @@ func (s *Server) ResolveApproval(ctx context.Context, req *approvalv1.ResolveApp
 	if err := validID(req.GetId()); err != nil {
 		return nil, err
 	}
-	approver := req.GetApprover()
-	if scope, ok := tenant.From(ctx); ok && approver == "" {
-		approver = "api"
-		if scope.User != "" {
-			approver = "user:" + scope.User
-		}
+	if req.GetApprover() != "" {
+		return nil, errs.New(errs.InvalidArgument, "approver: set by conch from the authenticated caller")
+	}
+	approver, err := keyApprover(ctx)
+	if err != nil {
+		return nil, err
 	}
 	a, err := s.resolve(ctx, account, req.GetId(), req.GetDecision(), approver)
 	if err != nil {
 		return nil, err
 	}
 	return &approvalv1.ResolveApprovalResponse{Approval: approvalTo(a)}, nil
+}
+
+// keyApprover names the caller of ctx as an approver: "key:<key id> via
+// <surface>".
+func keyApprover(ctx context.Context) (string, error) {
+	sc, err := callerKey(ctx)
+	if err != nil {
+		return "", err
+	}
+	return "key:" + sc.Key + " via " + tenant.SurfaceOf(sc.Surface), nil
+}
+
+// callerKey returns the scope of ctx when an API key authenticated it. A
+// call without a key (one the router makes on its own) cannot answer an
+// approval, since nobody could be recorded for it.
+func callerKey(ctx context.Context) (tenant.Scope, error) {
+	sc, _ := tenant.From(ctx)
+	if sc.Key == "" {
+		return sc, errs.New(errs.PermissionDenied, "only a call authenticated with an API key answers an approval")
+	}
+	return sc, nil
 }
 
 // resolve answers an approval exactly once; allow-always then adds the

@@ -25,7 +25,7 @@ func BenchmarkResolveToWaiter(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := tenant.With(b.Context(), tenant.Scope{Account: "acct", Session: "s1"})
+	ctx := tenant.With(b.Context(), tenant.Scope{Account: "acct", Session: "s1", Key: "key-test"})
 	var lat []time.Duration
 	for b.Loop() {
 		resp, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("rm -rf build"), Segments: segs("rm", "/usr/bin/rm"), Settings: gatewaySettings})

@@ -210,6 +210,14 @@ func (s *Server) HandleChatCommand(ctx context.Context, req *approvalv1.HandleCh
 			return nil, errs.New(errs.NotFound, "approval %q not found in this session", f[1])
 		}
 	}
+	// The sender was checked above (a configured approver, or the
+	// caller's own session), so it is the approver recorded; the key that
+	// relayed the message is logged beside it.
+	relay, err := callerKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "chat command relayed", "account", account, "approval", f[1], "key", relay.Key, "surface", tenant.SurfaceOf(relay.Surface))
 	a, err := s.resolve(ctx, account, f[1], d, channelWord(req.GetChannel())+":"+req.GetFrom())
 	if err != nil {
 		return nil, err

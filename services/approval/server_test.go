@@ -34,7 +34,7 @@ func newServer(t *testing.T) (*Server, context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, tenant.With(t.Context(), tenant.Scope{Account: "acct", Session: "s1"})
+	return s, tenant.With(t.Context(), tenant.Scope{Account: "acct", Session: "s1", Key: "key-test"})
 }
 
 var gatewaySettings = &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}

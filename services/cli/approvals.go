@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/conch-sh/conch/services/approval/notify"
+	"github.com/conch-sh/conch/services/internal/display"
 )
 
 const approvalsUsage = `usage: conch approvals <command> [flags]
@@ -116,7 +116,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if o.JSON() {
 			return PrintJSON(stdout, a)
 		}
-		fmt.Fprintf(stdout, "approval %s: %s (%s)\n", a.ID, a.State, a.Decision)
+		fmt.Fprintf(stdout, "approval %s: %s (%s)\n", display.Escape(a.ID), a.State, a.Decision)
 		return nil
 	case "allowlist list":
 		if err := need(1, "AGENT"); err != nil {
@@ -134,7 +134,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tPATTERN\tLAST RESOLVED PATH\tLAST COMMAND")
 		for _, e := range out.Entries {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.ID, notify.Escape(e.Pattern), notify.Escape(e.LastResolvedPath), notify.Escape(e.LastUsedCommand))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.ID, display.Escape(e.Pattern), display.Escape(e.LastResolvedPath), display.Escape(e.LastUsedCommand))
 		}
 		return tw.Flush()
 	case "allowlist add":
@@ -148,7 +148,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if o.JSON() {
 			return PrintJSON(stdout, e)
 		}
-		fmt.Fprintf(stdout, "added %s (%s)\n", e.Pattern, e.ID)
+		fmt.Fprintf(stdout, "added %s (%s)\n", display.Escape(e.Pattern), e.ID)
 		return nil
 	case "allowlist rm":
 		if err := need(2, "AGENT ID|PATTERN"); err != nil {
@@ -233,8 +233,8 @@ func listApprovals(ctx context.Context, c *Client, o *Options, state, agent stri
 	for _, a := range out.Approvals {
 		// The command is written whole and escaped: what is shown is what
 		// would run.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, notify.Escape(a.Agent), a.Host,
-			notify.Escape(strings.Join(a.ResolvedPaths, ",")), notify.Escape(a.Command))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, display.Escape(a.Agent), a.Host,
+			display.Escape(strings.Join(a.ResolvedPaths, ",")), display.Escape(a.Command))
 	}
 	return tw.Flush()
 }

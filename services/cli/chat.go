@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode"
+
+	"github.com/conch-sh/conch/services/internal/display"
 )
 
 const chatUsage = `usage: conch chat [flags]
@@ -180,7 +182,7 @@ func (ch *chat) showCall(name, arguments string) {
 		Command string `json:"command"`
 	}
 	_ = json.Unmarshal([]byte(arguments), &a)
-	fmt.Fprintf(ch.out, "$ %s\n", Sanitize(a.Command))
+	fmt.Fprintf(ch.out, "$ %s\n", display.Escape(a.Command))
 }
 
 func (ch *chat) showResult(result string) {
@@ -227,8 +229,11 @@ func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
 	if json.Unmarshal(raw, &a) != nil || a.ID == "" {
 		return
 	}
+	// Escaped as on every other surface that asks a human: what is shown
+	// is what would run.
 	fmt.Fprintf(ch.out, "  approval needed (%s): %s\n    cwd %s, host %s, security %s, runs %s\n",
-		Sanitize(a.ID), Sanitize(a.Command), Sanitize(a.Cwd), a.Host, a.Security, Sanitize(strings.Join(a.ResolvedPaths, ", ")))
+		display.Escape(a.ID), display.Escape(a.Command), display.Escape(a.Cwd), display.Escape(a.Host), display.Escape(a.Security),
+		display.Escape(strings.Join(a.ResolvedPaths, ", ")))
 	for {
 		fmt.Fprint(ch.out, "  allow [o]nce, [a]lways, or [d]eny? ")
 		line, err := ch.in.ReadString('\n')

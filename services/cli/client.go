@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
 // DefaultServer is the router address when neither --server nor CONCH_URL
@@ -98,6 +100,9 @@ func (c *Client) Request(ctx context.Context, method, path string, body io.Reade
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
+	// Says which surface answered, recorded beside the key (an approval's
+	// approver); the key alone authenticates.
+	req.Header.Set(tenant.ClientHeader, tenant.SurfaceCLI)
 	for k, v := range c.Header {
 		req.Header[k] = v
 	}

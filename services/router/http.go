@@ -259,7 +259,8 @@ func (a *authMiddleware) wrap(fail errorWriter, next http.Handler) http.Handler 
 			fail(w, code, msg)
 			return
 		}
-		scope := tenant.Scope{Account: p.Account, Admin: p.Admin, PublicURL: a.publicURL}
+		scope := tenant.Scope{Account: p.Account, Admin: p.Admin, PublicURL: a.publicURL,
+			Key: p.KeyID, Surface: tenant.SurfaceOf(r.Header.Get(tenant.ClientHeader))}
 		if scope.PublicURL == "" {
 			scope.PublicURL = requestBaseURL(r)
 		}

@@ -72,7 +72,7 @@ func setup(t *testing.T) (*service, approvalv1.ApprovalServiceClient, context.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	ctx := tenant.With(t.Context(), tenant.Scope{Account: "acct", Session: "s1"})
+	ctx := tenant.With(t.Context(), tenant.Scope{Account: "acct", Session: "s1", Key: "key-test"})
 	if _, err := svc.AddAllowlistEntry(ctx, &approvalv1.AddAllowlistEntryRequest{Agent: "default", Pattern: "/usr/bin/ls"}); err != nil {
 		t.Fatal(err)
 	}

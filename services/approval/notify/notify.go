@@ -16,9 +16,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/internal/display"
 )
 
 // Default API base URLs.
@@ -27,57 +27,19 @@ const (
 	DefaultTelegramBaseURL = "https://api.telegram.org"
 )
 
-// Escape makes s safe to show to a human deciding on it: control
-// characters, bidi overrides, zero-width and other invisible characters are
-// written as \x.., \u.... escapes, so what is shown is what would run.
-func Escape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == unicode.ReplacementChar:
-			b.WriteString(`\ufffd`)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case invisible(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-func invisible(r rune) bool {
-	switch {
-	case r >= 0x80 && r <= 0x9f, // C1 controls
-		r >= 0x200b && r <= 0x200f, // zero-width, LRM, RLM
-		r >= 0x202a && r <= 0x202e, // bidi embeddings and overrides
-		r >= 0x2060 && r <= 0x206f, // word joiner, bidi isolates
-		r == 0xfeff, r == 0x061c, r == 0x00ad, r == 0x180e:
-		return true
-	}
-	return unicode.Is(unicode.Cf, r)
-}
-
 // Text is the chat message for an approval: the id, command, cwd, agent,
 // resolved paths, host and security, and how to answer.
 func Text(a *approvalv1.Approval) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Exec approval request (id: %s)\n", a.GetId())
-	fmt.Fprintf(&b, "Command: %s\n", Escape(a.GetCommand()))
-	fmt.Fprintf(&b, "CWD: %s\n", Escape(a.GetCwd()))
-	fmt.Fprintf(&b, "Agent: %s\n", Escape(a.GetAgent()))
-	fmt.Fprintf(&b, "Resolved: %s\n", Escape(strings.Join(a.GetResolvedPaths(), ", ")))
+	fmt.Fprintf(&b, "Command: %s\n", display.Escape(a.GetCommand()))
+	fmt.Fprintf(&b, "CWD: %s\n", display.Escape(a.GetCwd()))
+	fmt.Fprintf(&b, "Agent: %s\n", display.Escape(a.GetAgent()))
+	fmt.Fprintf(&b, "Resolved: %s\n", display.Escape(strings.Join(a.GetResolvedPaths(), ", ")))
 	fmt.Fprintf(&b, "Host: %s\n", hostWord(a.GetHost()))
 	fmt.Fprintf(&b, "Security: %s\n", securityWord(a.GetSecurity()))
 	if a.GetSession() != "" {
-		fmt.Fprintf(&b, "Session: %s\n", Escape(a.GetSession()))
+		fmt.Fprintf(&b, "Session: %s\n", display.Escape(a.GetSession()))
 	}
 	if a.GetExpiresAt() != nil {
 		fmt.Fprintf(&b, "Expires: %s\n", a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
@@ -160,7 +122,7 @@ func OutcomeText(id, state, decision, by string) string {
 	case state == "expired":
 		return fmt.Sprintf("Exec approval %s expired without an answer; the fallback decided.", id)
 	case by != "":
-		return fmt.Sprintf("Exec approval %s: %s (%s) by %s.", id, state, decision, Escape(by))
+		return fmt.Sprintf("Exec approval %s: %s (%s) by %s.", id, state, decision, display.Escape(by))
 	}
 	return fmt.Sprintf("Exec approval %s: %s (%s).", id, state, decision)
 }

@@ -4,35 +4,61 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/internal/display/displaytest"
 )
 
-func TestEscape(t *testing.T) {
+// Every channel shows the approval's untrusted fields escaped by the one
+// shared function, tested with the one shared table.
+func TestNotificationsEscapeTheSharedTable(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]string{
-		"ls -la":                "ls -la",
-		"a\\b":                  `a\\b`,
-		"ls\x1b[2K\rrm -rf /":   `ls\x1b[2K\x0drm -rf /`,
-		"x\x00y":                `x\x00y`,
-		"evil\u202etxt.exe":     `evil\u202etxt.exe`,
-		"zero\u200bwidth\ufeff": `zero\u200bwidth\ufeff`,
-		"isolate\u2066x\u2069":  `isolate\u2066x\u2069`,
-		"c1\u0085control":       `c1\x85control`,
-		"line\nbreak\ttab":      `line\nbreak\ttab`,
-		"héllo wörld ✓":         "héllo wörld ✓",
-		"del\x7f":               `del\x7f`,
-		"soft\u00adhyphen":      `soft\u00adhyphen`,
-		"arabic\u061cmark":      `arabic\u061cmark`,
-		"invalid\xffutf8":       `invalid\ufffdutf8`,
-	} {
-		if got := Escape(in); got != want {
-			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
+	var mu sync.Mutex
+	got := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Text string `json:"text"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			t.Errorf("%s: %v", r.URL.Path, err)
+		}
+		mu.Lock()
+		got[r.URL.Path] = body.Text
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"ok": true}`))
+	}))
+	defer srv.Close()
+	ch := &approvalv1.ChannelSettings{SlackBaseUrl: srv.URL + "/slack", SlackToken: "x", TelegramBaseUrl: srv.URL + "/tg", TelegramToken: "T"}
+	targets := map[string]*approvalv1.ForwardTarget{
+		"/hook":                   {Channel: approvalv1.Channel_CHANNEL_WEBHOOK, To: srv.URL + "/hook"},
+		"/slack/chat.postMessage": {Channel: approvalv1.Channel_CHANNEL_SLACK, To: "C1"},
+		"/tg/botT/sendMessage":    {Channel: approvalv1.Channel_CHANNEL_TELEGRAM, To: "1"},
+	}
+	s := &Sender{}
+	for _, tc := range displaytest.Cases {
+		a := &approvalv1.Approval{Id: "A1", Command: tc.In, Cwd: tc.In, Agent: tc.In, ResolvedPaths: []string{tc.In}, Session: tc.In}
+		for path, target := range targets {
+			if err := s.Send(t.Context(), ch, target, a); err != nil {
+				t.Fatalf("%s: %v", tc.Name, err)
+			}
+			mu.Lock()
+			text := got[path]
+			mu.Unlock()
+			for _, field := range []string{"Command", "CWD", "Agent", "Resolved", "Session"} {
+				if want := "\n" + field + ": " + tc.Want + "\n"; !strings.Contains(text, want) {
+					t.Errorf("%s on %s: message lacks %q:\n%s", tc.Name, path, want, text)
+				}
+			}
+		}
+		if got, want := OutcomeText("A1", "allowed", "allow-once", tc.In), "Exec approval A1: allowed (allow-once) by "+tc.Want+"."; got != want {
+			t.Errorf("%s: outcome %q, want %q", tc.Name, got, want)
 		}
 	}
 }

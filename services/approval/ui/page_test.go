@@ -18,6 +18,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/display/displaytest"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -83,7 +84,7 @@ func startStack(t *testing.T) *stack {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{url: srv.URL, svc: svc, store: st, ctx: tenant.With(ctx, tenant.Scope{Account: "dev", Session: "chat-1"})}
+	return &stack{url: srv.URL, svc: svc, store: st, ctx: tenant.With(ctx, tenant.Scope{Account: "dev", Session: "chat-1", Key: "key-test"})}
 }
 
 // ask creates a pending approval the way an executor would.
@@ -110,6 +111,15 @@ func (s *stack) state(t *testing.T, id string) approvalv1.ApprovalState {
 		t.Fatal(err)
 	}
 	return a.GetApproval().GetState()
+}
+
+func (s *stack) resolvedBy(t *testing.T, id string) string {
+	t.Helper()
+	a, err := s.svc.GetApproval(s.ctx, &approvalv1.GetApprovalRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.GetApproval().GetResolvedBy()
 }
 
 func browser(t *testing.T) context.Context {
@@ -215,6 +225,10 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	if st := s.state(t, idNew); st != approvalv1.ApprovalState_APPROVAL_STATE_ALLOWED {
 		t.Fatalf("after allow once: %v", st)
 	}
+	// The page's answer is recorded against the key it used, on the web.
+	if by := s.resolvedBy(t, idNew); by != "key:admin via web" {
+		t.Errorf("resolved_by = %q, want the page's key", by)
+	}
 	click(idLong, "deny")
 	if st := s.state(t, idLong); st != approvalv1.ApprovalState_APPROVAL_STATE_DENIED {
 		t.Fatalf("after deny: %v", st)
@@ -243,5 +257,59 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	list, _ = s.svc.ListAllowlist(s.ctx, &approvalv1.ListAllowlistRequest{Agent: "default"})
 	if len(list.GetEntries()) != 1 || list.GetEntries()[0].GetPattern() != "/opt/tools/bin/*" {
 		t.Fatalf("allowlist after removing: %v", list.GetEntries())
+	}
+}
+
+// The page shows every field of an approval escaped as every other
+// surface does, checked with the shared table.
+func TestApprovalsPageEscapesTheSharedTable(t *testing.T) {
+	s := startStack(t)
+	now := time.Now()
+	var cases []displaytest.Case
+	for _, tc := range displaytest.Cases {
+		if !tc.ValidUTF8() {
+			continue // the REST API carries only valid UTF-8
+		}
+		cases = append(cases, tc)
+		// Stored directly: the policy would refuse most of these before
+		// asking, and the page must still show any that got through.
+		a := &store.Approval{ID: fmt.Sprintf("case-%02d", len(cases)), Account: "dev", Command: tc.In, Cwd: tc.In, Agent: tc.In, Host: "gateway",
+			Security: "allowlist", Session: tc.In, CreatedAt: now, ExpiresAt: now.Add(time.Minute), Binding: "x"}
+		if err := s.store.Create(s.ctx, a, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/ui/approvals#key="+apiKey)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, fmt.Sprintf(`document.querySelectorAll("li.approval").length === %d`, len(cases)))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]map[string]any](`[...document.querySelectorAll("li.approval")].map(li => ({
+		id: li.dataset.id,
+		command: li.querySelector("pre.command").textContent,
+		fields: Object.fromEntries([...li.querySelectorAll("dt")].map(dt => [dt.textContent, dt.nextElementSibling.textContent])),
+	}))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]map[string]any{}
+	for _, a := range got {
+		byID[a["id"].(string)] = a
+	}
+	for i, tc := range cases {
+		a := byID[fmt.Sprintf("case-%02d", i+1)]
+		if a == nil {
+			t.Errorf("%s: not shown", tc.Name)
+			continue
+		}
+		if a["command"] != tc.Want {
+			t.Errorf("%s: command shown as %q, want %q", tc.Name, a["command"], tc.Want)
+		}
+		fields := a["fields"].(map[string]any)
+		for _, f := range []string{"cwd", "agent", "session"} {
+			if fields[f] != tc.Want {
+				t.Errorf("%s: %s shown as %q, want %q", tc.Name, f, fields[f], tc.Want)
+			}
+		}
 	}
 }

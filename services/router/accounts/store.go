@@ -50,10 +50,18 @@ type Key struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// AdminKeyID names the admin key where a key id is recorded (it has no
+// stored key, so no generated id).
+const AdminKeyID = "admin"
+
 // Principal is who a request authenticated as.
 type Principal struct {
 	Account string
 	Admin   bool
+	// KeyID is the id of the key that authenticated (AdminKeyID for the
+	// admin key), so what a caller does can be recorded against the key
+	// rather than a name the caller chose.
+	KeyID string
 }
 
 // Store keeps accounts and keys in etcd.
@@ -119,7 +127,7 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	}
 	sum := sha256.Sum256([]byte(key))
 	if s.adminAccount != "" && subtle.ConstantTimeCompare(sum[:], s.adminHash[:]) == 1 {
-		return Principal{Account: s.adminAccount, Admin: true}, nil
+		return Principal{Account: s.adminAccount, Admin: true, KeyID: AdminKeyID}, nil
 	}
 	if !strings.HasPrefix(key, KeyPrefix) {
 		return Principal{}, errs.New(errs.Unauthenticated, "invalid API key")
@@ -143,7 +151,7 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
 		return Principal{}, fmt.Errorf("accounts: decode key: %w", err)
 	}
-	p := Principal{Account: k.AccountID}
+	p := Principal{Account: k.AccountID, KeyID: k.ID}
 	s.mu.Lock()
 	if s.watching && s.deleted[hash] < resp.Header.Revision {
 		s.cache[hash] = cachedKey{p: p, rev: resp.Header.Revision}

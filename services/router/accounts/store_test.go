@@ -27,7 +27,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("admin account: %v", err)
 	}
 	p, err := s.Authenticate(ctx, adminKey)
-	if err != nil || p != (Principal{Account: "dev", Admin: true}) {
+	if err != nil || p != (Principal{Account: "dev", Admin: true, KeyID: AdminKeyID}) {
 		t.Fatalf("Authenticate(admin) = %+v, %v", p, err)
 	}
 
@@ -43,7 +43,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("CreateKey = %q, %+v", secret, key)
 	}
 	p, err = s.Authenticate(ctx, secret)
-	if err != nil || p != (Principal{Account: acct.ID}) {
+	if err != nil || p != (Principal{Account: acct.ID, KeyID: key.ID}) {
 		t.Fatalf("Authenticate(key) = %+v, %v", p, err)
 	}
 

@@ -17,20 +17,35 @@
     s.className = error ? "error" : "";
   }
 
-  // escapeParts splits s into plain text and escapes for what a terminal
-  // or browser would hide or reorder: C0/C1 controls, DEL, format
-  // characters (bidi overrides and isolates, zero-width characters).
+  // escapeParts splits s into plain text and escapes. It follows the rules
+  // of conch's one escaping function (services/internal/display, Escape),
+  // which every other surface calls, and is tested with the same table:
+  // "\\" for a backslash, "\n" and "\t", "\xNN" for the other C0
+  // controls and DEL, "\uNNNN" or "\UNNNNNNNN" for every other character
+  // that is not a visible letter, mark, number, punctuation or symbol
+  // (C1 controls, format and bidi characters, separators other than the
+  // space, private use, surrogates, noncharacters, unassigned), for
+  // default-ignorable characters and for U+FFFD.
+  const visible = /[\p{L}\p{M}\p{N}\p{P}\p{S}]/u;
+  const ignorable = /\p{Default_Ignorable_Code_Point}/u;
+  const hex = (cp, n) => cp.toString(16).padStart(n, "0");
+  function escapeOne(ch) {
+    const cp = ch.codePointAt(0);
+    if (ch === "\\") return "\\\\";
+    if (ch === "\n") return "\\n";
+    if (ch === "\t") return "\\t";
+    if (cp < 0x20 || cp === 0x7f) return "\\x" + hex(cp, 2);
+    if (ch === " ") return null;
+    const hidden = cp === 0xfffd || (cp & 0xfffe) === 0xfffe || (cp >= 0xfdd0 && cp <= 0xfdef) ||
+      !visible.test(ch) || ignorable.test(ch);
+    if (!hidden) return null;
+    return cp > 0xffff ? "\\U" + hex(cp, 8) : "\\u" + hex(cp, 4);
+  }
   function escapeParts(s) {
     const parts = [];
     let plain = "";
     for (const ch of s) {
-      const cp = ch.codePointAt(0);
-      let esc = null;
-      if (ch === "\\") esc = "\\\\";
-      else if (ch === "\n") esc = "\\n";
-      else if (ch === "\t") esc = "\\t";
-      else if (cp < 0x20 || cp === 0x7f || (cp >= 0x80 && cp <= 0x9f)) esc = "\\x" + cp.toString(16).padStart(2, "0");
-      else if (/\p{Cf}|\p{Zl}|\p{Zp}|\p{Co}|\p{Cn}/u.test(ch) || cp === 0xfffd) esc = "\\u" + cp.toString(16).padStart(4, "0");
+      const esc = escapeOne(ch);
       if (esc === null) { plain += ch; continue; }
       if (plain) { parts.push({ text: plain }); plain = ""; }
       parts.push({ text: esc, escaped: true });
@@ -56,7 +71,9 @@
   }
 
   async function api(method, path, body) {
-    const opts = { method, headers: { "Authorization": "Bearer " + key } };
+    // X-Conch-Client names this page as the surface recorded beside the
+    // key when it answers an approval.
+    const opts = { method, headers: { "Authorization": "Bearer " + key, "X-Conch-Client": "web" } };
     if (body !== undefined) {
       opts.headers["Content-Type"] = "application/json";
       opts.body = JSON.stringify(body);

@@ -30,11 +30,35 @@ const (
 	keyUser      = "x-shell-user-id"
 	keySession   = "x-conch-session-id"
 	keyPublicURL = "conch-public-url"
+	keyKey       = "conch-key"
+	keySurface   = "conch-surface"
 	keySignature = "conch-signature"
 )
 
 // signedKeys are the keys covered by the signature, in signing order.
-var signedKeys = []string{keyAccount, keyAdmin, keyUser, keySession, keyPublicURL}
+var signedKeys = []string{keyAccount, keyAdmin, keyUser, keySession, keyPublicURL, keyKey, keySurface}
+
+// Surfaces a client may say it is, recorded beside the key that
+// authenticated it. Anything else counts as SurfaceREST.
+const (
+	SurfaceREST = "rest"
+	SurfaceCLI  = "cli"
+	SurfaceWeb  = "web"
+)
+
+// ClientHeader is the HTTP header with which conch's own clients name
+// their surface (SurfaceCLI, SurfaceWeb).
+const ClientHeader = "X-Conch-Client"
+
+// SurfaceOf maps a ClientHeader value to a surface: only the known
+// surfaces are kept, so the record never holds text a client chose.
+func SurfaceOf(header string) string {
+	switch header {
+	case SurfaceCLI, SurfaceWeb:
+		return header
+	}
+	return SurfaceREST
+}
 
 // Scope is who a call is for.
 type Scope struct {
@@ -48,10 +72,19 @@ type Scope struct {
 	Session string
 	// PublicURL is the router's public base URL, for links it hands out.
 	PublicURL string
+	// Key is the id of the API key that authenticated the call, so that
+	// what is recorded of a caller (who answered an approval) names the
+	// key and never a name the caller wrote. Empty for calls the router
+	// makes on its own (node tunnels, tool hosts).
+	Key string
+	// Surface is how the key holder called: SurfaceREST, SurfaceCLI or
+	// SurfaceWeb. The client says which, so it only describes the key's
+	// call and proves nothing by itself.
+	Surface string
 }
 
 func (s Scope) values() map[string]string {
-	vals := map[string]string{keyAccount: s.Account, keyUser: s.User, keySession: s.Session, keyPublicURL: s.PublicURL}
+	vals := map[string]string{keyAccount: s.Account, keyUser: s.User, keySession: s.Session, keyPublicURL: s.PublicURL, keyKey: s.Key, keySurface: s.Surface}
 	if s.Admin {
 		vals[keyAdmin] = "true"
 	}
@@ -151,7 +184,8 @@ func (s *Signer) incoming(ctx context.Context) (context.Context, error) {
 	if !hmac.Equal([]byte(sig), []byte(s.sign(vals))) {
 		return nil, errs.New(errs.Unauthenticated, "invalid internal signature")
 	}
-	return With(ctx, Scope{Account: vals[keyAccount], Admin: vals[keyAdmin] == "true", User: vals[keyUser], Session: vals[keySession], PublicURL: vals[keyPublicURL]}), nil
+	return With(ctx, Scope{Account: vals[keyAccount], Admin: vals[keyAdmin] == "true", User: vals[keyUser], Session: vals[keySession], PublicURL: vals[keyPublicURL],
+		Key: vals[keyKey], Surface: vals[keySurface]}), nil
 }
 
 func first(md metadata.MD, k string) string {

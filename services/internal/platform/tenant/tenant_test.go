@@ -18,7 +18,7 @@ func TestSignVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scope := Scope{Account: "acme", Admin: true, User: "alice", Session: "s1", PublicURL: "https://conch.example"}
+	scope := Scope{Account: "acme", Admin: true, User: "alice", Session: "s1", PublicURL: "https://conch.example", Key: "key-1", Surface: SurfaceCLI}
 
 	tests := []struct {
 		name      string
@@ -47,6 +47,16 @@ func TestSignVerify(t *testing.T) {
 		{name: "added admin", scope: &Scope{Account: "acme"}, tamper: map[string]string{keyAdmin: "true"}, verifier: router, wantError: true},
 		{name: "changed user", scope: &scope, tamper: map[string]string{keyUser: "alice2"}, verifier: router, wantError: true},
 		{name: "added user", scope: &Scope{Account: "acme"}, tamper: map[string]string{keyUser: "bob"}, verifier: router, wantError: true},
+		{name: "changed key", scope: &scope, tamper: map[string]string{keyKey: "key-2"}, verifier: router, wantError: true},
+		{name: "added key", scope: &Scope{Account: "acme"}, tamper: map[string]string{keyKey: "admin"}, verifier: router, wantError: true},
+		{name: "changed surface", scope: &scope, tamper: map[string]string{keySurface: "web"}, verifier: router, wantError: true},
+		{
+			name:     "smuggled key is replaced by the scope's",
+			scope:    &Scope{Account: "acme"},
+			smuggled: map[string]string{keyKey: "admin"},
+			verifier: router,
+			want:     &Scope{Account: "acme"},
+		},
 		{name: "forged signature", tamper: map[string]string{keyAccount: "acme", keySignature: "AAAA"}, verifier: router, wantError: true},
 		{name: "other secret", scope: &scope, verifier: other, wantError: true},
 	}
@@ -86,6 +96,23 @@ func TestSignVerify(t *testing.T) {
 				t.Errorf("scope mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestSurfaceOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ header, want string }{
+		{"cli", SurfaceCLI},
+		{"web", SurfaceWeb},
+		{"", SurfaceREST},
+		{"rest", SurfaceREST},
+		{"CLI", SurfaceREST},
+		{"fallback", SurfaceREST},
+		{"cli\nfallback", SurfaceREST},
+	} {
+		if got := SurfaceOf(tt.header); got != tt.want {
+			t.Errorf("SurfaceOf(%q) = %q, want %q", tt.header, got, tt.want)
+		}
 	}
 }
 

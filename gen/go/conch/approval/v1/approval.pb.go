@@ -171,7 +171,10 @@ type Approval struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the fallback decides.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	// Who decided (an approver's name, "fallback" or empty).
+	// Who decided: "key:<key id> via rest|cli|web" for the API key that
+	// answered, "<channel>:<sender>" for a configured chat approver,
+	// "session:<session>" for the conversation's own user, "fallback" when
+	// ask_fallback decided on expiry, or empty while pending.
 	ResolvedBy string `protobuf:"bytes,14,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
 	// When it was decided.
 	ResolvedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
@@ -926,7 +929,10 @@ type ResolveApprovalRequest struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The decision.
 	Decision ApprovalDecision `protobuf:"varint,2,opt,name=decision,proto3,enum=conch.approval.v1.ApprovalDecision" json:"decision,omitempty"`
-	// Who answers, for the record.
+	// Must be empty: conch records who answered from the authenticated
+	// caller ("key:<key id> via rest|cli|web"), never from the request, so a
+	// request that sets it is refused with INVALID_ARGUMENT
+	// ("approver: set by conch from the authenticated caller").
 	Approver      string `protobuf:"bytes,3,opt,name=approver,proto3" json:"approver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
