@@ -44,7 +44,7 @@ func TestMarshal(t *testing.T) {
 				Ask:      approvalv1.Ask_ASK_ON_MISS,
 				Segments: []*approvalv1.Segment{{Argv: []string{"rg"}, Decision: approvalv1.PolicyDecision_POLICY_DECISION_DENY}},
 			},
-			want: `{"ask":"on-miss","ask_fallback":"","decision":"ask","reason":"","security":"","segments":[{"argv":["rg"],"content_digest":"","decision":"deny","reason":"","resolved_path":""}]}`,
+			want: `{"ask":"on-miss","ask_fallback":"","decision":"ask","plan":"","reason":"","security":"","segments":[{"argv":["rg"],"content_digest":"","decision":"deny","real_path":"","reason":"","resolved_path":""}]}`,
 		},
 		{
 			name: "html characters are not escaped",
