@@ -7,7 +7,7 @@ BIN   := bin/conch
 TEST_FLAGS ?= -count=1 -timeout 20m
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all build run cluster cluster-down load test bench images lint gen breaking deps clean
+.PHONY: all build run cluster cluster-down load test fuzz bench images lint gen breaking deps clean
 
 all: build
 
@@ -41,9 +41,19 @@ load: cluster
 deps:
 	@scripts/deps.sh
 
-## test: every test of every module, against real etcd, MinIO and sandboxes
+## test: every test of every module, against real etcd, MinIO and sandboxes,
+## then a bounded run of the exec policy's differential fuzzer
 test: build
 	cd services && CONCH_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+## fuzz: the exec policy against dash and bash (FuzzEngineVersusShell) for
+## $(FUZZTIME); every command the engine allows runs as its plan under both
+## shells, and a program or argv it did not judge fails the run
+FUZZTIME      ?= 10m
+TEST_FUZZTIME ?= 60s
+fuzz:
+	cd services && $(GO) test -run '^$$' -fuzz '^FuzzEngineVersusShell$$' -fuzztime $(FUZZTIME) ./approval/policy
 
 BENCH_OUT    ?= bench.txt
 BENCH_REPORT ?= bench-report.json

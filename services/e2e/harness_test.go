@@ -240,6 +240,11 @@ type pendingApproval struct {
 // approval of command, passes it to check and allows it once. The channel
 // gets the status of the :resolve call, 0 when none was pending in time.
 func allowWhenPending(t *testing.T, d *dev, command string, check func(pendingApproval)) <-chan int {
+	return answerWhenPending(t, d, command, "allow-once", check)
+}
+
+// answerWhenPending is allowWhenPending with the decision given.
+func answerWhenPending(t *testing.T, d *dev, command, decision string, check func(pendingApproval)) <-chan int {
 	answered := make(chan int, 1)
 	get := func(method, path string, body any) (int, []byte) {
 		var r io.Reader
@@ -271,7 +276,7 @@ func allowWhenPending(t *testing.T, d *dev, command string, check func(pendingAp
 			for _, a := range list.Approvals {
 				if a.Command == command {
 					check(a)
-					code, _ := get("POST", "/api/v1/approvals/"+a.ID+":resolve", map[string]string{"decision": "allow-once"})
+					code, _ := get("POST", "/api/v1/approvals/"+a.ID+":resolve", map[string]string{"decision": decision})
 					answered <- code
 					return
 				}

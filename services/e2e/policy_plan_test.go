@@ -87,3 +87,70 @@ func TestAllowlistRunsTheJudgedPlan(t *testing.T) {
 		t.Errorf("evaluate = %s, want allow with the plan of ls -la id", body)
 	}
 }
+
+// TestAllowAlwaysFollowsLinks: a workspace link to /bin/sh is judged as
+// the shell it is; allow-always on it records the inner program, never the
+// link, so the link still asks next time. The request's env takes names
+// from an allowlist only.
+func TestAllowAlwaysFollowsLinks(t *testing.T) {
+	d := startDev(t)
+	const gw, user = "links", "lee"
+	createGateway(t, d, map[string]any{"name": gw, "upstream": map[string]any{"provider": "scripted"},
+		"shell": map[string]any{"allow_data_persistence": true},
+		"exec":  map[string]any{"security": "allowlist", "ask": "on-miss", "approval_timeout_seconds": 5}})
+	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
+	var sb struct{ ID string }
+	if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
+		t.Fatalf("create sandbox = %d %s", code, body)
+	}
+	run := func(command string, env map[string]string) (int, string) {
+		code, body := d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": command, "env": env})
+		return code, string(body)
+	}
+	if code, body := run("ln -s /bin/sh shlink", nil); code != http.StatusOK || !strings.Contains(body, `"exit_code":0`) {
+		t.Fatalf("setup = %d %s", code, body)
+	}
+	// 4. env names: refused by name, plain names pass through.
+	if code, body := run("true", map[string]string{"POSIXLY_CORRECT": "1"}); code != http.StatusBadRequest || !strings.Contains(body, "POSIXLY_CORRECT may not be set") {
+		t.Errorf("POSIXLY_CORRECT: %d %s", code, body)
+	}
+	if code, body := run(`printf '%s' "$BUILD_ID"`, map[string]string{"BUILD_ID": "7", "LANG": "C.UTF-8"}); code != http.StatusOK || !strings.Contains(body, `"stdout":"7"`) {
+		t.Errorf("BUILD_ID: %d %s", code, body)
+	}
+	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil); code != http.StatusOK {
+		t.Fatalf("delete sandbox = %d %s", code, body)
+	}
+
+	chat := func(command string) string {
+		t.Helper()
+		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+			"model": gw, "user": user,
+			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
+			"tools":    []map[string]string{{"type": "shell"}},
+		})
+		if code != http.StatusOK {
+			t.Fatalf("chat %q = %d %s", command, code, body)
+		}
+		return string(body)
+	}
+	const first = "./shlink -c 'uname -s'"
+	answered := answerWhenPending(t, d, first, "allow-always", func(pendingApproval) {})
+	if out := chat(first); !strings.Contains(out, "Linux") {
+		t.Fatalf("%q after allow-always: %s", first, out)
+	}
+	if code := <-answered; code != http.StatusOK {
+		t.Fatalf("resolve = %d", code)
+	}
+	_, body = d.call("GET", "/api/v1/exec-approvals", d.Key, nil)
+	if doc := string(body); !strings.Contains(doc, "uname") || strings.Contains(doc, "shlink") || strings.Contains(doc, "/sh\"") || strings.Contains(doc, "dash") {
+		t.Fatalf("allow-always recorded %s, want the inner program only", doc)
+	}
+	// The recorded program now runs at once through the link; another
+	// inner program still asks (and, unanswered, times out).
+	if out := chat(first); !strings.Contains(out, "Linux") {
+		t.Errorf("%q, recorded, did not run: %s", first, out)
+	}
+	if out := chat("./shlink -c 'id -u'"); !strings.Contains(out, "Approval timeout") {
+		t.Errorf("a link to sh ran an unrecorded program: %s", out)
+	}
+}

@@ -49,6 +49,12 @@ type ExecParams struct {
 	Host approvalv1.Host
 	// Node names the node of host node.
 	Node string
+	// Settings are the exec settings the command runs under; nil is the
+	// sandbox's default (security full, ask off), which asks no one.
+	Settings *approvalv1.ExecSettings
+	// Agent, Session and User say for whom the command runs: what an
+	// approval is bound to and shows.
+	Agent, Session, User string
 }
 
 // outside reports whether the command runs outside its sandbox.
@@ -79,6 +85,8 @@ type ExecEvents interface {
 	Output(stream sandbox.Stream, data []byte) error
 	Backgrounded(processID string) error
 	StillRunning(since time.Time) error
+	// ApprovalPending tells the caller a human is deciding.
+	ApprovalPending(a *approvalv1.Approval) error
 }
 
 var errGatewayOff = errs.New(errs.FailedPrecondition, "host gateway: running commands on the executor host is turned off on this executor")
@@ -91,69 +99,57 @@ type proc interface {
 	Write(data []byte, eof bool) error
 }
 
-// Exec runs a command in account's sandbox, or on the gateway host. It
-// returns the result, or nil when the command moved to the background.
+// Exec runs a command in account's sandbox, on the gateway host or on a
+// node, after the exec policy allowed it. It returns the result (a refusal
+// is an error outcome with the policy's reason), or nil when the command
+// moved to the background.
 func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (*Result, error) {
-	var e *entry
-	if p.Host != approvalv1.Host_HOST_NODE && (!p.outside() || p.SandboxID != "") {
-		var err error
-		if e, err = s.lookup(ctx, account, p.SandboxID); err != nil {
-			return nil, err
-		}
-	}
-	var start func(sandbox.Options) (proc, error)
-	switch p.Host {
-	case approvalv1.Host_HOST_GATEWAY:
-		if s.gateway == nil {
-			return nil, errGatewayOff
-		}
-		start = func(o sandbox.Options) (proc, error) { return s.gateway.Start(o) }
-	case approvalv1.Host_HOST_NODE:
-		c, err := s.node(ctx, account, p.Node)
-		if err != nil {
-			return nil, err
-		}
-		// A node's commands are not recorded here: the process tool's
-		// calls go to the sandbox's executor, not the node's.
-		if p.Background {
-			return nil, errs.New(errs.InvalidArgument, "background: not available for commands on a node")
-		}
-		start = func(o sandbox.Options) (proc, error) { return c.start(p, o) }
-	default:
-		start = func(o sandbox.Options) (proc, error) { return e.sb.Start(o) }
-	}
-	if p.outside() && e == nil {
-		if p.Background {
-			return nil, errs.New(errs.InvalidArgument, "background: a background command outside a sandbox needs sandbox_id to keep its records")
-		}
-		p.Yield = 0 // nowhere to keep a backgrounded command's records
-	}
 	if err := validateEnv(p.Env); err != nil {
 		return nil, err
 	}
 	if strings.ContainsRune(p.Workdir, 0) || len(p.Workdir) > 4096 {
 		return nil, errs.New(errs.InvalidArgument, "workdir: must be a path without NUL bytes, at most 4096 bytes")
 	}
-	if len(p.Command) > MaxCommandBytes {
-		return &Result{Outcome: OutcomeError, Error: fmt.Sprintf("command is %d bytes, longer than the limit of %d bytes (1 MiB)", len(p.Command), MaxCommandBytes)}, nil
-	}
 	if strings.TrimSpace(p.Command) == "" {
 		return nil, errs.New(errs.InvalidArgument, "command: must not be empty")
-	}
-	if p.MaxOutput <= 0 {
-		p.MaxOutput = DefaultOutputChars
 	}
 	if err := checkPathPrepend("settings.path_prepend", p.PathPrepend); err != nil {
 		return nil, err
 	}
-	if !p.outside() {
-		e.touch()
-		defer e.touch()
+	// Found before anyone is asked to approve a command for it.
+	t, err := s.target(ctx, account, &p)
+	if err != nil {
+		return nil, err
 	}
-	res, err := s.run(ctx, e, start, p, ev)
-	if err == nil && res != nil && !p.outside() && e.persistent {
+	if p.outside() && t.e == nil {
+		if p.Background {
+			return nil, errs.New(errs.InvalidArgument, "background: a background command outside a sandbox needs sandbox_id to keep its records")
+		}
+		p.Yield = 0 // nowhere to keep a backgrounded command's records
+	}
+	if len(p.Command) > MaxCommandBytes {
+		return &Result{Outcome: OutcomeError, Error: fmt.Sprintf("command is %d bytes, longer than the limit of %d bytes (1 MiB)", len(p.Command), MaxCommandBytes)}, nil
+	}
+	if p.MaxOutput <= 0 {
+		p.MaxOutput = DefaultOutputChars
+	}
+	plan, refusal, err := s.authorize(ctx, t, &p, ev)
+	if err != nil {
+		return nil, err
+	}
+	if refusal != "" {
+		return &Result{Outcome: OutcomeError, Error: refusal}, nil
+	}
+	p.Plan, p.Workdir = plan, t.dir
+	inSandbox := !p.outside()
+	if inSandbox {
+		t.e.touch()
+		defer t.e.touch()
+	}
+	res, err := s.run(ctx, t.e, t.start, p, ev)
+	if err == nil && res != nil && inSandbox && t.e.persistent {
 		// A result is only returned once its writes are durable.
-		if ferr := s.flush(ctx, e); ferr != nil {
+		if ferr := s.flush(ctx, t.e); ferr != nil {
 			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
 			return &Result{Outcome: OutcomeError, Error: "the command ran but its workspace changes could not be saved: " + ferr.Error(), Duration: res.Duration}, nil
 		}

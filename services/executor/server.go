@@ -8,9 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"regexp"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,11 +17,8 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
-	"github.com/conch-sh/conch/services/approval/policy"
-	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
-	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -34,9 +29,6 @@ import (
 type Server struct {
 	executorv1.UnsafeExecutorServiceServer
 	svc *Service
-	// approvals judges commands whose exec policy is not the sandbox's
-	// full/off default (SPEC §7); nil refuses them.
-	approvals gate.Client
 }
 
 var _ executorv1.ExecutorServiceServer = (*Server)(nil)
@@ -45,95 +37,11 @@ var _ executorv1.ExecutorServiceServer = (*Server)(nil)
 func NewServer(svc *Service) *Server { return &Server{svc: svc} }
 
 // WithApprovals makes Exec ask the approval service before running a
-// command whose exec policy is not the sandbox's full/off default.
+// command whose exec policy is not the sandbox's full/off default (SPEC
+// §7); without it such commands are refused.
 func (s *Server) WithApprovals(c gate.Client) *Server {
-	s.approvals = c
+	s.svc.approvals = c
 	return s
-}
-
-// authorize asks the approval service whether req may run in workdir (in
-// sb, on the gateway host or on node), telling the caller while a human
-// decides. It reports false after sending the refusal as the command's
-// end, with the policy's exact error string; when allowed, plan is what
-// runs in place of the command ("" runs it as written).
-func (s *Server) authorize(ctx context.Context, req *executorv1.ExecRequest, workdir string, sb *sandbox.Sandbox, node *nodeConn, stream executorv1.ExecutorService_ExecServer) (ok bool, plan string, err error) {
-	if !gate.Needed(req.GetHost(), req.GetSettings()) {
-		return true, "", nil
-	}
-	refuse := func(reason string) (bool, string, error) {
-		return false, "", stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
-			Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR}, Error: reason,
-		}}})
-	}
-	if s.approvals == nil {
-		return refuse(policy.ErrNotAllowed + ": no approval service to ask")
-	}
-	var resolver policy.Resolver
-	var digest func(string) (string, error)
-	cwd, home := workdir, ""
-	switch req.GetHost() {
-	case approvalv1.Host_HOST_GATEWAY:
-		// The command runs on this machine: its programs are resolved,
-		// and bound by content, against this filesystem and the PATH the
-		// command gets.
-		path := append(slices.Clone(req.GetSettings().GetPathPrepend()), policy.SplitPath(hostexec.DefaultPath)...)
-		resolver, digest = policy.PathResolver{Path: path}, gate.FileDigest
-		cwd = s.svc.gatewayDir(cwd)
-	case approvalv1.Host_HOST_NODE:
-		// The node resolves and digests them on its own filesystem.
-		r := &nodeResolver{ctx: ctx, c: node, pathPrepend: req.GetSettings().GetPathPrepend(), digests: map[string]string{}}
-		resolver, digest = r, r.Digest
-		cwd = node.dir(cwd)
-	default:
-		// The command runs in sb: its programs are resolved, and bound by
-		// content, in the sandbox's own filesystem and PATH, through its
-		// mounts and symlinks as it sees them, never the executor's.
-		r := sb.Resolver(req.GetSettings().GetPathPrepend())
-		resolver, digest, home = r, sandboxDigest(r.View), sandbox.WorkspaceDir
-	}
-	v, err := gate.Check(ctx, s.approvals, gate.Request{
-		Resolver: resolver, Digest: digest, Home: home,
-		Binding: &approvalv1.Binding{
-			Command: req.GetCommand(), Cwd: cwd, Env: req.GetEnv(), Host: req.GetHost(), Node: req.GetNode(),
-			Agent: req.GetAgent(), Session: req.GetSession(), User: req.GetUser(),
-		},
-		Settings: req.GetSettings(),
-		OnPending: func(a *approvalv1.Approval) {
-			_ = stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_ApprovalPending{ApprovalPending: &executorv1.ApprovalPending{Approval: a}}})
-		},
-	})
-	if err != nil {
-		return false, "", err
-	}
-	if !v.Allowed {
-		return refuse(v.Reason)
-	}
-	return true, v.Plan, nil
-}
-
-// sandboxDigest binds an approval to the content of a sandbox's file, read
-// through the sandbox's view. Files the sandbox cannot change (the system
-// dirs, the agent binary its tool commands link to) are not hashed.
-func sandboxDigest(v *fsview.View) func(string) (string, error) {
-	return func(p string) (string, error) {
-		real, err := v.Resolve(p)
-		if err != nil {
-			return "", fmt.Errorf("executor: digest %s: %w", p, err)
-		}
-		if gate.SystemFile(real) || real == sandbox.AgentPath {
-			return "", nil
-		}
-		f, err := v.Open(real)
-		if err != nil {
-			return "", fmt.Errorf("executor: digest %s: %w", p, err)
-		}
-		defer f.Close()
-		d, err := gate.ReadDigest(f)
-		if err != nil {
-			return "", fmt.Errorf("executor: digest %s: %w", p, err)
-		}
-		return d, nil
-	}
 }
 
 // ResolveCommand implements ExecutorService.
@@ -322,6 +230,10 @@ func (x execStream) StillRunning(since time.Time) error {
 	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_StillRunning{StillRunning: timestamppb.New(since)}})
 }
 
+func (x execStream) ApprovalPending(a *approvalv1.Approval) error {
+	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_ApprovalPending{ApprovalPending: &executorv1.ApprovalPending{Approval: a}}})
+}
+
 func (x execStream) Backgrounded(id string) error {
 	return x.stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Backgrounded{Backgrounded: &executorv1.Backgrounded{ProcessId: id}}})
 }
@@ -333,17 +245,8 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	if err != nil {
 		return err
 	}
-	var node *nodeConn
-	inSandbox := false
 	switch req.GetHost() {
-	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX:
-		inSandbox = true
-	case approvalv1.Host_HOST_GATEWAY:
-	case approvalv1.Host_HOST_NODE:
-		// Found before anyone is asked to approve a command for it.
-		if node, err = s.svc.node(ctx, account, req.GetNode()); err != nil {
-			return err
-		}
+	case approvalv1.Host_HOST_UNSPECIFIED, approvalv1.Host_HOST_SANDBOX, approvalv1.Host_HOST_GATEWAY, approvalv1.Host_HOST_NODE:
 	default:
 		return errs.New(errs.InvalidArgument, "host: must be sandbox, gateway or node")
 	}
@@ -365,32 +268,13 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	case notice == 0:
 		notice = 10 * time.Second
 	}
-	if req.GetHost() == approvalv1.Host_HOST_GATEWAY && s.svc.gateway == nil {
-		// Refused before anyone is asked to approve it.
-		return errGatewayOff
-	}
-	workdir := req.GetWorkdir()
-	var sb *sandbox.Sandbox
-	if inSandbox && gate.Needed(req.GetHost(), req.GetSettings()) {
-		// Found before anyone is asked to approve a command for it.
-		e, err := s.svc.lookup(ctx, account, req.GetSandboxId())
-		if err != nil {
-			return err
-		}
-		// Judged and run in one directory, whatever another command's
-		// cd does meanwhile.
-		sb, workdir = e.sb, e.sb.Dir(workdir)
-	}
-	ok, plan, err := s.authorize(ctx, req, workdir, sb, node, stream)
-	if !ok || err != nil {
-		return err
-	}
 	res, err := s.svc.Exec(ctx, account, ExecParams{
-		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Plan: plan, Workdir: workdir, Env: req.GetEnv(),
+		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
 		Timeout: timeout, MaxOutput: maxOut, Pty: req.GetPty(), Yield: time.Duration(req.GetYieldMs()) * time.Millisecond,
 		Background: req.GetBackground(), Notify: req.GetSettings().GetNotifyOnExit(),
 		Notice: notice, PathPrepend: req.GetSettings().GetPathPrepend(),
-		Host: req.GetHost(), Node: req.GetNode(),
+		Host: req.GetHost(), Node: req.GetNode(), Settings: req.GetSettings(),
+		Agent: req.GetAgent(), Session: req.GetSession(), User: req.GetUser(),
 	}, execStream{stream})
 	if err != nil || res == nil {
 		return err
@@ -439,6 +323,8 @@ func (discard) Started(string) error                { return nil }
 func (discard) Output(sandbox.Stream, []byte) error { return nil }
 func (discard) Backgrounded(string) error           { return errors.New("executor: unexpected background") }
 func (discard) StillRunning(time.Time) error        { return nil }
+
+func (discard) ApprovalPending(*approvalv1.Approval) error { return nil }
 
 // RunCommand runs a command to its end and returns SPEC §3's result.
 func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandRequest) (*executorv1.RunCommandResponse, error) {

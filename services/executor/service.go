@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
@@ -75,6 +76,9 @@ type Service struct {
 	ws      Workspaces       // nil: persistent workspaces are refused
 	tools   ToolCaller       // nil: tool commands are refused
 	gateway *hostexec.Runner // nil: the gateway host is turned off
+	// approvals judges commands whose exec policy is not the sandbox's
+	// full/off default (SPEC §7); nil refuses them.
+	approvals gate.Client
 }
 
 // Option configures a Service.

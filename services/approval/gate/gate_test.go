@@ -239,3 +239,27 @@ func TestSegmentsHome(t *testing.T) {
 		t.Fatalf("segments without a home: %v", segs)
 	}
 }
+
+// Segments sends every program the command names, with the file a link
+// really is, also for a command the policy will refuse, so that the
+// approval service judges with what the caller's filesystem holds rather
+// than finding nothing and asking.
+func TestSegmentsResolveEveryProgram(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("/bin/sh", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	r := policy.PathResolver{Path: []string{"/usr/bin", "/bin"}}
+	segs := gate.Segments("./link -c 'ls' && ls | xargs git", dir, "", r)
+	var names, real []string
+	for _, s := range segs {
+		names = append(names, s.GetArgv()[0])
+		real = append(real, s.GetRealPath())
+	}
+	if got := strings.Join(names, " "); got != "./link ls ls xargs" {
+		t.Errorf("programs sent: %q", got)
+	}
+	if len(real) == 0 || !strings.HasSuffix(real[0], "/dash") && !strings.HasSuffix(real[0], "/sh") && !strings.HasSuffix(real[0], "/bash") {
+		t.Errorf("real path of the link: %q", real)
+	}
+}

@@ -245,7 +245,7 @@ type analyzer struct {
 	// p prints the plan of the statements being judged.
 	p *printer
 	// callEnv are the assignments the programs of the current simple
-	// command need in the plan (see profileEnv).
+	// command need in the plan (gitEnv, safeBinEnv).
 	callEnv map[string]string
 	// head is the binary the current simple command's program word
 	// resolved to, when it is one binary in every directory.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -151,5 +152,45 @@ func TestPlanLocksGit(t *testing.T) {
 		if !strings.Contains(res.Plan, want) {
 			t.Errorf("plan %q lacks %q", res.Plan, want)
 		}
+	}
+}
+
+// TestAllowAlwaysRecordsRealFiles: allow-always records the file a link
+// points to, judged by what it is; a link to a shell, a runner or a
+// multi-call binary records nothing — also when the links were resolved by
+// the caller (the executor) and reach the approval service as a map.
+func TestAllowAlwaysRecordsRealFiles(t *testing.T) {
+	t.Parallel()
+	e, _ := testEngine()
+	m := MapResolver{Paths: map[string]string{}, Real: map[string]string{
+		"/home/u/work/link":   "/usr/bin/sh",
+		"/home/u/work/lim":    "/usr/bin/prlimit",
+		"/home/u/work/bb":     "/usr/bin/busybox",
+		"/home/u/work/mytool": "/opt/tools/mytool-1.2",
+		"/usr/bin/rm":         "/usr/bin/rm",
+	}}
+	for p := range m.Real {
+		m.Paths[p] = p
+	}
+	m.Paths["rm"] = "/usr/bin/rm"
+	for _, tc := range []struct {
+		cmd  string
+		want []string
+	}{
+		{"./link -c 'rm x'", []string{"/usr/bin/rm"}},
+		{"./link script.sh", nil},
+		{"./lim rm x", nil},
+		{"./bb rm x", nil},
+		{"./mytool --x", []string{"/opt/tools/mytool-1.2"}},
+		{"rm x", []string{"/usr/bin/rm"}},
+	} {
+		res := judgeAllowlist(e, m, tc.cmd, nil)
+		if got := res.Recordable(); !slices.Equal(got, tc.want) {
+			t.Errorf("%q records %q, want %q (segments %+v)", tc.cmd, got, tc.want, res.Segments)
+		}
+	}
+	// A link to sh is judged as the shell it is: what it runs is judged.
+	if res := judgeAllowlist(e, m, "./link -c 'rm x; id'", nil); res.Decision != AskHuman || !strings.Contains(res.Reason, "/usr/bin/rm is not in the allowlist") {
+		t.Errorf("a link to sh ran as a plain program: %s %q", res.Decision, res.Reason)
 	}
 }

@@ -1,0 +1,143 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval/gate"
+	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/executor/hostexec"
+	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+// target is where one command runs, built once per command: a sandbox,
+// the executor's own machine (host gateway) or a paired node. It holds
+// everything that depends on the host, so that the exec policy judges
+// the command against the same filesystem, PATH and directory it then
+// runs with.
+type target struct {
+	// e is the command's sandbox; outside a sandbox, the sandbox that
+	// keeps its process records, or nil.
+	e *entry
+	// dir is the absolute directory the command is judged and runs in.
+	dir string
+	// resolver finds programs as the command's shell will; digest binds
+	// an approval to a resolved file's content.
+	resolver policy.Resolver
+	digest   func(path string) (string, error)
+	// home is where a bare cd goes; "" refuses it.
+	home string
+	// start starts the command.
+	start func(sandbox.Options) (proc, error)
+}
+
+// target builds where p runs for account.
+func (s *Service) target(ctx context.Context, account string, p *ExecParams) (*target, error) {
+	t := &target{}
+	if p.Host != approvalv1.Host_HOST_NODE && (!p.outside() || p.SandboxID != "") {
+		e, err := s.lookup(ctx, account, p.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		t.e = e
+	}
+	switch p.Host {
+	case approvalv1.Host_HOST_GATEWAY:
+		if s.gateway == nil {
+			return nil, errGatewayOff
+		}
+		// The command runs on this machine: its programs are resolved,
+		// and bound by content, against this filesystem and the PATH the
+		// command gets.
+		path := append(slices.Clone(p.PathPrepend), policy.SplitPath(hostexec.DefaultPath)...)
+		t.resolver, t.digest = policy.PathResolver{Path: path}, gate.FileDigest
+		t.dir = s.gatewayDir(p.Workdir)
+		t.start = func(o sandbox.Options) (proc, error) { return s.gateway.Start(o) }
+	case approvalv1.Host_HOST_NODE:
+		c, err := s.node(ctx, account, p.Node)
+		if err != nil {
+			return nil, err
+		}
+		// A node's commands are not recorded here: the process tool's
+		// calls go to the sandbox's executor, not the node's.
+		if p.Background {
+			return nil, errs.New(errs.InvalidArgument, "background: not available for commands on a node")
+		}
+		// The node resolves and digests programs on its own filesystem.
+		r := &nodeResolver{ctx: ctx, c: c, pathPrepend: p.PathPrepend, digests: map[string]string{}}
+		t.resolver, t.digest = r, r.Digest
+		t.dir = c.dir(p.Workdir)
+		params := *p
+		t.start = func(o sandbox.Options) (proc, error) { return c.start(params, o) }
+	default:
+		// The command runs in the sandbox: its programs are resolved, and
+		// bound by content, in the sandbox's own filesystem and PATH,
+		// through its mounts and symlinks as it sees them, never the
+		// executor's. It is judged and run in one directory, whatever
+		// another command's cd does meanwhile.
+		sb := t.e.sb
+		r := sb.Resolver(p.PathPrepend)
+		t.resolver, t.digest, t.home = r, sandboxDigest(r.View), sandbox.WorkspaceDir
+		t.dir = sb.Dir(p.Workdir)
+		t.start = func(o sandbox.Options) (proc, error) { return sb.Start(o) }
+	}
+	return t, nil
+}
+
+// authorize asks the approval service whether p may run at t, telling ev
+// while a human decides. It returns the refusal, with the policy's exact
+// error string, or the plan that runs in place of the command ("" runs it
+// as written).
+func (s *Service) authorize(ctx context.Context, t *target, p *ExecParams, ev ExecEvents) (plan, refusal string, err error) {
+	if !gate.Needed(p.Host, p.Settings) {
+		return "", "", nil
+	}
+	if s.approvals == nil {
+		return "", policy.ErrNotAllowed + ": no approval service to ask", nil
+	}
+	v, err := gate.Check(ctx, s.approvals, gate.Request{
+		Resolver: t.resolver, Digest: t.digest, Home: t.home,
+		Binding: &approvalv1.Binding{
+			Command: p.Command, Cwd: t.dir, Env: p.Env, Host: p.Host, Node: p.Node,
+			Agent: p.Agent, Session: p.Session, User: p.User,
+		},
+		Settings:  p.Settings,
+		OnPending: func(a *approvalv1.Approval) { _ = ev.ApprovalPending(a) },
+	})
+	if err != nil {
+		return "", "", err
+	}
+	if !v.Allowed {
+		return "", v.Reason, nil
+	}
+	return v.Plan, "", nil
+}
+
+// sandboxDigest binds an approval to the content of a sandbox's file, read
+// through the sandbox's view. Files the sandbox cannot change (the system
+// dirs, the agent binary its tool commands link to) are not hashed.
+func sandboxDigest(v *fsview.View) func(string) (string, error) {
+	return func(p string) (string, error) {
+		real, err := v.Resolve(p)
+		if err != nil {
+			return "", fmt.Errorf("executor: digest %s: %w", p, err)
+		}
+		if gate.SystemFile(real) || real == sandbox.AgentPath {
+			return "", nil
+		}
+		f, err := v.Open(real)
+		if err != nil {
+			return "", fmt.Errorf("executor: digest %s: %w", p, err)
+		}
+		defer f.Close()
+		d, err := gate.ReadDigest(f)
+		if err != nil {
+			return "", fmt.Errorf("executor: digest %s: %w", p, err)
+		}
+		return d, nil
+	}
+}
