@@ -98,6 +98,12 @@ func decisionByName(s string) approvalv1.PolicyDecision {
 	return approvalv1.PolicyDecision_POLICY_DECISION_DENY
 }
 
+// settingsTo is the API form of engine settings, for execpolicy to layer.
+func settingsTo(s policy.Settings) *approvalv1.ExecSettings {
+	return &approvalv1.ExecSettings{Security: securityTo(s.Security), Ask: askTo(s.Ask), AskFallback: securityTo(s.AskFallback)}
+}
+
+// settingsFrom is the engine form of API settings.
 func settingsFrom(s *approvalv1.ExecSettings) policy.Settings {
 	if s == nil {
 		return policy.Settings{}

@@ -21,6 +21,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
@@ -119,7 +120,7 @@ type judgement struct {
 // judgeInput is what a verdict depends on.
 type judgeInput struct {
 	command, agent, cwd string
-	host                policy.Host
+	host                approvalv1.Host
 	env                 map[string]string
 	exec                *approvalv1.ExecSettings
 	segments            []*approvalv1.Segment
@@ -134,7 +135,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 		return nil, err
 	}
 	docSettings, skills := doc.PolicySettings(in.agent)
-	eff := policy.Effective(in.host, docSettings, settingsFrom(in.exec))
+	eff := settingsFrom(execpolicy.Effective(in.host, settingsTo(docSettings), in.exec))
 	cfg := policy.Config{
 		Allowlist: doc.Allowlist(in.agent), Home: s.cfg.Home, SafeBinDirs: s.cfg.SafeBinDirs,
 		AutoAllowSkills: skills, SkillDirs: s.cfg.SkillDirs,
@@ -196,8 +197,8 @@ func (s *Server) Evaluate(ctx context.Context, req *approvalv1.EvaluateRequest) 
 	if req.GetCwd() != "" && !path.IsAbs(req.GetCwd()) {
 		return nil, errs.New(errs.InvalidArgument, "cwd: must be an absolute path")
 	}
-	in := judgeInput{command: req.GetCommand(), agent: req.GetAgent(), cwd: req.GetCwd(), host: hostFrom(req.GetHost()), exec: req.GetSettings()}
-	if r := req.GetSandboxResolution(); r != nil && in.host == policy.HostSandbox {
+	in := judgeInput{command: req.GetCommand(), agent: req.GetAgent(), cwd: req.GetCwd(), host: req.GetHost(), exec: req.GetSettings()}
+	if r := req.GetSandboxResolution(); r != nil && hostFrom(in.host) == policy.HostSandbox {
 		// Found as a new sandbox finds them; what was not found there is
 		// not to be looked for here.
 		in.segments, in.resolved = r.GetSegments(), true
@@ -251,9 +252,8 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 	if b.GetCwd() != "" && !path.IsAbs(b.GetCwd()) {
 		return nil, errs.New(errs.InvalidArgument, "binding.cwd: must be an absolute path")
 	}
-	host := hostFrom(b.GetHost())
 	j, err := s.judge(ctx, account, judgeInput{
-		command: b.GetCommand(), agent: b.GetAgent(), cwd: b.GetCwd(), host: host, env: b.GetEnv(),
+		command: b.GetCommand(), agent: b.GetAgent(), cwd: b.GetCwd(), host: b.GetHost(), env: b.GetEnv(),
 		exec: req.GetSettings(), segments: req.GetSegments(), resolved: req.GetResolved(),
 	})
 	if err != nil {

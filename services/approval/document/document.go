@@ -300,12 +300,31 @@ func (d *Document) PolicySettings(agent string) (policy.Settings, bool) {
 	out := conv(d.Defaults)
 	skills := d.Defaults.AutoAllowSkills != nil && *d.Defaults.AutoAllowSkills
 	if a, ok := d.Agents[agent]; ok && a != nil {
-		out = policy.DocumentSettings(out, conv(a.Settings))
+		out = agentOver(out, conv(a.Settings))
 		if a.AutoAllowSkills != nil {
 			skills = *a.AutoAllowSkills
 		}
 	}
 	return out, skills
+}
+
+// agentOver layers an agent's settings over the document's defaults: the
+// agent's own value wins where set, looser or not. This is the document's
+// own shape (as in OpenClaw's exec-approvals.json), not a stricter-wins
+// rule: the stricter rules apply between the document and the gateway
+// (execpolicy.Effective).
+func agentOver(defaults, agent policy.Settings) policy.Settings {
+	out := defaults
+	if agent.Security != policy.SecurityUnset {
+		out.Security = agent.Security
+	}
+	if agent.Ask != policy.AskUnset {
+		out.Ask = agent.Ask
+	}
+	if agent.AskFallback != policy.SecurityUnset {
+		out.AskFallback = agent.AskFallback
+	}
+	return out
 }
 
 // Allowlist returns agent's patterns for the policy engine.

@@ -83,6 +83,29 @@ func TestOpenClawExportRoundTrips(t *testing.T) {
 	}
 }
 
+// An agent's own value wins over the document's defaults, looser or not:
+// that is the document's shape, not a stricter-wins rule.
+func TestAgentOverDefaults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		defaults, agent policy.Settings
+		want            policy.Settings
+	}{
+		{"agent looser wins", policy.Settings{Security: policy.SecurityDeny, Ask: policy.AskOnMiss}, policy.Settings{Security: policy.SecurityAllowlist}, policy.Settings{Security: policy.SecurityAllowlist, Ask: policy.AskOnMiss}},
+		{"agent stricter wins", policy.Settings{Security: policy.SecurityFull, Ask: policy.AskOff}, policy.Settings{Ask: policy.AskAlways, AskFallback: policy.SecurityDeny}, policy.Settings{Security: policy.SecurityFull, Ask: policy.AskAlways, AskFallback: policy.SecurityDeny}},
+		{"unset agent keeps defaults", policy.Settings{Security: policy.SecurityDeny, Ask: policy.AskAlways, AskFallback: policy.SecurityAllowlist}, policy.Settings{}, policy.Settings{Security: policy.SecurityDeny, Ask: policy.AskAlways, AskFallback: policy.SecurityAllowlist}},
+		{"unset defaults take the agent", policy.Settings{}, policy.Settings{AskFallback: policy.SecurityFull}, policy.Settings{AskFallback: policy.SecurityFull}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := agentOver(tc.defaults, tc.agent); got != tc.want {
+				t.Errorf("agentOver = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestParseRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ doc, want string }{

@@ -7,6 +7,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 )
 
 // An executor asks before running a command on host gateway, resolving
@@ -15,7 +16,7 @@ import (
 func ExampleCheck() {
 	run := func(ctx context.Context, client gate.Client, command, cwd string, settings *approvalv1.ExecSettings) error {
 		host := approvalv1.Host_HOST_GATEWAY
-		if !gate.Needed(host, settings) {
+		if !execpolicy.Needed(host, settings) {
 			return nil
 		}
 		v, err := gate.Check(ctx, client, gate.Request{

@@ -21,6 +21,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 )
 
 // Client is the part of the approval service the gate uses.
@@ -117,16 +118,12 @@ type Verdict struct {
 }
 
 // Needed reports whether a command on host under settings must be checked
-// at all: only the sandbox with security full and ask off (its defaults)
-// runs without asking, since for the other hosts the exec-approvals
-// document may be stricter than the gateway.
+// at all. The rule is execpolicy.Needed's; this stays so that callers of
+// the gate keep compiling until they ask execpolicy directly.
+//
+// Deprecated: use execpolicy.Needed.
 func Needed(host approvalv1.Host, s *approvalv1.ExecSettings) bool {
-	if host != approvalv1.Host_HOST_SANDBOX && host != approvalv1.Host_HOST_UNSPECIFIED {
-		return true
-	}
-	sec, ask := s.GetSecurity(), s.GetAsk()
-	return !(sec == approvalv1.Security_SECURITY_UNSPECIFIED || sec == approvalv1.Security_SECURITY_FULL) ||
-		!(ask == approvalv1.Ask_ASK_UNSPECIFIED || ask == approvalv1.Ask_ASK_OFF)
+	return execpolicy.Needed(host, s)
 }
 
 // Segments resolves the programs of command as its shell would in cwd,

@@ -162,27 +162,6 @@ func TestCheckSurvivesRestart(t *testing.T) {
 	}
 }
 
-func TestNeeded(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		host approvalv1.Host
-		s    *approvalv1.ExecSettings
-		want bool
-	}{
-		{approvalv1.Host_HOST_SANDBOX, nil, false},
-		{approvalv1.Host_HOST_UNSPECIFIED, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_FULL, Ask: approvalv1.Ask_ASK_OFF}, false},
-		{approvalv1.Host_HOST_SANDBOX, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_ALLOWLIST}, true},
-		{approvalv1.Host_HOST_SANDBOX, &approvalv1.ExecSettings{Ask: approvalv1.Ask_ASK_ALWAYS}, true},
-		{approvalv1.Host_HOST_SANDBOX, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_DENY}, true},
-		{approvalv1.Host_HOST_GATEWAY, &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_FULL, Ask: approvalv1.Ask_ASK_OFF}, true},
-		{approvalv1.Host_HOST_NODE, nil, true},
-	} {
-		if got := gate.Needed(tc.host, tc.s); got != tc.want {
-			t.Errorf("Needed(%v, %v) = %v, want %v", tc.host, tc.s, got, tc.want)
-		}
-	}
-}
-
 // A script changed while the human decided does not run on the old
 // approval (THREATS A10).
 func TestApprovedScriptChanged(t *testing.T) {

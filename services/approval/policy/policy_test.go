@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 func TestValidatePattern(t *testing.T) {
@@ -75,38 +73,6 @@ func TestAllowlistMatching(t *testing.T) {
 	}
 	if id, _ := matchEntries(exact, "/a/b1zz/c"); id != "" {
 		t.Fatal("an exact pattern matches as a glob")
-	}
-}
-
-func TestEffectiveStricterWins(t *testing.T) {
-	t.Parallel()
-	full := Settings{Security: SecurityFull, Ask: AskOff, AskFallback: SecurityFull}
-	strict := Settings{Security: SecurityAllowlist, Ask: AskAlways, AskFallback: SecurityDeny}
-	for _, tc := range []struct {
-		name string
-		host Host
-		doc  Settings
-		exec []Settings
-		want Settings
-	}{
-		{"sandbox default", HostSandbox, Settings{}, nil, Settings{SecurityFull, AskOff, SecurityDeny}},
-		{"gateway default", HostGateway, Settings{}, nil, Settings{SecurityAllowlist, AskOnMiss, SecurityDeny}},
-		{"node default", HostNode, Settings{}, nil, Settings{SecurityAllowlist, AskOnMiss, SecurityDeny}},
-		{"sandbox ignores document", HostSandbox, strict, nil, Settings{SecurityFull, AskOff, SecurityDeny}},
-		{"sandbox gateway allowlist", HostSandbox, Settings{}, []Settings{{Security: SecurityAllowlist}}, Settings{SecurityAllowlist, AskOff, SecurityDeny}},
-		{"gateway: document stricter", HostGateway, strict, []Settings{full}, strict},
-		{"gateway: gateway stricter", HostGateway, full, []Settings{strict}, strict},
-		{"gateway full both", HostGateway, full, []Settings{full}, full},
-		{"session cannot loosen gateway", HostGateway, Settings{}, []Settings{{Security: SecurityDeny}, {Security: SecurityFull}}, Settings{SecurityDeny, AskOnMiss, SecurityDeny}},
-		{"fallback capped by security", HostGateway, Settings{}, []Settings{{AskFallback: SecurityFull}}, Settings{SecurityAllowlist, AskOnMiss, SecurityAllowlist}},
-	} {
-		got := Effective(tc.host, tc.doc, tc.exec...)
-		if diff := cmp.Diff(tc.want, got); diff != "" {
-			t.Errorf("%s: (-want +got)\n%s", tc.name, diff)
-		}
-	}
-	if got := DocumentSettings(Settings{Security: SecurityDeny, Ask: AskOnMiss}, Settings{Security: SecurityAllowlist}); got != (Settings{Security: SecurityAllowlist, Ask: AskOnMiss}) {
-		t.Fatalf("DocumentSettings = %+v", got)
 	}
 }
 

@@ -130,8 +130,10 @@ func (h Host) String() string {
 	return "sandbox"
 }
 
-// Settings are one layer of exec settings; unset fields defer to other
-// layers.
+// Settings are exec settings in the engine's compact form; unset fields
+// defer to other layers. The rules that layer them live in
+// services/internal/execpolicy, which speaks the API's types; the service
+// converts its effective settings to these.
 type Settings struct {
 	Security    Security
 	Ask         Ask

@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,9 +11,9 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/toolresult"
-	"github.com/conch-sh/conch/services/router/execsettings"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -98,43 +99,11 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 	if len(*a.Command) > MaxCommandBytes {
 		return execError(fmt.Sprintf("exec: command is %d bytes; the limit is 1 MiB (%d bytes)", len(*a.Command), MaxCommandBytes))
 	}
-	settings := proto.Clone(orEmpty(cfg.Exec.Settings)).(*approvalv1.ExecSettings)
+	settings, msg := requestSettings(cfg.Exec.Settings, a)
+	if msg != "" {
+		return execError(msg)
+	}
 	host := settings.GetHost()
-	if a.Host != "" {
-		h, ok := execsettings.Hosts[a.Host]
-		if !ok {
-			return execError("exec: host must be sandbox, gateway or node")
-		}
-		// Leaving the sandbox is the gateway's choice, not the model's.
-		if h != approvalv1.Host_HOST_SANDBOX && h != host {
-			return execError(fmt.Sprintf("exec: host %s is not allowed by this gateway (its host is %s)", a.Host, execsettings.Word(execsettings.Hosts, host)))
-		}
-		host = h
-	}
-	if host == approvalv1.Host_HOST_UNSPECIFIED {
-		host = approvalv1.Host_HOST_SANDBOX
-	}
-	// The gateway's node, when it names one, is the only node it allows.
-	if a.Node != "" {
-		if host != approvalv1.Host_HOST_NODE {
-			return execError("exec: node is only for host node")
-		}
-		if n := settings.GetNode(); n != "" && n != a.Node {
-			return execError(fmt.Sprintf("exec: node %s is not allowed by this gateway (its node is %s)", a.Node, n))
-		}
-		settings.Node = a.Node
-	}
-	// The model may tighten the policy for one command, never loosen it.
-	if s, ok := execsettings.Securities[a.Security]; ok && execsettings.StricterSecurity(s, settings.GetSecurity()) {
-		settings.Security = s
-	} else if a.Security != "" && !ok {
-		return execError("exec: security must be deny, allowlist or full")
-	}
-	if k, ok := execsettings.Asks[a.Ask]; ok && execsettings.StricterAsk(k, settings.GetAsk()) {
-		settings.Ask = k
-	} else if a.Ask != "" && !ok {
-		return execError("exec: ask must be off, on-miss or always")
-	}
 	req := &executorv1.ExecRequest{
 		Command:         *a.Command,
 		Workdir:         a.Workdir,
@@ -187,11 +156,41 @@ func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Event
 	return string(b)
 }
 
-func orEmpty(s *approvalv1.ExecSettings) *approvalv1.ExecSettings {
-	if s == nil {
-		return &approvalv1.ExecSettings{}
+// requestSettings layers the settings the model asked for over the
+// gateway's gw. The model may tighten the policy for one command, never
+// loosen it: a looser security or ask simply leaves the gateway's, while a
+// host or node it may not use is an error the model can correct, returned
+// as the message to show it.
+func requestSettings(gw *approvalv1.ExecSettings, a execArgs) (*approvalv1.ExecSettings, string) {
+	settings, refused := execpolicy.Tighten(gw, execpolicy.Override{Host: a.Host, Security: a.Security, Ask: a.Ask, Node: a.Node})
+	for _, r := range refused {
+		if msg := execRefused(r, gw); msg != "" {
+			return nil, msg
+		}
 	}
-	return s
+	return settings, ""
+}
+
+// execRefused is what the model is told about a setting of its request
+// that was not applied, or "" when it need not know: a looser security or
+// ask than the gateway's is not an error, the gateway's simply stays.
+func execRefused(r execpolicy.Refusal, gw *approvalv1.ExecSettings) string {
+	unknown := errors.Is(r.Err, execpolicy.ErrUnknownWord)
+	switch {
+	case r.Field == "host" && unknown:
+		return "exec: host must be sandbox, gateway or node"
+	case r.Field == "host":
+		return fmt.Sprintf("exec: host %s is not allowed by this gateway (its host is %s)", r.Value, execpolicy.Word(execpolicy.Hosts, gw.GetHost()))
+	case r.Field == "node" && errors.Is(r.Err, execpolicy.ErrOtherNode):
+		return fmt.Sprintf("exec: node %s is not allowed by this gateway (its node is %s)", r.Value, gw.GetNode())
+	case r.Field == "node":
+		return "exec: node is only for host node"
+	case r.Field == "security" && unknown:
+		return "exec: security must be deny, allowlist or full"
+	case r.Field == "ask" && unknown:
+		return "exec: ask must be off, on-miss or always"
+	}
+	return ""
 }
 
 type processArgs struct {

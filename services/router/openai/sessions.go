@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -14,7 +15,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
-	"github.com/conch-sh/conch/services/router/execsettings"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 )
 
 // defaultSessionIdle is how long a session's sandbox outlives its last use.
@@ -111,7 +112,7 @@ func (s *sessionSandbox) resolve(ctx context.Context) (string, error) {
 func (s *sessionSandbox) destroy(context.Context, *slog.Logger) {}
 
 // execOverride is a session's /exec settings.
-type execOverride = execsettings.Override
+type execOverride = execpolicy.Override
 
 func (s *sessionStore) override(ctx context.Context, account, gateway, session string) (execOverride, error) {
 	var o execOverride
@@ -137,12 +138,17 @@ func (s *sessionStore) setOverride(ctx context.Context, account, gateway, sessio
 }
 
 // effective layers the session override over the gateway's exec settings.
+// An override stored before the gateway changed may have become looser
+// than it; what would loosen is not applied.
 func effective(g *approvalv1.ExecSettings, o execOverride) *approvalv1.ExecSettings {
-	return execsettings.Effective(g, o)
+	e, _ := execpolicy.Tighten(g, o)
+	return e
 }
 
 // applyExecCommand parses "/exec key=value ..." into o, refusing anything
-// that would loosen what the gateway allows.
+// that would loosen what the gateway allows. Each value is judged against
+// the gateway's settings on its own, so an earlier override never lets a
+// later one through.
 func applyExecCommand(text string, gw *approvalv1.ExecSettings, o execOverride) (execOverride, error) {
 	base := effective(gw, execOverride{})
 	for _, kv := range strings.Fields(strings.TrimPrefix(text, "/exec")) {
@@ -150,47 +156,67 @@ func applyExecCommand(text string, gw *approvalv1.ExecSettings, o execOverride) 
 		if !ok {
 			return o, fmt.Errorf("%q: want key=value with key host, security, ask or node", kv)
 		}
+		var one execOverride
 		switch k {
 		case "host":
-			h, ok := execsettings.Hosts[v]
-			if !ok {
-				return o, fmt.Errorf("host: want sandbox, gateway or node, got %q", v)
-			}
-			if h != approvalv1.Host_HOST_SANDBOX && h != base.Host {
-				return o, fmt.Errorf("host=%s: the gateway allows host %s; an override may only tighten it (host=sandbox)", v, wordOfHost(base.Host))
-			}
+			one.Host = v
+		case "security":
+			one.Security = v
+		case "ask":
+			one.Ask = v
+		case "node":
+			one.Node = v
+		default:
+			return o, fmt.Errorf("%q: unknown key; use host, security, ask or node", k)
+		}
+		// An empty value would read as unset and clear the session's
+		// earlier override: it is a mistake, not a request to loosen.
+		if v == "" && k != "node" {
+			return o, overrideRefused(execpolicy.Refusal{Field: k, Value: v, Err: execpolicy.ErrUnknownWord}, base)
+		}
+		if _, refused := execpolicy.Tighten(gw, one); len(refused) > 0 {
+			return o, overrideRefused(refused[0], base)
+		}
+		switch k {
+		case "host":
 			o.Host = v
 		case "security":
-			s, ok := execsettings.Securities[v]
-			if !ok {
-				return o, fmt.Errorf("security: want deny, allowlist or full, got %q", v)
-			}
-			if execsettings.StricterSecurity(base.Security, s) {
-				return o, fmt.Errorf("security=%s is looser than the gateway's %s; an override may only tighten it", v, wordOfSecurity(base.Security))
-			}
 			o.Security = v
 		case "ask":
-			a, ok := execsettings.Asks[v]
-			if !ok {
-				return o, fmt.Errorf("ask: want off, on-miss or always, got %q", v)
-			}
-			if execsettings.StricterAsk(base.Ask, a) {
-				return o, fmt.Errorf("ask=%s asks less than the gateway's %s; an override may only tighten it", v, wordOfAsk(base.Ask))
-			}
 			o.Ask = v
 		case "node":
-			if base.Host != approvalv1.Host_HOST_NODE {
-				return o, fmt.Errorf("node: the gateway does not run commands on nodes")
-			}
 			if v == "" || len(v) > 128 || strings.ContainsAny(v, "/ \t") {
 				return o, fmt.Errorf("node: %q is not a node name", v)
 			}
 			o.Node = v
-		default:
-			return o, fmt.Errorf("%q: unknown key; use host, security, ask or node", k)
 		}
 	}
 	return o, nil
+}
+
+// overrideRefused says to the user why an /exec value was refused; base
+// is the gateway's settings it was judged against.
+func overrideRefused(r execpolicy.Refusal, base *approvalv1.ExecSettings) error {
+	unknown := errors.Is(r.Err, execpolicy.ErrUnknownWord)
+	switch {
+	case r.Field == "host" && unknown:
+		return fmt.Errorf("host: want sandbox, gateway or node, got %q", r.Value)
+	case r.Field == "host":
+		return fmt.Errorf("host=%s: the gateway allows host %s; an override may only tighten it (host=sandbox)", r.Value, wordOfHost(base.Host))
+	case r.Field == "security" && unknown:
+		return fmt.Errorf("security: want deny, allowlist or full, got %q", r.Value)
+	case r.Field == "security":
+		return fmt.Errorf("security=%s is looser than the gateway's %s; an override may only tighten it", r.Value, wordOfSecurity(base.Security))
+	case r.Field == "ask" && unknown:
+		return fmt.Errorf("ask: want off, on-miss or always, got %q", r.Value)
+	case r.Field == "ask":
+		return fmt.Errorf("ask=%s asks less than the gateway's %s; an override may only tighten it", r.Value, wordOfAsk(base.Ask))
+	case r.Field == "node" && errors.Is(r.Err, execpolicy.ErrOtherNode):
+		return fmt.Errorf("node=%s: the gateway allows node %s only", r.Value, base.Node)
+	case r.Field == "node":
+		return fmt.Errorf("node: the gateway does not run commands on nodes")
+	}
+	return r
 }
 
 func describe(e *approvalv1.ExecSettings) string {
@@ -201,8 +227,8 @@ func describe(e *approvalv1.ExecSettings) string {
 	return s
 }
 
-func wordOfHost(h approvalv1.Host) string { return execsettings.Word(execsettings.Hosts, h) }
+func wordOfHost(h approvalv1.Host) string { return execpolicy.Word(execpolicy.Hosts, h) }
 func wordOfSecurity(s approvalv1.Security) string {
-	return execsettings.Word(execsettings.Securities, s)
+	return execpolicy.Word(execpolicy.Securities, s)
 }
-func wordOfAsk(a approvalv1.Ask) string { return execsettings.Word(execsettings.Asks, a) }
+func wordOfAsk(a approvalv1.Ask) string { return execpolicy.Word(execpolicy.Asks, a) }

@@ -12,6 +12,8 @@ func TestApplyExecCommand(t *testing.T) {
 	t.Parallel()
 	sandboxGW := &approvalv1.ExecSettings{}
 	gatewayGW := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}
+	nodeGW := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_NODE}
+	pinnedGW := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_NODE, Node: "mac-1"}
 	tests := []struct {
 		name    string
 		gw      *approvalv1.ExecSettings
@@ -34,6 +36,20 @@ func TestApplyExecCommand(t *testing.T) {
 		{"bad value", sandboxGW, execOverride{}, "/exec security=some", "", "want deny"},
 		{"not key=value", sandboxGW, execOverride{}, "/exec allowlist", "", "key=value"},
 		{"keeps earlier overrides", sandboxGW, execOverride{Security: "deny"}, "/exec ask=on-miss", "host=sandbox security=deny ask=on-miss", ""},
+		{"node on node host", nodeGW, execOverride{}, "/exec node=mac-2", "host=node security=allowlist ask=on-miss node=mac-2", ""},
+		{"the gateway's node", pinnedGW, execOverride{}, "/exec node=mac-1", "host=node security=allowlist ask=on-miss node=mac-1", ""},
+		// The gateway's node, when it names one, is the only node it allows.
+		{"another node than the gateway's refused", pinnedGW, execOverride{}, "/exec node=mac-2", "", "node=mac-2: the gateway allows node mac-1 only"},
+		{"empty security refused", sandboxGW, execOverride{Security: "deny"}, "/exec security=", "", `security: want deny, allowlist or full, got ""`},
+		{"empty ask refused", sandboxGW, execOverride{Ask: "always"}, "/exec ask=", "", `ask: want off, on-miss or always, got ""`},
+		{"empty host refused", sandboxGW, execOverride{}, "/exec host=", "", `host: want sandbox, gateway or node, got ""`},
+		{"empty node refused", nodeGW, execOverride{}, "/exec node=", "", `node: "" is not a node name`},
+		{"bad node name", nodeGW, execOverride{}, "/exec node=a/b", "", "not a node name"},
+		{"bad host", sandboxGW, execOverride{}, "/exec host=moon", "", `host: want sandbox, gateway or node, got "moon"`},
+		{"bad ask", sandboxGW, execOverride{}, "/exec ask=never", "", `ask: want off, on-miss or always, got "never"`},
+		{"first refusal stops", gatewayGW, execOverride{}, "/exec ask=always security=full", "", "security=full is looser than the gateway's allowlist; an override may only tighten it"},
+		{"host refusal names the gateway's host", sandboxGW, execOverride{}, "/exec host=node", "", "host=node: the gateway allows host sandbox; an override may only tighten it (host=sandbox)"},
+		{"ask refusal names the gateway's ask", gatewayGW, execOverride{}, "/exec ask=off", "", "ask=off asks less than the gateway's on-miss; an override may only tighten it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +83,15 @@ func TestEffectiveNeverLoosens(t *testing.T) {
 	e := effective(gw, execOverride{Security: "full", Ask: "off"})
 	if e.Security != approvalv1.Security_SECURITY_DENY || e.Ask != approvalv1.Ask_ASK_ALWAYS {
 		t.Fatalf("effective = %v", e)
+	}
+	// A host or node chosen while the gateway allowed it does not outlive
+	// the gateway's change.
+	if e := effective(&approvalv1.ExecSettings{}, execOverride{Host: "gateway"}); e.Host != approvalv1.Host_HOST_SANDBOX {
+		t.Fatalf("stale host override: effective = %v", e)
+	}
+	pinned := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_NODE, Node: "mac-1"}
+	if e := effective(pinned, execOverride{Node: "mac-2"}); e.Node != "mac-1" {
+		t.Fatalf("stale node override: effective = %v", e)
 	}
 }
 
