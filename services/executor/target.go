@@ -11,6 +11,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -93,7 +94,7 @@ func (s *Service) target(ctx context.Context, account string, p *ExecParams) (*t
 // error string, or the plan that runs in place of the command ("" runs it
 // as written).
 func (s *Service) authorize(ctx context.Context, t *target, p *ExecParams, ev ExecEvents) (plan, refusal string, err error) {
-	if !gate.Needed(p.Host, p.Settings) {
+	if !execpolicy.Needed(p.Host, p.Settings) {
 		return "", "", nil
 	}
 	if s.approvals == nil {

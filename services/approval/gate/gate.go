@@ -21,7 +21,6 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/policy"
-	"github.com/conch-sh/conch/services/internal/execpolicy"
 )
 
 // Client is the part of the approval service the gate uses.
@@ -115,15 +114,6 @@ type Verdict struct {
 	Reason string
 	// Approval is the approval a human answered, if one was needed.
 	Approval *approvalv1.Approval
-}
-
-// Needed reports whether a command on host under settings must be checked
-// at all. The rule is execpolicy.Needed's; this stays so that callers of
-// the gate keep compiling until they ask execpolicy directly.
-//
-// Deprecated: use execpolicy.Needed.
-func Needed(host approvalv1.Host, s *approvalv1.ExecSettings) bool {
-	return execpolicy.Needed(host, s)
 }
 
 // Segments resolves the programs of command as its shell would in cwd,

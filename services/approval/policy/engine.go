@@ -99,7 +99,7 @@ type Request struct {
 	Cwd string
 	// Env are the variables the request sets.
 	Env map[string]string
-	// Settings are the effective settings (see Effective).
+	// Settings are the effective settings (see execpolicy.Effective).
 	Settings Settings
 	// Resolver finds binaries as the shell would on the target host.
 	Resolver Resolver
