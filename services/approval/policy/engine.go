@@ -245,8 +245,9 @@ type analyzer struct {
 	// p prints the plan of the statements being judged.
 	p *printer
 	// callEnv are the assignments the programs of the current simple
-	// command need in the plan (gitEnv, safeBinEnv).
-	callEnv map[string]string
+	// command need in the plan, each a profile's whole prefix
+	// (gitAssignments, safeBinAssignments).
+	callEnv []string
 	// head is the binary the current simple command's program word
 	// resolved to, when it is one binary in every directory.
 	head string
@@ -513,13 +514,11 @@ func (a *analyzer) expand(w word) word {
 	return w
 }
 
-// setEnv records an assignment the current simple command needs.
-func (a *analyzer) setEnv(env map[string]string) {
-	if a.callEnv == nil {
-		a.callEnv = map[string]string{}
-	}
-	for k, v := range env {
-		a.callEnv[k] = v
+// setEnv records the assignments a program of the current simple command
+// needs.
+func (a *analyzer) setEnv(prefix string) {
+	if !slices.Contains(a.callEnv, prefix) {
+		a.callEnv = append(a.callEnv, prefix)
 	}
 }
 
@@ -729,7 +728,7 @@ func (a *analyzer) program(p string, words []word, argv []string, cwds []string)
 				miss(why)
 				return
 			}
-			a.setEnv(gitEnv)
+			a.setEnv(gitAssignments)
 		} else if flag, ok := hasHookFlag(kindPath, args); ok {
 			miss(base + " " + flag + " runs another program")
 			return
@@ -742,7 +741,7 @@ func (a *analyzer) program(p string, words []word, argv []string, cwds []string)
 			miss(err.Error())
 			return
 		}
-		a.setEnv(safeBinEnv)
+		a.setEnv(safeBinAssignments)
 		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: Allow, Reason: "safe bin"})
 		return
 	}

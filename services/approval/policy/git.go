@@ -13,7 +13,7 @@ import (
 // a command can be made to write (--output). Chasing spellings alone is
 // not enough, so the engine does both:
 //
-//   - git runs with a locked configuration (gitEnv): no system or global
+//   - git runs with a locked configuration (gitAssignments): no system or global
 //     file (HOME is writable in a sandbox), and command-scope values that
 //     win over any repository file for every key that names a program or
 //     a hook, plus safe.bareRepository=explicit so that a directory laid
@@ -32,8 +32,8 @@ import (
 // another allowlisted program that writes files, which the allowlist's
 // owner chose to trust.
 
-// gitEnv locks git's configuration for a run the engine allowed.
-var gitEnv = func() map[string]string {
+// gitAssignments lock git's configuration for a run the engine allowed.
+var gitAssignments = assignments(func() map[string]string {
 	env := map[string]string{
 		"GIT_CONFIG_NOSYSTEM": "1",
 		"GIT_CONFIG_GLOBAL":   "/dev/null",
@@ -75,7 +75,7 @@ var gitEnv = func() map[string]string {
 		env["GIT_CONFIG_VALUE_"+strconv.Itoa(i)] = kv[1]
 	}
 	return env
-}()
+}())
 
 // gitGlobal are the options git takes before its command: true for those
 // that take the next word as their value. Anything else is judged

@@ -123,19 +123,29 @@ func (p *printer) endLine() {
 	p.hdocs = p.hdocs[:0]
 }
 
-// call appends one simple command: assignments the profiles need, then
-// the words.
-func (p *printer) call(env map[string]string, words []word) {
+// assignments renders env as the prefix assignments of a simple command,
+// in name order. Profiles render theirs once, at start.
+func assignments(env map[string]string) string {
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	var b strings.Builder
 	for _, k := range keys {
 		// Names are the engine's own constants: plain identifiers.
-		p.b.WriteString(k + "=")
-		quote(&p.b, env[k])
-		p.b.WriteByte(' ')
+		b.WriteString(k + "=")
+		quote(&b, env[k])
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// call appends one simple command: the assignments its programs' profiles
+// need, then the words.
+func (p *printer) call(prefixes []string, words []word) {
+	for _, pre := range prefixes {
+		p.b.WriteString(pre)
 	}
 	for i, w := range words {
 		if i > 0 {

@@ -152,10 +152,10 @@ var profiles = map[string]*profile{
 // what its flags do.
 var bareProfile = &profile{}
 
-// safeBinEnv is what a safe bin runs with: a HOME that can hold nothing
-// (not even a directory), so no dotfile such as ~/.jq, which jq loads as
-// code, is read from a workspace a command could write.
-var safeBinEnv = map[string]string{"HOME": "/dev/null"}
+// safeBinAssignments are what a safe bin runs with: a HOME that can hold
+// nothing (not even a directory), so no dotfile such as ~/.jq, which jq
+// loads as code, is read from a workspace a command could write.
+var safeBinAssignments = assignments(map[string]string{"HOME": "/dev/null"})
 
 // jqForbidden are jq functions and variables that read the environment or
 // files or describe the program's own location.
