@@ -129,6 +129,10 @@ func TestBypassClasses(t *testing.T) {
 		{"runner", "setarch x86_64 id", nil, ask, "runs programs"},
 		{"runner", "find . -name x -execdir id ';'", nil, deny, "find -execdir"},
 		{"runner", "env -- xargs id", nil, deny, "xargs builds commands"},
+		{"runner", "tar xIf id a.tar", nil, ask, "tar xIf runs another program"},
+		{"runner", "tar -xI id -f a.tar", nil, ask, "tar -xI runs another program"},
+		{"runner", "tar --to-c=id -xf a.tar", nil, ask, "runs another program"},
+		{"runner", "tar xf a.tar", nil, allow, "allowlist"},
 	} {
 		res := judgeAllowlist(e, r, tc.cmd, tc.env)
 		if res.Decision != tc.want || !strings.Contains(res.Reason, tc.reason) {

@@ -119,6 +119,11 @@ func hasHookFlag(prog string, args []string) (string, bool) {
 	if !ok {
 		return "", false
 	}
+	if progName(prog) == "tar" && len(args) > 0 && !strings.HasPrefix(args[0], "-") && strings.ContainsAny(args[0], h.short) {
+		// tar reads a first argument without a dash as a cluster of
+		// options (tar xIf …).
+		return args[0], true
+	}
 	for _, a := range args {
 		if a == "--" {
 			return "", false
