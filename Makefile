@@ -53,7 +53,7 @@ test: build
 FUZZTIME      ?= 10m
 TEST_FUZZTIME ?= 60s
 fuzz:
-	cd services && $(GO) test -run '^$$' -fuzz '^FuzzEngineVersusShell$$' -fuzztime $(FUZZTIME) ./approval/policy
+	cd services && $(GO) test -timeout 0 -run '^$$' -fuzz '^FuzzEngineVersusShell$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./approval/policy
 
 BENCH_OUT    ?= bench.txt
 BENCH_REPORT ?= bench-report.json

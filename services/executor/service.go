@@ -134,7 +134,10 @@ type entry struct {
 	lastUsed time.Time
 	running  map[spanKey]int // trace contexts of the commands running, under mu
 
-	// Persistent workspace sync state, under syncMu.
+	// Persistent workspace sync state, under syncMu. ending is set once
+	// the sandbox is being destroyed: only the destroy's own last flush
+	// runs after that.
+	ending   bool
 	syncMu   sync.Mutex
 	root     *wsync.Root
 	revision int64
@@ -474,20 +477,30 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	}
 	var err error
 	if e.persistent {
-		// The last changes are kept even if the sandbox goes.
-		if ferr := s.flush(ctx, e); ferr != nil {
-			err = ferr
-		}
+		// Waits for a flush in progress; none starts after it but the
+		// last one below.
 		e.syncMu.Lock()
-		if e.root != nil {
-			_ = e.root.Close()
-		}
+		e.ending = true
 		e.syncMu.Unlock()
 	}
 	if e.tools != nil {
 		e.tools.Close()
 	}
-	err = errors.Join(err, e.sb.Destroy(ctx))
+	err = e.sb.Destroy(ctx)
+	if e.persistent {
+		// Every command is gone and the workspace unmounted, but its
+		// filesystem lives on through the open root: the last changes,
+		// the killed commands' included, are read there and kept.
+		e.syncMu.Lock()
+		if ferr := s.flushLocked(ctx, e); ferr != nil {
+			err = errors.Join(ferr, err)
+		}
+		if e.root != nil {
+			_ = e.root.Close()
+			e.root = nil
+		}
+		e.syncMu.Unlock()
+	}
 	s.procs.DropSandbox(id)
 	if _, derr := s.etcd.Delete(ctx, placement.SandboxKey(id)); derr != nil {
 		err = errors.Join(err, fmt.Errorf("executor: forget sandbox %s: %w", id, derr))
@@ -529,7 +542,7 @@ func (s *Service) hydrate(ctx context.Context, e *entry) error {
 		e.root = nil
 		return errs.Wrap(errs.Unavailable, err, "persistent: hydrate the workspace of %q", e.user)
 	}
-	if e.synced, err = wsync.Scan(e.sb.WorkspacePath(), PersistentWorkspaceFiles+1); err != nil {
+	if e.synced, err = root.Scan(PersistentWorkspaceFiles + 1); err != nil {
 		return fmt.Errorf("executor: scan hydrated workspace: %w", err)
 	}
 	return nil
@@ -539,10 +552,21 @@ func (s *Service) hydrate(ctx context.Context, e *entry) error {
 func (s *Service) flush(ctx context.Context, e *entry) error {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
+	if e.ending {
+		// The sandbox's destroy flushes last, once its commands are gone.
+		return nil
+	}
+	return s.flushLocked(ctx, e)
+}
+
+// flushLocked is flush under e.syncMu. It reads the workspace through its
+// open root, never by path: a path whose mount went away would read as a
+// workspace whose every file was removed.
+func (s *Service) flushLocked(ctx context.Context, e *entry) error {
 	if e.root == nil {
 		return nil
 	}
-	scan, err := wsync.Scan(e.sb.WorkspacePath(), PersistentWorkspaceFiles+1)
+	scan, err := e.root.Scan(PersistentWorkspaceFiles + 1)
 	if err != nil {
 		return errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
 	}

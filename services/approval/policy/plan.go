@@ -68,19 +68,32 @@ func printWord(b *strings.Builder, w word) {
 		quote(b, w.val)
 		return
 	}
+	// Neighbouring literal parts are quoted together, so that a word has
+	// one spelling however it was quoted in the command.
+	var text strings.Builder
+	flush := func() {
+		if text.Len() > 0 {
+			quote(b, text.String())
+			text.Reset()
+		}
+	}
 	for _, p := range w.parts {
 		switch {
 		case p.kind == partGlob && w.glob:
 			// Only * ? [ ] are ever in a glob part.
+			flush()
 			b.WriteString(p.text)
 		case p.kind == partTilde:
+			flush()
 			b.WriteByte('~')
 		case p.kind == partVar:
+			flush()
 			b.WriteString(`"${` + p.text + `}"`)
 		default:
-			quote(b, p.text)
+			text.WriteString(p.text)
 		}
 	}
+	flush()
 }
 
 // heredocDelimiter returns a delimiter no line of body equals.

@@ -155,6 +155,15 @@ func OpenRoot(dir string, uid int) (*Root, error) {
 // Close closes the root.
 func (r *Root) Close() error { return r.dir.Close() }
 
+// Scan lists the workspace through the open handle, like Scan: what it
+// lists is the directory OpenRoot opened, even after that directory was
+// unmounted or its path replaced, never whatever the path names now.
+func (r *Root) Scan(maxEntries int) (map[string]Meta, error) {
+	// The trailing slash makes the walk follow the descriptor's link to
+	// the directory itself.
+	return Scan(fmt.Sprintf("/proc/self/fd/%d/", r.dir.Fd()), maxEntries)
+}
+
 func (r *Root) openat(p string, flags uint64, mode uint32) (*os.File, error) {
 	rel, err := clean(p)
 	if err != nil {
