@@ -574,9 +574,16 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) error {
 	if len(c.Changed) == 0 && len(c.Removed) == 0 {
 		return nil
 	}
-	rev, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, e.revision, e.root, scan, c)
+	rev, unsent, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, e.revision, e.root, scan, c)
 	if err != nil {
 		return err
+	}
+	for _, p := range unsent {
+		if m, ok := e.synced[p]; ok {
+			scan[p] = m // as stored: still differs from the disk
+		} else {
+			delete(scan, p)
+		}
 	}
 	e.revision, e.synced = rev, scan
 	return nil

@@ -20,8 +20,9 @@ type Workspaces interface {
 	// Hydrate fills root with the user's workspace and returns its revision.
 	Hydrate(ctx context.Context, account, user string, root *wsync.Root) (int64, error)
 	// Flush sends the changes of root since the last sync and returns the
-	// new revision.
-	Flush(ctx context.Context, account, user string, base int64, root *wsync.Root, scan map[string]wsync.Meta, c wsync.Changes) (int64, error)
+	// new revision, and the changed paths it could not send (a file
+	// replaced or removed since the scan), which are not synced.
+	Flush(ctx context.Context, account, user string, base int64, root *wsync.Root, scan map[string]wsync.Meta, c wsync.Changes) (rev int64, unsent []string, err error)
 }
 
 // workspaceClient is Workspaces over the workspace service's gRPC API.
@@ -115,7 +116,7 @@ func (w *workspaceClient) Hydrate(ctx context.Context, account, user string, roo
 }
 
 // Flush implements Workspaces.
-func (w *workspaceClient) Flush(ctx context.Context, account, user string, base int64, root *wsync.Root, scan map[string]wsync.Meta, c wsync.Changes) (int64, error) {
+func (w *workspaceClient) Flush(ctx context.Context, account, user string, base int64, root *wsync.Root, scan map[string]wsync.Meta, c wsync.Changes) (int64, []string, error) {
 	var total int64
 	for _, p := range c.Changed {
 		if m := scan[p]; m.Type == wsync.File {
@@ -123,13 +124,13 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 		}
 	}
 	if total > w.maxBytes {
-		return 0, errs.New(errs.ResourceExhausted, "workspace: %d bytes changed, more than the quota of %d bytes", total, w.maxBytes)
+		return 0, nil, errs.New(errs.ResourceExhausted, "workspace: %d bytes changed, more than the quota of %d bytes", total, w.maxBytes)
 	}
 	ctx, cancel := context.WithCancel(scoped(ctx, account, user))
 	defer cancel()
 	stream, err := w.c.Flush(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
+		return 0, nil, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
 	}
 	send := func(m *workspacev1.FlushRequest) error {
 		if err := stream.Send(m); err != nil {
@@ -139,13 +140,14 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 		return nil
 	}
 	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Begin{Begin: &workspacev1.FlushBegin{User: user, BaseRevision: base}}}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	for _, p := range c.Removed {
 		if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Removed{Removed: p}}); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
+	var unsent []string
 	buf := make([]byte, w.chunkSize)
 	for _, p := range c.Changed {
 		m := scan[p]
@@ -159,14 +161,17 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 		case wsync.File:
 			e.Type = workspacev1.FileType_FILE_TYPE_FILE
 			if f, err = root.Open(p); err != nil {
-				continue // replaced or removed since the scan; the next flush sends it
+				// Replaced or removed since the scan: not synced, so the
+				// next flush looks at it again.
+				unsent = append(unsent, p)
+				continue
 			}
 		}
 		if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Entry{Entry: e}}); err != nil {
 			if f != nil {
 				f.Close()
 			}
-			return 0, err
+			return 0, nil, err
 		}
 		if f != nil {
 			// Never more than the scanned size: a file that grows is sent
@@ -176,18 +181,18 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 			})
 			f.Close()
 			if err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 		}
 	}
 	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Commit{Commit: true}}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return 0, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
+		return 0, nil, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
 	}
-	return resp.GetRevision(), nil
+	return resp.GetRevision(), unsent, nil
 }
 
 func sendFile(r io.Reader, buf []byte, send func([]byte) error) error {
