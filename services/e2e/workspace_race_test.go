@@ -51,3 +51,31 @@ func TestDeleteDuringACommandKeepsTheWorkspace(t *testing.T) {
 		t.Fatalf("the seeded files after 100 raced deletes: %d %s", code, body)
 	}
 }
+
+// TestHydrateKeepsModeAndMtime: a persistent workspace comes back with the
+// permission bits and modification times its files had.
+func TestHydrateKeepsModeAndMtime(t *testing.T) {
+	d := startDev(t)
+	const user = "keeper"
+	session := func(command string) string {
+		t.Helper()
+		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
+		var sb struct{ ID string }
+		if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
+			t.Fatalf("create sandbox = %d %s", code, body)
+		}
+		defer d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
+		code, body = d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": command})
+		if code != http.StatusOK || !strings.Contains(string(body), `"exit_code":0`) {
+			t.Fatalf("%q = %d %s", command, code, body)
+		}
+		return string(body)
+	}
+	session("umask 0 && echo x > shared && echo y > private && chmod 600 private && mkdir -m 770 team && touch -d 2020-01-02T03:04:05Z shared private")
+	out := session("stat -c '%n %a %Y' shared private team | tr '\\n' ' '")
+	for _, want := range []string{"shared 666 1577934245", "private 600 1577934245", "team 770"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("after hydrate: %s, want %q", out, want)
+		}
+	}
+}

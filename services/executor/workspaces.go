@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -87,7 +88,11 @@ func (w *workspaceClient) Hydrate(ctx context.Context, account, user string, roo
 			case workspacev1.FileType_FILE_TYPE_FILE:
 				r, wr := io.Pipe()
 				file, fileDone = wr, make(chan error, 1)
-				go func(p string, mode fs.FileMode) { fileDone <- root.WriteFile(p, mode, r); _ = r.Close() }(e.GetPath(), fs.FileMode(e.GetMode()))
+				var mtime time.Time
+				if e.GetModified() != nil {
+					mtime = e.GetModified().AsTime()
+				}
+				go func(p string, mode fs.FileMode) { fileDone <- root.WriteFile(p, mode, mtime, r); _ = r.Close() }(e.GetPath(), fs.FileMode(e.GetMode()))
 			}
 			if err != nil {
 				return 0, fmt.Errorf("executor: hydrate %s: %w", user, err)

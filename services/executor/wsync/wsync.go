@@ -191,8 +191,10 @@ func (r *Root) Open(p string) (*os.File, error) {
 	return f, nil
 }
 
-// WriteFile creates or replaces a file with the bytes of src.
-func (r *Root) WriteFile(p string, mode fs.FileMode, src io.Reader) error {
+// WriteFile creates or replaces a file with the bytes of src, with the
+// permission bits of mode (never setuid, setgid or sticky, whatever the
+// process umask) and, unless zero, the modification time mtime.
+func (r *Root) WriteFile(p string, mode fs.FileMode, mtime time.Time, src io.Reader) error {
 	_ = r.Remove(p) // replaces whatever was there, symlinks included, without following it
 	f, err := r.openat(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, uint32(mode.Perm()&0o777))
 	if err != nil {
@@ -201,6 +203,14 @@ func (r *Root) WriteFile(p string, mode fs.FileMode, src io.Reader) error {
 	_, err = io.Copy(f, src)
 	if err == nil {
 		err = f.Chown(r.uid, r.uid)
+	}
+	if err == nil {
+		// fchmod is not masked by the umask, as the create was.
+		err = f.Chmod(mode.Perm())
+	}
+	if err == nil && !mtime.IsZero() {
+		tv := unix.NsecToTimeval(mtime.UnixNano())
+		err = unix.Futimes(int(f.Fd()), []unix.Timeval{tv, tv})
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -239,8 +249,14 @@ func (r *Root) Mkdir(p string, mode fs.FileMode) error {
 		return err
 	}
 	defer d.Close()
-	if err := unix.Mkdirat(int(d.Fd()), base, uint32(mode.Perm()|0o700)); err != nil && !errors.Is(err, unix.EEXIST) {
+	perm := uint32(mode.Perm() | 0o700)
+	if err := unix.Mkdirat(int(d.Fd()), base, perm); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("wsync: mkdir %s: %w", p, err)
+	}
+	// Mkdirat's mode was masked by the umask; the stored mode is restored
+	// (the owner always keeps rwx, so the workspace stays usable).
+	if err := unix.Fchmodat(int(d.Fd()), base, perm, 0); err != nil {
+		return fmt.Errorf("wsync: chmod %s: %w", p, err)
 	}
 	return unix.Fchownat(int(d.Fd()), base, r.uid, r.uid, unix.AT_SYMLINK_NOFOLLOW)
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox"
 )
@@ -124,13 +127,13 @@ mkfifo fifo`)
 	// Writing through a planted symlink never reaches the host.
 	hostDir := t.TempDir()
 	sh(t, sb, "ln -s "+hostDir+" evil; ln -s "+hostSecret+" overwrite")
-	if err := root.WriteFile("/evil/planted", 0o644, strings.NewReader("x")); err == nil {
+	if err := root.WriteFile("/evil/planted", 0o644, time.Time{}, strings.NewReader("x")); err == nil {
 		t.Error("wrote through a symlinked directory")
 	}
 	if entries, _ := os.ReadDir(hostDir); len(entries) != 0 {
 		t.Fatalf("host dir got %v", entries)
 	}
-	if err := root.WriteFile("/overwrite", 0o644, strings.NewReader("replaced")); err != nil {
+	if err := root.WriteFile("/overwrite", 0o644, time.Time{}, strings.NewReader("replaced")); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(hostSecret); string(b) != "host only" {
@@ -158,7 +161,7 @@ func TestHydratedFilesBelongToTheSandbox(t *testing.T) {
 	if err := root.Mkdir("/notes", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := root.WriteFile("/notes/a.txt", 0o644, strings.NewReader("hello\n")); err != nil {
+	if err := root.WriteFile("/notes/a.txt", 0o644, time.Time{}, strings.NewReader("hello\n")); err != nil {
 		t.Fatal(err)
 	}
 	if err := root.Symlink("/latest", "notes/a.txt"); err != nil {
@@ -200,5 +203,44 @@ func TestCleanRefusesEscapes(t *testing.T) {
 		if _, err := clean(p); err != nil {
 			t.Errorf("clean(%q): %v", p, err)
 		}
+	}
+}
+
+// Hydrated files keep their stored permission bits and mtime, whatever
+// the process umask, and never become setuid or setgid.
+func TestWriteFileRestoresModeAndMtime(t *testing.T) {
+	old := unix.Umask(0o077)
+	defer unix.Umask(old)
+	dir := t.TempDir()
+	root, err := OpenRoot(dir, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	mtime := time.Date(2024, 2, 29, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		p          string
+		mode, want fs.FileMode
+	}{
+		{"/script", 0o755, 0o755},
+		{"/shared", 0o666, 0o666},
+		{"/suid", fs.ModeSetuid | fs.ModeSetgid | 0o755, 0o755},
+	} {
+		if err := root.WriteFile(tc.p, tc.mode, mtime, strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(filepath.Join(dir, tc.p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != tc.want || !fi.ModTime().Equal(mtime) {
+			t.Errorf("%s: mode %v mtime %v, want %v %v", tc.p, fi.Mode(), fi.ModTime(), tc.want, mtime)
+		}
+	}
+	if err := root.Mkdir("/team", 0o775); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "team")); err != nil || fi.Mode().Perm() != 0o775 {
+		t.Errorf("dir mode %v %v, want 0775", fi.Mode(), err)
 	}
 }
