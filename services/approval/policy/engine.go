@@ -306,7 +306,11 @@ func (a *analyzer) stmts(list []*syntax.Stmt, cwds []string) []string {
 			return cwds
 		}
 		s, f := a.stmt(st, cwds)
-		a.p.endLine()
+		if st.Cmd != nil {
+			// A statement of redirections alone (a heredoc nobody
+			// reads) runs nothing and is not printed.
+			a.p.endLine()
+		}
 		cwds = union(s, f)
 	}
 	return cwds
