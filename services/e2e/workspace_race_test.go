@@ -79,3 +79,42 @@ func TestHydrateKeepsModeAndMtime(t *testing.T) {
 		}
 	}
 }
+
+// TestUnstorableNamesDoNotBlockTheRest: a file whose name the store
+// cannot hold is reported on the command's stderr and left out; the other
+// files are saved, and later commands run and save as usual.
+func TestUnstorableNamesDoNotBlockTheRest(t *testing.T) {
+	d := startDev(t)
+	const user = "names"
+	create := func() string {
+		t.Helper()
+		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
+		var sb struct{ ID string }
+		if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
+			t.Fatalf("create sandbox = %d %s", code, body)
+		}
+		return sb.ID
+	}
+	run := func(id, command string) string {
+		t.Helper()
+		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command})
+		if code != http.StatusOK {
+			t.Fatalf("%q = %d %s", command, code, body)
+		}
+		return string(body)
+	}
+	id := create()
+	out := run(id, `echo good > good && echo bad > "$(printf 'bad\377name')" && mkdir -p d && echo x > d/...`)
+	if !strings.Contains(out, "not saved: not valid UTF-8") || !strings.Contains(out, `"exit_code":0`) {
+		t.Fatalf("the unsaveable name was not reported: %s", out)
+	}
+	if out := run(id, "echo later > later"); !strings.Contains(out, `"exit_code":0`) || strings.Contains(out, "not saved") {
+		t.Fatalf("a later command: %s", out)
+	}
+	d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil)
+	id = create()
+	if out := run(id, "cat good later"); !strings.Contains(out, `"stdout":"good\nlater\n"`) {
+		t.Fatalf("the storable files were not saved: %s", out)
+	}
+	d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil)
+}

@@ -149,9 +149,18 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	res, err := s.run(ctx, t.e, t.start, p, ev)
 	if err == nil && res != nil && inSandbox && t.e.persistent {
 		// A result is only returned once its writes are durable.
-		if ferr := s.flush(ctx, t.e); ferr != nil {
+		notes, ferr := s.flush(ctx, t.e)
+		if ferr != nil {
 			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
 			return &Result{Outcome: OutcomeError, Error: "the command ran but its workspace changes could not be saved: " + ferr.Error(), Duration: res.Duration}, nil
+		}
+		for _, n := range notes {
+			// Said where the command's own errors are, after them.
+			line := n + "\n"
+			res.Stderr += line
+			if err := ev.Output(sandbox.Stderr, []byte(line)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return res, err
@@ -391,7 +400,7 @@ func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r 
 		// request that ended long ago.
 		ctx, span := tracer.Start(context.Background(), "executor.background.flush", trace.WithLinks(started),
 			trace.WithAttributes(attribute.String("conch.sandbox", r.SandboxID), attribute.String("conch.process", r.ID)))
-		if err := s.flush(ctx, e); err != nil {
+		if _, err := s.flush(ctx, e); err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 			s.log.WarnContext(ctx, "workspace flush failed", "sandbox", r.SandboxID, "error", err)

@@ -25,8 +25,10 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
+	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/workspace/files"
 )
 
 // Limits of SPEC §3 and §6.
@@ -492,7 +494,7 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 		// filesystem lives on through the open root: the last changes,
 		// the killed commands' included, are read there and kept.
 		e.syncMu.Lock()
-		if ferr := s.flushLocked(ctx, e); ferr != nil {
+		if _, ferr := s.flushLocked(ctx, e); ferr != nil {
 			err = errors.Join(ferr, err)
 		}
 		if e.root != nil {
@@ -548,13 +550,15 @@ func (s *Service) hydrate(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// flush sends a persistent workspace's changes since the last sync.
-func (s *Service) flush(ctx context.Context, e *entry) error {
+// flush sends a persistent workspace's changes since the last sync. It
+// returns a note for each changed path the workspace store cannot hold,
+// which is left out and the rest saved.
+func (s *Service) flush(ctx context.Context, e *entry) ([]string, error) {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
 	if e.ending {
 		// The sandbox's destroy flushes last, once its commands are gone.
-		return nil
+		return nil, nil
 	}
 	return s.flushLocked(ctx, e)
 }
@@ -562,21 +566,25 @@ func (s *Service) flush(ctx context.Context, e *entry) error {
 // flushLocked is flush under e.syncMu. It reads the workspace through its
 // open root, never by path: a path whose mount went away would read as a
 // workspace whose every file was removed.
-func (s *Service) flushLocked(ctx context.Context, e *entry) error {
+func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 	if e.root == nil {
-		return nil
+		return nil, nil
 	}
 	scan, err := e.root.Scan(PersistentWorkspaceFiles + 1)
 	if err != nil {
-		return errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
+		return nil, errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
 	}
 	c := wsync.Diff(e.synced, scan)
+	notes := leaveUnstorable(&c, scan)
 	if len(c.Changed) == 0 && len(c.Removed) == 0 {
-		return nil
+		// Nothing to send; what could not be stored is noted once, not
+		// at every command.
+		e.synced = scan
+		return notes, nil
 	}
 	rev, unsent, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, e.revision, e.root, scan, c)
 	if err != nil {
-		return err
+		return notes, err
 	}
 	for _, p := range unsent {
 		if m, ok := e.synced[p]; ok {
@@ -586,5 +594,43 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) error {
 		}
 	}
 	e.revision, e.synced = rev, scan
-	return nil
+	return notes, nil
+}
+
+// leaveUnstorable takes out of c the paths the workspace store would
+// refuse, so that one such name never keeps the rest of the workspace from
+// being saved, and returns a line for each changed one, as the command's
+// stderr shows it. The rules are the file API's own (files.CleanPath).
+func leaveUnstorable(c *wsync.Changes, scan map[string]wsync.Meta) []string {
+	var notes []string
+	keep := c.Changed[:0]
+	for _, p := range c.Changed {
+		why := unstorable(p, scan[p])
+		if why == "" {
+			keep = append(keep, p)
+			continue
+		}
+		notes = append(notes, "conch: "+display.Escape(sandbox.WorkspaceDir+p)+": not saved: "+why)
+	}
+	c.Changed = keep
+	removed := c.Removed[:0]
+	for _, p := range c.Removed {
+		// Never stored, so there is nothing to remove.
+		if unstorable(p, wsync.Meta{}) == "" {
+			removed = append(removed, p)
+		}
+	}
+	c.Removed = removed
+	return notes
+}
+
+// unstorable says why the store cannot hold p, or "".
+func unstorable(p string, m wsync.Meta) string {
+	if _, err := files.CleanPath("path", p); err != nil {
+		return strings.TrimPrefix(err.Error(), "path: ")
+	}
+	if m.Type == wsync.Symlink && len(m.Target) > files.MaxLinkLen {
+		return fmt.Sprintf("a symlink target longer than %d bytes", files.MaxLinkLen)
+	}
+	return ""
 }
