@@ -90,17 +90,16 @@ type spawnReq struct {
 // it: capabilities are per thread and a child gets its parent thread's.
 func (a *agent) spawner() {
 	runtime.LockOSThread() // never unlocked: the thread dies with the agent
-	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-	_ = unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_SYS_ADMIN, 0, 0, 0)
-	// Keep the capability effective for clone but out of the inheritable
-	// set, so that no exec can carry it on.
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err == nil {
-		data[0].Inheritable, data[1].Inheritable = 0, 0
-		_ = unix.Capset(&hdr, &data[0])
-	}
+	// A thread that could not shed its capabilities starts nothing.
+	confined := confineSpawnerThread()
 	for r := range a.spawn {
+		if confined != nil {
+			if r.ptmx != nil {
+				r.ptmx <- nil
+			}
+			r.done <- confined
+			continue
+		}
 		if r.ptmx != nil {
 			f, err := pty.StartWithAttrs(r.cmd, nil, r.cmd.SysProcAttr)
 			r.ptmx <- f

@@ -496,8 +496,9 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 		"--clearenv",
 		"--seccomp", "3",
 		// The agent alone keeps CAP_SYS_ADMIN in the sandbox's user namespace
-		// to give each command a pid namespace; commands never get it.
-		"--cap-add", "CAP_SYS_ADMIN",
+		// to give each command a pid namespace, and CAP_SETPCAP to empty its
+		// commands' bounding set; commands get neither.
+		"--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
 	}
 	for _, m := range s.mounts {
 		a = append(a, m.args()...)
