@@ -306,11 +306,7 @@ func (a *analyzer) stmts(list []*syntax.Stmt, cwds []string) []string {
 			return cwds
 		}
 		s, f := a.stmt(st, cwds)
-		if st.Cmd != nil {
-			// A statement of redirections alone (a heredoc nobody
-			// reads) runs nothing and is not printed.
-			a.p.endLine()
-		}
+		a.p.endLine()
 		cwds = union(s, f)
 	}
 	return cwds
@@ -349,6 +345,11 @@ func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
 		return cwds, cwds
 	}
 	if st.Cmd == nil {
+		if len(st.Redirs) > 0 {
+			// Redirections without a command do nothing a plan could
+			// say as plainly; they are refused rather than re-printed.
+			a.refuse(refuse(st.Redirs[0].Op.String()))
+		}
 		return cwds, cwds
 	}
 	if st.Negated {
