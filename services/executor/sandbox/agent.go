@@ -113,7 +113,7 @@ func (a *agent) spawner() {
 
 func (a *agent) serve(r *bufio.Reader) error {
 	for {
-		f, err := readFrame(r)
+		f, err := readFrame(r, maxFrame)
 		if err != nil {
 			return err
 		}

@@ -568,7 +568,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	out := bufio.NewReaderSize(stdout, 64<<10)
 	hello := make(chan error, 1)
 	go func() {
-		f, err := readFrame(out)
+		f, err := readFrame(out, maxAgentFrame)
 		if err == nil && f.typ != frameReady {
 			err = fmt.Errorf("unexpected frame %q", f.typ)
 		}
