@@ -502,7 +502,15 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 	for _, m := range s.mounts {
 		a = append(a, m.args()...)
 	}
-	return append(a, "--chdir", WorkspaceDir, "--remount-ro", "/")
+	// The agent is the sandbox's pid 1, with no bubblewrap init beside it:
+	// that init would hold the agent's pipes to the host while staying
+	// debuggable by the sandbox's uid (/proc/1/mem, /proc/1/fd), so any
+	// command could speak for the agent. The agent makes itself
+	// non-dumpable, and commands live in pid namespaces below it.
+	a = append(a, "--as-pid-1")
+	// Nothing under /run is the commands' to write: the agent's files come
+	// from the host, read-only.
+	return append(a, "--remount-ro", "/run", "--chdir", WorkspaceDir, "--remount-ro", "/")
 }
 
 // start runs bubblewrap and waits for the agent's hello.
