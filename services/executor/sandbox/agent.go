@@ -177,7 +177,8 @@ const (
 )
 
 // shellScript is run by the init shell of the command's pid namespace: it
-// changes to the directory $1 and runs the command in a child
+// changes to the directory $1 (or, if that no longer exists and a fallback
+// $3 is given, to $3, saying so on stderr) and runs the command in a child
 // shell (so that the command is an ordinary process: pid 1 ignores signals
 // it has no handler for). The child shell evaluates the command ($2), or
 // sources it from the memory file when fromFile, and records its final
@@ -202,7 +203,9 @@ func shellScript(track, fromFile bool) string {
 	}
 	// A memory bomb, not the agent, is what the OOM killer should pick.
 	return `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; ` +
-		`cd -- "$1" || exit 1; ` +
+		`if [ -n "$3" ] && ! [ -d "$1" ]; then ` +
+		`printf 'conch: working directory %s no longer exists; starting in %s\n' "$1" "$3" >&2; cd -- "$3" || exit 1; ` +
+		`else cd -- "$1" || exit 1; fi; ` +
 		// /proc shows the sandbox's pid namespace, where $$ means nothing.
 		`read -r __conch_pid __conch_rest </proc/self/stat; ` +
 		shellPath + ` -c '` + inner + `' sh "$2" "/proc/$__conch_pid/fd"`
@@ -305,7 +308,7 @@ func (a *agent) start(id uint32, m startMsg) {
 	if dir == "" {
 		dir = WorkspaceDir
 	}
-	cmd := exec.Command(shellPath, "-c", shellScript(m.TrackCwd, cmdF != nil), "sh", dir, arg)
+	cmd := exec.Command(shellPath, "-c", shellScript(m.TrackCwd, cmdF != nil), "sh", dir, arg, m.FallbackDir)
 	cmd.Env = m.Env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{cwdW, cmdF}

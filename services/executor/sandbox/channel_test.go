@@ -110,3 +110,33 @@ func TestRunIsReadOnly(t *testing.T) {
 		t.Fatalf("/run writable: %q", r.stdout)
 	}
 }
+
+// A command that deletes its own directory leaves the sandbox usable: the
+// next command starts in /home/workspace and says so.
+func TestDeletedCwd(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, Spec{})
+	if r := sh(t, sb, "mkdir -p gone/deeper && cd gone/deeper && rm -rf /home/workspace/gone"); r.exit.Code != 0 {
+		t.Fatalf("setup: %+v", r)
+	}
+	r := sh(t, sb, "pwd")
+	want := "conch: working directory /home/workspace/gone/deeper no longer exists; starting in /home/workspace\n"
+	if r.stdout != "/home/workspace\n" || r.stderr != want || r.exit.Code != 0 {
+		t.Fatalf("after deleting the cwd: %+v", r)
+	}
+	if r := sh(t, sb, "pwd"); r.stdout != "/home/workspace\n" || r.stderr != "" {
+		t.Fatalf("second command: %+v", r)
+	}
+	// A background command leaves the cwd as it was: the fallback holds
+	// for every command until one moves the shell.
+	sh(t, sb, "mkdir -p gone && cd gone && rmdir ../gone")
+	r, _ = run(t, sb, Options{Command: "pwd"}, 10*time.Second)
+	if r.stdout != "/home/workspace\n" || !strings.HasPrefix(r.stderr, "conch: working directory /home/workspace/gone no longer") {
+		t.Fatalf("untracked command: %+v", r)
+	}
+	// A directory named for one command has no fallback: it must exist.
+	r, _ = run(t, sb, Options{Command: "pwd", Workdir: "/home/workspace/nope"}, 10*time.Second)
+	if r.exit.Code == 0 || strings.Contains(r.stderr, "conch: working directory") {
+		t.Fatalf("missing workdir ran: %+v", r)
+	}
+}

@@ -219,6 +219,13 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills()}
 	s.procs[p.id] = p
 	dir := startDir(s.cwd, opts.Workdir)
+	// A command may delete the directory it leaves the shell in; the
+	// sandbox must not be stuck there. A directory named for this command
+	// alone has no such fallback: it must exist.
+	fallback := ""
+	if dir == s.cwd && dir != WorkspaceDir {
+		fallback = WorkspaceDir
+	}
 	s.mu.Unlock()
 	spec := s.spec
 	spec.PathPrepend = append(append([]string(nil), spec.PathPrepend...), opts.PathPrepend...)
@@ -231,7 +238,7 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	}
 	msg, err := json.Marshal(startMsg{
 		Command: opts.Command, Dir: dir, Env: env, Pty: opts.Pty, Rows: 24, Cols: 80,
-		Budget: opts.Budget, TrackCwd: opts.TrackCwd,
+		Budget: opts.Budget, TrackCwd: opts.TrackCwd, FallbackDir: fallback,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode start: %w", err)

@@ -48,6 +48,10 @@ type startMsg struct {
 	Budget int64 `json:"budget"`
 	// TrackCwd makes the shell record its final directory.
 	TrackCwd bool `json:"track_cwd,omitempty"`
+	// FallbackDir is where the command starts if Dir no longer exists
+	// (the sandbox's current directory was deleted); empty means Dir must
+	// exist.
+	FallbackDir string `json:"fallback_dir,omitempty"`
 }
 
 // exitMsg reports how a process ended.
