@@ -48,8 +48,12 @@ func RunAgent() error {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("agent: mark fds close-on-exec: %w", err)
 	}
-	// Keep other sandbox processes out of the agent's memory.
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// Keep commands out of the agent's memory and fds (/proc/1/mem,
+	// /proc/1/fd, ptrace): they run as the same uid, and the agent's
+	// stdout is the channel the host believes.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("agent: make non-dumpable: %w", err)
+	}
 	a := &agent{
 		out:   newFrameWriter(os.Stdout),
 		procs: map[uint32]*agentProc{},
@@ -112,7 +116,7 @@ func (a *agent) spawner() {
 
 func (a *agent) serve(r *bufio.Reader) error {
 	for {
-		f, err := readFrame(r)
+		f, err := readFrame(r, maxFrame)
 		if err != nil {
 			return err
 		}
@@ -157,51 +161,165 @@ func (a *agent) exitWith(id uint32, m exitMsg) {
 	_ = a.out.write(frameExit, id, b)
 }
 
-func cmdFile(id uint32) string { return agentDir + "/cmd-" + strconv.FormatUint(uint64(id), 10) }
-func cwdFile(id uint32) string { return agentDir + "/cwd-" + strconv.FormatUint(uint64(id), 10) }
-
 // inlineMax is the longest command passed as an argument; longer ones go
-// through a file, since one argv string may not exceed 128 KiB.
+// through a memory file, since one argv string may not exceed 128 KiB.
 const inlineMax = 64 << 10
 
+// The init shell of a command holds, besides stdio, the write end of a pipe
+// for the final directory and, for a long command, a sealed memory file
+// holding it. The agent passes them as fds, never through a path: nothing
+// in the sandbox's filesystem is the agent's to read or write, so nothing
+// a command plants there can block, mislead or kill it.
+const (
+	cwdFD = 3
+	cmdFD = 4
+)
+
 // shellScript is run by the init shell of the command's pid namespace: it
-// changes to the directory and runs the command in a child shell (so that
-// the command is an ordinary process: pid 1 ignores signals it has no
-// handler for), which records its final directory on exit when asked and
-// evaluates the command ($2), or sources it from the file $2 when fromFile.
-func shellScript(id uint32, track, fromFile bool) string {
-	inner := `__conch_cmd=$1; shift; `
+// changes to the directory $1 (or, if that no longer exists and a fallback
+// $3 is given, to $3, saying so on stderr) and runs the command in a child
+// shell (so that the command is an ordinary process: pid 1 ignores signals
+// it has no handler for). The child shell evaluates the command ($2), or
+// sources it from the memory file when fromFile, and records its final
+// directory on exit when asked.
+//
+// The command inherits only stdio: the child shell closes the fds at once,
+// the init shell keeps them, and the child reaches them through /proc/<init pid>/fd (a
+// sourced file is opened close-on-exec by the shell). A command can write
+// there too, but only to mislead about its own directory, which it can
+// change anyway; the agent validates what it reads.
+func shellScript(track, fromFile bool) string {
+	// exec with redirections alone closes the fds for good; on a command
+	// the shell would keep them open aside, at fds of its choosing.
+	inner := `exec ` + strconv.Itoa(cwdFD) + `>&- ` + strconv.Itoa(cmdFD) + `<&-; __conch_cmd=$1; __conch_fds=$2; shift 2; `
 	if track {
-		inner += `trap "pwd >` + cwdFile(id) + ` 2>/dev/null" EXIT; `
+		inner += `trap "pwd 2>/dev/null >$__conch_fds/` + strconv.Itoa(cwdFD) + `" EXIT; `
 	}
 	if fromFile {
-		inner += `. "$__conch_cmd"`
+		inner += `. "$__conch_fds/` + strconv.Itoa(cmdFD) + `"`
 	} else {
 		inner += `eval "$__conch_cmd"`
 	}
 	// A memory bomb, not the agent, is what the OOM killer should pick.
-	return `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; cd -- "$1" || exit 1; ` + shellPath + ` -c '` + inner + `' sh "$2"`
+	return `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; ` +
+		`if [ -n "$3" ] && ! [ -d "$1" ]; then ` +
+		`printf 'conch: working directory %s no longer exists; starting in %s\n' "$1" "$3" >&2; cd -- "$3" || exit 1; ` +
+		`else cd -- "$1" || exit 1; fi; ` +
+		// /proc shows the sandbox's pid namespace, where $$ means nothing.
+		`read -r __conch_pid __conch_rest </proc/self/stat; ` +
+		shellPath + ` -c '` + inner + `' sh "$2" "/proc/$__conch_pid/fd"`
+}
+
+// commandFile returns a sealed memory file holding a command too long for
+// an argument.
+func commandFile(command string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("command", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "command")
+	if _, err := f.WriteString(command); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write command: %w", err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seal command: %w", err)
+	}
+	return f, nil
+}
+
+// cwdPipe returns the pipe the final directory is reported on; its read
+// end is non-blocking, so that reading never waits on a command.
+func cwdPipe() (r int, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, nil, fmt.Errorf("cwd pipe: %w", err)
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return -1, nil, fmt.Errorf("cwd pipe: %w", err)
+	}
+	return p[0], os.NewFile(uintptr(p[1]), "cwd"), nil
+}
+
+// maxCwdReport bounds what the agent reads from a cwd pipe: a command can
+// fill it, and grow it up to the system's pipe-max-size.
+const maxCwdReport = 1 << 20
+
+// readCwd returns the last line written to the cwd pipe fd if it is a
+// valid directory, else "". It reads only what is already there: it is
+// called after the command's pid namespace has ended, and a writer that
+// somehow remains gets no say in how long the agent waits.
+func readCwd(fd int) string {
+	var tail []byte
+	buf := make([]byte, 4096)
+	for total := 0; total < maxCwdReport; {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n <= 0 {
+			break
+		}
+		total += n
+		tail = append(tail, buf[:n]...)
+		if keep := 2*maxCwd + 2; len(tail) > keep {
+			tail = append(tail[:0], tail[len(tail)-keep:]...)
+		}
+	}
+	line := strings.TrimSuffix(string(tail), "\n")
+	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	if line == "" || len(line) > maxCwd || !filepath.IsAbs(line) || strings.ContainsRune(line, 0) {
+		return ""
+	}
+	return filepath.Clean(line)
 }
 
 func (a *agent) start(id uint32, m startMsg) {
-	path, arg := "", m.Command
+	var cmdF *os.File
+	arg := m.Command
 	if len(m.Command) > inlineMax || strings.ContainsRune(m.Command, 0) {
-		path, arg = cmdFile(id), cmdFile(id)
-		if err := os.WriteFile(path, []byte(m.Command), 0o600); err != nil {
-			a.exitWith(id, exitMsg{Code: -1, Error: "write command: " + err.Error()})
+		var err error
+		if cmdF, err = commandFile(m.Command); err != nil {
+			a.exitWith(id, exitMsg{Code: -1, Error: "pass command: " + err.Error()})
 			return
 		}
+		defer cmdF.Close()
+		arg = ""
+	}
+	cwdR := -1
+	var cwdW *os.File
+	if m.TrackCwd {
+		var err error
+		if cwdR, cwdW, err = cwdPipe(); err != nil {
+			a.exitWith(id, exitMsg{Code: -1, Error: err.Error()})
+			return
+		}
+		// The agent keeps no write end: once the command's processes are
+		// gone, the read end is at end of file.
+		defer cwdW.Close()
 	}
 	dir := m.Dir
 	if dir == "" {
 		dir = WorkspaceDir
 	}
-	cmd := exec.Command(shellPath, "-c", shellScript(id, m.TrackCwd, path != ""), "sh", dir, arg)
+	cmd := exec.Command(shellPath, "-c", shellScript(m.TrackCwd, cmdF != nil), "sh", dir, arg, m.FallbackDir)
 	cmd.Env = m.Env
 	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{cwdW, cmdF}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
 	p := &agentProc{cmd: cmd, stdin: make(chan []byte, 64)}
 	req := spawnReq{cmd: cmd, done: make(chan error, 1)}
+	failStart := func(err error) {
+		if cwdR >= 0 {
+			unix.Close(cwdR)
+		}
+		a.exitWith(id, exitMsg{Code: -1, Error: "start shell: " + err.Error()})
+	}
 
 	var readers []io.Reader
 	var closers []io.Closer
@@ -212,7 +330,7 @@ func (a *agent) start(id uint32, m startMsg) {
 		a.spawn <- req
 		ptmx := <-req.ptmx
 		if err := <-req.done; err != nil {
-			a.failStart(id, path, err)
+			failStart(err)
 			return
 		}
 		if m.Rows > 0 && m.Cols > 0 {
@@ -224,12 +342,12 @@ func (a *agent) start(id uint32, m startMsg) {
 		outR, err2 := cmd.StdoutPipe()
 		errR, err3 := cmd.StderrPipe()
 		if err := errors.Join(err1, err2, err3); err != nil {
-			a.failStart(id, path, err)
+			failStart(err)
 			return
 		}
 		a.spawn <- req
 		if err := <-req.done; err != nil {
-			a.failStart(id, path, err)
+			failStart(err)
 			return
 		}
 		readers, stdin = []io.Reader{outR, errR}, in
@@ -261,26 +379,12 @@ func (a *agent) start(id uint32, m startMsg) {
 		close(p.stdin)
 		res := exitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
 		res.Code, res.Signal = exitStatus(cmd, err)
-		if m.TrackCwd {
-			if b, err := os.ReadFile(cwdFile(id)); err == nil {
-				if d := strings.TrimSuffix(string(b), "\n"); filepath.IsAbs(d) {
-					res.Cwd = d
-				}
-			}
-			_ = os.Remove(cwdFile(id))
-		}
-		if path != "" {
-			_ = os.Remove(path)
+		if cwdR >= 0 {
+			res.Cwd = readCwd(cwdR)
+			unix.Close(cwdR)
 		}
 		a.exitWith(id, res)
 	}()
-}
-
-func (a *agent) failStart(id uint32, path string, err error) {
-	if path != "" {
-		_ = os.Remove(path)
-	}
-	a.exitWith(id, exitMsg{Code: -1, Error: "start shell: " + err.Error()})
 }
 
 // forward sends up to budget bytes of r to the host and drains the rest,

@@ -10,4 +10,10 @@
 // a pid namespace of its own, so that ending that init ends everything the
 // command started; it keeps CAP_SYS_ADMIN of the sandbox's user namespace
 // for that alone, and no command inherits it.
+//
+// The agent is the sandbox's pid 1 and is not dumpable, so no command can
+// read or write its memory or fds, and it passes commands and their final
+// directory through fds it owns, never through the filesystem. The host
+// still treats every frame from it as untrusted: a frame out of protocol
+// ends that sandbox (ErrProtocol).
 package sandbox

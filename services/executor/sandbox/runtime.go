@@ -503,7 +503,15 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 	for _, m := range s.mounts {
 		a = append(a, m.args()...)
 	}
-	return append(a, "--chdir", WorkspaceDir, "--remount-ro", "/")
+	// The agent is the sandbox's pid 1, with no bubblewrap init beside it:
+	// that init would hold the agent's pipes to the host while staying
+	// debuggable by the sandbox's uid (/proc/1/mem, /proc/1/fd), so any
+	// command could speak for the agent. The agent makes itself
+	// non-dumpable, and commands live in pid namespaces below it.
+	a = append(a, "--as-pid-1")
+	// Nothing under /run is the commands' to write: the agent's files come
+	// from the host, read-only.
+	return append(a, "--remount-ro", "/run", "--chdir", WorkspaceDir, "--remount-ro", "/")
 }
 
 // start runs bubblewrap and waits for the agent's hello.
@@ -569,7 +577,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	out := bufio.NewReaderSize(stdout, 64<<10)
 	hello := make(chan error, 1)
 	go func() {
-		f, err := readFrame(out)
+		f, err := readFrame(out, maxAgentFrame)
 		if err == nil && f.typ != frameReady {
 			err = fmt.Errorf("unexpected frame %q", f.typ)
 		}

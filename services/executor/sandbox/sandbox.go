@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,12 +150,17 @@ type Process struct {
 	sb       *Sandbox
 	id       uint32
 	opts     Options
-	started  chan struct{}
 	done     chan struct{}
 	exit     Exit
 	exitOnce sync.Once
 	// oomBefore is the group's OOM kill count when the process started.
 	oomBefore int64
+
+	// Owned by the sandbox's read loop: whether the agent reported the
+	// process started, and how much of each stream reached OnOutput.
+	running bool
+	sent    [2]int64
+	dropped [2]bool
 }
 
 // Done is closed when the process has ended.
@@ -209,9 +216,16 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 		return nil, ErrGone
 	}
 	s.nextID++
-	p := &Process{sb: s, id: s.nextID, opts: opts, started: make(chan struct{}), done: make(chan struct{}), oomBefore: s.cg.oomKills()}
+	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills()}
 	s.procs[p.id] = p
 	dir := startDir(s.cwd, opts.Workdir)
+	// A command may delete the directory it leaves the shell in; the
+	// sandbox must not be stuck there. A directory named for this command
+	// alone has no such fallback: it must exist.
+	fallback := ""
+	if dir == s.cwd && dir != WorkspaceDir {
+		fallback = WorkspaceDir
+	}
 	s.mu.Unlock()
 	spec := s.spec
 	spec.PathPrepend = append(append([]string(nil), spec.PathPrepend...), opts.PathPrepend...)
@@ -224,7 +238,7 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	}
 	msg, err := json.Marshal(startMsg{
 		Command: opts.Command, Dir: dir, Env: env, Pty: opts.Pty, Rows: 24, Cols: 80,
-		Budget: opts.Budget, TrackCwd: opts.TrackCwd,
+		Budget: opts.Budget, TrackCwd: opts.TrackCwd, FallbackDir: fallback,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode start: %w", err)
@@ -248,49 +262,146 @@ func (s *Sandbox) proc(id uint32) *Process {
 	return s.procs[id]
 }
 
-// readLoop dispatches the agent's frames to processes until the agent ends.
+// readLoop dispatches the agent's frames to processes until the agent ends
+// or breaks the protocol.
 func (s *Sandbox) readLoop(r *bufio.Reader) {
 	for {
-		f, err := readFrame(r)
-		if err != nil {
+		f, err := readFrame(r, maxAgentFrame)
+		switch {
+		case errors.Is(err, errFrameTooLarge):
+			s.violation(err)
+			return
+		case err != nil:
 			s.markDead(fmt.Errorf("agent connection: %w", err))
 			return
 		}
-		p := s.proc(f.id)
-		if p == nil {
-			continue
+		if err := s.dispatch(f); err != nil {
+			s.violation(err)
+			return
 		}
-		switch f.typ {
-		case frameStarted:
-			close(p.started)
-		case frameStdout, frameStderr:
-			if p.opts.OnOutput != nil {
-				st := Stdout
-				if f.typ == frameStderr {
-					st = Stderr
-				}
-				p.opts.OnOutput(st, f.payload)
-			}
-		case frameExit:
-			var m exitMsg
-			if err := json.Unmarshal(f.payload, &m); err != nil {
-				m = exitMsg{Code: -1, Error: "bad exit report"}
-			}
-			e := Exit{Code: m.Code, StdoutDropped: m.StdoutDropped, StderrDropped: m.StderrDropped}
-			if m.Error != "" {
-				e.Err = errors.New(m.Error)
-			}
-			if m.Code == 128+int(unix.SIGKILL) {
-				e.OOMKilled = s.cg.oomKills() > p.oomBefore
-			}
-			s.mu.Lock()
-			if p.opts.TrackCwd && m.Cwd != "" {
-				s.cwd = m.Cwd
-			}
-			delete(s.procs, f.id)
-			s.mu.Unlock()
-			p.finish(e)
+	}
+}
+
+// ErrProtocol means the agent sent something the protocol does not allow.
+// Whatever runs in a sandbox may have reached the agent, so the host never
+// trusts a frame: a violation ends that sandbox and nothing else.
+var ErrProtocol = errors.New("sandbox: agent protocol violation")
+
+// violation ends a sandbox whose agent broke the protocol: every waiting
+// caller gets an error, and the agent is stopped so that nothing it sends
+// afterwards is read.
+func (s *Sandbox) violation(cause error) {
+	err := fmt.Errorf("%w: %w", ErrProtocol, cause)
+	log := slog.Default()
+	if s.rt != nil {
+		log = s.rt.log
+	}
+	log.Warn("sandbox agent broke the protocol; ending the sandbox", "sandbox", s.spec.ID, "err", err)
+	s.markDead(err)
+	if s.stdin != nil {
+		_ = s.stdin.Close()
+	}
+	if s.cmd != nil && s.cmd.Process != nil {
+		// bubblewrap kills the sandbox's pid namespace when it dies.
+		_ = s.cmd.Process.Kill()
+	}
+}
+
+// dispatch checks one frame from the agent against the state of its
+// process and applies it. A process is announced started at most once,
+// sends output only once started, and exits once (possibly without having
+// started, when its shell failed to start); any other frame is an error.
+func (s *Sandbox) dispatch(f frame) error {
+	s.mu.Lock()
+	if s.dead != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	p := s.procs[f.id]
+	s.mu.Unlock()
+	if p == nil {
+		// The host forgets a process only after its exit, and allocates
+		// ids itself: the agent names no other.
+		return fmt.Errorf("frame %q for unknown process %d", f.typ, f.id)
+	}
+	switch f.typ {
+	case frameStarted:
+		if p.running || len(f.payload) != 0 {
+			return fmt.Errorf("process %d reported started twice or with a payload", f.id)
 		}
+		p.running = true
+	case frameStdout, frameStderr:
+		if !p.running {
+			return fmt.Errorf("output from process %d before it started", f.id)
+		}
+		p.output(f.typ, f.payload)
+	case frameExit:
+		e, cwd, err := s.decodeExit(p, f.payload)
+		if err != nil {
+			return fmt.Errorf("exit of process %d: %w", f.id, err)
+		}
+		s.mu.Lock()
+		if p.opts.TrackCwd && cwd != "" {
+			s.cwd = cwd
+		}
+		delete(s.procs, f.id)
+		s.mu.Unlock()
+		p.finish(e)
+	default:
+		return fmt.Errorf("unexpected frame %q for process %d", f.typ, f.id)
+	}
+	return nil
+}
+
+// decodeExit validates an exit report.
+func (s *Sandbox) decodeExit(p *Process, payload []byte) (Exit, string, error) {
+	var m exitMsg
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return Exit{}, "", fmt.Errorf("decode report: %w", err)
+	}
+	if m.Code < -1 || m.Code > 255 || m.Signal < 0 || m.Signal > 64 {
+		return Exit{}, "", fmt.Errorf("status %d signal %d out of range", m.Code, m.Signal)
+	}
+	if m.Cwd != "" && !validCwd(m.Cwd) {
+		return Exit{}, "", fmt.Errorf("invalid directory %q", m.Cwd)
+	}
+	e := Exit{
+		Code:          m.Code,
+		StdoutDropped: m.StdoutDropped || p.dropped[0],
+		StderrDropped: m.StderrDropped || p.dropped[1],
+	}
+	if m.Error != "" {
+		e.Err = errors.New(m.Error)
+	}
+	if m.Code == 128+int(unix.SIGKILL) {
+		e.OOMKilled = s.cg.oomKills() > p.oomBefore
+	}
+	return e, m.Cwd, nil
+}
+
+// validCwd accepts a directory as the shell's pwd prints it: absolute,
+// clean, without NUL, at most PATH_MAX.
+func validCwd(d string) bool {
+	return len(d) <= maxCwd && path.IsAbs(d) && path.Clean(d) == d && !strings.ContainsRune(d, 0)
+}
+
+// output passes a frame of output to the caller within the budget; the
+// agent enforces the budget too, but the host does not rely on it.
+func (p *Process) output(typ byte, b []byte) {
+	i, st := 0, Stdout
+	if typ == frameStderr {
+		i, st = 1, Stderr
+	}
+	if budget := p.opts.Budget; budget >= 0 {
+		left := max(budget-p.sent[i], 0)
+		if int64(len(b)) > left {
+			b = b[:left]
+			p.dropped[i] = true
+		}
+	}
+	p.sent[i] += int64(len(b))
+	if len(b) > 0 && p.opts.OnOutput != nil {
+		p.opts.OnOutput(st, b)
 	}
 }
 

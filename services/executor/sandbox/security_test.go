@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// baseline is the number of host processes of an idle sandbox: bubblewrap,
-// its init in the pid namespace and the agent.
+// idlePIDs is the number of host processes of an idle sandbox: bubblewrap
+// and the agent, the pid 1 of its pid namespace.
 func idlePIDs(t *testing.T, sb *Sandbox) int {
 	t.Helper()
 	pids, err := sb.HostPIDs()

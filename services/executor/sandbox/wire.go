@@ -27,6 +27,12 @@ const (
 	// maxFrame bounds a frame: a command of up to 1 MiB plus its JSON
 	// envelope and escaping fits.
 	maxFrame = 8 << 20
+	// maxAgentFrame bounds a frame from the agent, which the host reads as
+	// untrusted input: the agent sends output in reads of agentReadBlock
+	// and exit reports of a few kilobytes, so nothing legitimate is larger.
+	maxAgentFrame = 64 << 10
+	// maxCwd bounds a reported working directory (PATH_MAX).
+	maxCwd = 4096
 )
 
 // startMsg asks the agent to start /bin/sh with a command.
@@ -42,6 +48,10 @@ type startMsg struct {
 	Budget int64 `json:"budget"`
 	// TrackCwd makes the shell record its final directory.
 	TrackCwd bool `json:"track_cwd,omitempty"`
+	// FallbackDir is where the command starts if Dir no longer exists
+	// (the sandbox's current directory was deleted); empty means Dir must
+	// exist.
+	FallbackDir string `json:"fallback_dir,omitempty"`
 }
 
 // exitMsg reports how a process ended.
@@ -89,14 +99,19 @@ func (fw *frameWriter) write(typ byte, id uint32, payload []byte) error {
 	return fw.w.Flush()
 }
 
-func readFrame(r *bufio.Reader) (frame, error) {
+// errFrameTooLarge is a frame header announcing more than the reader takes.
+var errFrameTooLarge = errors.New("frame too large")
+
+// readFrame reads one frame of at most limit payload bytes; the payload is
+// allocated only once the header has been checked against limit.
+func readFrame(r *bufio.Reader, limit uint32) (frame, error) {
 	var h [frameHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return frame{}, err
 	}
 	n := binary.BigEndian.Uint32(h[5:9])
-	if n > maxFrame {
-		return frame{}, errors.New("frame too large")
+	if n > limit {
+		return frame{}, fmt.Errorf("%w: %d bytes of %q, limit %d", errFrameTooLarge, n, h[0], limit)
 	}
 	f := frame{typ: h[0], id: binary.BigEndian.Uint32(h[1:5]), payload: make([]byte, n)}
 	if _, err := io.ReadFull(r, f.payload); err != nil {
