@@ -287,3 +287,15 @@ func answerWhenPending(t *testing.T, d *dev, command, decision string, check fun
 	}()
 	return answered
 }
+
+// persistentSandbox creates a sandbox with user's persistent workspace
+// through the REST API and returns its id.
+func persistentSandbox(t *testing.T, d *dev, user string) string {
+	t.Helper()
+	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
+	var sb struct{ ID string }
+	if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
+		t.Fatalf("create sandbox = %d %s", code, body)
+	}
+	return sb.ID
+}

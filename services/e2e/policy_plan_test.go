@@ -98,13 +98,9 @@ func TestAllowAlwaysFollowsLinks(t *testing.T) {
 	createGateway(t, d, map[string]any{"name": gw, "upstream": map[string]any{"provider": "scripted"},
 		"shell": map[string]any{"allow_data_persistence": true},
 		"exec":  map[string]any{"security": "allowlist", "ask": "on-miss", "approval_timeout_seconds": 5}})
-	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
-	var sb struct{ ID string }
-	if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
-		t.Fatalf("create sandbox = %d %s", code, body)
-	}
+	id := persistentSandbox(t, d, user)
 	run := func(command string, env map[string]string) (int, string) {
-		code, body := d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": command, "env": env})
+		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command, "env": env})
 		return code, string(body)
 	}
 	if code, body := run("ln -s /bin/sh shlink", nil); code != http.StatusOK || !strings.Contains(body, `"exit_code":0`) {
@@ -117,7 +113,7 @@ func TestAllowAlwaysFollowsLinks(t *testing.T) {
 	if code, body := run(`printf '%s' "$BUILD_ID"`, map[string]string{"BUILD_ID": "7", "LANG": "C.UTF-8"}); code != http.StatusOK || !strings.Contains(body, `"stdout":"7"`) {
 		t.Errorf("BUILD_ID: %d %s", code, body)
 	}
-	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil); code != http.StatusOK {
+	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil); code != http.StatusOK {
 		t.Fatalf("delete sandbox = %d %s", code, body)
 	}
 
@@ -141,7 +137,7 @@ func TestAllowAlwaysFollowsLinks(t *testing.T) {
 	if code := <-answered; code != http.StatusOK {
 		t.Fatalf("resolve = %d", code)
 	}
-	_, body = d.call("GET", "/api/v1/exec-approvals", d.Key, nil)
+	_, body := d.call("GET", "/api/v1/exec-approvals", d.Key, nil)
 	if doc := string(body); !strings.Contains(doc, "uname") || strings.Contains(doc, "shlink") || strings.Contains(doc, "/sh\"") || strings.Contains(doc, "dash") {
 		t.Fatalf("allow-always recorded %s, want the inner program only", doc)
 	}

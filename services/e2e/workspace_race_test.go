@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,15 +15,7 @@ import (
 func TestDeleteDuringACommandKeepsTheWorkspace(t *testing.T) {
 	d := startDev(t)
 	const user = "racer"
-	create := func() string {
-		t.Helper()
-		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
-		var sb struct{ ID string }
-		if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
-			t.Fatalf("create sandbox = %d %s", code, body)
-		}
-		return sb.ID
-	}
+	create := func() string { return persistentSandbox(t, d, user) }
 	run := func(id, command string) (int, string) {
 		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command, "timeout_seconds": 30})
 		return code, string(body)
@@ -59,13 +50,9 @@ func TestHydrateKeepsModeAndMtime(t *testing.T) {
 	const user = "keeper"
 	session := func(command string) string {
 		t.Helper()
-		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
-		var sb struct{ ID string }
-		if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
-			t.Fatalf("create sandbox = %d %s", code, body)
-		}
-		defer d.call("DELETE", "/api/v1/sandboxes/"+sb.ID, d.Key, nil)
-		code, body = d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": command})
+		id := persistentSandbox(t, d, user)
+		defer d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil)
+		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command})
 		if code != http.StatusOK || !strings.Contains(string(body), `"exit_code":0`) {
 			t.Fatalf("%q = %d %s", command, code, body)
 		}
@@ -86,15 +73,7 @@ func TestHydrateKeepsModeAndMtime(t *testing.T) {
 func TestUnstorableNamesDoNotBlockTheRest(t *testing.T) {
 	d := startDev(t)
 	const user = "names"
-	create := func() string {
-		t.Helper()
-		code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
-		var sb struct{ ID string }
-		if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
-			t.Fatalf("create sandbox = %d %s", code, body)
-		}
-		return sb.ID
-	}
+	create := func() string { return persistentSandbox(t, d, user) }
 	run := func(id, command string) string {
 		t.Helper()
 		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command})

@@ -5,6 +5,12 @@
 // before the shell runs (redirections, substitutions, expansions in command
 // words, compound commands, most builtins) is refused.
 //
+// What it judged is what runs: in allowlist mode the verdict carries a plan,
+// the judged tree re-printed as a canonical script that every POSIX shell
+// reads one way, and the executor runs that plan instead of the command
+// (plan.go says why). Programs with hooks are judged by profiles of their
+// own (git.go, safebins.go, programs.go).
+//
 // The engine has no I/O of its own besides resolving program names through a
 // Resolver, so the approval service and the executor can both use it against
 // the PATH and filesystem the command would really run with.
