@@ -229,6 +229,7 @@ func TestGeneratedCommands(t *testing.T) {
 		}
 		l.check(t, cmd)
 	}
+	t.Logf("%d of 3000 generated commands were allowed and run under dash and bash", allowed)
 	// The sample must exercise the shells, not only the refusals.
 	if allowed < 100 {
 		t.Fatalf("only %d of 3000 generated commands were allowed", allowed)
