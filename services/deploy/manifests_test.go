@@ -214,6 +214,13 @@ func TestContainerResources(t *testing.T) {
 // for the reasons written in deploy/k8s/base/executor.yaml.
 const privileged = "Deployment/executor/executor"
 
+// privilegedWorkload is the workload of privileged; uidLockVolume its one
+// host path, where the executors of a node claim sandbox uids.
+const (
+	privilegedWorkload = "Deployment/executor"
+	uidLockVolume      = "uids"
+)
+
 func TestSecurityContexts(t *testing.T) {
 	eachOverlay(t, func(t *testing.T, m *manifests) {
 		seen := false
@@ -226,7 +233,7 @@ func TestSecurityContexts(t *testing.T) {
 				t.Errorf("%s mounts a service account token; no conch pod talks to the Kubernetes API", w)
 			}
 			for _, v := range spec.Volumes {
-				if v.HostPath != nil {
+				if v.HostPath != nil && !(w.String() == privilegedWorkload && v.Name == uidLockVolume) {
 					t.Errorf("%s mounts host path %s", w, v.HostPath.Path)
 				}
 			}
@@ -296,6 +303,9 @@ func checkExecutor(t *testing.T, w *workload, c *corev1.Container) {
 	if hu := w.template.Spec.HostUsers; hu != nil && !*hu {
 		t.Errorf("%s: hostUsers false leaves no room for the sandboxes' uids (see executor.yaml)", w)
 	}
+	// Executors of one node share the uid lock dir, a host path and
+	// nothing else of the host.
+	checkUIDLockDir(t, w, c)
 	// Sandboxes get their root filesystem read-only from the volume the
 	// init container fills.
 	var rootfs string
@@ -316,6 +326,33 @@ func checkExecutor(t *testing.T, w *workload, c *corev1.Container) {
 	}
 	if !mounted {
 		t.Errorf("%s container %s: %s is not a read-only volume mount", w, c.Name, rootfs)
+	}
+}
+
+// checkUIDLockDir holds the executor's uid lock dir to the node's
+// directory, mounted writable where the executor looks for it.
+func checkUIDLockDir(t *testing.T, w *workload, c *corev1.Container) {
+	t.Helper()
+	var dir string
+	for _, e := range c.Env {
+		if e.Name == "CONCH_SANDBOX_UID_LOCK_DIR" {
+			dir = e.Value
+		}
+	}
+	var vol *corev1.Volume
+	for i, v := range w.template.Spec.Volumes {
+		if v.Name == uidLockVolume {
+			vol = &w.template.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.HostPath == nil || vol.HostPath.Path != dir || vol.HostPath.Type == nil || *vol.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+		t.Errorf("%s: want volume %s, the host directory CONCH_SANDBOX_UID_LOCK_DIR (%q) names", w, uidLockVolume, dir)
+		return
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
+		return vm.Name == uidLockVolume && vm.MountPath == dir && !vm.ReadOnly
+	}) {
+		t.Errorf("%s container %s: %s is not mounted writable at %s", w, c.Name, uidLockVolume, dir)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -181,5 +183,100 @@ func TestSandboxREST(t *testing.T) {
 	code, body = d.call("POST", cmdPath, d.Key, map[string]any{"command": "true"})
 	if code != http.StatusNotFound {
 		t.Fatalf("run after delete = %d %s", code, body)
+	}
+}
+
+// TestSandboxDeletedCwd deletes a command's own working directory: the
+// next command starts in /home/workspace, says why on stderr, and the
+// sandbox goes on working.
+func TestSandboxDeletedCwd(t *testing.T) {
+	d := startDev(t)
+	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+	if code != http.StatusOK {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil || created.ID == "" {
+		t.Fatalf("create body %s (%v)", body, err)
+	}
+	type result struct {
+		Stdout  string `json:"stdout"`
+		Stderr  string `json:"stderr"`
+		Outcome struct {
+			Type     string `json:"type"`
+			ExitCode int    `json:"exit_code"`
+		} `json:"outcome"`
+	}
+	run := func(command string) result {
+		t.Helper()
+		code, body := d.call("POST", "/api/v1/sandboxes/"+created.ID+"/commands", d.Key, map[string]any{"command": command})
+		if code != http.StatusOK {
+			t.Fatalf("%q = %d %s", command, code, body)
+		}
+		var r result
+		if err := json.Unmarshal(body, &r); err != nil {
+			t.Fatalf("%q: %s: %v", command, body, err)
+		}
+		if r.Outcome.Type != "exit" || r.Outcome.ExitCode != 0 {
+			t.Fatalf("%q: %s", command, body)
+		}
+		return r
+	}
+
+	run("mkdir d && cd d && rmdir ../d")
+	r := run("pwd")
+	const note = "conch: working directory /home/workspace/d no longer exists; starting in /home/workspace\n"
+	if r.Stdout != "/home/workspace\n" || r.Stderr != note {
+		t.Fatalf("after deleting the cwd: %+v", r)
+	}
+	// The fallback became the cwd: no note again, and commands work.
+	if r := run("echo kept > f && cat f && pwd"); r.Stdout != "kept\n/home/workspace\n" || r.Stderr != "" {
+		t.Fatalf("later command: %+v", r)
+	}
+	if r := run("mkdir -p e && cd e && pwd"); r.Stdout != "/home/workspace/e\n" {
+		t.Fatalf("cd after the fallback: %+v", r)
+	}
+	if r := run("pwd"); r.Stdout != "/home/workspace/e\n" || r.Stderr != "" {
+		t.Fatalf("cwd after the fallback: %+v", r)
+	}
+	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+created.ID, d.Key, nil); code != http.StatusOK && code != http.StatusNoContent {
+		t.Fatalf("delete = %d %s", code, body)
+	}
+}
+
+// TestSandboxMountTableHidesHost reads the mount table from inside a sandbox
+// of conch dev: it names no host path of the executor and not its pid.
+func TestSandboxMountTableHidesHost(t *testing.T) {
+	d := startDev(t)
+	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+	if code != http.StatusOK {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil || created.ID == "" {
+		t.Fatalf("create body %s (%v)", body, err)
+	}
+	code, body = d.call("POST", "/api/v1/sandboxes/"+created.ID+"/commands", d.Key,
+		map[string]any{"command": "cat /proc/self/mountinfo /proc/self/mounts", "max_output_length": 1 << 20})
+	var r struct {
+		Stdout string `json:"stdout"`
+	}
+	if err := json.Unmarshal(body, &r); code != http.StatusOK || err != nil || !strings.Contains(r.Stdout, " /home/workspace ") {
+		t.Fatalf("read mount table = %d %s (%v)", code, body, err)
+	}
+	for _, leak := range []string{"/run/conch-executor", d.DataDir, created.ID} {
+		if strings.Contains(r.Stdout, leak) {
+			t.Errorf("mount table shows %q:\n%s", leak, r.Stdout)
+		}
+	}
+	pid := strconv.Itoa(d.cmd.Process.Pid)
+	for _, n := range regexp.MustCompile(`[0-9]+`).FindAllString(r.Stdout, -1) {
+		if n == pid {
+			t.Fatalf("mount table shows the executor's pid %s:\n%s", pid, r.Stdout)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 )
 
@@ -29,6 +30,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"dev short api key", devConfig, nil, []string{"CONCH_API_KEY=short"}, "CONCH_API_KEY"},
 		{"dev s3 without keys", devConfig, nil, []string{"CONCH_S3_ENDPOINT=http://127.0.0.1:9000"}, "CONCH_S3_ACCESS_KEY"},
 		{"dev bad log level", devConfig, []string{"--log-level", "loud"}, nil, "--log-level"},
+		{"dev relative uid lock dir", devConfig, []string{"--sandbox-uid-lock-dir", "uids"}, nil, "--sandbox-uid-lock-dir"},
 		{"dev bad public url", devConfig, []string{"--public-url", "conch.example"}, nil, "--public-url"},
 		{"router valid", routerConfig, nil, []string{secret}, ""},
 		{"router missing secret", routerConfig, nil, nil, "CONCH_INTERNAL_SECRET"},
@@ -101,3 +103,17 @@ func etcdArgs(override ...string) []string {
 }
 
 const signingKeys = "CONCH_SIGNING_KEYS=k1:0123456789abcdef0123456789abcdef"
+
+// The executor's flag and the sandbox runtime agree on where uids are
+// claimed: executors started either way share one lock dir.
+func TestUIDLockDirDefault(t *testing.T) {
+	t.Parallel()
+	var c DevConfig
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	if err := config.LoadWith(fs, nil, &c, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	if c.SandboxUIDLockDir != sandbox.DefaultUIDLockDir {
+		t.Fatalf("--sandbox-uid-lock-dir defaults to %q, the runtime to %q", c.SandboxUIDLockDir, sandbox.DefaultUIDLockDir)
+	}
+}

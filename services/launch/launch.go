@@ -139,8 +139,12 @@ type ExecutorConfig struct {
 	SandboxStateDir string `flag:"sandbox-state-dir" env:"CONCH_SANDBOX_STATE_DIR" default:"/run/conch-executor" usage:"host directory for sandbox state; every parent must be searchable by others"`
 	SandboxRootFS   string `flag:"sandbox-rootfs" env:"CONCH_SANDBOX_ROOTFS" default:"/" usage:"root filesystem whose /usr, /bin, /lib* and chosen /etc files sandboxes see read-only"`
 	SandboxUIDBase  int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
-	SandboxCgroup   string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
-	SandboxPool     int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
+	// Every executor of a host must share the uid lock dir: it is where a
+	// live sandbox's uid is claimed host-wide (its default is
+	// sandbox.DefaultUIDLockDir).
+	SandboxUIDLockDir string `flag:"sandbox-uid-lock-dir" env:"CONCH_SANDBOX_UID_LOCK_DIR" default:"/run/conch-sandbox-uids" usage:"host directory where every executor of the host claims its sandboxes' uids"`
+	SandboxCgroup     string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
+	SandboxPool       int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
 	// The gateway host: commands run on the executor's machine, outside
 	// any sandbox, only as the exec policy and approvals allow.
 	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
@@ -158,6 +162,9 @@ func (c *ExecutorConfig) Validate() error {
 	}
 	if c.SandboxUIDBase < 1000 || c.SandboxUIDBase > 1<<31-1<<17 {
 		return config.Invalid("--sandbox-uid-base", "must be between 1000 and %d", 1<<31-1<<17)
+	}
+	if !filepath.IsAbs(c.SandboxUIDLockDir) {
+		return config.Invalid("--sandbox-uid-lock-dir", "must be an absolute path")
 	}
 	if c.SandboxPool < 0 || c.SandboxPool > 64 {
 		return config.Invalid("--sandbox-pool", "must be between 0 and 64")
@@ -199,7 +206,7 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 	}
 	dir := filepath.Join(cfg.SandboxStateDir, name)
 	rt, err := sandbox.NewRuntime(sandbox.Config{
-		StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase,
+		StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
 		CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, Logger: p.log,
 	})
 	if err != nil {

@@ -21,6 +21,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if spec := os.Getenv(uidHolderEnv); spec != "" {
+		if err := runUIDHolder(spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if rt != nil {
 		rt.Close()

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,7 +20,6 @@ type pool struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	seq    int
 }
 
 func newPool(rt *Runtime, size int) *pool {
@@ -75,9 +73,8 @@ func (p *pool) fill() {
 		for {
 			p.mu.Lock()
 			n := len(p.ready)
-			p.seq++
-			name := "w" + strconv.Itoa(p.seq)
 			p.mu.Unlock()
+			name := "w" + hostName()
 			if n >= p.size || p.ctx.Err() != nil {
 				break
 			}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -45,7 +46,10 @@ var DefaultLimits = Limits{
 
 // Config configures a Runtime.
 type Config struct {
-	// StateDir holds per-sandbox state on the host (workspace mounts).
+	// StateDir holds per-sandbox state on the host (workspace mounts). The
+	// runtime mounts a tmpfs of its own there, so that what sandboxes are
+	// given from it is seen inside by its path in that tmpfs, never by the
+	// host path (which names the executor instance).
 	StateDir string
 	// RootFS is the directory whose /usr, /bin, /lib*, /sbin and chosen /etc
 	// files become the sandbox's read-only system; "/" is the host's.
@@ -60,6 +64,10 @@ type Config struct {
 	// UIDBase is the first host uid given to sandboxes; each live sandbox
 	// gets its own uid in [UIDBase, UIDBase+UIDCount).
 	UIDBase, UIDCount int
+	// UIDLockDir is where the uids of live sandboxes are claimed; every
+	// executor on a host must share it, so that none hands out a uid
+	// another's sandbox holds.
+	UIDLockDir string
 	// StartTimeout bounds building one sandbox.
 	StartTimeout time.Duration
 	// PoolSize is how many sandboxes are kept built and waiting, so that
@@ -77,9 +85,7 @@ type Runtime struct {
 	agent   string // agent binary copy readable by sandbox uids
 	log     *slog.Logger
 
-	mu   sync.Mutex
-	uids map[int]bool
-	next int
+	uids *uidClaims
 
 	pool *pool
 
@@ -114,6 +120,9 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	if cfg.UIDCount == 0 {
 		cfg.UIDCount = 65536
 	}
+	if cfg.UIDLockDir == "" {
+		cfg.UIDLockDir = DefaultUIDLockDir
+	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 20 * time.Second
 	}
@@ -133,18 +142,28 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: state dir: %w", err)
 	}
-	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox: state dir: %w", err)
+	// Bind mounts show their source's path within its filesystem in the
+	// sandbox's /proc/self/mountinfo: with a tmpfs rooted at the state dir,
+	// that path is "/agent" or "/<random>/tools", not the host's.
+	if err := unix.Mount("tmpfs", cfg.StateDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711"); err != nil {
+		return nil, fmt.Errorf("sandbox: mount state dir: %w", err)
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, uids: map[int]bool{}}
+	r := &Runtime{cfg: cfg, log: cfg.Logger}
 	r.template = sync.OnceValues(r.newTemplate)
+	if r.uids, err = newUIDClaims(cfg.UIDLockDir, cfg.UIDBase, cfg.UIDCount); err != nil {
+		r.removeState()
+		return nil, err
+	}
 	if r.agent, err = installAgent(cfg.AgentBinary, cfg.StateDir); err != nil {
+		r.removeState()
 		return nil, err
 	}
 	if r.seccomp, err = seccompProgram(); err != nil {
+		r.removeState()
 		return nil, err
 	}
 	if r.cgroups, err = detectCgroups(cfg.CgroupMount, cfg.CgroupParent); err != nil {
+		r.removeState()
 		return nil, err
 	}
 	r.pool = newPool(r, cfg.PoolSize)
@@ -177,26 +196,6 @@ func installAgent(src, stateDir string) (string, error) {
 		return "", fmt.Errorf("sandbox: install agent: %w", err)
 	}
 	return dst, nil
-}
-
-func (r *Runtime) allocUID() (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := 0; i < r.cfg.UIDCount; i++ {
-		uid := r.cfg.UIDBase + (r.next+i)%r.cfg.UIDCount
-		if !r.uids[uid] {
-			r.uids[uid] = true
-			r.next = (r.next + i + 1) % r.cfg.UIDCount
-			return uid, nil
-		}
-	}
-	return 0, errors.New("sandbox: no free uid")
-}
-
-func (r *Runtime) freeUID(uid int) {
-	r.mu.Lock()
-	delete(r.uids, uid)
-	r.mu.Unlock()
 }
 
 // Spec describes a sandbox to build.
@@ -265,7 +264,14 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 			_ = s.Destroy(context.WithoutCancel(ctx))
 		}
 	}
-	return r.build(ctx, spec, "c"+spec.ID)
+	return r.build(ctx, spec, "c"+hostName())
+}
+
+// hostName names a sandbox's state dir and cgroup on the host. It is
+// random, not the sandbox's id, as the sandbox sees both (mountinfo,
+// /proc/self/cgroup) and must learn nothing of the host from them.
+func hostName() string {
+	return strings.ToLower(rand.Text()[:16])
 }
 
 // build makes a new sandbox; name keeps its host state apart from others.
@@ -282,10 +288,10 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 			}
 		}
 	}()
-	if s.uid, err = r.allocUID(); err != nil {
+	if s.uid, err = r.uids.claim(); err != nil {
 		return nil, err
 	}
-	cleanups = append(cleanups, func() { r.freeUID(s.uid) })
+	cleanups = append(cleanups, func() { r.uids.release(s.uid) })
 
 	s.dir = filepath.Join(r.cfg.StateDir, name)
 	if err := os.Mkdir(s.dir, 0o711); err != nil {
@@ -673,7 +679,8 @@ func (t *tailBuffer) String() string {
 // every sandbox is destroyed.
 func (r *Runtime) Close() {
 	r.pool.close()
-	_ = os.RemoveAll(r.cfg.StateDir)
+	r.uids.close()
+	r.removeState()
 	if r.cgroups.v2 {
 		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, r.cfg.CgroupParent))
 		return
@@ -681,4 +688,11 @@ func (r *Runtime) Close() {
 	for _, c := range cgroupControllers {
 		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, c, r.cfg.CgroupParent))
 	}
+}
+
+// removeState unmounts the state dir's tmpfs, with any workspace left in it,
+// and removes the dir.
+func (r *Runtime) removeState() {
+	_ = unix.Unmount(r.cfg.StateDir, unix.MNT_DETACH)
+	_ = os.RemoveAll(r.cfg.StateDir)
 }

@@ -444,7 +444,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		if err := os.RemoveAll(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox: remove state: %w", err))
 		}
-		s.rt.freeUID(s.uid)
+		s.rt.uids.release(s.uid)
 		s.destroyErr = errors.Join(errs...)
 	})
 	return s.destroyErr

@@ -59,6 +59,10 @@ func SweepStale(stateRoot, cgroupMount, cgroupParent string) error {
 				errs = append(errs, fmt.Errorf("sandbox: unmount stale %s: %w", ws, err))
 			}
 		}
+		// The instance's own state tmpfs (runtimes of older versions had none).
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("sandbox: unmount stale %s: %w", dir, err))
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox: remove stale %s: %w", dir, err))
 		}
