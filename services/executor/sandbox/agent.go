@@ -311,7 +311,9 @@ func (a *agent) start(id uint32, m startMsg) {
 	cmd.Env = m.Env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{cwdW, cmdF}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setsid: true}
+	// Its own pid namespace (the tree ends with its init) and cgroup
+	// namespace (its cgroup reads "/", not the executor's host path).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWCGROUP, Setsid: true}
 	p := &agentProc{cmd: cmd, stdin: make(chan []byte, 64)}
 	req := spawnReq{cmd: cmd, done: make(chan error, 1)}
 	failStart := func(err error) {

@@ -39,7 +39,7 @@ func TestMountTableHoldsNoHostFacts(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sb.Destroy(context.WithoutCancel(t.Context())) })
 
-	out := sh(t, sb, "cat /proc/self/mountinfo /proc/self/mounts /proc/1/mountinfo 2>&1").stdout
+	out := sh(t, sb, "cat /proc/self/mountinfo /proc/self/mounts /proc/1/mountinfo /proc/self/cgroup 2>&1").stdout
 	if !strings.Contains(out, " /home/workspace ") || !strings.Contains(out, " /run/conch/agent ") {
 		t.Fatalf("no mount table read: %q", out)
 	}

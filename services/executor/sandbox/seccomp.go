@@ -124,17 +124,19 @@ var deniedSyscalls = []string{
 }
 
 // cloneNamespaces are the clone flags that make namespaces, except
-// CLONE_NEWPID: the agent makes a pid namespace for every command and the
-// filter cannot tell it from a command. A command has no CAP_SYS_ADMIN,
-// so the kernel refuses it CLONE_NEWPID; the others a nested user
-// namespace would grant it, which is why they are refused here.
+// CLONE_NEWPID and CLONE_NEWCGROUP: the agent makes a pid and a cgroup
+// namespace for every command (so a command sees neither other processes
+// nor the host's cgroup paths) and the filter cannot tell it from a
+// command. A command has no CAP_SYS_ADMIN, so the kernel refuses it those
+// two; the others a nested user namespace would grant it, which is why
+// they are refused here, CLONE_NEWUSER first of all.
 // (CLONE_NEWTIME is absent: for clone it is part of the exit signal.)
 const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
-	unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
+	unix.CLONE_NEWUSER | unix.CLONE_NEWNET
 
 // unshareNamespaces are refused to unshare: nothing in a sandbox needs a
 // new namespace after it starts.
-const unshareNamespaces = cloneNamespaces | unix.CLONE_NEWPID | unix.CLONE_NEWTIME
+const unshareNamespaces = cloneNamespaces | unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
 // allowedPersonalities are the personality values Docker allows: the query
 // (0xffffffff), Linux, and the 32-bit and uname26 variants. Others, such

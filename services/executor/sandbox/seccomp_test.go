@@ -87,7 +87,7 @@ func TestSeccompDecisions(t *testing.T) {
 		{"clone a thread", seccompCall{arch: id, nr: nr("clone"), args: [6]uint64{threadFlags}}, allow},
 		{"clone a process", seccompCall{arch: id, nr: nr("clone"), args: [6]uint64{uint64(unix.SIGCHLD)}}, allow},
 		// What the agent does for each command.
-		{"clone a pid namespace", seccompCall{arch: id, nr: nr("clone"), args: [6]uint64{unix.CLONE_NEWPID | unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_PIDFD | uint64(unix.SIGCHLD)}}, allow},
+		{"clone a pid and cgroup namespace", seccompCall{arch: id, nr: nr("clone"), args: [6]uint64{unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP | unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_PIDFD | uint64(unix.SIGCHLD)}}, allow},
 		{"clone a user namespace", seccompCall{arch: id, nr: nr("clone"), args: [6]uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}}, eperm},
 		{"clone a mount namespace", seccompCall{arch: id, nr: nr("clone"), args: [6]uint64{unix.CLONE_NEWNS}}, eperm},
 		{"clone a network namespace", seccompCall{arch: id, nr: nr("clone"), args: [6]uint64{unix.CLONE_NEWNET}}, eperm},
