@@ -28,6 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/workspace/files"
 )
 
@@ -42,9 +43,9 @@ const (
 	MaxExecTimeout     = 1800 * time.Second
 	ProcessRetention   = 30 * time.Minute
 	// PersistentWorkspaceBytes and PersistentWorkspaceFiles are the default
-	// quota of a persistent workspace (SPEC §4).
-	PersistentWorkspaceBytes = 1 << 30
-	PersistentWorkspaceFiles = 100000
+	// quota of a persistent workspace (SPEC §4), owned by package quota.
+	PersistentWorkspaceBytes = quota.DefaultBytes
+	PersistentWorkspaceFiles = quota.DefaultFiles
 	backgroundBudget         = 64 << 20
 	ownershipTTLSeconds      = 15
 )

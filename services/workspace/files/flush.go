@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -23,6 +24,10 @@ type Flush struct {
 	mem    int64
 	staged []*staged
 	done   bool
+	// sent is the file content staged so far, limit what it may reach
+	// (0 until the first file): content beyond it could never be
+	// committed, so it is refused before it is stored.
+	sent, limit int64
 }
 
 type flushOp struct {
@@ -73,10 +78,23 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 		if e.Size > 0 {
 			size = e.Size
 		}
-		st, err := f.s.stage(ctx, f.ws.key(p), r, size, f.s.cfg.QuotaBytes, e.ETag, mem)
+		if f.limit == 0 {
+			if f.limit, err = f.s.stageLimit(ctx, f.ws); err != nil {
+				return err
+			}
+		}
+		left := f.limit - f.sent
+		if size > left {
+			return f.s.overQuota(p, f.sent+size)
+		}
+		st, err := f.s.stage(ctx, f.ws.key(p), r, size, left, e.ETag, mem)
+		if errs.KindOf(err) == errs.ResourceExhausted {
+			return f.s.overQuota(p, f.sent+left+1)
+		}
 		if err != nil {
 			return wrapKind(err, "entry %s", p)
 		}
+		f.sent += st.size
 		if st.st != nil {
 			f.staged = append(f.staged, st)
 		} else {
@@ -97,6 +115,25 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 	}
 	f.ops = append(f.ops, op)
 	return nil
+}
+
+// stageLimit is how much file content one flush of ws may carry: every
+// file it sends is stored whole, so more than the quota could only commit
+// into a workspace already above it, and then not beyond its usage.
+func (s *Service) stageLimit(ctx context.Context, ws Workspace) (int64, error) {
+	st, ok, err := s.locks.peek(ctx, ws)
+	if err != nil {
+		return 0, err
+	}
+	if ok && st.Bytes > s.cfg.QuotaBytes {
+		return st.Bytes, nil
+	}
+	return s.cfg.QuotaBytes, nil
+}
+
+// overQuota refuses a flush whose files carry at least need bytes.
+func (s *Service) overQuota(p string, need int64) error {
+	return quota.Exceeded("%s: the files of this change hold at least %d bytes (sparse files count their whole length), the quota is %d bytes; delete files to make room", p, need, s.cfg.QuotaBytes)
 }
 
 // Remove adds the removal of a path (recursively for a directory); a path
