@@ -166,9 +166,11 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 		}
 		return nil
 	}
-	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Begin{Begin: &workspacev1.FlushBegin{User: user, BaseRevision: base}}}); err != nil {
+	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Begin{Begin: &workspacev1.FlushBegin{User: user, BaseRevision: base, ExactRemovals: true}}}); err != nil {
 		return 0, nil, err
 	}
+	// Every removed path is listed, children first: removals are exact, so
+	// what was added since this sandbox's copy survives its deletes.
 	for _, p := range c.Removed {
 		if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Removed{Removed: p}}); err != nil {
 			return 0, nil, err

@@ -28,6 +28,8 @@ type Flush struct {
 	// (0 until the first file): content beyond it could never be
 	// committed, so it is refused before it is stored.
 	sent, limit int64
+	// exact: a removal names one entry, see ExactRemovals.
+	exact bool
 }
 
 type flushOp struct {
@@ -147,6 +149,14 @@ func (f *Flush) Remove(path string) error {
 	return nil
 }
 
+// ExactRemovals makes each removal name one entry the sender saw rather
+// than a tree: a directory goes only when nothing is left below it after
+// the flush's other removals. A sandbox that deletes a directory lists
+// every path it had in it, so what was added to the workspace since its
+// copy, e.g. uploaded through the file API, survives instead of going
+// with a tree the sandbox never saw whole.
+func (f *Flush) ExactRemovals() { f.exact = true }
+
 // Abort drops what was staged. It is a no-op after Commit.
 func (f *Flush) Abort(ctx context.Context) {
 	if f.done {
@@ -183,9 +193,12 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 		}
 		for i, op := range f.ops {
 			var err error
-			if op.remove != "" {
+			switch {
+			case op.remove != "" && f.exact:
+				plans[i], err = sim.removeEntry(op.remove)
+			case op.remove != "":
 				plans[i], err = sim.remove(op.remove)
-			} else {
+			default:
 				err = sim.put(op)
 			}
 			if err != nil {
@@ -350,6 +363,29 @@ func (s *simulation) remove(p string) ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+// removeEntry removes the file or link at p, or p's directory marker
+// when nothing is left below it; a directory that still holds entries
+// stays, with them.
+func (s *simulation) removeEntry(p string) ([]string, error) {
+	ws := s.c.ws
+	if p == "/" {
+		return nil, nil
+	}
+	if info, err := s.get(ws.key(p)); err != nil {
+		return nil, err
+	} else if info != nil {
+		return []string{ws.key(p)}, s.set(ws.key(p), nil)
+	}
+	below, err := s.below(ws.dirKey(p))
+	if err != nil || len(below) > 0 {
+		return nil, err
+	}
+	if info, err := s.get(ws.dirKey(p)); err != nil || info == nil {
+		return nil, err
+	}
+	return []string{ws.dirKey(p)}, s.set(ws.dirKey(p), nil)
 }
 
 func (s *simulation) put(op flushOp) error {

@@ -102,3 +102,45 @@ func TestOverQuotaWorkspace(t *testing.T) {
 		})
 	}
 }
+
+// TestExactRemovals: a sandbox's `rm -rf d` removes what it saw of d, not
+// a file uploaded into d after it hydrated.
+func TestExactRemovals(t *testing.T) {
+	forEachStore(t, files.Config{}, func(t *testing.T, s *files.Service) {
+		w := ws(t, "acme", "base")
+		write(t, s, w, "/d/seen", "seen")
+		write(t, s, w, "/d/sub/seen", "seen")
+		hydrate(t, s, w, nil)
+		write(t, s, w, "/d/sub/uploaded", "uploaded after the hydrate")
+		removeExact := func(paths ...string) {
+			t.Helper()
+			f := s.BeginFlush(w)
+			defer f.Abort(t.Context())
+			f.ExactRemovals()
+			for _, p := range paths {
+				if err := f.Remove(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.Commit(t.Context()); err != nil {
+				t.Fatalf("flush: %v", err)
+			}
+		}
+		// What the sandbox saw, children first.
+		removeExact("/d/sub/seen", "/d/sub", "/d/seen", "/d")
+		if got := read(t, s, w, "/d/sub/uploaded"); got != "uploaded after the hydrate" {
+			t.Fatalf("the uploaded file holds %q", got)
+		}
+		if got := names(t, s, w, "/d"); !slices.Equal(got, []string{"sub/"}) {
+			t.Fatalf("/d holds %v", got)
+		}
+		removeExact("/d/sub/uploaded", "/d/sub", "/d")
+		if got := names(t, s, w, "/"); len(got) != 0 {
+			t.Fatalf("after removing everything: %v", got)
+		}
+		u, err := s.Usage(t.Context(), w)
+		if err != nil || u.Bytes != 0 || u.Files != 0 {
+			t.Fatalf("usage = %+v, %v", u, err)
+		}
+	})
+}
