@@ -67,11 +67,18 @@ func freeAddr(t testing.TB) string {
 // until /readyz answers 200. env adds to the environment.
 func startDev(t testing.TB, env ...string) *dev {
 	t.Helper()
+	return startDevIn(t, t.TempDir(), env...)
+}
+
+// startDevIn is startDev on the data dir dataDir, e.g. that of a dev
+// cluster stopped before, to start it again with other settings.
+func startDevIn(t testing.TB, dataDir string, env ...string) *dev {
+	t.Helper()
 	bin, err := conchBin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dev{t: t, DataDir: t.TempDir(), waited: make(chan error, 1), stderr: &lockedBuffer{}}
+	d := &dev{t: t, DataDir: dataDir, waited: make(chan error, 1), stderr: &lockedBuffer{}}
 	// Port 0: conch dev picks a free port and says which in its banner, so
 	// no other process can take it between a check and the bind.
 	d.cmd = exec.Command(bin, "dev", "--http-addr", "127.0.0.1:0", "--data-dir", d.DataDir)

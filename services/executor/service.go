@@ -28,6 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/workspace/files"
 )
 
@@ -42,9 +43,9 @@ const (
 	MaxExecTimeout     = 1800 * time.Second
 	ProcessRetention   = 30 * time.Minute
 	// PersistentWorkspaceBytes and PersistentWorkspaceFiles are the default
-	// quota of a persistent workspace (SPEC §4).
-	PersistentWorkspaceBytes = 1 << 30
-	PersistentWorkspaceFiles = 100000
+	// quota of a persistent workspace (SPEC §4), owned by package quota.
+	PersistentWorkspaceBytes = quota.DefaultBytes
+	PersistentWorkspaceFiles = quota.DefaultFiles
 	backgroundBudget         = 64 << 20
 	ownershipTTLSeconds      = 15
 )
@@ -354,6 +355,9 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		if p.Limits.WorkspaceBytes == 0 {
 			p.Limits.WorkspaceBytes = PersistentWorkspaceBytes
 		}
+		if err := s.roomForStored(ctx, account, &p); err != nil {
+			return nil, "", err
+		}
 	}
 	if p.Network {
 		return nil, "", errs.New(errs.Unimplemented, "network: mode allowlist (egress through a proxy) is not implemented yet; use mode none")
@@ -530,6 +534,35 @@ func sortedIDs(m map[string]*entry) []string {
 	return ids
 }
 
+// roomForStored grows a persistent sandbox's workspace filesystem to hold
+// what the workspace already stores. A workspace over its quota (stored
+// under a larger one, or before sparse files counted whole) must still
+// open, so that its user can delete files; the workspace service refuses
+// it any growth.
+func (s *Service) roomForStored(ctx context.Context, account string, p *CreateParams) error {
+	bytes, entries, err := s.ws.Usage(ctx, account, p.User)
+	if err != nil {
+		return fmt.Errorf("persistent: %w", err)
+	}
+	// The filesystem gives every file whole pages; the stored bytes don't.
+	const page = 4096
+	if need := bytes + entries*page; need > p.Limits.WorkspaceBytes {
+		p.Limits.WorkspaceBytes = need
+	}
+	if p.Limits.WorkspaceFiles == 0 {
+		p.Limits.WorkspaceFiles = PersistentWorkspaceFiles
+	}
+	// One more for the workspace's own root directory.
+	p.Limits.WorkspaceFiles = max(p.Limits.WorkspaceFiles, entries+1)
+	return nil
+}
+
+// scanLimit is how many entries a scan of e's workspace may find: what
+// its filesystem can hold, and one more to tell a full one.
+func (e *entry) scanLimit() int {
+	return int(max(e.limits.WorkspaceFiles, PersistentWorkspaceFiles)) + 1
+}
+
 // hydrate fills a new sandbox's workspace from the workspace service.
 func (s *Service) hydrate(ctx context.Context, e *entry) error {
 	root, err := wsync.OpenRoot(e.sb.WorkspacePath(), e.sb.HostUID())
@@ -544,7 +577,7 @@ func (s *Service) hydrate(ctx context.Context, e *entry) error {
 		e.root = nil
 		return errs.Wrap(errs.Unavailable, err, "persistent: hydrate the workspace of %q", e.user)
 	}
-	if e.synced, err = root.Scan(PersistentWorkspaceFiles + 1); err != nil {
+	if e.synced, err = root.Scan(e.scanLimit()); err != nil {
 		return fmt.Errorf("executor: scan hydrated workspace: %w", err)
 	}
 	return nil
@@ -570,7 +603,7 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 	if e.root == nil {
 		return nil, nil
 	}
-	scan, err := e.root.Scan(PersistentWorkspaceFiles + 1)
+	scan, err := e.root.Scan(e.scanLimit())
 	if err != nil {
 		return nil, errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
 	}

@@ -14,10 +14,13 @@ import (
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quota"
 )
 
 // Workspaces stores persistent workspaces: the workspace service.
 type Workspaces interface {
+	// Usage returns what the user's workspace stores: bytes and entries.
+	Usage(ctx context.Context, account, user string) (bytes, files int64, err error)
 	// Hydrate fills root with the user's workspace and returns its revision.
 	Hydrate(ctx context.Context, account, user string, root *wsync.Root) (int64, error)
 	// Flush sends the changes of root since the last sync and returns the
@@ -102,6 +105,13 @@ func (w *workspaceClient) Hydrate(ctx context.Context, account, user string, roo
 				return 0, fmt.Errorf("executor: hydrate %s: data without a file entry", user)
 			}
 			if _, err := file.Write(msg.Data); err != nil {
+				// The pipe only says it was closed; the writer says why
+				// (e.g. the workspace's filesystem is full).
+				_ = file.CloseWithError(err)
+				if werr := <-fileDone; werr != nil {
+					err = werr
+				}
+				file = nil
 				return 0, fmt.Errorf("executor: hydrate %s: %w", user, err)
 			}
 		case *workspacev1.HydrateResponse_Removed:
@@ -120,6 +130,15 @@ func (w *workspaceClient) Hydrate(ctx context.Context, account, user string, roo
 	}
 }
 
+// Usage implements Workspaces.
+func (w *workspaceClient) Usage(ctx context.Context, account, user string) (bytes, files int64, err error) {
+	u, err := w.c.GetUsage(scoped(ctx, account, user), &workspacev1.GetUsageRequest{User: user})
+	if err != nil {
+		return 0, 0, fmt.Errorf("executor: usage of %s: %w", user, errs.FromStatus(err))
+	}
+	return u.GetUsedBytes(), u.GetUsedFiles(), nil
+}
+
 // Flush implements Workspaces.
 func (w *workspaceClient) Flush(ctx context.Context, account, user string, base int64, root *wsync.Root, scan map[string]wsync.Meta, c wsync.Changes) (int64, []string, error) {
 	var total int64
@@ -129,7 +148,10 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 		}
 	}
 	if total > w.maxBytes {
-		return 0, nil, errs.New(errs.ResourceExhausted, "workspace: %d bytes changed, more than the quota of %d bytes", total, w.maxBytes)
+		// An early refusal of what the workspace service would refuse
+		// anyway, before reading a byte: every file is sent whole, a
+		// sparse one with all its holes.
+		return 0, nil, quota.Exceeded("the changed files hold %d bytes (sparse files count their whole length), more than the quota of %d bytes; delete files to make room", total, w.maxBytes)
 	}
 	ctx, cancel := context.WithCancel(scoped(ctx, account, user))
 	defer cancel()
@@ -144,9 +166,11 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 		}
 		return nil
 	}
-	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Begin{Begin: &workspacev1.FlushBegin{User: user, BaseRevision: base}}}); err != nil {
+	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Begin{Begin: &workspacev1.FlushBegin{User: user, BaseRevision: base, ExactRemovals: true}}}); err != nil {
 		return 0, nil, err
 	}
+	// Every removed path is listed, children first: removals are exact, so
+	// what was added since this sandbox's copy survives its deletes.
 	for _, p := range c.Removed {
 		if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Removed{Removed: p}}); err != nil {
 			return 0, nil, err

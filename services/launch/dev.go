@@ -40,6 +40,10 @@ type DevConfig struct {
 	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
 	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (default: one kept in <data-dir>/signing-key)"`
 	LogLevel    string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+	// QuotaBytes and QuotaFiles default (0) to the gateways' defaults, as
+	// in `conch workspace`.
+	QuotaBytes int64 `env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
+	QuotaFiles int64 `env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
 	HTTPConfig
 
 	ExecutorConfig
@@ -55,6 +59,12 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.APIKey != "" && (len(c.APIKey) < 16 || strings.ContainsAny(c.APIKey, " \t\r\n")) {
 		return config.Invalid("CONCH_API_KEY", "must be at least 16 characters without spaces")
+	}
+	if c.QuotaBytes < 0 {
+		return config.Invalid("CONCH_WORKSPACE_QUOTA_BYTES", "must not be negative")
+	}
+	if c.QuotaFiles < 0 {
+		return config.Invalid("CONCH_WORKSPACE_QUOTA_FILES", "must not be negative")
 	}
 	if c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == "") {
 		return config.Invalid("CONCH_S3_ACCESS_KEY", "CONCH_S3_ACCESS_KEY and CONCH_S3_SECRET_KEY are required with CONCH_S3_ENDPOINT")
@@ -118,7 +128,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	ws, wsRun, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
 		dir: filepath.Join(cfg.DataDir, "workspaces"), endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey,
-		bucket: cfg.S3Bucket, secure: cfg.S3Secure, signingKeys: signingKeys,
+		bucket: cfg.S3Bucket, secure: cfg.S3Secure, signingKeys: signingKeys, quotaBytes: cfg.QuotaBytes, quotaFiles: cfg.QuotaFiles,
 	})
 	if err != nil {
 		return err

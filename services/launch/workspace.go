@@ -29,8 +29,10 @@ type WorkspaceConfig struct {
 	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
 	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
 	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (secrets of 32+ bytes); the first signs, all verify"`
-	QuotaBytes  int64  `flag:"quota-bytes" env:"CONCH_WORKSPACE_QUOTA_BYTES" default:"10737418240" usage:"bytes one workspace may hold"`
-	QuotaFiles  int64  `flag:"quota-files" env:"CONCH_WORKSPACE_QUOTA_FILES" default:"1000000" usage:"files and directories one workspace may hold"`
+	// QuotaBytes and QuotaFiles default (0) to package quota's, the
+	// gateways' defaults, so that the service refuses what a sandbox would.
+	QuotaBytes int64 `flag:"quota-bytes" env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
+	QuotaFiles int64 `flag:"quota-files" env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
 }
 
 // Validate checks the workspace service's settings.
@@ -47,11 +49,11 @@ func (c *WorkspaceConfig) Validate() error {
 	if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
 		return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
 	}
-	if c.QuotaBytes <= 0 {
-		return config.Invalid("--quota-bytes", "must be positive")
+	if c.QuotaBytes < 0 {
+		return config.Invalid("--quota-bytes", "must not be negative")
 	}
-	if c.QuotaFiles <= 0 {
-		return config.Invalid("--quota-files", "must be positive")
+	if c.QuotaFiles < 0 {
+		return config.Invalid("--quota-files", "must not be negative")
 	}
 	return nil
 }

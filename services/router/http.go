@@ -26,6 +26,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/openai"
 )
@@ -148,6 +149,10 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, log *
 		// out, so no header can be smuggled through.
 		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+			if st := status.Convert(err); quota.IsExceeded(st.Code(), st.Message()) {
+				statusErrors(w, st.Code(), st.Message())
+				return
+			}
 			if ra := errs.RetryAfter(status.Code(err)); ra != "" {
 				w.Header().Set("Retry-After", ra)
 			}
@@ -223,6 +228,13 @@ func statusErrors(w http.ResponseWriter, code codes.Code, msg string) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if quota.IsExceeded(code, msg) {
+		// A full workspace is a request too large for it, which waiting
+		// does not fix: 413, and no Retry-After.
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		_, _ = w.Write(b)
+		return
+	}
 	if ra := errs.RetryAfter(code); ra != "" {
 		w.Header().Set("Retry-After", ra)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
@@ -158,7 +159,7 @@ func TestSyncOverGRPC(t *testing.T) {
 		}
 	}
 	u, err := c.GetUsage(ctx, &workspacev1.GetUsageRequest{User: "sbx"})
-	if err != nil || u.GetUsedFiles() != 4 || u.GetQuotaBytes() != files.DefaultQuotaBytes {
+	if err != nil || u.GetUsedFiles() != 4 || u.GetQuotaBytes() != quota.DefaultBytes {
 		t.Fatalf("usage = %v, %v", u, err)
 	}
 

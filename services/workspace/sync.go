@@ -62,6 +62,9 @@ func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 		return err
 	}
 	f := s.files.BeginFlush(ws)
+	if begin.GetExactRemovals() {
+		f.ExactRemovals()
+	}
 	// Anything but a commit (an error, a dropped stream) discards what was
 	// staged; nothing becomes visible.
 	defer f.Abort(context.WithoutCancel(ctx))

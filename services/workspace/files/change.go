@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -87,10 +88,10 @@ func (c *changeSet) revision() int64 { return c.start.Revision + 1 }
 func (c *changeSet) checkQuota() error {
 	q := c.s.cfg
 	if c.bytes > q.QuotaBytes && c.bytes > c.start.Bytes {
-		return errs.New(errs.ResourceExhausted, "workspace quota exceeded: %d bytes needed, the quota is %d bytes (%d used before this change)", c.bytes, q.QuotaBytes, c.start.Bytes)
+		return quota.Exceeded("%d bytes needed, the quota is %d bytes (%d used before this change); delete files to make room", c.bytes, q.QuotaBytes, c.start.Bytes)
 	}
 	if c.files > q.QuotaFiles && c.files > c.start.Files {
-		return errs.New(errs.ResourceExhausted, "workspace quota exceeded: %d files and directories needed, the quota is %d (%d used before this change)", c.files, q.QuotaFiles, c.start.Files)
+		return quota.Exceeded("%d files and directories needed, the quota is %d (%d used before this change); delete files to make room", c.files, q.QuotaFiles, c.start.Files)
 	}
 	return nil
 }
@@ -104,44 +105,40 @@ func (c *changeSet) existing(p string) (Entry, error) {
 	return e, err
 }
 
-// makeParents makes sure every ancestor of p is a directory with a marker.
-func (c *changeSet) makeParents(p string) error {
-	for _, a := range ancestors(p) {
-		info, err := c.s.store.Stat(c.ctx, c.ws.dirKey(a))
+// makeDirs makes sure every path of dirs (parents first) is a directory
+// with a marker. It is all or nothing as far as it can be: a file in the
+// way, or a quota the new directories would exceed, refuses before the
+// first marker is written.
+func (c *changeSet) makeDirs(dirs []string) error {
+	var missing []string
+	for _, d := range dirs {
+		info, err := c.s.store.Stat(c.ctx, c.ws.dirKey(d))
 		if err == nil && info.IsDir() {
 			continue
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return storeErr(err, "stat", a)
+			return storeErr(err, "stat", d)
 		}
-		if _, err := c.makeDir(a); err != nil {
-			return err
+		if _, err := c.s.store.Stat(c.ctx, c.ws.key(d)); err == nil {
+			return errs.New(errs.FailedPrecondition, "%s: a file exists there, not a directory", d)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return storeErr(err, "stat", d)
+		}
+		missing = append(missing, d)
+	}
+	c.add(0, int64(len(missing)))
+	if err := c.checkQuota(); err != nil {
+		c.add(0, -int64(len(missing)))
+		return err
+	}
+	for i, d := range missing {
+		c.applied = true
+		if _, err := c.s.store.Put(c.ctx, c.ws.dirKey(d), nil, store.PutOptions{Size: 0, Mode: 0o755, ModTime: time.Now()}); err != nil {
+			c.add(0, -int64(len(missing)-i))
+			return storeErr(err, "mkdir", d)
 		}
 	}
 	return nil
-}
-
-// makeDir writes p's directory marker unless p already is a directory.
-func (c *changeSet) makeDir(p string) (Entry, error) {
-	if _, err := c.s.store.Stat(c.ctx, c.ws.key(p)); err == nil {
-		return Entry{}, errs.New(errs.FailedPrecondition, "%s: a file exists there, not a directory", p)
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return Entry{}, storeErr(err, "stat", p)
-	}
-	if info, err := c.s.store.Stat(c.ctx, c.ws.dirKey(p)); err == nil {
-		return entryOf(c.ws, info), nil
-	}
-	c.add(0, 1)
-	if err := c.checkQuota(); err != nil {
-		return Entry{}, err
-	}
-	c.applied = true
-	info, err := c.s.store.Put(c.ctx, c.ws.dirKey(p), nil, store.PutOptions{Size: 0, Mode: 0o755, ModTime: time.Now()})
-	if err != nil {
-		c.add(0, -1)
-		return Entry{}, storeErr(err, "mkdir", p)
-	}
-	return entryOf(c.ws, info), nil
 }
 
 // remove deletes what is at p and returns how many entries went; a

@@ -25,6 +25,7 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -93,8 +94,9 @@ func (w Workspace) pathOf(key string) string {
 
 // Config tunes the service.
 type Config struct {
-	// QuotaBytes and QuotaFiles limit each workspace; files count every
-	// entry (files, directories and links).
+	// QuotaBytes and QuotaFiles limit each workspace by what it stores;
+	// files count every entry (files, directories and links); 0 means the
+	// defaults of package quota.
 	QuotaBytes, QuotaFiles int64
 	// MaxFileSize limits one file written through the file API.
 	MaxFileSize int64
@@ -110,8 +112,6 @@ type Config struct {
 
 // Defaults for Config's zero fields.
 const (
-	DefaultQuotaBytes   = 10 << 30
-	DefaultQuotaFiles   = 1_000_000
 	DefaultMaxFileSize  = 100 << 20
 	DefaultContentCache = 64 << 20
 )
@@ -134,10 +134,10 @@ func New(st store.Store, cli *clientv3.Client, cfg Config) (*Service, error) {
 		return nil, errors.New("files: store and etcd client are required")
 	}
 	if cfg.QuotaBytes <= 0 {
-		cfg.QuotaBytes = DefaultQuotaBytes
+		cfg.QuotaBytes = quota.DefaultBytes
 	}
 	if cfg.QuotaFiles <= 0 {
-		cfg.QuotaFiles = DefaultQuotaFiles
+		cfg.QuotaFiles = quota.DefaultFiles
 	}
 	if cfg.MaxFileSize <= 0 {
 		cfg.MaxFileSize = DefaultMaxFileSize
@@ -448,6 +448,9 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 	if o.Size > s.cfg.MaxFileSize {
 		return Entry{}, errs.New(errs.ResourceExhausted, "size: %d bytes is more than the limit of %d", o.Size, s.cfg.MaxFileSize)
 	}
+	if err := s.fits(ctx, ws, p, o.Size); err != nil {
+		return Entry{}, err
+	}
 	st, err := s.stage(ctx, ws.key(p), r, o.Size, s.cfg.MaxFileSize, "", memLimit)
 	if err != nil {
 		return Entry{}, err
@@ -471,7 +474,7 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 		if err := c.checkQuota(); err != nil {
 			return err
 		}
-		if err := c.makeParents(p); err != nil {
+		if err := c.makeDirs(ancestors(p)); err != nil {
 			return err
 		}
 		c.applied = true
@@ -483,6 +486,28 @@ func (s *Service) Write(ctx context.Context, ws Workspace, path string, r io.Rea
 		return nil
 	})
 	return out, err
+}
+
+// fits refuses early, before a byte is read, a write of size bytes (-1:
+// unknown) at p that the last recorded usage says cannot fit the quota.
+// The check under the lock stays the one that counts; this one only
+// spares the client sending, and the store staging, what would be refused.
+func (s *Service) fits(ctx context.Context, ws Workspace, p string, size int64) error {
+	if size < 0 {
+		return nil
+	}
+	st, ok, err := s.locks.peek(ctx, ws)
+	if err != nil || !ok || st.Dirty {
+		return err
+	}
+	used := st.Bytes
+	if info, err := s.store.Stat(ctx, ws.key(p)); err == nil {
+		used -= info.Size
+	}
+	if used+size > s.cfg.QuotaBytes && used+size > st.Bytes {
+		return quota.Exceeded("%d bytes needed, the quota is %d bytes (%d used); delete files to make room", used+size, s.cfg.QuotaBytes, st.Bytes)
+	}
+	return nil
 }
 
 // Mkdir creates a directory and its parents; an existing directory is fine.
@@ -498,12 +523,15 @@ func (s *Service) Mkdir(ctx context.Context, ws Workspace, path string) (_ Entry
 	}
 	var out Entry
 	err = s.change(ctx, ws, func(c *changeSet) error {
-		if err := c.makeParents(p); err != nil {
+		if err := c.makeDirs(append(ancestors(p), p)); err != nil {
 			return err
 		}
-		e, err := c.makeDir(p)
-		out = e
-		return err
+		info, err := s.store.Stat(ctx, ws.dirKey(p))
+		if err != nil {
+			return storeErr(err, "stat", p)
+		}
+		out = entryOf(ws, info)
+		return nil
 	})
 	return out, err
 }

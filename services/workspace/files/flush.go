@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -23,6 +24,12 @@ type Flush struct {
 	mem    int64
 	staged []*staged
 	done   bool
+	// sent is the file content staged so far, limit what it may reach
+	// (0 until the first file): content beyond it could never be
+	// committed, so it is refused before it is stored.
+	sent, limit int64
+	// exact: a removal names one entry, see ExactRemovals.
+	exact bool
 }
 
 type flushOp struct {
@@ -73,10 +80,23 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 		if e.Size > 0 {
 			size = e.Size
 		}
-		st, err := f.s.stage(ctx, f.ws.key(p), r, size, f.s.cfg.QuotaBytes, e.ETag, mem)
+		if f.limit == 0 {
+			if f.limit, err = f.s.stageLimit(ctx, f.ws); err != nil {
+				return err
+			}
+		}
+		left := f.limit - f.sent
+		if size > left {
+			return f.s.overQuota(p, f.sent+size)
+		}
+		st, err := f.s.stage(ctx, f.ws.key(p), r, size, left, e.ETag, mem)
+		if errs.KindOf(err) == errs.ResourceExhausted {
+			return f.s.overQuota(p, f.sent+left+1)
+		}
 		if err != nil {
 			return wrapKind(err, "entry %s", p)
 		}
+		f.sent += st.size
 		if st.st != nil {
 			f.staged = append(f.staged, st)
 		} else {
@@ -99,6 +119,25 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 	return nil
 }
 
+// stageLimit is how much file content one flush of ws may carry: every
+// file it sends is stored whole, so more than the quota could only commit
+// into a workspace already above it, and then not beyond its usage.
+func (s *Service) stageLimit(ctx context.Context, ws Workspace) (int64, error) {
+	st, ok, err := s.locks.peek(ctx, ws)
+	if err != nil {
+		return 0, err
+	}
+	if ok && st.Bytes > s.cfg.QuotaBytes {
+		return st.Bytes, nil
+	}
+	return s.cfg.QuotaBytes, nil
+}
+
+// overQuota refuses a flush whose files carry at least need bytes.
+func (s *Service) overQuota(p string, need int64) error {
+	return quota.Exceeded("%s: the files of this change hold at least %d bytes (sparse files count their whole length), the quota is %d bytes; delete files to make room", p, need, s.cfg.QuotaBytes)
+}
+
 // Remove adds the removal of a path (recursively for a directory); a path
 // that does not exist is fine.
 func (f *Flush) Remove(path string) error {
@@ -109,6 +148,14 @@ func (f *Flush) Remove(path string) error {
 	f.ops = append(f.ops, flushOp{remove: p})
 	return nil
 }
+
+// ExactRemovals makes each removal name one entry the sender saw rather
+// than a tree: a directory goes only when nothing is left below it after
+// the flush's other removals. A sandbox that deletes a directory lists
+// every path it had in it, so what was added to the workspace since its
+// copy, e.g. uploaded through the file API, survives instead of going
+// with a tree the sandbox never saw whole.
+func (f *Flush) ExactRemovals() { f.exact = true }
 
 // Abort drops what was staged. It is a no-op after Commit.
 func (f *Flush) Abort(ctx context.Context) {
@@ -146,9 +193,12 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 		}
 		for i, op := range f.ops {
 			var err error
-			if op.remove != "" {
+			switch {
+			case op.remove != "" && f.exact:
+				plans[i], err = sim.removeEntry(op.remove)
+			case op.remove != "":
 				plans[i], err = sim.remove(op.remove)
-			} else {
+			default:
 				err = sim.put(op)
 			}
 			if err != nil {
@@ -313,6 +363,29 @@ func (s *simulation) remove(p string) ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+// removeEntry removes the file or link at p, or p's directory marker
+// when nothing is left below it; a directory that still holds entries
+// stays, with them.
+func (s *simulation) removeEntry(p string) ([]string, error) {
+	ws := s.c.ws
+	if p == "/" {
+		return nil, nil
+	}
+	if info, err := s.get(ws.key(p)); err != nil {
+		return nil, err
+	} else if info != nil {
+		return []string{ws.key(p)}, s.set(ws.key(p), nil)
+	}
+	below, err := s.below(ws.dirKey(p))
+	if err != nil || len(below) > 0 {
+		return nil, err
+	}
+	if info, err := s.get(ws.dirKey(p)); err != nil || info == nil {
+		return nil, err
+	}
+	return []string{ws.dirKey(p)}, s.set(ws.dirKey(p), nil)
 }
 
 func (s *simulation) put(op flushOp) error {

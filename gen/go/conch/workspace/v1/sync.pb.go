@@ -205,7 +205,13 @@ type FlushBegin struct {
 	// End user whose workspace to write.
 	User string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
 	// Revision the caller hydrated or last flushed; informational.
-	BaseRevision  int64 `protobuf:"varint,2,opt,name=base_revision,json=baseRevision,proto3" json:"base_revision,omitempty"`
+	BaseRevision int64 `protobuf:"varint,2,opt,name=base_revision,json=baseRevision,proto3" json:"base_revision,omitempty"`
+	// Each removal names one entry the caller saw, not a tree: a directory
+	// is removed only when nothing is left below it once the flush's other
+	// removals are applied, so what was added since the caller's copy (e.g.
+	// uploaded through the file API into a directory a sandbox deletes)
+	// survives. A sender listing every removed path sets it.
+	ExactRemovals bool `protobuf:"varint,3,opt,name=exact_removals,json=exactRemovals,proto3" json:"exact_removals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -252,6 +258,13 @@ func (x *FlushBegin) GetBaseRevision() int64 {
 		return x.BaseRevision
 	}
 	return 0
+}
+
+func (x *FlushBegin) GetExactRemovals() bool {
+	if x != nil {
+		return x.ExactRemovals
+	}
+	return false
 }
 
 // FlushRequest is one message of a flush: begin, then entries (a file's
@@ -592,11 +605,12 @@ const file_conch_workspace_v1_sync_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x1a\n" +
 	"\aremoved\x18\x03 \x01(\tH\x00R\aremoved\x12\x1c\n" +
 	"\brevision\x18\x04 \x01(\x03H\x00R\brevisionB\t\n" +
-	"\amessage\"E\n" +
+	"\amessage\"l\n" +
 	"\n" +
 	"FlushBegin\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12#\n" +
-	"\rbase_revision\x18\x02 \x01(\x03R\fbaseRevision\"\xd0\x01\n" +
+	"\rbase_revision\x18\x02 \x01(\x03R\fbaseRevision\x12%\n" +
+	"\x0eexact_removals\x18\x03 \x01(\bR\rexactRemovals\"\xd0\x01\n" +
 	"\fFlushRequest\x126\n" +
 	"\x05begin\x18\x01 \x01(\v2\x1e.conch.workspace.v1.FlushBeginH\x00R\x05begin\x121\n" +
 	"\x05entry\x18\x02 \x01(\v2\x19.conch.workspace.v1.EntryH\x00R\x05entry\x12\x14\n" +

@@ -1,0 +1,38 @@
+// Package quota owns the persistent workspace quota of SPEC §4: its
+// defaults, which the workspace service enforces, the executor sizes
+// sandboxes by and the gateways fall back to, and the error that says it
+// was hit, which the router answers with 413.
+package quota
+
+import (
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+// Defaults of a persistent workspace (SPEC §4): what it may hold when no
+// gateway or setting says otherwise. Files count every entry: files,
+// directories and links.
+const (
+	DefaultBytes = 1 << 30
+	DefaultFiles = 100_000
+)
+
+// exceeded starts the message of every quota refusal; clients and tests
+// recognise the refusal by it.
+const exceeded = "workspace quota exceeded: "
+
+// Exceeded returns the refusal of a change that would take a workspace
+// beyond its quota; the message says what was needed and what is allowed.
+func Exceeded(format string, args ...any) error {
+	return errs.New(errs.ResourceExhausted, "%s", exceeded+fmt.Sprintf(format, args...))
+}
+
+// IsExceeded reports whether a status with code and message is a quota
+// refusal, as it reaches the router from the workspace service.
+func IsExceeded(code codes.Code, message string) bool {
+	return code == codes.ResourceExhausted && strings.Contains(message, exceeded)
+}
