@@ -15,21 +15,14 @@ type sandboxResult struct {
 	Stdout, Stderr, Error string
 }
 
-// persistentSandbox creates a persistent sandbox of user and returns a
+// sandboxRunner creates a persistent sandbox of user and returns a
 // function running a command in it.
-func persistentSandbox(t *testing.T, d *dev, user string) func(command string) sandboxResult {
+func sandboxRunner(t *testing.T, d *dev, user string) func(command string) sandboxResult {
 	t.Helper()
-	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
-	if code != http.StatusOK {
-		t.Fatalf("create a persistent sandbox of %s = %d %s", user, code, body)
-	}
-	var sb struct{ ID string }
-	if err := json.Unmarshal(body, &sb); err != nil || sb.ID == "" {
-		t.Fatalf("create sandbox body %s", body)
-	}
+	id := persistentSandbox(t, d, user)
 	return func(command string) sandboxResult {
 		t.Helper()
-		code, body := d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": command})
+		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command})
 		if code != http.StatusOK {
 			t.Fatalf("%q = %d %s", command, code, body)
 		}
@@ -81,7 +74,7 @@ func TestWorkspaceQuota(t *testing.T) {
 		t.Fatal("a refused upload was stored")
 	}
 
-	run := persistentSandbox(t, d, "quota")
+	run := sandboxRunner(t, d, "quota")
 	if r := run("truncate -s 3M sparse1 && du -k sparse1"); r.Outcome.Type == "error" || !strings.HasPrefix(r.Stdout, "0\t") {
 		t.Fatalf("a sparse file within the quota: %+v", r)
 	}
@@ -104,7 +97,7 @@ func TestWorkspaceQuota(t *testing.T) {
 	}
 	d = startDevIn(t, dir, "CONCH_WORKSPACE_QUOTA_BYTES=8388608")
 	c.d, c.key = d, d.Key
-	run = persistentSandbox(t, d, "quota")
+	run = sandboxRunner(t, d, "quota")
 	if r := run("ls"); !strings.Contains(r.Stdout, "sparse1") || !strings.Contains(r.Stdout, "a\n") {
 		t.Fatalf("the over-quota workspace did not hydrate: %+v", r)
 	}

@@ -15,7 +15,7 @@ func TestStaleDeleteKeepsUpload(t *testing.T) {
 	if code, body := c.upload("/d/seen.txt", strings.NewReader("seen"), -1); code != http.StatusOK {
 		t.Fatalf("upload = %d %s", code, body)
 	}
-	run := persistentSandbox(t, d, "stale")
+	run := sandboxRunner(t, d, "stale")
 	if r := run("cat d/seen.txt"); r.Stdout != "seen" {
 		t.Fatalf("the sandbox reads %+v", r)
 	}
