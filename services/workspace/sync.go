@@ -47,6 +47,9 @@ func (s *Server) Hydrate(req *workspacev1.HydrateRequest, stream workspacev1.Wor
 // order sent, then commit. Nothing is visible before the commit; a stream
 // that ends another way applies nothing; a conflict (a file where a
 // directory is, or below a file) or a quota overrun refuses the whole flush.
+// The quota is the service's, or the smaller one begin asks for. A removal
+// naming the file the caller last synced keeps a file changed since, and
+// the response lists it as a conflict.
 func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 	ctx := stream.Context()
 	first, err := stream.Recv()
@@ -65,6 +68,10 @@ func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 	if begin.GetExactRemovals() {
 		f.ExactRemovals()
 	}
+	if begin.GetQuotaBytes() < 0 || begin.GetQuotaFiles() < 0 {
+		return errs.New(errs.InvalidArgument, "begin.quota_bytes, begin.quota_files: must not be negative")
+	}
+	f.Narrow(begin.GetQuotaBytes(), begin.GetQuotaFiles())
 	// Anything but a commit (an error, a dropped stream) discards what was
 	// staged; nothing becomes visible.
 	defer f.Abort(context.WithoutCancel(ctx))
@@ -91,6 +98,10 @@ func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 			if err := f.Remove(msg.Removed); err != nil {
 				return err
 			}
+		case *workspacev1.FlushRequest_Removal:
+			if err := f.RemoveSynced(msg.Removal.GetPath(), msg.Removal.GetEtag()); err != nil {
+				return err
+			}
 		case *workspacev1.FlushRequest_Commit:
 			if !msg.Commit {
 				return errs.New(errs.InvalidArgument, "commit must be true")
@@ -99,7 +110,11 @@ func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 			if err != nil {
 				return err
 			}
-			return stream.SendAndClose(&workspacev1.FlushResponse{Revision: res.Revision, UsedBytes: res.Bytes, UsedFiles: res.Files})
+			out := &workspacev1.FlushResponse{Revision: res.Revision, UsedBytes: res.Bytes, UsedFiles: res.Files}
+			for _, c := range res.Conflicts {
+				out.Conflicts = append(out.Conflicts, &workspacev1.Conflict{Path: c.Path, Reason: c.Reason})
+			}
+			return stream.SendAndClose(out)
 		case *workspacev1.FlushRequest_Data:
 			return errs.New(errs.InvalidArgument, "data must follow a file entry")
 		default:

@@ -24,6 +24,9 @@ type changeSet struct {
 	applied bool
 	// dirty marks a change that failed after applying part of itself.
 	dirty bool
+	// quotaBytes and quotaFiles are what the workspace may hold after the
+	// change: the service's quota unless a flush narrowed it.
+	quotaBytes, quotaFiles int64
 }
 
 // change runs fn under ws's lock. The state is marked dirty before fn
@@ -44,7 +47,7 @@ func (s *Service) change(ctx context.Context, ws Workspace, fn func(c *changeSet
 	if err := h.put(ctx, st); err != nil {
 		return err
 	}
-	c := &changeSet{ctx: ctx, s: s, ws: ws, start: st, bytes: st.Bytes, files: st.Files}
+	c := &changeSet{ctx: ctx, s: s, ws: ws, start: st, bytes: st.Bytes, files: st.Files, quotaBytes: s.cfg.QuotaBytes, quotaFiles: s.cfg.QuotaFiles}
 	ferr := fn(c)
 	// Whether or not fn failed half-way, the recorded usage must match
 	// what is stored: a failure after some operations applied recounts.
@@ -86,12 +89,11 @@ func (c *changeSet) revision() int64 { return c.start.Revision + 1 }
 // checkQuota fails when the usage after the change would exceed the quota
 // while growing.
 func (c *changeSet) checkQuota() error {
-	q := c.s.cfg
-	if c.bytes > q.QuotaBytes && c.bytes > c.start.Bytes {
-		return quota.Exceeded("%d bytes needed, the quota is %d bytes (%d used before this change); delete files to make room", c.bytes, q.QuotaBytes, c.start.Bytes)
+	if c.bytes > c.quotaBytes && c.bytes > c.start.Bytes {
+		return quota.Exceeded("%d bytes needed, the quota is %d bytes (%d used before this change); delete files to make room", c.bytes, c.quotaBytes, c.start.Bytes)
 	}
-	if c.files > q.QuotaFiles && c.files > c.start.Files {
-		return quota.Exceeded("%d files and directories needed, the quota is %d (%d used before this change); delete files to make room", c.files, q.QuotaFiles, c.start.Files)
+	if c.files > c.quotaFiles && c.files > c.start.Files {
+		return quota.Exceeded("%d files and directories needed, the quota is %d (%d used before this change); delete files to make room", c.files, c.quotaFiles, c.start.Files)
 	}
 	return nil
 }

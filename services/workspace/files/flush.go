@@ -30,10 +30,14 @@ type Flush struct {
 	sent, limit int64
 	// exact: a removal names one entry, see ExactRemovals.
 	exact bool
+	// quotaBytes and quotaFiles are the quota this flush commits under:
+	// the service's, or less (see Narrow).
+	quotaBytes, quotaFiles int64
 }
 
 type flushOp struct {
 	remove string // path to remove, or
+	etag   string // of the file the sender last synced at remove, or ""
 	e      Entry  // an entry to create or replace
 	st     *staged
 }
@@ -42,11 +46,38 @@ type flushOp struct {
 type FlushResult struct {
 	Revision     int64
 	Bytes, Files int64
+	// Conflicts are the removals kept because the workspace changed since
+	// the sender's copy; everything else was applied.
+	Conflicts []Conflict
 }
+
+// Conflict is a change a flush did not apply, and why.
+type Conflict struct {
+	Path, Reason string
+}
+
+// Reasons of conflicts, as the sender shows them.
+const (
+	// ChangedSince: the file was replaced since the sender synced it, or
+	// the directory holds entries the sender never saw.
+	ChangedSince = "changed in the workspace since this sandbox loaded it"
+)
 
 // BeginFlush starts a flush of ws.
 func (s *Service) BeginFlush(ws Workspace) *Flush {
-	return &Flush{s: s, ws: ws}
+	return &Flush{s: s, ws: ws, quotaBytes: s.cfg.QuotaBytes, quotaFiles: s.cfg.QuotaFiles}
+}
+
+// Narrow lowers the quota this flush commits under to bytes and files
+// where they are smaller than the service's (0 leaves one as it is): a
+// sandbox's gateway may allow less than the service does, never more.
+func (f *Flush) Narrow(bytes, files int64) {
+	if bytes > 0 {
+		f.quotaBytes = min(f.quotaBytes, bytes)
+	}
+	if files > 0 {
+		f.quotaFiles = min(f.quotaFiles, files)
+	}
 }
 
 // Put adds an entry; a file's content is read from r, which must match
@@ -81,17 +112,17 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 			size = e.Size
 		}
 		if f.limit == 0 {
-			if f.limit, err = f.s.stageLimit(ctx, f.ws); err != nil {
+			if f.limit, err = f.stageLimit(ctx); err != nil {
 				return err
 			}
 		}
 		left := f.limit - f.sent
 		if size > left {
-			return f.s.overQuota(p, f.sent+size)
+			return f.overQuota(p, f.sent+size)
 		}
 		st, err := f.s.stage(ctx, f.ws.key(p), r, size, left, e.ETag, mem)
 		if errs.KindOf(err) == errs.ResourceExhausted {
-			return f.s.overQuota(p, f.sent+left+1)
+			return f.overQuota(p, f.sent+left+1)
 		}
 		if err != nil {
 			return wrapKind(err, "entry %s", p)
@@ -122,30 +153,37 @@ func (f *Flush) Put(ctx context.Context, e Entry, r io.Reader) error {
 // stageLimit is how much file content one flush of ws may carry: every
 // file it sends is stored whole, so more than the quota could only commit
 // into a workspace already above it, and then not beyond its usage.
-func (s *Service) stageLimit(ctx context.Context, ws Workspace) (int64, error) {
-	st, ok, err := s.locks.peek(ctx, ws)
+func (f *Flush) stageLimit(ctx context.Context) (int64, error) {
+	st, ok, err := f.s.locks.peek(ctx, f.ws)
 	if err != nil {
 		return 0, err
 	}
-	if ok && st.Bytes > s.cfg.QuotaBytes {
+	if ok && st.Bytes > f.quotaBytes {
 		return st.Bytes, nil
 	}
-	return s.cfg.QuotaBytes, nil
+	return f.quotaBytes, nil
 }
 
 // overQuota refuses a flush whose files carry at least need bytes.
-func (s *Service) overQuota(p string, need int64) error {
-	return quota.Exceeded("%s: the files of this change hold at least %d bytes (sparse files count their whole length), the quota is %d bytes; delete files to make room", p, need, s.cfg.QuotaBytes)
+func (f *Flush) overQuota(p string, need int64) error {
+	return quota.Exceeded("%s: the files of this change hold at least %d bytes (sparse files count their whole length), the quota is %d bytes; delete files to make room", p, need, f.quotaBytes)
 }
 
 // Remove adds the removal of a path (recursively for a directory); a path
 // that does not exist is fine.
-func (f *Flush) Remove(path string) error {
+func (f *Flush) Remove(path string) error { return f.RemoveSynced(path, "") }
+
+// RemoveSynced adds the removal of a path whose file the sender last
+// synced with etag (empty: whatever is there). A file stored under
+// another etag, or a directory where the sender had a file, was changed
+// since, e.g. replaced through the file API: it is kept and reported in
+// the result's conflicts rather than lost to a delete of an older copy.
+func (f *Flush) RemoveSynced(path, etag string) error {
 	p, err := f.ws.cleanPath("removed", path)
 	if err != nil {
 		return err
 	}
-	f.ops = append(f.ops, flushOp{remove: p})
+	f.ops = append(f.ops, flushOp{remove: p, etag: etag})
 	return nil
 }
 
@@ -178,6 +216,7 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 	defer f.Abort(ctx)
 	var res FlushResult
 	err = f.s.change(ctx, f.ws, func(c *changeSet) error {
+		c.quotaBytes, c.quotaFiles = f.quotaBytes, f.quotaFiles
 		sim := &simulation{c: c, touched: map[string]*store.Info{}}
 		if len(f.ops) > 16 {
 			if err := sim.loadAll(); err != nil {
@@ -187,6 +226,7 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 		// Simulate first: conflicts and the quota are checked before
 		// anything changes.
 		plans := make([][]string, len(f.ops))
+		var conflicts []Conflict
 		refuse := func(err error) error {
 			c.bytes, c.files = c.start.Bytes, c.start.Files
 			return err
@@ -194,8 +234,12 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 		for i, op := range f.ops {
 			var err error
 			switch {
-			case op.remove != "" && f.exact:
-				plans[i], err = sim.removeEntry(op.remove)
+			case op.remove != "" && (f.exact || op.etag != ""):
+				var kept bool
+				plans[i], kept, err = sim.removeEntry(op.remove, op.etag)
+				if kept && !reportedBelow(conflicts, op.remove) {
+					conflicts = append(conflicts, Conflict{Path: op.remove, Reason: ChangedSince})
+				}
 			case op.remove != "":
 				plans[i], err = sim.remove(op.remove)
 			default:
@@ -215,10 +259,21 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 				return err
 			}
 		}
-		res = FlushResult{Revision: c.revision(), Bytes: c.bytes, Files: c.files}
+		res = FlushResult{Revision: c.revision(), Bytes: c.bytes, Files: c.files, Conflicts: conflicts}
 		return nil
 	})
 	return res, err
+}
+
+// reportedBelow says whether a conflict below directory p is reported:
+// a directory kept only for that entry needs no line of its own.
+func reportedBelow(conflicts []Conflict, p string) bool {
+	for _, c := range conflicts {
+		if strings.HasPrefix(c.Path, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *Flush) apply(ctx context.Context, op flushOp, removeKeys []string) error {
@@ -366,26 +421,41 @@ func (s *simulation) remove(p string) ([]string, error) {
 }
 
 // removeEntry removes the file or link at p, or p's directory marker
-// when nothing is left below it; a directory that still holds entries
-// stays, with them.
-func (s *simulation) removeEntry(p string) ([]string, error) {
+// when nothing is left below it. With etag (the sender had a file at p)
+// only a file with that content goes. kept says an entry stayed that the
+// sender deleted: a directory still holding entries, or what replaced
+// the sender's file.
+func (s *simulation) removeEntry(p, etag string) (keys []string, kept bool, err error) {
 	ws := s.c.ws
 	if p == "/" {
-		return nil, nil
+		return nil, false, nil
 	}
-	if info, err := s.get(ws.key(p)); err != nil {
-		return nil, err
-	} else if info != nil {
-		return []string{ws.key(p)}, s.set(ws.key(p), nil)
+	info, err := s.get(ws.key(p))
+	if err != nil {
+		return nil, false, err
+	}
+	if info != nil {
+		// A file staged by this same flush has no hash yet; it is the
+		// sender's own, so its removal stands.
+		if etag != "" && info.SHA256 != "" && info.SHA256 != etag {
+			return nil, true, nil
+		}
+		return []string{ws.key(p)}, false, s.set(ws.key(p), nil)
 	}
 	below, err := s.below(ws.dirKey(p))
-	if err != nil || len(below) > 0 {
-		return nil, err
+	if err != nil {
+		return nil, false, err
 	}
-	if info, err := s.get(ws.dirKey(p)); err != nil || info == nil {
-		return nil, err
+	marker, err := s.get(ws.dirKey(p))
+	if err != nil || (marker == nil && len(below) == 0) {
+		return nil, false, err
 	}
-	return []string{ws.dirKey(p)}, s.set(ws.dirKey(p), nil)
+	if etag != "" || len(below) > 0 {
+		// A directory where the sender had a file, or one holding
+		// entries it never saw.
+		return nil, true, nil
+	}
+	return []string{ws.dirKey(p)}, false, s.set(ws.dirKey(p), nil)
 }
 
 func (s *simulation) put(op flushOp) error {

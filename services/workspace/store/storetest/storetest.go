@@ -60,6 +60,35 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 	})
 
+	// A flush decides from a listing whether a file is still the one a
+	// sandbox deleted, so listings carry each file's hash as Stat does,
+	// after an overwrite and for published staged content too.
+	t.Run("listings carry the content hash", func(t *testing.T) {
+		s := newStore(t)
+		put(t, s, "d/f", "one", 0o644)
+		put(t, s, "d/f", "second", 0o644)
+		st, err := s.Stage(t.Context(), "d/g", strings.NewReader("staged"), store.PutOptions{Size: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Publish(t.Context(), st, store.PutOptions{Mode: 0o644, ModTime: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"d/f": sum([]byte("second")), "d/g": sum([]byte("staged"))}
+		for _, recursive := range []bool{true, false} {
+			got := map[string]string{}
+			for info, err := range s.List(t.Context(), "d/", recursive) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[info.Key] = info.SHA256
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("recursive=%v: hashes listed = %v, want %v", recursive, got, want)
+			}
+		}
+	})
+
 	t.Run("large content streams and hashes", func(t *testing.T) {
 		s := newStore(t)
 		data := bytes.Repeat([]byte("0123456789abcdef"), (10<<20)/16+7)

@@ -212,6 +212,12 @@ type FlushBegin struct {
 	// uploaded through the file API into a directory a sandbox deletes)
 	// survives. A sender listing every removed path sets it.
 	ExactRemovals bool `protobuf:"varint,3,opt,name=exact_removals,json=exactRemovals,proto3" json:"exact_removals,omitempty"`
+	// The sandbox's persistent workspace quota in bytes (its gateway's
+	// limits); 0 for the service's. The service enforces the smaller of
+	// this and its own, so a caller may narrow the quota, never widen it.
+	QuotaBytes int64 `protobuf:"varint,4,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	// The quota in files, directories and links, as quota_bytes.
+	QuotaFiles    int64 `protobuf:"varint,5,opt,name=quota_files,json=quotaFiles,proto3" json:"quota_files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -267,6 +273,133 @@ func (x *FlushBegin) GetExactRemovals() bool {
 	return false
 }
 
+func (x *FlushBegin) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *FlushBegin) GetQuotaFiles() int64 {
+	if x != nil {
+		return x.QuotaFiles
+	}
+	return 0
+}
+
+// Removal is the removal of one entry as the caller last synced it.
+type Removal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Workspace-absolute path.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The etag of the file the caller last synced at path, when it was a
+	// file: a file stored with another etag was replaced since, so it is
+	// kept and reported as a conflict. Empty: removed whatever it holds.
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Removal) Reset() {
+	*x = Removal{}
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Removal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Removal) ProtoMessage() {}
+
+func (x *Removal) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Removal.ProtoReflect.Descriptor instead.
+func (*Removal) Descriptor() ([]byte, []int) {
+	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Removal) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Removal) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+// Conflict is a change of a flush the service did not apply because the
+// workspace changed since the caller's copy; the rest was applied.
+type Conflict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Workspace-absolute path.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Why, for people ("changed in the workspace since this sandbox loaded it").
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conflict) Reset() {
+	*x = Conflict{}
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conflict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conflict) ProtoMessage() {}
+
+func (x *Conflict) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
+func (*Conflict) Descriptor() ([]byte, []int) {
+	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Conflict) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Conflict) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // FlushRequest is one message of a flush: begin, then entries (a file's
 // bytes in data messages after its entry) and removals, then commit.
 type FlushRequest struct {
@@ -280,6 +413,7 @@ type FlushRequest struct {
 	//	*FlushRequest_Data
 	//	*FlushRequest_Removed
 	//	*FlushRequest_Commit
+	//	*FlushRequest_Removal
 	Message       isFlushRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -287,7 +421,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[3]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +433,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[3]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +446,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{3}
+	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FlushRequest) GetMessage() isFlushRequest_Message {
@@ -367,6 +501,15 @@ func (x *FlushRequest) GetCommit() bool {
 	return false
 }
 
+func (x *FlushRequest) GetRemoval() *Removal {
+	if x != nil {
+		if x, ok := x.Message.(*FlushRequest_Removal); ok {
+			return x.Removal
+		}
+	}
+	return nil
+}
+
 type isFlushRequest_Message interface {
 	isFlushRequest_Message()
 }
@@ -396,6 +539,12 @@ type FlushRequest_Commit struct {
 	Commit bool `protobuf:"varint,5,opt,name=commit,proto3,oneof"`
 }
 
+type FlushRequest_Removal struct {
+	// A path to remove, kept when it changed since the caller synced it
+	// (with exact_removals, as removed).
+	Removal *Removal `protobuf:"bytes,6,opt,name=removal,proto3,oneof"`
+}
+
 func (*FlushRequest_Begin) isFlushRequest_Message() {}
 
 func (*FlushRequest_Entry) isFlushRequest_Message() {}
@@ -406,6 +555,8 @@ func (*FlushRequest_Removed) isFlushRequest_Message() {}
 
 func (*FlushRequest_Commit) isFlushRequest_Message() {}
 
+func (*FlushRequest_Removal) isFlushRequest_Message() {}
+
 // FlushResponse is the workspace after the flush.
 type FlushResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -414,14 +565,16 @@ type FlushResponse struct {
 	// Bytes used.
 	UsedBytes int64 `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
 	// Files used.
-	UsedFiles     int64 `protobuf:"varint,3,opt,name=used_files,json=usedFiles,proto3" json:"used_files,omitempty"`
+	UsedFiles int64 `protobuf:"varint,3,opt,name=used_files,json=usedFiles,proto3" json:"used_files,omitempty"`
+	// Removals kept because the workspace changed since the caller's copy.
+	Conflicts     []*Conflict `protobuf:"bytes,4,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[4]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +586,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[4]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +599,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{4}
+	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FlushResponse) GetRevision() int64 {
@@ -470,6 +623,13 @@ func (x *FlushResponse) GetUsedFiles() int64 {
 	return 0
 }
 
+func (x *FlushResponse) GetConflicts() []*Conflict {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
 // GetUsageRequest asks for a workspace's usage.
 type GetUsageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -481,7 +641,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[5]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +653,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[5]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +666,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{5}
+	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetUsageRequest) GetUser() string {
@@ -533,7 +693,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[6]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +705,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_workspace_v1_sync_proto_msgTypes[6]
+	mi := &file_conch_workspace_v1_sync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +718,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{6}
+	return file_conch_workspace_v1_sync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetUsageResponse) GetUsedBytes() int64 {
@@ -605,25 +765,37 @@ const file_conch_workspace_v1_sync_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x1a\n" +
 	"\aremoved\x18\x03 \x01(\tH\x00R\aremoved\x12\x1c\n" +
 	"\brevision\x18\x04 \x01(\x03H\x00R\brevisionB\t\n" +
-	"\amessage\"l\n" +
+	"\amessage\"\xae\x01\n" +
 	"\n" +
 	"FlushBegin\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12#\n" +
 	"\rbase_revision\x18\x02 \x01(\x03R\fbaseRevision\x12%\n" +
-	"\x0eexact_removals\x18\x03 \x01(\bR\rexactRemovals\"\xd0\x01\n" +
+	"\x0eexact_removals\x18\x03 \x01(\bR\rexactRemovals\x12\x1f\n" +
+	"\vquota_bytes\x18\x04 \x01(\x03R\n" +
+	"quotaBytes\x12\x1f\n" +
+	"\vquota_files\x18\x05 \x01(\x03R\n" +
+	"quotaFiles\"1\n" +
+	"\aRemoval\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"6\n" +
+	"\bConflict\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x89\x02\n" +
 	"\fFlushRequest\x126\n" +
 	"\x05begin\x18\x01 \x01(\v2\x1e.conch.workspace.v1.FlushBeginH\x00R\x05begin\x121\n" +
 	"\x05entry\x18\x02 \x01(\v2\x19.conch.workspace.v1.EntryH\x00R\x05entry\x12\x14\n" +
 	"\x04data\x18\x03 \x01(\fH\x00R\x04data\x12\x1a\n" +
 	"\aremoved\x18\x04 \x01(\tH\x00R\aremoved\x12\x18\n" +
-	"\x06commit\x18\x05 \x01(\bH\x00R\x06commitB\t\n" +
-	"\amessage\"i\n" +
+	"\x06commit\x18\x05 \x01(\bH\x00R\x06commit\x127\n" +
+	"\aremoval\x18\x06 \x01(\v2\x1b.conch.workspace.v1.RemovalH\x00R\aremovalB\t\n" +
+	"\amessage\"\xa5\x01\n" +
 	"\rFlushResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12\x1d\n" +
 	"\n" +
-	"used_files\x18\x03 \x01(\x03R\tusedFiles\"%\n" +
+	"used_files\x18\x03 \x01(\x03R\tusedFiles\x12:\n" +
+	"\tconflicts\x18\x04 \x03(\v2\x1c.conch.workspace.v1.ConflictR\tconflicts\"%\n" +
 	"\x0fGetUsageRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\"\x92\x01\n" +
 	"\x10GetUsageResponse\x12\x1d\n" +
@@ -648,28 +820,32 @@ func file_conch_workspace_v1_sync_proto_rawDescGZIP() []byte {
 	return file_conch_workspace_v1_sync_proto_rawDescData
 }
 
-var file_conch_workspace_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_conch_workspace_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_conch_workspace_v1_sync_proto_goTypes = []any{
 	(*HydrateRequest)(nil),   // 0: conch.workspace.v1.HydrateRequest
 	(*HydrateResponse)(nil),  // 1: conch.workspace.v1.HydrateResponse
 	(*FlushBegin)(nil),       // 2: conch.workspace.v1.FlushBegin
-	(*FlushRequest)(nil),     // 3: conch.workspace.v1.FlushRequest
-	(*FlushResponse)(nil),    // 4: conch.workspace.v1.FlushResponse
-	(*GetUsageRequest)(nil),  // 5: conch.workspace.v1.GetUsageRequest
-	(*GetUsageResponse)(nil), // 6: conch.workspace.v1.GetUsageResponse
-	nil,                      // 7: conch.workspace.v1.HydrateRequest.HaveEntry
-	(*Entry)(nil),            // 8: conch.workspace.v1.Entry
+	(*Removal)(nil),          // 3: conch.workspace.v1.Removal
+	(*Conflict)(nil),         // 4: conch.workspace.v1.Conflict
+	(*FlushRequest)(nil),     // 5: conch.workspace.v1.FlushRequest
+	(*FlushResponse)(nil),    // 6: conch.workspace.v1.FlushResponse
+	(*GetUsageRequest)(nil),  // 7: conch.workspace.v1.GetUsageRequest
+	(*GetUsageResponse)(nil), // 8: conch.workspace.v1.GetUsageResponse
+	nil,                      // 9: conch.workspace.v1.HydrateRequest.HaveEntry
+	(*Entry)(nil),            // 10: conch.workspace.v1.Entry
 }
 var file_conch_workspace_v1_sync_proto_depIdxs = []int32{
-	7, // 0: conch.workspace.v1.HydrateRequest.have:type_name -> conch.workspace.v1.HydrateRequest.HaveEntry
-	8, // 1: conch.workspace.v1.HydrateResponse.entry:type_name -> conch.workspace.v1.Entry
-	2, // 2: conch.workspace.v1.FlushRequest.begin:type_name -> conch.workspace.v1.FlushBegin
-	8, // 3: conch.workspace.v1.FlushRequest.entry:type_name -> conch.workspace.v1.Entry
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9,  // 0: conch.workspace.v1.HydrateRequest.have:type_name -> conch.workspace.v1.HydrateRequest.HaveEntry
+	10, // 1: conch.workspace.v1.HydrateResponse.entry:type_name -> conch.workspace.v1.Entry
+	2,  // 2: conch.workspace.v1.FlushRequest.begin:type_name -> conch.workspace.v1.FlushBegin
+	10, // 3: conch.workspace.v1.FlushRequest.entry:type_name -> conch.workspace.v1.Entry
+	3,  // 4: conch.workspace.v1.FlushRequest.removal:type_name -> conch.workspace.v1.Removal
+	4,  // 5: conch.workspace.v1.FlushResponse.conflicts:type_name -> conch.workspace.v1.Conflict
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_conch_workspace_v1_sync_proto_init() }
@@ -684,12 +860,13 @@ func file_conch_workspace_v1_sync_proto_init() {
 		(*HydrateResponse_Removed)(nil),
 		(*HydrateResponse_Revision)(nil),
 	}
-	file_conch_workspace_v1_sync_proto_msgTypes[3].OneofWrappers = []any{
+	file_conch_workspace_v1_sync_proto_msgTypes[5].OneofWrappers = []any{
 		(*FlushRequest_Begin)(nil),
 		(*FlushRequest_Entry)(nil),
 		(*FlushRequest_Data)(nil),
 		(*FlushRequest_Removed)(nil),
 		(*FlushRequest_Commit)(nil),
+		(*FlushRequest_Removal)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -697,7 +874,7 @@ func file_conch_workspace_v1_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_workspace_v1_sync_proto_rawDesc), len(file_conch_workspace_v1_sync_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
