@@ -114,3 +114,45 @@ func TestWorkspaceQuota(t *testing.T) {
 		t.Fatalf("delete through the file API = %d %s", code, body)
 	}
 }
+
+// TestGatewayWorkspaceQuota: a gateway's smaller persistent quota holds
+// its sandboxes' flushes, while the default gateway's allows the same
+// write. A sparse file takes no room in the sandbox, so only the quota
+// by stored bytes can refuse it.
+func TestGatewayWorkspaceQuota(t *testing.T) {
+	d := startDev(t)
+	const write = "truncate -s 2M big && echo written"
+	for _, g := range []struct {
+		name   string
+		limits map[string]any
+		user   string
+	}{
+		{"small", map[string]any{"workspace_bytes": 1 << 20}, "small-user"},
+		{"roomy", nil, "roomy-user"},
+	} {
+		shell := map[string]any{"enabled": true, "allow_data_persistence": true}
+		if g.limits != nil {
+			shell["limits"] = g.limits
+		}
+		up := turnScript(t, write)
+		createGateway(t, d, map[string]any{"name": g.name, "shell": shell,
+			"upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"}})
+		res, _ := completeShell(t, d, g.name, map[string]any{"user": g.user})
+		if len(res) != 1 {
+			t.Fatalf("%s: results = %+v", g.name, res)
+		}
+		c := &fileClient{t: t, d: d, key: d.Key, user: g.user}
+		if g.limits != nil {
+			if res[0].Outcome.Type != "error" || !strings.Contains(res[0].Error, "workspace quota exceeded") {
+				t.Errorf("%s: a 2 MiB file under a 1 MiB quota = %+v, want workspace quota exceeded", g.name, res[0])
+			}
+			if c.size("/big") != -1 {
+				t.Errorf("%s: the file past the quota was stored", g.name)
+			}
+			continue
+		}
+		if res[0].Outcome.Type == "error" || c.size("/big") != 2<<20 {
+			t.Errorf("%s: the default quota refused 2 MiB: %+v", g.name, res[0])
+		}
+	}
+}

@@ -36,4 +36,34 @@ func TestStaleDeleteKeepsUpload(t *testing.T) {
 	if c.size("/d/seen.txt") != -1 {
 		t.Fatal("the file the sandbox deleted is still stored")
 	}
+
+	// Replaced under the same name after the sandbox loaded it, then
+	// deleted by the sandbox: the new content stays, and the command is
+	// told.
+	if r := run("echo mine > r.txt"); r.Outcome.Type == "error" {
+		t.Fatalf("write: %+v", r)
+	}
+	if code, body := c.upload("/r.txt", strings.NewReader("replaced"), -1); code != http.StatusOK {
+		t.Fatalf("upload = %d %s", code, body)
+	}
+	r := run("rm r.txt")
+	if r.Outcome.Type == "error" || !strings.Contains(r.Stderr, "conch: /home/workspace/r.txt: kept: changed in the workspace since this sandbox loaded it") {
+		t.Fatalf("rm of a replaced file = %+v, want a kept note on stderr", r)
+	}
+	if resp, body := c.download("/r.txt"); resp.StatusCode != http.StatusOK || string(body) != "replaced" {
+		t.Fatalf("the replaced file = %d %q, want it kept", resp.StatusCode, body)
+	}
+	// Deleting what the sandbox itself wrote still deletes it.
+	if r := run("echo own > own.txt && rm own.txt"); r.Outcome.Type == "error" || r.Stderr != "" {
+		t.Fatalf("own write and delete: %+v", r)
+	}
+	if r := run("echo own > own.txt"); r.Outcome.Type == "error" {
+		t.Fatalf("write: %+v", r)
+	}
+	if r := run("rm own.txt"); r.Outcome.Type == "error" || r.Stderr != "" {
+		t.Fatalf("delete of the sandbox's own flushed file: %+v", r)
+	}
+	if c.size("/own.txt") != -1 {
+		t.Fatal("the sandbox's own file outlived its delete")
+	}
 }

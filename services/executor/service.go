@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -145,6 +146,12 @@ type entry struct {
 	root     *wsync.Root
 	revision int64
 	synced   map[string]wsync.Meta
+	// etags of the files as last synced, path → etag.
+	etags map[string]string
+	// quota is the persistent workspace's, from the gateway's limits: the
+	// workspace service holds every flush to it. The filesystem's size
+	// in limits may be larger, to open a workspace already over it.
+	quota quota.Limits
 }
 
 func (e *entry) touch() {
@@ -345,6 +352,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	if p.User != "" && (!userIDPattern.MatchString(p.User) || p.User == "." || p.User == "..") {
 		return nil, "", errs.New(errs.InvalidArgument, "user: must be 1-128 characters of [A-Za-z0-9._@-], not . or ..")
 	}
+	var q quota.Limits
 	if p.Persistent {
 		if p.User == "" {
 			return nil, "", errs.New(errs.InvalidArgument, "persistent: requires user")
@@ -355,6 +363,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		if p.Limits.WorkspaceBytes == 0 {
 			p.Limits.WorkspaceBytes = PersistentWorkspaceBytes
 		}
+		q = quota.Limits{Bytes: p.Limits.WorkspaceBytes, Files: p.Limits.WorkspaceFiles}.OrDefault()
 		if err := s.roomForStored(ctx, account, &p); err != nil {
 			return nil, "", err
 		}
@@ -393,7 +402,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, limits: p.Limits, idle: p.Idle, created: now, lastUsed: now}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now}
 	if len(p.Tools) > 0 {
 		call := func(ctx context.Context, req toolshim.Request) (string, bool, error) {
 			ctx, span := tracer.Start(e.traceOf(ctx, req.Traceparent), "executor.tool", trace.WithAttributes(attribute.String("conch.tool", req.Tool)))
@@ -572,7 +581,7 @@ func (s *Service) hydrate(ctx context.Context, e *entry) error {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
 	e.root = root
-	if e.revision, err = s.ws.Hydrate(ctx, e.account, e.user, root); err != nil {
+	if e.revision, e.etags, err = s.ws.Hydrate(ctx, e.account, e.user, root); err != nil {
 		_ = root.Close()
 		e.root = nil
 		return errs.Wrap(errs.Unavailable, err, "persistent: hydrate the workspace of %q", e.user)
@@ -585,7 +594,8 @@ func (s *Service) hydrate(ctx context.Context, e *entry) error {
 
 // flush sends a persistent workspace's changes since the last sync. It
 // returns a note for each changed path the workspace store cannot hold,
-// which is left out and the rest saved.
+// which is left out and the rest saved, and for each deleted path the
+// workspace service kept because it changed since this sandbox's copy.
 func (s *Service) flush(ctx context.Context, e *entry) ([]string, error) {
 	e.syncMu.Lock()
 	defer e.syncMu.Unlock()
@@ -615,18 +625,35 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 		e.synced = scan
 		return notes, nil
 	}
-	rev, unsent, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, e.revision, e.root, scan, c)
+	res, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Changes: c, ETags: e.etags})
 	if err != nil {
 		return notes, err
 	}
-	for _, p := range unsent {
+	for _, p := range res.Unsent {
 		if m, ok := e.synced[p]; ok {
 			scan[p] = m // as stored: still differs from the disk
 		} else {
 			delete(scan, p)
 		}
 	}
-	e.revision, e.synced = rev, scan
+	for _, p := range c.Removed {
+		delete(e.etags, p)
+	}
+	for _, p := range c.Changed {
+		if scan[p].Type != wsync.File {
+			delete(e.etags, p)
+		}
+	}
+	if e.etags == nil {
+		e.etags = map[string]string{}
+	}
+	maps.Copy(e.etags, res.ETags)
+	for _, k := range res.Conflicts {
+		// What the service kept is not in this sandbox; the model is told
+		// where its own errors are, like an unsaved path.
+		notes = append(notes, "conch: "+display.Escape(sandbox.WorkspaceDir+k.Path)+": kept: "+display.Escape(k.Reason))
+	}
+	e.revision, e.synced = res.Revision, scan
 	return notes, nil
 }
 

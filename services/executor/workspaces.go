@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,12 +23,45 @@ import (
 type Workspaces interface {
 	// Usage returns what the user's workspace stores: bytes and entries.
 	Usage(ctx context.Context, account, user string) (bytes, files int64, err error)
-	// Hydrate fills root with the user's workspace and returns its revision.
-	Hydrate(ctx context.Context, account, user string, root *wsync.Root) (int64, error)
-	// Flush sends the changes of root since the last sync and returns the
-	// new revision, and the changed paths it could not send (a file
-	// replaced or removed since the scan), which are not synced.
-	Flush(ctx context.Context, account, user string, base int64, root *wsync.Root, scan map[string]wsync.Meta, c wsync.Changes) (rev int64, unsent []string, err error)
+	// Hydrate fills root with the user's workspace and returns its revision
+	// and the etag of each file it wrote.
+	Hydrate(ctx context.Context, account, user string, root *wsync.Root) (rev int64, etags map[string]string, err error)
+	// Flush sends the changes of root since the last sync.
+	Flush(ctx context.Context, account, user string, in FlushInput) (FlushResult, error)
+}
+
+// FlushInput is what one flush sends.
+type FlushInput struct {
+	// Base is the revision last hydrated or flushed.
+	Base int64
+	// Quota is the sandbox's: the workspace service holds the flush to it
+	// where it is smaller than its own.
+	Quota quota.Limits
+	Root  *wsync.Root
+	Scan  map[string]wsync.Meta
+	// Changes are the paths that differ from what was last synced.
+	Changes wsync.Changes
+	// ETags are the etags of the files as last synced, path → etag: a
+	// removal names it, so a file replaced since is kept, not deleted.
+	ETags map[string]string
+}
+
+// FlushResult is the outcome of a flush.
+type FlushResult struct {
+	Revision int64
+	// Unsent are the changed paths it could not send (a file replaced or
+	// removed since the scan), which are not synced.
+	Unsent []string
+	// ETags are the etags of the files sent, path → etag.
+	ETags map[string]string
+	// Conflicts are the removals the workspace service kept because the
+	// workspace changed since this sandbox's copy.
+	Conflicts []Conflict
+}
+
+// Conflict is a removal the workspace service did not apply, and why.
+type Conflict struct {
+	Path, Reason string
 }
 
 // workspaceClient is Workspaces over the workspace service's gRPC API.
@@ -37,7 +72,7 @@ type workspaceClient struct {
 }
 
 // NewWorkspaceClient returns Workspaces over c; a flush sends at most
-// maxBytes of file content.
+// maxBytes of file content, or its sandbox's smaller quota.
 func NewWorkspaceClient(c workspacev1.WorkspaceServiceClient, maxBytes int64) Workspaces {
 	return &workspaceClient{c: c, maxBytes: maxBytes, chunkSize: 256 << 10}
 }
@@ -47,7 +82,16 @@ func scoped(ctx context.Context, account, user string) context.Context {
 }
 
 // Hydrate implements Workspaces.
-func (w *workspaceClient) Hydrate(ctx context.Context, account, user string, root *wsync.Root) (int64, error) {
+func (w *workspaceClient) Hydrate(ctx context.Context, account, user string, root *wsync.Root) (int64, map[string]string, error) {
+	etags := map[string]string{}
+	rev, err := w.hydrate(ctx, account, user, root, etags)
+	if err != nil {
+		return 0, nil, err
+	}
+	return rev, etags, nil
+}
+
+func (w *workspaceClient) hydrate(ctx context.Context, account, user string, root *wsync.Root, etags map[string]string) (int64, error) {
 	stream, err := w.c.Hydrate(scoped(ctx, account, user), &workspacev1.HydrateRequest{User: user})
 	if err != nil {
 		return 0, fmt.Errorf("executor: hydrate %s: %w", user, errs.FromStatus(err))
@@ -89,6 +133,7 @@ func (w *workspaceClient) Hydrate(ctx context.Context, account, user string, roo
 			case workspacev1.FileType_FILE_TYPE_SYMLINK:
 				err = root.Symlink(e.GetPath(), e.GetLinkTarget())
 			case workspacev1.FileType_FILE_TYPE_FILE:
+				etags[e.GetPath()] = e.GetEtag()
 				r, wr := io.Pipe()
 				file, fileDone = wr, make(chan error, 1)
 				var mtime time.Time
@@ -140,24 +185,29 @@ func (w *workspaceClient) Usage(ctx context.Context, account, user string) (byte
 }
 
 // Flush implements Workspaces.
-func (w *workspaceClient) Flush(ctx context.Context, account, user string, base int64, root *wsync.Root, scan map[string]wsync.Meta, c wsync.Changes) (int64, []string, error) {
+func (w *workspaceClient) Flush(ctx context.Context, account, user string, in FlushInput) (FlushResult, error) {
+	root, scan, c := in.Root, in.Scan, in.Changes
+	limit := w.maxBytes
+	if in.Quota.Bytes > 0 {
+		limit = min(limit, in.Quota.Bytes)
+	}
 	var total int64
 	for _, p := range c.Changed {
 		if m := scan[p]; m.Type == wsync.File {
 			total += m.Size
 		}
 	}
-	if total > w.maxBytes {
+	if total > limit {
 		// An early refusal of what the workspace service would refuse
 		// anyway, before reading a byte: every file is sent whole, a
 		// sparse one with all its holes.
-		return 0, nil, quota.Exceeded("the changed files hold %d bytes (sparse files count their whole length), more than the quota of %d bytes; delete files to make room", total, w.maxBytes)
+		return FlushResult{}, quota.Exceeded("the changed files hold %d bytes (sparse files count their whole length), more than the quota of %d bytes; delete files to make room", total, limit)
 	}
 	ctx, cancel := context.WithCancel(scoped(ctx, account, user))
 	defer cancel()
 	stream, err := w.c.Flush(ctx)
 	if err != nil {
-		return 0, nil, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
+		return FlushResult{}, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
 	}
 	send := func(m *workspacev1.FlushRequest) error {
 		if err := stream.Send(m); err != nil {
@@ -166,17 +216,21 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 		}
 		return nil
 	}
-	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Begin{Begin: &workspacev1.FlushBegin{User: user, BaseRevision: base, ExactRemovals: true}}}); err != nil {
-		return 0, nil, err
+	begin := &workspacev1.FlushBegin{User: user, BaseRevision: in.Base, ExactRemovals: true, QuotaBytes: limit, QuotaFiles: in.Quota.Files}
+	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Begin{Begin: begin}}); err != nil {
+		return FlushResult{}, err
 	}
 	// Every removed path is listed, children first: removals are exact, so
-	// what was added since this sandbox's copy survives its deletes.
+	// what was added since this sandbox's copy survives its deletes, and
+	// each file's names the content this sandbox last synced, so what
+	// replaced it since survives too.
 	for _, p := range c.Removed {
-		if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Removed{Removed: p}}); err != nil {
-			return 0, nil, err
+		r := &workspacev1.Removal{Path: p, Etag: in.ETags[p]}
+		if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Removal{Removal: r}}); err != nil {
+			return FlushResult{}, err
 		}
 	}
-	var unsent []string
+	res := FlushResult{ETags: map[string]string{}}
 	buf := make([]byte, w.chunkSize)
 	for _, p := range c.Changed {
 		m := scan[p]
@@ -192,7 +246,7 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 			if f, err = root.Open(p); err != nil {
 				// Replaced or removed since the scan: not synced, so the
 				// next flush looks at it again.
-				unsent = append(unsent, p)
+				res.Unsent = append(res.Unsent, p)
 				continue
 			}
 		}
@@ -200,28 +254,35 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, base 
 			if f != nil {
 				f.Close()
 			}
-			return 0, nil, err
+			return FlushResult{}, err
 		}
 		if f != nil {
 			// Never more than the scanned size: a file that grows is sent
-			// again by the next flush.
-			err := sendFile(io.LimitReader(f, m.Size), buf, func(b []byte) error {
+			// again by the next flush. The hash of what was sent is the
+			// etag the service stores it under.
+			h := sha256.New()
+			err := sendFile(io.TeeReader(io.LimitReader(f, m.Size), h), buf, func(b []byte) error {
 				return send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Data{Data: b}})
 			})
 			f.Close()
 			if err != nil {
-				return 0, nil, err
+				return FlushResult{}, err
 			}
+			res.ETags[p] = hex.EncodeToString(h.Sum(nil))
 		}
 	}
 	if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Commit{Commit: true}}); err != nil {
-		return 0, nil, err
+		return FlushResult{}, err
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return 0, nil, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
+		return FlushResult{}, fmt.Errorf("executor: flush %s: %w", user, errs.FromStatus(err))
 	}
-	return resp.GetRevision(), unsent, nil
+	res.Revision = resp.GetRevision()
+	for _, c := range resp.GetConflicts() {
+		res.Conflicts = append(res.Conflicts, Conflict{Path: c.GetPath(), Reason: c.GetReason()})
+	}
+	return res, nil
 }
 
 func sendFile(r io.Reader, buf []byte, send func([]byte) error) error {

@@ -2,22 +2,29 @@ package executor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/executor/wsync"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quota"
 )
 
 // flushRecorder is the client side of a Flush stream that keeps what it
 // was sent.
 type flushRecorder struct {
 	grpc.ClientStream
-	sent []*workspacev1.FlushRequest
+	sent      []*workspacev1.FlushRequest
+	conflicts []*workspacev1.Conflict
 }
 
 func (f *flushRecorder) Send(m *workspacev1.FlushRequest) error {
@@ -26,7 +33,7 @@ func (f *flushRecorder) Send(m *workspacev1.FlushRequest) error {
 }
 
 func (f *flushRecorder) CloseAndRecv() (*workspacev1.FlushResponse, error) {
-	return &workspacev1.FlushResponse{Revision: 7}, nil
+	return &workspacev1.FlushResponse{Revision: 7, Conflicts: f.conflicts}, nil
 }
 
 type flushOnly struct {
@@ -61,12 +68,12 @@ func TestFlushReportsUnsentFiles(t *testing.T) {
 	}
 	rec := &flushRecorder{}
 	w := NewWorkspaceClient(flushOnly{stream: rec}, 1<<20)
-	rev, unsent, err := w.Flush(t.Context(), "acme", "u", 3, root, scan, wsync.Diff(nil, scan))
-	if err != nil || rev != 7 {
-		t.Fatalf("flush: %d %v", rev, err)
+	res, err := w.Flush(t.Context(), "acme", "u", FlushInput{Base: 3, Root: root, Scan: scan, Changes: wsync.Diff(nil, scan)})
+	if err != nil || res.Revision != 7 {
+		t.Fatalf("flush: %+v %v", res, err)
 	}
-	if !slices.Equal(unsent, []string{"/gone"}) {
-		t.Errorf("unsent = %q, want [/gone]", unsent)
+	if !slices.Equal(res.Unsent, []string{"/gone"}) {
+		t.Errorf("unsent = %q, want [/gone]", res.Unsent)
 	}
 	var entries []string
 	for _, m := range rec.sent {
@@ -76,5 +83,57 @@ func TestFlushReportsUnsentFiles(t *testing.T) {
 	}
 	if !slices.Equal(entries, []string{"/kept"}) {
 		t.Errorf("entries sent = %q, want [/kept]", entries)
+	}
+}
+
+// A flush asks the service for the sandbox's quota (never more than the
+// client's own), refuses early what cannot fit it, names with each
+// removal the etag last synced, returns the etags of what it sent and
+// the conflicts the service reports.
+func TestFlushQuotaETagsConflicts(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "new"), []byte("new content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := wsync.OpenRoot(dir, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	scan, err := root.Scan(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]wsync.Meta{"/old": {Type: wsync.File, Size: 3}, "/plain": {Type: wsync.File, Size: 1}}
+	changes := wsync.Diff(before, scan)
+
+	rec := &flushRecorder{conflicts: []*workspacev1.Conflict{{Path: "/old", Reason: "changed"}}}
+	w := NewWorkspaceClient(flushOnly{stream: rec}, 1<<20)
+	if _, err := w.Flush(t.Context(), "acme", "u", FlushInput{Quota: quota.Limits{Bytes: 5, Files: 10}, Root: root, Scan: scan, Changes: changes}); err == nil || errs.KindOf(err) != errs.ResourceExhausted || !strings.Contains(err.Error(), "workspace quota exceeded") {
+		t.Fatalf("flush of 11 bytes under a quota of 5: %v, want a quota refusal", err)
+	}
+	res, err := w.Flush(t.Context(), "acme", "u", FlushInput{Quota: quota.Limits{Bytes: 1 << 30, Files: 10}, Root: root, Scan: scan, Changes: changes, ETags: map[string]string{"/old": "abc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := rec.sent[0].GetBegin()
+	if begin.GetQuotaBytes() != 1<<20 || begin.GetQuotaFiles() != 10 {
+		t.Errorf("begin asks for %d bytes, %d files; want the smaller 1 MiB and 10", begin.GetQuotaBytes(), begin.GetQuotaFiles())
+	}
+	removals := map[string]string{}
+	for _, m := range rec.sent {
+		if r := m.GetRemoval(); r != nil {
+			removals[r.GetPath()] = r.GetEtag()
+		}
+	}
+	if want := map[string]string{"/old": "abc", "/plain": ""}; !maps.Equal(removals, want) {
+		t.Errorf("removals = %v, want %v", removals, want)
+	}
+	sum := sha256.Sum256([]byte("new content"))
+	if got := res.ETags["/new"]; got != hex.EncodeToString(sum[:]) {
+		t.Errorf("etag of the sent file = %q", got)
+	}
+	if want := []Conflict{{Path: "/old", Reason: "changed"}}; !slices.Equal(res.Conflicts, want) {
+		t.Errorf("conflicts = %v, want %v", res.Conflicts, want)
 	}
 }

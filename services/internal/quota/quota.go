@@ -21,6 +21,22 @@ const (
 	DefaultFiles = 100_000
 )
 
+// Limits is the quota of one workspace; 0 in a field means the default.
+type Limits struct {
+	Bytes, Files int64
+}
+
+// OrDefault returns l with its unset fields at the defaults.
+func (l Limits) OrDefault() Limits {
+	if l.Bytes <= 0 {
+		l.Bytes = DefaultBytes
+	}
+	if l.Files <= 0 {
+		l.Files = DefaultFiles
+	}
+	return l
+}
+
 // exceeded starts the message of every quota refusal; clients and tests
 // recognise the refusal by it.
 const exceeded = "workspace quota exceeded: "
