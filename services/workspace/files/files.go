@@ -75,14 +75,19 @@ func (w Workspace) root() string { return w.base() + "files/" }
 func (w Workspace) key(p string) string    { return w.root() + p[1:] }
 func (w Workspace) dirKey(p string) string { return w.root() + strings.TrimPrefix(p+"/", "/") }
 
-// cleanPath checks a path (see CleanPath) and that its keys fit the store.
+// CleanPath checks a path (see CleanPath) and that its keys fit the
+// store: an S3 key holds 1024 bytes, the workspace's own prefix included.
+func (w Workspace) CleanPath(field, path string) (string, error) {
+	return w.cleanPath(field, path)
+}
+
 func (w Workspace) cleanPath(field, path string) (string, error) {
 	p, err := CleanPath(field, path)
 	if err != nil {
 		return "", err
 	}
 	if len(w.dirKey(p)) > store.PortableKeyLen {
-		return "", errs.New(errs.InvalidArgument, "%s: too long; at most %d bytes in this workspace", field, store.PortableKeyLen-len(w.root())-1)
+		return "", errs.New(errs.InvalidArgument, "%s: too long for the object store; a path holds at most %d bytes in this workspace", field, store.PortableKeyLen-len(w.root())-1)
 	}
 	return p, nil
 }

@@ -13,9 +13,9 @@ import (
 const (
 	// MaxPathLen is the longest workspace path, in bytes, as Linux's PATH_MAX.
 	MaxPathLen = 4096
-	// MaxNameLen is the longest path component, in bytes (Linux's NAME_MAX
-	// less room for the store's own prefixes).
-	MaxNameLen = 240
+	// MaxNameLen is the longest path component, in bytes: Linux's NAME_MAX,
+	// so that every name a sandbox can create is one the stores hold.
+	MaxNameLen = 255
 	// MaxLinkLen is the longest symlink target kept.
 	MaxLinkLen = 2048
 )
@@ -35,6 +35,15 @@ var lookalikes = map[rune]bool{
 // form ("/" or "/a/b", no trailing slash, "//" and "." segments removed).
 // Anything that could leave the workspace, or be read as doing so after one
 // more decoding, is an InvalidArgument error naming field.
+//
+// Every other name Linux and S3 can both hold is accepted: any UTF-8
+// component of up to 255 bytes. The refusals are each a spelling of
+// traversal or a name shown as something it is not: "..", separators and
+// their look-alikes, percent-encodings that decode to either, control and
+// invisible characters, and components that read as "." or ".." once their
+// spaces are trimmed (".. ", " . ", as clients, archive tools and Windows
+// do). A component of three or more dots ("...") is kept: no URL, POSIX or
+// S3 rule reads it as a dot segment, and trimming never makes it one.
 func CleanPath(field, p string) (string, error) {
 	bad := func(why string) error {
 		return errs.New(errs.InvalidArgument, "%s: %s", field, why)
@@ -69,15 +78,31 @@ func CleanPath(field, p string) (string, error) {
 		case seg == "..":
 			return "", bad(`".." is not allowed`)
 		case len(seg) > MaxNameLen:
-			return "", bad("a path component is longer than 240 bytes")
+			return "", bad(fmt.Sprintf("a path component is longer than %d bytes", MaxNameLen))
 		case decodesToTraversal(seg):
 			return "", bad("a path component decodes to a traversal (encoded '.', '/' or '\\')")
-		case strings.TrimRight(seg, ". ") == "":
-			return "", bad("a path component of only dots and spaces is not allowed")
+		case readsAsDotSegment(seg):
+			return "", bad(`a path component of only spaces, or one that reads as "." or ".." without its spaces, is not allowed`)
 		}
 		segs = append(segs, seg)
 	}
 	return "/" + strings.Join(segs, "/"), nil
+}
+
+// readsAsDotSegment reports whether seg is blank, or is "." or ".." once
+// its white space is dropped: a client that trims names would write it
+// somewhere else than the workspace shows.
+func readsAsDotSegment(seg string) bool {
+	if !strings.ContainsFunc(seg, unicode.IsSpace) {
+		return false
+	}
+	rest := strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) {
+			return -1
+		}
+		return r
+	}, seg)
+	return rest == "" || rest == "." || rest == ".."
 }
 
 // decodesToTraversal reports whether percent-decoding seg (up to three

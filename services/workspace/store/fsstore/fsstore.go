@@ -5,7 +5,10 @@
 // disk and so that no name can collide with the store's own files: a segment that leads
 // to more keys is the directory "d.<name>", a segment that ends a key is the
 // file "f.<name>", and a directory marker is the file "!" inside its
-// directory. Each object file starts with a fixed-size header holding its
+// directory. A segment too long for its prefix to fit Linux's 255-byte
+// NAME_MAX keeps its name as it is, in the directory "+d" (leading to more
+// keys) or "+f" (ending a key) of its parent, so that every segment S3 can
+// hold, up to 255 bytes, is stored. Each object file starts with a fixed-size header holding its
 // metadata, so a rename makes content and metadata visible together. The
 // store never creates, follows or serves symbolic links or special files.
 package fsstore
@@ -36,8 +39,26 @@ const (
 	headerSize = 4096
 	magic      = "CONCHOBJ"
 	markerName = "!"
-	maxSegment = 250
+	// nameMax is Linux's NAME_MAX, the longest key segment stored.
+	nameMax = 255
+	// longDirs and longFiles hold the segments too long for a "d." or
+	// "f." prefix; neither can be the name of a prefixed segment.
+	longDirs  = "+d"
+	longFiles = "+f"
 )
+
+// segment returns the path elements of one key segment: a directory's
+// (leading to more keys) or a file's.
+func segment(seg string, dir bool) []string {
+	prefix, long := "f.", longFiles
+	if dir {
+		prefix, long = "d.", longDirs
+	}
+	if len(prefix)+len(seg) > nameMax {
+		return []string{long, seg}
+	}
+	return []string{prefix + seg}
+}
 
 // Store keeps objects in a directory.
 type Store struct {
@@ -87,14 +108,10 @@ func (s *Store) path(key string) (string, error) {
 	parts := make([]string, 0, len(segs)+2)
 	parts = append(parts, s.root)
 	for i, seg := range segs {
-		if len(seg) > maxSegment {
-			return "", fmt.Errorf("fsstore: key %q: segment longer than %d bytes", key, maxSegment)
+		if len(seg) > nameMax {
+			return "", fmt.Errorf("fsstore: key %q: segment longer than %d bytes", key, nameMax)
 		}
-		if i == len(segs)-1 && !isDir {
-			parts = append(parts, "f."+seg)
-		} else {
-			parts = append(parts, "d."+seg)
-		}
+		parts = append(parts, segment(seg, isDir || i < len(segs)-1)...)
 	}
 	if isDir {
 		parts = append(parts, markerName)
@@ -107,7 +124,7 @@ func (s *Store) dirOf(prefix string) string {
 	p := s.root
 	for seg := range strings.SplitSeq(strings.TrimSuffix(prefix, "/"), "/") {
 		if seg != "" {
-			p = filepath.Join(p, "d."+seg)
+			p = filepath.Join(append([]string{p}, segment(seg, true)...)...)
 		}
 	}
 	return p
@@ -387,6 +404,21 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Se
 		}
 		var infos []store.Info
 		var walk func(dir, keyPrefix string) error
+		file := func(p, key string) error {
+			info, err := s.statFile(p, key)
+			if err != nil {
+				return err
+			}
+			infos = append(infos, info)
+			return nil
+		}
+		sub := func(p, key string) error {
+			if !recursive {
+				infos = append(infos, store.Info{Key: key, Prefix: true})
+				return nil
+			}
+			return walk(p, key)
+		}
 		walk = func(dir, keyPrefix string) error {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -410,19 +442,31 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Se
 						infos = append(infos, info)
 					}
 				case strings.HasPrefix(name, "f.") && e.Type().IsRegular():
-					info, err := s.statFile(filepath.Join(dir, name), keyPrefix+name[2:])
+					if err := file(filepath.Join(dir, name), keyPrefix+name[2:]); err != nil {
+						return err
+					}
+				case strings.HasPrefix(name, "d.") && e.IsDir():
+					if err := sub(filepath.Join(dir, name), keyPrefix+name[2:]+"/"); err != nil {
+						return err
+					}
+				case (name == longFiles || name == longDirs) && e.IsDir():
+					long, err := os.ReadDir(filepath.Join(dir, name))
 					if err != nil {
 						return err
 					}
-					infos = append(infos, info)
-				case strings.HasPrefix(name, "d.") && e.IsDir():
-					sub := keyPrefix + name[2:] + "/"
-					if !recursive {
-						infos = append(infos, store.Info{Key: sub, Prefix: true})
-						continue
-					}
-					if err := walk(filepath.Join(dir, name), sub); err != nil {
-						return err
+					for _, l := range long {
+						p, seg := filepath.Join(dir, name, l.Name()), l.Name()
+						switch {
+						case len(seg)+2 <= nameMax:
+							// Not a name this store puts here.
+						case name == longFiles && l.Type().IsRegular():
+							err = file(p, keyPrefix+seg)
+						case name == longDirs && l.IsDir():
+							err = sub(p, keyPrefix+seg+"/")
+						}
+						if err != nil {
+							return err
+						}
 					}
 				}
 				// Anything else (a link, a FIFO, a stray file) is not an

@@ -8,6 +8,12 @@
 // streamed, and the blob's id: S3 cannot rename, and a server-side copy
 // would write every byte twice. Blobs of a key that no pointer names any
 // more are removed when the key is written or deleted again.
+//
+// MinIO keeps a directory marker ("a/b/") on disk under its last segment
+// and a 9-byte suffix of its own, so a marker whose last segment is longer
+// than 246 bytes cannot be stored as it is. Such a marker is the object
+// "a/b/\x01" instead: no key may hold a "\x01" segment, and that object
+// lists right where "a/b/" would. Every other key is its own object name.
 package s3store
 
 import (
@@ -122,10 +128,36 @@ func checkKey(key string) error {
 	if err := store.CheckKey(key); err != nil {
 		return err
 	}
-	if len(key) > MaxKeyLen || strings.HasPrefix(key, blobPrefix) {
+	if len(key) > MaxKeyLen || strings.HasPrefix(key, blobPrefix) || strings.Contains("/"+key+"/", "/"+longMarker+"/") {
 		return fmt.Errorf("s3store: invalid key %q: longer than %d bytes or reserved", key, MaxKeyLen)
 	}
 	return nil
+}
+
+const (
+	// dirSegmentMax is the longest last segment MinIO keeps a directory
+	// marker under: Linux's NAME_MAX less its "__XLDIR__" suffix.
+	dirSegmentMax = 255 - len("__XLDIR__")
+	// longMarker is the object below a directory that stands for its
+	// marker when the marker's own name is too long for MinIO.
+	longMarker = "\x01"
+)
+
+// objectName is the object that holds key.
+func objectName(key string) string {
+	dir, ok := strings.CutSuffix(key, "/")
+	if ok && len(dir)-strings.LastIndexByte(dir, '/')-1 > dirSegmentMax {
+		return key + longMarker
+	}
+	return key
+}
+
+// keyOf is the key an object holds.
+func keyOf(name string) string {
+	if k, ok := strings.CutSuffix(name, "/"+longMarker); ok {
+		return k + "/"
+	}
+	return name
 }
 
 // Put stores r under key: inline when small, else as a blob and a pointer.
@@ -176,7 +208,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, o store.PutOpt
 }
 
 func (s *Store) putInline(ctx context.Context, key string, data []byte, o store.PutOptions) (store.Info, error) {
-	_, err := s.c.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{
+	_, err := s.c.PutObject(ctx, s.bucket, objectName(key), bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{
 		UserMetadata: userMeta(o, ""), ContentType: "application/octet-stream", DisableMultipart: true,
 	})
 	if err != nil {
@@ -314,7 +346,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Info,
 	if err := checkKey(key); err != nil {
 		return nil, store.Info{}, err
 	}
-	obj, err := s.c.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	obj, err := s.c.GetObject(ctx, s.bucket, objectName(key), minio.GetObjectOptions{})
 	if err != nil {
 		return nil, store.Info{}, fmt.Errorf("s3store: get %s: %w", key, notFound(err))
 	}
@@ -324,6 +356,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, store.Info,
 		return nil, store.Info{}, fmt.Errorf("s3store: get %s: %w", key, notFound(err))
 	}
 	info, blob := fromObject(oi, oi.UserMetadata)
+	info.Key = key
 	if blob == "" {
 		return obj, info, nil
 	}
@@ -345,11 +378,12 @@ func (s *Store) Stat(ctx context.Context, key string) (store.Info, error) {
 	if err := checkKey(key); err != nil {
 		return store.Info{}, err
 	}
-	oi, err := s.c.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	oi, err := s.c.StatObject(ctx, s.bucket, objectName(key), minio.StatObjectOptions{})
 	if err != nil {
 		return store.Info{}, fmt.Errorf("s3store: stat %s: %w", key, notFound(err))
 	}
 	info, _ := fromObject(oi, oi.UserMetadata)
+	info.Key = key
 	return info, nil
 }
 
@@ -381,6 +415,7 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Se
 				yield(store.Info{}, fmt.Errorf("s3store: list %s: %w", prefix, oi.Err))
 				return
 			}
+			oi.Key = keyOf(oi.Key)
 			if oi.Key == prefix || strings.HasPrefix(oi.Key, blobPrefix) {
 				continue
 			}
@@ -408,7 +443,11 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 			return err
 		}
 	}
-	if err := s.removeAll(ctx, keys); err != nil {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = objectName(k)
+	}
+	if err := s.removeAll(ctx, names); err != nil {
 		return err
 	}
 	// One listing of the blobs under the keys' common directory finds the

@@ -215,6 +215,68 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 	})
 
+	t.Run("every name Linux and S3 both hold is kept", func(t *testing.T) {
+		s := newStore(t)
+		// Segments up to Linux's NAME_MAX, in one- and multi-byte
+		// characters, names of dots, and names like the stores' own.
+		// (A key and keys below it are never stored together, see
+		// package store, so the directories have names of their own.)
+		long := func(n int) string { return strings.Repeat("n", n) }
+		dir := func(n int) string { return strings.Repeat("d", n) }
+		wide := strings.Repeat("ü", 126) + "€" // 255 bytes
+		wideDir := strings.Repeat("ä", 126) + "€"
+		keys := []string{
+			long(253), long(254), long(255), wide,
+			dir(255) + "/" + dir(255) + "/f", wideDir + "/" + long(254),
+			".../....", "+d/+f", "d.x/f.y", "!/x",
+			// The longest key every store holds, of 255-byte segments.
+			strings.Repeat(dir(254)+"/", store.PortableKeyLen/255) + long(store.PortableKeyLen%255),
+		}
+		for _, k := range keys {
+			if len(k) > store.PortableKeyLen {
+				t.Fatalf("test key of %d bytes is longer than PortableKeyLen", len(k))
+			}
+			put(t, s, k, "content of "+k[:min(len(k), 8)], 0o640)
+			if st, err := s.Stat(t.Context(), k); err != nil || st.Key != k || st.Mode != 0o640 {
+				t.Fatalf("stat %d-byte key = %+v, %v", len(k), st, err)
+			}
+			if got := read(t, s, k); got != "content of "+k[:min(len(k), 8)] {
+				t.Fatalf("get %d-byte key = %q", len(k), got)
+			}
+		}
+		marker := dir(255) + "/" + wideDir + "/"
+		if _, err := s.Put(t.Context(), marker, nil, store.PutOptions{Mode: 0o755, ModTime: time.Now()}); err != nil {
+			t.Fatalf("put a marker of 255-byte segments: %v", err)
+		}
+		want := append(slices.Clone(keys), marker)
+		slices.Sort(want)
+		if got := list(t, s, "", true); !slices.Equal(got, want) {
+			t.Fatalf("recursive list = %q\nwant %q", got, want)
+		}
+		top := []string{}
+		for _, k := range want {
+			if i := strings.IndexByte(k, '/'); i >= 0 {
+				k = k[:i+1]
+			}
+			if !slices.Contains(top, k) {
+				top = append(top, k)
+			}
+		}
+		slices.Sort(top)
+		if got := list(t, s, "", false); !slices.Equal(got, top) {
+			t.Fatalf("list = %q\nwant %q", got, top)
+		}
+		if got := list(t, s, dir(255)+"/", false); !slices.Equal(got, []string{dir(255) + "/" + dir(255) + "/", marker}) {
+			t.Fatalf("list below a 255-byte directory = %q", got)
+		}
+		if err := s.Delete(t.Context(), want); err != nil {
+			t.Fatal(err)
+		}
+		if got := list(t, s, "", true); len(got) != 0 {
+			t.Fatalf("list after deleting every key = %q", got)
+		}
+	})
+
 	t.Run("staged content is invisible until published", func(t *testing.T) {
 		s := newStore(t)
 		data := bytes.Repeat([]byte("s"), 6<<20)
