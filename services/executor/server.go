@@ -156,8 +156,14 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		state = executorv1.SandboxState_SANDBOX_STATE_GONE
 	default:
 	}
+	unsaved, omitted := e.unsaved.list(maxUnsavedShown)
+	upb := make([]*executorv1.UnsavedPath, 0, len(unsaved))
+	for _, u := range unsaved {
+		upb = append(upb, &executorv1.UnsavedPath{Path: u.display(), Reason: u.reason})
+	}
 	return &executorv1.Sandbox{
 		Id: id, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
+		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,
 		Network:            &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_NONE},
 		Cwd:                e.sb.Cwd(),

@@ -152,6 +152,10 @@ type entry struct {
 	// workspace service holds every flush to it. The filesystem's size
 	// in limits may be larger, to open a workspace already over it.
 	quota quota.Limits
+	// unsaved is what of the workspace the store cannot hold, for the
+	// sandbox's status; it has a lock of its own so that a status never
+	// waits for a flush.
+	unsaved unsavedPaths
 }
 
 func (e *entry) touch() {
@@ -618,11 +622,17 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 		return nil, errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
 	}
 	c := wsync.Diff(e.synced, scan)
-	notes := leaveUnstorable(&c, scan)
+	unsaved := leaveUnstorable(files.Workspace{Account: e.account, User: e.user}, &c, scan)
+	e.unsaved.note(unsaved)
+	notes := make([]string, 0, len(unsaved))
+	for _, u := range unsaved {
+		notes = append(notes, "conch: "+u.display()+": not saved: "+u.reason)
+	}
 	if len(c.Changed) == 0 && len(c.Removed) == 0 {
 		// Nothing to send; what could not be stored is noted once, not
 		// at every command.
 		e.synced = scan
+		e.unsaved.forget(nil, scan)
 		return notes, nil
 	}
 	res, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Changes: c, ETags: e.etags})
@@ -654,29 +664,30 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 		notes = append(notes, "conch: "+display.Escape(sandbox.WorkspaceDir+k.Path)+": kept: "+display.Escape(k.Reason))
 	}
 	e.revision, e.synced = res.Revision, scan
+	e.unsaved.forget(c.Changed, scan)
 	return notes, nil
 }
 
 // leaveUnstorable takes out of c the paths the workspace store would
 // refuse, so that one such name never keeps the rest of the workspace from
-// being saved, and returns a line for each changed one, as the command's
-// stderr shows it. The rules are the file API's own (files.CleanPath).
-func leaveUnstorable(c *wsync.Changes, scan map[string]wsync.Meta) []string {
-	var notes []string
+// being saved, and returns each changed one with the reason. The rules are
+// the file API's own (files.Workspace.CleanPath).
+func leaveUnstorable(ws files.Workspace, c *wsync.Changes, scan map[string]wsync.Meta) []unsavedPath {
+	var notes []unsavedPath
 	keep := c.Changed[:0]
 	for _, p := range c.Changed {
-		why := unstorable(p, scan[p])
+		why := unstorable(ws, p, scan[p])
 		if why == "" {
 			keep = append(keep, p)
 			continue
 		}
-		notes = append(notes, "conch: "+display.Escape(sandbox.WorkspaceDir+p)+": not saved: "+why)
+		notes = append(notes, unsavedPath{path: p, reason: why})
 	}
 	c.Changed = keep
 	removed := c.Removed[:0]
 	for _, p := range c.Removed {
 		// Never stored, so there is nothing to remove.
-		if unstorable(p, wsync.Meta{}) == "" {
+		if unstorable(ws, p, wsync.Meta{}) == "" {
 			removed = append(removed, p)
 		}
 	}
@@ -685,8 +696,8 @@ func leaveUnstorable(c *wsync.Changes, scan map[string]wsync.Meta) []string {
 }
 
 // unstorable says why the store cannot hold p, or "".
-func unstorable(p string, m wsync.Meta) string {
-	if _, err := files.CleanPath("path", p); err != nil {
+func unstorable(ws files.Workspace, p string, m wsync.Meta) string {
+	if _, err := ws.CleanPath("path", p); err != nil {
 		return strings.TrimPrefix(err.Error(), "path: ")
 	}
 	if m.Type == wsync.Symlink && len(m.Target) > files.MaxLinkLen {

@@ -376,8 +376,14 @@ type Sandbox struct {
 	LastUsedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
 	// Idle time after which it ends; 0 means it ends only when destroyed.
 	IdleTimeoutSeconds int32 `protobuf:"varint,12,opt,name=idle_timeout_seconds,json=idleTimeoutSeconds,proto3" json:"idle_timeout_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Paths of a persistent workspace that the workspace service cannot
+	// hold and that were left out of its flushes (the rest was saved),
+	// sorted, at most 100; a path leaves the list once it is saved or gone.
+	Unsaved []*UnsavedPath `protobuf:"bytes,13,rep,name=unsaved,proto3" json:"unsaved,omitempty"`
+	// How many more unsaved paths there are than listed.
+	UnsavedOmitted int32 `protobuf:"varint,14,opt,name=unsaved_omitted,json=unsavedOmitted,proto3" json:"unsaved_omitted,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -494,6 +500,76 @@ func (x *Sandbox) GetIdleTimeoutSeconds() int32 {
 	return 0
 }
 
+func (x *Sandbox) GetUnsaved() []*UnsavedPath {
+	if x != nil {
+		return x.Unsaved
+	}
+	return nil
+}
+
+func (x *Sandbox) GetUnsavedOmitted() int32 {
+	if x != nil {
+		return x.UnsavedOmitted
+	}
+	return 0
+}
+
+// UnsavedPath is a path of a persistent workspace that is not saved.
+type UnsavedPath struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The path as the sandbox sees it (/home/workspace/...), with bytes that
+	// are not UTF-8 and control characters escaped as \xNN.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Why the workspace service cannot hold it.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnsavedPath) Reset() {
+	*x = UnsavedPath{}
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnsavedPath) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnsavedPath) ProtoMessage() {}
+
+func (x *UnsavedPath) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnsavedPath.ProtoReflect.Descriptor instead.
+func (*UnsavedPath) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UnsavedPath) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UnsavedPath) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // CreateSandboxRequest builds a sandbox.
 type CreateSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -521,7 +597,7 @@ type CreateSandboxRequest struct {
 
 func (x *CreateSandboxRequest) Reset() {
 	*x = CreateSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +609,7 @@ func (x *CreateSandboxRequest) String() string {
 func (*CreateSandboxRequest) ProtoMessage() {}
 
 func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +622,7 @@ func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateSandboxRequest) GetUser() string {
@@ -625,7 +701,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +713,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +726,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSandboxResponse) GetId() string {
@@ -678,7 +754,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +766,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +779,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetSandboxRequest) GetId() string {
@@ -724,7 +800,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +812,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +825,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -770,7 +846,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +858,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +871,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListSandboxesRequest) GetUser() string {
@@ -816,7 +892,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +904,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +917,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -862,7 +938,7 @@ type DestroySandboxRequest struct {
 
 func (x *DestroySandboxRequest) Reset() {
 	*x = DestroySandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +950,7 @@ func (x *DestroySandboxRequest) String() string {
 func (*DestroySandboxRequest) ProtoMessage() {}
 
 func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +963,7 @@ func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxRequest.ProtoReflect.Descriptor instead.
 func (*DestroySandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DestroySandboxRequest) GetId() string {
@@ -906,7 +982,7 @@ type DestroySandboxResponse struct {
 
 func (x *DestroySandboxResponse) Reset() {
 	*x = DestroySandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +994,7 @@ func (x *DestroySandboxResponse) String() string {
 func (*DestroySandboxResponse) ProtoMessage() {}
 
 func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1007,7 @@ func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxResponse.ProtoReflect.Descriptor instead.
 func (*DestroySandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 var File_conch_executor_v1_sandbox_proto protoreflect.FileDescriptor
@@ -952,7 +1028,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xe0\x03\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xc3\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -970,7 +1046,12 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12<\n" +
 	"\flast_used_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastUsedAt\x120\n" +
-	"\x14idle_timeout_seconds\x18\f \x01(\x05R\x12idleTimeoutSeconds\"\xee\x02\n" +
+	"\x14idle_timeout_seconds\x18\f \x01(\x05R\x12idleTimeoutSeconds\x128\n" +
+	"\aunsaved\x18\r \x03(\v2\x1e.conch.executor.v1.UnsavedPathR\aunsaved\x12'\n" +
+	"\x0funsaved_omitted\x18\x0e \x01(\x05R\x0eunsavedOmitted\"9\n" +
+	"\vUnsavedPath\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xee\x02\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1021,7 +1102,7 @@ func file_conch_executor_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(NetworkMode)(0),               // 0: conch.executor.v1.NetworkMode
 	(SandboxState)(0),              // 1: conch.executor.v1.SandboxState
@@ -1029,34 +1110,36 @@ var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(*Network)(nil),                // 3: conch.executor.v1.Network
 	(*ToolCommand)(nil),            // 4: conch.executor.v1.ToolCommand
 	(*Sandbox)(nil),                // 5: conch.executor.v1.Sandbox
-	(*CreateSandboxRequest)(nil),   // 6: conch.executor.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 7: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 8: conch.executor.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 9: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 10: conch.executor.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 11: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxRequest)(nil),  // 12: conch.executor.v1.DestroySandboxRequest
-	(*DestroySandboxResponse)(nil), // 13: conch.executor.v1.DestroySandboxResponse
-	(*timestamppb.Timestamp)(nil),  // 14: google.protobuf.Timestamp
+	(*UnsavedPath)(nil),            // 6: conch.executor.v1.UnsavedPath
+	(*CreateSandboxRequest)(nil),   // 7: conch.executor.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),  // 8: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 9: conch.executor.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 10: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 11: conch.executor.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 12: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxRequest)(nil),  // 13: conch.executor.v1.DestroySandboxRequest
+	(*DestroySandboxResponse)(nil), // 14: conch.executor.v1.DestroySandboxResponse
+	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Network.mode:type_name -> conch.executor.v1.NetworkMode
 	1,  // 1: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
 	2,  // 2: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
 	3,  // 3: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
-	14, // 4: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	14, // 5: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	2,  // 6: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
-	3,  // 7: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
-	4,  // 8: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	5,  // 9: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	5,  // 10: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	5,  // 11: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 4: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	15, // 5: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	6,  // 6: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
+	2,  // 7: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
+	3,  // 8: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
+	4,  // 9: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
+	5,  // 10: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	5,  // 11: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	5,  // 12: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
@@ -1070,7 +1153,7 @@ func file_conch_executor_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_sandbox_proto_rawDesc), len(file_conch_executor_v1_sandbox_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
