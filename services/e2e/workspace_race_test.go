@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -82,17 +83,40 @@ func TestUnstorableNamesDoNotBlockTheRest(t *testing.T) {
 		}
 		return string(body)
 	}
+	unsaved := func(id string) []map[string]any {
+		t.Helper()
+		code, body := d.call("GET", "/api/v1/sandboxes/"+id, d.Key, nil)
+		var got struct {
+			Unsaved []map[string]any `json:"unsaved"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &got) != nil {
+			t.Fatalf("GET sandbox = %d %s", code, body)
+		}
+		return got.Unsaved
+	}
+	// 255 bytes is Linux's longest name; a sandbox cannot make a longer one.
+	long := strings.Repeat("n", 255)
 	id := create()
-	out := run(id, `echo good > good && echo bad > "$(printf 'bad\377name')" && mkdir -p d && echo x > d/...`)
+	out := run(id, `echo good > good && echo bad > "$(printf 'bad\377name')" && mkdir -p d && echo x > d/... && echo long > `+long)
 	if !strings.Contains(out, "not saved: not valid UTF-8") || !strings.Contains(out, `"exit_code":0`) {
 		t.Fatalf("the unsaveable name was not reported: %s", out)
+	}
+	if got := unsaved(id); len(got) != 1 || got[0]["path"] != `/home/workspace/bad\xffname` || got[0]["reason"] != "not valid UTF-8" {
+		t.Fatalf("the status lists as unsaved %v, want only the invalid UTF-8 name", got)
 	}
 	if out := run(id, "echo later > later"); !strings.Contains(out, `"exit_code":0`) || strings.Contains(out, "not saved") {
 		t.Fatalf("a later command: %s", out)
 	}
+	if got := unsaved(id); len(got) != 1 {
+		t.Fatalf("the status forgot the unsaved name before it went: %v", got)
+	}
+	run(id, "rm bad*name")
+	if got := unsaved(id); len(got) != 0 {
+		t.Fatalf("the status still lists %v after the file was removed", got)
+	}
 	d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil)
 	id = create()
-	if out := run(id, "cat good later"); !strings.Contains(out, `"stdout":"good\nlater\n"`) {
+	if out := run(id, "cat good later d/... "+long); !strings.Contains(out, `"stdout":"good\nlater\nx\nlong\n"`) {
 		t.Fatalf("the storable files were not saved: %s", out)
 	}
 	d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil)
