@@ -481,6 +481,11 @@ func (a *analyzer) call(c *syntax.CallExpr, cwds []string) (succ, fail []string)
 		}
 		words[i] = a.expand(ww)
 	}
+	if len(words) == 1 && words[0].literal() && words[0].val == "cd" && a.e.home != "" {
+		// A bare cd goes where the engine judged it goes, whatever HOME
+		// the shell has.
+		words = append(words, lit(a.e.home))
+	}
 	outer, head := a.callEnv, a.head
 	a.callEnv, a.head = nil, ""
 	succ, fail = a.argv(words, cwds, true)

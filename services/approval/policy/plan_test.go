@@ -27,6 +27,7 @@ func TestPlan(t *testing.T) {
 		{"ls *.go ~/x a~b", "'/usr/bin/ls' *'.go' ~'/x' 'a~b'\n"},
 		{"ls \"$X\" \"$UNSET\"", "'/usr/bin/ls' 'from env' \"${UNSET}\"\n"},
 		{"cd /tmp && ls", "'cd' '/tmp' && '/usr/bin/ls'\n"},
+		{"cd && ls", "'cd' '/home/u' && '/usr/bin/ls'\n"},
 		{"cat <<'EOF'\nCONCH_EOF\n$(id)\nEOF", "'/usr/bin/cat' <<'CONCH_EOF_1'\nCONCH_EOF\n$(id)\nCONCH_EOF_1\n"},
 		{"cat <<-'E' | wc\n\tx\n\tE\nls", "'/usr/bin/cat' <<'CONCH_EOF' | HOME='/dev/null' '/usr/bin/wc'\nx\nCONCH_EOF\n'/usr/bin/ls'\n"},
 		{"sh -c 'ls #x'", "'/usr/bin/sh' '-c' ''\\''/usr/bin/ls'\\''\n'\n"},
