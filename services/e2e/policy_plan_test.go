@@ -150,3 +150,48 @@ func TestAllowAlwaysFollowsLinks(t *testing.T) {
 		t.Errorf("a link to sh ran an unrecorded program: %s", out)
 	}
 }
+
+// TestEvaluateAgreesWithTheShell runs a table of commands through
+// exec-policy:evaluate for a gateway whose exec settings say allowlist,
+// and as real shell calls on that gateway: the two must agree, evaluate
+// must report the gateway's settings, and its segments must never
+// contradict its verdict.
+func TestEvaluateAgreesWithTheShell(t *testing.T) {
+	d := startDev(t)
+	const gw = "evaluated"
+	createGateway(t, d, map[string]any{"name": gw, "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "off"}})
+	if code, body := d.call("POST", "/api/v1/exec-approvals/agents/"+gw+"/allowlist", d.Key, map[string]string{"pattern": "/usr/bin/ls"}); code != http.StatusOK {
+		t.Fatalf("allowlist: %d %s", code, body)
+	}
+	for _, command := range []string{"ls -d /", "ls -d / | wc -l", "sh -c 'ls -d /'", "id", "ls -d / && id", "ls > /tmp/x", "cat /etc/hostname", "ls $(id)"} {
+		code, body := d.call("POST", "/api/v1/exec-policy:evaluate", d.Key, map[string]any{"command": command, "agent": gw})
+		var ev struct {
+			Decision, Reason, Security, Plan string
+			Segments                         []struct{ Decision, Reason string }
+		}
+		if err := json.Unmarshal(body, &ev); code != http.StatusOK || err != nil {
+			t.Fatalf("evaluate %q = %d %s", command, code, body)
+		}
+		if ev.Security != "allowlist" {
+			t.Errorf("evaluate %q: security %q, want the gateway's allowlist", command, ev.Security)
+		}
+		for _, s := range ev.Segments {
+			if s.Decision == "allow" && strings.HasPrefix(s.Reason, "Command not allowed") {
+				t.Errorf("evaluate %q: a segment allowed with reason %q", command, s.Reason)
+			}
+		}
+		code, body = d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+			"model":    gw,
+			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
+			"tools":    []map[string]string{{"type": "shell"}},
+		})
+		if code != http.StatusOK {
+			t.Fatalf("chat %q = %d %s", command, code, body)
+		}
+		ran := strings.Contains(string(body), `\"exit_code\":`)
+		if want := ev.Decision == "allow"; ran != want {
+			t.Errorf("%q: evaluate says %s (%s), the shell call ran: %v: %s", command, ev.Decision, ev.Reason, ran, body)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"google.golang.org/grpc"
@@ -10,21 +11,39 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
 // sandboxEvaluate is the approval client behind the REST API. Its Evaluate
-// of a command for host sandbox judges the programs a new sandbox would
-// run, which an executor finds: the approval service's own filesystem may
-// hold other programs, or none.
+// answers what would happen to the command as a shell call on the agent's
+// gateway: the gateway's exec settings are layered as the exec path layers
+// them (execpolicy.Tighten, then the approval service's Effective with the
+// document and the host), and for host sandbox the programs are those a
+// new sandbox would run, which an executor finds: the approval service's
+// own filesystem may hold other programs, or none.
 type sandboxEvaluate struct {
 	approvalv1.ApprovalServiceClient
-	exec executorv1.ExecutorServiceClient
-	log  *slog.Logger
+	exec     executorv1.ExecutorServiceClient
+	gateways gatewayGetter
+	log      *slog.Logger
+}
+
+// gatewayGetter finds an account's gateway.
+type gatewayGetter interface {
+	Get(ctx context.Context, account, name string) (*routerv1.Gateway, error)
 }
 
 func (c sandboxEvaluate) Evaluate(ctx context.Context, req *approvalv1.EvaluateRequest, opts ...grpc.CallOption) (*approvalv1.EvaluateResponse, error) {
-	// What a client says a sandbox finds counts for nothing.
-	req.SandboxResolution = nil
+	// What a client says a sandbox finds, or which settings apply, counts
+	// for nothing.
+	req.SandboxResolution, req.Settings = nil, nil
+	if refused, err := c.gatewaySettings(ctx, req); refused != nil || err != nil {
+		return refused, err
+	}
 	if h := req.GetHost(); h == approvalv1.Host_HOST_UNSPECIFIED || h == approvalv1.Host_HOST_SANDBOX {
 		res, err := c.exec.ResolveCommand(ctx, &executorv1.ResolveCommandRequest{
 			Command: req.GetCommand(), Cwd: req.GetCwd(), PathPrepend: req.GetSettings().GetPathPrepend(),
@@ -41,4 +60,42 @@ func (c sandboxEvaluate) Evaluate(ctx context.Context, req *approvalv1.EvaluateR
 		}
 	}
 	return c.ApprovalServiceClient.Evaluate(ctx, req, opts...)
+}
+
+// gatewaySettings puts the exec settings of the agent's gateway into req,
+// as a shell call on that gateway gets them, and the gateway's host when
+// req names none. A host the gateway does not run commands on is answered
+// with a refusal, as the exec tool refuses it. An agent that names no
+// gateway is judged by the exec-approvals document alone.
+func (c sandboxEvaluate) gatewaySettings(ctx context.Context, req *approvalv1.EvaluateRequest) (*approvalv1.EvaluateResponse, error) {
+	scope, ok := tenant.From(ctx)
+	if !ok || req.GetAgent() == "" || c.gateways == nil {
+		return nil, nil
+	}
+	g, err := c.gateways.Get(ctx, scope.Account, req.GetAgent())
+	if errs.KindOf(err) == errs.NotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var o execpolicy.Override
+	if h := req.GetHost(); h != approvalv1.Host_HOST_UNSPECIFIED {
+		o.Host = execpolicy.Word(execpolicy.Hosts, h)
+	}
+	settings, refusals := execpolicy.Tighten(g.GetExec(), o)
+	if len(refusals) > 0 {
+		own := g.GetExec().GetHost()
+		if own == approvalv1.Host_HOST_UNSPECIFIED {
+			own = approvalv1.Host_HOST_SANDBOX
+		}
+		return &approvalv1.EvaluateResponse{
+			Decision: approvalv1.PolicyDecision_POLICY_DECISION_DENY,
+			Reason: fmt.Sprintf("%s: gateway %s does not run commands on host %s (its host is %s)", policy.ErrNotAllowed, g.GetName(),
+				o.Host, execpolicy.Word(execpolicy.Hosts, own)),
+			Segments: []*approvalv1.Segment{},
+		}, nil
+	}
+	req.Settings, req.Host = settings, settings.GetHost()
+	return nil, nil
 }

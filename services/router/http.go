@@ -83,7 +83,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	gw, err := newGatewayMux(ctx, opts.Conns, opts.Logger)
+	gw, err := newGatewayMux(ctx, opts.Conns, opts.Service.Gateways(), opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}), nil
 }
 
-func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, log *slog.Logger) (*runtime.ServeMux, error) {
+func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, gateways gatewayGetter, log *slog.Logger) (*runtime.ServeMux, error) {
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restjson.New()),
 		runtime.SetQueryParameterParser(restjson.QueryParser{}),
@@ -176,7 +176,8 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, log *
 	}
 	approvals := sandboxEvaluate{
 		ApprovalServiceClient: approvalv1.NewApprovalServiceClient(conns["approval"]),
-		exec:                  executorv1.NewExecutorServiceClient(conns["executor"]), log: log,
+		exec:                  executorv1.NewExecutorServiceClient(conns["executor"]),
+		gateways:              gateways, log: log,
 	}
 	if err := approvalv1.RegisterApprovalServiceHandlerClient(ctx, mux, approvals); err != nil {
 		return nil, fmt.Errorf("router: register approval REST handlers: %w", err)

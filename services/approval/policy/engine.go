@@ -151,7 +151,8 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 	res.Segments, res.Programs = a.segs, a.programs
 	if s.Security == SecurityFull {
 		for i := range res.Segments {
-			res.Segments[i].Decision = Allow
+			// Not judged: a miss's reason would contradict the verdict.
+			res.Segments[i].Decision, res.Segments[i].Reason = Allow, "security is full"
 		}
 		if s.Ask == AskAlways {
 			res.Decision, res.Reason = AskHuman, "ask is always"
