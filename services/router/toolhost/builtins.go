@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/html"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
 // NewEgressClient returns the HTTP client of the built-in tools: it connects
@@ -220,7 +221,7 @@ func str(v any) string {
 // pageText extracts the visible text of an HTML page; other content is
 // returned as is.
 func pageText(body string) string {
-	if !strings.Contains(strings.ToLower(firstN(body, 1024)), "<") {
+	if head, _ := toolresult.Cut(body, 1024); !strings.Contains(strings.ToLower(head), "<") {
 		return body
 	}
 	z := html.NewTokenizer(strings.NewReader(body))

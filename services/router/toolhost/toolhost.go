@@ -19,7 +19,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 )
 
-// maxOutput bounds what one tool call returns, in bytes.
+// maxOutput bounds what one tool call returns, in characters.
 const maxOutput = 1 << 20
 
 // Tool is one server-executable tool.

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
 // webhookTool POSTs the arguments as JSON to the tool's URL and returns the
@@ -48,23 +49,22 @@ func readAnswer(resp *http.Response, err error) (string, error) {
 		return "", fmt.Errorf("request failed: %w", err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxOutput+1))
+	// maxOutput counts characters, as the shell tool's limit does: up to
+	// four bytes each are read, and the text is cut between characters.
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4*maxOutput+1))
 	if err != nil {
 		return "", fmt.Errorf("read answer: %w", err)
 	}
-	out := string(b)
-	if len(b) > maxOutput {
-		out = string(b[:maxOutput]) + "\n[output truncated]"
+	out, cut := toolresult.Cut(string(b), maxOutput)
+	if cut || len(b) > 4*maxOutput {
+		out += "\n[output truncated]"
 	}
 	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(firstN(out, 2000)))
+		msg, cut := toolresult.Cut(strings.TrimSpace(out), 2000)
+		if cut {
+			msg += "…"
+		}
+		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
 	}
 	return out, nil
-}
-
-func firstN(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
