@@ -58,6 +58,9 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		*session = "chat-" + hex.EncodeToString(b)
+		// A session this chat made up ends with it: nobody can come back
+		// to it, so its sandbox would only wait out its idle timeout.
+		defer endSession(context.WithoutCancel(ctx), c, *session, stdout)
 	}
 	c.Header.Set("X-Conch-Session-Id", *session)
 	ch := &chat{c: c, in: bufio.NewReader(stdin), out: stdout, model: *model, user: *user, shell: *shell}
@@ -285,4 +288,27 @@ func Sanitize(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// endSession destroys the sandboxes of session, telling out when one
+// could not be.
+func endSession(ctx context.Context, c *Client, session string, out io.Writer) {
+	var list struct {
+		Sandboxes []struct {
+			ID      string `json:"id"`
+			Session string `json:"session"`
+		} `json:"sandboxes"`
+	}
+	if err := c.JSON(ctx, "GET", "/api/v1/sandboxes", nil, &list); err != nil {
+		fmt.Fprintf(out, "conch chat: could not end session %s: %v\n", session, err)
+		return
+	}
+	for _, sb := range list.Sandboxes {
+		if sb.Session != session {
+			continue
+		}
+		if err := c.JSON(ctx, "DELETE", "/api/v1/sandboxes/"+sb.ID, nil, nil); err != nil {
+			fmt.Fprintf(out, "conch chat: could not end sandbox %s of session %s: %v\n", sb.ID, session, err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -28,6 +29,15 @@ func TestChatCLI(t *testing.T) {
 	d := startDev(t)
 	if out := runChat(t, d, "", "-m", "hello"); !strings.Contains(out, "scripted model") {
 		t.Errorf("one-shot answer:\n%s", out)
+	}
+	// A chat's own session ends with it: no sandbox is left waiting for
+	// its idle timeout, one-shot or interactive.
+	if out := runChat(t, d, "", "--shell", "-m", "run: true"); !strings.Contains(out, "true") {
+		t.Errorf("one-shot shell answer:\n%s", out)
+	}
+	runChat(t, d, "run: true\n/quit\n", "--shell")
+	if code, body := d.call("GET", "/api/v1/sandboxes", d.Key, nil); code != http.StatusOK || strings.Contains(string(body), `"session":"chat-`) {
+		t.Errorf("sandboxes after chats ended: %d %s", code, body)
 	}
 
 	// Server tool calls show as they run; terminal escapes in their output
