@@ -12,8 +12,10 @@ BREAKING_AGAINST ?= .git\#branch=main
 all: build
 
 ## build: compile bin/conch
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 build:
-	$(GO) build -o $(BIN) ./services/cmd/conch
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./services/cmd/conch
 
 ## run: start the whole cluster on this machine (conch dev)
 run: deps build

@@ -55,6 +55,10 @@ type apiEntry struct {
 
 // Approvals runs `conch approvals …`.
 func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, approvalsUsage)
+		return nil
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, approvalsUsage)
 		return ErrUsage

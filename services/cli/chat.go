@@ -34,6 +34,10 @@ Flags:
 
 // Chat runs `conch chat`.
 func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, chatUsage)
+		return nil
+	}
 	fs := flag.NewFlagSet("conch chat", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, chatUsage) }

@@ -204,3 +204,18 @@ func FormatTime(t time.Time) string {
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
 }
+
+// wantsHelp reports whether a command line asks for help (-h, --help or
+// help, anywhere before "--"): help is printed without a key or a server,
+// whatever else the line holds.
+func wantsHelp(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "-h" || a == "-help" || a == "--help" || i == 0 && a == "help":
+			return true
+		}
+	}
+	return false
+}

@@ -32,6 +32,10 @@ Common flags: --server, --api-key, --data-dir, -o text|json, --user, --progress 
 
 // Files runs `conch files …`.
 func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, filesUsage)
+		return nil
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, filesUsage)
 		if len(args) == 0 {

@@ -31,6 +31,10 @@ Flags of create and update:
 
 // Gateways runs `conch gateways ...`.
 func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, gatewaysUsage)
+		return nil
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, gatewaysUsage)
 		return Usagef("conch gateways needs a command")

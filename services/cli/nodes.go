@@ -22,6 +22,10 @@ On the machine to pair, run:
 
 // Nodes runs `conch nodes ...`.
 func Nodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, nodesUsage)
+		return nil
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, nodesUsage)
 		return Usagef("conch nodes needs a command")

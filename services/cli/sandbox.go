@@ -50,6 +50,20 @@ func (e *envFlag) Set(v string) error {
 
 // RunSandbox runs `conch sandbox …`.
 func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	help := args
+	if len(args) > 0 && args[0] == "exec" {
+		// The words after the sandbox id are the remote command's own.
+		for i, a := range args[1:] {
+			if !strings.HasPrefix(a, "-") {
+				help = args[:i+1]
+				break
+			}
+		}
+	}
+	if wantsHelp(help) {
+		fmt.Fprint(stdout, sandboxUsage)
+		return nil
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, sandboxUsage)
 		return Usagef("conch sandbox needs a command")

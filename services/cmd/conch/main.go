@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/conch-sh/conch/services/cli"
@@ -39,8 +40,29 @@ Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
   nodes       pair, list and unpair nodes (machines that run exec host node commands)
   sandbox     create sandboxes, run commands in them and remove them
 
-Run "conch <command> -h" for the flags of a command.
+Run "conch <command> -h" for the flags of a command, "conch version" for
+the build.
 `
+
+// version is the release this binary was built as; `make build` sets it
+// (-ldflags "-X main.version=…").
+var version = "dev"
+
+// buildCommit is the commit the binary was built from, as Go recorded it,
+// or as make set it when the build recorded none.
+func buildCommit() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return commit
+}
+
+// commit is the fallback of buildCommit; `make build` sets it.
+var commit = "unknown"
 
 func main() {
 	// Inside a sandbox the conch binary also runs as each tool command.
@@ -135,6 +157,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.RunSandbox(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
+		return nil
+	case "version", "--version":
+		fmt.Fprintf(stdout, "conch %s (commit %s)\n", version, buildCommit())
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
