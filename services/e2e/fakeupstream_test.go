@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeUpstream is a local model server (OpenAI or Anthropic shaped) whose
@@ -19,11 +20,30 @@ type fakeUpstream struct {
 	mu       sync.Mutex
 	requests []map[string]any
 	headers  []http.Header
-	// answer returns the status and body (or SSE events) for the n-th call.
-	answer func(n int, req map[string]any) (int, string)
+	arrived  []time.Time
+	// answer returns the status, headers and body (or SSE events) for the
+	// n-th call.
+	answer func(n int, req map[string]any) fakeAnswer
+}
+
+// fakeAnswer is one reply of a fakeUpstream.
+type fakeAnswer struct {
+	Status int
+	Header map[string]string
+	Body   string
 }
 
 func newFakeUpstream(t testing.TB, answer func(n int, req map[string]any) (int, string)) *fakeUpstream {
+	t.Helper()
+	return newFakeUpstreamWithHeaders(t, func(n int, req map[string]any) fakeAnswer {
+		code, body := answer(n, req)
+		return fakeAnswer{Status: code, Body: body}
+	})
+}
+
+// newFakeUpstreamWithHeaders is newFakeUpstream for answers that need
+// headers, such as Retry-After.
+func newFakeUpstreamWithHeaders(t testing.TB, answer func(n int, req map[string]any) fakeAnswer) *fakeUpstream {
 	t.Helper()
 	f := &fakeUpstream{answer: answer}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -37,8 +57,13 @@ func newFakeUpstream(t testing.TB, answer func(n int, req map[string]any) (int, 
 		n := len(f.requests)
 		f.requests = append(f.requests, req)
 		f.headers = append(f.headers, r.Header.Clone())
+		f.arrived = append(f.arrived, time.Now())
 		f.mu.Unlock()
-		code, body := f.answer(n, req)
+		a := f.answer(n, req)
+		code, body := a.Status, a.Body
+		for k, v := range a.Header {
+			w.Header().Set(k, v)
+		}
 		if strings.HasPrefix(body, "data:") || strings.HasPrefix(body, "event:") {
 			w.Header().Set("Content-Type", "text/event-stream")
 		} else {
@@ -61,6 +86,13 @@ func (f *fakeUpstream) request(n int) map[string]any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.requests[n]
+}
+
+// arrivals returns when each request came, in order.
+func (f *fakeUpstream) arrivals() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.arrived...)
 }
 
 func (f *fakeUpstream) header(n int) http.Header {

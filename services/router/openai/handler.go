@@ -16,10 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -111,54 +109,6 @@ func NewHandler(opts Options) (*Handler, error) {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
-
-// WriteError writes OpenAI's error shape.
-func writeError(w http.ResponseWriter, code int, typ, errCode, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	var c any
-	if errCode != "" {
-		c = errCode
-	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
-}
-
-// writeErr maps an error to OpenAI's error shape.
-func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
-	var re *requestError
-	var ue *upstream.Error
-	switch {
-	case errors.As(err, &re):
-		code := re.Code
-		if code == "" {
-			code = "invalid_request"
-		}
-		writeError(w, re.Status, "invalid_request_error", code, re.Error())
-	case errors.As(err, &ue):
-		writeError(w, ue.Status, ue.Type, ue.Code, ue.Message)
-	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "upstream_error", "timeout", "the upstream model did not answer in time")
-	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads this.
-	default:
-		kind := errs.KindOf(err)
-		if kind == errs.Internal {
-			h.opts.Logger.ErrorContext(r.Context(), "chat completion failed", "error", err)
-			writeError(w, http.StatusBadGateway, "upstream_error", "upstream_unreachable", "upstream request failed: "+err.Error())
-			return
-		}
-		msg := err.Error()
-		if s, ok := status.FromError(err); ok {
-			msg = s.Message()
-		}
-		typ := "invalid_request_error"
-		if ra := errs.RetryAfter(kind.Code()); ra != "" {
-			w.Header().Set("Retry-After", ra)
-			typ = "server_error"
-		}
-		writeError(w, runtime.HTTPStatusFromCode(kind.Code()), typ, strings.ToLower(kind.String()), msg)
-	}
-}
 
 type model struct {
 	ID      string `json:"id"`
@@ -333,7 +283,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if !req.Stream {
 		res, err := loop.Run(callCtx, cfg, ureq, nil)
 		if err != nil {
-			h.writeErr(w, r, err)
+			h.errorOf(ctx, err, g.GetName()).write(w)
 			return
 		}
 		writeJSON(w, completion(id, created, req.Model, res))
@@ -347,10 +297,10 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	res, err := loop.Run(callCtx, cfg, ureq, ev)
 	if err != nil {
 		if !s.started {
-			h.writeErr(w, r, err)
+			h.errorOf(ctx, err, g.GetName()).write(w)
 			return
 		}
-		s.fail(err)
+		s.fail(h.errorOf(ctx, err, g.GetName()))
 		return
 	}
 	s.finish(res)

@@ -34,6 +34,122 @@ func badField(field, format string, args ...any) *requestError {
 	return &requestError{Status: 400, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
+// jsonKind is the JSON type a standard request field must have.
+type jsonKind int
+
+const (
+	kindNumber jsonKind = iota
+	kindInteger
+	kindBoolean
+	kindString
+	kindObject
+	kindArray
+	kindStringOrObject  // tool_choice, function_call
+	kindStringOrStrings // stop
+)
+
+var kindWords = map[jsonKind]string{
+	kindNumber:          "a number",
+	kindInteger:         "an integer",
+	kindBoolean:         "a boolean",
+	kindString:          "a string",
+	kindObject:          "an object",
+	kindArray:           "an array",
+	kindStringOrObject:  "a string or an object",
+	kindStringOrStrings: "a string or an array of strings",
+}
+
+// standardFields are the types of the fields of OpenAI's chat completion
+// request that conch passes upstream without reading. Their types are
+// checked here, so a client learns which field is wrong from conch rather
+// than from an upstream that may reject it obscurely or, worse, ignore it.
+// Ranges are left to the upstream: they differ between providers (an
+// Anthropic temperature stops at 1, OpenAI's at 2).
+var standardFields = map[string]jsonKind{
+	"temperature":           kindNumber,
+	"top_p":                 kindNumber,
+	"frequency_penalty":     kindNumber,
+	"presence_penalty":      kindNumber,
+	"n":                     kindInteger,
+	"max_tokens":            kindInteger,
+	"max_completion_tokens": kindInteger,
+	"seed":                  kindInteger,
+	"top_logprobs":          kindInteger,
+	"logprobs":              kindBoolean,
+	"parallel_tool_calls":   kindBoolean,
+	"store":                 kindBoolean,
+	"service_tier":          kindString,
+	"reasoning_effort":      kindString,
+	"verbosity":             kindString,
+	"prompt_cache_key":      kindString,
+	"safety_identifier":     kindString,
+	"logit_bias":            kindObject,
+	"metadata":              kindObject,
+	"response_format":       kindObject,
+	"prediction":            kindObject,
+	"audio":                 kindObject,
+	"web_search_options":    kindObject,
+	"modalities":            kindArray,
+	"functions":             kindArray,
+	"tool_choice":           kindStringOrObject,
+	"function_call":         kindStringOrObject,
+	"stop":                  kindStringOrStrings,
+}
+
+// checkType reports a standard field whose value has the wrong JSON type.
+// null is accepted for every field, as OpenAI accepts it for "not given";
+// fields conch does not know pass unchecked to the upstream.
+func checkType(field string, v json.RawMessage) error {
+	want, ok := standardFields[field]
+	v = bytes.TrimSpace(v)
+	if !ok || string(v) == "null" {
+		return nil
+	}
+	var okType bool
+	switch want {
+	case kindNumber:
+		var f float64
+		okType = json.Unmarshal(v, &f) == nil
+	case kindInteger:
+		var n int64
+		okType = json.Unmarshal(v, &n) == nil
+	case kindBoolean:
+		okType = string(v) == "true" || string(v) == "false"
+	case kindString:
+		okType = v[0] == '"'
+	case kindObject:
+		okType = v[0] == '{'
+	case kindArray:
+		okType = v[0] == '['
+	case kindStringOrObject:
+		okType = v[0] == '"' || v[0] == '{'
+	case kindStringOrStrings:
+		var many []string
+		okType = v[0] == '"' || json.Unmarshal(v, &many) == nil
+	}
+	if !okType {
+		return badField(field, "must be %s, got %s", kindWords[want], jsonTypeOf(v))
+	}
+	return nil
+}
+
+// jsonTypeOf names the JSON type of v for an error message.
+func jsonTypeOf(v json.RawMessage) string {
+	switch v[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "the number " + string(v)
+}
+
 // shellToolEntry is the request's {"type": "shell"} entry.
 type shellToolEntry struct {
 	MaxUses         *int64 `json:"max_uses"`
@@ -76,12 +192,14 @@ func parseRequest(body []byte) (*chatRequest, error) {
 			}
 		case "stream_options":
 			var so struct {
-				IncludeUsage bool `json:"include_usage"`
+				IncludeUsage *json.RawMessage `json:"include_usage"`
 			}
 			if string(v) != "null" && json.Unmarshal(v, &so) != nil {
 				return nil, badField("stream_options", "must be an object")
 			}
-			r.IncludeUsage = so.IncludeUsage
+			if so.IncludeUsage != nil && string(*so.IncludeUsage) != "null" && json.Unmarshal(*so.IncludeUsage, &r.IncludeUsage) != nil {
+				return nil, badField("stream_options.include_usage", "must be a boolean")
+			}
 		case "user":
 			if string(v) != "null" && json.Unmarshal(v, &r.User) != nil {
 				return nil, badField("user", "must be a string")
@@ -98,6 +216,9 @@ func parseRequest(body []byte) (*chatRequest, error) {
 				return nil, err
 			}
 		default:
+			if err := checkType(k, v); err != nil {
+				return nil, err
+			}
 			r.Extra[k] = v
 		}
 	}

@@ -2,12 +2,10 @@ package openai
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sync"
 
 	"github.com/conch-sh/conch/services/router/loop"
-	"github.com/conch-sh/conch/services/router/upstream"
 )
 
 // sse writes a streaming completion as chat.completion.chunk events. The
@@ -129,15 +127,14 @@ func (s *sse) finish(res *loop.Result) {
 	_ = s.write("data: [DONE]\n\n")
 }
 
-// fail reports an error after the stream started, as OpenAI does.
-func (s *sse) fail(err error) {
+// fail reports an error after the stream started, as OpenAI does: the
+// status is sent already, so only the error object goes out.
+func (s *sse) fail(e apiError) {
+	if e.Status == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	msg, typ := err.Error(), "server_error"
-	var ue *upstream.Error
-	if errors.As(err, &ue) {
-		msg, typ = ue.Message, ue.Type
-	}
-	_ = s.data(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}})
+	_ = s.data(map[string]any{"error": e.object()})
 	_ = s.write("data: [DONE]\n\n")
 }

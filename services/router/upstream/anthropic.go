@@ -185,7 +185,7 @@ func (a *Anthropic) Complete(ctx context.Context, req *Request, onDelta func(str
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
-			return nil, readError(resp)
+			return nil, readError(resp, a.APIKey)
 		}
 		if onDelta == nil {
 			return decodeAnthropic(resp.Body)

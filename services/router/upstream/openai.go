@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 )
 
 // DefaultOpenAIBaseURL is OpenAI's API.
@@ -130,7 +131,7 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request, onDelta func(string
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
-			return nil, readError(resp)
+			return nil, readError(resp, o.APIKey)
 		}
 		if onDelta == nil {
 			return decodeOpenAI(resp.Body)
@@ -152,8 +153,10 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request, onDelta func(string
 }
 
 // readError turns an error answer into *Error, keeping the upstream's
-// message.
-func readError(resp *http.Response) error {
+// message and how long it asked to wait. The gateway's key is cut from the
+// message: an upstream may echo the key it refused, and the message goes
+// to the caller, who must never see it.
+func readError(resp *http.Response, key string) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b)), Type: "upstream_error"}
 	var v struct {
@@ -182,6 +185,10 @@ func readError(resp *http.Response) error {
 	if e.Message == "" {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
+	if key != "" {
+		e.Message = strings.ReplaceAll(e.Message, key, "[redacted]")
+	}
+	e.RetryAfter = retryAfter(resp.Header, time.Now())
 	return e
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -84,13 +85,16 @@ type Provider interface {
 	Complete(ctx context.Context, req *Request, onDelta func(string) error) (*Response, error)
 }
 
-// Error is an upstream's error answer, returned to the client with its
-// status and message.
+// Error is an upstream's error answer as the upstream gave it. Which
+// status conch answers with is not decided here: the /v1 handler maps it.
 type Error struct {
 	Status  int
 	Message string
 	Type    string
 	Code    string
+	// RetryAfter is how long the upstream asked to wait before trying
+	// again (Retry-After or retry-after-ms); zero when it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -111,16 +115,25 @@ func retryable(err error) bool {
 // RetryPolicy says how often and how long to retry.
 type RetryPolicy struct {
 	Attempts int           // total attempts, at least 1
-	Base     time.Duration // first backoff; doubles each time
+	Base     time.Duration // first backoff; grows each time
 	Max      time.Duration // cap on one backoff
+	// MaxWait is the longest Retry-After conch waits out itself. A longer
+	// one ends the call with the upstream's answer, which the client gets
+	// with the same Retry-After: a router holding a completion open for
+	// that long only ties up a slot, and the client is free to wait.
+	MaxWait time.Duration
 }
 
-// DefaultRetry retries twice, after 200 ms and 800 ms.
-var DefaultRetry = RetryPolicy{Attempts: 3, Base: 200 * time.Millisecond, Max: 2 * time.Second}
+// DefaultRetry makes at most three attempts, backing off 200 ms then
+// 800 ms, and waits out a Retry-After of up to 5 s.
+var DefaultRetry = RetryPolicy{Attempts: 3, Base: 200 * time.Millisecond, Max: 2 * time.Second, MaxWait: 5 * time.Second}
 
 // withRetry runs call until it succeeds, fails for good, or attempts run
 // out. started reports whether output already reached the client, after
-// which nothing may be retried.
+// which nothing may be retried. An upstream's Retry-After is honoured: no
+// retry comes before it, and when it is longer than MaxWait or than what
+// is left of ctx's deadline the call gives up at once, since waiting could
+// only end in a timeout that hides the upstream's answer.
 func withRetry[T any](ctx context.Context, p RetryPolicy, started func() bool, call func() (T, error)) (T, error) {
 	backoff := p.Base
 	for attempt := 1; ; attempt++ {
@@ -128,13 +141,49 @@ func withRetry[T any](ctx context.Context, p RetryPolicy, started func() bool, c
 		if err == nil || attempt >= p.Attempts || !retryable(err) || (started != nil && started()) || ctx.Err() != nil {
 			return v, err
 		}
+		wait := backoff
+		var ue *Error
+		if errors.As(err, &ue) && ue.RetryAfter > 0 {
+			if ue.RetryAfter > p.MaxWait {
+				return v, err
+			}
+			wait = ue.RetryAfter
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			return v, err
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return v, err
-		case <-time.After(backoff):
+		case <-t.C:
 		}
 		backoff = min(backoff*4, p.Max)
 	}
+}
+
+// retryAfter reads how long an answer asks the client to wait: OpenAI's
+// retry-after-ms when present (it is finer), else Retry-After in seconds
+// or as an HTTP date. It returns zero when the answer does not say.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms > 0 {
+		return time.Duration(ms * float64(time.Millisecond))
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // ContentText returns the text of an OpenAI message content, which is a

@@ -1,0 +1,124 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/status"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+// apiError is an error as the /v1 API answers it: OpenAI's error object,
+// its HTTP status and, for answers the client should retry later, the
+// Retry-After in seconds. A zero Status means nothing is to be written.
+type apiError struct {
+	Status     int
+	Type       string
+	Code       string
+	Param      string
+	Message    string
+	RetryAfter string
+}
+
+// object is OpenAI's error object; param and code are null when unset, as
+// OpenAI sends them.
+func (e apiError) object() map[string]any {
+	nullable := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	return map[string]any{"message": e.Message, "type": e.Type, "param": nullable(e.Param), "code": nullable(e.Code)}
+}
+
+func (e apiError) write(w http.ResponseWriter) {
+	if e.Status == 0 {
+		return
+	}
+	if e.RetryAfter != "" {
+		w.Header().Set("Retry-After", e.RetryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": e.object()})
+}
+
+// writeError writes OpenAI's error shape.
+func writeError(w http.ResponseWriter, code int, typ, errCode, msg string) {
+	apiError{Status: code, Type: typ, Code: errCode, Message: msg}.write(w)
+}
+
+// writeErr answers a request that failed before it reached a gateway's
+// upstream.
+func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	h.errorOf(r.Context(), err, "").write(w)
+}
+
+// errorOf is the one table from the errors a /v1 request ends with to what
+// the client is answered. gateway names the gateway whose upstream was
+// called, "" when none was.
+func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiError {
+	var re *requestError
+	var ue *upstream.Error
+	switch {
+	case errors.As(err, &re):
+		code := re.Code
+		if code == "" {
+			code = "invalid_request"
+		}
+		return apiError{Status: re.Status, Type: "invalid_request_error", Code: code, Param: re.Field, Message: re.Error()}
+	case errors.As(err, &ue):
+		return upstreamError(ue, gateway)
+	case errors.Is(err, context.DeadlineExceeded):
+		return apiError{Status: http.StatusGatewayTimeout, Type: "upstream_error", Code: "timeout", Message: "the upstream model did not answer in time"}
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads an answer.
+		return apiError{}
+	}
+	kind := errs.KindOf(err)
+	if kind == errs.Internal {
+		h.opts.Logger.ErrorContext(ctx, "chat completion failed", "error", err)
+		return apiError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_unreachable", Message: "upstream request failed: " + err.Error()}
+	}
+	msg := err.Error()
+	if s, ok := status.FromError(err); ok {
+		msg = s.Message()
+	}
+	e := apiError{Status: runtime.HTTPStatusFromCode(kind.Code()), Type: "invalid_request_error", Code: strings.ToLower(kind.String()), Message: msg}
+	if ra := errs.RetryAfter(kind.Code()); ra != "" {
+		e.Type, e.RetryAfter = "server_error", ra
+	}
+	return e
+}
+
+// upstreamError maps an upstream's error answer. Most keep the upstream's
+// status, type and message, so a client sees a rate limit or a context too
+// long as it would from the upstream itself. A 401 or 403 does not: every
+// SDK reads those as the caller's own key being wrong, while here it is
+// the gateway's key, which the caller cannot fix by changing theirs.
+func upstreamError(ue *upstream.Error, gateway string) apiError {
+	if ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden {
+		prefix := ""
+		if gateway != "" {
+			prefix = "gateway " + gateway + ": "
+		}
+		return apiError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_auth_failed",
+			Message: fmt.Sprintf("%sthe upstream refused the gateway's credentials with %d %s: %s", prefix, ue.Status, http.StatusText(ue.Status), ue.Message)}
+	}
+	e := apiError{Status: ue.Status, Type: ue.Type, Code: ue.Code, Message: ue.Message}
+	if ue.RetryAfter > 0 {
+		// Whole seconds, rounded up: a client must not come back early.
+		e.RetryAfter = strconv.FormatInt(int64(math.Ceil(ue.RetryAfter.Seconds())), 10)
+	}
+	return e
+}

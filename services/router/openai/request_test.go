@@ -1,0 +1,72 @@
+package openai
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseRequestChecksTypes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		extra     string // top-level fields added to a valid request
+		wantParam string // "" when the request is valid
+	}{
+		{"temperature as a word", `"temperature": "hot"`, "temperature"},
+		{"temperature as a number", `"temperature": 0.2`, ""},
+		{"temperature null", `"temperature": null`, ""},
+		{"top_p as a boolean", `"top_p": true`, "top_p"},
+		{"max_tokens as a fraction", `"max_tokens": 1.5`, "max_tokens"},
+		{"max_tokens as a string", `"max_tokens": "100"`, "max_tokens"},
+		{"max_completion_tokens", `"max_completion_tokens": 100`, ""},
+		{"n as an object", `"n": {}`, "n"},
+		{"seed", `"seed": 42`, ""},
+		{"logprobs as a string", `"logprobs": "yes"`, "logprobs"},
+		{"parallel_tool_calls as a number", `"parallel_tool_calls": 1`, "parallel_tool_calls"},
+		{"stop as a string", `"stop": "END"`, ""},
+		{"stop as strings", `"stop": ["a", "b"]`, ""},
+		{"stop as numbers", `"stop": [1, 2]`, "stop"},
+		{"tool_choice as a word", `"tool_choice": "auto"`, ""},
+		{"tool_choice as an object", `"tool_choice": {"type": "function", "function": {"name": "f"}}`, ""},
+		{"tool_choice as a number", `"tool_choice": 3`, "tool_choice"},
+		{"response_format as a string", `"response_format": "json"`, "response_format"},
+		{"metadata as an array", `"metadata": []`, "metadata"},
+		{"reasoning_effort as a number", `"reasoning_effort": 2`, "reasoning_effort"},
+		{"user as a number", `"user": 7`, "user"},
+		{"stream as a string", `"stream": "yes"`, "stream"},
+		{"stream_options.include_usage as a string", `"stream_options": {"include_usage": "yes"}`, "stream_options.include_usage"},
+		{"an unknown field passes", `"x_vendor_flag": "anything"`, ""},
+		{"a bad role names its field", `"messages": [{"role": "wizard", "content": "x"}]`, "messages[0].role"},
+		{"a bad shell limit names its field", `"tools": [{"type": "shell", "max_uses": -1}]`, "tools[0].max_uses"},
+	}
+	h := &Handler{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// A later key wins in a JSON object as Go decodes it, so the
+			// extra fields may replace messages.
+			body := `{"model": "default", "messages": [{"role": "user", "content": "hi"}], ` + tt.extra + `}`
+			_, err := parseRequest([]byte(body))
+			if tt.wantParam == "" {
+				if err != nil {
+					t.Fatalf("parseRequest(%s): %v", body, err)
+				}
+				return
+			}
+			var re *requestError
+			if !errors.As(err, &re) {
+				t.Fatalf("parseRequest(%s) = %v, want a request error", body, err)
+			}
+			e := h.errorOf(t.Context(), err, "")
+			if e.Status != 400 || e.Type != "invalid_request_error" || e.Param != tt.wantParam || !strings.Contains(e.Message, tt.wantParam) {
+				t.Errorf("answer = %+v, want 400 invalid_request_error with param %q named in the message", e, tt.wantParam)
+			}
+			b, _ := json.Marshal(e.object())
+			if !strings.Contains(string(b), `"param":"`+tt.wantParam+`"`) {
+				t.Errorf("error object %s does not carry param %q", b, tt.wantParam)
+			}
+		})
+	}
+}
