@@ -36,3 +36,12 @@ func TestCLIHelpAndVersion(t *testing.T) {
 		}
 	}
 }
+
+// An enum value that is no word of its field is refused in words.
+func TestEnumErrorsInWords(t *testing.T) {
+	d := startDev(t)
+	code, body := d.call("POST", "/api/v1/gateways", d.Key, map[string]any{"name": "gx", "upstream": map[string]any{"provider": "gpt", "model": "m"}})
+	if code != 400 || !strings.Contains(string(body), "provider: must be openai, anthropic or scripted") {
+		t.Errorf("provider gpt: %d %s", code, body)
+	}
+}

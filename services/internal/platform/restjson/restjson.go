@@ -135,7 +135,53 @@ func wordsToNames(msg proto.Message, data []byte) ([]byte, error) {
 		// Let protojson report the syntax error with its position.
 		return data, nil
 	}
-	return encodeTree(rewriteMessage(md, tree, rewrite{enum: toName}))
+	var bad *enumError
+	tree = rewriteMessage(md, tree, rewrite{
+		enum: func(ed protoreflect.EnumDescriptor, word string) (string, bool) {
+			name, ok := toName(ed, word)
+			if !ok && bad == nil && ed.Values().ByName(protoreflect.Name(word)) == nil {
+				bad = unknownWord(ed)
+			}
+			return name, ok
+		},
+		field: func(fd protoreflect.FieldDescriptor) {
+			if bad != nil && bad.field == "" {
+				bad.field = string(fd.Name())
+			}
+		},
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	return encodeTree(tree)
+}
+
+// unknownWord is the refusal of an enum value that is no word of ed,
+// listing the words there are (protojson's own message names the proto
+// type, which a user never wrote). The field's name is added by the
+// caller through enumField.
+func unknownWord(ed protoreflect.EnumDescriptor) *enumError {
+	var words []string
+	for i := 0; i < ed.Values().Len(); i++ {
+		if w, _ := toWord(ed, string(ed.Values().Get(i).Name())); w != "" {
+			words = append(words, w)
+		}
+	}
+	list := strings.Join(words, ", ")
+	if n := len(words); n > 1 {
+		list = strings.Join(words[:n-1], ", ") + " or " + words[n-1]
+	}
+	return &enumError{words: list}
+}
+
+// enumError is an unknown enum word; field is filled in where the field
+// is known.
+type enumError struct {
+	field, words string
+}
+
+func (e *enumError) Error() string {
+	return fmt.Sprintf("%s: must be %s", e.field, e.words)
 }
 
 // QueryParser parses query parameters like grpc-gateway's default parser but
@@ -228,6 +274,8 @@ func toName(ed protoreflect.EnumDescriptor, word string) (string, bool) {
 type rewrite struct {
 	enum    func(protoreflect.EnumDescriptor, string) (string, bool)
 	numbers bool
+	// field, when set, learns the field of a value enum did not take.
+	field func(protoreflect.FieldDescriptor)
 }
 
 // is64 reports whether protojson writes fd's values as strings.
@@ -312,6 +360,9 @@ func rewriteSingle(fd protoreflect.FieldDescriptor, val any, f rewrite) any {
 		if s, ok := val.(string); ok {
 			if out, ok := f.enum(fd.Enum(), s); ok {
 				return out
+			}
+			if f.field != nil {
+				f.field(fd)
 			}
 		}
 		return val

@@ -2,6 +2,7 @@ package restjson
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -191,5 +192,24 @@ func TestUnmarshalIntoBodyField(t *testing.T) {
 	}
 	if settings.GetAsk() != approvalv1.Ask_ASK_ON_MISS {
 		t.Errorf("ask = %v, want ASK_ON_MISS", settings.GetAsk())
+	}
+}
+
+// An unknown enum word is refused naming the field and its words, never
+// with protojson's message about proto types.
+func TestUnmarshalUnknownWord(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`{"decision": "maybe"}`, "decision: must be allow-once, allow-always or deny"},
+		{`{"command": "ls", "settings": {"ask_fallback": "loose"}}`, "ask_fallback: must be deny, allowlist or full"},
+	} {
+		var msg proto.Message = &approvalv1.ResolveApprovalRequest{}
+		if strings.Contains(tc.in, "settings") {
+			msg = &approvalv1.EvaluateRequest{}
+		}
+		err := New().Unmarshal([]byte(tc.in), msg)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.in, err, tc.want)
+		}
 	}
 }
