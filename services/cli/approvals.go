@@ -76,15 +76,9 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	agent := fs.String("agent", "", "list: only this agent")
 	always := fs.Bool("always", false, "approve: allow always (adds the binaries to the allowlist)")
 	// Flags may come before or after the positional arguments.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if args = fs.Args(); len(args) == 0 {
-			break
-		}
-		pos, args = append(pos, args[0]), args[1:]
+	pos, err := parseAll(fs, args)
+	if err != nil {
+		return err
 	}
 	need := func(n int, what string) error {
 		if len(pos) != n {

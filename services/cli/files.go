@@ -36,15 +36,7 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, filesUsage)
 		return nil
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, filesUsage)
-		if len(args) == 0 {
-			return ErrUsage
-		}
-		return nil
-	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("conch files "+sub, flag.ContinueOnError)
+	fs := flag.NewFlagSet("conch files", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options
 	o.AddFlags(fs)
@@ -52,9 +44,17 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	progress := fs.String("progress", "auto", "progress bar: auto (on a terminal), always or never")
 	recursive := fs.Bool("r", false, "rm: delete a directory with its content")
 	expires := fs.Duration("expires", time.Hour, "url: lifetime of the URL (at most 168h)")
-	if err := fs.Parse(args); err != nil {
+	// Flags may stand anywhere: conch files -o json ls, conch files ls /d -o json.
+	rest, err := parseAll(fs, args)
+	if err != nil {
 		return err
 	}
+	if len(rest) == 0 {
+		fmt.Fprint(stderr, filesUsage)
+		return ErrUsage
+	}
+	sub := rest[0]
+	rest = rest[1:]
 	if *user == "" {
 		return Usagef("--user (or CONCH_USER_ID) is required: it names the workspace's user")
 	}
@@ -67,7 +67,6 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c.Header.Set("X-Shell-User-Id", *user)
 	fc := &filesCmd{c: c, o: &o, stdout: stdout, stderr: stderr, progress: showProgress(*progress, stderr)}
-	rest := fs.Args()
 	need := func(min, max int) error {
 		if len(rest) < min || len(rest) > max {
 			return Usagef("conch files %s: wrong number of arguments\n\n%s", sub, filesUsage)

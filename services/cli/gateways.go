@@ -160,16 +160,9 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // parseInterleaved parses flags placed before or after one positional
 // argument, which it returns ("" when there is none).
 func parseInterleaved(fs *flag.FlagSet, args []string) (string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return "", err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseAll(fs, args)
+	if err != nil {
+		return "", err
 	}
 	if len(pos) > 1 {
 		return "", Usagef("unexpected arguments %q", pos[1:])
@@ -178,6 +171,28 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (string, error) {
 		return "", nil
 	}
 	return pos[0], nil
+}
+
+// parseAll parses fs's flags wherever they stand among args, before or
+// after the positional arguments, and returns those in order; everything
+// after "--" is positional.
+func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		// Parse stops at "--", which it consumes, or at a positional.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	return pos, nil
 }
 
 func readJSONFile(path string, v any) error {

@@ -46,10 +46,13 @@ func TestFilesCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "data.bin") || !strings.Contains(out, "3145728") || !strings.Contains(out, "sub/") {
 		t.Fatalf("ls: %v\n%s", err, out)
 	}
-	out, _, err = run("ls", "-o", "json", "/in")
-	var listing struct{ Entries []struct{ Name string } }
-	if err != nil || json.Unmarshal([]byte(out), &listing) != nil || len(listing.Entries) != 2 {
-		t.Fatalf("ls -o json: %v\n%s", err, out)
+	// Flags stand anywhere: before the command, between, after the path.
+	for _, args := range [][]string{{"ls", "-o", "json", "/in"}, {"ls", "/in", "-o", "json"}, {"-o", "json", "ls", "/in"}} {
+		out, _, err = run(args...)
+		var listing struct{ Entries []struct{ Name string } }
+		if err != nil || json.Unmarshal([]byte(out), &listing) != nil || len(listing.Entries) != 2 {
+			t.Fatalf("files %v: %v\n%s", args, err, out)
+		}
 	}
 	got := filepath.Join(dir, "got.bin")
 	if _, errOut, err := run("get", "--progress", "never", "/in/data.bin", got); err != nil || errOut != "" {

@@ -2,17 +2,16 @@ package router
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
-	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -41,8 +40,8 @@ func (c sandboxEvaluate) Evaluate(ctx context.Context, req *approvalv1.EvaluateR
 	// What a client says a sandbox finds, or which settings apply, counts
 	// for nothing.
 	req.SandboxResolution, req.Settings = nil, nil
-	if refused, err := c.gatewaySettings(ctx, req); refused != nil || err != nil {
-		return refused, err
+	if err := c.gatewaySettings(ctx, req); err != nil {
+		return nil, err
 	}
 	if h := req.GetHost(); h == approvalv1.Host_HOST_UNSPECIFIED || h == approvalv1.Host_HOST_SANDBOX {
 		res, err := c.exec.ResolveCommand(ctx, &executorv1.ResolveCommandRequest{
@@ -64,20 +63,19 @@ func (c sandboxEvaluate) Evaluate(ctx context.Context, req *approvalv1.EvaluateR
 
 // gatewaySettings puts the exec settings of the agent's gateway into req,
 // as a shell call on that gateway gets them, and the gateway's host when
-// req names none. A host the gateway does not run commands on is answered
-// with a refusal, as the exec tool refuses it. An agent that names no
-// gateway is judged by the exec-approvals document alone.
-func (c sandboxEvaluate) gatewaySettings(ctx context.Context, req *approvalv1.EvaluateRequest) (*approvalv1.EvaluateResponse, error) {
+// req names none. An agent that names no gateway is judged by the
+// exec-approvals document alone.
+func (c sandboxEvaluate) gatewaySettings(ctx context.Context, req *approvalv1.EvaluateRequest) error {
 	scope, ok := tenant.From(ctx)
 	if !ok || req.GetAgent() == "" || c.gateways == nil {
-		return nil, nil
+		return nil
 	}
 	g, err := c.gateways.Get(ctx, scope.Account, req.GetAgent())
 	if errs.KindOf(err) == errs.NotFound {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var o execpolicy.Override
 	if h := req.GetHost(); h != approvalv1.Host_HOST_UNSPECIFIED {
@@ -85,17 +83,15 @@ func (c sandboxEvaluate) gatewaySettings(ctx context.Context, req *approvalv1.Ev
 	}
 	settings, refusals := execpolicy.Tighten(g.GetExec(), o)
 	if len(refusals) > 0 {
-		own := g.GetExec().GetHost()
-		if own == approvalv1.Host_HOST_UNSPECIFIED {
-			own = approvalv1.Host_HOST_SANDBOX
+		// A host the gateway does not run commands on: the question is
+		// what its settings say there, so they are judged for that host
+		// (stricter-wins with the document, as for any gateway or node).
+		settings = &approvalv1.ExecSettings{}
+		if g.GetExec() != nil {
+			settings = proto.Clone(g.GetExec()).(*approvalv1.ExecSettings)
 		}
-		return &approvalv1.EvaluateResponse{
-			Decision: approvalv1.PolicyDecision_POLICY_DECISION_DENY,
-			Reason: fmt.Sprintf("%s: gateway %s does not run commands on host %s (its host is %s)", policy.ErrNotAllowed, g.GetName(),
-				o.Host, execpolicy.Word(execpolicy.Hosts, own)),
-			Segments: []*approvalv1.Segment{},
-		}, nil
+		settings.Host = req.GetHost()
 	}
 	req.Settings, req.Host = settings, settings.GetHost()
-	return nil, nil
+	return nil
 }

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -47,28 +46,21 @@ func TestEvaluateLayersTheGateway(t *testing.T) {
 		req      *approvalv1.EvaluateRequest
 		settings *approvalv1.ExecSettings // what the approval service is asked with; nil: not asked
 		host     approvalv1.Host
-		refused  string
 	}{
 		{"the gateway's settings and host", &approvalv1.EvaluateRequest{Command: "id", Agent: "strict", Settings: full},
 			&approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY, Security: approvalv1.Security_SECURITY_ALLOWLIST, Ask: approvalv1.Ask_ASK_OFF},
-			approvalv1.Host_HOST_GATEWAY, ""},
-		{"a host the gateway does not run on", &approvalv1.EvaluateRequest{Command: "id", Agent: "strict", Host: approvalv1.Host_HOST_NODE},
-			nil, 0, "does not run commands on host node"},
+			approvalv1.Host_HOST_GATEWAY},
+		{"a host the gateway does not run on: its settings, judged there", &approvalv1.EvaluateRequest{Command: "id", Agent: "strict", Host: approvalv1.Host_HOST_NODE},
+			&approvalv1.ExecSettings{Host: approvalv1.Host_HOST_NODE, Security: approvalv1.Security_SECURITY_ALLOWLIST, Ask: approvalv1.Ask_ASK_OFF},
+			approvalv1.Host_HOST_NODE},
 		{"an agent that is no gateway", &approvalv1.EvaluateRequest{Command: "id", Agent: "other", Host: approvalv1.Host_HOST_GATEWAY, Settings: full},
-			nil, approvalv1.Host_HOST_GATEWAY, ""},
+			nil, approvalv1.Host_HOST_GATEWAY},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &asked{}
 			c := sandboxEvaluate{ApprovalServiceClient: a, gateways: oneGateway{strict}, log: slog.Default()}
-			res, err := c.Evaluate(ctx, tc.req)
-			if err != nil {
+			if _, err := c.Evaluate(ctx, tc.req); err != nil {
 				t.Fatal(err)
-			}
-			if tc.refused != "" {
-				if a.got != nil || res.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_DENY || !strings.Contains(res.GetReason(), tc.refused) {
-					t.Fatalf("got %v (asked %v), want a refusal containing %q", res, a.got, tc.refused)
-				}
-				return
 			}
 			if a.got == nil {
 				t.Fatal("the approval service was not asked")
