@@ -70,14 +70,14 @@ type testExecutor struct {
 	client executorv1.ExecutorServiceClient
 }
 
-func startExecutor(t testing.TB) *testExecutor {
+func startExecutor(t testing.TB, opts ...Option) *testExecutor {
 	t.Helper()
 	cli := etcdxtest.StartForTest(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := NewService(t.Context(), "test-executor", lis.Addr().String(), newRuntime(t), cli, nil)
+	svc, err := NewService(t.Context(), "test-executor", lis.Addr().String(), newRuntime(t), cli, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,10 @@ type Service struct {
 	ws      Workspaces       // nil: persistent workspaces are refused
 	tools   ToolCaller       // nil: tool commands are refused
 	gateway *hostexec.Runner // nil: the gateway host is turned off
+	// flushTimeout bounds one flush to the workspace service: a hung
+	// service must not hold a sandbox's sync lock, and so its every later
+	// command, forever.
+	flushTimeout time.Duration
 	// approvals judges commands whose exec policy is not the sandbox's
 	// full/off default (SPEC §7); nil refuses them.
 	approvals gate.Client
@@ -90,6 +94,15 @@ type Option func(*Service)
 
 // WithWorkspaces lets sandboxes mount persistent workspaces from ws.
 func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws } }
+
+// DefaultFlushTimeout bounds a workspace flush unless WithFlushTimeout
+// says otherwise.
+const DefaultFlushTimeout = 60 * time.Second
+
+// WithFlushTimeout bounds each flush of a persistent workspace to the
+// workspace service; one that takes longer fails, and the command that
+// caused it is answered with an error saying its changes were not saved.
+func WithFlushTimeout(d time.Duration) Option { return func(s *Service) { s.flushTimeout = d } }
 
 // ToolCaller runs a tool moved into a sandbox, on the router's tool host,
 // for the sandbox's account.
@@ -180,7 +193,7 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}, max: DefaultMaxSandboxes}
+	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}, max: DefaultMaxSandboxes, flushTimeout: DefaultFlushTimeout}
 	for _, o := range opts {
 		o(s)
 	}
@@ -635,8 +648,18 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 		e.unsaved.forget(nil, scan)
 		return notes, nil
 	}
-	res, err := s.ws.Flush(context.WithoutCancel(ctx), e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Changes: c, ETags: e.etags})
+	// Not canceled with the caller (a result is only returned once its
+	// writes are durable) but bounded: the lock held here serializes every
+	// command of the sandbox.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.flushTimeout)
+	defer cancel()
+	res, err := s.ws.Flush(fctx, e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Changes: c, ETags: e.etags})
 	if err != nil {
+		if fctx.Err() != nil {
+			// Said in words the model reads; the service's own error
+			// would only say that a context ended.
+			return notes, errs.New(errs.DeadlineExceeded, "flush timed out after %s", s.flushTimeout)
+		}
 		return notes, err
 	}
 	for _, p := range res.Unsent {

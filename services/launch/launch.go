@@ -150,6 +150,9 @@ type ExecutorConfig struct {
 	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
 	GatewayWorkdir string `flag:"gateway-workdir" env:"CONCH_GATEWAY_WORKDIR" default:"/tmp" usage:"where gateway-host commands start, and their HOME"`
 	MaxSandboxes   int    `flag:"max-sandboxes" env:"CONCH_MAX_SANDBOXES" default:"256" usage:"sandboxes this executor holds at most; beyond, creates are refused and the router places them elsewhere"`
+	// A hung workspace service must not hold a sandbox's commands: a
+	// flush that takes longer fails and its command says so.
+	FlushTimeout time.Duration `flag:"flush-timeout" env:"CONCH_FLUSH_TIMEOUT" default:"60s" usage:"how long saving a persistent workspace after a command may take before the command is answered with an error"`
 }
 
 // Validate checks the executor's settings.
@@ -177,6 +180,9 @@ func (c *ExecutorConfig) Validate() error {
 	}
 	if !filepath.IsAbs(c.GatewayWorkdir) {
 		return config.Invalid("--gateway-workdir", "must be an absolute path")
+	}
+	if c.FlushTimeout <= 0 {
+		return config.Invalid("--flush-timeout", "must be positive")
 	}
 	return nil
 }
@@ -235,7 +241,7 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 		}
 		return resp.GetOutput(), resp.GetIsError(), nil
 	}
-	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes)}
+	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout)}
 	if cfg.GatewayHost {
 		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
 	}

@@ -17,12 +17,13 @@ const (
 	collectEvery = 15 * time.Minute
 )
 
-// Run collects stale staged content every so often until ctx ends. Every
-// replica may run it: removing garbage twice is harmless.
+// Run collects stale staged content at once, then every so often until
+// ctx ends. Every replica may run it: removing garbage twice is harmless.
+// The first sweep at start-up removes what a crash of this or another
+// replica left, rather than keep it for another period.
 func (s *Service) Run(ctx context.Context) error {
 	log := slog.Default()
-	for {
-		wait := collectEvery/2 + rand.N(collectEvery)
+	for wait := time.Duration(0); ; wait = collectEvery/2 + rand.N(collectEvery) {
 		select {
 		case <-ctx.Done():
 			return nil

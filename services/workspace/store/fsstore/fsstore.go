@@ -231,13 +231,16 @@ func (s *Store) stage(ctx context.Context, key string, r io.Reader, o store.PutO
 	if err != nil {
 		return "", 0, "", fmt.Errorf("fsstore: put %s: %w", key, err)
 	}
-	tmp = f.Name()
+	// The file's name is kept apart from the result tmp, which every
+	// failing return clears: removing tmp would then remove nothing and
+	// leave the whole upload behind.
+	name := f.Name()
 	defer func() {
 		if cerr := f.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("fsstore: put %s: %w", key, cerr)
 		}
 		if err != nil {
-			_ = os.Remove(tmp)
+			_ = os.Remove(name)
 		}
 	}()
 	if _, err := f.Seek(headerSize, io.SeekStart); err != nil {
@@ -255,7 +258,7 @@ func (s *Store) stage(ctx context.Context, key string, r io.Reader, o store.PutO
 	if o.SHA256 != "" && !strings.EqualFold(o.SHA256, sum) {
 		return "", 0, "", fmt.Errorf("fsstore: put %s: SHA-256 %s, want %s: %w", key, sum, o.SHA256, store.ErrContentMismatch)
 	}
-	return tmp, n, sum, nil
+	return name, n, sum, nil
 }
 
 // publish writes the header into a staged file, syncs it and renames it

@@ -52,6 +52,10 @@ const (
 // blobPrefix holds the content of large objects.
 const blobPrefix = ".blobs/"
 
+// uploadSuffix names the marker kept beside a blob while its multipart
+// upload runs. It is no blob id, so Collect takes an old one for garbage.
+const uploadSuffix = ".upload"
+
 const (
 	// inlineLimit is the largest content kept in the object itself.
 	inlineLimit = 4 << 20
@@ -237,8 +241,22 @@ func (s *Store) Stage(ctx context.Context, key string, r io.Reader, o store.PutO
 	if o.Size >= 0 && o.Size <= maxSinglePut {
 		size, opts.DisableMultipart = o.Size, true
 	}
+	if !opts.DisableMultipart {
+		// A multipart upload cut by a crash keeps its parts, which no
+		// listing of objects shows; the marker lets Collect find it.
+		marker := bk + uploadSuffix
+		if _, err := s.c.PutObject(ctx, s.bucket, marker, bytes.NewReader(nil), 0, minio.PutObjectOptions{DisableMultipart: true}); err != nil {
+			return store.Staged{}, fmt.Errorf("s3store: stage %s: %w", key, err)
+		}
+		defer s.remove(context.WithoutCancel(ctx), marker)
+	}
 	if _, err := s.c.PutObject(ctx, s.bucket, bk, cr, size, opts); err != nil {
 		s.remove(context.WithoutCancel(ctx), bk)
+		if !opts.DisableMultipart {
+			// The client aborts a failed multipart upload itself, but
+			// only once and without saying whether that worked.
+			_ = s.c.RemoveIncompleteUpload(context.WithoutCancel(ctx), s.bucket, bk)
+		}
 		if cr.err != nil {
 			err = cr.err
 		}
@@ -288,7 +306,7 @@ func (s *Store) Discard(ctx context.Context, st store.Staged) error {
 }
 
 // Collect removes blobs older than olderThan that their key's pointer does
-// not name.
+// not name, and aborts the multipart uploads a crash left unfinished.
 func (s *Store) Collect(ctx context.Context, olderThan time.Duration) (int, error) {
 	cutoff := time.Now().Add(-olderThan)
 	named := map[string]string{} // key → the blob its pointer names ("" none)
@@ -319,6 +337,16 @@ func (s *Store) Collect(ctx context.Context, olderThan time.Duration) (int, erro
 	}
 	if err := s.removeAll(ctx, garbage); err != nil {
 		return 0, fmt.Errorf("s3store: collect: %w", err)
+	}
+	for _, k := range garbage {
+		// A crash during a multipart upload left its marker: abort the
+		// upload, whose parts no listing of objects shows. MinIO cannot
+		// list incomplete uploads by prefix, only by object name.
+		if blob, ok := strings.CutSuffix(k, uploadSuffix); ok {
+			if err := s.c.RemoveIncompleteUpload(ctx, s.bucket, blob); err != nil {
+				return 0, fmt.Errorf("s3store: collect: abort the upload of %s: %w", blob, err)
+			}
+		}
 	}
 	return len(garbage), nil
 }

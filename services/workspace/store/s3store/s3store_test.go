@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -100,5 +101,58 @@ func BenchmarkLargeObject(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCollectAbortsIncompleteUploads checks in the raw bucket that Collect
+// aborts a multipart upload of a blob that a crash left half done: its
+// parts take space, yet no object listing shows them.
+func TestCollectAbortsIncompleteUploads(t *testing.T) {
+	m := miniotest.Start(t)
+	bucket := miniotest.Bucket()
+	s, err := s3store.New(t.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := minio.NewCore(m.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := ".blobs/up/f/" + strings.Repeat("0", 32)
+	id, err := raw.NewMultipartUpload(t.Context(), bucket, blob, minio.PutObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stage marks a multipart upload while it runs with an object named
+	// after the blob; the crash left it.
+	if _, err := raw.PutObject(t.Context(), bucket, blob+".upload", bytes.NewReader(nil), 0, "", "", minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	part := bytes.Repeat([]byte("p"), 5<<20)
+	if _, err := raw.PutObjectPart(t.Context(), bucket, blob, id, 1, bytes.NewReader(part), int64(len(part)), minio.PutObjectPartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	incomplete := func() []string {
+		var keys []string
+		// MinIO lists incomplete uploads by object name only.
+		for u := range raw.ListIncompleteUploads(t.Context(), bucket, blob, true) {
+			if u.Err != nil {
+				t.Fatal(u.Err)
+			}
+			keys = append(keys, u.Key)
+		}
+		return keys
+	}
+	if n, err := s.Collect(t.Context(), time.Hour); err != nil || n != 0 {
+		t.Fatalf("Collect(1h) = %d, %v; want a young upload kept", n, err)
+	}
+	if got := incomplete(); len(got) != 1 {
+		t.Fatalf("incomplete uploads before collect = %v, want the one begun", got)
+	}
+	if n, err := s.Collect(t.Context(), 0); err != nil || n != 1 {
+		t.Fatalf("Collect = %d, %v; want the incomplete upload aborted", n, err)
+	}
+	if got := incomplete(); len(got) != 0 {
+		t.Fatalf("incomplete uploads after collect = %v", got)
 	}
 }

@@ -4,6 +4,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -350,6 +351,48 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 	})
 
+	// A refused upload must not stay on disk or in the bucket until the
+	// next collection: repeated, it would fill either. Collect with no
+	// grace period counts what was left.
+	t.Run("a failed stage or put leaves nothing staged", func(t *testing.T) {
+		const big = 20 << 20 // several parts of a multipart upload
+		for _, tt := range []struct {
+			name string
+			size int64
+			r    func(cancel func()) io.Reader
+		}{
+			{"body fails, size unknown", -1, func(func()) io.Reader { return &failingReader{n: big} }},
+			{"body fails, size known", big + 1, func(func()) io.Reader { return &failingReader{n: big} }},
+			{"client gone, size unknown", -1, func(cancel func()) io.Reader { return &cancelingReader{n: big, cancel: cancel} }},
+			{"client gone, size known", big + 1, func(cancel func()) io.Reader { return &cancelingReader{n: big, cancel: cancel} }},
+			{"longer than announced", big, func(func()) io.Reader { return io.LimitReader(zeros{}, big+1) }},
+			{"shorter than announced", big, func(func()) io.Reader { return io.LimitReader(zeros{}, big-1) }},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := newStore(t)
+				for _, op := range []string{"stage", "put"} {
+					ctx, cancel := context.WithCancel(t.Context())
+					var err error
+					if op == "stage" {
+						_, err = s.Stage(ctx, "up/f", tt.r(cancel), store.PutOptions{Size: tt.size})
+					} else {
+						_, err = s.Put(ctx, "up/f", tt.r(cancel), store.PutOptions{Size: tt.size})
+					}
+					cancel()
+					if err == nil {
+						t.Fatalf("%s succeeded", op)
+					}
+					if n, err := s.Collect(t.Context(), 0); err != nil || n != 0 {
+						t.Fatalf("after a failed %s, Collect = %d, %v; want nothing left to collect", op, n, err)
+					}
+				}
+				if keys := list(t, s, "", true); len(keys) != 0 {
+					t.Fatalf("listing = %v", keys)
+				}
+			})
+		}
+	})
+
 	t.Run("collect removes what a crash left staged, nothing else", func(t *testing.T) {
 		s := newStore(t)
 		ctx := t.Context()
@@ -484,6 +527,24 @@ func (f *failingReader) Read(p []byte) (int, error) {
 	n := min(len(p), f.n)
 	clear(p[:n])
 	f.n -= n
+	return n, nil
+}
+
+// cancelingReader is a client that goes away: after n bytes it cancels
+// the upload's context and fails as a canceled stream does.
+type cancelingReader struct {
+	n      int
+	cancel func()
+}
+
+func (c *cancelingReader) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		c.cancel()
+		return 0, context.Canceled
+	}
+	n := min(len(p), c.n)
+	clear(p[:n])
+	c.n -= n
 	return n, nil
 }
 
