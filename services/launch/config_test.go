@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conch-sh/conch/services/executor"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 )
@@ -116,5 +117,10 @@ func TestUIDLockDirDefault(t *testing.T) {
 	}
 	if c.SandboxUIDLockDir != sandbox.DefaultUIDLockDir {
 		t.Fatalf("--sandbox-uid-lock-dir defaults to %q, the runtime to %q", c.SandboxUIDLockDir, sandbox.DefaultUIDLockDir)
+	}
+	// And on how long a flush may take: the executor's own default is what
+	// an executor built without the flag gets.
+	if c.FlushTimeout != executor.DefaultFlushTimeout {
+		t.Fatalf("--flush-timeout defaults to %v, the executor to %v", c.FlushTimeout, executor.DefaultFlushTimeout)
 	}
 }
