@@ -31,7 +31,7 @@ const DevAccount = "dev"
 type DevConfig struct {
 	HTTPAddr    string `flag:"http-addr" env:"CONCH_HTTP_ADDR" default:"127.0.0.1:8080" usage:"public HTTP listen address"`
 	DataDir     string `flag:"data-dir" env:"CONCH_DATA_DIR" default:"./.conch" usage:"where etcd data, workspaces and the API key live"`
-	APIKey      string `env:"CONCH_API_KEY" usage:"API key of the dev account (default: random, written to <data-dir>/api-key)"`
+	APIKey      string `env:"CONCH_API_KEY" usage:"API key of the dev account, at least 16 characters without spaces (default: random, written to <data-dir>/api-key)"`
 	PublicURL   string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router (default: the request's host)"`
 	S3Endpoint  string `env:"CONCH_S3_ENDPOINT" usage:"S3 endpoint for workspaces (default: local disk under the data dir)"`
 	S3AccessKey string `env:"CONCH_S3_ACCESS_KEY" usage:"S3 access key"`
