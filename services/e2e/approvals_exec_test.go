@@ -29,15 +29,7 @@ func testWaitsForApproval(t *testing.T, d *dev, tool string) {
 	}
 	chat := func(command string) string {
 		t.Helper()
-		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
-			"model":    gw,
-			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
-			"tools":    []map[string]string{{"type": tool}},
-		}, "X-Conch-Session-Id", "chat-"+tool)
-		if code != http.StatusOK {
-			t.Fatalf("chat %q = %d %s", command, code, body)
-		}
-		return string(body)
+		return runCommand(t, d, gw, tool, "", command, "X-Conch-Session-Id", "chat-"+tool)
 	}
 
 	if out := chat("ls -d /"); !strings.Contains(out, `\"exit_code\":0`) || !strings.Contains(out, `\"stdout\":\"/\\n\"`) {
@@ -124,15 +116,7 @@ func TestAllowlistResolvesInTheSandbox(t *testing.T) {
 
 	chat := func(command string) string {
 		t.Helper()
-		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
-			"model": gw, "user": user,
-			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
-			"tools":    []map[string]string{{"type": "exec"}},
-		})
-		if code != http.StatusOK {
-			t.Fatalf("chat %q = %d %s", command, code, body)
-		}
-		return string(body)
+		return runCommand(t, d, gw, "exec", user, command)
 	}
 	for _, command := range []string{"bin/tool", "cd bin && ./tool", "cd && bin/tool"} {
 		if out := chat(command); !strings.Contains(out, `\"exit_code\":0`) || !strings.Contains(out, "from the workspace") {

@@ -191,16 +191,7 @@ func TestSandboxREST(t *testing.T) {
 // sandbox goes on working.
 func TestSandboxDeletedCwd(t *testing.T) {
 	d := startDev(t)
-	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
-	if code != http.StatusOK {
-		t.Fatalf("create = %d %s", code, body)
-	}
-	var created struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(body, &created); err != nil || created.ID == "" {
-		t.Fatalf("create body %s (%v)", body, err)
-	}
+	id := newSandbox(t, d, map[string]any{})
 	type result struct {
 		Stdout  string `json:"stdout"`
 		Stderr  string `json:"stderr"`
@@ -211,7 +202,7 @@ func TestSandboxDeletedCwd(t *testing.T) {
 	}
 	run := func(command string) result {
 		t.Helper()
-		code, body := d.call("POST", "/api/v1/sandboxes/"+created.ID+"/commands", d.Key, map[string]any{"command": command})
+		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command})
 		if code != http.StatusOK {
 			t.Fatalf("%q = %d %s", command, code, body)
 		}
@@ -241,7 +232,7 @@ func TestSandboxDeletedCwd(t *testing.T) {
 	if r := run("pwd"); r.Stdout != "/home/workspace/e\n" || r.Stderr != "" {
 		t.Fatalf("cwd after the fallback: %+v", r)
 	}
-	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+created.ID, d.Key, nil); code != http.StatusOK && code != http.StatusNoContent {
+	if code, body := d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil); code != http.StatusOK && code != http.StatusNoContent {
 		t.Fatalf("delete = %d %s", code, body)
 	}
 }
@@ -250,17 +241,8 @@ func TestSandboxDeletedCwd(t *testing.T) {
 // of conch dev: it names no host path of the executor and not its pid.
 func TestSandboxMountTableHidesHost(t *testing.T) {
 	d := startDev(t)
-	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
-	if code != http.StatusOK {
-		t.Fatalf("create = %d %s", code, body)
-	}
-	var created struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(body, &created); err != nil || created.ID == "" {
-		t.Fatalf("create body %s (%v)", body, err)
-	}
-	code, body = d.call("POST", "/api/v1/sandboxes/"+created.ID+"/commands", d.Key,
+	id := newSandbox(t, d, map[string]any{})
+	code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key,
 		map[string]any{"command": "cat /proc/self/mountinfo /proc/self/mounts", "max_output_length": 1 << 20})
 	var r struct {
 		Stdout string `json:"stdout"`
@@ -268,7 +250,7 @@ func TestSandboxMountTableHidesHost(t *testing.T) {
 	if err := json.Unmarshal(body, &r); code != http.StatusOK || err != nil || !strings.Contains(r.Stdout, " /home/workspace ") {
 		t.Fatalf("read mount table = %d %s (%v)", code, body, err)
 	}
-	for _, leak := range []string{"/run/conch-executor", d.DataDir, created.ID} {
+	for _, leak := range []string{"/run/conch-executor", d.DataDir, id} {
 		if strings.Contains(r.Stdout, leak) {
 			t.Errorf("mount table shows %q:\n%s", leak, r.Stdout)
 		}

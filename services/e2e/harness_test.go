@@ -299,10 +299,37 @@ func answerWhenPending(t *testing.T, d *dev, command, decision string, check fun
 // through the REST API and returns its id.
 func persistentSandbox(t *testing.T, d *dev, user string) string {
 	t.Helper()
-	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{"user": user, "persistent": true})
+	return newSandbox(t, d, map[string]any{"user": user, "persistent": true})
+}
+
+// newSandbox creates a sandbox of the request body through the REST API
+// and returns its id.
+func newSandbox(t *testing.T, d *dev, body map[string]any) string {
+	t.Helper()
+	code, resp := d.call("POST", "/api/v1/sandboxes", d.Key, body)
 	var sb struct{ ID string }
-	if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
-		t.Fatalf("create sandbox = %d %s", code, body)
+	if err := json.Unmarshal(resp, &sb); code != http.StatusOK || err != nil || sb.ID == "" {
+		t.Fatalf("create sandbox = %d %s", code, resp)
 	}
 	return sb.ID
+}
+
+// runCommand asks gateway's scripted model to run command with the tool
+// of that type, for user when set, and returns the completion's body;
+// headers are added to the request.
+func runCommand(t *testing.T, d *dev, gateway, tool, user, command string, headers ...string) string {
+	t.Helper()
+	body := map[string]any{
+		"model":    gateway,
+		"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
+		"tools":    []map[string]string{{"type": tool}},
+	}
+	if user != "" {
+		body["user"] = user
+	}
+	code, resp := d.call("POST", "/v1/chat/completions", d.Key, body, headers...)
+	if code != http.StatusOK {
+		t.Fatalf("chat %q = %d %s", command, code, resp)
+	}
+	return string(resp)
 }

@@ -23,15 +23,7 @@ func TestAllowlistRunsTheJudgedPlan(t *testing.T) {
 	}
 	chat := func(command string) string {
 		t.Helper()
-		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
-			"model":    gw,
-			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
-			"tools":    []map[string]string{{"type": "shell"}},
-		}, "X-Conch-Session-Id", "plan-e2e")
-		if code != http.StatusOK {
-			t.Fatalf("chat %q = %d %s", command, code, body)
-		}
-		return string(body)
+		return runCommand(t, d, gw, "shell", "", command, "X-Conch-Session-Id", "plan-e2e")
 	}
 	const payload = `printf '%s-%s' PW NED`
 	gitconfig := "git apply <<'EOF'\n" +
@@ -119,15 +111,7 @@ func TestAllowAlwaysFollowsLinks(t *testing.T) {
 
 	chat := func(command string) string {
 		t.Helper()
-		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
-			"model": gw, "user": user,
-			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
-			"tools":    []map[string]string{{"type": "shell"}},
-		})
-		if code != http.StatusOK {
-			t.Fatalf("chat %q = %d %s", command, code, body)
-		}
-		return string(body)
+		return runCommand(t, d, gw, "shell", user, command)
 	}
 	const first = "./shlink -c 'uname -s'"
 	answered := answerWhenPending(t, d, first, "allow-always", func(pendingApproval) {})
@@ -181,17 +165,10 @@ func TestEvaluateAgreesWithTheShell(t *testing.T) {
 				t.Errorf("evaluate %q: a segment allowed with reason %q", command, s.Reason)
 			}
 		}
-		code, body = d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
-			"model":    gw,
-			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
-			"tools":    []map[string]string{{"type": "shell"}},
-		})
-		if code != http.StatusOK {
-			t.Fatalf("chat %q = %d %s", command, code, body)
-		}
-		ran := strings.Contains(string(body), `\"exit_code\":`)
+		out := runCommand(t, d, gw, "shell", "", command)
+		ran := strings.Contains(out, `\"exit_code\":`)
 		if want := ev.Decision == "allow"; ran != want {
-			t.Errorf("%q: evaluate says %s (%s), the shell call ran: %v: %s", command, ev.Decision, ev.Reason, ran, body)
+			t.Errorf("%q: evaluate says %s (%s), the shell call ran: %v: %s", command, ev.Decision, ev.Reason, ran, out)
 		}
 	}
 }

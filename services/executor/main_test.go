@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -77,16 +78,7 @@ func startExecutor(t testing.TB, opts ...Option) *testExecutor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := NewService(t.Context(), "test-executor", lis.Addr().String(), newRuntime(t), cli, nil, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = svc.Run(ctx)
-	}()
+	svc := startService(t, lis.Addr().String(), cli, opts...)
 	signer, err := tenant.NewSigner("test-secret-0123456789")
 	if err != nil {
 		t.Fatal(err)
@@ -104,13 +96,30 @@ func startExecutor(t testing.TB, opts ...Option) *testExecutor {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Runs before startService's cleanup, which ends the service.
 	t.Cleanup(func() {
 		_ = conn.Close()
 		g.Stop()
-		cancel()
-		<-done
 	})
 	return &testExecutor{svc: svc, client: executorv1.NewExecutorServiceClient(conn)}
+}
+
+// startService runs a Service advertised at addr, with real sandboxes and
+// etcd cli, until the test ends.
+func startService(t testing.TB, addr string, cli *clientv3.Client, opts ...Option) *Service {
+	t.Helper()
+	svc, err := NewService(t.Context(), "test-executor", addr, newRuntime(t), cli, nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = svc.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return svc
 }
 
 // as returns a context calling as account.

@@ -33,14 +33,7 @@ func (v *verdicts) WatchApproval(context.Context, *approvalv1.WatchApprovalReque
 // an allowlist verdict without a plan is refused; and that the policy is
 // asked about the directory the command then runs in.
 func TestExecRunsThePlan(t *testing.T) {
-	svc, err := NewService(t.Context(), "test-executor", "127.0.0.1:1", newRuntime(t), etcdxtest.StartForTest(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan struct{})
-	go func() { defer close(done); _ = svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	svc := startService(t, "127.0.0.1:1", etcdxtest.StartForTest(t))
 	_, id, err := svc.Create(t.Context(), "acme", CreateParams{})
 	if err != nil {
 		t.Fatal(err)

@@ -28,14 +28,7 @@ func TestToolCallsJoinTheCommandsTrace(t *testing.T) {
 		calls[arguments] = trace.SpanContextFromContext(ctx)
 		return "ok\n", false, nil
 	}
-	svc, err := NewService(t.Context(), "test-executor", "127.0.0.1:1", newRuntime(t), etcdxtest.StartForTest(t), nil, WithToolCaller(caller))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan struct{})
-	go func() { defer close(done); _ = svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	svc := startService(t, "127.0.0.1:1", etcdxtest.StartForTest(t), WithToolCaller(caller))
 
 	_, id, err := svc.Create(t.Context(), "acme", CreateParams{Tools: []toolshim.Tool{{Name: "lookup", Schema: []byte(`{"type":"object","properties":{"q":{"type":"string"}}}`)}}})
 	if err != nil {
