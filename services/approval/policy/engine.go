@@ -258,13 +258,31 @@ type analyzer struct {
 	programs []Program
 }
 
-// lookPath resolves name in dir and notes what it found.
-func (a *analyzer) lookPath(name, dir string) (string, error) {
-	p, err := a.r.LookPath(name, dir)
-	if err == nil && len(a.programs) < maxSegments {
-		a.programs = append(a.programs, Program{Name: name, Path: p, RealPath: a.realPath(p)})
+// binary is a program name resolved: the path the shell runs and the file
+// it really is, symlinks followed.
+type binary struct{ path, real string }
+
+// resolve resolves name in every directory the command may run in and
+// notes what it found. It reports false, after adding the miss, when the
+// name resolves to nothing in one of them.
+func (a *analyzer) resolve(name string, argv []string, cwds []string) ([]binary, bool) {
+	var bins []binary
+	for _, d := range cwds {
+		p, err := a.r.LookPath(name, d)
+		if err != nil {
+			a.add(Segment{Argv: argv, Decision: AskHuman, Reason: ErrNotAllowed + " (" + name + ": not found)"})
+			return nil, false
+		}
+		if slices.ContainsFunc(bins, func(b binary) bool { return b.path == p }) {
+			continue
+		}
+		b := binary{path: p, real: a.realPath(p)}
+		bins = append(bins, b)
+		if len(a.programs) < maxSegments {
+			a.programs = append(a.programs, Program{Name: name, Path: b.path, RealPath: b.real})
+		}
 	}
-	return p, err
+	return bins, true
 }
 
 func (a *analyzer) refuse(r *refusal) {
@@ -580,22 +598,15 @@ func (a *analyzer) argv(words []word, cwds []string, top bool) (succ, fail []str
 	if shellBuiltins[name] {
 		return a.builtin(name, words, argv, cwds)
 	}
-	var paths []string
-	for _, d := range cwds {
-		p, err := a.lookPath(name, d)
-		if err != nil {
-			a.add(Segment{Argv: argv, Decision: AskHuman, Reason: ErrNotAllowed + " (" + name + ": not found)"})
-			return cwds, cwds
-		}
-		if !slices.Contains(paths, p) {
-			paths = append(paths, p)
-		}
+	bins, ok := a.resolve(name, argv, cwds)
+	if !ok {
+		return cwds, cwds
 	}
-	if top && len(paths) == 1 {
-		a.head = paths[0]
+	if top && len(bins) == 1 {
+		a.head = bins[0].path
 	}
-	for _, p := range paths {
-		a.program(p, words, argv, cwds)
+	for _, b := range bins {
+		a.program(b, words, argv, cwds)
 	}
 	return cwds, cwds
 }
@@ -657,11 +668,11 @@ func (a *analyzer) builtin(name string, words []word, argv []string, cwds []stri
 	return cwds, cwds
 }
 
-// program judges a resolved binary p run with words.
-func (a *analyzer) program(p string, words []word, argv []string, cwds []string) {
+// program judges a resolved binary run with words.
+func (a *analyzer) program(b binary, words []word, argv []string, cwds []string) {
 	args := argv[1:]
-	base := a.kindName(p)
-	real := a.realPath(p)
+	p, real := b.path, b.real
+	base := kindName(b)
 	// kindPath carries the deciding name to the helpers that take paths.
 	kindPath := "/" + base
 	miss := func(why string) {
@@ -716,7 +727,7 @@ func (a *analyzer) program(p string, words []word, argv []string, cwds []string)
 		miss(base + " runs programs the policy cannot follow")
 		return
 	case isShell(kindPath):
-		a.shell(p, words, argv, cwds)
+		a.shell(b, words, argv, cwds)
 		return
 	}
 	if isInterpreter(kindPath) {
@@ -771,13 +782,13 @@ func (a *analyzer) realPath(p string) string {
 	return p
 }
 
-// kindName is the name that decides how the binary at p is judged: the
-// name of what a symlink finally points to (a link named "x" to /bin/sh is
-// a shell), except for multi-call binaries, which act as the name they were
+// kindName is the name that decides how a binary is judged: the name of
+// what a symlink finally points to (a link named "x" to /bin/sh is a
+// shell), except for multi-call binaries, which act as the name they were
 // started under.
-func (a *analyzer) kindName(p string) string {
-	base := progName(p)
-	real := progName(a.realPath(p))
+func kindName(b binary) string {
+	base := progName(b.path)
+	real := progName(b.real)
 	if multiCall[real] && !multiCall[base] {
 		return base
 	}
@@ -795,30 +806,20 @@ func (a *analyzer) argvExec(words []word, cwds []string) {
 		a.refuse(refuse(nonLiteralToken(words[0])))
 		return
 	}
-	name := words[0].val
-	var paths []string
-	for _, d := range cwds {
-		p, err := a.lookPath(name, d)
-		if err != nil {
-			a.add(Segment{Argv: values(words), Decision: AskHuman, Reason: ErrNotAllowed + " (" + name + ": not found)"})
-			return
-		}
-		if !slices.Contains(paths, p) {
-			paths = append(paths, p)
-		}
-	}
 	argv := values(words)
-	for _, p := range paths {
-		a.program(p, words, argv, cwds)
+	bins, _ := a.resolve(words[0].val, argv, cwds)
+	for _, b := range bins {
+		a.program(b, words, argv, cwds)
 	}
 }
 
 // shell judges sh -c STRING by the commands in STRING; a shell running a
 // script or stdin cannot be judged.
-func (a *analyzer) shell(p string, words []word, argv []string, cwds []string) {
+func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
+	p := b.path
 	base := progName(p)
 	miss := func(why string) {
-		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: a.realPath(p), Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
+		a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: b.real, Decision: AskHuman, Reason: ErrNotAllowed + " (" + why + ")"})
 	}
 	hasC := false
 	i := 1
@@ -870,7 +871,7 @@ func (a *analyzer) shell(p string, words []word, argv []string, cwds []string) {
 		a.fail(err.Error())
 		return
 	}
-	a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: a.realPath(p), Decision: Allow, Reason: base + " -c: judged by what it runs"})
+	a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: b.real, Decision: Allow, Reason: base + " -c: judged by what it runs"})
 	n := len(a.segs)
 	a.depth++
 	// The inner shell runs the plan of what was judged inside, never the
