@@ -568,7 +568,8 @@ func sortedIDs(m map[string]*entry) []string {
 func (s *Service) roomForStored(ctx context.Context, account string, p *CreateParams) error {
 	bytes, entries, err := s.ws.Usage(ctx, account, p.User)
 	if err != nil {
-		return fmt.Errorf("persistent: %w", err)
+		// Like a failed hydrate: the workspace cannot be opened now.
+		return errs.Wrap(errs.Unavailable, err, "persistent: read the usage of the workspace of %q", p.User)
 	}
 	// The filesystem gives every file whole pages; the stored bytes don't.
 	const page = 4096
@@ -655,7 +656,9 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 	defer cancel()
 	res, err := s.ws.Flush(fctx, e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Changes: c, ETags: e.etags})
 	if err != nil {
-		if fctx.Err() != nil {
+		// The service has the same deadline and may end the call a moment
+		// before this side's timer marks fctx: the clock decides.
+		if dl, _ := fctx.Deadline(); fctx.Err() != nil || !time.Now().Before(dl) {
 			// Said in words the model reads; the service's own error
 			// would only say that a context ended.
 			return notes, errs.New(errs.DeadlineExceeded, "flush timed out after %s", s.flushTimeout)
