@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -142,6 +143,29 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 		}
 	}
 	return a, nil
+}
+
+// AbandonApproval implements ApprovalService.
+func (s *Server) AbandonApproval(ctx context.Context, req *approvalv1.AbandonApprovalRequest) (*approvalv1.AbandonApprovalResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validID(req.GetId()); err != nil {
+		return nil, err
+	}
+	reason := strings.TrimSpace(req.GetReason())
+	if reason == "" {
+		return nil, errs.New(errs.InvalidArgument, "reason: required")
+	}
+	a, err := s.store.Abandon(ctx, account, req.GetId(), reason)
+	if err != nil {
+		return nil, err
+	}
+	if a.ResolvedBy == "requester" {
+		s.log.InfoContext(ctx, "approval abandoned", "account", account, "approval", a.ID, "reason", reason)
+	}
+	return &approvalv1.AbandonApprovalResponse{Approval: approvalTo(a)}, nil
 }
 
 // WatchApproval implements ApprovalService.

@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -127,5 +131,72 @@ func TestAllowlistResolvesInTheSandbox(t *testing.T) {
 		if out := chat(command); !strings.Contains(out, "Command not allowed by exec policy") || strings.Contains(out, "from the host") {
 			t.Errorf("%q, allowlisted only on the executor's host, was not refused: %s", command, out)
 		}
+	}
+}
+
+// A completion that ends while its command waits for a human takes the
+// approval with it: the approval expires saying why, and a late answer is
+// a conflict rather than an allow that nothing would act on.
+func TestApprovalEndsWithItsRequest(t *testing.T) {
+	d := startDev(t)
+	gw := "asks"
+	createGateway(t, d, map[string]any{"name": gw, "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	command := "touch /tmp/conch-e2e-abandoned"
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		body, _ := json.Marshal(map[string]any{
+			"model":    gw,
+			"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
+			"tools":    []map[string]string{{"type": "shell"}},
+		})
+		req, _ := http.NewRequestWithContext(ctx, "POST", d.URL+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+d.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("the completion ended by itself: %d", resp.StatusCode)
+		}
+		done <- err
+	}()
+
+	var id string
+	for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, body := d.call("GET", "/api/v1/approvals?state=pending", d.Key, nil)
+		var list struct {
+			Approvals []struct{ ID, Command string }
+		}
+		_ = json.Unmarshal(body, &list)
+		for _, a := range list.Approvals {
+			if a.Command == command {
+				id = a.ID
+			}
+		}
+	}
+	if id == "" {
+		t.Fatal("the command never asked")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("completion: %v", err)
+	}
+
+	var a struct {
+		State, Reason string
+		ResolvedBy    string `json:"resolved_by"`
+	}
+	for deadline := time.Now().Add(15 * time.Second); a.State != "expired" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, body := d.call("GET", "/api/v1/approvals/"+id, d.Key, nil)
+		_ = json.Unmarshal(body, &a)
+	}
+	if a.State != "expired" || !strings.Contains(a.Reason, "the request that asked for it ended") || a.ResolvedBy != "requester" {
+		t.Fatalf("approval after its request ended: %+v", a)
+	}
+	code, body := d.call("POST", "/api/v1/approvals/"+id+":resolve", d.Key, map[string]string{"decision": "allow-once"})
+	if code != http.StatusConflict || !strings.Contains(string(body), "already expired") {
+		t.Fatalf("answer after the request ended = %d %s, want 409", code, body)
 	}
 }

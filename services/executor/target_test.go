@@ -28,6 +28,10 @@ func (v *verdicts) WatchApproval(context.Context, *approvalv1.WatchApprovalReque
 	panic("no approval is pending in these tests")
 }
 
+func (v *verdicts) AbandonApproval(context.Context, *approvalv1.AbandonApprovalRequest, ...grpc.CallOption) (*approvalv1.AbandonApprovalResponse, error) {
+	panic("no approval is pending in these tests")
+}
+
 // TestExecRunsThePlan checks that a command the policy judged runs as the
 // plan the approval service returned, never as the text it was sent; that
 // an allowlist verdict without a plan is refused; and that the policy is

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,7 +28,12 @@ import (
 type Client interface {
 	Authorize(ctx context.Context, in *approvalv1.AuthorizeRequest, opts ...grpc.CallOption) (*approvalv1.AuthorizeResponse, error)
 	WatchApproval(ctx context.Context, in *approvalv1.WatchApprovalRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[approvalv1.WatchApprovalResponse], error)
+	AbandonApproval(ctx context.Context, in *approvalv1.AbandonApprovalRequest, opts ...grpc.CallOption) (*approvalv1.AbandonApprovalResponse, error)
 }
+
+// abandonTimeout bounds telling the approval service that nobody waits
+// any more.
+const abandonTimeout = 5 * time.Second
 
 var _ Client = approvalv1.ApprovalServiceClient(nil)
 
@@ -155,6 +161,9 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 	}
 	final, err := wait(ctx, c, pending.GetId())
 	if err != nil {
+		if ctx.Err() != nil {
+			abandon(ctx, c, pending.GetId())
+		}
 		return Verdict{}, err
 	}
 	areq = &approvalv1.AuthorizeRequest{Binding: req.Binding, Settings: req.Settings, ApprovalId: final.GetId()}
@@ -172,6 +181,19 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 		return allowed(resp, resp.GetApproval()), nil
 	}
 	return Verdict{Reason: resp.GetReason(), Approval: resp.GetApproval()}, nil
+}
+
+// abandon ends an approval whose requester is gone (ctx is done), so no
+// human answers a question whose command will not run. When the approval
+// service cannot be told, the approval still ends at its own timeout.
+func abandon(ctx context.Context, c Client, id string) {
+	reason := "the request that asked for it ended before anyone answered"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		reason = "the request that asked for it timed out before anyone answered"
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	_, _ = c.AbandonApproval(actx, &approvalv1.AbandonApprovalRequest{Id: id, Reason: reason})
 }
 
 // allowed is the verdict of an allow. Where the policy judged the

@@ -17,6 +17,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -135,6 +136,43 @@ func TestCheck(t *testing.T) {
 	v, err = gate.Check(ctx, client, request("rm -rf /tmp/y", quick, nil))
 	if err != nil || v.Allowed || v.Reason != policy.ErrTimeout {
 		t.Fatalf("timeout: %+v %v", v, err)
+	}
+}
+
+// A check whose caller leaves while a human decides ends the approval:
+// it expires with the reason, and a late answer is a conflict.
+func TestCheckAbandonsWhenTheCallerLeaves(t *testing.T) {
+	t.Parallel()
+	s, client, ctx := setup(t)
+	for _, tc := range []struct {
+		name   string
+		end    func(context.CancelFunc)
+		reason string
+	}{
+		{"cancelled", func(cancel context.CancelFunc) { cancel() }, "ended"},
+		{"timed out", func(context.CancelFunc) {}, "timed out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			var id string
+			v, err := gate.Check(cctx, client, request("rm -rf /tmp/"+tc.name, &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}, func(a *approvalv1.Approval) {
+				id = a.GetId()
+				tc.end(cancel)
+			}))
+			if err == nil || v.Allowed {
+				t.Fatalf("a check whose caller left: %+v %v", v, err)
+			}
+			got, err := s.svc.GetApproval(ctx, &approvalv1.GetApprovalRequest{Id: id})
+			a := got.GetApproval()
+			if err != nil || a.GetState() != approvalv1.ApprovalState_APPROVAL_STATE_EXPIRED || !strings.Contains(a.GetReason(), tc.reason) || a.GetResolvedBy() != "requester" {
+				t.Fatalf("approval after the caller left: %v %v", a, err)
+			}
+			_, err = s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: id, Decision: approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE})
+			if errs.KindOf(err) != errs.Conflict {
+				t.Fatalf("answer after the caller left: %v, want conflict", err)
+			}
+		})
 	}
 }
 

@@ -31,6 +31,9 @@ const (
 	DecisionDeny        = "deny"
 )
 
+// ReasonTimeout is the reason of an approval nobody answered in time.
+const ReasonTimeout = "nobody answered before the approval timeout"
+
 // RecordTTL is how long an approval stays listable after it was created.
 const RecordTTL = 24 * time.Hour
 
@@ -61,7 +64,9 @@ type Approval struct {
 	ExpiresAt     time.Time `json:"expiresAt"`
 	ResolvedAt    time.Time `json:"resolvedAt,omitzero"`
 	ResolvedBy    string    `json:"resolvedBy,omitempty"`
-	Segments      []Segment `json:"segments,omitempty"`
+	// Reason says why an expired approval ended without an answer.
+	Reason   string    `json:"reason,omitempty"`
+	Segments []Segment `json:"segments,omitempty"`
 	// Binding is a digest of everything the approval is bound to.
 	Binding string `json:"binding"`
 	// Recordable are the binaries allow-always adds to the allowlist.
@@ -288,6 +293,7 @@ func (s *Store) expire(ctx context.Context, a *Approval) (*Approval, error) {
 		next.State = StateExpired
 		next.ResolvedAt = s.now()
 		next.ResolvedBy = "fallback"
+		next.Reason = ReasonTimeout
 		ok, err := s.swap(ctx, a, &next, clientv3.Compare(clientv3.CreateRevision(s.liveKey(a.Account, a.ID)), "=", 0))
 		if err != nil {
 			return nil, err
@@ -359,6 +365,32 @@ func (s *Store) Resolve(ctx context.Context, account, id, decision, approver str
 		return nil, errs.New(errs.Conflict, "approval %s was resolved concurrently", id)
 	}
 	return &next, nil
+}
+
+// Abandon ends a pending approval whose requester is gone: it expires
+// with reason and never allows, whatever its fallback, since nobody waits
+// to run its command. An approval no longer pending is returned as is; an
+// answer racing this one either wins (and is returned) or gets a conflict.
+func (s *Store) Abandon(ctx context.Context, account, id, reason string) (*Approval, error) {
+	for {
+		a, _, _, err := s.read(ctx, account, id)
+		if err != nil || a.State != StatePending {
+			return a, err
+		}
+		next := *a
+		next.State = StateExpired
+		next.FallbackAllows = false
+		next.ResolvedAt = s.now()
+		next.ResolvedBy = "requester"
+		next.Reason = reason
+		ok, err := s.swap(ctx, a, &next)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &next, nil
+		}
+	}
 }
 
 // Consume marks an allowing approval as used; an approval runs its command

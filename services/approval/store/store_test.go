@@ -109,11 +109,49 @@ func TestTimeoutExpiresAndWatcherLearnsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != StateExpired || got.ResolvedBy != "fallback" || !got.Allows() {
+	if got.State != StateExpired || got.ResolvedBy != "fallback" || got.Reason != ReasonTimeout || !got.Allows() {
 		t.Fatalf("after timeout: %+v", got)
 	}
 	if _, err := s.Resolve(ctx, "acct", a.ID, DecisionAllowOnce, "late"); errs.KindOf(err) != errs.Conflict {
 		t.Fatalf("resolve after timeout: %v, want conflict", err)
+	}
+}
+
+// An approval whose requester left ends as expired with the reason, never
+// allows (whatever its fallback), and a later answer is a conflict; an
+// approval already answered is left as it is.
+func TestAbandon(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	a := newApproval("acct")
+	a.FallbackAllows = true
+	if err := s.Create(ctx, a, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Abandon(ctx, "acct", a.ID, "the request ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateExpired || got.Reason != "the request ended" || got.ResolvedBy != "requester" || got.Allows() {
+		t.Fatalf("abandoned: %+v", got)
+	}
+	if _, err := s.Resolve(ctx, "acct", a.ID, DecisionAllowOnce, "late"); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("resolve after abandon: %v, want conflict", err)
+	}
+
+	b := newApproval("acct")
+	if err := s.Create(ctx, b, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Resolve(ctx, "acct", b.ID, DecisionDeny, "me"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Abandon(ctx, "acct", b.ID, "the request ended"); err != nil || got.State != StateDenied || got.Reason != "" {
+		t.Fatalf("abandon after deny: %+v %v", got, err)
+	}
+	if _, err := s.Abandon(ctx, "acct", "missing", "x"); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("abandon of a missing approval: %v", err)
 	}
 }
 

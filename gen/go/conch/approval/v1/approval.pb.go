@@ -174,14 +174,18 @@ type Approval struct {
 	// Who decided: "key:<key id> via rest|cli|web" for the API key that
 	// answered, "<channel>:<sender>" for a configured chat approver,
 	// "session:<session>" for the conversation's own user, "fallback" when
-	// ask_fallback decided on expiry, or empty while pending.
+	// ask_fallback decided on expiry, "requester" when the request that asked
+	// ended first, or empty while pending.
 	ResolvedBy string `protobuf:"bytes,14,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
 	// When it was decided.
 	ResolvedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
 	// Node name for host node.
 	Node string `protobuf:"bytes,16,opt,name=node,proto3" json:"node,omitempty"`
 	// Each simple command of the line as judged.
-	Segments      []*Segment `protobuf:"bytes,17,rep,name=segments,proto3" json:"segments,omitempty"`
+	Segments []*Segment `protobuf:"bytes,17,rep,name=segments,proto3" json:"segments,omitempty"`
+	// Why an expired approval ended without a human's answer: nobody
+	// answered in time, or the request that asked ended first.
+	Reason        string `protobuf:"bytes,18,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +337,13 @@ func (x *Approval) GetSegments() []*Segment {
 		return x.Segments
 	}
 	return nil
+}
+
+func (x *Approval) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // Binding is what an approval is bound to besides the account: a decision
@@ -1035,6 +1046,108 @@ func (x *ResolveApprovalResponse) GetApproval() *Approval {
 	return nil
 }
 
+// AbandonApprovalRequest ends a pending approval whose requester is gone.
+type AbandonApprovalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Approval id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why, as the approval will say (e.g. "the request that asked for it
+	// ended").
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonApprovalRequest) Reset() {
+	*x = AbandonApprovalRequest{}
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonApprovalRequest) ProtoMessage() {}
+
+func (x *AbandonApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonApprovalRequest.ProtoReflect.Descriptor instead.
+func (*AbandonApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AbandonApprovalRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AbandonApprovalRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// AbandonApprovalResponse is the approval as stored afterwards.
+type AbandonApprovalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The approval.
+	Approval      *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonApprovalResponse) Reset() {
+	*x = AbandonApprovalResponse{}
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonApprovalResponse) ProtoMessage() {}
+
+func (x *AbandonApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonApprovalResponse.ProtoReflect.Descriptor instead.
+func (*AbandonApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AbandonApprovalResponse) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
 // GetExecApprovalsRequest asks for the account's exec-approvals document.
 type GetExecApprovalsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1044,7 +1157,7 @@ type GetExecApprovalsRequest struct {
 
 func (x *GetExecApprovalsRequest) Reset() {
 	*x = GetExecApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1169,7 @@ func (x *GetExecApprovalsRequest) String() string {
 func (*GetExecApprovalsRequest) ProtoMessage() {}
 
 func (x *GetExecApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1182,7 @@ func (x *GetExecApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*GetExecApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{12}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{14}
 }
 
 // GetExecApprovalsResponse carries the document.
@@ -1086,7 +1199,7 @@ type GetExecApprovalsResponse struct {
 
 func (x *GetExecApprovalsResponse) Reset() {
 	*x = GetExecApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1211,7 @@ func (x *GetExecApprovalsResponse) String() string {
 func (*GetExecApprovalsResponse) ProtoMessage() {}
 
 func (x *GetExecApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1224,7 @@ func (x *GetExecApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*GetExecApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{13}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetExecApprovalsResponse) GetDocument() []byte {
@@ -1142,7 +1255,7 @@ type PutExecApprovalsRequest struct {
 
 func (x *PutExecApprovalsRequest) Reset() {
 	*x = PutExecApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1267,7 @@ func (x *PutExecApprovalsRequest) String() string {
 func (*PutExecApprovalsRequest) ProtoMessage() {}
 
 func (x *PutExecApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1280,7 @@ func (x *PutExecApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExecApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*PutExecApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{14}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutExecApprovalsRequest) GetDocument() []byte {
@@ -1197,7 +1310,7 @@ type PutExecApprovalsResponse struct {
 
 func (x *PutExecApprovalsResponse) Reset() {
 	*x = PutExecApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1322,7 @@ func (x *PutExecApprovalsResponse) String() string {
 func (*PutExecApprovalsResponse) ProtoMessage() {}
 
 func (x *PutExecApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1335,7 @@ func (x *PutExecApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExecApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*PutExecApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{15}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutExecApprovalsResponse) GetDocument() []byte {
@@ -1258,7 +1371,7 @@ type AllowlistEntry struct {
 
 func (x *AllowlistEntry) Reset() {
 	*x = AllowlistEntry{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1383,7 @@ func (x *AllowlistEntry) String() string {
 func (*AllowlistEntry) ProtoMessage() {}
 
 func (x *AllowlistEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1396,7 @@ func (x *AllowlistEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowlistEntry.ProtoReflect.Descriptor instead.
 func (*AllowlistEntry) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{16}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AllowlistEntry) GetId() string {
@@ -1334,7 +1447,7 @@ type AddAllowlistEntryRequest struct {
 
 func (x *AddAllowlistEntryRequest) Reset() {
 	*x = AddAllowlistEntryRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1459,7 @@ func (x *AddAllowlistEntryRequest) String() string {
 func (*AddAllowlistEntryRequest) ProtoMessage() {}
 
 func (x *AddAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1472,7 @@ func (x *AddAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddAllowlistEntryRequest.ProtoReflect.Descriptor instead.
 func (*AddAllowlistEntryRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{17}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddAllowlistEntryRequest) GetAgent() string {
@@ -1387,7 +1500,7 @@ type AddAllowlistEntryResponse struct {
 
 func (x *AddAllowlistEntryResponse) Reset() {
 	*x = AddAllowlistEntryResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1512,7 @@ func (x *AddAllowlistEntryResponse) String() string {
 func (*AddAllowlistEntryResponse) ProtoMessage() {}
 
 func (x *AddAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1525,7 @@ func (x *AddAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddAllowlistEntryResponse.ProtoReflect.Descriptor instead.
 func (*AddAllowlistEntryResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{18}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddAllowlistEntryResponse) GetEntry() *AllowlistEntry {
@@ -1435,7 +1548,7 @@ type RemoveAllowlistEntryRequest struct {
 
 func (x *RemoveAllowlistEntryRequest) Reset() {
 	*x = RemoveAllowlistEntryRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1560,7 @@ func (x *RemoveAllowlistEntryRequest) String() string {
 func (*RemoveAllowlistEntryRequest) ProtoMessage() {}
 
 func (x *RemoveAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1573,7 @@ func (x *RemoveAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllowlistEntryRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllowlistEntryRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{19}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveAllowlistEntryRequest) GetAgent() string {
@@ -1486,7 +1599,7 @@ type RemoveAllowlistEntryResponse struct {
 
 func (x *RemoveAllowlistEntryResponse) Reset() {
 	*x = RemoveAllowlistEntryResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1611,7 @@ func (x *RemoveAllowlistEntryResponse) String() string {
 func (*RemoveAllowlistEntryResponse) ProtoMessage() {}
 
 func (x *RemoveAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1624,7 @@ func (x *RemoveAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllowlistEntryResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAllowlistEntryResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{20}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{22}
 }
 
 // ListAllowlistRequest names an agent.
@@ -1525,7 +1638,7 @@ type ListAllowlistRequest struct {
 
 func (x *ListAllowlistRequest) Reset() {
 	*x = ListAllowlistRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1650,7 @@ func (x *ListAllowlistRequest) String() string {
 func (*ListAllowlistRequest) ProtoMessage() {}
 
 func (x *ListAllowlistRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1663,7 @@ func (x *ListAllowlistRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllowlistRequest.ProtoReflect.Descriptor instead.
 func (*ListAllowlistRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{21}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAllowlistRequest) GetAgent() string {
@@ -1571,7 +1684,7 @@ type ListAllowlistResponse struct {
 
 func (x *ListAllowlistResponse) Reset() {
 	*x = ListAllowlistResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1696,7 @@ func (x *ListAllowlistResponse) String() string {
 func (*ListAllowlistResponse) ProtoMessage() {}
 
 func (x *ListAllowlistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1709,7 @@ func (x *ListAllowlistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllowlistResponse.ProtoReflect.Descriptor instead.
 func (*ListAllowlistResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{22}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListAllowlistResponse) GetEntries() []*AllowlistEntry {
@@ -1610,7 +1723,7 @@ var File_conch_approval_v1_approval_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\n" +
-	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x05\n" +
+	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x05\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .conch.approval.v1.ApprovalStateR\x05state\x12?\n" +
@@ -1633,7 +1746,8 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\vresolved_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"resolvedAt\x12\x12\n" +
 	"\x04node\x18\x10 \x01(\tR\x04node\x126\n" +
-	"\bsegments\x18\x11 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\"\xa9\x02\n" +
+	"\bsegments\x18\x11 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12\x16\n" +
+	"\x06reason\x18\x12 \x01(\tR\x06reason\"\xa9\x02\n" +
 	"\aBinding\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x125\n" +
@@ -1679,6 +1793,11 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\bdecision\x18\x02 \x01(\x0e2#.conch.approval.v1.ApprovalDecisionR\bdecision\x12\x1a\n" +
 	"\bapprover\x18\x03 \x01(\tR\bapprover\"R\n" +
 	"\x17ResolveApprovalResponse\x127\n" +
+	"\bapproval\x18\x01 \x01(\v2\x1b.conch.approval.v1.ApprovalR\bapproval\"@\n" +
+	"\x16AbandonApprovalRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"R\n" +
+	"\x17AbandonApprovalResponse\x127\n" +
 	"\bapproval\x18\x01 \x01(\v2\x1b.conch.approval.v1.ApprovalR\bapproval\"\x19\n" +
 	"\x17GetExecApprovalsRequest\"R\n" +
 	"\x18GetExecApprovalsResponse\x12\x1a\n" +
@@ -1735,7 +1854,7 @@ func file_conch_approval_v1_approval_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_approval_v1_approval_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_approval_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_conch_approval_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_conch_approval_v1_approval_proto_goTypes = []any{
 	(ApprovalState)(0),                   // 0: conch.approval.v1.ApprovalState
 	(ApprovalDecision)(0),                // 1: conch.approval.v1.ApprovalDecision
@@ -1751,56 +1870,59 @@ var file_conch_approval_v1_approval_proto_goTypes = []any{
 	(*ListApprovalsResponse)(nil),        // 11: conch.approval.v1.ListApprovalsResponse
 	(*ResolveApprovalRequest)(nil),       // 12: conch.approval.v1.ResolveApprovalRequest
 	(*ResolveApprovalResponse)(nil),      // 13: conch.approval.v1.ResolveApprovalResponse
-	(*GetExecApprovalsRequest)(nil),      // 14: conch.approval.v1.GetExecApprovalsRequest
-	(*GetExecApprovalsResponse)(nil),     // 15: conch.approval.v1.GetExecApprovalsResponse
-	(*PutExecApprovalsRequest)(nil),      // 16: conch.approval.v1.PutExecApprovalsRequest
-	(*PutExecApprovalsResponse)(nil),     // 17: conch.approval.v1.PutExecApprovalsResponse
-	(*AllowlistEntry)(nil),               // 18: conch.approval.v1.AllowlistEntry
-	(*AddAllowlistEntryRequest)(nil),     // 19: conch.approval.v1.AddAllowlistEntryRequest
-	(*AddAllowlistEntryResponse)(nil),    // 20: conch.approval.v1.AddAllowlistEntryResponse
-	(*RemoveAllowlistEntryRequest)(nil),  // 21: conch.approval.v1.RemoveAllowlistEntryRequest
-	(*RemoveAllowlistEntryResponse)(nil), // 22: conch.approval.v1.RemoveAllowlistEntryResponse
-	(*ListAllowlistRequest)(nil),         // 23: conch.approval.v1.ListAllowlistRequest
-	(*ListAllowlistResponse)(nil),        // 24: conch.approval.v1.ListAllowlistResponse
-	nil,                                  // 25: conch.approval.v1.Binding.EnvEntry
-	(Host)(0),                            // 26: conch.approval.v1.Host
-	(Security)(0),                        // 27: conch.approval.v1.Security
-	(*timestamppb.Timestamp)(nil),        // 28: google.protobuf.Timestamp
-	(*Segment)(nil),                      // 29: conch.approval.v1.Segment
-	(*ExecSettings)(nil),                 // 30: conch.approval.v1.ExecSettings
-	(PolicyDecision)(0),                  // 31: conch.approval.v1.PolicyDecision
+	(*AbandonApprovalRequest)(nil),       // 14: conch.approval.v1.AbandonApprovalRequest
+	(*AbandonApprovalResponse)(nil),      // 15: conch.approval.v1.AbandonApprovalResponse
+	(*GetExecApprovalsRequest)(nil),      // 16: conch.approval.v1.GetExecApprovalsRequest
+	(*GetExecApprovalsResponse)(nil),     // 17: conch.approval.v1.GetExecApprovalsResponse
+	(*PutExecApprovalsRequest)(nil),      // 18: conch.approval.v1.PutExecApprovalsRequest
+	(*PutExecApprovalsResponse)(nil),     // 19: conch.approval.v1.PutExecApprovalsResponse
+	(*AllowlistEntry)(nil),               // 20: conch.approval.v1.AllowlistEntry
+	(*AddAllowlistEntryRequest)(nil),     // 21: conch.approval.v1.AddAllowlistEntryRequest
+	(*AddAllowlistEntryResponse)(nil),    // 22: conch.approval.v1.AddAllowlistEntryResponse
+	(*RemoveAllowlistEntryRequest)(nil),  // 23: conch.approval.v1.RemoveAllowlistEntryRequest
+	(*RemoveAllowlistEntryResponse)(nil), // 24: conch.approval.v1.RemoveAllowlistEntryResponse
+	(*ListAllowlistRequest)(nil),         // 25: conch.approval.v1.ListAllowlistRequest
+	(*ListAllowlistResponse)(nil),        // 26: conch.approval.v1.ListAllowlistResponse
+	nil,                                  // 27: conch.approval.v1.Binding.EnvEntry
+	(Host)(0),                            // 28: conch.approval.v1.Host
+	(Security)(0),                        // 29: conch.approval.v1.Security
+	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
+	(*Segment)(nil),                      // 31: conch.approval.v1.Segment
+	(*ExecSettings)(nil),                 // 32: conch.approval.v1.ExecSettings
+	(PolicyDecision)(0),                  // 33: conch.approval.v1.PolicyDecision
 }
 var file_conch_approval_v1_approval_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.Approval.state:type_name -> conch.approval.v1.ApprovalState
 	1,  // 1: conch.approval.v1.Approval.decision:type_name -> conch.approval.v1.ApprovalDecision
-	26, // 2: conch.approval.v1.Approval.host:type_name -> conch.approval.v1.Host
-	27, // 3: conch.approval.v1.Approval.security:type_name -> conch.approval.v1.Security
-	28, // 4: conch.approval.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	28, // 5: conch.approval.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 6: conch.approval.v1.Approval.resolved_at:type_name -> google.protobuf.Timestamp
-	29, // 7: conch.approval.v1.Approval.segments:type_name -> conch.approval.v1.Segment
-	25, // 8: conch.approval.v1.Binding.env:type_name -> conch.approval.v1.Binding.EnvEntry
-	26, // 9: conch.approval.v1.Binding.host:type_name -> conch.approval.v1.Host
+	28, // 2: conch.approval.v1.Approval.host:type_name -> conch.approval.v1.Host
+	29, // 3: conch.approval.v1.Approval.security:type_name -> conch.approval.v1.Security
+	30, // 4: conch.approval.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	30, // 5: conch.approval.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 6: conch.approval.v1.Approval.resolved_at:type_name -> google.protobuf.Timestamp
+	31, // 7: conch.approval.v1.Approval.segments:type_name -> conch.approval.v1.Segment
+	27, // 8: conch.approval.v1.Binding.env:type_name -> conch.approval.v1.Binding.EnvEntry
+	28, // 9: conch.approval.v1.Binding.host:type_name -> conch.approval.v1.Host
 	3,  // 10: conch.approval.v1.AuthorizeRequest.binding:type_name -> conch.approval.v1.Binding
-	29, // 11: conch.approval.v1.AuthorizeRequest.segments:type_name -> conch.approval.v1.Segment
-	30, // 12: conch.approval.v1.AuthorizeRequest.settings:type_name -> conch.approval.v1.ExecSettings
-	31, // 13: conch.approval.v1.AuthorizeResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	31, // 11: conch.approval.v1.AuthorizeRequest.segments:type_name -> conch.approval.v1.Segment
+	32, // 12: conch.approval.v1.AuthorizeRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	33, // 13: conch.approval.v1.AuthorizeResponse.decision:type_name -> conch.approval.v1.PolicyDecision
 	2,  // 14: conch.approval.v1.AuthorizeResponse.approval:type_name -> conch.approval.v1.Approval
-	29, // 15: conch.approval.v1.AuthorizeResponse.segments:type_name -> conch.approval.v1.Segment
-	27, // 16: conch.approval.v1.AuthorizeResponse.security:type_name -> conch.approval.v1.Security
+	31, // 15: conch.approval.v1.AuthorizeResponse.segments:type_name -> conch.approval.v1.Segment
+	29, // 16: conch.approval.v1.AuthorizeResponse.security:type_name -> conch.approval.v1.Security
 	2,  // 17: conch.approval.v1.WatchApprovalResponse.approval:type_name -> conch.approval.v1.Approval
 	2,  // 18: conch.approval.v1.GetApprovalResponse.approval:type_name -> conch.approval.v1.Approval
 	0,  // 19: conch.approval.v1.ListApprovalsRequest.state:type_name -> conch.approval.v1.ApprovalState
 	2,  // 20: conch.approval.v1.ListApprovalsResponse.approvals:type_name -> conch.approval.v1.Approval
 	1,  // 21: conch.approval.v1.ResolveApprovalRequest.decision:type_name -> conch.approval.v1.ApprovalDecision
 	2,  // 22: conch.approval.v1.ResolveApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	18, // 23: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
-	18, // 24: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	2,  // 23: conch.approval.v1.AbandonApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	20, // 24: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
+	20, // 25: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_approval_proto_init() }
@@ -1815,7 +1937,7 @@ func file_conch_approval_v1_approval_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_approval_proto_rawDesc), len(file_conch_approval_v1_approval_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

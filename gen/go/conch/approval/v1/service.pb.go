@@ -24,14 +24,15 @@ var File_conch_approval_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconch/approval/v1/service.proto\x12\x11conch.approval.v1\x1a conch/approval/v1/approval.proto\x1a\"conch/approval/v1/forwarding.proto\x1a\x1econch/approval/v1/policy.proto2\xaf\v\n" +
+	"\x1fconch/approval/v1/service.proto\x12\x11conch.approval.v1\x1a conch/approval/v1/approval.proto\x1a\"conch/approval/v1/forwarding.proto\x1a\x1econch/approval/v1/policy.proto2\x99\f\n" +
 	"\x0fApprovalService\x12S\n" +
 	"\bEvaluate\x12\".conch.approval.v1.EvaluateRequest\x1a#.conch.approval.v1.EvaluateResponse\x12V\n" +
 	"\tAuthorize\x12#.conch.approval.v1.AuthorizeRequest\x1a$.conch.approval.v1.AuthorizeResponse\x12d\n" +
 	"\rWatchApproval\x12'.conch.approval.v1.WatchApprovalRequest\x1a(.conch.approval.v1.WatchApprovalResponse0\x01\x12\\\n" +
 	"\vGetApproval\x12%.conch.approval.v1.GetApprovalRequest\x1a&.conch.approval.v1.GetApprovalResponse\x12b\n" +
 	"\rListApprovals\x12'.conch.approval.v1.ListApprovalsRequest\x1a(.conch.approval.v1.ListApprovalsResponse\x12h\n" +
-	"\x0fResolveApproval\x12).conch.approval.v1.ResolveApprovalRequest\x1a*.conch.approval.v1.ResolveApprovalResponse\x12k\n" +
+	"\x0fResolveApproval\x12).conch.approval.v1.ResolveApprovalRequest\x1a*.conch.approval.v1.ResolveApprovalResponse\x12h\n" +
+	"\x0fAbandonApproval\x12).conch.approval.v1.AbandonApprovalRequest\x1a*.conch.approval.v1.AbandonApprovalResponse\x12k\n" +
 	"\x10GetExecApprovals\x12*.conch.approval.v1.GetExecApprovalsRequest\x1a+.conch.approval.v1.GetExecApprovalsResponse\x12k\n" +
 	"\x10PutExecApprovals\x12*.conch.approval.v1.PutExecApprovalsRequest\x1a+.conch.approval.v1.PutExecApprovalsResponse\x12b\n" +
 	"\rListAllowlist\x12'.conch.approval.v1.ListAllowlistRequest\x1a(.conch.approval.v1.ListAllowlistResponse\x12n\n" +
@@ -48,28 +49,30 @@ var file_conch_approval_v1_service_proto_goTypes = []any{
 	(*GetApprovalRequest)(nil),           // 3: conch.approval.v1.GetApprovalRequest
 	(*ListApprovalsRequest)(nil),         // 4: conch.approval.v1.ListApprovalsRequest
 	(*ResolveApprovalRequest)(nil),       // 5: conch.approval.v1.ResolveApprovalRequest
-	(*GetExecApprovalsRequest)(nil),      // 6: conch.approval.v1.GetExecApprovalsRequest
-	(*PutExecApprovalsRequest)(nil),      // 7: conch.approval.v1.PutExecApprovalsRequest
-	(*ListAllowlistRequest)(nil),         // 8: conch.approval.v1.ListAllowlistRequest
-	(*AddAllowlistEntryRequest)(nil),     // 9: conch.approval.v1.AddAllowlistEntryRequest
-	(*RemoveAllowlistEntryRequest)(nil),  // 10: conch.approval.v1.RemoveAllowlistEntryRequest
-	(*GetForwardingRequest)(nil),         // 11: conch.approval.v1.GetForwardingRequest
-	(*PutForwardingRequest)(nil),         // 12: conch.approval.v1.PutForwardingRequest
-	(*HandleChatCommandRequest)(nil),     // 13: conch.approval.v1.HandleChatCommandRequest
-	(*EvaluateResponse)(nil),             // 14: conch.approval.v1.EvaluateResponse
-	(*AuthorizeResponse)(nil),            // 15: conch.approval.v1.AuthorizeResponse
-	(*WatchApprovalResponse)(nil),        // 16: conch.approval.v1.WatchApprovalResponse
-	(*GetApprovalResponse)(nil),          // 17: conch.approval.v1.GetApprovalResponse
-	(*ListApprovalsResponse)(nil),        // 18: conch.approval.v1.ListApprovalsResponse
-	(*ResolveApprovalResponse)(nil),      // 19: conch.approval.v1.ResolveApprovalResponse
-	(*GetExecApprovalsResponse)(nil),     // 20: conch.approval.v1.GetExecApprovalsResponse
-	(*PutExecApprovalsResponse)(nil),     // 21: conch.approval.v1.PutExecApprovalsResponse
-	(*ListAllowlistResponse)(nil),        // 22: conch.approval.v1.ListAllowlistResponse
-	(*AddAllowlistEntryResponse)(nil),    // 23: conch.approval.v1.AddAllowlistEntryResponse
-	(*RemoveAllowlistEntryResponse)(nil), // 24: conch.approval.v1.RemoveAllowlistEntryResponse
-	(*GetForwardingResponse)(nil),        // 25: conch.approval.v1.GetForwardingResponse
-	(*PutForwardingResponse)(nil),        // 26: conch.approval.v1.PutForwardingResponse
-	(*HandleChatCommandResponse)(nil),    // 27: conch.approval.v1.HandleChatCommandResponse
+	(*AbandonApprovalRequest)(nil),       // 6: conch.approval.v1.AbandonApprovalRequest
+	(*GetExecApprovalsRequest)(nil),      // 7: conch.approval.v1.GetExecApprovalsRequest
+	(*PutExecApprovalsRequest)(nil),      // 8: conch.approval.v1.PutExecApprovalsRequest
+	(*ListAllowlistRequest)(nil),         // 9: conch.approval.v1.ListAllowlistRequest
+	(*AddAllowlistEntryRequest)(nil),     // 10: conch.approval.v1.AddAllowlistEntryRequest
+	(*RemoveAllowlistEntryRequest)(nil),  // 11: conch.approval.v1.RemoveAllowlistEntryRequest
+	(*GetForwardingRequest)(nil),         // 12: conch.approval.v1.GetForwardingRequest
+	(*PutForwardingRequest)(nil),         // 13: conch.approval.v1.PutForwardingRequest
+	(*HandleChatCommandRequest)(nil),     // 14: conch.approval.v1.HandleChatCommandRequest
+	(*EvaluateResponse)(nil),             // 15: conch.approval.v1.EvaluateResponse
+	(*AuthorizeResponse)(nil),            // 16: conch.approval.v1.AuthorizeResponse
+	(*WatchApprovalResponse)(nil),        // 17: conch.approval.v1.WatchApprovalResponse
+	(*GetApprovalResponse)(nil),          // 18: conch.approval.v1.GetApprovalResponse
+	(*ListApprovalsResponse)(nil),        // 19: conch.approval.v1.ListApprovalsResponse
+	(*ResolveApprovalResponse)(nil),      // 20: conch.approval.v1.ResolveApprovalResponse
+	(*AbandonApprovalResponse)(nil),      // 21: conch.approval.v1.AbandonApprovalResponse
+	(*GetExecApprovalsResponse)(nil),     // 22: conch.approval.v1.GetExecApprovalsResponse
+	(*PutExecApprovalsResponse)(nil),     // 23: conch.approval.v1.PutExecApprovalsResponse
+	(*ListAllowlistResponse)(nil),        // 24: conch.approval.v1.ListAllowlistResponse
+	(*AddAllowlistEntryResponse)(nil),    // 25: conch.approval.v1.AddAllowlistEntryResponse
+	(*RemoveAllowlistEntryResponse)(nil), // 26: conch.approval.v1.RemoveAllowlistEntryResponse
+	(*GetForwardingResponse)(nil),        // 27: conch.approval.v1.GetForwardingResponse
+	(*PutForwardingResponse)(nil),        // 28: conch.approval.v1.PutForwardingResponse
+	(*HandleChatCommandResponse)(nil),    // 29: conch.approval.v1.HandleChatCommandResponse
 }
 var file_conch_approval_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.ApprovalService.Evaluate:input_type -> conch.approval.v1.EvaluateRequest
@@ -78,30 +81,32 @@ var file_conch_approval_v1_service_proto_depIdxs = []int32{
 	3,  // 3: conch.approval.v1.ApprovalService.GetApproval:input_type -> conch.approval.v1.GetApprovalRequest
 	4,  // 4: conch.approval.v1.ApprovalService.ListApprovals:input_type -> conch.approval.v1.ListApprovalsRequest
 	5,  // 5: conch.approval.v1.ApprovalService.ResolveApproval:input_type -> conch.approval.v1.ResolveApprovalRequest
-	6,  // 6: conch.approval.v1.ApprovalService.GetExecApprovals:input_type -> conch.approval.v1.GetExecApprovalsRequest
-	7,  // 7: conch.approval.v1.ApprovalService.PutExecApprovals:input_type -> conch.approval.v1.PutExecApprovalsRequest
-	8,  // 8: conch.approval.v1.ApprovalService.ListAllowlist:input_type -> conch.approval.v1.ListAllowlistRequest
-	9,  // 9: conch.approval.v1.ApprovalService.AddAllowlistEntry:input_type -> conch.approval.v1.AddAllowlistEntryRequest
-	10, // 10: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:input_type -> conch.approval.v1.RemoveAllowlistEntryRequest
-	11, // 11: conch.approval.v1.ApprovalService.GetForwarding:input_type -> conch.approval.v1.GetForwardingRequest
-	12, // 12: conch.approval.v1.ApprovalService.PutForwarding:input_type -> conch.approval.v1.PutForwardingRequest
-	13, // 13: conch.approval.v1.ApprovalService.HandleChatCommand:input_type -> conch.approval.v1.HandleChatCommandRequest
-	14, // 14: conch.approval.v1.ApprovalService.Evaluate:output_type -> conch.approval.v1.EvaluateResponse
-	15, // 15: conch.approval.v1.ApprovalService.Authorize:output_type -> conch.approval.v1.AuthorizeResponse
-	16, // 16: conch.approval.v1.ApprovalService.WatchApproval:output_type -> conch.approval.v1.WatchApprovalResponse
-	17, // 17: conch.approval.v1.ApprovalService.GetApproval:output_type -> conch.approval.v1.GetApprovalResponse
-	18, // 18: conch.approval.v1.ApprovalService.ListApprovals:output_type -> conch.approval.v1.ListApprovalsResponse
-	19, // 19: conch.approval.v1.ApprovalService.ResolveApproval:output_type -> conch.approval.v1.ResolveApprovalResponse
-	20, // 20: conch.approval.v1.ApprovalService.GetExecApprovals:output_type -> conch.approval.v1.GetExecApprovalsResponse
-	21, // 21: conch.approval.v1.ApprovalService.PutExecApprovals:output_type -> conch.approval.v1.PutExecApprovalsResponse
-	22, // 22: conch.approval.v1.ApprovalService.ListAllowlist:output_type -> conch.approval.v1.ListAllowlistResponse
-	23, // 23: conch.approval.v1.ApprovalService.AddAllowlistEntry:output_type -> conch.approval.v1.AddAllowlistEntryResponse
-	24, // 24: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:output_type -> conch.approval.v1.RemoveAllowlistEntryResponse
-	25, // 25: conch.approval.v1.ApprovalService.GetForwarding:output_type -> conch.approval.v1.GetForwardingResponse
-	26, // 26: conch.approval.v1.ApprovalService.PutForwarding:output_type -> conch.approval.v1.PutForwardingResponse
-	27, // 27: conch.approval.v1.ApprovalService.HandleChatCommand:output_type -> conch.approval.v1.HandleChatCommandResponse
-	14, // [14:28] is the sub-list for method output_type
-	0,  // [0:14] is the sub-list for method input_type
+	6,  // 6: conch.approval.v1.ApprovalService.AbandonApproval:input_type -> conch.approval.v1.AbandonApprovalRequest
+	7,  // 7: conch.approval.v1.ApprovalService.GetExecApprovals:input_type -> conch.approval.v1.GetExecApprovalsRequest
+	8,  // 8: conch.approval.v1.ApprovalService.PutExecApprovals:input_type -> conch.approval.v1.PutExecApprovalsRequest
+	9,  // 9: conch.approval.v1.ApprovalService.ListAllowlist:input_type -> conch.approval.v1.ListAllowlistRequest
+	10, // 10: conch.approval.v1.ApprovalService.AddAllowlistEntry:input_type -> conch.approval.v1.AddAllowlistEntryRequest
+	11, // 11: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:input_type -> conch.approval.v1.RemoveAllowlistEntryRequest
+	12, // 12: conch.approval.v1.ApprovalService.GetForwarding:input_type -> conch.approval.v1.GetForwardingRequest
+	13, // 13: conch.approval.v1.ApprovalService.PutForwarding:input_type -> conch.approval.v1.PutForwardingRequest
+	14, // 14: conch.approval.v1.ApprovalService.HandleChatCommand:input_type -> conch.approval.v1.HandleChatCommandRequest
+	15, // 15: conch.approval.v1.ApprovalService.Evaluate:output_type -> conch.approval.v1.EvaluateResponse
+	16, // 16: conch.approval.v1.ApprovalService.Authorize:output_type -> conch.approval.v1.AuthorizeResponse
+	17, // 17: conch.approval.v1.ApprovalService.WatchApproval:output_type -> conch.approval.v1.WatchApprovalResponse
+	18, // 18: conch.approval.v1.ApprovalService.GetApproval:output_type -> conch.approval.v1.GetApprovalResponse
+	19, // 19: conch.approval.v1.ApprovalService.ListApprovals:output_type -> conch.approval.v1.ListApprovalsResponse
+	20, // 20: conch.approval.v1.ApprovalService.ResolveApproval:output_type -> conch.approval.v1.ResolveApprovalResponse
+	21, // 21: conch.approval.v1.ApprovalService.AbandonApproval:output_type -> conch.approval.v1.AbandonApprovalResponse
+	22, // 22: conch.approval.v1.ApprovalService.GetExecApprovals:output_type -> conch.approval.v1.GetExecApprovalsResponse
+	23, // 23: conch.approval.v1.ApprovalService.PutExecApprovals:output_type -> conch.approval.v1.PutExecApprovalsResponse
+	24, // 24: conch.approval.v1.ApprovalService.ListAllowlist:output_type -> conch.approval.v1.ListAllowlistResponse
+	25, // 25: conch.approval.v1.ApprovalService.AddAllowlistEntry:output_type -> conch.approval.v1.AddAllowlistEntryResponse
+	26, // 26: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:output_type -> conch.approval.v1.RemoveAllowlistEntryResponse
+	27, // 27: conch.approval.v1.ApprovalService.GetForwarding:output_type -> conch.approval.v1.GetForwardingResponse
+	28, // 28: conch.approval.v1.ApprovalService.PutForwarding:output_type -> conch.approval.v1.PutForwardingResponse
+	29, // 29: conch.approval.v1.ApprovalService.HandleChatCommand:output_type -> conch.approval.v1.HandleChatCommandResponse
+	15, // [15:30] is the sub-list for method output_type
+	0,  // [0:15] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -25,6 +25,7 @@ const (
 	ApprovalService_GetApproval_FullMethodName          = "/conch.approval.v1.ApprovalService/GetApproval"
 	ApprovalService_ListApprovals_FullMethodName        = "/conch.approval.v1.ApprovalService/ListApprovals"
 	ApprovalService_ResolveApproval_FullMethodName      = "/conch.approval.v1.ApprovalService/ResolveApproval"
+	ApprovalService_AbandonApproval_FullMethodName      = "/conch.approval.v1.ApprovalService/AbandonApproval"
 	ApprovalService_GetExecApprovals_FullMethodName     = "/conch.approval.v1.ApprovalService/GetExecApprovals"
 	ApprovalService_PutExecApprovals_FullMethodName     = "/conch.approval.v1.ApprovalService/PutExecApprovals"
 	ApprovalService_ListAllowlist_FullMethodName        = "/conch.approval.v1.ApprovalService/ListAllowlist"
@@ -62,6 +63,12 @@ type ApprovalServiceClient interface {
 	// ResolveApproval answers a pending approval exactly once; a second answer
 	// fails with a conflict.
 	ResolveApproval(ctx context.Context, in *ResolveApprovalRequest, opts ...grpc.CallOption) (*ResolveApprovalResponse, error)
+	// AbandonApproval ends a pending approval whose requester is gone (the
+	// completion that asked ended, was cancelled or timed out): it becomes
+	// expired with the reason given, never allows, and a later answer is a
+	// conflict. An approval already decided is returned unchanged. Internal:
+	// called by the services that wait on approvals, not exposed over REST.
+	AbandonApproval(ctx context.Context, in *AbandonApprovalRequest, opts ...grpc.CallOption) (*AbandonApprovalResponse, error)
 	// GetExecApprovals returns the exec-approvals document.
 	GetExecApprovals(ctx context.Context, in *GetExecApprovalsRequest, opts ...grpc.CallOption) (*GetExecApprovalsResponse, error)
 	// PutExecApprovals validates and replaces the whole exec-approvals document;
@@ -152,6 +159,16 @@ func (c *approvalServiceClient) ResolveApproval(ctx context.Context, in *Resolve
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveApprovalResponse)
 	err := c.cc.Invoke(ctx, ApprovalService_ResolveApproval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *approvalServiceClient) AbandonApproval(ctx context.Context, in *AbandonApprovalRequest, opts ...grpc.CallOption) (*AbandonApprovalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbandonApprovalResponse)
+	err := c.cc.Invoke(ctx, ApprovalService_AbandonApproval_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +282,12 @@ type ApprovalServiceServer interface {
 	// ResolveApproval answers a pending approval exactly once; a second answer
 	// fails with a conflict.
 	ResolveApproval(context.Context, *ResolveApprovalRequest) (*ResolveApprovalResponse, error)
+	// AbandonApproval ends a pending approval whose requester is gone (the
+	// completion that asked ended, was cancelled or timed out): it becomes
+	// expired with the reason given, never allows, and a later answer is a
+	// conflict. An approval already decided is returned unchanged. Internal:
+	// called by the services that wait on approvals, not exposed over REST.
+	AbandonApproval(context.Context, *AbandonApprovalRequest) (*AbandonApprovalResponse, error)
 	// GetExecApprovals returns the exec-approvals document.
 	GetExecApprovals(context.Context, *GetExecApprovalsRequest) (*GetExecApprovalsResponse, error)
 	// PutExecApprovals validates and replaces the whole exec-approvals document;
@@ -309,6 +332,9 @@ func (UnimplementedApprovalServiceServer) ListApprovals(context.Context, *ListAp
 }
 func (UnimplementedApprovalServiceServer) ResolveApproval(context.Context, *ResolveApprovalRequest) (*ResolveApprovalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveApproval not implemented")
+}
+func (UnimplementedApprovalServiceServer) AbandonApproval(context.Context, *AbandonApprovalRequest) (*AbandonApprovalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbandonApproval not implemented")
 }
 func (UnimplementedApprovalServiceServer) GetExecApprovals(context.Context, *GetExecApprovalsRequest) (*GetExecApprovalsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetExecApprovals not implemented")
@@ -452,6 +478,24 @@ func _ApprovalService_ResolveApproval_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ApprovalServiceServer).ResolveApproval(ctx, req.(*ResolveApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ApprovalService_AbandonApproval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbandonApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApprovalServiceServer).AbandonApproval(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ApprovalService_AbandonApproval_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApprovalServiceServer).AbandonApproval(ctx, req.(*AbandonApprovalRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -626,6 +670,10 @@ var ApprovalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveApproval",
 			Handler:    _ApprovalService_ResolveApproval_Handler,
+		},
+		{
+			MethodName: "AbandonApproval",
+			Handler:    _ApprovalService_AbandonApproval_Handler,
 		},
 		{
 			MethodName: "GetExecApprovals",
