@@ -132,6 +132,10 @@ type Result struct {
 	Usage           upstream.Usage
 	ShellCommands   int
 	ServerToolCalls []ServerToolCall
+	// Turn are the messages the loop added to the conversation (its
+	// assistant turns, with every tool call, and the server tools'
+	// results), when it ended on client tool calls.
+	Turn []upstream.Message
 }
 
 // Run runs the loop on req. ev is nil for a non-streaming completion.
@@ -143,6 +147,7 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 		cfg.Logger = slog.Default()
 	}
 	res := &Result{}
+	start := len(req.Messages)
 	// startedTurn says whether the current model turn streamed text yet, so
 	// turns are separated by a blank line as in the final content.
 	startedTurn := false
@@ -198,6 +203,7 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 		if len(client) > 0 {
 			res.ToolCalls = client
 			res.FinishReason = "tool_calls"
+			res.Turn = req.Messages[start:]
 			return res, nil
 		}
 		if err := ctx.Err(); err != nil {

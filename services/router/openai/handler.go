@@ -69,6 +69,7 @@ const DefaultMaxConcurrent = 512
 type Handler struct {
 	opts     Options
 	sessions *sessionStore
+	turns    *turnStore
 	mux      *http.ServeMux
 	running  chan struct{} // one token per running completion
 }
@@ -98,7 +99,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = DefaultMaxConcurrent
 	}
-	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, mux: http.NewServeMux(), running: make(chan struct{}, opts.MaxConcurrent)}
+	h := &Handler{opts: opts, sessions: &sessionStore{cli: opts.Etcd}, turns: &turnStore{cli: opts.Etcd}, mux: http.NewServeMux(), running: make(chan struct{}, opts.MaxConcurrent)}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)
@@ -274,7 +275,12 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if set != nil {
 		cfg.Tools = set
 	}
-	ureq := &upstream.Request{Model: g.GetUpstream().GetModel(), Messages: req.Messages, Tools: plan.tools, Extra: req.Extra}
+	messages, err := h.turns.splice(ctx, scope.Account, g.GetName(), req.User, req.Messages)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	ureq := &upstream.Request{Model: g.GetUpstream().GetModel(), Messages: messages, Tools: plan.tools, Extra: req.Extra}
 	id := "chatcmpl-" + randomHex(12)
 	created := time.Now().Unix()
 
@@ -286,6 +292,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			h.errorOf(ctx, err, g.GetName()).write(w)
 			return
 		}
+		h.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
 		writeJSON(w, completion(id, created, req.Model, res))
 		return
 	}
@@ -303,7 +310,19 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(h.errorOf(ctx, err, g.GetName()))
 		return
 	}
+	h.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
 	s.finish(res)
+}
+
+// keepTurn keeps a turn that ended on client tool calls after server tools
+// ran, for the client's next request. The tools have run by now: failing
+// the completion would only make the client run them again, so a turn
+// that cannot be kept is logged, and the next request sees what the
+// client sends.
+func (h *Handler) keepTurn(ctx context.Context, account, gateway, user string, res *loop.Result) {
+	if err := h.turns.save(ctx, account, gateway, user, res); err != nil {
+		h.opts.Logger.ErrorContext(ctx, "server tool calls of a turn not kept for the next request", "account", account, "gateway", gateway, "error", err)
+	}
 }
 
 // grantHooks record, while a sandbox lives, that it may call the tools
