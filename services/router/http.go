@@ -28,6 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/openai"
 )
 
@@ -57,7 +58,7 @@ type HTTPOptions struct {
 	// upload; 0 means DefaultUploadIdleTimeout.
 	UploadIdleTimeout time.Duration
 	// MaxConcurrentCompletions bounds the completions running at once;
-	// 0 means openai.DefaultMaxConcurrent.
+	// 0 means completion.DefaultMaxConcurrent.
 	MaxConcurrentCompletions int
 	// Logger receives request errors.
 	Logger *slog.Logger
@@ -87,7 +88,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
-	v1, err := openai.NewHandler(openai.Options{
+	core, err := completion.New(completion.Options{
 		Gateways:  opts.Service.Gateways(),
 		Executor:  executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
 		Approvals: approvalv1.NewApprovalServiceClient(opts.Conns["approval"]),
@@ -101,6 +102,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
+	v1 := openai.NewHandler(core, opts.Logger)
 	a := &authMiddleware{auth: opts.Service.Accounts(), publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()

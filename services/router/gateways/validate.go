@@ -91,7 +91,7 @@ func validateUpstream(u *routerv1.Upstream) error {
 		}
 	}
 	if t := u.GetTimeoutSeconds(); t < 0 || t > 3600 {
-		return invalid("upstream.timeout_seconds", "must be 0 (default 300) to 3600, got %d", t)
+		return invalid("upstream.timeout_seconds", "must be 0 (default %d) to 3600, got %d", DefaultUpstreamTimeoutSeconds, t)
 	}
 	if len(u.GetModel()) > 256 || len(u.GetApiKey()) > 4096 {
 		return invalid("upstream", "model or api_key too long")
@@ -108,13 +108,13 @@ func validateShell(s *routerv1.ShellSettings) error {
 		return nil
 	}
 	if t := s.GetTimeoutSeconds(); t < 0 || t > 300 {
-		return invalid("shell.timeout_seconds", "must be 1 to 300 (0 means the default, 60), got %d", t)
+		return invalid("shell.timeout_seconds", "must be 1 to 300 (0 means the default, %d), got %d", DefaultShellTimeoutSeconds, t)
 	}
 	if n := s.GetMaxOutputLength(); n < 0 || n > 1<<20 {
-		return invalid("shell.max_output_length", "must be 1 to 1048576 (0 means the default, 4096), got %d", n)
+		return invalid("shell.max_output_length", "must be 1 to 1048576 (0 means the default, %d), got %d", DefaultMaxOutputLength, n)
 	}
 	if n := s.GetSessionIdleSeconds(); n < 0 || n > 7*24*3600 {
-		return invalid("shell.session_idle_seconds", "must be 0 (default 1200) to 604800, got %d", n)
+		return invalid("shell.session_idle_seconds", "must be 0 (default %d) to 604800, got %d", DefaultSessionIdleSeconds, n)
 	}
 	if err := validateLimits(s.GetLimits()); err != nil {
 		return err

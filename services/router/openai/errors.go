@@ -11,9 +11,11 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -68,7 +70,8 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 // the client is answered. gateway names the gateway whose upstream was
 // called, "" when none was.
 func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiError {
-	var re *requestError
+	var re *completion.FieldError
+	var over completion.ErrOverloaded
 	var ue *upstream.Error
 	switch {
 	case errors.As(err, &re):
@@ -77,6 +80,8 @@ func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiErr
 			code = "invalid_request"
 		}
 		return apiError{Status: re.Status, Type: "invalid_request_error", Code: code, Param: re.Field, Message: re.Error()}
+	case errors.As(err, &over):
+		return apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "overloaded", Message: over.Error(), RetryAfter: errs.RetryAfter(codes.Unavailable)}
 	case errors.As(err, &ue):
 		return upstreamError(ue, gateway)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -87,7 +92,7 @@ func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiErr
 	}
 	kind := errs.KindOf(err)
 	if kind == errs.Internal {
-		h.opts.Logger.ErrorContext(ctx, "chat completion failed", "error", err)
+		h.logger.ErrorContext(ctx, "completion failed", "error", err)
 		return apiError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_unreachable", Message: "upstream request failed: " + err.Error()}
 	}
 	msg := err.Error()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -15,23 +16,8 @@ var reservedTools = map[string]bool{"shell": true, "exec": true, "process": true
 
 var functionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// requestError is a 400 naming the bad field.
-type requestError struct {
-	Status int
-	Field  string
-	Msg    string
-	Code   string
-}
-
-func (e *requestError) Error() string {
-	if e.Field == "" {
-		return e.Msg
-	}
-	return e.Field + ": " + e.Msg
-}
-
-func badField(field, format string, args ...any) *requestError {
-	return &requestError{Status: 400, Field: field, Msg: fmt.Sprintf(format, args...)}
+func badField(field, format string, args ...any) *completion.FieldError {
+	return completion.BadField(field, format, args...)
 }
 
 // jsonKind is the JSON type a standard request field must have.
@@ -150,24 +136,10 @@ func jsonTypeOf(v json.RawMessage) string {
 	return "the number " + string(v)
 }
 
-// shellToolEntry is the request's {"type": "shell"} entry.
-type shellToolEntry struct {
-	MaxUses         *int64 `json:"max_uses"`
-	TimeoutSeconds  *int64 `json:"timeout_seconds"`
-	MaxOutputLength *int64 `json:"max_output_length"`
-}
-
 // chatRequest is a parsed /v1/chat/completions request.
 type chatRequest struct {
-	Model        string
+	completion.Request
 	Stream       bool
-	User         string
-	Messages     []upstream.Message
-	ClientTools  []upstream.Tool
-	Shell        *shellToolEntry // the request's shell tool entry, if any
-	ShellIndex   int             // its index in tools, for errors
-	Exec         bool            // the request asked for the rich exec tools
-	Extra        map[string]json.RawMessage
 	IncludeUsage bool
 }
 
@@ -177,9 +149,9 @@ func parseRequest(body []byte) (*chatRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&top); err != nil {
-		return nil, &requestError{Status: 400, Msg: "request body is not a JSON object: " + err.Error()}
+		return nil, badField("", "request body is not a JSON object: %v", err)
 	}
-	r := &chatRequest{Extra: map[string]json.RawMessage{}, ShellIndex: -1}
+	r := &chatRequest{Request: completion.Request{Extra: map[string]json.RawMessage{}}}
 	for k, v := range top {
 		switch k {
 		case "model":
@@ -325,7 +297,7 @@ func (r *chatRequest) parseTools(raw json.RawMessage) error {
 			if err != nil {
 				return err
 			}
-			r.Shell, r.ShellIndex = sh, i
+			r.Shell, r.ShellField = sh, field
 		case "exec":
 			r.Exec = true
 		case "":
@@ -337,12 +309,12 @@ func (r *chatRequest) parseTools(raw json.RawMessage) error {
 	return nil
 }
 
-func parseShellTool(field string, raw json.RawMessage) (*shellToolEntry, error) {
+func parseShellTool(field string, raw json.RawMessage) (*completion.ShellTool, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, badField(field, "must be an object")
 	}
-	sh := &shellToolEntry{}
+	sh := &completion.ShellTool{}
 	for k, v := range fields {
 		var dst **int64
 		switch k {

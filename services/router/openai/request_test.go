@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/conch-sh/conch/services/router/completion"
 )
 
 func TestParseRequestChecksTypes(t *testing.T) {
@@ -55,7 +57,7 @@ func TestParseRequestChecksTypes(t *testing.T) {
 				}
 				return
 			}
-			var re *requestError
+			var re *completion.FieldError
 			if !errors.As(err, &re) {
 				t.Fatalf("parseRequest(%s) = %v, want a request error", body, err)
 			}

@@ -1,10 +1,7 @@
-package openai
+package completion
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -15,6 +12,13 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/router/loop"
 )
+
+// textEvents records the text a streaming client sees.
+type textEvents struct{ text strings.Builder }
+
+func (e *textEvents) Delta(s string) error         { e.text.WriteString(s); return nil }
+func (e *textEvents) KeepAlive() error             { return nil }
+func (e *textEvents) Tool(ev loop.ToolEvent) error { return nil }
 
 // sessionForwarding is an approval service whose account forwards
 // approvals to sessions.
@@ -34,8 +38,8 @@ func TestSessionApprovalTextEscapesTheSharedTable(t *testing.T) {
 		if !tc.ValidUTF8() {
 			continue // the approval arrives as protobuf, which carries only valid UTF-8
 		}
-		rec := httptest.NewRecorder()
-		e := &sessionEvents{sse: newSSE(rec, "chatcmpl-1", 0, "m"), ctx: t.Context(), approvals: sessionForwarding{}}
+		var rec textEvents
+		e := &sessionEvents{Events: &rec, ctx: t.Context(), approvals: sessionForwarding{}}
 		b, err := restjson.New().Marshal(&approvalv1.Approval{Id: "A1", Command: tc.In, Cwd: tc.In, Agent: tc.In, ResolvedPaths: []string{tc.In}, Session: tc.In})
 		if err != nil {
 			t.Fatal(err)
@@ -43,31 +47,9 @@ func TestSessionApprovalTextEscapesTheSharedTable(t *testing.T) {
 		if err := e.Tool(loop.ToolEvent{Event: "approval_pending", ID: "call-1", Name: "shell", Approval: b}); err != nil {
 			t.Fatal(err)
 		}
-		var text strings.Builder
-		sc := bufio.NewScanner(rec.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data: ")
-			if !ok {
-				continue
-			}
-			var chunk struct {
-				Choices []struct {
-					Delta struct {
-						Content string `json:"content"`
-					} `json:"delta"`
-				} `json:"choices"`
-			}
-			if err := json.Unmarshal([]byte(data), &chunk); err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range chunk.Choices {
-				text.WriteString(c.Delta.Content)
-			}
-		}
 		for _, field := range []string{"Command", "CWD", "Agent", "Resolved", "Session"} {
-			if want := "\n" + field + ": " + tc.Want + "\n"; !strings.Contains(text.String(), want) {
-				t.Errorf("%s: session text lacks %q:\n%s", tc.Name, want, text.String())
+			if want := "\n" + field + ": " + tc.Want + "\n"; !strings.Contains(rec.text.String(), want) {
+				t.Errorf("%s: session text lacks %q:\n%s", tc.Name, want, rec.text.String())
 			}
 		}
 	}

@@ -1,4 +1,7 @@
-package openai
+// Package sessions keeps what a conversation sent with X-Conch-Session-Id
+// keeps between its completions: the sandbox it reuses, and the /exec
+// overrides of its exec settings.
+package sessions
 
 import (
 	"context"
@@ -9,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -16,27 +20,29 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/router/gateways"
 )
 
-// defaultSessionIdle is how long a session's sandbox outlives its last use.
-const defaultSessionIdle = 1200
-
-// sessionStore keeps, per (account, gateway, session, user), the sandbox a
-// conversation reuses, and the session's /exec overrides.
-type sessionStore struct {
+// Store keeps, per (account, gateway, session, user), the sandbox a
+// conversation reuses, and the session's /exec overrides, in etcd.
+type Store struct {
 	cli *clientv3.Client
 }
+
+// New returns the store over cli.
+func New(cli *clientv3.Client) *Store { return &Store{cli: cli} }
 
 func sessionKey(kind, account, gateway, session, user string) string {
 	return "conch/sessions/" + kind + "/" + account + "/" + gateway + "/" + url.PathEscape(session) + "/" + url.PathEscape(user)
 }
 
-// sessionSandbox is the sandbox of a conversation with X-Conch-Session-Id:
+// Sandbox is the sandbox of a conversation with X-Conch-Session-Id:
 // reused by the session's completions until the executor ends it after
-// shell.session_idle_seconds without use; never destroyed by a completion.
-type sessionSandbox struct {
-	store *sessionStore
-	hooks sandboxHooks
+// the gateway's session idle time without use; never destroyed by a
+// completion.
+type Sandbox struct {
+	store *Store
+	ready func(ctx context.Context, id string) error
 	exec  executorv1.ExecutorServiceClient
 	req   *executorv1.CreateSandboxRequest
 	key   string
@@ -47,17 +53,16 @@ type sessionSandbox struct {
 	err error
 }
 
-func (s *sessionStore) sandbox(exec executorv1.ExecutorServiceClient, req *executorv1.CreateSandboxRequest, g *routerv1.Gateway, account, session string, hooks sandboxHooks, log *slog.Logger) *sessionSandbox {
+// Sandbox returns the session's sandbox, found or created as req on first
+// use; ready, when set, runs once the completion has it.
+func (s *Store) Sandbox(exec executorv1.ExecutorServiceClient, req *executorv1.CreateSandboxRequest, g *routerv1.Gateway, account, session string, ready func(ctx context.Context, id string) error, log *slog.Logger) *Sandbox {
 	req.Session = session
-	req.IdleTimeoutSeconds = g.GetShell().GetSessionIdleSeconds()
-	if req.IdleTimeoutSeconds == 0 {
-		req.IdleTimeoutSeconds = defaultSessionIdle
-	}
-	return &sessionSandbox{store: s, hooks: hooks, exec: exec, req: req, key: sessionKey("sandbox", account, g.GetName(), session, req.GetUser()), log: log}
+	req.IdleTimeoutSeconds = int32(gateways.SessionIdle(g) / time.Second)
+	return &Sandbox{store: s, ready: ready, exec: exec, req: req, key: sessionKey("sandbox", account, g.GetName(), session, req.GetUser()), log: log}
 }
 
 // ID returns the session's live sandbox, creating it when there is none.
-func (s *sessionSandbox) ID(ctx context.Context) (string, error) {
+func (s *Sandbox) ID(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.id != "" || s.err != nil {
@@ -65,14 +70,16 @@ func (s *sessionSandbox) ID(ctx context.Context) (string, error) {
 	}
 	id, err := s.resolve(ctx)
 	if err == nil {
-		// The grant follows the tools of this completion's gateway.
-		err = s.hooks.onReady(ctx, id)
+		if s.ready != nil {
+			// The grant follows the tools of this completion's gateway.
+			err = s.ready(ctx, id)
+		}
 	}
 	s.id, s.err = id, err
 	return s.id, s.err
 }
 
-func (s *sessionSandbox) resolve(ctx context.Context) (string, error) {
+func (s *Sandbox) resolve(ctx context.Context) (string, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		resp, err := s.store.cli.Get(ctx, s.key)
 		if err != nil {
@@ -108,14 +115,15 @@ func (s *sessionSandbox) resolve(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("session %q: sandbox keeps changing; try again", s.req.GetSession())
 }
 
-// destroy keeps a session's sandbox: it ends when idle.
-func (s *sessionSandbox) destroy(context.Context, *slog.Logger) {}
+// Destroy keeps a session's sandbox: it ends when idle.
+func (s *Sandbox) Destroy(context.Context) {}
 
-// execOverride is a session's /exec settings.
-type execOverride = execpolicy.Override
+// Override is a session's /exec settings.
+type Override = execpolicy.Override
 
-func (s *sessionStore) override(ctx context.Context, account, gateway, session string) (execOverride, error) {
-	var o execOverride
+// Override returns the session's /exec overrides.
+func (s *Store) Override(ctx context.Context, account, gateway, session string) (Override, error) {
+	var o Override
 	resp, err := s.cli.Get(ctx, sessionKey("exec", account, gateway, session, ""))
 	if err != nil {
 		return o, fmt.Errorf("session overrides: %w", err)
@@ -128,7 +136,8 @@ func (s *sessionStore) override(ctx context.Context, account, gateway, session s
 	return o, nil
 }
 
-func (s *sessionStore) setOverride(ctx context.Context, account, gateway, session string, o execOverride) error {
+// SetOverride replaces the session's /exec overrides.
+func (s *Store) SetOverride(ctx context.Context, account, gateway, session string, o Override) error {
 	b, err := json.Marshal(o)
 	if err != nil {
 		return err
@@ -137,26 +146,26 @@ func (s *sessionStore) setOverride(ctx context.Context, account, gateway, sessio
 	return err
 }
 
-// effective layers the session override over the gateway's exec settings.
+// Effective layers the session override over the gateway's exec settings.
 // An override stored before the gateway changed may have become looser
 // than it; what would loosen is not applied.
-func effective(g *approvalv1.ExecSettings, o execOverride) *approvalv1.ExecSettings {
+func Effective(g *approvalv1.ExecSettings, o Override) *approvalv1.ExecSettings {
 	e, _ := execpolicy.Tighten(g, o)
 	return e
 }
 
-// applyExecCommand parses "/exec key=value ..." into o, refusing anything
+// ApplyExecCommand parses "/exec key=value ..." into o, refusing anything
 // that would loosen what the gateway allows. Each value is judged against
 // the gateway's settings on its own, so an earlier override never lets a
 // later one through.
-func applyExecCommand(text string, gw *approvalv1.ExecSettings, o execOverride) (execOverride, error) {
-	base := effective(gw, execOverride{})
+func ApplyExecCommand(text string, gw *approvalv1.ExecSettings, o Override) (Override, error) {
+	base := Effective(gw, Override{})
 	for _, kv := range strings.Fields(strings.TrimPrefix(text, "/exec")) {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
 			return o, fmt.Errorf("%q: want key=value with key host, security, ask or node", kv)
 		}
-		var one execOverride
+		var one Override
 		switch k {
 		case "host":
 			one.Host = v
@@ -219,7 +228,8 @@ func overrideRefused(r execpolicy.Refusal, base *approvalv1.ExecSettings) error 
 	return r
 }
 
-func describe(e *approvalv1.ExecSettings) string {
+// Describe says what the effective settings e are, as /exec shows them.
+func Describe(e *approvalv1.ExecSettings) string {
 	s := fmt.Sprintf("host=%s security=%s ask=%s", wordOfHost(e.Host), wordOfSecurity(e.Security), wordOfAsk(e.Ask))
 	if e.Node != "" {
 		s += " node=" + e.Node

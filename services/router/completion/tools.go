@@ -1,4 +1,4 @@
-package openai
+package completion
 
 import (
 	"context"
@@ -11,15 +11,10 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/gateways"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/toolhost"
 	"github.com/conch-sh/conch/services/router/upstream"
-)
-
-// Gateway defaults (SPEC §3–4).
-const (
-	defaultTimeoutSeconds  = 60
-	defaultMaxOutputLength = 4096
 )
 
 // toolPlan is what the model is offered for one completion.
@@ -35,26 +30,20 @@ type toolPlan struct {
 
 // planTools decides the completion's tools from the gateway, its server
 // tools (nil when it has none) and the request.
-func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolPlan, error) {
+func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan, error) {
 	sh := g.GetShell()
 	p := &toolPlan{direct: map[string]bool{}, skills: map[string]string{}}
 	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && (req.Shell != nil || sh.GetEnabled() || req.Exec)
 	if p.persistent && !tenant.ValidUserID(req.User) {
-		return nil, badField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
+		return nil, BadField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
 	}
 	// allow_request is true unless set: the getter of an unset optional
 	// field answers false, so ask for presence first.
 	if req.Shell != nil && !sh.GetEnabled() && sh != nil && sh.AllowRequest != nil && !sh.GetAllowRequest() {
-		return nil, badField(fmt.Sprintf("tools[%d]", req.ShellIndex), "gateway %q does not allow requests to enable the shell tool", g.GetName())
+		return nil, BadField(req.ShellField, "gateway %q does not allow requests to enable the shell tool", g.GetName())
 	}
 	if req.Shell != nil || sh.GetEnabled() {
-		p.shell = &loop.Shell{TimeoutSeconds: sh.GetTimeoutSeconds(), MaxOutputLength: sh.GetMaxOutputLength()}
-		if p.shell.TimeoutSeconds == 0 {
-			p.shell.TimeoutSeconds = defaultTimeoutSeconds
-		}
-		if p.shell.MaxOutputLength == 0 {
-			p.shell.MaxOutputLength = defaultMaxOutputLength
-		}
+		p.shell = &loop.Shell{TimeoutSeconds: gateways.ShellTimeoutSeconds(g), MaxOutputLength: gateways.MaxOutputLength(g)}
 		if rs := req.Shell; rs != nil {
 			if rs.MaxUses != nil {
 				p.shell.MaxUses = int(*rs.MaxUses)
@@ -77,10 +66,7 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolP
 		p.addDirect(set.Tools())
 	}
 	if req.Exec {
-		p.execOutput = sh.GetMaxOutputLength()
-		if p.execOutput == 0 {
-			p.execOutput = defaultMaxOutputLength
-		}
+		p.execOutput = gateways.MaxOutputLength(g)
 		p.tools = append(p.tools, loop.ExecTools(p.execOutput)...)
 	}
 	if skills := g.GetSkills(); len(skills) > 0 {
@@ -91,7 +77,7 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *chatRequest) (*toolP
 	}
 	for i, ct := range req.ClientTools {
 		if p.direct[ct.Name] {
-			return nil, badField(fmt.Sprintf("tools[%d].function.name", i), "%q is a server tool of gateway %q", ct.Name, g.GetName())
+			return nil, BadField(fmt.Sprintf("tools[%d].function.name", i), "%q is a server tool of gateway %q", ct.Name, g.GetName())
 		}
 	}
 	p.tools = append(p.tools, req.ClientTools...)
@@ -152,7 +138,7 @@ func shellTool(sh *loop.Shell, persistent bool, moved []*toolhost.Tool) upstream
 }
 
 // sandboxRequest is how the completion's sandbox is created.
-func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *chatRequest) *executorv1.CreateSandboxRequest {
+func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *Request) *executorv1.CreateSandboxRequest {
 	sh := g.GetShell()
 	r := &executorv1.CreateSandboxRequest{
 		Limits:  sh.GetLimits(),
@@ -180,11 +166,14 @@ func firstLine(s string) string {
 }
 
 // sandbox creates the completion's sandbox on first use and destroys it at
-// the end.
+// the end. ready runs once it exists, gone before it is destroyed; either
+// may be nil.
 type sandbox struct {
 	exec  executorv1.ExecutorServiceClient
 	req   *executorv1.CreateSandboxRequest
-	hooks sandboxHooks
+	ready func(ctx context.Context, id string) error
+	gone  func(ctx context.Context, id string)
+	log   *slog.Logger
 
 	mu  sync.Mutex
 	id  string
@@ -207,43 +196,29 @@ func (s *sandbox) ID(ctx context.Context) (string, error) {
 		s.err = err
 		return "", err
 	}
-	if err := s.hooks.onReady(ctx, resp.GetId()); err != nil {
-		s.err = err
-		_, _ = s.exec.DestroySandbox(context.WithoutCancel(ctx), &executorv1.DestroySandboxRequest{Id: resp.GetId()})
-		return "", err
+	if s.ready != nil {
+		if err := s.ready(ctx, resp.GetId()); err != nil {
+			s.err = err
+			_, _ = s.exec.DestroySandbox(context.WithoutCancel(ctx), &executorv1.DestroySandboxRequest{Id: resp.GetId()})
+			return "", err
+		}
 	}
 	s.id = resp.GetId()
 	return s.id, nil
 }
 
-// sandboxHooks run when a completion's sandbox is ready and when it ends.
-type sandboxHooks struct {
-	ready func(ctx context.Context, id string) error
-	gone  func(ctx context.Context, id string)
-}
-
-func (h sandboxHooks) onReady(ctx context.Context, id string) error {
-	if h.ready == nil {
-		return nil
-	}
-	return h.ready(ctx, id)
-}
-
-func (h sandboxHooks) onGone(ctx context.Context, id string) {
-	if h.gone != nil {
-		h.gone(ctx, id)
-	}
-}
-
-func (s *sandbox) destroy(ctx context.Context, log *slog.Logger) {
+// Destroy ends the sandbox, if the completion made one.
+func (s *sandbox) Destroy(ctx context.Context) {
 	s.mu.Lock()
 	id := s.id
 	s.mu.Unlock()
 	if id == "" {
 		return
 	}
-	s.hooks.onGone(ctx, id)
+	if s.gone != nil {
+		s.gone(ctx, id)
+	}
 	if _, err := s.exec.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil {
-		log.WarnContext(ctx, "sandbox destroy failed", "sandbox", id, "error", err)
+		s.log.WarnContext(ctx, "sandbox destroy failed", "sandbox", id, "error", err)
 	}
 }

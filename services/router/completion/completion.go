@@ -1,0 +1,386 @@
+// Package completion runs one completion of a gateway, whatever API it
+// came through (chat completions, responses): it admits it, answers the
+// in-conversation commands /exec and /approve, plans the tools, finds the
+// sandbox, and runs the agent loop against the upstream model. The HTTP
+// front ends parse their API's request into a Request and render the
+// Result; everything else is here, once.
+package completion
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/status"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/gateways"
+	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/sessions"
+	"github.com/conch-sh/conch/services/router/toolhost"
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+// GatewayStore is what the service needs of the gateway store.
+type GatewayStore interface {
+	Get(ctx context.Context, account, name string) (*routerv1.Gateway, error)
+	List(ctx context.Context, account string) ([]*routerv1.Gateway, error)
+}
+
+// Options configure the service.
+type Options struct {
+	Gateways GatewayStore
+	Executor executorv1.ExecutorServiceClient
+	// Etcd keeps session sandboxes, /exec overrides and mixed turns.
+	Etcd *clientv3.Client
+	// Grants lets sandboxes call the tools moved into them.
+	Grants *toolhost.Grants
+	// ToolDeps are the HTTP clients of server tools.
+	ToolDeps toolhost.Deps
+	// HTTPClient calls upstreams; nil means a client with conch's defaults.
+	HTTPClient *http.Client
+	Retry      upstream.RetryPolicy
+	Logger     *slog.Logger
+	// Approvals answers /approve in a session's conversation; nil leaves
+	// such messages to the model.
+	Approvals approvalv1.ApprovalServiceClient
+	// MaxConcurrent bounds the completions this router runs at once;
+	// beyond, a completion is refused at once rather than queued. Zero
+	// means DefaultMaxConcurrent.
+	MaxConcurrent int
+}
+
+// DefaultMaxConcurrent is the default bound on concurrent completions.
+const DefaultMaxConcurrent = 512
+
+// Service runs completions.
+type Service struct {
+	opts     Options
+	sessions *sessions.Store
+	turns    *turnStore
+	running  chan struct{} // one token per running completion
+}
+
+// New returns the service.
+func New(opts Options) (*Service, error) {
+	if opts.Gateways == nil || opts.Executor == nil || opts.Etcd == nil || opts.Grants == nil {
+		return nil, errors.New("completion: Gateways, Executor, Etcd and Grants are required")
+	}
+	if opts.ToolDeps.HTTP == nil {
+		opts.ToolDeps.HTTP = opts.HTTPClient
+	}
+	if opts.HTTPClient == nil {
+		// Upstreams take many concurrent completions: keep enough idle
+		// connections per host that a busy gateway does not reconnect.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 256
+		opts.HTTPClient = &http.Client{Transport: tr}
+	}
+	if opts.Retry.Attempts == 0 {
+		opts.Retry = upstream.DefaultRetry
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = DefaultMaxConcurrent
+	}
+	return &Service{opts: opts, sessions: sessions.New(opts.Etcd), turns: &turnStore{cli: opts.Etcd}, running: make(chan struct{}, opts.MaxConcurrent)}, nil
+}
+
+// ErrOverloaded is the error of a completion refused because this router
+// runs its limit of them.
+type ErrOverloaded struct{ Limit int }
+
+func (e ErrOverloaded) Error() string {
+	return fmt.Sprintf("this router is running its limit of %d completions; retry in a few seconds", e.Limit)
+}
+
+// Admit takes one of the router's completion slots, or refuses at once
+// with ErrOverloaded; release gives the slot back.
+func (s *Service) Admit() (release func(), err error) {
+	select {
+	case s.running <- struct{}{}:
+		return func() { <-s.running }, nil
+	default:
+		return nil, ErrOverloaded{Limit: cap(s.running)}
+	}
+}
+
+// Gateway returns the account's gateway of that name; an unknown one is
+// OpenAI's 404 model_not_found.
+func (s *Service) Gateway(ctx context.Context, account, name string) (*routerv1.Gateway, error) {
+	g, err := s.opts.Gateways.Get(ctx, account, name)
+	if errs.KindOf(err) == errs.NotFound {
+		return nil, &FieldError{Status: http.StatusNotFound, Code: "model_not_found",
+			Msg: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", name)}
+	}
+	return g, err
+}
+
+// Gateways lists the account's gateways.
+func (s *Service) Gateways(ctx context.Context, account string) ([]*routerv1.Gateway, error) {
+	return s.opts.Gateways.List(ctx, account)
+}
+
+// Request is one completion, parsed from whichever API it came through.
+type Request struct {
+	// Model names the gateway.
+	Model    string
+	Messages []upstream.Message
+	// ClientTools are the client's function tools: calls to them end the
+	// completion for the client to answer.
+	ClientTools []upstream.Tool
+	// Shell is the request's shell tool entry, nil when it gave none;
+	// ShellField is where, for errors ("tools[2]").
+	Shell      *ShellTool
+	ShellField string
+	// Exec asks for the rich exec and process tools.
+	Exec bool
+	// User is the end user: the owner of a persistent workspace, and the
+	// scope of kept turns.
+	User string
+	// Extra holds the client's other top-level fields, passed upstream.
+	Extra map[string]json.RawMessage
+}
+
+// ShellTool is the limits a request sets on its shell tool; nil fields are
+// the gateway's.
+type ShellTool struct {
+	MaxUses         *int64
+	TimeoutSeconds  *int64
+	MaxOutputLength *int64
+}
+
+// FieldError is a request the client must fix: a 400 (or Status) naming
+// the field.
+type FieldError struct {
+	Status int
+	Field  string
+	Msg    string
+	Code   string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// BadField is a 400 naming field.
+func BadField(field, format string, args ...any) *FieldError {
+	return &FieldError{Status: http.StatusBadRequest, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Run runs one completion of g for the caller in scope. ev receives what a
+// streaming client sees; nil for a completion answered in one piece. The
+// caller holds a slot from Admit.
+func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gateway, req *Request, ev loop.Events) (*loop.Result, error) {
+	if text, ok := lastUserCommand(req, "/exec"); ok {
+		answer, err := s.execCommand(ctx, scope, g, text)
+		return reply(answer, err, ev)
+	}
+	if text, ok := lastUserCommand(req, "/approve"); ok && s.opts.Approvals != nil {
+		answer, err := s.approve(ctx, scope, text)
+		return reply(answer, err, ev)
+	}
+	var set *toolhost.Set
+	if hasServerTools(g) {
+		var err error
+		if set, err = toolhost.Build(ctx, g, s.opts.ToolDeps); err != nil {
+			return nil, &upstream.Error{Status: http.StatusBadGateway, Type: "upstream_error", Code: "tools_unavailable", Message: "gateway " + g.GetName() + ": " + err.Error()}
+		}
+		defer set.Close()
+	}
+	plan, err := planTools(g, set, req)
+	if err != nil {
+		return nil, err
+	}
+	var override sessions.Override
+	if scope.Session != "" {
+		if override, err = s.sessions.Override(ctx, scope.Account, g.GetName(), scope.Session); err != nil {
+			return nil, err
+		}
+	}
+
+	ready, gone := s.grantHooks(scope.Account, g, plan)
+	var sb completionSandbox = &sandbox{exec: s.opts.Executor, req: plan.sandboxRequest(g, req), ready: ready, gone: gone, log: s.opts.Logger}
+	if scope.Session != "" {
+		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
+	}
+	// A completion's own sandbox ends with it, even when the client left;
+	// the client need not wait for the teardown.
+	defer func() { go sb.Destroy(context.WithoutCancel(ctx)) }()
+
+	cfg := loop.Config{
+		Provider: s.provider(g),
+		Executor: s.opts.Executor,
+		Sandbox:  sb,
+		Shell:    plan.shell,
+		Exec: loop.ExecContext{
+			Settings: sessions.Effective(g.GetExec(), override),
+			Agent:    g.GetName(),
+			Session:  scope.Session,
+			User:     req.User,
+		},
+		Direct:        plan.direct,
+		Skills:        plan.skills,
+		ExecOutput:    plan.execOutput,
+		MaxIterations: int(g.GetMaxIterations()),
+		Logger:        s.opts.Logger,
+	}
+	if set != nil {
+		cfg.Tools = set
+	}
+	messages, err := s.turns.splice(ctx, scope.Account, g.GetName(), req.User, req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	ureq := &upstream.Request{Model: g.GetUpstream().GetModel(), Messages: messages, Tools: plan.tools, Extra: req.Extra}
+	if ev != nil && s.opts.Approvals != nil && scope.Session != "" {
+		ev = &sessionEvents{Events: ev, ctx: ctx, approvals: s.opts.Approvals}
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, gateways.UpstreamTimeout(g)*time.Duration(max(1, cfg.MaxIterations)))
+	defer cancel()
+	res, err := loop.Run(callCtx, cfg, ureq, ev)
+	if err != nil {
+		return nil, err
+	}
+	s.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
+	return res, nil
+}
+
+// keepTurn keeps a turn that ended on client tool calls after server tools
+// ran, for the client's next request. The tools have run by now: failing
+// the completion would only make the client run them again, so a turn
+// that cannot be kept is logged, and the next request sees what the
+// client sends.
+func (s *Service) keepTurn(ctx context.Context, account, gateway, user string, res *loop.Result) {
+	if err := s.turns.save(ctx, account, gateway, user, res); err != nil {
+		s.opts.Logger.ErrorContext(ctx, "server tool calls of a turn not kept for the next request", "account", account, "gateway", gateway, "error", err)
+	}
+}
+
+func (s *Service) provider(g *routerv1.Gateway) upstream.Provider {
+	u := g.GetUpstream()
+	switch u.GetProvider() {
+	case routerv1.Provider_PROVIDER_OPENAI:
+		return &upstream.OpenAI{BaseURL: u.GetBaseUrl(), APIKey: u.GetApiKey(), Client: s.opts.HTTPClient, Retry: s.opts.Retry}
+	case routerv1.Provider_PROVIDER_ANTHROPIC:
+		return &upstream.Anthropic{BaseURL: u.GetBaseUrl(), APIKey: u.GetApiKey(), Client: s.opts.HTTPClient, Retry: s.opts.Retry}
+	default:
+		return upstream.Scripted{}
+	}
+}
+
+// grantHooks record, while a sandbox lives, that it may call the tools
+// moved into it.
+func (s *Service) grantHooks(account string, g *routerv1.Gateway, plan *toolPlan) (ready func(context.Context, string) error, gone func(context.Context, string)) {
+	if len(plan.moved) == 0 {
+		return nil, nil
+	}
+	grant := toolhost.Grant{Account: account, Gateway: g.GetName()}
+	for _, t := range plan.moved {
+		grant.Tools = append(grant.Tools, t.Name)
+	}
+	ttl := gateways.SessionIdle(g) + time.Hour
+	ready = func(ctx context.Context, id string) error { return s.opts.Grants.Put(ctx, id, grant, ttl) }
+	gone = func(ctx context.Context, id string) {
+		if err := s.opts.Grants.Delete(ctx, id); err != nil {
+			s.opts.Logger.WarnContext(ctx, "tool grant delete failed", "sandbox", id, "error", err)
+		}
+	}
+	return ready, gone
+}
+
+// hasServerTools reports whether g defines server-executable tools.
+func hasServerTools(g *routerv1.Gateway) bool {
+	t := g.GetTools()
+	b := t.GetBuiltins()
+	return len(t.GetWebhooks()) > 0 || len(t.GetMcpServers()) > 0 || b.GetRequest() || b.GetOpenUrl() || b.GetWebSearch()
+}
+
+// completionSandbox is the sandbox of a completion: its own, or its
+// session's.
+type completionSandbox interface {
+	loop.Sandbox
+	Destroy(ctx context.Context)
+}
+
+// lastUserCommand returns the text of a last user message that is the
+// in-conversation command cmd (e.g. "/exec key=value").
+func lastUserCommand(req *Request, cmd string) (string, bool) {
+	if len(req.Messages) == 0 {
+		return "", false
+	}
+	last := req.Messages[len(req.Messages)-1]
+	text := strings.TrimSpace(last.Content)
+	if last.Role != "user" || (text != cmd && !strings.HasPrefix(text, cmd+" ")) {
+		return "", false
+	}
+	return text, true
+}
+
+// execCommand sets or shows the session's exec overrides without calling
+// the model, and says what it did.
+func (s *Service) execCommand(ctx context.Context, scope tenant.Scope, g *routerv1.Gateway, text string) (string, error) {
+	if scope.Session == "" {
+		return "/exec needs a session: send the X-Conch-Session-Id header to keep overrides for a conversation.", nil
+	}
+	o, err := s.sessions.Override(ctx, scope.Account, g.GetName(), scope.Session)
+	if err != nil {
+		return "", err
+	}
+	if text == "/exec" {
+		return "Session exec settings: " + sessions.Describe(sessions.Effective(g.GetExec(), o)) + ".", nil
+	}
+	if o, err = sessions.ApplyExecCommand(text, g.GetExec(), o); err != nil {
+		return "/exec refused: " + err.Error() + ". Session exec settings unchanged: " + sessions.Describe(sessions.Effective(g.GetExec(), o)) + ".", nil
+	}
+	if err := s.sessions.SetOverride(ctx, scope.Account, g.GetName(), scope.Session, o); err != nil {
+		return "", err
+	}
+	return "Session exec settings now: " + sessions.Describe(sessions.Effective(g.GetExec(), o)) + ".", nil
+}
+
+// approve answers one of the session's pending approvals from the
+// conversation itself (forwarding mode session or both), without calling
+// the model.
+func (s *Service) approve(ctx context.Context, scope tenant.Scope, text string) (string, error) {
+	if scope.Session == "" {
+		return "/approve needs a session: send the X-Conch-Session-Id header of the conversation whose command asked.", nil
+	}
+	resp, err := s.opts.Approvals.HandleChatCommand(ctx, &approvalv1.HandleChatCommandRequest{
+		Channel: approvalv1.Channel_CHANNEL_SESSION, From: scope.Session, Text: text,
+	})
+	if err != nil {
+		return "/approve refused: " + status.Convert(err).Message() + ".", nil
+	}
+	return resp.GetReply(), nil
+}
+
+// reply is the result of a completion the service answered itself, as
+// the assistant, without calling the model.
+func reply(text string, err error, ev loop.Events) (*loop.Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	if ev != nil {
+		if err := ev.Delta(text); err != nil {
+			return nil, err
+		}
+	}
+	return &loop.Result{Content: text, FinishReason: "stop"}, nil
+}
