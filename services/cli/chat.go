@@ -30,6 +30,15 @@ Flags:
   --session ID     session id (default: a new one)
   --shell          ask for the shell tool even if the gateway does not add it
   -m TEXT          send one message, print the answer and exit
+  -o json          print each turn's answer as the chat.completion object of
+                   the API (choices, usage, conch.server_tool_calls), one per
+                   turn, instead of streaming it; prompts go to stderr, and
+                   approvals are not asked inline (answer them with
+                   conch approvals)
+
+conch chat offers the model no client tools. When the model still ends its
+turn on a call to one (finish_reason "tool_calls"), each call is shown as
+  [client tool call NAME ARGUMENTS not run: conch chat has no client tools]
 `
 
 // Chat runs `conch chat`.
@@ -58,73 +67,135 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	// With -o json, stdout carries only the answers' JSON; what is said
+	// to the person at the terminal goes to stderr.
+	info := stdout
+	if opts.JSON() {
+		info = stderr
+	}
 	if *session == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		*session = "chat-" + hex.EncodeToString(b)
 		// A session this chat made up ends with it: nobody can come back
 		// to it, so its sandbox would only wait out its idle timeout.
-		defer endSession(context.WithoutCancel(ctx), c, *session, stdout)
+		defer endSession(context.WithoutCancel(ctx), c, *session, info)
 	}
 	c.Header.Set("X-Conch-Session-Id", *session)
-	ch := &chat{c: c, in: bufio.NewReader(stdin), out: stdout, model: *model, user: *user, shell: *shell}
+	ch := &chat{c: c, in: bufio.NewReader(stdin), out: stdout, json: opts.JSON(), model: *model, user: *user, shell: *shell}
 	if *message != "" {
 		return ch.turn(ctx, *message)
 	}
-	fmt.Fprintf(stdout, "conch chat with %q (session %s). /quit to leave.\n", *model, *session)
+	fmt.Fprintf(info, "conch chat with %q (session %s). /quit to leave.\n", *model, *session)
 	for {
-		fmt.Fprint(stdout, "\nyou> ")
+		fmt.Fprint(info, "\nyou> ")
 		line, err := ch.in.ReadString('\n')
 		line = strings.TrimSpace(line)
 		if line == "/quit" || (err != nil && line == "") {
-			fmt.Fprintln(stdout)
+			fmt.Fprintln(info)
 			return nil
 		}
 		if line == "" {
 			continue
 		}
 		if err := ch.turn(ctx, line); err != nil {
-			fmt.Fprintf(stdout, "\nerror: %v\n", err)
+			fmt.Fprintf(info, "\nerror: %v\n", err)
 		}
 	}
 }
 
 type chat struct {
-	c       *Client
-	in      *bufio.Reader
-	out     io.Writer
+	c   *Client
+	in  *bufio.Reader
+	out io.Writer
+	// json prints each answer as the API's completion object (-o json).
+	json    bool
 	model   string
 	user    string
 	shell   bool
 	history []map[string]any
 }
 
-// turn sends one user message and streams the answer.
+// turn sends one user message and shows the answer: streamed as it
+// comes, or with -o json as the completion object once it is complete.
 func (ch *chat) turn(ctx context.Context, text string) error {
 	ch.history = append(ch.history, map[string]any{"role": "user", "content": text})
-	body := map[string]any{"model": ch.model, "messages": ch.history, "stream": true}
+	body := map[string]any{"model": ch.model, "messages": ch.history, "stream": !ch.json}
 	if ch.user != "" {
 		body["user"] = ch.user
 	}
 	if ch.shell {
 		body["tools"] = []any{map[string]any{"type": "shell"}}
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
+	var answer string
+	var err error
+	if ch.json {
+		answer, err = ch.complete(ctx, body)
+	} else {
+		answer, err = ch.stream(ctx, body)
 	}
-	req, err := ch.c.Request(ctx, "POST", "/v1/chat/completions", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := ch.c.Do(req)
 	if err != nil {
 		ch.history = ch.history[:len(ch.history)-1]
 		return err
 	}
+	ch.history = append(ch.history, map[string]any{"role": "assistant", "content": answer})
+	return nil
+}
+
+// complete asks for the whole completion, prints it as JSON and returns
+// its text.
+func (ch *chat) complete(ctx context.Context, body map[string]any) (string, error) {
+	var raw json.RawMessage
+	if err := ch.c.JSON(ctx, "POST", "/v1/chat/completions", body, &raw); err != nil {
+		return "", err
+	}
+	if err := PrintJSON(ch.out, raw); err != nil {
+		return "", err
+	}
+	var resp struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return "", fmt.Errorf("POST /v1/chat/completions: decode answer: %w", err)
+	}
+	if len(resp.Choices) == 0 {
+		return "", nil
+	}
+	return resp.Choices[0].Message.Content, nil
+}
+
+// maxToolCalls bounds the client tool calls of one streamed answer.
+const maxToolCalls = 1024
+
+// streamedToolCall is a client tool call put together from its chunks.
+type streamedToolCall struct {
+	name, arguments string
+}
+
+// stream asks for a streamed completion, shows it as it comes and returns
+// its text.
+func (ch *chat) stream(ctx context.Context, body map[string]any) (string, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return "", err
+	}
+	req, err := ch.c.Request(ctx, "POST", "/v1/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := ch.c.Do(req)
+	if err != nil {
+		return "", err
+	}
 	defer resp.Body.Close()
 	var answer strings.Builder
+	var finish string
+	var calls []streamedToolCall
 	fmt.Fprint(ch.out, "\n")
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -136,8 +207,16 @@ func (ch *chat) turn(ctx context.Context, text string) error {
 		var chunk struct {
 			Choices []struct {
 				Delta struct {
-					Content string `json:"content"`
+					Content   string `json:"content"`
+					ToolCalls []struct {
+						Index    int `json:"index"`
+						Function struct {
+							Name      string `json:"name"`
+							Arguments string `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
 				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
 			Conch *struct {
 				Event     string          `json:"event"`
@@ -154,7 +233,7 @@ func (ch *chat) turn(ctx context.Context, text string) error {
 			continue
 		}
 		if chunk.Error != nil {
-			return fmt.Errorf("%s", chunk.Error.Message)
+			return "", fmt.Errorf("%s", chunk.Error.Message)
 		}
 		if e := chunk.Conch; e != nil {
 			switch e.Event {
@@ -170,14 +249,44 @@ func (ch *chat) turn(ctx context.Context, text string) error {
 		for _, c := range chunk.Choices {
 			answer.WriteString(c.Delta.Content)
 			fmt.Fprint(ch.out, Sanitize(c.Delta.Content))
+			// A call comes in pieces, by index: its name once, its
+			// arguments as fragments to join. An index no real answer
+			// reaches is dropped rather than allocated.
+			for _, tc := range c.Delta.ToolCalls {
+				if tc.Index < 0 || tc.Index >= maxToolCalls {
+					continue
+				}
+				for len(calls) <= tc.Index {
+					calls = append(calls, streamedToolCall{})
+				}
+				calls[tc.Index].name += tc.Function.Name
+				calls[tc.Index].arguments += tc.Function.Arguments
+			}
+			if c.FinishReason != nil {
+				finish = *c.FinishReason
+			}
 		}
 	}
 	fmt.Fprintln(ch.out)
 	if err := sc.Err(); err != nil {
-		return err
+		return "", err
 	}
-	ch.history = append(ch.history, map[string]any{"role": "assistant", "content": answer.String()})
-	return nil
+	if finish == "tool_calls" {
+		ch.showClientCalls(calls)
+	}
+	return answer.String(), nil
+}
+
+// showClientCalls says which client tool calls the model ended its turn
+// on: conch chat runs none, and printing nothing would look like a hang
+// or an empty answer.
+func (ch *chat) showClientCalls(calls []streamedToolCall) {
+	for _, c := range calls {
+		fmt.Fprintf(ch.out, "[client tool call %s %s not run: conch chat has no client tools]\n", display.Escape(c.name), display.Escape(c.arguments))
+	}
+	if len(calls) == 0 {
+		fmt.Fprintln(ch.out, "[the model ended its turn on a client tool call, which conch chat does not run]")
+	}
 }
 
 func (ch *chat) showCall(name, arguments string) {

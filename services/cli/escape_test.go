@@ -99,7 +99,8 @@ func TestApprovalsListEscapesTheSharedTable(t *testing.T) {
 	}
 }
 
-// `conch chat` asks for a pending approval with the same escaping.
+// `conch chat` asks for a pending approval, and shows the tool calls, with
+// the same escaping.
 func TestChatApprovalEscapesTheSharedTable(t *testing.T) {
 	t.Parallel()
 	f := newFakeApprovals(t, nil)
@@ -121,6 +122,11 @@ func TestChatApprovalEscapesTheSharedTable(t *testing.T) {
 		ch.showCall("shell", string(args))
 		if got, want := out.String(), "$ "+tc.Want+"\n"; got != want {
 			t.Errorf("%s: tool call shown as %q, want %q", tc.Name, got, want)
+		}
+		out.Reset()
+		ch.showClientCalls([]streamedToolCall{{name: tc.In, arguments: tc.In}})
+		if got, want := out.String(), "[client tool call "+tc.Want+" "+tc.Want+" not run: conch chat has no client tools]\n"; got != want {
+			t.Errorf("%s: client tool call shown as %q, want %q", tc.Name, got, want)
 		}
 	}
 	f.mu.Lock()

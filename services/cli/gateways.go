@@ -17,16 +17,21 @@ Commands:
   list                      list the account's gateways
   get NAME                  show a gateway (secrets are never shown)
   create NAME [flags]       create a gateway
-  update NAME [flags]       replace a gateway (secrets left out are kept)
+  update NAME [flags]       change only the fields the flags and -f give;
+                            the rest of the gateway, secrets included, is kept
   rm NAME                   delete a gateway
 
 Flags of create and update:
-  -f FILE         the gateway as JSON (SPEC §4 fields; - for stdin)
+  -f FILE         the gateway as JSON (SPEC §4 fields; - for stdin); on
+                  update, the fields it holds are changed
   --provider P    upstream provider: openai, anthropic or scripted
   --model M       upstream model
   --base-url U    upstream base URL
   --api-key-env V read the upstream API key from environment variable V
   --shell         offer the shell tool even when requests do not ask for it
+                  (--shell=false: only when they do)
+  --replace       update: replace the whole gateway with -f and the flags,
+                  as PUT does (secrets left out are still kept)
 `
 
 // Gateways runs `conch gateways ...`.
@@ -46,7 +51,7 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var opts Options
 	opts.AddFlags(fs)
 	var file, provider, model, baseURL, keyEnv string
-	var shell bool
+	var shell, replace bool
 	if cmd == "create" || cmd == "update" {
 		fs.StringVar(&file, "f", "", "gateway JSON file (- for stdin)")
 		fs.StringVar(&provider, "provider", "", "upstream provider")
@@ -54,6 +59,9 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.StringVar(&baseURL, "base-url", "", "upstream base URL")
 		fs.StringVar(&keyEnv, "api-key-env", "", "environment variable holding the upstream API key")
 		fs.BoolVar(&shell, "shell", false, "offer the shell tool by default")
+	}
+	if cmd == "update" {
+		fs.BoolVar(&replace, "replace", false, "replace the whole gateway (PUT)")
 	}
 	name, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -98,41 +106,25 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return PrintJSON(stdout, g)
 	case "create", "update":
-		g := map[string]any{}
-		if file != "" {
-			if err := readJSONFile(file, &g); err != nil {
-				return err
-			}
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		g, err := gatewayBody(file, given, map[string]string{"provider": provider, "model": model, "base_url": baseURL}, keyEnv, shell)
+		if err != nil {
+			return err
 		}
-		g["name"] = name
-		up, _ := g["upstream"].(map[string]any)
-		if up == nil {
-			up = map[string]any{}
-		}
-		for k, v := range map[string]string{"provider": provider, "model": model, "base_url": baseURL} {
-			if v != "" {
-				up[k] = v
-			}
-		}
-		if keyEnv != "" {
-			key, ok := os.LookupEnv(keyEnv)
-			if !ok || key == "" {
-				return fmt.Errorf("--api-key-env: %s is not set", keyEnv)
-			}
-			up["api_key"] = key
-		}
-		g["upstream"] = up
-		if shell {
-			sh, _ := g["shell"].(map[string]any)
-			if sh == nil {
-				sh = map[string]any{}
-			}
-			sh["enabled"] = true
-			g["shell"] = sh
-		}
+		// create and update --replace send a whole gateway; update sends
+		// only what was given, and the router's PATCH changes just that.
 		method, target := "POST", "/api/v1/gateways"
-		if cmd == "update" {
+		switch {
+		case cmd == "create":
+			g["name"] = name
+		case replace:
+			g["name"] = name
 			method, target = "PUT", path
+		case len(g) == 0:
+			return Usagef("conch gateways update %s: nothing to change; give -f FILE or a flag (see -h)", name)
+		default:
+			method, target = "PATCH", path
 		}
 		var out map[string]any
 		if err := c.JSON(ctx, method, target, g, &out); err != nil {
@@ -155,6 +147,47 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stderr, gatewaysUsage)
 		return Usagef("unknown command %q", cmd)
 	}
+}
+
+// gatewayBody is the gateway JSON of create and update: the fields of file
+// (when given), then those of the flags the command line gave (given
+// names them), so nothing the user did not give is sent. upstream maps
+// the upstream's JSON fields to their flag values, "" meaning unset.
+func gatewayBody(file string, given map[string]bool, upstream map[string]string, keyEnv string, shell bool) (map[string]any, error) {
+	g := map[string]any{}
+	if file != "" {
+		if err := readJSONFile(file, &g); err != nil {
+			return nil, err
+		}
+	}
+	up, _ := g["upstream"].(map[string]any)
+	if up == nil {
+		up = map[string]any{}
+	}
+	for k, v := range upstream {
+		if v != "" {
+			up[k] = v
+		}
+	}
+	if keyEnv != "" {
+		key, ok := os.LookupEnv(keyEnv)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("--api-key-env: %s is not set", keyEnv)
+		}
+		up["api_key"] = key
+	}
+	if len(up) > 0 {
+		g["upstream"] = up
+	}
+	if given["shell"] {
+		sh, _ := g["shell"].(map[string]any)
+		if sh == nil {
+			sh = map[string]any{}
+		}
+		sh["enabled"] = shell
+		g["shell"] = sh
+	}
+	return g, nil
 }
 
 // parseInterleaved parses flags placed before or after one positional

@@ -72,3 +72,47 @@ func TestChatCLI(t *testing.T) {
 		t.Errorf("second turn sent %d messages, want 3 (user, assistant, user)", len(msgs))
 	}
 }
+
+// A model that ends its turn on a client tool call is shown as such, not
+// as an empty answer; -o json prints the completion object instead.
+func TestChatCLIClientToolCall(t *testing.T) {
+	d := startDev(t)
+	up := newFakeUpstream(t, func(int, map[string]any) (int, string) {
+		return 200, openAIToolCall("c1", "get_weather", map[string]any{"city": "Paris\x1b[2J"})
+	})
+	createGateway(t, d, map[string]any{
+		"name":     "client-tools",
+		"upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"},
+	})
+	out := runChat(t, d, "", "--model", "client-tools", "-m", "weather?")
+	if want := `[client tool call get_weather {"city":"Paris\\u001b[2J"} not run: conch chat has no client tools]`; !strings.Contains(out, want) || strings.Contains(out, "\x1b") {
+		t.Errorf("chat output lacks %q or holds a raw escape:\n%q", want, out)
+	}
+
+	out = runChat(t, d, "", "--model", "client-tools", "-m", "weather?", "-o", "json")
+	var resp struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+			Message      struct {
+				ToolCalls []struct {
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+		Conch struct {
+			ServerToolCalls []any `json:"server_tool_calls"`
+		} `json:"conch"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("-o json printed something else than one JSON object: %v\n%s", err, out)
+	}
+	if resp.Object != "chat.completion" || len(resp.Choices) != 1 || resp.Choices[0].FinishReason != "tool_calls" ||
+		len(resp.Choices[0].Message.ToolCalls) != 1 || resp.Choices[0].Message.ToolCalls[0].Function.Name != "get_weather" ||
+		resp.Conch.ServerToolCalls == nil {
+		t.Errorf("-o json answer = %+v\n%s", resp, out)
+	}
+}

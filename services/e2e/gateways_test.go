@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestGateways(t *testing.T) {
@@ -100,6 +102,117 @@ func TestGateways(t *testing.T) {
 	if out, err := cli("gateways", "rm", "cli-gw"); err == nil || !strings.Contains(out, "not found") {
 		t.Errorf("second rm = %v\n%s, want not found", err, out)
 	}
+}
+
+// PATCH changes only the fields it is given, over the real router and its
+// gRPC hop; PUT still replaces the whole gateway. `conch gateways update`
+// is a PATCH of its flags.
+func TestGatewayPatch(t *testing.T) {
+	d := startDev(t)
+	createGateway(t, d, map[string]any{
+		"name":     "patchme",
+		"upstream": map[string]any{"provider": "openai", "model": "gpt-4.1", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-very-secret"},
+		"shell":    map[string]any{"enabled": true, "timeout_seconds": 30, "allow_request": false},
+		"exec":     map[string]any{"security": "allowlist", "ask": "on-miss"},
+		"skills":   []any{map[string]any{"name": "deploy", "content": "how to deploy"}},
+	})
+	get := func() map[string]any {
+		t.Helper()
+		code, body := d.call("GET", "/api/v1/gateways/patchme", d.Key, nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET = %d %s", code, body)
+		}
+		return decodeGateway(t, body)
+	}
+	// sameBut checks that the gateway is before with the changes of
+	// change, apart from its update time.
+	sameBut := func(what string, before, after map[string]any, change func(map[string]any)) {
+		t.Helper()
+		want := decodeGateway(t, mustJSON(t, before))
+		change(want)
+		delete(want, "updated_at")
+		delete(after, "updated_at")
+		if diff := cmp.Diff(want, after); diff != "" {
+			t.Errorf("%s changed more than it was given (-want +got):\n%s", what, diff)
+		}
+	}
+
+	before := get()
+	code, body := d.call("PATCH", "/api/v1/gateways/patchme", d.Key, map[string]any{"shell": map[string]any{"enabled": false}})
+	if code != http.StatusOK || strings.Contains(string(body), "sk-very-secret") {
+		t.Fatalf("PATCH = %d %s", code, body)
+	}
+	sameBut("PATCH shell.enabled", before, decodeGateway(t, body), func(g map[string]any) {
+		g["shell"].(map[string]any)["enabled"] = false
+	})
+	sameBut("PATCH shell.enabled, read back", before, get(), func(g map[string]any) {
+		g["shell"].(map[string]any)["enabled"] = false
+	})
+
+	for _, tt := range []struct {
+		name, path string
+		body       any
+		want       string
+	}{
+		{"unknown mask path", "/api/v1/gateways/patchme?update_mask=shell.nope", map[string]any{}, `update_mask: \"shell.nope\"`},
+		{"unknown body field", "/api/v1/gateways/patchme", map[string]any{"shell": map[string]any{"nope": true}}, "nope"},
+		{"invalid value", "/api/v1/gateways/patchme", map[string]any{"shell": map[string]any{"timeout_seconds": 301}}, "shell.timeout_seconds"},
+	} {
+		if code, body := d.call("PATCH", tt.path, d.Key, tt.body); code != http.StatusBadRequest || !strings.Contains(string(body), tt.want) {
+			t.Errorf("%s: PATCH = %d %s, want 400 naming %s", tt.name, code, body, tt.want)
+		}
+	}
+
+	// The CLI changes the one field its flag gives.
+	before = get()
+	bin, _ := conchBin()
+	cmd := exec.Command(bin, "gateways", "update", "patchme", "--model", "gpt-5")
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("conch gateways update --model = %v\n%s", err, out)
+	}
+	sameBut("conch gateways update --model", before, get(), func(g map[string]any) {
+		g["upstream"].(map[string]any)["model"] = "gpt-5"
+	})
+
+	// An empty PATCH changes nothing, its update time included: the empty
+	// mask survives the gRPC hop as "nothing", not as "replace".
+	before = get()
+	if code, body := d.call("PATCH", "/api/v1/gateways/patchme", d.Key, map[string]any{}); code != http.StatusOK {
+		t.Fatalf("empty PATCH = %d %s", code, body)
+	}
+	if diff := cmp.Diff(before, get()); diff != "" {
+		t.Errorf("empty PATCH changed the gateway (-before +after):\n%s", diff)
+	}
+
+	// PUT replaces: what it leaves out is gone, but for the secret.
+	code, body = d.call("PUT", "/api/v1/gateways/patchme", d.Key, map[string]any{"upstream": map[string]any{"provider": "openai", "model": "gpt-4.1"}})
+	if code != http.StatusOK {
+		t.Fatalf("PUT = %d %s", code, body)
+	}
+	after := get()
+	up := after["upstream"].(map[string]any)
+	if after["shell"] != nil || after["exec"] != nil || len(after["skills"].([]any)) != 0 || up["base_url"] != "" || up["api_key_set"] != true {
+		t.Errorf("after PUT = %v, want no shell, exec, skills or base URL, and the key kept", after)
+	}
+}
+
+func decodeGateway(t *testing.T, body []byte) map[string]any {
+	t.Helper()
+	var g map[string]any
+	if err := json.Unmarshal(body, &g); err != nil {
+		t.Fatalf("gateway %s: %v", body, err)
+	}
+	return g
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // newAccountKey creates an account with the admin key and returns a key of it.

@@ -62,7 +62,7 @@ func (s *gatewayServer) UpdateGateway(ctx context.Context, req *routerv1.UpdateG
 	if err != nil {
 		return nil, err
 	}
-	g, err := s.store.Update(ctx, account, req.GetName(), req.GetGateway())
+	g, err := s.store.Update(ctx, account, req.GetName(), req.GetGateway(), req.GetUpdateMask())
 	if err != nil {
 		return nil, err
 	}

@@ -130,11 +130,11 @@ func TestStore(t *testing.T) {
 	}
 	upd := proto.Clone(red).(*routerv1.Gateway)
 	upd.Shell.TimeoutSeconds = 301
-	if _, err := s.Update(ctx, "acme", "prod", upd); errs.KindOf(err) != errs.InvalidArgument {
+	if _, err := s.Update(ctx, "acme", "prod", upd, nil); errs.KindOf(err) != errs.InvalidArgument {
 		t.Fatalf("update with timeout 301 = %v, want InvalidArgument", err)
 	}
 	upd.Shell.TimeoutSeconds = 45
-	after, err := s.Update(ctx, "acme", "prod", upd)
+	after, err := s.Update(ctx, "acme", "prod", upd, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestStore(t *testing.T) {
 	if !after.GetCreatedAt().AsTime().Equal(created.GetCreatedAt().AsTime()) || after.GetShell().GetTimeoutSeconds() != 45 {
 		t.Fatalf("update = %v", after)
 	}
-	if _, err := s.Update(ctx, "acme", "prod", &routerv1.Gateway{Name: "renamed", Upstream: valid().Upstream}); errs.KindOf(err) != errs.InvalidArgument {
+	if _, err := s.Update(ctx, "acme", "prod", &routerv1.Gateway{Name: "renamed", Upstream: valid().Upstream}, nil); errs.KindOf(err) != errs.InvalidArgument {
 		t.Fatalf("rename = %v, want InvalidArgument", err)
 	}
 

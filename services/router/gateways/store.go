@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
@@ -121,10 +122,18 @@ func (s *Store) List(ctx context.Context, account string) ([]*routerv1.Gateway, 
 	return out, nil
 }
 
-// Update replaces a gateway. Secrets left empty keep their stored values.
-func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Gateway) (*routerv1.Gateway, error) {
+// Update changes a gateway. With a nil mask, or the mask "*", g replaces
+// the whole gateway; otherwise only the fields of the mask's paths are
+// taken from g (see UpdateGatewayRequest.update_mask), and an empty mask
+// changes nothing. Either way secrets left empty keep their stored values,
+// and the gateway that results is what Validate checks.
+func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Gateway, mask *fieldmaskpb.FieldMask) (*routerv1.Gateway, error) {
 	if g == nil {
 		return nil, errs.New(errs.InvalidArgument, "gateway: is required")
+	}
+	paths, replace, err := updatePaths(mask)
+	if err != nil {
+		return nil, err
 	}
 	g = proto.Clone(g).(*routerv1.Gateway)
 	if g.GetName() == "" {
@@ -133,18 +142,32 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 	if g.GetName() != name {
 		return nil, errs.New(errs.InvalidArgument, "name: %q does not match the gateway in the path, %q (gateways cannot be renamed)", g.GetName(), name)
 	}
-	if err := Validate(g); err != nil {
-		return nil, err
+	if replace {
+		// Checked before reading the stored gateway, so a bad
+		// replacement is refused as it would be on create.
+		if err := Validate(g); err != nil {
+			return nil, err
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		old, rev, err := s.get(ctx, account, name)
 		if err != nil {
 			return nil, err
 		}
-		keepSecrets(g, old)
-		clearOutputOnly(g)
-		g.CreatedAt, g.UpdatedAt = old.GetCreatedAt(), timestamppb.Now()
-		b, err := proto.Marshal(g)
+		if !replace && len(paths) == 0 {
+			return old, nil
+		}
+		next := proto.Clone(g).(*routerv1.Gateway)
+		if !replace {
+			next = merged(old, g, paths)
+			if err := Validate(next); err != nil {
+				return nil, err
+			}
+		}
+		keepSecrets(next, old)
+		clearOutputOnly(next)
+		next.CreatedAt, next.UpdatedAt = old.GetCreatedAt(), timestamppb.Now()
+		b, err := proto.Marshal(next)
 		if err != nil {
 			return nil, fmt.Errorf("gateways: encode: %w", err)
 		}
@@ -157,7 +180,7 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 			return nil, fmt.Errorf("gateways: update %s: %w", name, err)
 		}
 		if resp.Succeeded {
-			return g, nil
+			return next, nil
 		}
 		if attempt == 4 {
 			return nil, errs.New(errs.Conflict, "gateway %q is being changed concurrently; try again", name)

@@ -11,6 +11,7 @@ import (
 	v1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1142,14 +1143,23 @@ func (x *ListGatewaysResponse) GetGateways() []*Gateway {
 	return nil
 }
 
-// UpdateGatewayRequest replaces a gateway; secrets left empty keep their
-// stored values.
+// UpdateGatewayRequest changes a gateway (AIP-134): it replaces the whole
+// gateway (PUT) or, with an update mask, only the fields the mask names
+// (PATCH). Either way secrets left empty keep their stored values, and the
+// result is validated as a whole, as on create.
 type UpdateGatewayRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Gateway name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// The new gateway; its name, if set, must match.
-	Gateway       *Gateway `protobuf:"bytes,2,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// The new gateway, or the new values of the masked fields; its name, if
+	// set, must match.
+	Gateway *Gateway `protobuf:"bytes,2,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// The fields to change, as paths of Gateway ("shell.enabled",
+	// "upstream.model"); a path naming a message, list or map replaces it
+	// whole, and a masked field the gateway leaves unset is cleared. Absent,
+	// or "*", replaces the whole gateway; present and empty changes nothing.
+	// PATCH fills it from the fields of the body when the query gives none.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1194,6 +1204,13 @@ func (x *UpdateGatewayRequest) GetName() string {
 func (x *UpdateGatewayRequest) GetGateway() *Gateway {
 	if x != nil {
 		return x.Gateway
+	}
+	return nil
+}
+
+func (x *UpdateGatewayRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
 	}
 	return nil
 }
@@ -1331,7 +1348,7 @@ var File_conch_router_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_conch_router_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x1dconch/router/v1/gateway.proto\x12\x0fconch.router.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"\x1dconch/router/v1/gateway.proto\x12\x0fconch.router.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
 	"\bUpstream\x125\n" +
 	"\bprovider\x18\x01 \x01(\x0e2\x19.conch.router.v1.ProviderR\bprovider\x12\x19\n" +
 	"\bbase_url\x18\x02 \x01(\tR\abaseUrl\x12\x14\n" +
@@ -1408,10 +1425,12 @@ const file_conch_router_v1_gateway_proto_rawDesc = "" +
 	"\agateway\x18\x01 \x01(\v2\x18.conch.router.v1.GatewayR\agateway\"\x15\n" +
 	"\x13ListGatewaysRequest\"L\n" +
 	"\x14ListGatewaysResponse\x124\n" +
-	"\bgateways\x18\x01 \x03(\v2\x18.conch.router.v1.GatewayR\bgateways\"^\n" +
+	"\bgateways\x18\x01 \x03(\v2\x18.conch.router.v1.GatewayR\bgateways\"\x9b\x01\n" +
 	"\x14UpdateGatewayRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
-	"\agateway\x18\x02 \x01(\v2\x18.conch.router.v1.GatewayR\agateway\"K\n" +
+	"\agateway\x18\x02 \x01(\v2\x18.conch.router.v1.GatewayR\agateway\x12;\n" +
+	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"K\n" +
 	"\x15UpdateGatewayResponse\x122\n" +
 	"\agateway\x18\x01 \x01(\v2\x18.conch.router.v1.GatewayR\agateway\"*\n" +
 	"\x14DeleteGatewayRequest\x12\x12\n" +
@@ -1469,6 +1488,7 @@ var file_conch_router_v1_gateway_proto_goTypes = []any{
 	(*v1.Network)(nil),            // 24: conch.executor.v1.Network
 	(*v11.ExecSettings)(nil),      // 25: conch.approval.v1.ExecSettings
 	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 27: google.protobuf.FieldMask
 }
 var file_conch_router_v1_gateway_proto_depIdxs = []int32{
 	0,  // 0: conch.router.v1.Upstream.provider:type_name -> conch.router.v1.Provider
@@ -1493,12 +1513,13 @@ var file_conch_router_v1_gateway_proto_depIdxs = []int32{
 	10, // 19: conch.router.v1.GetGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
 	10, // 20: conch.router.v1.ListGatewaysResponse.gateways:type_name -> conch.router.v1.Gateway
 	10, // 21: conch.router.v1.UpdateGatewayRequest.gateway:type_name -> conch.router.v1.Gateway
-	10, // 22: conch.router.v1.UpdateGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	27, // 22: conch.router.v1.UpdateGatewayRequest.update_mask:type_name -> google.protobuf.FieldMask
+	10, // 23: conch.router.v1.UpdateGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_conch_router_v1_gateway_proto_init() }

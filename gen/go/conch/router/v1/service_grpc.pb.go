@@ -38,7 +38,8 @@ type GatewayServiceClient interface {
 	GetGateway(ctx context.Context, in *GetGatewayRequest, opts ...grpc.CallOption) (*GetGatewayResponse, error)
 	// ListGateways lists the account's gateways.
 	ListGateways(ctx context.Context, in *ListGatewaysRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error)
-	// UpdateGateway replaces a gateway.
+	// UpdateGateway replaces a gateway, or changes the fields of its update
+	// mask.
 	UpdateGateway(ctx context.Context, in *UpdateGatewayRequest, opts ...grpc.CallOption) (*UpdateGatewayResponse, error)
 	// DeleteGateway deletes a gateway.
 	DeleteGateway(ctx context.Context, in *DeleteGatewayRequest, opts ...grpc.CallOption) (*DeleteGatewayResponse, error)
@@ -114,7 +115,8 @@ type GatewayServiceServer interface {
 	GetGateway(context.Context, *GetGatewayRequest) (*GetGatewayResponse, error)
 	// ListGateways lists the account's gateways.
 	ListGateways(context.Context, *ListGatewaysRequest) (*ListGatewaysResponse, error)
-	// UpdateGateway replaces a gateway.
+	// UpdateGateway replaces a gateway, or changes the fields of its update
+	// mask.
 	UpdateGateway(context.Context, *UpdateGatewayRequest) (*UpdateGatewayResponse, error)
 	// DeleteGateway deletes a gateway.
 	DeleteGateway(context.Context, *DeleteGatewayRequest) (*DeleteGatewayResponse, error)
