@@ -22,9 +22,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // KeyPrefix starts every API key, so leaked keys are easy to recognise.
@@ -163,46 +165,34 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 // Watch keeps the key cache until ctx ends: revoked keys are evicted as
 // etcd reports their deletion; while no watch runs the cache is unused.
 func (s *Store) Watch(ctx context.Context) {
-	for ctx.Err() == nil {
-		s.watchOnce(ctx)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (s *Store) watchOnce(ctx context.Context) {
-	resp, err := s.cli.Get(ctx, keysPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	ch := s.cli.Watch(wctx, keysPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	s.mu.Lock()
-	s.watching = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.watching = false
-		clear(s.cache)
-		s.mu.Unlock()
-	}()
-	for wr := range ch {
-		if wr.Err() != nil {
-			return
-		}
-		s.mu.Lock()
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				hash := strings.TrimPrefix(string(ev.Kv.Key), keysPrefix)
-				delete(s.cache, hash)
-				s.deleted[hash] = ev.Kv.ModRevision
+	etcdx.ListWatch(ctx, s.cli, keysPrefix, etcdx.Handler{
+		// Only revocations matter, and the cache was emptied when the
+		// last watch ended: the list only says where to watch from.
+		Reset: func([]*mvccpb.KeyValue, int64) error {
+			s.mu.Lock()
+			s.watching = true
+			s.mu.Unlock()
+			return nil
+		},
+		Events: func(evs []*clientv3.Event) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, ev := range evs {
+				if ev.Type == clientv3.EventTypeDelete {
+					hash := strings.TrimPrefix(string(ev.Kv.Key), keysPrefix)
+					delete(s.cache, hash)
+					s.deleted[hash] = ev.Kv.ModRevision
+				}
 			}
-		}
-		s.mu.Unlock()
-	}
+			return nil
+		},
+		Stale: func() {
+			s.mu.Lock()
+			s.watching = false
+			clear(s.cache)
+			s.mu.Unlock()
+		},
+	}, etcdx.KeysOnly())
 }
 
 // validName reports whether name is 1-128 printable characters.
