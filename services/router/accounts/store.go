@@ -77,13 +77,8 @@ type Store struct {
 	// remembers revocations so a lookup that raced one is not cached.
 	mu       sync.Mutex
 	watching bool
-	cache    map[string]cachedKey // sha256 hex → principal
+	cache    map[string]Principal // sha256 hex → principal
 	deleted  map[string]int64     // sha256 hex → revision of its deletion
-}
-
-type cachedKey struct {
-	p   Principal
-	rev int64
 }
 
 // New returns a Store. adminKey (may be empty: no admin) authenticates as the
@@ -92,7 +87,7 @@ func New(ctx context.Context, cli *clientv3.Client, adminKey, adminAccount strin
 	if cli == nil {
 		return nil, fmt.Errorf("accounts: nil etcd client")
 	}
-	s := &Store{cli: cli, adminAccount: adminAccount, cache: map[string]cachedKey{}, deleted: map[string]int64{}}
+	s := &Store{cli: cli, adminAccount: adminAccount, cache: map[string]Principal{}, deleted: map[string]int64{}}
 	if adminKey != "" {
 		if err := validAccountID(adminAccount); err != nil {
 			return nil, fmt.Errorf("accounts: admin account: %w", err)
@@ -136,27 +131,26 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	}
 	hash := hex.EncodeToString(sum[:])
 	s.mu.Lock()
-	c, hit := s.cache[hash]
+	p, hit := s.cache[hash]
 	hit = hit && s.watching
 	s.mu.Unlock()
 	if hit {
-		return c.p, nil
+		return p, nil
 	}
-	resp, err := s.cli.Get(ctx, keysPrefix+hash)
+	k, rev, found, err := etcdx.GetJSON[Key](ctx, s.cli, keysPrefix+hash)
 	if err != nil {
-		return Principal{}, errs.Wrap(errs.Unavailable, err, "accounts: look up key")
+		return Principal{}, fmt.Errorf("accounts: look up key: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
+	if !found {
 		return Principal{}, errs.New(errs.Unauthenticated, "invalid API key")
 	}
-	var k Key
-	if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
-		return Principal{}, fmt.Errorf("accounts: decode key: %w", err)
-	}
-	p := Principal{Account: k.AccountID, KeyID: k.ID}
+	p = Principal{Account: k.AccountID, KeyID: k.ID}
 	s.mu.Lock()
-	if s.watching && s.deleted[hash] < resp.Header.Revision {
-		s.cache[hash] = cachedKey{p: p, rev: resp.Header.Revision}
+	// Cache only if no deletion is known after the version read: a key
+	// is never written again (its hash is of a fresh secret), so such a
+	// deletion raced this read.
+	if s.watching && s.deleted[hash] < rev {
+		s.cache[hash] = p
 	}
 	s.mu.Unlock()
 	return p, nil
@@ -225,16 +219,12 @@ func (s *Store) GetAccount(ctx context.Context, id string) (Account, error) {
 	if err := validAccountID(id); err != nil {
 		return Account{}, errs.New(errs.NotFound, "account %q not found", id)
 	}
-	resp, err := s.cli.Get(ctx, accountsPrefix+id)
+	a, _, found, err := etcdx.GetJSON[Account](ctx, s.cli, accountsPrefix+id)
 	if err != nil {
 		return Account{}, fmt.Errorf("accounts: get %s: %w", id, err)
 	}
-	if len(resp.Kvs) == 0 {
+	if !found {
 		return Account{}, errs.New(errs.NotFound, "account %q not found", id)
-	}
-	var a Account
-	if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
-		return Account{}, fmt.Errorf("accounts: decode %s: %w", id, err)
 	}
 	return a, nil
 }
@@ -294,18 +284,13 @@ func (s *Store) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
 	}
 	out := make([]Key, 0, len(idx.Kvs))
 	for _, kv := range idx.Kvs {
-		resp, err := s.cli.Get(ctx, keysPrefix+string(kv.Value))
+		k, _, found, err := etcdx.GetJSON[Key](ctx, s.cli, keysPrefix+string(kv.Value))
 		if err != nil {
 			return nil, fmt.Errorf("accounts: list keys: %w", err)
 		}
-		if len(resp.Kvs) == 0 {
-			continue
+		if found {
+			out = append(out, k)
 		}
-		var k Key
-		if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
-			return nil, fmt.Errorf("accounts: decode key: %w", err)
-		}
-		out = append(out, k)
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // defaultSessionIdle is how long a session's sandbox outlives its last use.
@@ -115,26 +115,15 @@ func (s *sessionSandbox) destroy(context.Context, *slog.Logger) {}
 type execOverride = execpolicy.Override
 
 func (s *sessionStore) override(ctx context.Context, account, gateway, session string) (execOverride, error) {
-	var o execOverride
-	resp, err := s.cli.Get(ctx, sessionKey("exec", account, gateway, session, ""))
+	o, _, _, err := etcdx.GetJSON[execOverride](ctx, s.cli, sessionKey("exec", account, gateway, session, ""))
 	if err != nil {
-		return o, fmt.Errorf("session overrides: %w", err)
-	}
-	if len(resp.Kvs) == 1 {
-		if err := json.Unmarshal(resp.Kvs[0].Value, &o); err != nil {
-			return o, fmt.Errorf("session overrides: %w", err)
-		}
+		return execOverride{}, fmt.Errorf("session overrides: %w", err)
 	}
 	return o, nil
 }
 
 func (s *sessionStore) setOverride(ctx context.Context, account, gateway, session string, o execOverride) error {
-	b, err := json.Marshal(o)
-	if err != nil {
-		return err
-	}
-	_, err = s.cli.Put(ctx, sessionKey("exec", account, gateway, session, ""), string(b))
-	return err
+	return etcdx.PutJSON(ctx, s.cli, sessionKey("exec", account, gateway, session, ""), o)
 }
 
 // effective layers the session override over the gateway's exec settings.
