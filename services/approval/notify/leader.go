@@ -8,12 +8,14 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // DecodeConfig reads a stored forwarding config.
@@ -86,14 +88,14 @@ func (n *Notifier) Run(ctx context.Context) error {
 			}
 			cancel()
 		}()
-		err = n.lead(lctx)
+		n.lead(lctx)
 		cancel()
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = el.Resign(rctx)
 		rcancel()
 		_ = sess.Close()
-		if err != nil && ctx.Err() == nil {
-			n.Logger.WarnContext(ctx, "notifier lost its watch", "error", err)
+		if ctx.Err() == nil {
+			n.Logger.WarnContext(ctx, "notifier lost its etcd session")
 		}
 	}
 	return nil
@@ -112,64 +114,54 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // lead announces pending approvals that nobody announced yet, and the
 // outcomes still owed for approvals answered while no replica led, then
-// every new approval and outcome, until ctx ends.
-func (n *Notifier) lead(ctx context.Context) error {
-	cli := n.Store.Client()
-	prefix := n.Store.ApprovalsPrefix()
-	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
-	if err != nil {
-		return err
-	}
+// every new approval and outcome, until ctx ends. When its watch is lost
+// it scans again; the claims make each notice go out once.
+func (n *Notifier) lead(ctx context.Context) {
+	etcdx.ListWatch(ctx, n.Store.Client(), n.Store.ApprovalsPrefix(), etcdx.Handler{
+		Reset:  func(kvs []*mvccpb.KeyValue, _ int64) error { n.scan(ctx, kvs); return nil },
+		Events: func(evs []*clientv3.Event) error { n.follow(ctx, evs); return nil },
+	}, etcdx.WithLogger(n.Logger))
+}
+
+// scan announces what a list of every approval shows is still owed.
+func (n *Notifier) scan(ctx context.Context, kvs []*mvccpb.KeyValue) {
 	// The markers of what was sent sit beside each record, so one read
-	// tells which outcomes are owed without asking etcd per approval.
+	// tells which notices and outcomes are owed without asking etcd per
+	// approval; a scan after a lost watch skips what was announced.
 	marked := map[string]bool{}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if k := string(kv.Key); strings.HasSuffix(k, store.NoticedSuffix) || strings.HasSuffix(k, store.OutcomeSuffix) {
 			marked[k] = true
 		}
 	}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		k := string(kv.Key)
 		a, ok := store.DecodeRecord(k, kv.Value, kv.ModRevision)
 		switch {
 		case !ok:
-		case a.State == store.StatePending:
+		case a.State == store.StatePending && !marked[k+store.NoticedSuffix]:
 			n.announce(ctx, a)
 		case a.Terminal() && marked[k+store.NoticedSuffix] && !marked[k+store.OutcomeSuffix]:
 			n.announceOutcome(ctx, a)
 		}
 	}
-	rev := resp.Header.Revision
-	for ctx.Err() == nil {
-		wch := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-		for wr := range wch {
-			if wr.CompactRevision != 0 {
-				// History is gone: rescan what is pending now.
-				return n.lead(ctx)
-			}
-			if wr.Err() != nil {
-				break
-			}
-			for _, ev := range wr.Events {
-				rev = ev.Kv.ModRevision
-				if ev.Type != clientv3.EventTypePut {
-					continue
-				}
-				a, ok := store.DecodeRecord(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
-				switch {
-				case !ok:
-				case ev.Kv.CreateRevision == ev.Kv.ModRevision && a.State == store.StatePending:
-					n.announce(ctx, a)
-				case a.Terminal():
-					n.announceOutcome(ctx, a)
-				}
-			}
+}
+
+// follow announces new approvals and outcomes as they are stored.
+func (n *Notifier) follow(ctx context.Context, evs []*clientv3.Event) {
+	for _, ev := range evs {
+		if ev.Type != clientv3.EventTypePut {
+			continue
 		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			break
+		a, ok := store.DecodeRecord(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
+		switch {
+		case !ok:
+		case ev.Kv.CreateRevision == ev.Kv.ModRevision && a.State == store.StatePending:
+			n.announce(ctx, a)
+		case a.Terminal():
+			n.announceOutcome(ctx, a)
 		}
 	}
-	return ctx.Err()
 }
 
 // announce sends a's request to the account's targets, once.

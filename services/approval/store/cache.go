@@ -5,11 +5,12 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/approval/document"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // docCache keeps every account's document in memory while a watch keeps it
@@ -83,29 +84,19 @@ func (s *Store) CachedDocument(ctx context.Context, account string) (*document.D
 // is not running (or re-syncing after an error), reads go to etcd.
 func (s *Store) WatchDocuments(ctx context.Context) error {
 	prefix := s.prefix + "doc/"
-	defer s.cache.reset(false, nil)
-	for ctx.Err() == nil {
-		backoff := 200 * time.Millisecond
-		resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
-		if err != nil {
-			if !pause(ctx, &backoff) {
-				break
+	etcdx.ListWatch(ctx, s.cli, prefix, etcdx.Handler{
+		Reset: func(kvs []*mvccpb.KeyValue, _ int64) error {
+			docs := make(map[string]cachedDoc, len(kvs))
+			for _, kv := range kvs {
+				if d, err := document.Parse(kv.Value); err == nil {
+					docs[accountOf(string(kv.Key), prefix)] = cachedDoc{doc: d, rev: kv.ModRevision, seen: kv.ModRevision}
+				}
 			}
-			continue
-		}
-		docs := map[string]cachedDoc{}
-		for _, kv := range resp.Kvs {
-			if d, err := document.Parse(kv.Value); err == nil {
-				docs[accountOf(string(kv.Key), prefix)] = cachedDoc{doc: d, rev: kv.ModRevision, seen: kv.ModRevision}
-			}
-		}
-		s.cache.reset(true, docs)
-		wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wch {
-			if wr.Err() != nil || wr.Canceled {
-				break
-			}
-			for _, ev := range wr.Events {
+			s.cache.reset(true, docs)
+			return nil
+		},
+		Events: func(evs []*clientv3.Event) error {
+			for _, ev := range evs {
 				account := accountOf(string(ev.Kv.Key), prefix)
 				switch ev.Type {
 				case clientv3.EventTypePut:
@@ -118,13 +109,11 @@ func (s *Store) WatchDocuments(ctx context.Context) error {
 					s.cache.put(account, cachedDoc{doc: document.Empty(), seen: ev.Kv.ModRevision})
 				}
 			}
-		}
-		// The watch ended: stop serving from memory until re-listed.
-		s.cache.reset(false, nil)
-		if !pause(ctx, &backoff) {
-			break
-		}
-	}
+			return nil
+		},
+		// Stop serving from memory until listed again.
+		Stale: func() { s.cache.reset(false, nil) },
+	})
 	return ctx.Err()
 }
 

@@ -3,20 +3,22 @@ package placement
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // MetaMaxSandboxes is the key, in an executor's discovery registration, of
@@ -87,25 +89,21 @@ func addrOf(v []byte) string {
 	return r.Addr
 }
 
-// watch keeps l until ctx ends, listing again after a lost watch.
-func (l *load) watch(ctx context.Context, cli *clientv3.Client) {
-	for ctx.Err() == nil {
-		resp, err := cli.Get(ctx, SandboxPrefix, clientv3.WithPrefix())
-		if err != nil {
-			sleep(ctx, time.Second)
-			continue
-		}
-		kvs := make(map[string]string, len(resp.Kvs))
-		for _, kv := range resp.Kvs {
-			kvs[strings.TrimPrefix(string(kv.Key), SandboxPrefix)] = addrOf(kv.Value)
-		}
-		l.reset(kvs)
-		wch := cli.Watch(clientv3.WithRequireLeader(ctx), SandboxPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		for w := range wch {
-			if w.Err() != nil {
-				break
+// watch keeps l until ctx ends, listing again after a lost watch. While it
+// lists again, l keeps its last counts: they are a hint, and a little
+// stale beats none.
+func (l *load) watch(ctx context.Context, cli *clientv3.Client, log *slog.Logger) {
+	etcdx.ListWatch(ctx, cli, SandboxPrefix, etcdx.Handler{
+		Reset: func(kvs []*mvccpb.KeyValue, _ int64) error {
+			byID := make(map[string]string, len(kvs))
+			for _, kv := range kvs {
+				byID[strings.TrimPrefix(string(kv.Key), SandboxPrefix)] = addrOf(kv.Value)
 			}
-			for _, ev := range w.Events {
+			l.reset(byID)
+			return nil
+		},
+		Events: func(evs []*clientv3.Event) error {
+			for _, ev := range evs {
 				id := strings.TrimPrefix(string(ev.Kv.Key), SandboxPrefix)
 				if ev.Type == clientv3.EventTypeDelete {
 					l.remove(id)
@@ -113,15 +111,9 @@ func (l *load) watch(ctx context.Context, cli *clientv3.Client) {
 					l.put(id, addrOf(ev.Kv.Value))
 				}
 			}
-		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
+			return nil
+		},
+	}, etcdx.WithLogger(log))
 }
 
 // candidates returns the executors with room for a sandbox, most room

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // Key prefixes of the records.
@@ -66,21 +68,14 @@ func (r Record) Encode() string {
 // a miss is read again linearizably so that a record written a moment ago
 // through another member is found.
 func Lookup(ctx context.Context, cli *clientv3.Client, key string) (Record, bool, error) {
-	resp, err := cli.Get(ctx, key, clientv3.WithSerializable())
-	if err == nil && len(resp.Kvs) == 0 {
-		resp, err = cli.Get(ctx, key)
+	r, _, found, err := etcdx.GetJSON[Record](ctx, cli, key, clientv3.WithSerializable())
+	if err == nil && !found {
+		r, _, found, err = etcdx.GetJSON[Record](ctx, cli, key)
 	}
 	if err != nil {
 		return Record{}, false, fmt.Errorf("placement: read %s: %w", key, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return Record{}, false, nil
-	}
-	var r Record
-	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
-		return Record{}, false, fmt.Errorf("placement: decode %s: %w", key, err)
-	}
-	return r, true, nil
+	return r, found, nil
 }
 
 var errNotSent = errors.New("placement: stream used before its request was sent")

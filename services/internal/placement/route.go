@@ -41,7 +41,7 @@ func NewRouter(ctx context.Context, etcd *clientv3.Client, log *slog.Logger, dia
 		log = slog.Default()
 	}
 	r := &Router{etcd: etcd, log: log, direct: direct{dial: dial}}
-	go r.load.watch(ctx, etcd)
+	go r.load.watch(ctx, etcd, log)
 	go r.direct.closeAll(ctx)
 	return r
 }

@@ -22,9 +22,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // KeyPrefix starts every API key, so leaked keys are easy to recognise.
@@ -75,13 +77,8 @@ type Store struct {
 	// remembers revocations so a lookup that raced one is not cached.
 	mu       sync.Mutex
 	watching bool
-	cache    map[string]cachedKey // sha256 hex → principal
+	cache    map[string]Principal // sha256 hex → principal
 	deleted  map[string]int64     // sha256 hex → revision of its deletion
-}
-
-type cachedKey struct {
-	p   Principal
-	rev int64
 }
 
 // New returns a Store. adminKey (may be empty: no admin) authenticates as the
@@ -90,7 +87,7 @@ func New(ctx context.Context, cli *clientv3.Client, adminKey, adminAccount strin
 	if cli == nil {
 		return nil, fmt.Errorf("accounts: nil etcd client")
 	}
-	s := &Store{cli: cli, adminAccount: adminAccount, cache: map[string]cachedKey{}, deleted: map[string]int64{}}
+	s := &Store{cli: cli, adminAccount: adminAccount, cache: map[string]Principal{}, deleted: map[string]int64{}}
 	if adminKey != "" {
 		if err := validAccountID(adminAccount); err != nil {
 			return nil, fmt.Errorf("accounts: admin account: %w", err)
@@ -134,27 +131,26 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	}
 	hash := hex.EncodeToString(sum[:])
 	s.mu.Lock()
-	c, hit := s.cache[hash]
+	p, hit := s.cache[hash]
 	hit = hit && s.watching
 	s.mu.Unlock()
 	if hit {
-		return c.p, nil
+		return p, nil
 	}
-	resp, err := s.cli.Get(ctx, keysPrefix+hash)
+	k, rev, found, err := etcdx.GetJSON[Key](ctx, s.cli, keysPrefix+hash)
 	if err != nil {
-		return Principal{}, errs.Wrap(errs.Unavailable, err, "accounts: look up key")
+		return Principal{}, fmt.Errorf("accounts: look up key: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
+	if !found {
 		return Principal{}, errs.New(errs.Unauthenticated, "invalid API key")
 	}
-	var k Key
-	if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
-		return Principal{}, fmt.Errorf("accounts: decode key: %w", err)
-	}
-	p := Principal{Account: k.AccountID, KeyID: k.ID}
+	p = Principal{Account: k.AccountID, KeyID: k.ID}
 	s.mu.Lock()
-	if s.watching && s.deleted[hash] < resp.Header.Revision {
-		s.cache[hash] = cachedKey{p: p, rev: resp.Header.Revision}
+	// Cache only if no deletion is known after the version read: a key
+	// is never written again (its hash is of a fresh secret), so such a
+	// deletion raced this read.
+	if s.watching && s.deleted[hash] < rev {
+		s.cache[hash] = p
 	}
 	s.mu.Unlock()
 	return p, nil
@@ -163,46 +159,34 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 // Watch keeps the key cache until ctx ends: revoked keys are evicted as
 // etcd reports their deletion; while no watch runs the cache is unused.
 func (s *Store) Watch(ctx context.Context) {
-	for ctx.Err() == nil {
-		s.watchOnce(ctx)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (s *Store) watchOnce(ctx context.Context) {
-	resp, err := s.cli.Get(ctx, keysPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	ch := s.cli.Watch(wctx, keysPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	s.mu.Lock()
-	s.watching = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.watching = false
-		clear(s.cache)
-		s.mu.Unlock()
-	}()
-	for wr := range ch {
-		if wr.Err() != nil {
-			return
-		}
-		s.mu.Lock()
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				hash := strings.TrimPrefix(string(ev.Kv.Key), keysPrefix)
-				delete(s.cache, hash)
-				s.deleted[hash] = ev.Kv.ModRevision
+	etcdx.ListWatch(ctx, s.cli, keysPrefix, etcdx.Handler{
+		// Only revocations matter, and the cache was emptied when the
+		// last watch ended: the list only says where to watch from.
+		Reset: func([]*mvccpb.KeyValue, int64) error {
+			s.mu.Lock()
+			s.watching = true
+			s.mu.Unlock()
+			return nil
+		},
+		Events: func(evs []*clientv3.Event) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, ev := range evs {
+				if ev.Type == clientv3.EventTypeDelete {
+					hash := strings.TrimPrefix(string(ev.Kv.Key), keysPrefix)
+					delete(s.cache, hash)
+					s.deleted[hash] = ev.Kv.ModRevision
+				}
 			}
-		}
-		s.mu.Unlock()
-	}
+			return nil
+		},
+		Stale: func() {
+			s.mu.Lock()
+			s.watching = false
+			clear(s.cache)
+			s.mu.Unlock()
+		},
+	}, etcdx.KeysOnly())
 }
 
 // validName reports whether name is 1-128 printable characters.
@@ -235,16 +219,12 @@ func (s *Store) GetAccount(ctx context.Context, id string) (Account, error) {
 	if err := validAccountID(id); err != nil {
 		return Account{}, errs.New(errs.NotFound, "account %q not found", id)
 	}
-	resp, err := s.cli.Get(ctx, accountsPrefix+id)
+	a, _, found, err := etcdx.GetJSON[Account](ctx, s.cli, accountsPrefix+id)
 	if err != nil {
 		return Account{}, fmt.Errorf("accounts: get %s: %w", id, err)
 	}
-	if len(resp.Kvs) == 0 {
+	if !found {
 		return Account{}, errs.New(errs.NotFound, "account %q not found", id)
-	}
-	var a Account
-	if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
-		return Account{}, fmt.Errorf("accounts: decode %s: %w", id, err)
 	}
 	return a, nil
 }
@@ -304,18 +284,13 @@ func (s *Store) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
 	}
 	out := make([]Key, 0, len(idx.Kvs))
 	for _, kv := range idx.Kvs {
-		resp, err := s.cli.Get(ctx, keysPrefix+string(kv.Value))
+		k, _, found, err := etcdx.GetJSON[Key](ctx, s.cli, keysPrefix+string(kv.Value))
 		if err != nil {
 			return nil, fmt.Errorf("accounts: list keys: %w", err)
 		}
-		if len(resp.Kvs) == 0 {
-			continue
+		if found {
+			out = append(out, k)
 		}
-		var k Key
-		if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
-			return nil, fmt.Errorf("accounts: decode key: %w", err)
-		}
-		out = append(out, k)
 	}
 	return out, nil
 }

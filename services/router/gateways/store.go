@@ -4,15 +4,13 @@ package gateways
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -20,6 +18,7 @@ import (
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 const prefix = "conch/gateways/" // <account>/<name> → Gateway (binary proto)
@@ -213,24 +212,14 @@ func (s *Store) Ensure(ctx context.Context, account string, g *routerv1.Gateway)
 }
 
 // Watch keeps the cache in step with etcd until ctx ends, resuming after
-// disconnects and reloading after compaction.
+// disconnects and reloading after compaction. While it reloads, reads go
+// to etcd.
 func (s *Store) Watch(ctx context.Context) {
-	for ctx.Err() == nil {
-		rev, err := s.load(ctx)
-		if err != nil {
-			s.log.WarnContext(ctx, "gateway cache load failed", "error", err)
-			s.unsync()
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		if err := s.follow(ctx, rev+1); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "gateway cache watch restarted", "error", err)
-		}
-		s.unsync()
-	}
+	etcdx.ListWatch(ctx, s.cli, prefix, etcdx.Handler{
+		Reset:  s.load,
+		Events: func(evs []*clientv3.Event) error { s.apply(ctx, evs); return nil },
+		Stale:  s.unsync,
+	}, etcdx.WithLogger(s.log))
 }
 
 func (s *Store) unsync() {
@@ -239,53 +228,38 @@ func (s *Store) unsync() {
 	s.mu.Unlock()
 }
 
-func (s *Store) load(ctx context.Context) (int64, error) {
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
-	cache := make(map[string]*routerv1.Gateway, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+func (s *Store) load(kvs []*mvccpb.KeyValue, _ int64) error {
+	cache := make(map[string]*routerv1.Gateway, len(kvs))
+	for _, kv := range kvs {
 		g := &routerv1.Gateway{}
 		if err := proto.Unmarshal(kv.Value, g); err != nil {
-			return 0, fmt.Errorf("decode %s: %w", kv.Key, err)
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
 		}
 		cache[string(kv.Key)] = g
 	}
 	s.mu.Lock()
 	s.cache, s.synced = cache, true
 	s.mu.Unlock()
-	return resp.Header.Revision, nil
+	return nil
 }
 
-func (s *Store) follow(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev)) {
-		if err := wr.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return fmt.Errorf("compacted at %d: reloading", wr.CompactRevision)
-			}
-			return err
+func (s *Store) apply(ctx context.Context, evs []*clientv3.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(s.cache, k)
+			continue
 		}
-		s.mu.Lock()
-		for _, ev := range wr.Events {
-			k := string(ev.Kv.Key)
-			if ev.Type == clientv3.EventTypeDelete {
-				delete(s.cache, k)
-				continue
-			}
-			g := &routerv1.Gateway{}
-			if err := proto.Unmarshal(ev.Kv.Value, g); err != nil {
-				s.log.WarnContext(ctx, "undecodable gateway ignored", "key", k, "error", err)
-				delete(s.cache, k)
-				continue
-			}
-			s.cache[k] = g
+		g := &routerv1.Gateway{}
+		if err := proto.Unmarshal(ev.Kv.Value, g); err != nil {
+			s.log.WarnContext(ctx, "undecodable gateway ignored", "key", k, "error", err)
+			delete(s.cache, k)
+			continue
 		}
-		s.mu.Unlock()
+		s.cache[k] = g
 	}
-	return ctx.Err()
 }
 
 // Redact returns a copy of g without its secrets, for output.

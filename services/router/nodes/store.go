@@ -18,10 +18,12 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // TokenPrefix starts every node token, so leaked tokens are easy to
@@ -188,27 +190,26 @@ func (s *Store) Authenticate(ctx context.Context, token string) (account, name s
 // ctx ends.
 func (s *Store) Unpaired(ctx context.Context, account, name string) <-chan struct{} {
 	done := make(chan struct{})
-	key := pairedKey(account, name)
+	ctx, unpaired := context.WithCancel(ctx)
 	go func() {
 		defer close(done)
-		for ctx.Err() == nil {
-			resp, err := s.cli.Get(ctx, key)
-			if err == nil && len(resp.Kvs) == 0 {
-				return
-			}
-			if err != nil {
-				time.Sleep(time.Second)
-				continue
-			}
-			wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(resp.Header.Revision+1))
-			for w := range wch {
-				for _, ev := range w.Events {
+		defer unpaired()
+		etcdx.ListWatch(ctx, s.cli, pairedKey(account, name), etcdx.Handler{
+			Reset: func(kvs []*mvccpb.KeyValue, _ int64) error {
+				if len(kvs) == 0 {
+					unpaired()
+				}
+				return nil
+			},
+			Events: func(evs []*clientv3.Event) error {
+				for _, ev := range evs {
 					if ev.Type == clientv3.EventTypeDelete {
-						return
+						unpaired()
 					}
 				}
-			}
-		}
+				return nil
+			},
+		}, etcdx.ExactKey(), etcdx.KeysOnly())
 	}()
 	return done
 }

@@ -5,7 +5,6 @@ package sessions
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/router/gateways"
 )
 
@@ -123,27 +123,16 @@ type Override = execpolicy.Override
 
 // Override returns the session's /exec overrides.
 func (s *Store) Override(ctx context.Context, account, gateway, session string) (Override, error) {
-	var o Override
-	resp, err := s.cli.Get(ctx, sessionKey("exec", account, gateway, session, ""))
+	o, _, _, err := etcdx.GetJSON[Override](ctx, s.cli, sessionKey("exec", account, gateway, session, ""))
 	if err != nil {
-		return o, fmt.Errorf("session overrides: %w", err)
-	}
-	if len(resp.Kvs) == 1 {
-		if err := json.Unmarshal(resp.Kvs[0].Value, &o); err != nil {
-			return o, fmt.Errorf("session overrides: %w", err)
-		}
+		return Override{}, fmt.Errorf("session overrides: %w", err)
 	}
 	return o, nil
 }
 
 // SetOverride replaces the session's /exec overrides.
 func (s *Store) SetOverride(ctx context.Context, account, gateway, session string, o Override) error {
-	b, err := json.Marshal(o)
-	if err != nil {
-		return err
-	}
-	_, err = s.cli.Put(ctx, sessionKey("exec", account, gateway, session, ""), string(b))
-	return err
+	return etcdx.PutJSON(ctx, s.cli, sessionKey("exec", account, gateway, session, ""), o)
 }
 
 // Effective layers the session override over the gateway's exec settings.

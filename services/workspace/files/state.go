@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
 // etcd keys.
@@ -140,35 +141,22 @@ func (l *locker) lock(ctx context.Context, ws Workspace, timeout time.Duration) 
 		return nil, errs.Wrap(errs.KindOf(err), err, "workspace: lock")
 	}
 	h := &held{release: release, m: m, cli: l.cli, key: statePrefix + ws.Account + "/" + ws.User}
-	resp, err := l.cli.Get(ctx, h.key)
+	st, _, found, err := etcdx.GetJSON[state](ctx, l.cli, h.key)
 	if err != nil {
 		h.unlock(ctx)
-		return nil, errs.Wrap(errs.Unavailable, err, "workspace: read state")
+		return nil, fmt.Errorf("workspace: read state: %w", err)
 	}
-	if len(resp.Kvs) == 1 {
-		if err := json.Unmarshal(resp.Kvs[0].Value, &h.st); err != nil {
-			h.unlock(ctx)
-			return nil, fmt.Errorf("workspace: decode state: %w", err)
-		}
-		h.has = true
-	}
+	h.st, h.has = st, found
 	return h, nil
 }
 
 // peek reads ws's state without the lock.
 func (l *locker) peek(ctx context.Context, ws Workspace) (state, bool, error) {
-	resp, err := l.cli.Get(ctx, statePrefix+ws.Account+"/"+ws.User)
+	st, _, found, err := etcdx.GetJSON[state](ctx, l.cli, statePrefix+ws.Account+"/"+ws.User)
 	if err != nil {
-		return state{}, false, errs.Wrap(errs.Unavailable, err, "workspace: read state")
+		return state{}, false, fmt.Errorf("workspace: read state: %w", err)
 	}
-	if len(resp.Kvs) != 1 {
-		return state{}, false, nil
-	}
-	var st state
-	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
-		return state{}, false, fmt.Errorf("workspace: decode state: %w", err)
-	}
-	return st, true, nil
+	return st, found, nil
 }
 
 // put writes the state if the lock is still ours.

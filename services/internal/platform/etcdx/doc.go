@@ -1,5 +1,8 @@
-// Package etcdx connects conch services to etcd and runs an embedded etcd
-// for conch dev and for integration tests.
+// Package etcdx connects conch services to etcd, runs an embedded etcd
+// for conch dev and for integration tests, and holds the patterns every
+// service repeats on etcd: ListWatch keeps a view of a prefix current
+// (listing again after compaction, backing off when etcd fails), and
+// GetJSON and PutJSON read and write JSON values.
 //
 // etcd's own zap logging is routed into slog at error level only, so a
 // healthy cluster stays quiet in service logs.
