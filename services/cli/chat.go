@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/url"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/conch-sh/conch/services/internal/display"
@@ -82,16 +83,16 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		defer endSession(context.WithoutCancel(ctx), c, *session, info)
 	}
 	c.Header.Set("X-Conch-Session-Id", *session)
-	ch := &chat{c: c, in: bufio.NewReader(stdin), out: stdout, json: opts.JSON(), model: *model, user: *user, shell: *shell}
+	ch := &chat{c: c, in: readLines(stdin), out: stdout, json: opts.JSON(), model: *model, user: *user, shell: *shell}
 	if *message != "" {
 		return ch.turn(ctx, *message)
 	}
 	fmt.Fprintf(info, "conch chat with %q (session %s). /quit to leave.\n", *model, *session)
 	for {
 		fmt.Fprint(info, "\nyou> ")
-		line, err := ch.in.ReadString('\n')
-		line = strings.TrimSpace(line)
-		if line == "/quit" || (err != nil && line == "") {
+		in, more := <-ch.in
+		line := strings.TrimSpace(in)
+		if line == "/quit" || (!more && line == "") {
 			fmt.Fprintln(info)
 			return nil
 		}
@@ -105,8 +106,12 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 }
 
 type chat struct {
-	c   *Client
-	in  *bufio.Reader
+	c *Client
+	// in yields the lines the user types; it is closed at the end of
+	// the input. One reader serves the chat prompt and the approval
+	// prompt alike, so a prompt given up (an approval answered
+	// elsewhere) leaves no read behind to steal the next line.
+	in  <-chan string
 	out io.Writer
 	// json prints each answer as the API's completion object (-o json).
 	json    bool
@@ -350,11 +355,23 @@ func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
 	fmt.Fprintf(ch.out, "  approval needed (%s): %s\n    cwd %s, host %s, security %s, runs %s\n",
 		display.Escape(a.ID), display.Escape(a.Command), display.Escape(a.Cwd), display.Escape(a.Host), display.Escape(a.Security),
 		display.Escape(strings.Join(a.ResolvedPaths, ", ")))
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	elsewhere := ch.watchApproval(wctx, a.ID)
 	for {
 		fmt.Fprint(ch.out, "  allow [o]nce, [a]lways, or [d]eny? ")
-		line, err := ch.in.ReadString('\n')
+		var line string
+		var more bool
+		select {
+		case line, more = <-ch.in:
+		case st := <-elsewhere:
+			fmt.Fprintf(ch.out, "\n  answered elsewhere: %s by %s\n", display.Escape(st.State), display.Escape(st.ResolvedBy))
+			return
+		case <-ctx.Done():
+			return
+		}
 		decision := map[string]string{"o": "allow-once", "a": "allow-always", "d": "deny"}[strings.TrimSpace(strings.ToLower(line))]
-		if err != nil && decision == "" {
+		if !more && decision == "" {
 			fmt.Fprintln(ch.out, "\n  no answer; the approval waits for another approver or its timeout")
 			return
 		}
@@ -369,6 +386,60 @@ func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
 		fmt.Fprintf(ch.out, "  %s\n", decision)
 		return
 	}
+}
+
+// approvalState is an approval's state as the REST API gives it.
+type approvalState struct {
+	State      string `json:"state"`
+	ResolvedBy string `json:"resolved_by"`
+}
+
+// approvalPoll is how often a prompt for an approval checks whether it
+// was answered elsewhere (another terminal, the web page, a chat).
+const approvalPoll = 500 * time.Millisecond
+
+// watchApproval yields the approval's state once it is no longer pending,
+// until ctx ends. A failed read is tried again at the next tick: the
+// prompt stays usable whatever the watch does.
+func (ch *chat) watchApproval(ctx context.Context, id string) <-chan approvalState {
+	done := make(chan approvalState, 1)
+	go func() {
+		t := time.NewTicker(approvalPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var st approvalState
+			if ch.c.JSON(ctx, "GET", "/api/v1/approvals/"+url.PathEscape(id), nil, &st) == nil && st.State != "" && st.State != "pending" {
+				done <- st
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// readLines reads r line by line into the channel it returns, closed at
+// the end of r.
+func readLines(r io.Reader) <-chan string {
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		br := bufio.NewReader(r)
+		for {
+			line, err := br.ReadString('\n')
+			if line != "" {
+				lines <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return lines
 }
 
 func indent(s string) string {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -98,7 +97,7 @@ func TestChatShowsClientToolCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	ch := &chat{c: c, in: bufio.NewReader(strings.NewReader("")), out: &out, model: "default"}
+	ch := &chat{c: c, in: readLines(strings.NewReader("")), out: &out, model: "default"}
 	if err := ch.turn(t.Context(), "weather?"); err != nil {
 		t.Fatal(err)
 	}

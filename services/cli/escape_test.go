@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"net/http"
@@ -111,7 +110,7 @@ func TestChatApprovalEscapesTheSharedTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		ch := &chat{c: c, in: bufio.NewReader(strings.NewReader("d\n")), out: &out}
+		ch := &chat{c: c, in: readLines(strings.NewReader("d\n")), out: &out}
 		ch.askApproval(t.Context(), raw)
 		want := "  approval needed (A1): " + tc.Want + "\n    cwd " + tc.Want + ", host gateway, security allowlist, runs " + tc.Want + "\n"
 		if !strings.HasPrefix(out.String(), want) {

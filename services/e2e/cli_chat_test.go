@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // runChat runs conch chat against d with args and stdin.
@@ -114,5 +116,46 @@ func TestChatCLIClientToolCall(t *testing.T) {
 		len(resp.Choices[0].Message.ToolCalls) != 1 || resp.Choices[0].Message.ToolCalls[0].Function.Name != "get_weather" ||
 		resp.Conch.ServerToolCalls == nil {
 		t.Errorf("-o json answer = %+v\n%s", resp, out)
+	}
+}
+
+// conch chat waiting at its approval prompt notices an answer given
+// elsewhere (here the REST API), says so, and moves on: the command runs
+// and the turn ends though nobody typed at the prompt.
+func TestChatCLIApprovalAnsweredElsewhere(t *testing.T) {
+	d := startDev(t)
+	createGateway(t, d, map[string]any{"name": "asks", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	command := "uname -s"
+	answered := allowWhenPending(t, d, command, func(pendingApproval) {})
+
+	// A chat that never notices the answer would wait at its prompt
+	// forever: it is killed after a minute.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "chat", "--model", "asks", "--shell", "-m", "run: "+command)
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+	// The prompt's input stays open: only an answer from elsewhere can
+	// end the wait.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("conch chat: %v\n%s", err, out)
+	}
+	if code := <-answered; code != http.StatusOK {
+		t.Fatalf("resolve = %d; chat said:\n%s", code, out)
+	}
+	for _, want := range []string{"approval needed", "answered elsewhere: allowed by key:", "Linux"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
