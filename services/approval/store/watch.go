@@ -49,7 +49,6 @@ func (s *Store) Watch(ctx context.Context, account, id string, fn func(*Approval
 		if !emit(a) {
 			return nil
 		}
-		backoff = 50 * time.Millisecond
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := s.cli.Watch(wctx, rk, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		done, changed, err := s.follow(ctx, wch, rk, lk, emit)
@@ -64,7 +63,10 @@ func (s *Store) Watch(ctx context.Context, account, id string, fn func(*Approval
 		// (changed), or the watch ended (compaction, lost leader): read
 		// the state again and watch from there, after a pause if etcd is
 		// in trouble.
-		if !changed && !pause(ctx, &backoff) {
+		if changed {
+			// The watch worked: only a run of failures grows the pause.
+			backoff = 50 * time.Millisecond
+		} else if !pause(ctx, &backoff) {
 			return ctx.Err()
 		}
 	}
