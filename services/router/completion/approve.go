@@ -35,5 +35,5 @@ func (e *sessionEvents) Tool(ev loop.ToolEvent) error {
 	if restjson.New().Unmarshal(ev.Approval, &a) != nil || !notify.ToSession(e.cfg, &a) {
 		return nil
 	}
-	return e.Events.Delta("\n\n" + notify.Text(&a) + "\n")
+	return e.Events.Delta(notify.Text(&a) + "\n")
 }

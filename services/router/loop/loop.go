@@ -93,7 +93,9 @@ type Config struct {
 
 // Events receives what a streaming client sees.
 type Events interface {
-	// Delta is text content as it arrives.
+	// Delta is text content as it arrives. A model turn after the first
+	// always follows a Tool event, so a front end knows where one turn's
+	// text ends and the next begins.
 	Delta(text string) error
 	// KeepAlive is called periodically while a tool runs.
 	KeepAlive() error
@@ -132,9 +134,10 @@ type Result struct {
 	Usage           upstream.Usage
 	ShellCommands   int
 	ServerToolCalls []ServerToolCall
-	// Turn are the messages the loop added to the conversation (its
-	// assistant turns, with every tool call, and the server tools'
-	// results), when it ended on client tool calls.
+	// Turn are the messages the loop added to the conversation, in order:
+	// its assistant turns with every tool call, the server tools'
+	// results, and the final answer (or the loop limit's notice) as the
+	// last assistant message when it did not end on client tool calls.
 	Turn []upstream.Message
 }
 
@@ -148,24 +151,11 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 	}
 	res := &Result{}
 	start := len(req.Messages)
-	// startedTurn says whether the current model turn streamed text yet, so
-	// turns are separated by a blank line as in the final content.
-	startedTurn := false
 	var onDelta func(string) error
 	if ev != nil {
-		onDelta = func(s string) error {
-			if res.Content != "" && !startedTurn {
-				startedTurn = true
-				if err := ev.Delta("\n\n"); err != nil {
-					return err
-				}
-			}
-			startedTurn = true
-			return ev.Delta(s)
-		}
+		onDelta = ev.Delta
 	}
 	for iter := 0; iter < cfg.MaxIterations; iter++ {
-		startedTurn = false
 		resp, err := cfg.Provider.Complete(ctx, req, onDelta)
 		if err != nil {
 			return nil, err
@@ -179,6 +169,7 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 			res.Content += resp.Content
 		}
 		if len(resp.ToolCalls) == 0 {
+			res.Turn = append(req.Messages[start:len(req.Messages):len(req.Messages)], upstream.Message{Role: "assistant", Content: resp.Content})
 			res.FinishReason = resp.FinishReason
 			if res.FinishReason == "" || res.FinishReason == "tool_calls" {
 				res.FinishReason = "stop"
@@ -212,10 +203,11 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 	}
 	msg := fmt.Sprintf("Stopped: the model made %d calls without a final answer, the gateway's loop limit.", cfg.MaxIterations)
 	if ev != nil {
-		if err := ev.Delta("\n\n" + msg); err != nil {
+		if err := ev.Delta(msg); err != nil {
 			return nil, err
 		}
 	}
+	res.Turn = append(req.Messages[start:len(req.Messages):len(req.Messages)], upstream.Message{Role: "assistant", Content: msg})
 	if res.Content != "" {
 		res.Content += "\n\n"
 	}

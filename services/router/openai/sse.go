@@ -19,6 +19,10 @@ type sse struct {
 	created int64
 	model   string
 	started bool
+	// wrote says text went out; toolSince, that a tool ran since: the
+	// next turn's text is then set off by a blank line, as the turns are
+	// joined in the final content.
+	wrote, toolSince bool
 }
 
 var _ loop.Events = (*sse)(nil)
@@ -81,6 +85,10 @@ func (s *sse) Delta(text string) error {
 	if err := s.start(); err != nil {
 		return err
 	}
+	if s.wrote && s.toolSince {
+		text = "\n\n" + text
+	}
+	s.wrote, s.toolSince = true, false
 	return s.chunk(map[string]any{"content": text}, nil, nil)
 }
 
@@ -104,6 +112,7 @@ func (s *sse) Tool(ev loop.ToolEvent) error {
 	if err := s.start(); err != nil {
 		return err
 	}
+	s.toolSince = true
 	return s.chunk(map[string]any{}, nil, map[string]any{"conch_event": ev})
 }
 
