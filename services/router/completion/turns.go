@@ -1,21 +1,16 @@
 package completion
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/url"
 	"slices"
-	"strconv"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -33,9 +28,6 @@ import (
 const (
 	// turnTTL is how long a mixed turn is kept for the client's answer.
 	turnTTL = 24 * time.Hour
-	// turnChunk is the size of one etcd value of a kept turn, well under
-	// etcd's request limit.
-	turnChunk = 512 << 10
 	// maxTurnBytes bounds a kept turn, compressed.
 	maxTurnBytes = 8 << 20
 	// turnLookups bounds the reads of one etcd transaction.
@@ -96,37 +88,10 @@ func (s *turnStore) save(ctx context.Context, account, gateway, user string, res
 		}
 		t.Messages = append(t.Messages, km)
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(t); err != nil {
-		return errs.Wrap(errs.Internal, err, "encode turn")
-	}
-	if err := zw.Close(); err != nil {
-		return errs.Wrap(errs.Internal, err, "encode turn")
-	}
-	if buf.Len() > maxTurnBytes {
-		return errs.New(errs.ResourceExhausted, "turn is %d bytes compressed, more than the %d kept", buf.Len(), maxTurnBytes)
-	}
-
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), turnWriteTimeout)
 	defer cancel()
-	lease, err := s.cli.Grant(ctx, int64(turnTTL/time.Second))
-	if err != nil {
-		return errs.Wrap(errs.Unavailable, err, "keep turn")
-	}
-	prefix := turnPrefix(account, gateway, user, t.Client[0])
-	data := buf.Bytes()
-	n := 0
-	for off := 0; off < len(data); off += turnChunk {
-		chunk := data[off:min(off+turnChunk, len(data))]
-		if _, err := s.cli.Put(ctx, prefix+fmt.Sprintf("%03d", n), string(chunk), clientv3.WithLease(lease.ID)); err != nil {
-			return errs.Wrap(errs.Unavailable, err, "keep turn")
-		}
-		n++
-	}
-	// The head goes last: a reader that sees it sees every chunk.
-	if _, err := s.cli.Put(ctx, prefix+"head", strconv.Itoa(n), clientv3.WithLease(lease.ID)); err != nil {
-		return errs.Wrap(errs.Unavailable, err, "keep turn")
+	if err := etcdx.PutBlob(ctx, s.cli, turnPrefix(account, gateway, user, t.Client[0]), t, turnTTL, maxTurnBytes); err != nil {
+		return fmt.Errorf("keep turn: %w", err)
 	}
 	return nil
 }
@@ -148,18 +113,19 @@ func (s *turnStore) splice(ctx context.Context, account, gateway, user string, m
 	for batch := range slices.Chunk(at, turnLookups) {
 		ops := make([]clientv3.Op, len(batch))
 		for j, i := range batch {
-			ops[j] = clientv3.OpGet(turnPrefix(account, gateway, user, msgs[i].ToolCalls[0].ID), clientv3.WithPrefix())
+			ops[j] = etcdx.BlobOp(turnPrefix(account, gateway, user, msgs[i].ToolCalls[0].ID))
 		}
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return nil, errs.Wrap(errs.Unavailable, err, "read the conversation's server tool calls")
 		}
 		for j, i := range batch {
-			t, err := decodeTurn(resp.Responses[j].GetResponseRange().Kvs)
+			t := &keptTurn{}
+			found, err := etcdx.DecodeBlob(resp.Responses[j].GetResponseRange().Kvs, t)
 			if err != nil {
 				return nil, err
 			}
-			if t != nil && slices.Equal(t.Client, callIDs(msgs[i].ToolCalls)) {
+			if found && slices.Equal(t.Client, callIDs(msgs[i].ToolCalls)) {
 				turns[i] = t
 			}
 		}
@@ -191,30 +157,4 @@ func callIDs(calls []upstream.ToolCall) []string {
 		ids[i] = c.ID
 	}
 	return ids
-}
-
-// decodeTurn reads a kept turn from its keys, sorted; nil when there is
-// none, or it is not complete yet.
-func decodeTurn(kvs []*mvccpb.KeyValue) (*keptTurn, error) {
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	head := kvs[len(kvs)-1]
-	n, err := strconv.Atoi(string(head.Value))
-	if !bytes.HasSuffix(head.Key, []byte("/head")) || err != nil || n != len(kvs)-1 {
-		return nil, nil
-	}
-	var data []byte
-	for _, kv := range kvs[:n] {
-		data = append(data, kv.Value...)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "decode turn")
-	}
-	var t keptTurn
-	if err := json.NewDecoder(io.LimitReader(zr, 16*maxTurnBytes)).Decode(&t); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "decode turn")
-	}
-	return &t, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -40,7 +41,7 @@ func TestTurnsSplice(t *testing.T) {
 	// Two stores over one etcd stand for two router replicas.
 	saver, reader := &turnStore{cli: cli}, &turnStore{cli: cli}
 
-	big := make([]byte, 3*turnChunk/2) // incompressible: kept in chunks
+	big := make([]byte, 3*etcdx.BlobChunk/2) // incompressible: kept in chunks
 	_, _ = rand.Read(big)
 	bigOutput := base64.StdEncoding.EncodeToString(big)
 	for _, output := range []string{`{"stdout":"a.txt"}`, bigOutput} {
