@@ -145,6 +145,15 @@ type Request struct {
 	// ShellField is where, for errors ("tools[2]").
 	Shell      *ShellTool
 	ShellField string
+	// ShellLocal says the client runs the shell tool's commands: a shell
+	// call ends the completion for the client to answer, as OpenAI's
+	// shell tool with a local environment does.
+	ShellLocal bool
+	// Container is the sandbox (a container of the Containers API) the
+	// shell runs in; empty: the completion's own, or its session's.
+	// ContainerField is where it was named, for errors.
+	Container      string
+	ContainerField string
 	// Exec asks for the rich exec and process tools.
 	Exec bool
 	// User is the end user: the owner of a persistent workspace, and the
@@ -152,6 +161,10 @@ type Request struct {
 	User string
 	// Extra holds the client's other top-level fields, passed upstream.
 	Extra map[string]json.RawMessage
+	// NoticesAsText streams a pending approval that the account forwards
+	// to sessions as text asking for /approve, for clients that show only
+	// text.
+	NoticesAsText bool
 }
 
 // ShellTool is the limits a request sets on its shell tool; nil fields are
@@ -183,10 +196,17 @@ func BadField(field, format string, args ...any) *FieldError {
 	return &FieldError{Status: http.StatusBadRequest, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Result is a completion's outcome.
+type Result struct {
+	*loop.Result
+	// Sandbox is the sandbox the shell ran in, "" when none was made.
+	Sandbox string
+}
+
 // Run runs one completion of g for the caller in scope. ev receives what a
 // streaming client sees; nil for a completion answered in one piece. The
 // caller holds a slot from Admit.
-func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gateway, req *Request, ev loop.Events) (*loop.Result, error) {
+func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gateway, req *Request, ev loop.Events) (*Result, error) {
 	if text, ok := lastUserCommand(req, "/exec"); ok {
 		answer, err := s.execCommand(ctx, scope, g, text)
 		return reply(answer, err, ev)
@@ -216,7 +236,12 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 
 	ready, gone := s.grantHooks(scope.Account, g, plan)
 	var sb completionSandbox = &sandbox{exec: s.opts.Executor, req: plan.sandboxRequest(g, req), ready: ready, gone: gone, log: s.opts.Logger}
-	if scope.Session != "" {
+	switch {
+	case req.Container != "":
+		if sb, err = s.container(ctx, req); err != nil {
+			return nil, err
+		}
+	case scope.Session != "":
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
 	}
 	// A completion's own sandbox ends with it, even when the client left;
@@ -248,7 +273,7 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		return nil, err
 	}
 	ureq := &upstream.Request{Model: g.GetUpstream().GetModel(), Messages: messages, Tools: plan.tools, Extra: req.Extra}
-	if ev != nil && s.opts.Approvals != nil && scope.Session != "" {
+	if ev != nil && req.NoticesAsText && s.opts.Approvals != nil && scope.Session != "" {
 		ev = &sessionEvents{Events: ev, ctx: ctx, approvals: s.opts.Approvals}
 	}
 
@@ -259,7 +284,7 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		return nil, err
 	}
 	s.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
-	return res, nil
+	return &Result{Result: res, Sandbox: sb.Current()}, nil
 }
 
 // keepTurn keeps a turn that ended on client tool calls after server tools
@@ -312,11 +337,36 @@ func hasServerTools(g *routerv1.Gateway) bool {
 	return len(t.GetWebhooks()) > 0 || len(t.GetMcpServers()) > 0 || b.GetRequest() || b.GetOpenUrl() || b.GetWebSearch()
 }
 
-// completionSandbox is the sandbox of a completion: its own, or its
-// session's.
+// completionSandbox is the sandbox of a completion: its own, its
+// session's, or a container's.
 type completionSandbox interface {
 	loop.Sandbox
+	// Current is the sandbox's id once the completion has one, else "".
+	Current() string
 	Destroy(ctx context.Context)
+}
+
+// container is a sandbox the client made through the Containers API and
+// named: it outlives the completion.
+type container string
+
+func (c container) ID(context.Context) (string, error) { return string(c), nil }
+func (c container) Current() string                    { return string(c) }
+func (container) Destroy(context.Context)              {}
+
+// container checks that the request's container is a running sandbox of
+// the caller's account (the executor answers only for the account in the
+// call's scope: another account's is not found) before any model call.
+func (s *Service) container(ctx context.Context, req *Request) (container, error) {
+	resp, err := s.opts.Executor.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: req.Container})
+	if errs.KindOf(err) == errs.NotFound || (err == nil && resp.GetSandbox().GetState() != executorv1.SandboxState_SANDBOX_STATE_READY) {
+		return "", &FieldError{Status: http.StatusNotFound, Field: req.ContainerField, Code: "container_not_found",
+			Msg: fmt.Sprintf("No running container found with id %q.", req.Container)}
+	}
+	if err != nil {
+		return "", err
+	}
+	return container(req.Container), nil
 }
 
 // lastUserCommand returns the text of a last user message that is the
@@ -373,7 +423,7 @@ func (s *Service) approve(ctx context.Context, scope tenant.Scope, text string) 
 
 // reply is the result of a completion the service answered itself, as
 // the assistant, without calling the model.
-func reply(text string, err error, ev loop.Events) (*loop.Result, error) {
+func reply(text string, err error, ev loop.Events) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -382,5 +432,5 @@ func reply(text string, err error, ev loop.Events) (*loop.Result, error) {
 			return nil, err
 		}
 	}
-	return &loop.Result{Content: text, FinishReason: "stop"}, nil
+	return &Result{Result: &loop.Result{Content: text, FinishReason: "stop", Turn: []upstream.Message{{Role: "assistant", Content: text}}}}, nil
 }

@@ -33,7 +33,8 @@ type toolPlan struct {
 func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan, error) {
 	sh := g.GetShell()
 	p := &toolPlan{direct: map[string]bool{}, skills: map[string]string{}}
-	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && (req.Shell != nil || sh.GetEnabled() || req.Exec)
+	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && req.Container == "" && !req.ShellLocal &&
+		(req.Shell != nil || sh.GetEnabled() || req.Exec)
 	if p.persistent && !tenant.ValidUserID(req.User) {
 		return nil, BadField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
 	}
@@ -42,26 +43,29 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 	if req.Shell != nil && !sh.GetEnabled() && sh != nil && sh.AllowRequest != nil && !sh.GetAllowRequest() {
 		return nil, BadField(req.ShellField, "gateway %q does not allow requests to enable the shell tool", g.GetName())
 	}
-	if req.Shell != nil || sh.GetEnabled() {
-		p.shell = &loop.Shell{TimeoutSeconds: gateways.ShellTimeoutSeconds(g), MaxOutputLength: gateways.MaxOutputLength(g)}
-		if rs := req.Shell; rs != nil {
-			if rs.MaxUses != nil {
-				p.shell.MaxUses = int(*rs.MaxUses)
-			}
-			if rs.TimeoutSeconds != nil {
-				p.shell.TimeoutSeconds = int32(*rs.TimeoutSeconds)
-			}
-			if rs.MaxOutputLength != nil {
-				p.shell.MaxOutputLength = int32(*rs.MaxOutputLength)
-			}
-		}
+	switch {
+	case req.ShellLocal:
+		// The client runs the commands: the model's shell calls end the
+		// completion like any client tool call, and nothing can be moved
+		// into a shell conch does not run.
+		limits := shellLimits(g, req.Shell)
+		p.tools = append(p.tools, upstream.Tool{Name: "shell", Description: localShellDescription(limits), Parameters: shellParameters})
 		if set != nil {
+			p.addDirect(set.Tools())
+		}
+	case req.Shell != nil || sh.GetEnabled():
+		p.shell = shellLimits(g, req.Shell)
+		if set != nil && req.Container == "" {
 			var direct []*toolhost.Tool
 			direct, p.moved = set.Split(sh.GetTools())
 			p.addDirect(direct)
+		} else if set != nil {
+			// A container made through the API has no tool commands:
+			// the model calls the tools directly.
+			p.addDirect(set.Tools())
 		}
 		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.moved))
-	} else if set != nil {
+	case set != nil:
 		// Without a shell there is nowhere to move tools to.
 		p.addDirect(set.Tools())
 	}
@@ -82,6 +86,25 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 	}
 	p.tools = append(p.tools, req.ClientTools...)
 	return p, nil
+}
+
+// shellLimits are the shell's limits: the gateway's, with those the
+// request set.
+func shellLimits(g *routerv1.Gateway, rs *ShellTool) *loop.Shell {
+	sh := &loop.Shell{TimeoutSeconds: gateways.ShellTimeoutSeconds(g), MaxOutputLength: gateways.MaxOutputLength(g)}
+	if rs == nil {
+		return sh
+	}
+	if rs.MaxUses != nil {
+		sh.MaxUses = int(*rs.MaxUses)
+	}
+	if rs.TimeoutSeconds != nil {
+		sh.TimeoutSeconds = int32(*rs.TimeoutSeconds)
+	}
+	if rs.MaxOutputLength != nil {
+		sh.MaxOutputLength = int32(*rs.MaxOutputLength)
+	}
+	return sh
 }
 
 func (p *toolPlan) addDirect(tools []*toolhost.Tool) {
@@ -135,6 +158,14 @@ func shellTool(sh *loop.Shell, persistent bool, moved []*toolhost.Tool) upstream
 	b.WriteString("write large results to a file in /home/workspace and read back only the part you need. ")
 	b.WriteString(`The result is JSON: {"stdout", "stderr", "outcome": {"type": "exit", "exit_code"}}, or outcome type "timeout", or type "error" with "error" saying why.`)
 	return upstream.Tool{Name: "shell", Description: b.String(), Parameters: shellParameters}
+}
+
+// localShellDescription is the shell tool the model sees when the client
+// runs the commands.
+func localShellDescription(sh *loop.Shell) string {
+	return "Run a shell command in the user's environment and get its output. The command runs as `/bin/sh -c <command>`. " +
+		fmt.Sprintf("Limits: a command is stopped after %d seconds; output keeps its first %d characters. ", sh.TimeoutSeconds, sh.MaxOutputLength) +
+		"Filter before printing (grep, head, wc -l) to stay within the output limit."
 }
 
 // sandboxRequest is how the completion's sandbox is created.
@@ -205,6 +236,13 @@ func (s *sandbox) ID(ctx context.Context) (string, error) {
 	}
 	s.id = resp.GetId()
 	return s.id, nil
+}
+
+// Current implements completionSandbox.
+func (s *sandbox) Current() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
 }
 
 // Destroy ends the sandbox, if the completion made one.

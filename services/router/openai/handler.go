@@ -124,6 +124,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
+	req.NoticesAsText = true
 	g, err := h.core.Gateway(ctx, scope.Account, req.Model)
 	if err != nil {
 		h.writeErr(w, r, err)
@@ -137,7 +138,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			h.errorOf(ctx, err, g.GetName()).write(w)
 			return
 		}
-		writeJSON(w, chatCompletion(id, created, req.Model, res))
+		writeJSON(w, chatCompletion(id, created, req.Model, res.Result))
 		return
 	}
 	s := newSSE(w, id, created, req.Model)
@@ -150,7 +151,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(h.errorOf(ctx, err, g.GetName()))
 		return
 	}
-	s.finish(res)
+	s.finish(res.Result)
 }
 
 func randomHex(n int) string {

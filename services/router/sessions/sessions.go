@@ -115,6 +115,13 @@ func (s *Sandbox) resolve(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("session %q: sandbox keeps changing; try again", s.req.GetSession())
 }
 
+// Current is the session's sandbox once this completion has it, else "".
+func (s *Sandbox) Current() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
 // Destroy keeps a session's sandbox: it ends when idle.
 func (s *Sandbox) Destroy(context.Context) {}
 
