@@ -99,6 +99,8 @@ type HTTPConfig struct {
 	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
 	// MaxConcurrentCompletions sheds load beyond what the router runs.
 	MaxConcurrentCompletions int `flag:"max-concurrent-completions" env:"CONCH_MAX_CONCURRENT_COMPLETIONS" default:"512" usage:"chat completions this router runs at once; beyond, 503 with Retry-After"`
+	// ResponseRetention is how long the Responses API keeps a response.
+	ResponseRetention time.Duration `flag:"response-retention" env:"CONCH_RESPONSE_RETENTION" default:"720h" usage:"how long a stored response of the Responses API is kept (previous_response_id, GET /v1/responses/{id})"`
 }
 
 // Validate checks the HTTP settings.
@@ -108,6 +110,9 @@ func (c *HTTPConfig) Validate() error {
 	}
 	if c.MaxConcurrentCompletions < 1 || c.MaxConcurrentCompletions > 1<<20 {
 		return config.Invalid("--max-concurrent-completions", "must be between 1 and %d", 1<<20)
+	}
+	if c.ResponseRetention < time.Minute || c.ResponseRetention > 366*24*time.Hour {
+		return config.Invalid("--response-retention", "must be between 1m and 8784h (366 days)")
 	}
 	return nil
 }
@@ -560,6 +565,7 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
 		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
 		UploadIdleTimeout: hc.UploadIdleTimeout, MaxConcurrentCompletions: hc.MaxConcurrentCompletions,
+		ResponseRetention: hc.ResponseRetention,
 	})
 	if err != nil {
 		return err

@@ -60,6 +60,9 @@ type HTTPOptions struct {
 	// MaxConcurrentCompletions bounds the completions running at once;
 	// 0 means completion.DefaultMaxConcurrent.
 	MaxConcurrentCompletions int
+	// ResponseRetention is how long stored responses of the Responses
+	// API are kept; 0 means openai.DefaultResponseRetention.
+	ResponseRetention time.Duration
 	// Logger receives request errors.
 	Logger *slog.Logger
 }
@@ -102,7 +105,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
-	v1 := openai.NewHandler(core, opts.Logger)
+	v1 := openai.NewHandler(core, openai.ResponsesOptions{Etcd: opts.Etcd, Retention: opts.ResponseRetention}, opts.Logger)
 	a := &authMiddleware{auth: opts.Service.Accounts(), publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()

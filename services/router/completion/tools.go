@@ -48,13 +48,13 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 		// The client runs the commands: the model's shell calls end the
 		// completion like any client tool call, and nothing can be moved
 		// into a shell conch does not run.
-		limits := shellLimits(g, req.Shell)
+		limits := ShellLimits(g, req.Shell)
 		p.tools = append(p.tools, upstream.Tool{Name: "shell", Description: localShellDescription(limits), Parameters: shellParameters})
 		if set != nil {
 			p.addDirect(set.Tools())
 		}
 	case req.Shell != nil || sh.GetEnabled():
-		p.shell = shellLimits(g, req.Shell)
+		p.shell = ShellLimits(g, req.Shell)
 		if set != nil && req.Container == "" {
 			var direct []*toolhost.Tool
 			direct, p.moved = set.Split(sh.GetTools())
@@ -88,9 +88,9 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 	return p, nil
 }
 
-// shellLimits are the shell's limits: the gateway's, with those the
+// ShellLimits are the shell's limits: the gateway's, with those the
 // request set.
-func shellLimits(g *routerv1.Gateway, rs *ShellTool) *loop.Shell {
+func ShellLimits(g *routerv1.Gateway, rs *ShellTool) *loop.Shell {
 	sh := &loop.Shell{TimeoutSeconds: gateways.ShellTimeoutSeconds(g), MaxOutputLength: gateways.MaxOutputLength(g)}
 	if rs == nil {
 		return sh

@@ -76,6 +76,8 @@ type Config struct {
 	Shell *Shell
 	// abort ends the loop with an error rather than a tool result.
 	abort error
+	// sandbox is the sandbox's id once the loop has it.
+	sandbox string
 	// Exec says for whom and under which policy commands run.
 	Exec ExecContext
 	// Tools runs the server tools offered to the model directly (webhooks,
@@ -114,6 +116,8 @@ type ToolEvent struct {
 	Result    string `json:"result,omitempty"`
 	// Approval is the pending approval (REST JSON) for approval_pending.
 	Approval json.RawMessage `json:"approval,omitempty"`
+	// Sandbox is the sandbox a shell call ran in, on its tool_result.
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // ServerToolCall is one server tool call and its result, as reported in the
@@ -224,6 +228,9 @@ func (cfg *Config) sandboxID(ctx context.Context) (string, error) {
 	if err != nil && errs.KindOf(err) == errs.ResourceExhausted {
 		cfg.abort = err
 	}
+	if err == nil {
+		cfg.sandbox = id
+	}
 	return id, err
 }
 
@@ -250,7 +257,11 @@ func (cfg *Config) runServerTool(ctx context.Context, res *Result, call upstream
 	stop := keepAlive(ctx, ev)
 	result := cfg.serverTool(ctx, res, call, ev)
 	stop()
-	_ = ev.Tool(ToolEvent{Event: "tool_result", ID: call.ID, Name: call.Name, Result: result})
+	done := ToolEvent{Event: "tool_result", ID: call.ID, Name: call.Name, Result: result}
+	if call.Name == "shell" {
+		done.Sandbox = cfg.sandbox
+	}
+	_ = ev.Tool(done)
 	return result
 }
 

@@ -1,6 +1,7 @@
 // Package openai serves the OpenAI-compatible API of the router (SPEC §3):
-// GET /v1/models and POST /v1/chat/completions, with and without streaming,
-// running conch's server tools in the agent loop.
+// GET /v1/models, POST /v1/chat/completions and the Responses API
+// (/v1/responses), with and without streaming: thin front ends over the
+// completion core, which runs conch's server tools in the agent loop.
 package openai
 
 import (
@@ -27,22 +28,30 @@ const maxBody = 32 << 20
 
 // Handler serves /v1.
 type Handler struct {
-	core   *completion.Service
-	logger *slog.Logger
-	mux    *http.ServeMux
+	core      *completion.Service
+	responses ResponsesOptions
+	logger    *slog.Logger
+	mux       *http.ServeMux
 }
 
 // NewHandler returns the /v1 handler over the completion service. Requests
 // must carry the caller's tenant scope (the router's auth middleware sets
 // it).
-func NewHandler(core *completion.Service, logger *slog.Logger) *Handler {
+func NewHandler(core *completion.Service, responses ResponsesOptions, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	h := &Handler{core: core, logger: logger, mux: http.NewServeMux()}
+	if responses.Retention <= 0 {
+		responses.Retention = DefaultResponseRetention
+	}
+	h := &Handler{core: core, responses: responses, logger: logger, mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)
+	h.mux.HandleFunc("POST /v1/responses", h.createResponse)
+	h.mux.HandleFunc("GET /v1/responses/{id}", h.getResponse)
+	h.mux.HandleFunc("DELETE /v1/responses/{id}", h.deleteResponse)
+	h.mux.HandleFunc("GET /v1/responses/{id}/input_items", h.listInputItems)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "unknown path "+r.Method+" "+r.URL.Path)
 	})

@@ -87,8 +87,17 @@ var standardFields = map[string]jsonKind{
 // fields conch does not know pass unchecked to the upstream.
 func checkType(field string, v json.RawMessage) error {
 	want, ok := standardFields[field]
+	if !ok {
+		return nil
+	}
+	return checkKind(field, v, want)
+}
+
+// checkKind reports a value of field that is not of the JSON type want;
+// null is accepted.
+func checkKind(field string, v json.RawMessage, want jsonKind) error {
 	v = bytes.TrimSpace(v)
-	if !ok || string(v) == "null" {
+	if len(v) == 0 || string(v) == "null" {
 		return nil
 	}
 	var okType bool

@@ -1,0 +1,377 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/upstream"
+)
+
+// The Responses API (POST /v1/responses and the stored responses under
+// /v1/responses/{id}) is a second front end over the completion core: it
+// parses input items into the conversation, runs the same loop with the
+// same tools, approvals and sandboxes as chat completions, and renders
+// output items. With store (the default) a response, its input and the
+// conversation so far are kept in etcd for the retention, so
+// previous_response_id continues it on any router replica.
+const (
+	// DefaultResponseRetention is how long a stored response is kept.
+	DefaultResponseRetention = 30 * 24 * time.Hour
+	// maxStoredResponse bounds a stored response, compressed: a larger one
+	// is answered with store false rather than put in etcd.
+	maxStoredResponse = 4 << 20
+	// storeTimeout bounds storing a response after it was computed.
+	storeTimeout = 10 * time.Second
+)
+
+// ResponsesOptions configure the Responses API.
+type ResponsesOptions struct {
+	// Etcd keeps stored responses.
+	Etcd *clientv3.Client
+	// Retention is how long a stored response is kept; zero means
+	// DefaultResponseRetention.
+	Retention time.Duration
+}
+
+// storedResponse is a response as kept for GET and previous_response_id.
+type storedResponse struct {
+	Response map[string]any   `json:"response"`
+	Input    []map[string]any `json:"input"`
+	// Conversation is every message up to and including this response's
+	// output, instructions excepted (they do not carry over).
+	Conversation []storedMessage `json:"conversation"`
+}
+
+type storedMessage struct {
+	Role       string     `json:"role"`
+	Content    string     `json:"content,omitempty"`
+	ToolCalls  []keptCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+type keptCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+func storeMessages(msgs []upstream.Message) []storedMessage {
+	out := make([]storedMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = storedMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			out[i].ToolCalls = append(out[i].ToolCalls, keptCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		}
+	}
+	return out
+}
+
+func loadMessages(msgs []storedMessage) []upstream.Message {
+	out := make([]upstream.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = upstream.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			out[i].ToolCalls = append(out[i].ToolCalls, upstream.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		}
+	}
+	return out
+}
+
+// responseKey is where a stored response lives: under its account, so an
+// id from another account finds nothing.
+func responseKey(account, id string) string {
+	return "conch/responses/" + url.PathEscape(account) + "/" + url.PathEscape(id) + "/"
+}
+
+func (h *Handler) loadResponse(ctx context.Context, account, id, field string) (*storedResponse, error) {
+	var st storedResponse
+	found, err := etcdx.GetBlob(ctx, h.responses.Etcd, responseKey(account, id), &st)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, &completion.FieldError{Status: http.StatusNotFound, Field: field, Code: "not_found",
+			Msg: fmt.Sprintf("Response with id '%s' not found.", id)}
+	}
+	return &st, nil
+}
+
+func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
+	release, err := h.core.Admit()
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	defer release()
+	ctx := r.Context()
+	scope, ok := tenant.From(ctx)
+	if !ok {
+		h.writeErr(w, r, errs.New(errs.Unauthenticated, "no account"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("request body is larger than %d bytes", maxBody))
+		return
+	}
+	req, err := parseResponsesRequest(body)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	g, err := h.core.Gateway(ctx, scope.Account, req.Model)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	var history []upstream.Message
+	if req.PreviousID != "" {
+		prev, err := h.loadResponse(ctx, scope.Account, req.PreviousID, "previous_response_id")
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		history = loadMessages(prev.Conversation)
+	}
+	input := req.Messages
+	conv := append(append([]upstream.Message(nil), history...), input...)
+	if err := checkCallIDs(conv); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	req.Messages = conv
+	if req.Instructions != nil && *req.Instructions != "" {
+		req.Messages = append([]upstream.Message{{Role: "system", Content: *req.Instructions}}, conv...)
+	}
+
+	id := "resp_" + randomHex(24)
+	created := time.Now().Unix()
+	obj := responseObject(id, created, req)
+	var ev loop.Events
+	var s *responseStream
+	if req.Stream {
+		s = newResponseStream(w, obj, &itemIDs{response: id}, shellLimitsOf(g, req), req.ShellLocal)
+		ev = s
+		if s.begin() != nil {
+			return
+		}
+	}
+	res, err := h.core.Run(ctx, scope, g, &req.Request, ev)
+	if err != nil {
+		e := h.errorOf(ctx, err, g.GetName())
+		if s == nil {
+			e.write(w)
+		} else {
+			s.fail(e)
+		}
+		return
+	}
+	sh := newShellView(res, shellLimitsOf(g, req), req.ShellLocal)
+	items := outputItems(res, &itemIDs{response: id}, sh)
+	finish(obj, res, items)
+	if req.Store {
+		st := &storedResponse{Response: obj, Input: req.Input, Conversation: storeMessages(append(conv, res.Turn...))}
+		if err := h.storeResponse(ctx, scope.Account, id, st); err != nil {
+			obj["store"] = false
+			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)
+		}
+	}
+	if s != nil {
+		s.complete(obj)
+		return
+	}
+	writeJSON(w, obj)
+}
+
+// shellLimitsOf is the shell the request gets, for describing its calls;
+// nil when it has none.
+func shellLimitsOf(g *routerv1.Gateway, req *responsesRequest) *loop.Shell {
+	if req.Shell == nil && !g.GetShell().GetEnabled() {
+		return nil
+	}
+	return completion.ShellLimits(g, req.Shell)
+}
+
+func (h *Handler) storeResponse(ctx context.Context, account, id string, st *storedResponse) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	return etcdx.PutBlob(ctx, h.responses.Etcd, responseKey(account, id), st, h.responses.Retention, maxStoredResponse)
+}
+
+// checkCallIDs refuses a tool result whose call is nowhere in the
+// conversation before it: the upstream would refuse it less clearly.
+func checkCallIDs(msgs []upstream.Message) error {
+	calls := map[string]bool{}
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			calls[c.ID] = true
+		}
+		if m.Role == "tool" && !calls[m.ToolCallID] {
+			return badField("input", "the output for call_id %q answers no function_call or shell_call of the conversation", m.ToolCallID)
+		}
+	}
+	return nil
+}
+
+// responseObject is the response before it ran: status in_progress, no
+// output yet, the request's settings echoed.
+func responseObject(id string, created int64, req *responsesRequest) map[string]any {
+	echo := func(k string, def any) any {
+		if v, ok := req.Top[k]; ok && string(v) != "null" {
+			return v
+		}
+		return def
+	}
+	tools := []json.RawMessage{}
+	if req.Tools != nil {
+		tools = req.Tools
+	}
+	var previous any
+	if req.PreviousID != "" {
+		previous = req.PreviousID
+	}
+	return map[string]any{
+		"id": id, "object": "response", "created_at": created, "status": "in_progress",
+		"error": nil, "incomplete_details": nil, "instructions": echo("instructions", nil),
+		"max_output_tokens": echo("max_output_tokens", nil), "model": req.Model, "output": []any{},
+		"parallel_tool_calls": echo("parallel_tool_calls", true), "previous_response_id": previous,
+		"reasoning": map[string]any{"effort": nil, "summary": nil}, "store": req.Store,
+		"temperature": echo("temperature", nil), "text": echo("text", map[string]any{"format": map[string]any{"type": "text"}}),
+		"tool_choice": echo("tool_choice", "auto"), "tools": tools, "top_p": echo("top_p", nil),
+		"truncation": "disabled", "usage": nil, "user": echo("user", nil), "metadata": echo("metadata", map[string]any{}),
+		"background": false, "output_text": "",
+	}
+}
+
+// finish fills obj with the completion's outcome.
+func finish(obj map[string]any, res *completion.Result, items []map[string]any) {
+	status, incomplete := statusOf(res.Result)
+	obj["status"], obj["incomplete_details"] = status, incomplete
+	obj["output"], obj["output_text"] = items, outputTextOf(items)
+	obj["usage"] = responseUsage(res.Result)
+	obj["conch"] = conchOf(res.Result)
+}
+
+func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request) {
+	account, err := tenant.Account(r.Context())
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	st, err := h.loadResponse(r.Context(), account, r.PathValue("id"), "")
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, st.Response)
+}
+
+func (h *Handler) deleteResponse(w http.ResponseWriter, r *http.Request) {
+	account, err := tenant.Account(r.Context())
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	found, err := etcdx.DeleteBlob(r.Context(), h.responses.Etcd, responseKey(account, id))
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if !found {
+		h.writeErr(w, r, &completion.FieldError{Status: http.StatusNotFound, Code: "not_found", Msg: fmt.Sprintf("Response with id '%s' not found.", id)})
+		return
+	}
+	writeJSON(w, map[string]any{"id": id, "object": "response.deleted", "deleted": true})
+}
+
+// listInputItems lists a stored response's input items, newest first
+// unless order=asc, limit (1-100, 20) at a time after the item named by
+// after.
+func (h *Handler) listInputItems(w http.ResponseWriter, r *http.Request) {
+	account, err := tenant.Account(r.Context())
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	limit := 20
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
+			h.writeErr(w, r, badField("limit", "must be an integer from 1 to 100, got %q", v))
+			return
+		}
+	}
+	order := q.Get("order")
+	if order == "" {
+		order = "desc"
+	}
+	if order != "asc" && order != "desc" {
+		h.writeErr(w, r, badField("order", "must be asc or desc, got %q", order))
+		return
+	}
+	st, err := h.loadResponse(r.Context(), account, r.PathValue("id"), "")
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	items := inputItemsWithIDs(r.PathValue("id"), st.Input)
+	if order == "desc" {
+		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+			items[i], items[j] = items[j], items[i]
+		}
+	}
+	if after := q.Get("after"); after != "" {
+		at := -1
+		for i, it := range items {
+			if it["id"] == after {
+				at = i
+			}
+		}
+		if at < 0 {
+			h.writeErr(w, r, badField("after", "no input item %q in this response", after))
+			return
+		}
+		items = items[at+1:]
+	}
+	more := len(items) > limit
+	items = items[:min(limit, len(items))]
+	list := map[string]any{"object": "list", "data": items, "has_more": more, "first_id": nil, "last_id": nil}
+	if len(items) > 0 {
+		list["first_id"], list["last_id"] = items[0]["id"], items[len(items)-1]["id"]
+	}
+	writeJSON(w, list)
+}
+
+// inputItemsWithIDs gives input items without an id one derived from the
+// response, stable across reads.
+func inputItemsWithIDs(response string, input []map[string]any) []map[string]any {
+	ids := &itemIDs{response: response + "/input"}
+	out := make([]map[string]any, len(input))
+	for i, it := range input {
+		c := make(map[string]any, len(it)+1)
+		for k, v := range it {
+			c[k] = v
+		}
+		id := ids.next("item_")
+		if s, _ := c["id"].(string); s == "" {
+			c["id"] = id
+		}
+		out[i] = c
+	}
+	return out
+}
