@@ -68,7 +68,7 @@ func TestGateways(t *testing.T) {
 	}
 
 	// Another account sees none of dev's gateways.
-	other := newAccountKey(t, d, "Other")
+	other := newAccount(t, d, "Other")
 	if code, body := d.call("GET", "/api/v1/gateways/prod", other, nil); code != http.StatusNotFound {
 		t.Errorf("other account GET prod = %d %s, want 404", code, body)
 	}
@@ -213,26 +213,4 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// newAccountKey creates an account with the admin key and returns a key of it.
-func newAccountKey(t *testing.T, d *dev, name string) string {
-	t.Helper()
-	code, body := d.call("POST", "/api/v1/accounts", d.Key, map[string]string{"name": name})
-	if code != http.StatusOK {
-		t.Fatalf("create account = %d %s", code, body)
-	}
-	var acct struct{ ID string }
-	if err := json.Unmarshal(body, &acct); err != nil {
-		t.Fatal(err)
-	}
-	code, body = d.call("POST", "/api/v1/accounts/"+acct.ID+"/keys", d.Key, map[string]string{})
-	if code != http.StatusOK {
-		t.Fatalf("create key = %d %s", code, body)
-	}
-	var key struct{ Key string }
-	if err := json.Unmarshal(body, &key); err != nil {
-		t.Fatal(err)
-	}
-	return key.Key
 }

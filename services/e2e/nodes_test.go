@@ -174,7 +174,7 @@ func TestNodes(t *testing.T) {
 		t.Fatalf("unknown node: %s", out)
 	}
 	// Another account does not reach this account's node.
-	other := newAccountKey(t, d, "nodes-other")
+	other := newAccount(t, d, "nodes-other")
 	if code, body := d.call("POST", "/api/v1/gateways", other, map[string]any{"name": "steal", "upstream": map[string]any{"provider": "scripted"}, "exec": map[string]any{"host": "node", "node": "laptop", "security": "full", "ask": "off"}}); code != http.StatusOK {
 		t.Fatalf("other gateway = %d %s", code, body)
 	}

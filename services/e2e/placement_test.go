@@ -75,7 +75,7 @@ func TestTwoExecutors(t *testing.T) {
 	}
 
 	// Another account finds none of them, wherever they are.
-	other := newAccountKey(t, d, "placement-other")
+	other := newAccount(t, d, "placement-other")
 	for _, s := range sandboxes {
 		if code, body := d.call("POST", "/api/v1/sandboxes/"+s.id+"/commands", other, map[string]any{"command": "true"}); code != http.StatusNotFound {
 			t.Fatalf("other account on %s = %d %s, want 404", s.id, code, body)
