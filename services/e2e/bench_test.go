@@ -130,3 +130,55 @@ func BenchmarkShellCompletion(b *testing.B) {
 	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// BenchmarkShellResponseVsChat measures the same completion with one
+// `echo hi` shell call (the scripted model) through the Responses API and
+// through chat completions, alternating in one run: the Responses front
+// end must cost no more than chat completions' (issue 14: +10 %).
+func BenchmarkShellResponseVsChat(b *testing.B) {
+	d := startDev(b)
+	client := &http.Client{}
+	run := func(path, body, want string) time.Duration {
+		req, _ := http.NewRequest("POST", d.URL+path, bytes.NewReader([]byte(body)))
+		req.Header.Set("Authorization", "Bearer "+d.Key)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(out, []byte(want)) {
+			b.Fatalf("%s: status %d: %s", path, resp.StatusCode, out)
+		}
+		return time.Since(start)
+	}
+	chat := func() time.Duration {
+		return run("/v1/chat/completions", "{\"model\":\"default\",\"messages\":[{\"role\":\"user\",\"content\":\"run `echo hi`\"}],\"tools\":[{\"type\":\"shell\"}]}", "exited with code 0")
+	}
+	response := func() time.Duration {
+		return run("/v1/responses", "{\"model\":\"default\",\"input\":\"run `echo hi`\",\"tools\":[{\"type\":\"shell\"}]}", `"shell_call_output"`)
+	}
+	for range 5 {
+		chat()
+		response()
+	}
+	b.ResetTimer()
+	var c, r []time.Duration
+	for i := range b.N {
+		// Alternate which goes first, so neither always finds the
+		// other's sandbox teardown running.
+		if i%2 == 0 {
+			c, r = append(c, chat()), append(r, response())
+		} else {
+			r, c = append(r, response()), append(c, chat())
+		}
+	}
+	b.StopTimer()
+	slices.Sort(c)
+	slices.Sort(r)
+	cm, rm := c[len(c)/2], r[len(r)/2]
+	b.ReportMetric(float64(cm.Microseconds())/1000, "chat-p50-ms")
+	b.ReportMetric(float64(rm.Microseconds())/1000, "responses-p50-ms")
+	b.ReportMetric(float64(rm)/float64(cm), "responses/chat")
+}

@@ -132,4 +132,10 @@ var Rows = []Row{
 		Service: "router", Metric: "completion with one shell call, p50", Unit: "ms",
 		Value: Ref{Pkg: "e2e", Bench: "BenchmarkShellCompletion", Unit: "p50-ms"},
 	},
+	{
+		Service: "router", Metric: "Responses API completion with one shell call, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkShellResponseVsChat", Unit: "responses-p50-ms"},
+		Anchor: &Anchor{Name: "the same chat completion", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkShellResponseVsChat", Unit: "chat-p50-ms"}},
+		Target: Target{MaxRatio: 1.1},
+	},
 }

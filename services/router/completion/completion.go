@@ -95,7 +95,7 @@ func New(opts Options) (*Service, error) {
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = DefaultMaxConcurrent
 	}
-	return &Service{opts: opts, sessions: sessions.New(opts.Etcd), turns: &turnStore{cli: opts.Etcd}, running: make(chan struct{}, opts.MaxConcurrent)}, nil
+	return &Service{opts: opts, sessions: sessions.New(opts.Etcd), turns: newTurnStore(opts.Etcd), running: make(chan struct{}, opts.MaxConcurrent)}, nil
 }
 
 // ErrOverloaded is the error of a completion refused because this router

@@ -26,7 +26,8 @@ import (
 // it; a turn kept longer than turnTTL is forgotten, and the model then sees
 // what the client sent.
 const (
-	// turnTTL is how long a mixed turn is kept for the client's answer.
+	// turnTTL is how long a mixed turn is kept at least for the client's
+	// answer (at most an hour more).
 	turnTTL = 24 * time.Hour
 	// maxTurnBytes bounds a kept turn, compressed.
 	maxTurnBytes = 8 << 20
@@ -39,7 +40,12 @@ const (
 
 // turnStore keeps mixed turns (see above).
 type turnStore struct {
-	cli *clientv3.Client
+	cli    *clientv3.Client
+	leases *etcdx.Leases
+}
+
+func newTurnStore(cli *clientv3.Client) *turnStore {
+	return &turnStore{cli: cli, leases: etcdx.NewLeases(cli, turnTTL, time.Hour)}
 }
 
 // keptTurn is a mixed turn as stored.
@@ -90,7 +96,7 @@ func (s *turnStore) save(ctx context.Context, account, gateway, user string, res
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), turnWriteTimeout)
 	defer cancel()
-	if err := etcdx.PutBlob(ctx, s.cli, turnPrefix(account, gateway, user, t.Client[0]), t, turnTTL, maxTurnBytes); err != nil {
+	if err := etcdx.PutBlobLeased(ctx, s.cli, s.leases, turnPrefix(account, gateway, user, t.Client[0]), t, maxTurnBytes); err != nil {
 		return fmt.Errorf("keep turn: %w", err)
 	}
 	return nil

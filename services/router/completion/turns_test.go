@@ -39,7 +39,7 @@ func TestTurnsSplice(t *testing.T) {
 	cli := etcdxtest.StartForTest(t)
 	ctx := t.Context()
 	// Two stores over one etcd stand for two router replicas.
-	saver, reader := &turnStore{cli: cli}, &turnStore{cli: cli}
+	saver, reader := newTurnStore(cli), newTurnStore(cli)
 
 	big := make([]byte, 3*etcdx.BlobChunk/2) // incompressible: kept in chunks
 	_, _ = rand.Read(big)
@@ -89,7 +89,7 @@ func TestTurnsSplice(t *testing.T) {
 func TestTurnsSaveOnlyMixedTurns(t *testing.T) {
 	t.Parallel()
 	cli := etcdxtest.StartForTest(t)
-	s := &turnStore{cli: cli}
+	s := newTurnStore(cli)
 	for name, res := range map[string]*loop.Result{
 		"final answer":      {FinishReason: "stop", Content: "done", ServerToolCalls: []loop.ServerToolCall{{ID: "call_s1"}}},
 		"client calls only": {FinishReason: "tool_calls", ToolCalls: []upstream.ToolCall{{ID: "call_c1", Name: "f"}}},

@@ -16,6 +16,7 @@ import (
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
@@ -30,6 +31,7 @@ const maxBody = 32 << 20
 type Handler struct {
 	core      *completion.Service
 	responses ResponsesOptions
+	leases    *etcdx.Leases // of stored responses
 	logger    *slog.Logger
 	mux       *http.ServeMux
 }
@@ -45,6 +47,9 @@ func NewHandler(core *completion.Service, responses ResponsesOptions, logger *sl
 		responses.Retention = DefaultResponseRetention
 	}
 	h := &Handler{core: core, responses: responses, logger: logger, mux: http.NewServeMux()}
+	if responses.Etcd != nil {
+		h.leases = etcdx.NewLeases(responses.Etcd, responses.Retention, time.Hour)
+	}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)

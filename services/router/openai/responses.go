@@ -209,7 +209,7 @@ func shellLimitsOf(g *routerv1.Gateway, req *responsesRequest) *loop.Shell {
 func (h *Handler) storeResponse(ctx context.Context, account, id string, st *storedResponse) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	return etcdx.PutBlob(ctx, h.responses.Etcd, responseKey(account, id), st, h.responses.Retention, maxStoredResponse)
+	return etcdx.PutBlobLeased(ctx, h.responses.Etcd, h.leases, responseKey(account, id), st, maxStoredResponse)
 }
 
 // checkCallIDs refuses a tool result whose call is nowhere in the

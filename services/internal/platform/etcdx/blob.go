@@ -5,13 +5,16 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -32,9 +35,10 @@ const (
 	blobInflate = 64
 )
 
-// PutBlob stores v under prefix for ttl. A blob larger than limit bytes,
-// compressed, is not stored: the error is errs.ResourceExhausted.
-func PutBlob(ctx context.Context, cli *clientv3.Client, prefix string, v any, ttl time.Duration, limit int) error {
+// PutBlob stores v under prefix on lease (see Leases). A blob larger than
+// limit bytes, compressed, is not stored: the error is
+// errs.ResourceExhausted. A blob of one chunk takes one etcd request.
+func PutBlob(ctx context.Context, cli *clientv3.Client, prefix string, v any, lease clientv3.LeaseID, limit int) error {
 	if !strings.HasSuffix(prefix, "/") {
 		return fmt.Errorf("etcdx: blob prefix %q must end in /", prefix)
 	}
@@ -49,23 +53,82 @@ func PutBlob(ctx context.Context, cli *clientv3.Client, prefix string, v any, tt
 	if buf.Len() > limit {
 		return errs.New(errs.ResourceExhausted, "%d bytes compressed, more than the %d kept", buf.Len(), limit)
 	}
-	lease, err := cli.Grant(ctx, int64(max(ttl/time.Second, 1)))
-	if err != nil {
-		return failed(err, "grant")
-	}
 	data := buf.Bytes()
-	n := 0
-	for off := 0; off < len(data); off += BlobChunk {
-		chunk := data[off:min(off+BlobChunk, len(data))]
-		if _, err := cli.Put(ctx, prefix+fmt.Sprintf("%03d", n), string(chunk), clientv3.WithLease(lease.ID)); err != nil {
+	n := (len(data) + BlobChunk - 1) / BlobChunk
+	for i := range n {
+		ops := []clientv3.Op{clientv3.OpPut(prefix+fmt.Sprintf("%03d", i), string(data[i*BlobChunk:min((i+1)*BlobChunk, len(data))]), clientv3.WithLease(lease))}
+		if i == n-1 {
+			ops = append(ops, clientv3.OpPut(prefix+"head", strconv.Itoa(n), clientv3.WithLease(lease)))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 			return failed(err, "put")
 		}
-		n++
-	}
-	if _, err := cli.Put(ctx, prefix+"head", strconv.Itoa(n), clientv3.WithLease(lease.ID)); err != nil {
-		return failed(err, "put")
 	}
 	return nil
+}
+
+// Leases hands out shared leases for records kept for a while (blobs):
+// granting a lease per record would double the etcd writes of each. A
+// lease is shared by the records of one period, and lives the retention
+// plus that period, so a record is kept at least the retention and at
+// most one period more.
+type Leases struct {
+	cli       *clientv3.Client
+	retention time.Duration
+	period    time.Duration
+	now       func() time.Time
+
+	mu      sync.Mutex
+	id      clientv3.LeaseID
+	granted time.Time
+}
+
+// NewLeases returns the leases of records kept for retention, shared per
+// period.
+func NewLeases(cli *clientv3.Client, retention, period time.Duration) *Leases {
+	return &Leases{cli: cli, retention: retention, period: period, now: time.Now}
+}
+
+// Get returns the lease of the current period, granting it when needed.
+func (l *Leases) Get(ctx context.Context) (clientv3.LeaseID, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.id != 0 && l.now().Sub(l.granted) < l.period {
+		return l.id, nil
+	}
+	resp, err := l.cli.Grant(ctx, int64((l.retention+l.period)/time.Second))
+	if err != nil {
+		return 0, failed(err, "grant")
+	}
+	l.id, l.granted = resp.ID, l.now()
+	return l.id, nil
+}
+
+// Forget drops the lease id if it is still the current one, after etcd
+// said it no longer exists (revoked, or expired while etcd was away).
+func (l *Leases) Forget(id clientv3.LeaseID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.id == id {
+		l.id = 0
+	}
+}
+
+// PutBlobLeased is PutBlob on the current lease of leases, granting a new
+// one once when etcd no longer knows the shared one.
+func PutBlobLeased(ctx context.Context, cli *clientv3.Client, leases *Leases, prefix string, v any, limit int) error {
+	for attempt := 0; ; attempt++ {
+		lease, err := leases.Get(ctx)
+		if err != nil {
+			return err
+		}
+		err = PutBlob(ctx, cli, prefix, v, lease, limit)
+		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			leases.Forget(lease)
+			continue
+		}
+		return err
+	}
 }
 
 // BlobOp reads the blob under prefix, for a transaction that reads several;

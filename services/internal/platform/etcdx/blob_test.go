@@ -17,6 +17,7 @@ func TestBlob(t *testing.T) {
 	t.Parallel()
 	cli := etcdxtest.StartForTest(t)
 	ctx := t.Context()
+	leases := etcdx.NewLeases(cli, time.Minute, time.Minute)
 	random := make([]byte, 2*etcdx.BlobChunk) // incompressible: three chunks
 	_, _ = rand.Read(random)
 	for _, tc := range []struct {
@@ -29,7 +30,7 @@ func TestBlob(t *testing.T) {
 		{"over the limit", base64.StdEncoding.EncodeToString(random), 1 << 20, false},
 	} {
 		prefix := "/test/blob/" + tc.name + "/"
-		err := etcdx.PutBlob(ctx, cli, prefix, map[string]string{"v": tc.value}, time.Minute, tc.limit)
+		err := etcdx.PutBlobLeased(ctx, cli, leases, prefix, map[string]string{"v": tc.value}, tc.limit)
 		if !tc.stored {
 			if errs.KindOf(err) != errs.ResourceExhausted {
 				t.Fatalf("%s: put = %v, want resource exhausted", tc.name, err)
@@ -57,7 +58,21 @@ func TestBlob(t *testing.T) {
 			t.Fatalf("%s: keys left after delete: %v", tc.name, err)
 		}
 	}
-	if err := etcdx.PutBlob(ctx, cli, "/test/blob/no-slash", "x", time.Minute, 1<<20); err == nil {
+	if err := etcdx.PutBlobLeased(ctx, cli, leases, "/test/blob/no-slash", "x", 1<<20); err == nil {
 		t.Fatal("a prefix without a trailing slash was taken")
+	}
+	// A shared lease etcd lost is replaced once, and the blob stored.
+	lease, err := leases.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdx.PutBlobLeased(ctx, cli, leases, "/test/blob/relet/", "x", 1<<20); err != nil {
+		t.Fatalf("put after the lease was revoked: %v", err)
+	}
+	if again, _ := leases.Get(ctx); again == lease {
+		t.Fatal("the revoked lease is still handed out")
 	}
 }
