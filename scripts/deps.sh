@@ -10,9 +10,12 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 # from the system's /usr/bin, which is what a sandbox sees.
 [ -x /usr/bin/python3 ] || need+=(python3)
 # --test adds what only the tests need: a headless browser for the
-# approvals page.
+# approvals page, and Node with npm for the official OpenAI SDK for Node
+# (scripts/node-sdk.sh).
 if [ "${1:-}" = "--test" ]; then
 	command -v chromium >/dev/null || need+=(chromium)
+	command -v node >/dev/null || need+=(nodejs)
+	command -v npm >/dev/null || need+=(npm)
 fi
 
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// nodeModules is the node_modules holding the official OpenAI SDK for
+// Node: $CONCH_NODE_MODULES (set by .ci/run), else installed by
+// scripts/node-sdk.sh into .cache/node.
+func nodeModules(t *testing.T) string {
+	t.Helper()
+	if m := os.Getenv("CONCH_NODE_MODULES"); m != "" {
+		return m
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(root, "scripts", "node-sdk.sh")).Output()
+	if err != nil {
+		t.Fatalf("scripts/node-sdk.sh (needs node and npm: scripts/deps.sh --test): %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// nodeScript drives conch dev with the official SDK in its default mode,
+// the Responses API: a shell call in a sandbox, the same streamed, and a
+// conversation continued with previous_response_id. It prints what it saw
+// as JSON.
+const nodeScript = `
+const OpenAI = require(process.env.OPENAI_SDK);
+const client = new OpenAI({ baseURL: process.env.CONCH_URL + "/v1", apiKey: process.env.CONCH_API_KEY, maxRetries: 0 });
+(async () => {
+  const seen = {};
+  const first = await client.responses.create({ model: "default", input: "run: echo from-node", tools: [{ type: "shell" }] });
+  seen.types = first.output.map((i) => i.type);
+  seen.stdout = first.output.find((i) => i.type === "shell_call_output").output[0].stdout;
+  seen.outputText = first.output_text;
+
+  const stream = await client.responses.create({ model: "default", input: "run: echo streamed-node", tools: [{ type: "shell" }], stream: true });
+  seen.events = [];
+  for await (const ev of stream) {
+    seen.events.push(ev.type);
+    if (ev.type === "response.completed") seen.streamedText = ev.response.output_text;
+  }
+
+  const next = await client.responses.create({ model: "default", input: "hello again", previous_response_id: first.id });
+  seen.previous = next.previous_response_id;
+  const got = await client.responses.retrieve(next.id);
+  seen.retrieved = got.id === next.id;
+  console.log(JSON.stringify(seen));
+})().catch((e) => { console.error(e); process.exit(1); });
+`
+
+func TestResponsesNodeSDK(t *testing.T) {
+	modules := nodeModules(t)
+	d := startDev(t)
+	script := filepath.Join(t.TempDir(), "responses.cjs")
+	if err := os.WriteFile(script, []byte(nodeScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "node", script)
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key, "OPENAI_SDK="+filepath.Join(modules, "openai"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var seen struct {
+		Types                  []string
+		Stdout, OutputText     string
+		Events                 []string
+		StreamedText, Previous string
+		Retrieved              bool
+	}
+	if err := json.Unmarshal(out, &seen); err != nil {
+		t.Fatalf("node printed %s", out)
+	}
+	if strings.Join(seen.Types, ",") != "shell_call,shell_call_output,message" || seen.Stdout != "from-node\n" || !strings.Contains(seen.OutputText, "from-node") {
+		t.Errorf("non-streamed: %+v", seen)
+	}
+	events := strings.Join(seen.Events, ",")
+	if !strings.HasPrefix(events, "response.created,response.in_progress,response.output_item.added") ||
+		!strings.HasSuffix(events, "response.completed") || !strings.Contains(seen.StreamedText, "streamed-node") {
+		t.Errorf("streamed: %s / %q", events, seen.StreamedText)
+	}
+	if seen.Previous == "" || !seen.Retrieved {
+		t.Errorf("continued: %+v", seen)
+	}
+}
