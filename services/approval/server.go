@@ -31,7 +31,7 @@ var DefaultSkillDirs = []string{"/run/conch/tools"}
 
 // Defaults of the exec settings (SPEC §7).
 const (
-	DefaultApprovalTimeout = 120 * time.Second
+	DefaultApprovalTimeout = execpolicy.DefaultApprovalTimeoutSeconds * time.Second
 	// MaxAskBytes is the longest command a human is asked about: longer
 	// ones cannot be reviewed (nor stored whole in one etcd request) and
 	// are refused instead.

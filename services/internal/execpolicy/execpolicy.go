@@ -99,6 +99,10 @@ func sandbox(h approvalv1.Host) bool {
 	return h == approvalv1.Host_HOST_SANDBOX || h == approvalv1.Host_HOST_UNSPECIFIED
 }
 
+// DefaultApprovalTimeoutSeconds is how long a human has to answer when the
+// exec settings say 0 (SPEC §7).
+const DefaultApprovalTimeoutSeconds = 120
+
 // Defaults returns the settings of host h when no layer sets them: the
 // sandbox's isolation protects it, so it runs anything without asking;
 // every other host runs only what the allowlist allows and asks a human

@@ -11,6 +11,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -198,7 +199,7 @@ func validateExec(e *approvalv1.ExecSettings) error {
 		}
 	}
 	if t := e.GetApprovalTimeoutSeconds(); t < 0 || t > 86400 {
-		return invalid("exec.approval_timeout_seconds", "must be 0 (default 120) to 86400, got %d", t)
+		return invalid("exec.approval_timeout_seconds", "must be 0 (default %d) to 86400, got %d", execpolicy.DefaultApprovalTimeoutSeconds, t)
 	}
 	if t := e.GetApprovalRunningNoticeMs(); t < 0 {
 		return invalid("exec.approval_running_notice_ms", "must not be negative, got %d", t)
