@@ -109,6 +109,44 @@ func TestResponses(t *testing.T) {
 		}
 	})
 
+	t.Run("a command waiting for a human is an event of the stream", func(t *testing.T) {
+		createGateway(t, d, map[string]any{"name": "asks", "upstream": map[string]any{"provider": "scripted"},
+			"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+		answered := allowWhenPending(t, d, "uname -s", func(pendingApproval) {})
+		stream := c.Responses.NewStreaming(ctx, responses.ResponseNewParams{
+			Model: "asks", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("run: uname -s")},
+			Tools: []responses.ToolUnionParam{shellTool(responses.FunctionShellToolEnvironmentUnionParam{})},
+		})
+		var pending, callItem string
+		var final responses.Response
+		for stream.Next() {
+			ev := stream.Current()
+			switch ev.Type {
+			case "conch.approval_pending":
+				var a struct {
+					ItemID   string `json:"item_id"`
+					Approval struct{ Command string }
+				}
+				_ = json.Unmarshal([]byte(ev.RawJSON()), &a)
+				pending, callItem = a.Approval.Command, a.ItemID
+			case "response.completed":
+				final = ev.Response
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code := <-answered; code != http.StatusOK {
+			t.Fatalf("resolve = %d", code)
+		}
+		if pending != "uname -s" || callItem != final.Output[0].ID {
+			t.Fatalf("approval event for %q on item %q; items %+v", pending, callItem, final.Output)
+		}
+		if out := final.Output[1].AsShellCallOutput(); out.Output[0].Stdout != "Linux\n" {
+			t.Fatalf("the approved command's output %+v", out)
+		}
+	})
+
 	t.Run("a container the client names keeps its files across responses", func(t *testing.T) {
 		id := newSandbox(t, d, map[string]any{})
 		ref := shellTool(responses.FunctionShellToolEnvironmentUnionParam{OfContainerReference: &responses.ContainerReferenceParam{ContainerID: id}})
