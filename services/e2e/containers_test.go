@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"slices"
 	"strings"
@@ -194,4 +195,84 @@ func content(t *testing.T, c openai.Client, container, id string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestContainerFileLimitAndPersistence checks that an upload beyond 100
+// MiB is 413 and leaves the container's files as they were, and that a
+// container of a user (conch's extension) keeps its files in that user's
+// persistent workspace.
+func TestContainerFileLimitAndPersistence(t *testing.T) {
+	d := startDev(t)
+	c := client(d)
+	ctx := t.Context()
+
+	ctr, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "limits"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Containers.Files.New(ctx, ctr.ID, openai.ContainerFileNewParams{File: openai.File(strings.NewReader("old"), "big.bin", "application/octet-stream")}); err != nil {
+		t.Fatal(err)
+	}
+	// Streamed, so that neither side holds the 100 MiB.
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		part, err := mw.CreateFormFile("file", "big.bin")
+		if err == nil {
+			_, err = io.Copy(part, io.LimitReader(zeros{}, limit+1))
+		}
+		if err == nil {
+			err = mw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	req, err := http.NewRequestWithContext(ctx, "POST", d.URL+"/v1/containers/"+ctr.ID+"/files", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Key)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	pr.CloseWithError(io.ErrClosedPipe)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), `"param":"file"`) {
+		t.Fatalf("upload of limit+1 = %d %s", resp.StatusCode, body)
+	}
+	code, out := d.call("POST", "/api/v1/sandboxes/"+ctr.ID+"/commands", d.Key, map[string]any{"command": "ls -A; cat big.bin"})
+	if code != http.StatusOK || !strings.Contains(string(out), `"stdout":"big.bin\nold"`) {
+		t.Fatalf("after a refused upload = %d %s", code, out)
+	}
+
+	persistent, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "carol's"}, option.WithJSONSet("user", "carol"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(persistent.RawJSON(), `"user":"carol"`) {
+		t.Fatalf("persistent container %s", persistent.RawJSON())
+	}
+	if _, err := c.Containers.Files.New(ctx, persistent.ID, openai.ContainerFileNewParams{File: openai.File(strings.NewReader("kept"), "notes.txt", "text/plain")}); err != nil {
+		t.Fatal(err)
+	}
+	// Saved before the upload was answered.
+	if code, out := d.call("GET", "/api/v1/shell/io/stat?path=/notes.txt", d.Key, nil, "X-Shell-User-Id", "carol"); code != http.StatusOK {
+		t.Fatalf("stat in carol's workspace = %d %s", code, out)
+	}
+	if err := c.Containers.Delete(ctx, persistent.ID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "carol's again"}, option.WithJSONSet("user", "carol"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.Containers.Files.List(ctx, again.ID, openai.ContainerFileListParams{})
+	if err != nil || len(files.Data) != 1 || files.Data[0].Path != "/home/workspace/notes.txt" {
+		t.Fatalf("files of carol's next container = %v %v", files.RawJSON(), err)
+	}
+	if body := content(t, c, again.ID, files.Data[0].ID); body != "kept" {
+		t.Fatalf("content = %q", body)
+	}
 }
