@@ -198,7 +198,8 @@ func content(t *testing.T, c openai.Client, container, id string) string {
 }
 
 // TestContainerFileLimitAndPersistence checks that an upload beyond 100
-// MiB is 413 and leaves the container's files as they were, and that a
+// MiB is 413, and one cut short a 400, and that both leave the
+// container's files as they were, and that a
 // container of a user (conch's extension) keeps its files in that user's
 // persistent workspace.
 func TestContainerFileLimitAndPersistence(t *testing.T) {
@@ -241,6 +242,22 @@ func TestContainerFileLimitAndPersistence(t *testing.T) {
 	pr.CloseWithError(io.ErrClosedPipe)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), `"param":"file"`) {
 		t.Fatalf("upload of limit+1 = %d %s", resp.StatusCode, body)
+	}
+	// A form cut off inside the file is a broken upload, not a short file.
+	cut := "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"cut.txt\"\r\n\r\npartial"
+	req, err = http.NewRequestWithContext(ctx, "POST", d.URL+"/v1/containers/"+ctr.ID+"/files", strings.NewReader(cut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Key)
+	req.Header.Set("Content-Type", "multipart/form-data; boundary=b")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"param":"file"`) {
+		t.Fatalf("cut upload = %d %s", resp.StatusCode, body)
 	}
 	code, out := d.call("POST", "/api/v1/sandboxes/"+ctr.ID+"/commands", d.Key, map[string]any{"command": "ls -A; cat big.bin"})
 	if code != http.StatusOK || !strings.Contains(string(out), `"stdout":"big.bin\nold"`) {

@@ -185,13 +185,18 @@ func (h *Handler) upload(ctx context.Context, id, p string, src io.Reader) (*exe
 	buf := make([]byte, fileChunk)
 	var total int64
 	for {
-		n, rerr := io.ReadFull(src, buf)
+		n, rerr := fill(src, buf)
 		total += int64(n)
 		if total > MaxFileBytes {
 			return nil, tooLarge()
 		}
-		if rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, io.ErrUnexpectedEOF) {
-			return nil, rerr
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			var tooBig *http.MaxBytesError
+			if errors.As(rerr, &tooBig) {
+				return nil, tooLarge()
+			}
+			// The client's body broke off or is not a valid form.
+			return nil, badField("file", "reading the upload failed: %v", rerr)
 		}
 		if n > 0 || msg.SandboxId != "" {
 			msg.Data = buf[:n]
@@ -211,6 +216,21 @@ func (h *Handler) upload(ctx context.Context, id, p string, src io.Reader) (*exe
 		return nil, err
 	}
 	return resp.GetFile(), nil
+}
+
+// fill reads into buf until it is full or r fails, and returns r's error
+// as is: io.EOF is a complete part, io.ErrUnexpectedEOF a body cut short
+// (io.ReadFull would report a short last chunk as the latter too).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
