@@ -1,7 +1,7 @@
 // Package executor is the executor service: it owns sandboxes and runs
-// commands in them. server.go holds the thin gRPC handlers; the domain is in
-// service.go and exec.go, the sandboxes in sandbox/, process records in
-// process/.
+// commands in them. server.go and server_files.go hold the thin gRPC
+// handlers; the domain is in service.go, exec.go and files.go, the
+// sandboxes in sandbox/, process records in process/.
 package executor
 
 import (
