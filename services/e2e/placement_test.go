@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 )
@@ -60,6 +62,19 @@ func TestTwoExecutors(t *testing.T) {
 		code, body := d.call("GET", "/api/v1/sandboxes/"+s.id, d.Key, nil)
 		if code != http.StatusOK || !strings.Contains(string(body), `"executor":"`+s.executor+`"`) {
 			t.Fatalf("get %s = %d %s, want executor %s", s.id, code, body, s.executor)
+		}
+	}
+
+	// So do the streamed file calls of the Containers API: an upload
+	// names its sandbox in its first message only.
+	oc := client(d)
+	for _, s := range sandboxes {
+		f, err := oc.Containers.Files.New(t.Context(), s.id, openai.ContainerFileNewParams{File: openai.File(strings.NewReader(s.id), "id.txt", "text/plain")})
+		if err != nil {
+			t.Fatalf("upload to %s on %s: %v", s.id, s.executor, err)
+		}
+		if got := content(t, oc, s.id, f.ID); got != s.id {
+			t.Fatalf("content of %s = %q", s.id, got)
 		}
 	}
 

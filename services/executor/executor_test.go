@@ -252,6 +252,7 @@ func TestCreateSandboxValidation(t *testing.T) {
 		{"negative pids", &executorv1.CreateSandboxRequest{Limits: &executorv1.Limits{Pids: -1}}, codes.InvalidArgument, "limits.pids"},
 		{"relative path_prepend", &executorv1.CreateSandboxRequest{PathPrepend: []string{"bin"}}, codes.InvalidArgument, "path_prepend"},
 		{"negative idle", &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: -1}, codes.InvalidArgument, "idle_timeout_seconds"},
+		{"long name", &executorv1.CreateSandboxRequest{Name: strings.Repeat("n", MaxNameChars+1)}, codes.InvalidArgument, "name"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package executor is the executor service: it owns sandboxes and runs
-// commands in them. server.go holds the thin gRPC handlers; the domain is in
-// service.go and exec.go, the sandboxes in sandbox/, process records in
-// process/.
+// commands in them. server.go and server_files.go hold the thin gRPC
+// handlers; the domain is in service.go, exec.go and files.go, the
+// sandboxes in sandbox/, process records in process/.
 package executor
 
 import (
@@ -120,6 +120,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 		Network:     req.GetNetwork().GetMode() == executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST,
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: time.Duration(req.GetIdleTimeoutSeconds()) * time.Second,
+		Name: req.GetName(),
 	})
 	if err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		upb = append(upb, &executorv1.UnsavedPath{Path: u.display(), Reason: u.reason})
 	}
 	return &executorv1.Sandbox{
-		Id: id, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
+		Id: id, Name: e.name, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
 		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,
 		Network:            &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_NONE},

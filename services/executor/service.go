@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/attribute"
@@ -47,8 +48,10 @@ const (
 	// quota of a persistent workspace (SPEC §4), owned by package quota.
 	PersistentWorkspaceBytes = quota.DefaultBytes
 	PersistentWorkspaceFiles = quota.DefaultFiles
-	backgroundBudget         = 64 << 20
-	ownershipTTLSeconds      = 15
+	// MaxNameChars bounds a sandbox's name.
+	MaxNameChars        = 256
+	backgroundBudget    = 64 << 20
+	ownershipTTLSeconds = 15
 )
 
 // Runtime builds sandboxes; *sandbox.Runtime is the production one.
@@ -147,9 +150,13 @@ type entry struct {
 	idle       time.Duration
 	created    time.Time
 
+	name string
+
 	mu       sync.Mutex
 	lastUsed time.Time
 	running  map[spanKey]int // trace contexts of the commands running, under mu
+	// written are the files WriteFile wrote, path → as written, under mu.
+	written map[string]wsync.Meta
 
 	// Persistent workspace sync state, under syncMu. ending is set once
 	// the sandbox is being destroyed: only the destroy's own last flush
@@ -360,6 +367,8 @@ type CreateParams struct {
 	PathPrepend []string
 	Session     string
 	Idle        time.Duration
+	// Name is returned with the sandbox (a container's name).
+	Name string
 }
 
 var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
@@ -384,6 +393,9 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		if err := s.roomForStored(ctx, account, &p); err != nil {
 			return nil, "", err
 		}
+	}
+	if utf8.RuneCountInString(p.Name) > MaxNameChars {
+		return nil, "", errs.New(errs.InvalidArgument, "name: must be at most %d characters", MaxNameChars)
 	}
 	if p.Network {
 		return nil, "", errs.New(errs.Unimplemented, "network: mode allowlist (egress through a proxy) is not implemented yet; use mode none")
@@ -419,7 +431,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now}
 	if len(p.Tools) > 0 {
 		call := func(ctx context.Context, req toolshim.Request) (string, bool, error) {
 			ctx, span := tracer.Start(e.traceOf(ctx, req.Traceparent), "executor.tool", trace.WithAttributes(attribute.String("conch.tool", req.Tool)))

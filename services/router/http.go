@@ -29,6 +29,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/containers"
 	"github.com/conch-sh/conch/services/router/openai"
 )
 
@@ -115,6 +116,12 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.Handle("GET /readyz", &readiness{conns: opts.Conns, draining: ctx.Done()})
 	mux.Handle("GET /metrics", opts.Metrics)
 	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
+	ctr, err := containers.NewHandler(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("/v1/containers", a.wrap(openAIErrors, ctr))
+	mux.Handle("/v1/containers/", a.wrap(openAIErrors, ctr))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
 	ea := &execApprovals{client: approvalv1.NewApprovalServiceClient(opts.Conns["approval"])}
 	mux.Handle("GET /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.get)))

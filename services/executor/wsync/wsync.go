@@ -1,5 +1,6 @@
 // Package wsync reads and writes a sandbox's workspace from the host for
-// hydrating and flushing persistent workspaces. The workspace is written by
+// hydrating and flushing persistent workspaces, and for the executor's
+// file calls (files.go). The workspace is written by
 // untrusted code, so nothing here ever follows a symlink: entries are read
 // with lstat, files are opened relative to the workspace root with
 // RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, and symlinks are recorded as symlinks.
@@ -186,7 +187,7 @@ func (r *Root) Open(p string) (*os.File, error) {
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("wsync: %s is not a regular file", p)
+		return nil, fmt.Errorf("wsync: %s: %w", p, ErrNotRegular)
 	}
 	return f, nil
 }

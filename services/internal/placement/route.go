@@ -202,12 +202,13 @@ func (r *Router) listAll(ctx context.Context, method string, req, reply any, cc 
 	return nil
 }
 
-// StreamClientInterceptor pins server-streaming executor calls. The
-// request is only known at the stream's first SendMsg, so the real stream
-// is opened then.
+// StreamClientInterceptor pins server- and client-streaming executor
+// calls (a client stream's first message names its sandbox). The request
+// is only known at the stream's first SendMsg, so the real stream is
+// opened then. Bidirectional streams (a node's) are not pinned.
 func (r *Router) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		if !strings.HasPrefix(method, executorService) || desc.ClientStreams {
+		if !strings.HasPrefix(method, executorService) || desc.ClientStreams && desc.ServerStreams {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		return &pinnedStream{r: r, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}, nil

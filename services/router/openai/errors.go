@@ -55,6 +55,13 @@ func (e apiError) write(w http.ResponseWriter) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": e.object()})
 }
 
+// WriteError writes OpenAI's error object with the HTTP status; param
+// names the request field at fault, "" for none. The /v1 front ends
+// outside this package (the Containers API) answer through it.
+func WriteError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	apiError{Status: status, Type: typ, Code: code, Param: param, Message: msg}.write(w)
+}
+
 // writeError writes OpenAI's error shape.
 func writeError(w http.ResponseWriter, code int, typ, errCode, msg string) {
 	apiError{Status: code, Type: typ, Code: errCode, Message: msg}.write(w)

@@ -382,8 +382,10 @@ type Sandbox struct {
 	Unsaved []*UnsavedPath `protobuf:"bytes,13,rep,name=unsaved,proto3" json:"unsaved,omitempty"`
 	// How many more unsaved paths there are than listed.
 	UnsavedOmitted int32 `protobuf:"varint,14,opt,name=unsaved_omitted,json=unsavedOmitted,proto3" json:"unsaved_omitted,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Name given at creation (the Containers API's container name).
+	Name          string `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -514,6 +516,13 @@ func (x *Sandbox) GetUnsavedOmitted() int32 {
 	return 0
 }
 
+func (x *Sandbox) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // UnsavedPath is a path of a persistent workspace that is not saved.
 type UnsavedPath struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -590,7 +599,9 @@ type CreateSandboxRequest struct {
 	// Idle time after which it ends; 0 means it ends only when destroyed.
 	IdleTimeoutSeconds int32 `protobuf:"varint,8,opt,name=idle_timeout_seconds,json=idleTimeoutSeconds,proto3" json:"idle_timeout_seconds,omitempty"`
 	// Agent (gateway name) whose policy judges its commands.
-	Agent         string `protobuf:"bytes,9,opt,name=agent,proto3" json:"agent,omitempty"`
+	Agent string `protobuf:"bytes,9,opt,name=agent,proto3" json:"agent,omitempty"`
+	// A name for it, at most 256 characters, returned with it.
+	Name          string `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -684,6 +695,13 @@ func (x *CreateSandboxRequest) GetIdleTimeoutSeconds() int32 {
 func (x *CreateSandboxRequest) GetAgent() string {
 	if x != nil {
 		return x.Agent
+	}
+	return ""
+}
+
+func (x *CreateSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
@@ -1028,7 +1046,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xc3\x04\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xd7\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1048,10 +1066,11 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"lastUsedAt\x120\n" +
 	"\x14idle_timeout_seconds\x18\f \x01(\x05R\x12idleTimeoutSeconds\x128\n" +
 	"\aunsaved\x18\r \x03(\v2\x1e.conch.executor.v1.UnsavedPathR\aunsaved\x12'\n" +
-	"\x0funsaved_omitted\x18\x0e \x01(\x05R\x0eunsavedOmitted\"9\n" +
+	"\x0funsaved_omitted\x18\x0e \x01(\x05R\x0eunsavedOmitted\x12\x12\n" +
+	"\x04name\x18\x0f \x01(\tR\x04name\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xee\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x82\x03\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1063,7 +1082,9 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\fpath_prepend\x18\x06 \x03(\tR\vpathPrepend\x12\x18\n" +
 	"\asession\x18\a \x01(\tR\asession\x120\n" +
 	"\x14idle_timeout_seconds\x18\b \x01(\x05R\x12idleTimeoutSeconds\x12\x14\n" +
-	"\x05agent\x18\t \x01(\tR\x05agent\"]\n" +
+	"\x05agent\x18\t \x01(\tR\x05agent\x12\x12\n" +
+	"\x04name\x18\n" +
+	" \x01(\tR\x04name\"]\n" +
 	"\x15CreateSandboxResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
 	"\asandbox\x18\x02 \x01(\v2\x1a.conch.executor.v1.SandboxR\asandbox\"#\n" +

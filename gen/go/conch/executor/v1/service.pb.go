@@ -24,8 +24,7 @@ var File_conch_executor_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto2\xe4\n" +
-	"\n" +
+	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/file.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto2\x9d\x0e\n" +
 	"\x0fExecutorService\x12b\n" +
 	"\rCreateSandbox\x12'.conch.executor.v1.CreateSandboxRequest\x1a(.conch.executor.v1.CreateSandboxResponse\x12Y\n" +
 	"\n" +
@@ -41,7 +40,13 @@ const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\x0eReadProcessLog\x12(.conch.executor.v1.ReadProcessLogRequest\x1a).conch.executor.v1.ReadProcessLogResponse\x12_\n" +
 	"\fWriteProcess\x12&.conch.executor.v1.WriteProcessRequest\x1a'.conch.executor.v1.WriteProcessResponse\x12\\\n" +
 	"\vKillProcess\x12%.conch.executor.v1.KillProcessRequest\x1a&.conch.executor.v1.KillProcessResponse\x12s\n" +
-	"\x12WatchSandboxEvents\x12,.conch.executor.v1.WatchSandboxEventsRequest\x1a-.conch.executor.v1.WatchSandboxEventsResponse0\x01\x12]\n" +
+	"\x12WatchSandboxEvents\x12,.conch.executor.v1.WatchSandboxEventsRequest\x1a-.conch.executor.v1.WatchSandboxEventsResponse0\x01\x12X\n" +
+	"\tWriteFile\x12#.conch.executor.v1.WriteFileRequest\x1a$.conch.executor.v1.WriteFileResponse(\x01\x12U\n" +
+	"\bReadFile\x12\".conch.executor.v1.ReadFileRequest\x1a#.conch.executor.v1.ReadFileResponse0\x01\x12S\n" +
+	"\bStatFile\x12\".conch.executor.v1.StatFileRequest\x1a#.conch.executor.v1.StatFileResponse\x12V\n" +
+	"\tListFiles\x12#.conch.executor.v1.ListFilesRequest\x1a$.conch.executor.v1.ListFilesResponse\x12Y\n" +
+	"\n" +
+	"DeleteFile\x12$.conch.executor.v1.DeleteFileRequest\x1a%.conch.executor.v1.DeleteFileResponse\x12]\n" +
 	"\n" +
 	"AttachNode\x12$.conch.executor.v1.AttachNodeRequest\x1a%.conch.executor.v1.AttachNodeResponse(\x010\x01B?Z=github.com/conch-sh/conch/gen/go/conch/executor/v1;executorv1b\x06proto3"
 
@@ -59,21 +64,31 @@ var file_conch_executor_v1_service_proto_goTypes = []any{
 	(*WriteProcessRequest)(nil),        // 10: conch.executor.v1.WriteProcessRequest
 	(*KillProcessRequest)(nil),         // 11: conch.executor.v1.KillProcessRequest
 	(*WatchSandboxEventsRequest)(nil),  // 12: conch.executor.v1.WatchSandboxEventsRequest
-	(*AttachNodeRequest)(nil),          // 13: conch.executor.v1.AttachNodeRequest
-	(*CreateSandboxResponse)(nil),      // 14: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxResponse)(nil),         // 15: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesResponse)(nil),      // 16: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxResponse)(nil),     // 17: conch.executor.v1.DestroySandboxResponse
-	(*ExecResponse)(nil),               // 18: conch.executor.v1.ExecResponse
-	(*RunCommandResponse)(nil),         // 19: conch.executor.v1.RunCommandResponse
-	(*ResolveCommandResponse)(nil),     // 20: conch.executor.v1.ResolveCommandResponse
-	(*ListProcessesResponse)(nil),      // 21: conch.executor.v1.ListProcessesResponse
-	(*PollProcessResponse)(nil),        // 22: conch.executor.v1.PollProcessResponse
-	(*ReadProcessLogResponse)(nil),     // 23: conch.executor.v1.ReadProcessLogResponse
-	(*WriteProcessResponse)(nil),       // 24: conch.executor.v1.WriteProcessResponse
-	(*KillProcessResponse)(nil),        // 25: conch.executor.v1.KillProcessResponse
-	(*WatchSandboxEventsResponse)(nil), // 26: conch.executor.v1.WatchSandboxEventsResponse
-	(*AttachNodeResponse)(nil),         // 27: conch.executor.v1.AttachNodeResponse
+	(*WriteFileRequest)(nil),           // 13: conch.executor.v1.WriteFileRequest
+	(*ReadFileRequest)(nil),            // 14: conch.executor.v1.ReadFileRequest
+	(*StatFileRequest)(nil),            // 15: conch.executor.v1.StatFileRequest
+	(*ListFilesRequest)(nil),           // 16: conch.executor.v1.ListFilesRequest
+	(*DeleteFileRequest)(nil),          // 17: conch.executor.v1.DeleteFileRequest
+	(*AttachNodeRequest)(nil),          // 18: conch.executor.v1.AttachNodeRequest
+	(*CreateSandboxResponse)(nil),      // 19: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxResponse)(nil),         // 20: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesResponse)(nil),      // 21: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxResponse)(nil),     // 22: conch.executor.v1.DestroySandboxResponse
+	(*ExecResponse)(nil),               // 23: conch.executor.v1.ExecResponse
+	(*RunCommandResponse)(nil),         // 24: conch.executor.v1.RunCommandResponse
+	(*ResolveCommandResponse)(nil),     // 25: conch.executor.v1.ResolveCommandResponse
+	(*ListProcessesResponse)(nil),      // 26: conch.executor.v1.ListProcessesResponse
+	(*PollProcessResponse)(nil),        // 27: conch.executor.v1.PollProcessResponse
+	(*ReadProcessLogResponse)(nil),     // 28: conch.executor.v1.ReadProcessLogResponse
+	(*WriteProcessResponse)(nil),       // 29: conch.executor.v1.WriteProcessResponse
+	(*KillProcessResponse)(nil),        // 30: conch.executor.v1.KillProcessResponse
+	(*WatchSandboxEventsResponse)(nil), // 31: conch.executor.v1.WatchSandboxEventsResponse
+	(*WriteFileResponse)(nil),          // 32: conch.executor.v1.WriteFileResponse
+	(*ReadFileResponse)(nil),           // 33: conch.executor.v1.ReadFileResponse
+	(*StatFileResponse)(nil),           // 34: conch.executor.v1.StatFileResponse
+	(*ListFilesResponse)(nil),          // 35: conch.executor.v1.ListFilesResponse
+	(*DeleteFileResponse)(nil),         // 36: conch.executor.v1.DeleteFileResponse
+	(*AttachNodeResponse)(nil),         // 37: conch.executor.v1.AttachNodeResponse
 }
 var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.ExecutorService.CreateSandbox:input_type -> conch.executor.v1.CreateSandboxRequest
@@ -89,23 +104,33 @@ var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	10, // 10: conch.executor.v1.ExecutorService.WriteProcess:input_type -> conch.executor.v1.WriteProcessRequest
 	11, // 11: conch.executor.v1.ExecutorService.KillProcess:input_type -> conch.executor.v1.KillProcessRequest
 	12, // 12: conch.executor.v1.ExecutorService.WatchSandboxEvents:input_type -> conch.executor.v1.WatchSandboxEventsRequest
-	13, // 13: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
-	14, // 14: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
-	15, // 15: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
-	16, // 16: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
-	17, // 17: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
-	18, // 18: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
-	19, // 19: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
-	20, // 20: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
-	21, // 21: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
-	22, // 22: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
-	23, // 23: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
-	24, // 24: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
-	25, // 25: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
-	26, // 26: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
-	27, // 27: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
-	14, // [14:28] is the sub-list for method output_type
-	0,  // [0:14] is the sub-list for method input_type
+	13, // 13: conch.executor.v1.ExecutorService.WriteFile:input_type -> conch.executor.v1.WriteFileRequest
+	14, // 14: conch.executor.v1.ExecutorService.ReadFile:input_type -> conch.executor.v1.ReadFileRequest
+	15, // 15: conch.executor.v1.ExecutorService.StatFile:input_type -> conch.executor.v1.StatFileRequest
+	16, // 16: conch.executor.v1.ExecutorService.ListFiles:input_type -> conch.executor.v1.ListFilesRequest
+	17, // 17: conch.executor.v1.ExecutorService.DeleteFile:input_type -> conch.executor.v1.DeleteFileRequest
+	18, // 18: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
+	19, // 19: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
+	20, // 20: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
+	21, // 21: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
+	22, // 22: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
+	23, // 23: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
+	24, // 24: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
+	25, // 25: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
+	26, // 26: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
+	27, // 27: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
+	28, // 28: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
+	29, // 29: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
+	30, // 30: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
+	31, // 31: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
+	32, // 32: conch.executor.v1.ExecutorService.WriteFile:output_type -> conch.executor.v1.WriteFileResponse
+	33, // 33: conch.executor.v1.ExecutorService.ReadFile:output_type -> conch.executor.v1.ReadFileResponse
+	34, // 34: conch.executor.v1.ExecutorService.StatFile:output_type -> conch.executor.v1.StatFileResponse
+	35, // 35: conch.executor.v1.ExecutorService.ListFiles:output_type -> conch.executor.v1.ListFilesResponse
+	36, // 36: conch.executor.v1.ExecutorService.DeleteFile:output_type -> conch.executor.v1.DeleteFileResponse
+	37, // 37: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
+	19, // [19:38] is the sub-list for method output_type
+	0,  // [0:19] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -117,6 +142,7 @@ func file_conch_executor_v1_service_proto_init() {
 		return
 	}
 	file_conch_executor_v1_exec_proto_init()
+	file_conch_executor_v1_file_proto_init()
 	file_conch_executor_v1_node_proto_init()
 	file_conch_executor_v1_process_proto_init()
 	file_conch_executor_v1_sandbox_proto_init()

@@ -32,6 +32,11 @@ const (
 	ExecutorService_WriteProcess_FullMethodName       = "/conch.executor.v1.ExecutorService/WriteProcess"
 	ExecutorService_KillProcess_FullMethodName        = "/conch.executor.v1.ExecutorService/KillProcess"
 	ExecutorService_WatchSandboxEvents_FullMethodName = "/conch.executor.v1.ExecutorService/WatchSandboxEvents"
+	ExecutorService_WriteFile_FullMethodName          = "/conch.executor.v1.ExecutorService/WriteFile"
+	ExecutorService_ReadFile_FullMethodName           = "/conch.executor.v1.ExecutorService/ReadFile"
+	ExecutorService_StatFile_FullMethodName           = "/conch.executor.v1.ExecutorService/StatFile"
+	ExecutorService_ListFiles_FullMethodName          = "/conch.executor.v1.ExecutorService/ListFiles"
+	ExecutorService_DeleteFile_FullMethodName         = "/conch.executor.v1.ExecutorService/DeleteFile"
 	ExecutorService_AttachNode_FullMethodName         = "/conch.executor.v1.ExecutorService/AttachNode"
 )
 
@@ -76,6 +81,19 @@ type ExecutorServiceClient interface {
 	// WatchSandboxEvents streams a sandbox's notifications (a background
 	// command's end when notify_on_exit is set, still-running notices).
 	WatchSandboxEvents(ctx context.Context, in *WatchSandboxEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSandboxEventsResponse], error)
+	// WriteFile streams a file into a sandbox's workspace, owned by the
+	// sandbox's user. At most 100 MiB; an upload that fails leaves nothing
+	// behind and the file as it was. A persistent workspace is flushed
+	// before the answer.
+	WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse], error)
+	// ReadFile streams a regular file of a sandbox's workspace.
+	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadFileResponse], error)
+	// StatFile returns a regular file of a sandbox's workspace.
+	StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*StatFileResponse, error)
+	// ListFiles lists the regular files of a sandbox's workspace.
+	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
+	// DeleteFile deletes a regular file of a sandbox's workspace.
+	DeleteFile(ctx context.Context, in *DeleteFileRequest, opts ...grpc.CallOption) (*DeleteFileResponse, error)
 	// AttachNode is the long-lived stream of a paired node: the node says
 	// hello, then receives commands and sends their events.
 	AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error)
@@ -237,9 +255,71 @@ func (c *executorServiceClient) WatchSandboxEvents(ctx context.Context, in *Watc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchSandboxEventsClient = grpc.ServerStreamingClient[WatchSandboxEventsResponse]
 
+func (c *executorServiceClient) WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[2], ExecutorService_WriteFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteFileRequest, WriteFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WriteFileClient = grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse]
+
+func (c *executorServiceClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[3], ExecutorService_ReadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadFileRequest, ReadFileResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_ReadFileClient = grpc.ServerStreamingClient[ReadFileResponse]
+
+func (c *executorServiceClient) StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*StatFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatFileResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_StatFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFilesResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) DeleteFile(ctx context.Context, in *DeleteFileRequest, opts ...grpc.CallOption) (*DeleteFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteFileResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_DeleteFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *executorServiceClient) AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[2], ExecutorService_AttachNode_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[4], ExecutorService_AttachNode_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +371,19 @@ type ExecutorServiceServer interface {
 	// WatchSandboxEvents streams a sandbox's notifications (a background
 	// command's end when notify_on_exit is set, still-running notices).
 	WatchSandboxEvents(*WatchSandboxEventsRequest, grpc.ServerStreamingServer[WatchSandboxEventsResponse]) error
+	// WriteFile streams a file into a sandbox's workspace, owned by the
+	// sandbox's user. At most 100 MiB; an upload that fails leaves nothing
+	// behind and the file as it was. A persistent workspace is flushed
+	// before the answer.
+	WriteFile(grpc.ClientStreamingServer[WriteFileRequest, WriteFileResponse]) error
+	// ReadFile streams a regular file of a sandbox's workspace.
+	ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[ReadFileResponse]) error
+	// StatFile returns a regular file of a sandbox's workspace.
+	StatFile(context.Context, *StatFileRequest) (*StatFileResponse, error)
+	// ListFiles lists the regular files of a sandbox's workspace.
+	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
+	// DeleteFile deletes a regular file of a sandbox's workspace.
+	DeleteFile(context.Context, *DeleteFileRequest) (*DeleteFileResponse, error)
 	// AttachNode is the long-lived stream of a paired node: the node says
 	// hello, then receives commands and sends their events.
 	AttachNode(grpc.BidiStreamingServer[AttachNodeRequest, AttachNodeResponse]) error
@@ -342,6 +435,21 @@ func (UnimplementedExecutorServiceServer) KillProcess(context.Context, *KillProc
 }
 func (UnimplementedExecutorServiceServer) WatchSandboxEvents(*WatchSandboxEventsRequest, grpc.ServerStreamingServer[WatchSandboxEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchSandboxEvents not implemented")
+}
+func (UnimplementedExecutorServiceServer) WriteFile(grpc.ClientStreamingServer[WriteFileRequest, WriteFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteFile not implemented")
+}
+func (UnimplementedExecutorServiceServer) ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[ReadFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadFile not implemented")
+}
+func (UnimplementedExecutorServiceServer) StatFile(context.Context, *StatFileRequest) (*StatFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StatFile not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFiles not implemented")
+}
+func (UnimplementedExecutorServiceServer) DeleteFile(context.Context, *DeleteFileRequest) (*DeleteFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteFile not implemented")
 }
 func (UnimplementedExecutorServiceServer) AttachNode(grpc.BidiStreamingServer[AttachNodeRequest, AttachNodeResponse]) error {
 	return status.Error(codes.Unimplemented, "method AttachNode not implemented")
@@ -587,6 +695,78 @@ func _ExecutorService_WatchSandboxEvents_Handler(srv interface{}, stream grpc.Se
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchSandboxEventsServer = grpc.ServerStreamingServer[WatchSandboxEventsResponse]
 
+func _ExecutorService_WriteFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecutorServiceServer).WriteFile(&grpc.GenericServerStream[WriteFileRequest, WriteFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WriteFileServer = grpc.ClientStreamingServer[WriteFileRequest, WriteFileResponse]
+
+func _ExecutorService_ReadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServiceServer).ReadFile(m, &grpc.GenericServerStream[ReadFileRequest, ReadFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_ReadFileServer = grpc.ServerStreamingServer[ReadFileResponse]
+
+func _ExecutorService_StatFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).StatFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_StatFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).StatFile(ctx, req.(*StatFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ListFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListFiles(ctx, req.(*ListFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_DeleteFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).DeleteFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_DeleteFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).DeleteFile(ctx, req.(*DeleteFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ExecutorService_AttachNode_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(ExecutorServiceServer).AttachNode(&grpc.GenericServerStream[AttachNodeRequest, AttachNodeResponse]{ServerStream: stream})
 }
@@ -645,6 +825,18 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "KillProcess",
 			Handler:    _ExecutorService_KillProcess_Handler,
 		},
+		{
+			MethodName: "StatFile",
+			Handler:    _ExecutorService_StatFile_Handler,
+		},
+		{
+			MethodName: "ListFiles",
+			Handler:    _ExecutorService_ListFiles_Handler,
+		},
+		{
+			MethodName: "DeleteFile",
+			Handler:    _ExecutorService_DeleteFile_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -655,6 +847,16 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchSandboxEvents",
 			Handler:       _ExecutorService_WatchSandboxEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WriteFile",
+			Handler:       _ExecutorService_WriteFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadFile",
+			Handler:       _ExecutorService_ReadFile_Handler,
 			ServerStreams: true,
 		},
 		{
