@@ -160,7 +160,7 @@ func TestContainers(t *testing.T) {
 	})
 
 	t.Run("another account's container is not found", func(t *testing.T) {
-		other := client(d, option.WithAPIKey(newAccountKey(t, d, "Other")))
+		other := client(d, option.WithAPIKey(newAccount(t, d, "Other")))
 		_, err := other.Containers.Get(ctx, ctr.ID)
 		wantAPIError(t, "get", err, http.StatusNotFound, "", "No container found")
 		_, err = other.Containers.Files.List(ctx, ctr.ID, openai.ContainerFileListParams{})
