@@ -148,7 +148,11 @@ func TestResponses(t *testing.T) {
 	})
 
 	t.Run("a container the client names keeps its files across responses", func(t *testing.T) {
-		id := newSandbox(t, d, map[string]any{})
+		ctr, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "for-responses"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ctr.ID
 		ref := shellTool(responses.FunctionShellToolEnvironmentUnionParam{OfContainerReference: &responses.ContainerReferenceParam{ContainerID: id}})
 		for _, cmd := range []string{"echo kept > /home/workspace/note", "cat /home/workspace/note"} {
 			resp, err := c.Responses.New(ctx, responses.ResponseNewParams{
@@ -164,13 +168,18 @@ func TestResponses(t *testing.T) {
 				t.Fatalf("the container lost its file: %+v", resp.Output[1])
 			}
 		}
+		// What the shell wrote is a file of the container.
+		files, err := c.Containers.Files.List(ctx, id, openai.ContainerFileListParams{})
+		if err != nil || len(files.Data) != 1 || !strings.HasSuffix(files.Data[0].Path, "/note") {
+			t.Fatalf("container files %+v, %v", files, err)
+		}
 		// Another account's container is not found.
 		key := newAccount(t, d, "responses-other")
 		other := client(d, option.WithAPIKey(key))
 		if code, body := d.call("POST", "/api/v1/gateways", key, map[string]any{"name": "default", "upstream": map[string]any{"provider": "scripted"}}); code != http.StatusOK && code != http.StatusConflict {
 			t.Fatalf("gateway of the other account: %d %s", code, body)
 		}
-		_, err := other.Responses.New(ctx, responses.ResponseNewParams{
+		_, err = other.Responses.New(ctx, responses.ResponseNewParams{
 			Model: "default", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("run: ls")}, Tools: []responses.ToolUnionParam{ref},
 		})
 		var apiErr *openai.Error

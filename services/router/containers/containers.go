@@ -204,15 +204,21 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err, "")
 		return
 	}
-	var all []container
+	var sbs []*executorv1.Sandbox
 	for _, sb := range resp.GetSandboxes() {
 		if p.Name == "" || sb.GetName() == p.Name {
-			all = append(all, containerOf(sb))
+			sbs = append(sbs, sb)
 		}
 	}
-	slices.SortFunc(all, func(a, b container) int {
-		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	// In creation order to the nanosecond: two containers made within a
+	// second keep their order.
+	slices.SortFunc(sbs, func(a, b *executorv1.Sandbox) int {
+		return cmp.Or(a.GetCreatedAt().AsTime().Compare(b.GetCreatedAt().AsTime()), cmp.Compare(a.GetId(), b.GetId()))
 	})
+	all := make([]container, len(sbs))
+	for i, sb := range sbs {
+		all[i] = containerOf(sb)
+	}
 	id := func(c container) string { return c.ID }
 	items, more, err := page(all, id, p)
 	if err != nil {
