@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
-	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
@@ -111,23 +109,12 @@ func (h *Handler) loadResponse(ctx context.Context, account, id, field string) (
 }
 
 func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
-	release, err := h.core.Admit()
-	if err != nil {
-		h.writeErr(w, r, err)
+	release, scope, body, ok := h.admit(w, r)
+	if !ok {
 		return
 	}
 	defer release()
 	ctx := r.Context()
-	scope, ok := tenant.From(ctx)
-	if !ok {
-		h.writeErr(w, r, errs.New(errs.Unauthenticated, "no account"))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("request body is larger than %d bytes", maxBody))
-		return
-	}
 	req, err := parseResponsesRequest(body)
 	if err != nil {
 		h.writeErr(w, r, err)
