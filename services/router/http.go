@@ -168,6 +168,12 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, gatew
 			if ra := errs.RetryAfter(status.Code(err)); ra != "" {
 				w.Header().Set("Retry-After", ra)
 			}
+			if st := status.Convert(err); errs.HideAddresses(st.Message()) != st.Message() {
+				// gRPC's own words for a connection that failed name the
+				// service's address, which is not the caller's to know.
+				log.WarnContext(ctx, "service call failed", "path", r.URL.Path, "error", err)
+				err = status.Error(st.Code(), errs.HideAddresses(st.Message()))
+			}
 			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 		}),
 	)

@@ -420,9 +420,9 @@ func streamMessage(err error, started bool) string {
 // without the code prefix.
 func message(err error) string {
 	if s, ok := status.FromError(err); ok {
-		return s.Message()
+		return errs.HideAddresses(s.Message())
 	}
-	return err.Error()
+	return errs.HideAddresses(err.Error())
 }
 
 // keepAlive calls ev.KeepAlive every keepAliveEvery until stopped.
