@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -334,4 +335,40 @@ func TestMCP(t *testing.T) {
 			t.Fatalf("owner's call = %+v", r)
 		}
 	})
+}
+
+// TestMCPStdioBridge runs `conch mcp` as a desktop client does: spawned,
+// spoken to over stdin and stdout.
+func TestMCPStdioBridge(t *testing.T) {
+	d := startDev(t)
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mcp", "--server", d.URL, "--api-key", d.Key, "--gateway", "default")
+	cmd.Env = cleanEnv()
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("conch mcp stderr:\n%s", stderr.String())
+		}
+	})
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect through conch mcp: %v", err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil || len(tools.Tools) == 0 {
+		t.Fatalf("list tools = %+v, %v", tools, err)
+	}
+	if r := shell(t, t.Context(), cs, "echo bridged > b.txt && cat b.txt"); r.Stdout != "bridged\n" {
+		t.Fatalf("shell through the bridge = %+v", r)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/b.txt"}})
+	if err != nil || toolText(res) != "bridged\n" {
+		t.Fatalf("read_file through the bridge = %+v, %v", res, err)
+	}
 }
