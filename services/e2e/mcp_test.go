@@ -67,6 +67,26 @@ func shell(t *testing.T, ctx context.Context, cs *mcp.ClientSession, command str
 	return out
 }
 
+// sessionHasSandbox reports whether a running sandbox belongs to the
+// session.
+func sessionHasSandbox(t *testing.T, d *dev, session string) bool {
+	t.Helper()
+	code, body := d.call("GET", "/api/v1/sandboxes", d.Key, nil)
+	if code != http.StatusOK {
+		t.Fatalf("list sandboxes = %d %s", code, body)
+	}
+	var list struct {
+		Sandboxes []struct{ Session, State string }
+	}
+	_ = json.Unmarshal(body, &list)
+	for _, sb := range list.Sandboxes {
+		if sb.Session == session && sb.State == "ready" {
+			return true
+		}
+	}
+	return false
+}
+
 func toolText(res *mcp.CallToolResult) string {
 	var b strings.Builder
 	for _, c := range res.Content {
@@ -125,6 +145,21 @@ func TestMCP(t *testing.T) {
 		two := mcpConnect(t, d, d.Key, "/mcp/default", nil)
 		if r := shell(t, t.Context(), two, "cat /home/workspace/a.txt"); r.Outcome.ExitCode == 0 {
 			t.Fatalf("another session sees the file: %+v", r)
+		}
+
+		// Ending the session releases its sandbox at once.
+		if !sessionHasSandbox(t, d, one.ID()) {
+			t.Fatalf("no sandbox of session %s listed", one.ID())
+		}
+		if err := one.Close(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for sessionHasSandbox(t, d, one.ID()) {
+			if time.Now().After(deadline) {
+				t.Fatal("the sandbox outlived its MCP session")
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 
