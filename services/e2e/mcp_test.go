@@ -201,6 +201,17 @@ func TestMCP(t *testing.T) {
 		if err != nil || res.IsError || toolText(res) != "from mcp\nmore\n" {
 			t.Fatalf("read_file = %+v, %v", res, err)
 		}
+		// d.call sends its body as JSON: the file holds the quoted string.
+		if code, body := d.call("PUT", "/api/v1/shell/io/upload?path=/notes/b.txt", d.Key, "from rest", "X-Shell-User-Id", "mcp-alice"); code != http.StatusOK {
+			t.Fatalf("REST upload = %d %s", code, body)
+		}
+		// A sandbox takes in the workspace when it starts: the user's next
+		// session reads the upload.
+		next := mcpConnect(t, d, d.Key, "/mcp/mcp-persist", nil, "X-Shell-User-Id", "mcp-alice")
+		res, err = next.CallTool(t.Context(), &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/notes/b.txt"}})
+		if err != nil || res.IsError || toolText(res) != `"from rest"` {
+			t.Fatalf("read_file of a REST upload = %+v %q, %v", res, toolText(res), err)
+		}
 		res, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/../../etc/passwd"}})
 		if err != nil || !res.IsError || !strings.Contains(toolText(res), "path") {
 			t.Fatalf("read_file outside the workspace = %+v, %v", res, err)
@@ -341,6 +352,36 @@ func TestMCP(t *testing.T) {
 				t.Fatalf("approval still pending after the call was cancelled: %s", body)
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	t.Run("cancellation stops a running command", func(t *testing.T) {
+		cs := mcpConnect(t, d, d.Key, "/mcp", nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "shell", Arguments: map[string]any{"command": "touch started; sleep 2; touch survived"}})
+			done <- err
+		}()
+		deadline := time.Now().Add(15 * time.Second)
+		for shell(t, t.Context(), cs, "test -e started").Outcome.ExitCode != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the command did not start")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("cancelled call succeeded")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("cancelled call did not return")
+		}
+		// Had the command gone on, it would have finished by now.
+		if r := shell(t, t.Context(), cs, "sleep 3; test -e survived"); r.Outcome.ExitCode == 0 {
+			t.Fatal("the command ran on after its call was cancelled")
 		}
 	})
 
