@@ -385,6 +385,38 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("a client that goes away stops its command", func(t *testing.T) {
+		cs := mcpConnect(t, d, d.Key, "/mcp", nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		call := []byte(`{"jsonrpc":"2.0","id":"gone","method":"tools/call","params":{"name":"shell","arguments":{"command":"touch started; sleep 2; touch survived"}}}`)
+		req, _ := http.NewRequestWithContext(ctx, "POST", d.URL+"/mcp", bytes.NewReader(call))
+		req.Header.Set("Authorization", "Bearer "+d.Key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		req.Header.Set("Mcp-Protocol-Version", cs.InitializeResult().ProtocolVersion)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		deadline := time.Now().Add(15 * time.Second)
+		for shell(t, t.Context(), cs, "test -e started").Outcome.ExitCode != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the command did not start")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel() // the connection closes
+		<-done
+		if r := shell(t, t.Context(), cs, "sleep 3; test -e survived"); r.Outcome.ExitCode == 0 {
+			t.Fatal("the command ran on after its client went away")
+		}
+	})
+
 	t.Run("another account is refused", func(t *testing.T) {
 		cs := mcpConnect(t, d, d.Key, "/mcp", nil)
 		other := newAccount(t, d, "mcp-other")

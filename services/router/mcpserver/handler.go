@@ -1,16 +1,19 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
@@ -110,7 +113,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, "session not found: start a new one with initialize")
 			return
 		}
-		h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
+		h.serveSession(w, r, s)
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -147,6 +150,61 @@ func (h *Handler) end(ctx context.Context, s *session) {
 	h.mu.Unlock()
 	s.close(ctx)
 }
+
+// serveSession serves a request of the live session s. A client that
+// goes away while a tool call runs will never read its result: the call
+// is cancelled as if the client had said so, which stops its command.
+// (Before protocol version 2026-07-28 the SDK lets such a call run on.)
+func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request, s *session) {
+	r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
+	var call jsonrpc.ID
+	if r.Method == http.MethodPost && r.Body != nil {
+		body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "request body: "+err.Error())
+			return
+		}
+		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
+			if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && req.Method == "tools/call" {
+				call = req.ID
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	h.sdk.ServeHTTP(w, r)
+	if call.IsValid() && r.Context().Err() != nil {
+		h.cancelCall(r, call)
+	}
+}
+
+// cancelCall cancels the call id of r's session through the SDK, as the
+// client's notifications/cancelled would.
+func (h *Handler) cancelCall(r *http.Request, id jsonrpc.ID) {
+	note, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
+		"params": map[string]any{"requestId": id.Raw(), "reason": "the client went away"}})
+	if err != nil {
+		return
+	}
+	req, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), http.MethodPost, r.URL.String(), bytes.NewReader(note))
+	if err != nil {
+		return
+	}
+	for _, k := range []string{"Mcp-Session-Id", "Mcp-Protocol-Version"} {
+		if v := r.Header.Get(k); v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	h.sdk.ServeHTTP(discardResponse{header: http.Header{}}, req)
+}
+
+// discardResponse is the response of a request nobody reads.
+type discardResponse struct{ header http.Header }
+
+func (d discardResponse) Header() http.Header       { return d.header }
+func (discardResponse) Write(b []byte) (int, error) { return len(b), nil }
+func (discardResponse) WriteHeader(int)             {}
 
 func (h *Handler) lookup(id string) *session {
 	h.mu.Lock()
