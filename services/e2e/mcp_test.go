@@ -134,6 +134,47 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("the gateway's direct and moved tools and skills", func(t *testing.T) {
+		hook, _ := startWebhook(t)
+		calc := startMCP(t)
+		createGateway(t, d, map[string]any{"name": "mcp-tools", "upstream": map[string]any{"provider": "scripted"},
+			"shell": map[string]any{"tools": map[string]any{"mode": "whitelist", "names": []string{"add"}}},
+			"tools": map[string]any{
+				"webhooks": []any{map[string]any{"name": "get_users", "description": "List the users of the CRM.", "url": hook.URL,
+					"parameters_schema": `{"type":"object","properties":{"filter":{"type":"string","enum":["active","inactive"]}},"required":["filter"]}`}},
+				"mcp_servers": []any{map[string]any{"name": "calc", "url": calc.URL}},
+			},
+			"skills": []any{map[string]any{"name": "greet", "description": "how to greet", "content": "Say hello."}},
+		})
+		cs := mcpConnect(t, d, d.Key, "/mcp/mcp-tools", nil)
+		list, err := cs.ListTools(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, tl := range list.Tools {
+			names[tl.Name] = true
+		}
+		if !names["get_users"] || !names["read_skill"] || names["add"] {
+			t.Fatalf("tools = %v: want get_users and read_skill offered, add moved into the shell", names)
+		}
+		if r := shell(t, t.Context(), cs, "add --a 2 --b 40"); !strings.Contains(r.Stdout, "42") {
+			t.Fatalf("moved tool in the shell = %+v", r)
+		}
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_users", Arguments: map[string]any{"filter": "active"}})
+		if err != nil || res.IsError || !strings.Contains(toolText(res), "John Doe") {
+			t.Fatalf("direct tool = %+v %q, %v", res, toolText(res), err)
+		}
+		res, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_users", Arguments: map[string]any{"filter": "everyone"}})
+		if err != nil || !res.IsError || !strings.Contains(toolText(res), "filter") {
+			t.Fatalf("direct tool with a bad argument = %+v %q, %v", res, toolText(res), err)
+		}
+		res, err = cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "read_skill", Arguments: map[string]any{"name": "greet"}})
+		if err != nil || res.IsError || toolText(res) != "Say hello." {
+			t.Fatalf("read_skill = %+v %q, %v", res, toolText(res), err)
+		}
+	})
+
 	t.Run("shell files persist in a session and not across sessions", func(t *testing.T) {
 		one := mcpConnect(t, d, d.Key, "/mcp", nil)
 		if r := shell(t, t.Context(), one, "echo kept > a.txt && cd /tmp"); r.Outcome.Type != "exit" || r.Outcome.ExitCode != 0 {
@@ -289,11 +330,42 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("an elicitation is withdrawn when REST answers first", func(t *testing.T) {
+		withdrawn := make(chan struct{})
+		cs := mcpConnect(t, d, d.Key, "/mcp/mcp-strict", &mcp.ClientOptions{ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			<-ctx.Done() // the user never answers here
+			close(withdrawn)
+			return nil, ctx.Err()
+		}})
+		answered := answerWhenPending(t, d, "touch /tmp/mcp-raced", "deny", func(pendingApproval) {})
+		r := shell(t, t.Context(), cs, "touch /tmp/mcp-raced")
+		if code := <-answered; code != http.StatusOK {
+			t.Fatalf("REST resolve = %d", code)
+		}
+		if r.Outcome.Type != "error" || !strings.Contains(r.Error, "not allowed") {
+			t.Fatalf("denied command = %+v", r)
+		}
+		select {
+		case <-withdrawn:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the elicitation was not withdrawn")
+		}
+	})
+
 	t.Run("approval answered from REST while the client waits", func(t *testing.T) {
 		progress := make(chan string, 16)
-		cs := mcpConnect(t, d, d.Key, "/mcp/mcp-strict", &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			progress <- r.Params.Message
-		}})
+		logs := make(chan string, 16)
+		cs := mcpConnect(t, d, d.Key, "/mcp/mcp-strict", &mcp.ClientOptions{
+			ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+				progress <- r.Params.Message
+			},
+			LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+				logs <- string(r.Params.Level) + " " + r.Params.Data.(string)
+			},
+		})
+		if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+			t.Fatal(err)
+		}
 		answered := allowWhenPending(t, d, "touch /tmp/mcp-rest", func(pendingApproval) {})
 		params := &mcp.CallToolParams{Name: "shell", Arguments: map[string]any{"command": "touch /tmp/mcp-rest"}}
 		params.SetProgressToken("p1")
@@ -311,6 +383,14 @@ func TestMCP(t *testing.T) {
 			}
 		default:
 			t.Fatal("no progress notification while waiting")
+		}
+		select {
+		case msg := <-logs:
+			if !strings.HasPrefix(msg, "warning command waits for approval") {
+				t.Fatalf("log message = %q", msg)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no log message at level info")
 		}
 	})
 
