@@ -223,6 +223,11 @@ func TestMCP(t *testing.T) {
 		if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "nope", Arguments: map[string]any{}}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 			t.Errorf("unknown tool: %v", err)
 		}
+		c := mcp.NewClient(&mcp.Implementation{Name: "conch-e2e", Version: "1"}, nil)
+		tr := &mcp.StreamableClientTransport{Endpoint: d.URL + "/mcp/nope", HTTPClient: &http.Client{Transport: headerTransport{"Authorization": {"Bearer " + d.Key}}}}
+		if _, err := c.Connect(t.Context(), tr, nil); err == nil || !strings.Contains(err.Error(), "Not Found") {
+			t.Errorf("unknown gateway: %v", err)
+		}
 	})
 
 	t.Run("file round trip with the REST file API", func(t *testing.T) {
