@@ -547,7 +547,10 @@ func TestMCPStdioBridge(t *testing.T) {
 			t.Logf("conch mcp stderr:\n%s", stderr.String())
 		}
 	})
-	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+	updated := make(chan string, 4)
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+		updated <- r.Params.URI
+	}})
 	cs, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatalf("connect through conch mcp: %v", err)
@@ -563,5 +566,19 @@ func TestMCPStdioBridge(t *testing.T) {
 	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/b.txt"}})
 	if err != nil || toolText(res) != "bridged\n" {
 		t.Fatalf("read_file through the bridge = %+v, %v", res, err)
+	}
+
+	// What the router sends outside any call reaches the client too.
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: "conch://workspace/b.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	shell(t, t.Context(), cs, "echo changed > b.txt")
+	select {
+	case uri := <-updated:
+		if uri != "conch://workspace/b.txt" {
+			t.Fatalf("updated %q", uri)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no resource update through the bridge")
 	}
 }
