@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -68,21 +72,52 @@ func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	return bridge(ctx, local, remote)
+	endpoint := c.base + "/mcp/" + url.PathEscape(*gateway)
+	listen := func(ctx context.Context, version string) error {
+		return listenSSE(ctx, endpoint, header, remote.SessionID(), version, local)
+	}
+	return bridge(ctx, local, remote, listen)
 }
 
 // bridge passes messages both ways until either side ends; the end of
 // the local side (the client closed stdin) closes the remote session.
-func bridge(ctx context.Context, local, remote mcp.Connection) error {
+// Once the session is initialized, listen carries what the router sends
+// outside any call (a subscribed resource's change) to the client: the
+// SDK's transport opens that stream only for a client session of its
+// own, which a bridge passing messages through does not have.
+func bridge(ctx context.Context, local, remote mcp.Connection, listen func(ctx context.Context, version string) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	var (
+		mu   sync.Mutex
+		init jsonrpc.ID
+	)
 	pass := func(from, to mcp.Connection, side string) {
 		for {
 			msg, err := from.Read(ctx)
 			if err != nil {
 				errc <- fromSide(side, err)
 				return
+			}
+			switch m := msg.(type) {
+			case *jsonrpc.Request:
+				if m.Method == "initialize" {
+					mu.Lock()
+					init = m.ID
+					mu.Unlock()
+				}
+			case *jsonrpc.Response:
+				mu.Lock()
+				initialized := init.IsValid() && m.ID == init && m.Error == nil
+				mu.Unlock()
+				if version := protocolVersion(m.Result); initialized && version != "" && listen != nil {
+					go func() {
+						if err := listen(ctx, version); err != nil && ctx.Err() == nil {
+							errc <- fmt.Errorf("router: %w", err)
+						}
+					}()
+				}
 			}
 			err = to.Write(ctx, msg)
 			if err != nil && side == "client" {
@@ -131,6 +166,62 @@ func fromSide(side string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", side, err)
+}
+
+// protocolVersion is the version an initialize result agreed on.
+func protocolVersion(result json.RawMessage) string {
+	var r struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	_ = json.Unmarshal(result, &r)
+	return r.ProtocolVersion
+}
+
+// listenSSE opens the session's stream for messages outside any call
+// (MCP's GET on the endpoint) and passes each to local until the stream
+// or ctx ends.
+func listenSSE(ctx context.Context, endpoint string, header http.Header, session, version string, local mcp.Connection) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	req.Header.Set("Mcp-Protocol-Version", version)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("session stream: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0 && len(data) > 0:
+			msg, err := jsonrpc.DecodeMessage(data)
+			data = data[:0]
+			if err != nil {
+				continue
+			}
+			if err := local.Write(ctx, msg); err != nil {
+				return err
+			}
+		case bytes.HasPrefix(line, []byte("data:")):
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
+		}
+	}
+	return sc.Err()
 }
 
 // headerTransport adds the key and the user to every request.
