@@ -20,6 +20,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
 // Limits of the file tools. A tool call's content travels inside one
@@ -73,7 +74,7 @@ func (s *session) fileTools() []tool {
 	}
 	out := make([]tool, 0, len(defs))
 	for _, d := range defs {
-		schema, err := compileSchema(json.RawMessage(d.schema))
+		schema, err := toolhost.CompileSchema(json.RawMessage(d.schema))
 		if err != nil {
 			panic(fmt.Sprintf("mcpserver: schema of %s: %v", d.name, err))
 		}

@@ -17,6 +17,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
 // Limits of the shell's per-call arguments (SPEC §3).
@@ -89,7 +90,7 @@ func (s *session) tools() []tool {
 			out = append(out, t)
 			continue
 		}
-		schema, err := compileSchema(def.InputSchema.(json.RawMessage))
+		schema, err := toolhost.CompileSchema(def.InputSchema.(json.RawMessage))
 		if err != nil {
 			s.opts.Logger.Error("tool schema does not compile", "tool", ut.Name, "error", err)
 			continue
@@ -218,18 +219,6 @@ func (r *shellResult) text() string {
 		b.WriteString("[error] " + r.Error)
 	}
 	return b.String()
-}
-
-func compileSchema(schema json.RawMessage) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
-	if err != nil {
-		return nil, fmt.Errorf("schema is not JSON: %w", err)
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("tool.json", doc); err != nil {
-		return nil, err
-	}
-	return c.Compile("tool.json")
 }
 
 var printer = textmessage.NewPrinter(language.English)

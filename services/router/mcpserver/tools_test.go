@@ -8,11 +8,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
 func TestCheckArguments(t *testing.T) {
 	t.Parallel()
-	schema, err := compileSchema(json.RawMessage(shellSchema))
+	schema, err := toolhost.CompileSchema(json.RawMessage(shellSchema))
 	if err != nil {
 		t.Fatal(err)
 	}
