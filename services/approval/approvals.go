@@ -130,11 +130,6 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 	}
 	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
 	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
-	if d == store.DecisionAllowSession {
-		if err := s.grantSession(ctx, a); err != nil {
-			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed once, but not recorded for the session", id)
-		}
-	}
 	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {
 		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
 			for _, p := range a.Recordable {

@@ -161,8 +161,8 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 	}
 	final, err := wait(ctx, c, pending.GetId())
 	if err != nil {
-		if ctx.Err() != nil {
-			abandon(ctx, c, pending.GetId())
+		if callerGone(ctx, err) {
+			abandon(ctx, c, pending.GetId(), timedOut(ctx, err))
 		}
 		return Verdict{}, err
 	}
@@ -186,14 +186,28 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 // abandon ends an approval whose requester is gone (ctx is done), so no
 // human answers a question whose command will not run. When the approval
 // service cannot be told, the approval still ends at its own timeout.
-func abandon(ctx context.Context, c Client, id string) {
+func abandon(ctx context.Context, c Client, id string, timedOut bool) {
 	reason := "the request that asked for it ended before anyone answered"
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if timedOut {
 		reason = "the request that asked for it timed out before anyone answered"
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
 	_, _ = c.AbandonApproval(actx, &approvalv1.AbandonApprovalRequest{Id: id, Reason: reason})
+}
+
+// callerGone reports whether a wait that ended in err ended because its
+// caller did: ctx is done, or its deadline passed. The approval service
+// knows the deadline too and may end the stream with DEADLINE_EXCEEDED an
+// instant before ctx's own timer fires.
+func callerGone(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || timedOut(ctx, err)
+}
+
+// timedOut reports whether ctx's deadline ended the wait.
+func timedOut(ctx context.Context, err error) bool {
+	d, ok := ctx.Deadline()
+	return errors.Is(ctx.Err(), context.DeadlineExceeded) || ok && (!time.Now().Before(d) || status.Code(err) == codes.DeadlineExceeded)
 }
 
 // allowed is the verdict of an allow. Where the policy judged the
