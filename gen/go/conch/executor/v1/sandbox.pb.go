@@ -234,10 +234,15 @@ type Network struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The mode.
 	Mode NetworkMode `protobuf:"varint,1,opt,name=mode,proto3,enum=conch.executor.v1.NetworkMode" json:"mode,omitempty"`
-	// Domains reachable in allowlist mode.
+	// Hosts reachable in allowlist mode, through the executor's egress
+	// proxy: domain names ("api.github.com"), suffixes ("*.pypi.org": names
+	// below pypi.org) or IP literals, matched case-insensitive and
+	// IDNA-normalised on the name the client asked for.
 	AllowedDomains []string `protobuf:"bytes,2,rep,name=allowed_domains,json=allowedDomains,proto3" json:"allowed_domains,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Ports reachable in allowlist mode; empty means 443 and 80.
+	Ports         []int32 `protobuf:"varint,3,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Network) Reset() {
@@ -280,6 +285,13 @@ func (x *Network) GetMode() NetworkMode {
 func (x *Network) GetAllowedDomains() []string {
 	if x != nil {
 		return x.AllowedDomains
+	}
+	return nil
+}
+
+func (x *Network) GetPorts() []int32 {
+	if x != nil {
+		return x.Ports
 	}
 	return nil
 }
@@ -1039,10 +1051,11 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x0ecpu_millicores\x18\x03 \x01(\x03R\rcpuMillicores\x12'\n" +
 	"\x0fworkspace_bytes\x18\x04 \x01(\x03R\x0eworkspaceBytes\x12'\n" +
 	"\x0fworkspace_files\x18\x05 \x01(\x03R\x0eworkspaceFiles\x12:\n" +
-	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"f\n" +
+	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"|\n" +
 	"\aNetwork\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1e.conch.executor.v1.NetworkModeR\x04mode\x12'\n" +
-	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\"p\n" +
+	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\x12\x14\n" +
+	"\x05ports\x18\x03 \x03(\x05R\x05ports\"p\n" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +

@@ -1,0 +1,187 @@
+package egressproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type roundTripper interface {
+	RoundTrip(*http.Request) (*http.Response, error)
+}
+
+// newTransport is the session's client for absolute-form requests: every
+// connection it makes goes through the policy and address checks.
+func (s *session) newTransport() *http.Transport {
+	t := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, port, err := splitHostPort(addr, 80)
+			if err != nil {
+				return nil, err
+			}
+			up, done, err := s.connect(ctx, "http", host, port)
+			if err != nil {
+				return nil, err
+			}
+			return s.counted(up, done), nil
+		},
+		TLSHandshakeTimeout:   10 * time.Second,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       30 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+	}
+	s.rt = t
+	return t
+}
+
+// hopHeaders are a proxy's own, never forwarded.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// http serves HTTP proxy requests on c: CONNECT tunnels and absolute-form
+// requests, until the client closes or a tunnel takes the connection.
+func (s *session) http(ctx context.Context, c net.Conn, br *bufio.Reader) {
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(s.p.cfg.HandshakeTimeout))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.Method == http.MethodConnect {
+			host, port, err := splitHostPort(req.Host, 443)
+			if err != nil {
+				writeError(c, http.StatusBadRequest, "conch: CONNECT needs host:port, got "+strconv.Quote(req.Host))
+				return
+			}
+			up, done, err := s.connect(ctx, "connect", host, port)
+			if err != nil {
+				writeDialError(c, err)
+				return
+			}
+			s.track(up)
+			if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+				s.untrack(up)
+				done(0, 0)
+				return
+			}
+			sent, received := tunnel(c, br, up)
+			s.untrack(up)
+			done(sent, received)
+			return
+		}
+		if !s.forward(c, req) {
+			return
+		}
+	}
+}
+
+// forward proxies one absolute-form request; it reports whether the
+// client connection may carry another.
+func (s *session) forward(c net.Conn, req *http.Request) bool {
+	if !req.URL.IsAbs() || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
+		writeError(c, http.StatusBadRequest, "conch: this is a proxy: ask for an absolute http:// URL, or CONNECT for https")
+		return false
+	}
+	def := 80
+	if req.URL.Scheme == "https" {
+		def = 443
+	}
+	host, port, err := splitHostPort(req.URL.Host, def)
+	if err != nil {
+		writeError(c, http.StatusBadRequest, "conch: bad host "+strconv.Quote(req.URL.Host))
+		return false
+	}
+	// Refuse before reading the body or touching the transport.
+	if !s.pol.Allow.Match(host) {
+		writeDialError(c, &Refused{Host: host, Port: port, Gateway: s.pol.Gateway})
+		return !req.Close && drain(req)
+	}
+	for _, h := range hopHeaders {
+		req.Header.Del(h)
+	}
+	req.RequestURI = ""
+	resp, err := s.rt.RoundTrip(req)
+	if err != nil {
+		writeDialError(c, err)
+		return false
+	}
+	resp.Header.Del("Keep-Alive")
+	err = resp.Write(c)
+	_ = resp.Body.Close()
+	return err == nil && !req.Close && !resp.Close
+}
+
+// drain reads a refused request's body so that the next request can be
+// read; a large one ends the connection instead.
+func drain(req *http.Request) bool {
+	if req.Body == nil {
+		return true
+	}
+	defer req.Body.Close()
+	buf := make([]byte, 4096)
+	var n int64
+	for n < 1<<20 {
+		k, err := req.Body.Read(buf)
+		n += int64(k)
+		if err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// writeDialError answers a connection that was not made: 403 for a
+// refusal, 502 for a failure.
+func writeDialError(c net.Conn, err error) {
+	var r *Refused
+	if errors.As(err, &r) {
+		writeError(c, http.StatusForbidden, r.Error())
+		return
+	}
+	writeError(c, http.StatusBadGateway, err.Error())
+}
+
+// writeError writes a plain-text response the model can read, from curl
+// -v, python's urllib or any client that shows the body.
+func writeError(c net.Conn, status int, msg string) {
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	body := msg + "\n"
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Conch-Error: %s\r\n\r\n%s",
+		status, http.StatusText(status), len(body), headerSafe(msg), body)
+	_ = c.SetWriteDeadline(time.Time{})
+}
+
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// splitHostPort splits "host:port" or "host" (taking def), with IPv6
+// literals in brackets.
+func splitHostPort(hp string, def int) (string, int, error) {
+	host, portS, err := net.SplitHostPort(hp)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing port") {
+			return strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), def, nil
+		}
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		return "", 0, fmt.Errorf("bad port in %q", hp)
+	}
+	return host, port, nil
+}

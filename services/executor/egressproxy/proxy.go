@@ -1,0 +1,400 @@
+package egressproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/conch-sh/conch/services/internal/egress"
+)
+
+var tracer = otel.Tracer("github.com/conch-sh/conch/services/executor/egressproxy")
+
+// DefaultPorts are the ports a policy without ports allows.
+var DefaultPorts = []int{443, 80}
+
+// Resolver looks names up; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// Resolver resolves the names clients ask for; nil is the system's.
+	Resolver Resolver
+	// Deny are ranges refused besides those package egress refuses:
+	// conch's own services, etcd and MinIO, and any the operator lists.
+	Deny []netip.Prefix
+	// DialTimeout bounds resolving and connecting; 0 means 10s.
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds reading a client's request; 0 means 30s.
+	HandshakeTimeout time.Duration
+	// Log receives one record per refused connection.
+	Log *slog.Logger
+}
+
+// Proxy serves the egress of any number of sandboxes, each on its own
+// listener with its own policy.
+type Proxy struct {
+	cfg    Config
+	dialer net.Dialer
+
+	mu        sync.Mutex
+	local     []netip.Addr
+	localTime time.Time
+}
+
+// New returns a proxy.
+func New(cfg Config) *Proxy {
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	p := &Proxy{cfg: cfg}
+	p.dialer = net.Dialer{Timeout: cfg.DialTimeout, Control: p.control}
+	return p
+}
+
+// Policy is what one sandbox may reach.
+type Policy struct {
+	// Gateway names whose policy this is, for refusals.
+	Gateway string
+	// Allow lists the names (and IP literals) allowed.
+	Allow *egress.Allowlist
+	// Ports allowed; empty means DefaultPorts.
+	Ports []int
+}
+
+// Refused is a connection the policy does not allow.
+type Refused struct {
+	Host    string
+	Port    int
+	Gateway string
+	// Why is set when the name is allowed but an address is not.
+	Why string
+}
+
+func (r *Refused) Error() string {
+	by := "this sandbox's network policy"
+	if r.Gateway != "" {
+		by = "gateway " + r.Gateway
+	}
+	msg := fmt.Sprintf("conch: egress to %s is not allowed by %s", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), by)
+	if r.Why != "" {
+		msg += ": " + r.Why
+	}
+	return msg
+}
+
+// localRefresh is how long the host's own addresses are cached.
+const localRefresh = 10 * time.Second
+
+// refusal says why the proxy never dials ip, or "".
+func (p *Proxy) refusal(ip netip.Addr) string {
+	ip = ip.Unmap()
+	if why := egress.Refusal(ip); why != "" {
+		return why
+	}
+	for _, d := range p.cfg.Deny {
+		if d.Contains(ip) {
+			return "an address of conch itself or one the operator refuses"
+		}
+	}
+	if slices.Contains(p.localAddrs(), ip) {
+		return "an address of the executor's host"
+	}
+	return ""
+}
+
+// localAddrs are the addresses of the executor host's interfaces, where
+// conch's services listen.
+func (p *Proxy) localAddrs() []netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.localTime) < localRefresh {
+		return p.local
+	}
+	p.local = p.local[:0]
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					p.local = append(p.local, ip.Unmap())
+				}
+			}
+		}
+	}
+	p.localTime = time.Now()
+	return p.local
+}
+
+// control refuses, at the socket, an address the proxy never dials: the
+// last check, on the address the kernel is about to connect to.
+func (p *Proxy) control(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("egressproxy: dial %q: not an address", address)
+	}
+	if why := p.refusal(ap.Addr()); why != "" {
+		return fmt.Errorf("egressproxy: %s is %s", ap.Addr(), why)
+	}
+	return nil
+}
+
+// dial connects to host:port if pol allows it and an address it resolves
+// to is one the proxy may dial.
+func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (net.Conn, netip.Addr, error) {
+	ports := pol.Ports
+	if len(ports) == 0 {
+		ports = DefaultPorts
+	}
+	if !pol.Allow.Match(host) {
+		return nil, netip.Addr{}, &Refused{Host: host, Port: port, Gateway: pol.Gateway}
+	}
+	if !slices.Contains(ports, port) {
+		return nil, netip.Addr{}, &Refused{Host: host, Port: port, Gateway: pol.Gateway, Why: "port " + strconv.Itoa(port) + " is not an allowed port"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		name, err := egress.NormalizeName(host)
+		if err != nil {
+			return nil, netip.Addr{}, &Refused{Host: host, Port: port, Gateway: pol.Gateway}
+		}
+		if addrs, err = p.cfg.Resolver.LookupNetIP(ctx, "ip", name); err != nil {
+			return nil, netip.Addr{}, fmt.Errorf("conch: egress to %s: cannot resolve %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), name, err)
+		}
+	}
+	var refused, failed error
+	for _, a := range addrs {
+		a = a.Unmap()
+		if why := p.refusal(a); why != "" {
+			if refused == nil {
+				w := "it is " + why
+				if a.String() != host {
+					w = "it resolves to " + a.String() + ", " + why
+				}
+				refused = &Refused{Host: host, Port: port, Gateway: pol.Gateway, Why: w}
+			}
+			continue
+		}
+		c, err := p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return c, a, nil
+		}
+		failed = err
+	}
+	if failed != nil {
+		return nil, netip.Addr{}, fmt.Errorf("conch: egress to %s failed: %w", net.JoinHostPort(host, strconv.Itoa(port)), failed)
+	}
+	if refused != nil {
+		return nil, netip.Addr{}, refused
+	}
+	return nil, netip.Addr{}, fmt.Errorf("conch: egress to %s: %s has no address", net.JoinHostPort(host, strconv.Itoa(port)), host)
+}
+
+// Serve answers the connections of one sandbox on l until ctx ends or l
+// is closed; every connection still open then is closed.
+func (p *Proxy) Serve(ctx context.Context, l net.Listener, pol Policy) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := &session{p: p, pol: &pol, conns: map[net.Conn]struct{}{}}
+	s.transport = s.newTransport()
+	defer s.transport.CloseIdleConnections()
+	go func() {
+		<-ctx.Done()
+		_ = l.Close()
+		s.closeAll()
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("egressproxy: accept: %w", err)
+		}
+		if !s.track(c) {
+			_ = c.Close()
+			return nil
+		}
+		wg.Go(func() {
+			defer s.untrack(c)
+			s.handle(ctx, c)
+		})
+	}
+}
+
+// session is one sandbox's proxy.
+type session struct {
+	p         *Proxy
+	pol       *Policy
+	transport interface{ CloseIdleConnections() }
+	rt        roundTripper
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func (s *session) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *session) untrack(c net.Conn) {
+	_ = c.Close()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *session) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.conns {
+		_ = c.Close()
+	}
+}
+
+// handle serves one client connection.
+func (s *session) handle(ctx context.Context, c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(s.p.cfg.HandshakeTimeout))
+	br := bufio.NewReaderSize(c, 16<<10)
+	first, err := br.Peek(1)
+	if err != nil {
+		return
+	}
+	if first[0] == socksVersion {
+		s.socks(ctx, c, br)
+		return
+	}
+	s.http(ctx, c, br)
+}
+
+// connect records a connection's span and dials it.
+func (s *session) connect(ctx context.Context, kind, host string, port int) (net.Conn, func(up, down int64), error) {
+	start := time.Now()
+	ctx, span := tracer.Start(ctx, "executor.egress")
+	span.SetAttributes(attribute.String("conch.egress.kind", kind), attribute.String("conch.egress.host", host),
+		attribute.Int("conch.egress.port", port), attribute.String("conch.gateway", s.pol.Gateway))
+	up, addr, err := s.p.dial(ctx, s.pol, host, port)
+	if err != nil {
+		var r *Refused
+		decision := "failed"
+		if errors.As(err, &r) {
+			decision = "refused"
+		}
+		span.SetAttributes(attribute.String("conch.egress.decision", decision))
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", host, "port", port, "decision", decision, "err", err)
+		return nil, nil, err
+	}
+	span.SetAttributes(attribute.String("conch.egress.decision", "allowed"), attribute.String("conch.egress.address", addr.String()))
+	return up, func(sent, received int64) {
+		span.SetAttributes(attribute.Int64("conch.egress.bytes_sent", sent), attribute.Int64("conch.egress.bytes_received", received),
+			attribute.Int64("conch.egress.duration_ms", time.Since(start).Milliseconds()))
+		span.End()
+	}, nil
+}
+
+// tunnel copies both ways between the client (with what br holds of it
+// already) and up until both directions end.
+func tunnel(c net.Conn, br *bufio.Reader, up net.Conn) (sent, received int64) {
+	_ = c.SetReadDeadline(time.Time{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		received, _ = io.Copy(c, up)
+		closeWrite(c)
+	}()
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		w, _ := up.Write(b)
+		sent += int64(w)
+	}
+	n, _ := io.Copy(up, c)
+	sent += n
+	closeWrite(up)
+	<-done
+	return sent, received
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// countedConn counts a pooled upstream connection's bytes and ends its
+// span when the transport closes it.
+type countedConn struct {
+	net.Conn
+	s              *session
+	sent, received atomic.Int64
+	once           sync.Once
+	done           func(sent, received int64)
+}
+
+func (s *session) counted(c net.Conn, done func(sent, received int64)) net.Conn {
+	s.track(c)
+	return &countedConn{Conn: c, s: s, done: done}
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.received.Add(int64(n))
+	return n, err
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.sent.Add(int64(n))
+	return n, err
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.s.untrack(c.Conn)
+		c.done(c.sent.Load(), c.received.Load())
+	})
+	return err
+}

@@ -1,0 +1,131 @@
+package executor
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/executor/egressproxy"
+	"github.com/conch-sh/conch/services/internal/conchtest/testnet"
+)
+
+// TestSandboxEgress checks, from inside real sandboxes, that the proxy is
+// the only way out and lets through what the allowlist names alone, with
+// an answer the model can read for everything else.
+func TestSandboxEgress(t *testing.T) {
+	in := testnet.Start(t)
+	res := &testnet.Resolver{Internet: in, Names: map[string][]netip.Addr{
+		"private.conch.test":  {netip.MustParseAddr("10.1.2.3")},
+		"loopback.conch.test": {netip.MustParseAddr("127.0.0.1")},
+		"metadata.conch.test": {netip.MustParseAddr("169.254.169.254")},
+		"mixed.conch.test":    {netip.MustParseAddr("10.9.9.9"), in.Addr},
+	}}
+	x := startExecutor(t, WithEgress(egressproxy.New(egressproxy.Config{Resolver: res})))
+	ctx := as(t, "acme")
+	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{
+		Agent: "research",
+		Network: &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{
+			"Allowed.Conch.Test", "*.wild.conch.test", "private.conch.test", "loopback.conch.test",
+			"metadata.conch.test", "mixed.conch.test", "127.0.0.1", "169.254.169.254", "10.0.0.1", "fd00:ec2::254",
+			in.HostAddr.String(),
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetId()
+	t.Cleanup(func() { _, _ = x.client.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}) })
+	if n := resp.GetSandbox().GetNetwork(); n.GetMode() != executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST || n.GetAllowedDomains()[0] != "allowed.conch.test" || len(n.GetPorts()) != 2 {
+		t.Fatalf("network shown as %v", n)
+	}
+	run := func(t *testing.T, cmd string) (string, int32) {
+		t.Helper()
+		r, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: cmd, TimeoutSeconds: 30, MaxOutputLength: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetOutcome().GetType() != executorv1.OutcomeType_OUTCOME_TYPE_EXIT {
+			t.Fatalf("%s: %v", cmd, r)
+		}
+		return r.GetStdout() + r.GetStderr(), r.GetOutcome().GetExitCode()
+	}
+	refused := func(target string) string {
+		return fmt.Sprintf("conch: egress to %s is not allowed by gateway research", target)
+	}
+	curl := "curl -sS --max-time 20 "
+	cases := []struct {
+		name, cmd string
+		ok        bool
+		want      string
+	}{
+		{"http by name", curl + "http://allowed.conch.test/x", true, testnet.Greeting + " allowed.conch.test/x"},
+		{"https by name through CONNECT", curl + "-k https://allowed.conch.test/y", true, testnet.Greeting + " allowed.conch.test/y"},
+		{"upper case and trailing dot", curl + "http://ALLOWED.conch.test./z", true, testnet.Greeting},
+		{"suffix", curl + "-k https://a.b.wild.conch.test/", true, testnet.Greeting + " a.b.wild.conch.test/"},
+		{"socks5 with the name resolved by the proxy", curl + "--proxy socks5h://127.0.0.1:3128 http://allowed.conch.test/s", true, testnet.Greeting + " allowed.conch.test/s"},
+		{"python urllib", `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://allowed.conch.test/py").read().decode())'`, true, testnet.Greeting + " allowed.conch.test/py"},
+		{"python urllib https", `python3 -c 'import ssl, urllib.request; print(urllib.request.urlopen("https://allowed.conch.test/pys", context=ssl._create_unverified_context()).read().decode())'`, true, testnet.Greeting},
+		{"name not listed", curl + "http://denied.conch.test/", true, refused("denied.conch.test:80")},
+		{"suffix itself is not below it", curl + "http://wild.conch.test/", true, refused("wild.conch.test:80")},
+		{"https name not listed", curl + "-v -k https://denied.conch.test/ 2>&1", false, "403"},
+		{"python sees the refusal", `python3 -c '
+import urllib.request, urllib.error
+try:
+    urllib.request.urlopen("http://denied.conch.test/")
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())'`, true, "403 " + refused("denied.conch.test:80")},
+		{"port not listed", curl + "http://allowed.conch.test:8080/", true, refused("allowed.conch.test:8080") + ": port 8080 is not an allowed port"},
+		{"IP literal not listed", curl + "http://" + in.Addr.String() + "/", true, refused(in.Addr.String() + ":80")},
+		{"name resolving to a private address", curl + "http://private.conch.test/", true, "it resolves to 10.1.2.3, a private address"},
+		{"name resolving to loopback", curl + "http://loopback.conch.test/", true, "it resolves to 127.0.0.1, a loopback address"},
+		{"name resolving to the metadata address", curl + "http://metadata.conch.test/", true, "it resolves to 169.254.169.254, a link-local address"},
+		{"a refused address is skipped for an allowed one", curl + "http://mixed.conch.test/m", true, testnet.Greeting + " mixed.conch.test/m"},
+		{"loopback literal through the proxy", curl + "--noproxy '' http://127.0.0.1/", true, refused("127.0.0.1:80") + ": it is a loopback address"},
+		{"metadata literal", curl + "http://169.254.169.254/latest/meta-data/", true, "it is a link-local address"},
+		{"metadata IPv6 literal", curl + "-g http://[fd00:ec2::254]/", true, "is not allowed by gateway research: it is a private address"},
+		{"private literal", curl + "http://10.0.0.1/", true, "it is a private address"},
+		{"the executor host's own address", curl + "http://" + in.HostAddr.String() + "/", true, "it is an address of the executor's host"},
+		{"no way around the proxy", "curl -sS --max-time 5 --noproxy '*' http://" + in.Addr.String() + "/ 2>&1; echo exit=$?", true, "exit=7"},
+		{"no raw sockets out", `python3 -c '
+import socket
+s = socket.socket()
+s.settimeout(5)
+try:
+    s.connect(("` + in.Addr.String() + `", 80)); print("connected")
+except OSError as e:
+    print("refused", e.errno)'`, true, "refused"},
+		{"no DNS", `python3 -c '
+import socket
+try:
+    socket.getaddrinfo("allowed.conch.test", 80); print("resolved")
+except OSError:
+    print("no resolution")'`, true, "no resolution"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, code := run(t, c.cmd)
+			if !strings.Contains(out, c.want) {
+				t.Fatalf("%s:\n%s\nwant it to contain %q", c.cmd, out, c.want)
+			}
+			if c.ok && code != 0 && !strings.Contains(c.want, "exit=") {
+				t.Fatalf("%s: exit %d\n%s", c.cmd, code, out)
+			}
+		})
+	}
+}
+
+// TestSandboxWithoutNetworkHasNoProxy checks that a sandbox of mode none
+// has no proxy variables and no way out.
+func TestSandboxWithoutNetworkHasNoProxy(t *testing.T) {
+	x := startExecutor(t)
+	id := createSandbox(t, x, "acme")
+	r, err := x.client.RunCommand(as(t, "acme"), &executorv1.RunCommandRequest{SandboxId: id, Command: "env | grep -ci proxy; ls /run/conch; curl -sS --max-time 5 http://127.0.0.1:3128/ 2>&1; echo exit=$?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := r.GetStdout(); !strings.HasPrefix(out, "0\n") || strings.Contains(out, "egress") || !strings.Contains(out, "exit=7") {
+		t.Fatalf("got %q", out)
+	}
+}
