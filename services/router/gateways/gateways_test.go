@@ -56,8 +56,17 @@ func TestValidate(t *testing.T) {
 			g.Shell.Network = &executorv1.Network{AllowedDomains: []string{"example.com"}}
 		}, "shell.network.allowed_domains"},
 		{"bad domain", func(g *routerv1.Gateway) {
-			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"169.254.169.254"}}
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"a b.example"}}
 		}, "shell.network.allowed_domains[0]"},
+		{"a whole top-level domain", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"pypi.org", "*.org"}}
+		}, "shell.network.allowed_domains[1]"},
+		{"bad port", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"pypi.org"}, Ports: []int32{0}}
+		}, "shell.network.ports[0]"},
+		{"allowlist of names, suffixes, IDNA and IP literals", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"API.github.com", "*.pypi.org", "bücher.example", "192.0.2.1"}, Ports: []int32{443, 22}}
+		}, ""},
 		{"reserved webhook name", func(g *routerv1.Gateway) { g.Tools.Webhooks[0].Name = "shell" }, "tools.webhooks[0].name"},
 		{"webhook url", func(g *routerv1.Gateway) { g.Tools.Webhooks[0].Url = "file:///etc/passwd" }, "tools.webhooks[0].url"},
 		{"webhook schema not json", func(g *routerv1.Gateway) { g.Tools.Webhooks[0].ParametersSchema = "{" }, "tools.webhooks[0].parameters_schema"},

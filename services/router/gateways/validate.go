@@ -11,6 +11,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -150,7 +151,7 @@ func validateLimits(l *executorv1.Limits) error {
 func validateNetwork(n *executorv1.Network) error {
 	switch n.GetMode() {
 	case executorv1.NetworkMode_NETWORK_MODE_UNSPECIFIED, executorv1.NetworkMode_NETWORK_MODE_NONE:
-		if len(n.GetAllowedDomains()) > 0 {
+		if len(n.GetAllowedDomains()) > 0 || len(n.GetPorts()) > 0 {
 			return invalid("shell.network.allowed_domains", "needs mode allowlist")
 		}
 	case executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST:
@@ -160,7 +161,17 @@ func validateNetwork(n *executorv1.Network) error {
 	default:
 		return invalid("shell.network.mode", "must be none or allowlist")
 	}
-	return validateDomains("shell.network.allowed_domains", n.GetAllowedDomains())
+	for i, d := range n.GetAllowedDomains() {
+		if _, err := egress.NormalizePattern(d); err != nil {
+			return invalid(fmt.Sprintf("shell.network.allowed_domains[%d]", i), "%v", err)
+		}
+	}
+	for i, p := range n.GetPorts() {
+		if p < 1 || p > 65535 {
+			return invalid(fmt.Sprintf("shell.network.ports[%d]", i), "must be 1 to 65535, got %d", p)
+		}
+	}
+	return nil
 }
 
 func validateDomains(field string, domains []string) error {
