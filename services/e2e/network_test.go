@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/conch-sh/conch/services/internal/conchtest/testnet"
+)
+
+// TestNetworkEgress drives sandbox egress end to end: a sandbox of the
+// REST API and a completion's sandbox reach the test's own internet (a
+// network namespace; listed as an IP literal, so that no name leaves for
+// real DNS) through conch's proxy, and get a readable 403 for anything
+// else; a request narrows the gateway's allowlist but cannot widen it.
+func TestNetworkEgress(t *testing.T) {
+	in := testnet.Start(t)
+	d := startDev(t)
+	site := in.Addr.String()
+	router, _ := url.Parse(d.URL)
+
+	t.Run("sandbox REST API", func(t *testing.T) {
+		id := newSandbox(t, d, map[string]any{"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site, "127.0.0.1"}}})
+		run := func(command string) string {
+			t.Helper()
+			code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": command, "timeout_seconds": 30})
+			if code != http.StatusOK {
+				t.Fatalf("%s = %d %s", command, code, body)
+			}
+			var r shellResult
+			if err := json.Unmarshal(body, &r); err != nil {
+				t.Fatal(err)
+			}
+			return r.Stdout + r.Stderr
+		}
+		if out := run("curl -sS http://" + site + "/rest"); !strings.Contains(out, testnet.Greeting+" "+site+"/rest") {
+			t.Errorf("allowed site: %q", out)
+		}
+		if out := run("curl -sS http://denied.conch.test/"); !strings.Contains(out, "conch: egress to denied.conch.test:80 is not allowed by this sandbox's network policy") {
+			t.Errorf("denied name: %q", out)
+		}
+		// conch's own router, on the host's loopback.
+		if out := run("curl -sS --noproxy '' " + d.URL + "/v1/models"); !strings.Contains(out, "conch: egress to 127.0.0.1:"+router.Port()+" is not allowed") {
+			t.Errorf("conch's own port: %q", out)
+		}
+		code, body := d.call("GET", "/api/v1/sandboxes/"+id, d.Key, nil)
+		if code != http.StatusOK || !strings.Contains(string(body), `"mode":"allowlist"`) {
+			t.Errorf("sandbox = %d %s", code, body)
+		}
+	})
+
+	createGateway(t, d, map[string]any{"name": "egress", "shell": map[string]any{"enabled": true,
+		"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site, "api.example.com"}}},
+		"upstream": map[string]any{"provider": "openai", "base_url": shellScript(t, "curl -sS http://"+site+"/chat", "curl -sS http://example.org/").URL, "model": "m"}})
+
+	t.Run("chat completion", func(t *testing.T) {
+		res, _ := completeShell(t, d, "egress", nil)
+		if len(res) != 2 || !strings.Contains(res[0].Stdout, testnet.Greeting+" "+site+"/chat") ||
+			!strings.Contains(res[1].Stdout, "conch: egress to example.org:80 is not allowed by gateway egress") {
+			t.Fatalf("results = %+v", res)
+		}
+	})
+
+	t.Run("a request narrows the allowlist", func(t *testing.T) {
+		createGateway(t, d, map[string]any{"name": "egress-narrow", "shell": map[string]any{"enabled": true,
+			"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site, "api.example.com"}}},
+			"upstream": map[string]any{"provider": "openai", "base_url": shellScript(t, "curl -sS http://"+site+"/narrow").URL, "model": "m"}})
+		res, _ := completeShell(t, d, "egress-narrow", map[string]any{"tools": []any{map[string]any{"type": "shell", "network": map[string]any{"allowed_domains": []string{"api.example.com"}}}}})
+		if len(res) != 1 || !strings.Contains(res[0].Stdout, "conch: egress to "+site+":80 is not allowed by gateway egress-narrow") {
+			t.Fatalf("results = %+v", res)
+		}
+	})
+
+	t.Run("a request cannot widen it", func(t *testing.T) {
+		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+			"model": "egress", "messages": []map[string]string{{"role": "user", "content": "go"}},
+			"tools": []any{map[string]any{"type": "shell", "network": map[string]any{"allowed_domains": []string{"api.example.com", "evil.example"}}}},
+		})
+		if code != http.StatusBadRequest || !strings.Contains(string(body), "tools[0].network.allowed_domains[1]") {
+			t.Fatalf("widening = %d %s", code, body)
+		}
+	})
+}
