@@ -1,7 +1,8 @@
 // Package testnet stands up a small "internet" for tests of sandbox
 // egress: a network namespace the test creates, joined to the host by a
 // veth pair with addresses from a documentation range (RFC 5737), with an
-// HTTP server on port 80, an HTTPS one on 443 and a plain one on 8080.
+// HTTP server on port 80, an HTTPS one on 443 and a plain one on 8080;
+// /bytes/N answers N zero bytes.
 // Traffic to it is real routing, and reaches nothing but that namespace.
 // It needs root.
 package testnet
@@ -18,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -74,6 +76,18 @@ func Start(t testing.TB) *Internet {
 
 	in := &Internet{Addr: ns, HostAddr: host}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && strings.HasPrefix(r.URL.Path, "/bytes/") {
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			buf := make([]byte, 256<<10)
+			for n > 0 {
+				k, err := w.Write(buf[:min(n, int64(len(buf)))])
+				if err != nil {
+					return
+				}
+				n -= int64(k)
+			}
+			return
+		}
 		fmt.Fprintf(w, "%s %s%s\n", Greeting, r.Host, r.URL.Path)
 	})
 	for _, port := range []int{80, 8080} {
