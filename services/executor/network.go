@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"slices"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -17,6 +18,10 @@ type Network struct {
 	Domains []string
 	// Ports are the ports allowed; empty means egressproxy.DefaultPorts.
 	Ports []int
+	// MaxConns and MaxBytes bound the sandbox's egress; 0 means the
+	// proxy's defaults.
+	MaxConns int
+	MaxBytes int64
 }
 
 // networkFrom reads a request's network; nil means loopback only.
@@ -50,6 +55,13 @@ func networkFrom(n *executorv1.Network, gateway string) (*Network, error) {
 			net.Ports = append(net.Ports, int(p))
 		}
 	}
+	if n.GetMaxConnections() < 0 || n.GetMaxConnections() > 4096 {
+		return nil, errs.New(errs.InvalidArgument, "network.max_connections: must be 0 (the default, %d) to 4096, got %d", egressproxy.DefaultMaxConns, n.GetMaxConnections())
+	}
+	if n.GetMaxBytes() < 0 {
+		return nil, errs.New(errs.InvalidArgument, "network.max_bytes: must not be negative (0: the default, %d)", egressproxy.DefaultMaxBytes)
+	}
+	net.MaxConns, net.MaxBytes = int(n.GetMaxConnections()), n.GetMaxBytes()
 	return net, nil
 }
 
@@ -59,7 +71,7 @@ func (n *Network) policy() (*egressproxy.Policy, error) {
 	if err != nil {
 		return nil, errs.New(errs.InvalidArgument, "network.allowed_domains%v", err)
 	}
-	return &egressproxy.Policy{Gateway: n.Gateway, Allow: allow, Ports: n.Ports}, nil
+	return &egressproxy.Policy{Gateway: n.Gateway, Allow: allow, Ports: n.Ports, MaxConns: n.MaxConns, MaxBytes: n.MaxBytes}, nil
 }
 
 // pb is n as the API shows it.
@@ -71,7 +83,8 @@ func (n *Network) pb() *executorv1.Network {
 	if len(ports) == 0 {
 		ports = egressproxy.DefaultPorts
 	}
-	out := &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: n.Domains}
+	out := &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: n.Domains,
+		MaxConnections: int32(cmp.Or(n.MaxConns, egressproxy.DefaultMaxConns)), MaxBytes: cmp.Or(n.MaxBytes, egressproxy.DefaultMaxBytes)}
 	for _, p := range ports {
 		out.Ports = append(out.Ports, int32(p))
 	}

@@ -33,6 +33,7 @@ func (s *session) newTransport() *http.Transport {
 			return s.counted(up, done), nil
 		},
 		TLSHandshakeTimeout:   10 * time.Second,
+		MaxIdleConns:          8,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,
@@ -73,7 +74,7 @@ func (s *session) http(ctx context.Context, c net.Conn, br *bufio.Reader) {
 				done(0, 0)
 				return
 			}
-			sent, received := tunnel(c, br, up)
+			sent, received := s.tunnel(c, br, up)
 			s.untrack(up)
 			done(sent, received)
 			return
@@ -145,6 +146,11 @@ func writeDialError(c net.Conn, err error) {
 	var r *Refused
 	if errors.As(err, &r) {
 		writeError(c, http.StatusForbidden, r.Error())
+		return
+	}
+	var l *Limited
+	if errors.As(err, &l) {
+		writeError(c, http.StatusTooManyRequests, l.Error())
 		return
 	}
 	writeError(c, http.StatusBadGateway, err.Error())

@@ -19,11 +19,25 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/conch-sh/conch/services/internal/egress"
 )
 
-var tracer = otel.Tracer("github.com/conch-sh/conch/services/executor/egressproxy")
+const instrumentationName = "github.com/conch-sh/conch/services/executor/egressproxy"
+
+var (
+	tracer = otel.Tracer(instrumentationName)
+	meter  = otel.Meter(instrumentationName)
+
+	// connections counts sandbox connections to the outside by decision
+	// (allowed, refused, failed, limited).
+	connections, _ = meter.Int64Counter("conch.egress.connections",
+		metric.WithDescription("Sandbox egress connections, by decision (allowed, refused, failed, limited)"))
+	// egressBytes counts the bytes of allowed connections by direction.
+	egressBytes, _ = meter.Int64Counter("conch.egress.bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of sandbox egress connections, by direction (sent, received)"))
+)
 
 // DefaultPorts are the ports a policy without ports allows.
 var DefaultPorts = []int{443, 80}
@@ -86,7 +100,28 @@ type Policy struct {
 	Allow *egress.Allowlist
 	// Ports allowed; empty means DefaultPorts.
 	Ports []int
+	// MaxConns bounds the connections open at once to the outside; 0
+	// means DefaultMaxConns. Clients waiting on the proxy are bounded to
+	// a few times as many, so that a sandbox cannot spend the executor's
+	// file descriptors.
+	MaxConns int
+	// MaxBytes bounds the bytes a sandbox sends and receives in all; 0
+	// means DefaultMaxBytes.
+	MaxBytes int64
 }
+
+// Defaults of the per-sandbox limits.
+const (
+	DefaultMaxConns       = 64
+	DefaultMaxBytes int64 = 4 << 30
+	// clientsPerConn is how many client connections, held or handshaking,
+	// the proxy keeps per connection it may open.
+	clientsPerConn = 4
+)
+
+// errBudget ends a connection when its sandbox has moved all the bytes
+// its policy allows.
+var errBudget = errors.New("conch: egress byte budget of this sandbox is spent")
 
 // Refused is a connection the policy does not allow.
 type Refused struct {
@@ -98,11 +133,7 @@ type Refused struct {
 }
 
 func (r *Refused) Error() string {
-	by := "this sandbox's network policy"
-	if r.Gateway != "" {
-		by = "gateway " + r.Gateway
-	}
-	msg := fmt.Sprintf("conch: egress to %s is not allowed by %s", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), by)
+	msg := fmt.Sprintf("conch: egress to %s is not allowed by %s", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), by(r.Gateway))
 	if r.Why != "" {
 		msg += ": " + r.Why
 	}
@@ -224,7 +255,14 @@ func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (n
 func (p *Proxy) Serve(ctx context.Context, l net.Listener, pol Policy) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &session{p: p, pol: &pol, conns: map[net.Conn]struct{}{}}
+	if pol.MaxConns <= 0 {
+		pol.MaxConns = DefaultMaxConns
+	}
+	if pol.MaxBytes <= 0 {
+		pol.MaxBytes = DefaultMaxBytes
+	}
+	s := &session{p: p, pol: &pol, conns: map[net.Conn]struct{}{}, upstreams: make(chan struct{}, pol.MaxConns)}
+	s.budget.Store(pol.MaxBytes)
 	s.transport = s.newTransport()
 	defer s.transport.CloseIdleConnections()
 	go func() {
@@ -242,11 +280,17 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener, pol Policy) error {
 			}
 			return fmt.Errorf("egressproxy: accept: %w", err)
 		}
+		if s.clients.Load() >= int64(clientsPerConn*pol.MaxConns) {
+			_ = c.Close()
+			continue
+		}
 		if !s.track(c) {
 			_ = c.Close()
 			return nil
 		}
+		s.clients.Add(1)
 		wg.Go(func() {
+			defer s.clients.Add(-1)
 			defer s.untrack(c)
 			s.handle(ctx, c)
 		})
@@ -259,6 +303,13 @@ type session struct {
 	pol       *Policy
 	transport interface{ CloseIdleConnections() }
 	rt        roundTripper
+
+	// upstreams holds a token per connection open to the outside.
+	upstreams chan struct{}
+	// clients counts the connections from the sandbox being served.
+	clients atomic.Int64
+	// budget is what is left of MaxBytes.
+	budget atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -308,6 +359,45 @@ func (s *session) handle(ctx context.Context, c net.Conn) {
 
 // connect records a connection's span and dials it.
 func (s *session) connect(ctx context.Context, kind, host string, port int) (net.Conn, func(up, down int64), error) {
+	select {
+	case s.upstreams <- struct{}{}:
+	default:
+		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "limited")))
+		return nil, nil, &Limited{Why: fmt.Sprintf("this sandbox has %d connections open, the most %s allows", s.pol.MaxConns, by(s.pol.Gateway))}
+	}
+	if s.budget.Load() <= 0 {
+		<-s.upstreams
+		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "limited")))
+		return nil, nil, &Limited{Why: fmt.Sprintf("this sandbox has sent and received %d bytes, the most %s allows", s.pol.MaxBytes, by(s.pol.Gateway))}
+	}
+	up, done, err := s.dialTraced(ctx, kind, host, port)
+	if err != nil {
+		<-s.upstreams
+		return nil, nil, err
+	}
+	var once sync.Once
+	return up, func(sent, received int64) {
+		once.Do(func() {
+			<-s.upstreams
+			done(sent, received)
+		})
+	}, nil
+}
+
+// Limited is a connection refused because its sandbox is at a limit.
+type Limited struct{ Why string }
+
+func (l *Limited) Error() string { return "conch: egress refused: " + l.Why }
+
+func by(gateway string) string {
+	if gateway == "" {
+		return "this sandbox's network policy"
+	}
+	return "gateway " + gateway
+}
+
+// dialTraced dials host:port with a span and metrics for the connection.
+func (s *session) dialTraced(ctx context.Context, kind, host string, port int) (net.Conn, func(up, down int64), error) {
 	start := time.Now()
 	ctx, span := tracer.Start(ctx, "executor.egress")
 	span.SetAttributes(attribute.String("conch.egress.kind", kind), attribute.String("conch.egress.host", host),
@@ -321,12 +411,16 @@ func (s *session) connect(ctx context.Context, kind, host string, port int) (net
 		}
 		span.SetAttributes(attribute.String("conch.egress.decision", decision))
 		span.SetStatus(codes.Error, err.Error())
+		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", decision)))
 		span.End()
 		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", host, "port", port, "decision", decision, "err", err)
 		return nil, nil, err
 	}
 	span.SetAttributes(attribute.String("conch.egress.decision", "allowed"), attribute.String("conch.egress.address", addr.String()))
+	connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "allowed")))
 	return up, func(sent, received int64) {
+		egressBytes.Add(ctx, sent, metric.WithAttributes(attribute.String("direction", "sent")))
+		egressBytes.Add(ctx, received, metric.WithAttributes(attribute.String("direction", "received")))
 		span.SetAttributes(attribute.Int64("conch.egress.bytes_sent", sent), attribute.Int64("conch.egress.bytes_received", received),
 			attribute.Int64("conch.egress.duration_ms", time.Since(start).Milliseconds()))
 		span.End()
@@ -334,25 +428,60 @@ func (s *session) connect(ctx context.Context, kind, host string, port int) (net
 }
 
 // tunnel copies both ways between the client (with what br holds of it
-// already) and up until both directions end.
-func tunnel(c net.Conn, br *bufio.Reader, up net.Conn) (sent, received int64) {
+// already) and up until both directions end or the sandbox's byte budget
+// is spent.
+func (s *session) tunnel(c net.Conn, br *bufio.Reader, up net.Conn) (sent, received int64) {
 	_ = c.SetReadDeadline(time.Time{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		received, _ = io.Copy(c, up)
+		var err error
+		received, err = s.copyBudget(c, up)
+		if errors.Is(err, errBudget) {
+			_ = c.Close()
+			_ = up.Close()
+			return
+		}
 		closeWrite(c)
 	}()
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
 		w, _ := up.Write(b)
+		s.budget.Add(-int64(w))
 		sent += int64(w)
 	}
-	n, _ := io.Copy(up, c)
+	n, err := s.copyBudget(up, c)
 	sent += n
-	closeWrite(up)
+	if errors.Is(err, errBudget) {
+		_ = c.Close()
+		_ = up.Close()
+	} else {
+		closeWrite(up)
+	}
 	<-done
 	return sent, received
+}
+
+// budgetChunk is the most copied between two looks at the budget; the
+// copy of a chunk keeps the kernel's splice between sockets.
+const budgetChunk = 1 << 20
+
+// copyBudget copies src to dst until src ends, taking what it copies from
+// the sandbox's budget; errBudget when the budget is spent first.
+func (s *session) copyBudget(dst, src net.Conn) (int64, error) {
+	var total int64
+	for {
+		chunk := min(s.budget.Load(), budgetChunk)
+		if chunk <= 0 {
+			return total, errBudget
+		}
+		n, err := io.Copy(dst, &io.LimitedReader{R: src, N: chunk})
+		s.budget.Add(-n)
+		total += n
+		if err != nil || n < chunk {
+			return total, err
+		}
+	}
 }
 
 func closeWrite(c net.Conn) {
@@ -379,14 +508,22 @@ func (s *session) counted(c net.Conn, done func(sent, received int64)) net.Conn 
 }
 
 func (c *countedConn) Read(b []byte) (int, error) {
+	if c.s.budget.Load() <= 0 {
+		return 0, errBudget
+	}
 	n, err := c.Conn.Read(b)
 	c.received.Add(int64(n))
+	c.s.budget.Add(-int64(n))
 	return n, err
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
+	if c.s.budget.Load() <= 0 {
+		return 0, errBudget
+	}
 	n, err := c.Conn.Write(b)
 	c.sent.Add(int64(n))
+	c.s.budget.Add(-int64(n))
 	return n, err
 }
 

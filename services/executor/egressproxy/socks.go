@@ -92,8 +92,9 @@ func (s *session) socks(ctx context.Context, c net.Conn, br *bufio.Reader) {
 	up, done, err := s.connect(ctx, "socks5", host, port)
 	if err != nil {
 		var r *Refused
+		var l *Limited
 		switch {
-		case errors.As(err, &r):
+		case errors.As(err, &r), errors.As(err, &l):
 			socksReply(c, repNotAllowed)
 		case isResolveError(err):
 			socksReply(c, repHostUnreachable)
@@ -108,7 +109,7 @@ func (s *session) socks(ctx context.Context, c net.Conn, br *bufio.Reader) {
 		done(0, 0)
 		return
 	}
-	sent, received := tunnel(c, br, up)
+	sent, received := s.tunnel(c, br, up)
 	done(sent, received)
 }
 

@@ -31,7 +31,8 @@ func shellNetwork(g *routerv1.Gateway, req *Request) (*executorv1.Network, error
 			wide = append(wide, norm)
 		}
 	}
-	out := &executorv1.Network{Mode: gw.GetMode(), AllowedDomains: gw.GetAllowedDomains(), Ports: gw.GetPorts()}
+	out := &executorv1.Network{Mode: gw.GetMode(), AllowedDomains: gw.GetAllowedDomains(), Ports: gw.GetPorts(),
+		MaxConnections: gw.GetMaxConnections(), MaxBytes: gw.GetMaxBytes()}
 	if n.AllowedDomains != nil {
 		out.AllowedDomains = nil
 		for i, d := range n.AllowedDomains {

@@ -171,6 +171,12 @@ func validateNetwork(n *executorv1.Network) error {
 			return invalid(fmt.Sprintf("shell.network.ports[%d]", i), "must be 1 to 65535, got %d", p)
 		}
 	}
+	if c := n.GetMaxConnections(); c < 0 || c > 4096 {
+		return invalid("shell.network.max_connections", "must be 0 (the default) to 4096, got %d", c)
+	}
+	if n.GetMaxBytes() < 0 {
+		return invalid("shell.network.max_bytes", "must not be negative (0: the default)")
+	}
 	return nil
 }
 

@@ -240,7 +240,14 @@ type Network struct {
 	// IDNA-normalised on the name the client asked for.
 	AllowedDomains []string `protobuf:"bytes,2,rep,name=allowed_domains,json=allowedDomains,proto3" json:"allowed_domains,omitempty"`
 	// Ports reachable in allowlist mode; empty means 443 and 80.
-	Ports         []int32 `protobuf:"varint,3,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	Ports []int32 `protobuf:"varint,3,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	// Connections to the outside a sandbox may hold open at once; 0 means
+	// 64. One more is refused with HTTP 429.
+	MaxConnections int32 `protobuf:"varint,4,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	// Bytes a sandbox may send and receive through the proxy in all; 0
+	// means 4 GiB. A connection that reaches it is closed, later ones are
+	// refused with HTTP 429.
+	MaxBytes      int64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -294,6 +301,20 @@ func (x *Network) GetPorts() []int32 {
 		return x.Ports
 	}
 	return nil
+}
+
+func (x *Network) GetMaxConnections() int32 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *Network) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
 }
 
 // ToolCommand is a server tool moved into the shell as a command.
@@ -1051,11 +1072,13 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x0ecpu_millicores\x18\x03 \x01(\x03R\rcpuMillicores\x12'\n" +
 	"\x0fworkspace_bytes\x18\x04 \x01(\x03R\x0eworkspaceBytes\x12'\n" +
 	"\x0fworkspace_files\x18\x05 \x01(\x03R\x0eworkspaceFiles\x12:\n" +
-	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"|\n" +
+	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xc2\x01\n" +
 	"\aNetwork\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1e.conch.executor.v1.NetworkModeR\x04mode\x12'\n" +
 	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\x12\x14\n" +
-	"\x05ports\x18\x03 \x03(\x05R\x05ports\"p\n" +
+	"\x05ports\x18\x03 \x03(\x05R\x05ports\x12'\n" +
+	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x12\x1b\n" +
+	"\tmax_bytes\x18\x05 \x01(\x03R\bmaxBytes\"p\n" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
