@@ -82,4 +82,56 @@ func TestNetworkEgress(t *testing.T) {
 			t.Fatalf("widening = %d %s", code, body)
 		}
 	})
+
+	t.Run("a miss becomes an approval", func(t *testing.T) {
+		held := "connect to " + site + ":80"
+		gateway := func(name string, commands ...string) {
+			gw := map[string]any{"name": name, "shell": map[string]any{"enabled": true,
+				"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{"api.example.com"}, "ask": "on-miss"}},
+				"upstream": map[string]any{"provider": "openai", "base_url": shellScript(t, commands...).URL, "model": "m"}}
+			if code, body := d.call("PUT", "/api/v1/gateways/"+name, d.Key, gw); code == http.StatusNotFound {
+				createGateway(t, d, gw)
+			} else if code != http.StatusOK {
+				t.Fatalf("put gateway %s = %d %s", name, code, body)
+			}
+		}
+		// allow-once lets this sandbox connect, again without asking.
+		gateway("egress-ask", "curl -sS --max-time 60 http://"+site+"/held", "curl -sS --max-time 5 http://"+site+"/again")
+		answered := allowWhenPending(t, d, held, func(a pendingApproval) {
+			if a.Host != "sandbox" {
+				t.Errorf("approval = %+v", a)
+			}
+		})
+		res, _ := completeShell(t, d, "egress-ask", nil)
+		if code := <-answered; code != http.StatusOK {
+			t.Fatalf("resolve = %d", code)
+		}
+		if len(res) != 2 || !strings.Contains(res[0].Stdout, testnet.Greeting+" "+site+"/held") || !strings.Contains(res[1].Stdout, testnet.Greeting+" "+site+"/again") {
+			t.Fatalf("results = %+v", res)
+		}
+		// deny refuses with the clear error, never a hang.
+		gateway("egress-deny", "curl -sS --max-time 60 http://"+site+"/denied")
+		answered = answerWhenPending(t, d, held, "deny", func(pendingApproval) {})
+		res, _ = completeShell(t, d, "egress-deny", nil)
+		if code := <-answered; code != http.StatusOK {
+			t.Fatalf("resolve = %d", code)
+		}
+		if len(res) != 1 || !strings.Contains(res[0].Stdout, "conch: egress to "+site+":80 is not allowed by gateway egress-deny: denied by key:") {
+			t.Fatalf("results = %+v", res)
+		}
+		// allow-always remembers the host for the gateway: a new sandbox
+		// connects without asking.
+		gateway("egress-always", "curl -sS --max-time 60 http://"+site+"/first")
+		answered = answerWhenPending(t, d, held, "allow-always", func(pendingApproval) {})
+		if res, _ = completeShell(t, d, "egress-always", nil); len(res) != 1 || !strings.Contains(res[0].Stdout, testnet.Greeting) {
+			t.Fatalf("results = %+v", res)
+		}
+		if code := <-answered; code != http.StatusOK {
+			t.Fatalf("resolve = %d", code)
+		}
+		gateway("egress-always", "curl -sS --max-time 5 http://"+site+"/second")
+		if res, _ = completeShell(t, d, "egress-always", nil); len(res) != 1 || !strings.Contains(res[0].Stdout, testnet.Greeting+" "+site+"/second") {
+			t.Fatalf("results = %+v", res)
+		}
+	})
 }

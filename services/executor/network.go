@@ -22,6 +22,8 @@ type Network struct {
 	// proxy's defaults.
 	MaxConns int
 	MaxBytes int64
+	// Ask holds a connection the allowlist misses and asks a human.
+	Ask bool
 }
 
 // networkFrom reads a request's network; nil means loopback only.
@@ -62,6 +64,16 @@ func networkFrom(n *executorv1.Network, gateway string) (*Network, error) {
 		return nil, errs.New(errs.InvalidArgument, "network.max_bytes: must not be negative (0: the default, %d)", egressproxy.DefaultMaxBytes)
 	}
 	net.MaxConns, net.MaxBytes = int(n.GetMaxConnections()), n.GetMaxBytes()
+	switch n.GetAsk() {
+	case executorv1.NetworkAsk_NETWORK_ASK_UNSPECIFIED, executorv1.NetworkAsk_NETWORK_ASK_OFF:
+	case executorv1.NetworkAsk_NETWORK_ASK_ON_MISS:
+		if gateway == "" {
+			return nil, errs.New(errs.InvalidArgument, "network.ask: on-miss needs the agent (gateway) whose approvals answer it")
+		}
+		net.Ask = true
+	default:
+		return nil, errs.New(errs.InvalidArgument, "network.ask: must be off or on-miss")
+	}
 	return net, nil
 }
 
@@ -85,6 +97,9 @@ func (n *Network) pb() *executorv1.Network {
 	}
 	out := &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: n.Domains,
 		MaxConnections: int32(cmp.Or(n.MaxConns, egressproxy.DefaultMaxConns)), MaxBytes: cmp.Or(n.MaxBytes, egressproxy.DefaultMaxBytes)}
+	if n.Ask {
+		out.Ask = executorv1.NetworkAsk_NETWORK_ASK_ON_MISS
+	}
 	for _, p := range ports {
 		out.Ports = append(out.Ports, int32(p))
 	}

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
@@ -412,10 +413,17 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", errs.New(errs.InvalidArgument, "name: must be at most %d characters", MaxNameChars)
 	}
 	var egressPolicy *egressproxy.Policy
+	var egressApprovals gate.EgressClient
 	if p.Network != nil {
 		var err error
 		if egressPolicy, err = p.Network.policy(); err != nil {
 			return nil, "", err
+		}
+		if p.Network.Ask {
+			var ok bool
+			if egressApprovals, ok = s.approvals.(gate.EgressClient); !ok {
+				return nil, "", errs.New(errs.FailedPrecondition, "network.ask: this executor is not connected to an approval service that answers network approvals")
+			}
 		}
 	}
 	if len(p.Tools) > 0 && s.tools == nil {
@@ -450,6 +458,18 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	now := time.Now()
 	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now, network: p.Network}
+	if egressApprovals != nil {
+		egressPolicy.Ask = func(ctx context.Context, host string, port int) (bool, string) {
+			v, err := gate.CheckEgress(ctx, egressApprovals, &approvalv1.AuthorizeEgressRequest{
+				Agent: p.Network.Gateway, Sandbox: id, Host: host, Port: int32(port), Session: p.Session, User: p.User,
+			})
+			if err != nil {
+				s.log.WarnContext(ctx, "network approval failed", "sandbox", id, "host", host, "port", port, "error", err)
+				return false, "the approval service could not be asked"
+			}
+			return v.Allowed, v.Reason
+		}
+	}
 	if egressPolicy != nil {
 		// It ends when the sandbox's Destroy closes its listener.
 		go func() {

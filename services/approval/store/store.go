@@ -75,6 +75,12 @@ type Approval struct {
 	FallbackAllows bool `json:"fallbackAllows,omitempty"`
 	// Consumed is set once an allowed approval was used to run.
 	Consumed bool `json:"consumed,omitempty"`
+	// Egress is the host:port of a network approval; Sandbox the sandbox
+	// that asked for it.
+	Egress  string `json:"egress,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	// EgressHost is what allow-always remembers for the agent.
+	EgressHost string `json:"egressHost,omitempty"`
 
 	rev int64
 }

@@ -79,7 +79,7 @@ func (s *session) http(ctx context.Context, c net.Conn, br *bufio.Reader) {
 			done(sent, received)
 			return
 		}
-		if !s.forward(c, req) {
+		if !s.forward(ctx, c, req) {
 			return
 		}
 	}
@@ -87,7 +87,7 @@ func (s *session) http(ctx context.Context, c net.Conn, br *bufio.Reader) {
 
 // forward proxies one absolute-form request; it reports whether the
 // client connection may carry another.
-func (s *session) forward(c net.Conn, req *http.Request) bool {
+func (s *session) forward(ctx context.Context, c net.Conn, req *http.Request) bool {
 	if !req.URL.IsAbs() || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
 		writeError(c, http.StatusBadRequest, "conch: this is a proxy: ask for an absolute http:// URL, or CONNECT for https")
 		return false
@@ -102,15 +102,17 @@ func (s *session) forward(c net.Conn, req *http.Request) bool {
 		return false
 	}
 	// Refuse before reading the body or touching the transport.
-	if !s.pol.Allow.Match(host) {
-		writeDialError(c, &Refused{Host: host, Port: port, Gateway: s.pol.Gateway})
+	if err := s.check(ctx, host, port); err != nil {
+		writeDialError(c, err)
 		return !req.Close && drain(req)
 	}
+	// The answer may have taken a human's time; the body is read now.
+	_ = c.SetReadDeadline(time.Now().Add(s.p.cfg.HandshakeTimeout))
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
 	}
 	req.RequestURI = ""
-	resp, err := s.rt.RoundTrip(req)
+	resp, err := s.rt.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		writeDialError(c, err)
 		return false

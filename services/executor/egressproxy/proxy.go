@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -108,6 +109,11 @@ type Policy struct {
 	// MaxBytes bounds the bytes a sandbox sends and receives in all; 0
 	// means DefaultMaxBytes.
 	MaxBytes int64
+	// Ask, when set, is asked about a name (normalised) or IP literal the
+	// allowlist misses, on an allowed port; the connection is held until
+	// it answers. A host it allows stays allowed for the session (the
+	// sandbox). why says why not.
+	Ask func(ctx context.Context, host string, port int) (allowed bool, why string)
 }
 
 // Defaults of the per-sandbox limits.
@@ -195,19 +201,51 @@ func (p *Proxy) control(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-// dial connects to host:port if pol allows it and an address it resolves
-// to is one the proxy may dial.
-func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (net.Conn, netip.Addr, error) {
+// check decides whether the sandbox may connect to host:port: its port
+// allowed, and its name on the allowlist or allowed by Ask.
+func (s *session) check(ctx context.Context, host string, port int) error {
+	pol := s.pol
 	ports := pol.Ports
 	if len(ports) == 0 {
 		ports = DefaultPorts
 	}
-	if !pol.Allow.Match(host) {
-		return nil, netip.Addr{}, &Refused{Host: host, Port: port, Gateway: pol.Gateway}
-	}
 	if !slices.Contains(ports, port) {
-		return nil, netip.Addr{}, &Refused{Host: host, Port: port, Gateway: pol.Gateway, Why: "port " + strconv.Itoa(port) + " is not an allowed port"}
+		return &Refused{Host: host, Port: port, Gateway: pol.Gateway, Why: "port " + strconv.Itoa(port) + " is not an allowed port"}
 	}
+	if pol.Allow.Match(host) {
+		return nil
+	}
+	norm := host
+	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		norm = ip.Unmap().String()
+	} else if n, err := egress.NormalizeName(host); err == nil {
+		norm = n
+	} else {
+		return &Refused{Host: host, Port: port, Gateway: pol.Gateway}
+	}
+	if pol.Ask == nil {
+		return &Refused{Host: host, Port: port, Gateway: pol.Gateway}
+	}
+	key := net.JoinHostPort(norm, strconv.Itoa(port))
+	s.mu.Lock()
+	granted := s.granted[key]
+	s.mu.Unlock()
+	if granted {
+		return nil
+	}
+	ok, why := pol.Ask(ctx, norm, port)
+	if !ok {
+		return &Refused{Host: host, Port: port, Gateway: pol.Gateway, Why: why}
+	}
+	s.mu.Lock()
+	s.granted[key] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// dial connects to host:port, which the policy allowed, at an address it
+// resolves to that the proxy may dial.
+func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (net.Conn, netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
 	var addrs []netip.Addr
@@ -261,7 +299,7 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener, pol Policy) error {
 	if pol.MaxBytes <= 0 {
 		pol.MaxBytes = DefaultMaxBytes
 	}
-	s := &session{p: p, pol: &pol, conns: map[net.Conn]struct{}{}, upstreams: make(chan struct{}, pol.MaxConns)}
+	s := &session{p: p, pol: &pol, conns: map[net.Conn]struct{}{}, granted: map[string]bool{}, upstreams: make(chan struct{}, pol.MaxConns)}
 	s.budget.Store(pol.MaxBytes)
 	s.transport = s.newTransport()
 	defer s.transport.CloseIdleConnections()
@@ -311,9 +349,10 @@ type session struct {
 	// budget is what is left of MaxBytes.
 	budget atomic.Int64
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	granted map[string]bool // host:port that Ask allowed
+	closed  bool
 }
 
 func (s *session) track(c net.Conn) bool {
@@ -359,6 +398,11 @@ func (s *session) handle(ctx context.Context, c net.Conn) {
 
 // connect records a connection's span and dials it.
 func (s *session) connect(ctx context.Context, kind, host string, port int) (net.Conn, func(up, down int64), error) {
+	if err := s.check(ctx, host, port); err != nil {
+		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "refused")))
+		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", host, "port", port, "decision", "refused", "err", err)
+		return nil, nil, err
+	}
 	select {
 	case s.upstreams <- struct{}{}:
 	default:

@@ -32,7 +32,7 @@ func shellNetwork(g *routerv1.Gateway, req *Request) (*executorv1.Network, error
 		}
 	}
 	out := &executorv1.Network{Mode: gw.GetMode(), AllowedDomains: gw.GetAllowedDomains(), Ports: gw.GetPorts(),
-		MaxConnections: gw.GetMaxConnections(), MaxBytes: gw.GetMaxBytes()}
+		MaxConnections: gw.GetMaxConnections(), MaxBytes: gw.GetMaxBytes(), Ask: gw.GetAsk()}
 	if n.AllowedDomains != nil {
 		out.AllowedDomains = nil
 		for i, d := range n.AllowedDomains {

@@ -64,6 +64,12 @@ func TestValidate(t *testing.T) {
 		{"bad port", func(g *routerv1.Gateway) {
 			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"pypi.org"}, Ports: []int32{0}}
 		}, "shell.network.ports[0]"},
+		{"ask without allowlist", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Ask: executorv1.NetworkAsk_NETWORK_ASK_ON_MISS}
+		}, "shell.network.ask"},
+		{"negative byte limit", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"pypi.org"}, MaxBytes: -1}
+		}, "shell.network.max_bytes"},
 		{"allowlist of names, suffixes, IDNA and IP literals", func(g *routerv1.Gateway) {
 			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"API.github.com", "*.pypi.org", "bücher.example", "192.0.2.1"}, Ports: []int32{443, 22}}
 		}, ""},

@@ -154,6 +154,9 @@ func validateNetwork(n *executorv1.Network) error {
 		if len(n.GetAllowedDomains()) > 0 || len(n.GetPorts()) > 0 {
 			return invalid("shell.network.allowed_domains", "needs mode allowlist")
 		}
+		if n.GetAsk() == executorv1.NetworkAsk_NETWORK_ASK_ON_MISS {
+			return invalid("shell.network.ask", "needs mode allowlist")
+		}
 	case executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST:
 		if len(n.GetAllowedDomains()) == 0 {
 			return invalid("shell.network.allowed_domains", "at least one domain is required in allowlist mode")
@@ -176,6 +179,9 @@ func validateNetwork(n *executorv1.Network) error {
 	}
 	if n.GetMaxBytes() < 0 {
 		return invalid("shell.network.max_bytes", "must not be negative (0: the default)")
+	}
+	if _, ok := executorv1.NetworkAsk_name[int32(n.GetAsk())]; !ok {
+		return invalid("shell.network.ask", "must be off or on-miss")
 	}
 	return nil
 }

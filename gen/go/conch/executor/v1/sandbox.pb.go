@@ -75,6 +75,60 @@ func (NetworkMode) EnumDescriptor() ([]byte, []int) {
 	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{0}
 }
 
+// NetworkAsk says what happens to a connection the allowlist misses.
+type NetworkAsk int32
+
+const (
+	// NETWORK_ASK_UNSPECIFIED means off.
+	NetworkAsk_NETWORK_ASK_UNSPECIFIED NetworkAsk = 0
+	// NETWORK_ASK_OFF refuses it.
+	NetworkAsk_NETWORK_ASK_OFF NetworkAsk = 1
+	// NETWORK_ASK_ON_MISS holds it and asks a human (a pending approval);
+	// refused on deny or when nobody answers in time.
+	NetworkAsk_NETWORK_ASK_ON_MISS NetworkAsk = 2
+)
+
+// Enum value maps for NetworkAsk.
+var (
+	NetworkAsk_name = map[int32]string{
+		0: "NETWORK_ASK_UNSPECIFIED",
+		1: "NETWORK_ASK_OFF",
+		2: "NETWORK_ASK_ON_MISS",
+	}
+	NetworkAsk_value = map[string]int32{
+		"NETWORK_ASK_UNSPECIFIED": 0,
+		"NETWORK_ASK_OFF":         1,
+		"NETWORK_ASK_ON_MISS":     2,
+	}
+)
+
+func (x NetworkAsk) Enum() *NetworkAsk {
+	p := new(NetworkAsk)
+	*p = x
+	return p
+}
+
+func (x NetworkAsk) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NetworkAsk) Descriptor() protoreflect.EnumDescriptor {
+	return file_conch_executor_v1_sandbox_proto_enumTypes[1].Descriptor()
+}
+
+func (NetworkAsk) Type() protoreflect.EnumType {
+	return &file_conch_executor_v1_sandbox_proto_enumTypes[1]
+}
+
+func (x NetworkAsk) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NetworkAsk.Descriptor instead.
+func (NetworkAsk) EnumDescriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
 // SandboxState is where a sandbox is in its life.
 type SandboxState int32
 
@@ -120,11 +174,11 @@ func (x SandboxState) String() string {
 }
 
 func (SandboxState) Descriptor() protoreflect.EnumDescriptor {
-	return file_conch_executor_v1_sandbox_proto_enumTypes[1].Descriptor()
+	return file_conch_executor_v1_sandbox_proto_enumTypes[2].Descriptor()
 }
 
 func (SandboxState) Type() protoreflect.EnumType {
-	return &file_conch_executor_v1_sandbox_proto_enumTypes[1]
+	return &file_conch_executor_v1_sandbox_proto_enumTypes[2]
 }
 
 func (x SandboxState) Number() protoreflect.EnumNumber {
@@ -133,7 +187,7 @@ func (x SandboxState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SandboxState.Descriptor instead.
 func (SandboxState) EnumDescriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
 // Limits bound what a sandbox may use. Zero fields take the executor's
@@ -247,7 +301,9 @@ type Network struct {
 	// Bytes a sandbox may send and receive through the proxy in all; 0
 	// means 4 GiB. A connection that reaches it is closed, later ones are
 	// refused with HTTP 429.
-	MaxBytes      int64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// What happens to a connection the allowlist misses.
+	Ask           NetworkAsk `protobuf:"varint,6,opt,name=ask,proto3,enum=conch.executor.v1.NetworkAsk" json:"ask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +371,13 @@ func (x *Network) GetMaxBytes() int64 {
 		return x.MaxBytes
 	}
 	return 0
+}
+
+func (x *Network) GetAsk() NetworkAsk {
+	if x != nil {
+		return x.Ask
+	}
+	return NetworkAsk_NETWORK_ASK_UNSPECIFIED
 }
 
 // ToolCommand is a server tool moved into the shell as a command.
@@ -1072,13 +1135,14 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x0ecpu_millicores\x18\x03 \x01(\x03R\rcpuMillicores\x12'\n" +
 	"\x0fworkspace_bytes\x18\x04 \x01(\x03R\x0eworkspaceBytes\x12'\n" +
 	"\x0fworkspace_files\x18\x05 \x01(\x03R\x0eworkspaceFiles\x12:\n" +
-	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xc2\x01\n" +
+	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xf3\x01\n" +
 	"\aNetwork\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1e.conch.executor.v1.NetworkModeR\x04mode\x12'\n" +
 	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\x12\x14\n" +
 	"\x05ports\x18\x03 \x03(\x05R\x05ports\x12'\n" +
 	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x12\x1b\n" +
-	"\tmax_bytes\x18\x05 \x01(\x03R\bmaxBytes\"p\n" +
+	"\tmax_bytes\x18\x05 \x01(\x03R\bmaxBytes\x12/\n" +
+	"\x03ask\x18\x06 \x01(\x0e2\x1d.conch.executor.v1.NetworkAskR\x03ask\"p\n" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1138,7 +1202,12 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
-	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\x96\x01\n" +
+	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*W\n" +
+	"\n" +
+	"NetworkAsk\x12\x1b\n" +
+	"\x17NETWORK_ASK_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fNETWORK_ASK_OFF\x10\x01\x12\x17\n" +
+	"\x13NETWORK_ASK_ON_MISS\x10\x02*\x96\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_STARTING\x10\x01\x12\x17\n" +
@@ -1158,45 +1227,47 @@ func file_conch_executor_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_conch_executor_v1_sandbox_proto_rawDescData
 }
 
-var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(NetworkMode)(0),               // 0: conch.executor.v1.NetworkMode
-	(SandboxState)(0),              // 1: conch.executor.v1.SandboxState
-	(*Limits)(nil),                 // 2: conch.executor.v1.Limits
-	(*Network)(nil),                // 3: conch.executor.v1.Network
-	(*ToolCommand)(nil),            // 4: conch.executor.v1.ToolCommand
-	(*Sandbox)(nil),                // 5: conch.executor.v1.Sandbox
-	(*UnsavedPath)(nil),            // 6: conch.executor.v1.UnsavedPath
-	(*CreateSandboxRequest)(nil),   // 7: conch.executor.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 8: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 9: conch.executor.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 10: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 11: conch.executor.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 12: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxRequest)(nil),  // 13: conch.executor.v1.DestroySandboxRequest
-	(*DestroySandboxResponse)(nil), // 14: conch.executor.v1.DestroySandboxResponse
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(NetworkAsk)(0),                // 1: conch.executor.v1.NetworkAsk
+	(SandboxState)(0),              // 2: conch.executor.v1.SandboxState
+	(*Limits)(nil),                 // 3: conch.executor.v1.Limits
+	(*Network)(nil),                // 4: conch.executor.v1.Network
+	(*ToolCommand)(nil),            // 5: conch.executor.v1.ToolCommand
+	(*Sandbox)(nil),                // 6: conch.executor.v1.Sandbox
+	(*UnsavedPath)(nil),            // 7: conch.executor.v1.UnsavedPath
+	(*CreateSandboxRequest)(nil),   // 8: conch.executor.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),  // 9: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 10: conch.executor.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 11: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 12: conch.executor.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 13: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxRequest)(nil),  // 14: conch.executor.v1.DestroySandboxRequest
+	(*DestroySandboxResponse)(nil), // 15: conch.executor.v1.DestroySandboxResponse
+	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Network.mode:type_name -> conch.executor.v1.NetworkMode
-	1,  // 1: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
-	2,  // 2: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
-	3,  // 3: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
-	15, // 4: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	15, // 5: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	6,  // 6: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
-	2,  // 7: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
-	3,  // 8: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
-	4,  // 9: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	5,  // 10: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	5,  // 11: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	5,  // 12: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	1,  // 1: conch.executor.v1.Network.ask:type_name -> conch.executor.v1.NetworkAsk
+	2,  // 2: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
+	3,  // 3: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
+	4,  // 4: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
+	16, // 5: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	16, // 6: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	7,  // 7: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
+	3,  // 8: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
+	4,  // 9: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
+	5,  // 10: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
+	6,  // 11: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	6,  // 12: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	6,  // 13: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
@@ -1209,7 +1280,7 @@ func file_conch_executor_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_sandbox_proto_rawDesc), len(file_conch_executor_v1_sandbox_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
