@@ -56,10 +56,27 @@ func TestNetworkEgress(t *testing.T) {
 		"upstream": map[string]any{"provider": "openai", "base_url": shellScript(t, "curl -sS http://"+site+"/chat", "curl -sS http://example.org/").URL, "model": "m"}})
 
 	t.Run("chat completion", func(t *testing.T) {
-		res, _ := completeShell(t, d, "egress", nil)
+		res, resp := completeShell(t, d, "egress", nil)
 		if len(res) != 2 || !strings.Contains(res[0].Stdout, testnet.Greeting+" "+site+"/chat") ||
 			!strings.Contains(res[1].Stdout, "conch: egress to example.org:80 is not allowed by gateway egress") {
 			t.Fatalf("results = %+v", res)
+		}
+		// Every connection is reported with the completion.
+		var conch struct {
+			Egress []struct {
+				Host, Address, Decision, Reason string
+				Port                            int
+				BytesSent                       int64 `json:"bytes_sent"`
+				BytesReceived                   int64 `json:"bytes_received"`
+			}
+		}
+		if err := json.Unmarshal([]byte(resp.JSON.ExtraFields["conch"].Raw()), &conch); err != nil {
+			t.Fatal(err)
+		}
+		e := conch.Egress
+		if len(e) != 2 || e[0].Host != site || e[0].Port != 80 || e[0].Address != site || e[0].Decision != "allowed" || e[0].BytesSent == 0 || e[0].BytesReceived == 0 ||
+			e[1].Host != "example.org" || e[1].Decision != "refused" || !strings.Contains(e[1].Reason, "not allowed by gateway egress") || e[1].Address != "" {
+			t.Fatalf("conch.egress = %+v", e)
 		}
 	})
 

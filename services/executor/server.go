@@ -292,7 +292,7 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	}
 	return stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
 		Outcome: outcomePB(res), Error: res.Error, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-		DurationMs: res.Duration.Milliseconds(),
+		DurationMs: res.Duration.Milliseconds(), Egress: res.Egress, EgressOmitted: res.EgressOmitted,
 	}}})
 }
 

@@ -156,7 +156,8 @@ type entry struct {
 	persistent bool
 	tools      *toolshim.Host // nil: no tool commands
 	limits     sandbox.Limits
-	network    *Network // nil: loopback only
+	network    *Network   // nil: loopback only
+	egress     *egressLog // nil: loopback only
 	idle       time.Duration
 	created    time.Time
 
@@ -471,6 +472,8 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		}
 	}
 	if egressPolicy != nil {
+		e.egress = newEgressLog()
+		egressPolicy.OnOpen, egressPolicy.OnConnection = e.egress.opened, e.egress.add
 		// It ends when the sandbox's Destroy closes its listener.
 		go func() {
 			if err := s.egress.Serve(context.WithoutCancel(ctx), sb.Egress(), *egressPolicy); err != nil {

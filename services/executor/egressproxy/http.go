@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 type roundTripper interface {
@@ -32,10 +35,11 @@ func (s *session) newTransport() *http.Transport {
 			}
 			return s.counted(up, done), nil
 		},
-		TLSHandshakeTimeout:   10 * time.Second,
-		MaxIdleConns:          8,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+		// One upstream connection per request: a connection is reported
+		// (Policy.OnConnection) with the command that made it, not when
+		// an idle pool lets it go.
+		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: 5 * time.Minute,
 	}
 	s.rt = t
@@ -103,6 +107,8 @@ func (s *session) forward(ctx context.Context, c net.Conn, req *http.Request) bo
 	}
 	// Refuse before reading the body or touching the transport.
 	if err := s.check(ctx, host, port); err != nil {
+		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "refused")))
+		s.record(Record{Host: host, Port: port, Decision: "refused", Reason: err.Error(), Start: time.Now()})
 		writeDialError(c, err)
 		return !req.Close && drain(req)
 	}

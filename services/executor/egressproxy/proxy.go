@@ -114,6 +114,10 @@ type Policy struct {
 	// it answers. A host it allows stays allowed for the session (the
 	// sandbox). why says why not.
 	Ask func(ctx context.Context, host string, port int) (allowed bool, why string)
+	// OnOpen, when set, is told of every connection allowed and opened;
+	// OnConnection, of every connection, allowed or not, as it ends.
+	OnOpen       func()
+	OnConnection func(Record)
 }
 
 // Defaults of the per-sandbox limits.
@@ -396,36 +400,99 @@ func (s *session) handle(ctx context.Context, c net.Conn) {
 	s.http(ctx, c, br)
 }
 
-// connect records a connection's span and dials it.
-func (s *session) connect(ctx context.Context, kind, host string, port int) (net.Conn, func(up, down int64), error) {
-	if err := s.check(ctx, host, port); err != nil {
-		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "refused")))
-		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", host, "port", port, "decision", "refused", "err", err)
-		return nil, nil, err
-	}
-	select {
-	case s.upstreams <- struct{}{}:
-	default:
-		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "limited")))
-		return nil, nil, &Limited{Why: fmt.Sprintf("this sandbox has %d connections open, the most %s allows", s.pol.MaxConns, by(s.pol.Gateway))}
-	}
-	if s.budget.Load() <= 0 {
-		<-s.upstreams
-		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "limited")))
-		return nil, nil, &Limited{Why: fmt.Sprintf("this sandbox has sent and received %d bytes, the most %s allows", s.pol.MaxBytes, by(s.pol.Gateway))}
-	}
-	up, done, err := s.dialTraced(ctx, kind, host, port)
+// connect decides on and dials one connection of the sandbox, with a span
+// and metrics; done reports its bytes when it ends. Every connection,
+// allowed or not, ends as one Record.
+func (s *session) connect(ctx context.Context, kind, host string, port int) (net.Conn, func(sent, received int64), error) {
+	start := time.Now()
+	ctx, span := tracer.Start(ctx, "executor.egress")
+	span.SetAttributes(attribute.String("conch.egress.kind", kind), attribute.String("conch.egress.host", host),
+		attribute.Int("conch.egress.port", port), attribute.String("conch.gateway", s.pol.Gateway))
+	rec := Record{Host: host, Port: port, Start: start}
+	up, addr, err := s.open(ctx, host, port)
 	if err != nil {
-		<-s.upstreams
+		var r *Refused
+		var l *Limited
+		switch {
+		case errors.As(err, &r):
+			rec.Decision = "refused"
+		case errors.As(err, &l):
+			rec.Decision = "limited"
+		default:
+			rec.Decision = "failed"
+		}
+		rec.Reason, rec.Duration = err.Error(), time.Since(start)
+		span.SetAttributes(attribute.String("conch.egress.decision", rec.Decision))
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", rec.Decision)))
+		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", host, "port", port, "decision", rec.Decision, "err", err)
+		s.record(rec)
 		return nil, nil, err
 	}
+	rec.Decision, rec.Address = "allowed", addr.String()
+	if s.pol.OnOpen != nil {
+		s.pol.OnOpen()
+	}
+	span.SetAttributes(attribute.String("conch.egress.decision", "allowed"), attribute.String("conch.egress.address", rec.Address))
+	connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "allowed")))
 	var once sync.Once
 	return up, func(sent, received int64) {
 		once.Do(func() {
 			<-s.upstreams
-			done(sent, received)
+			rec.BytesSent, rec.BytesReceived, rec.Duration = sent, received, time.Since(start)
+			egressBytes.Add(ctx, sent, metric.WithAttributes(attribute.String("direction", "sent")))
+			egressBytes.Add(ctx, received, metric.WithAttributes(attribute.String("direction", "received")))
+			span.SetAttributes(attribute.Int64("conch.egress.bytes_sent", sent), attribute.Int64("conch.egress.bytes_received", received),
+				attribute.Int64("conch.egress.duration_ms", rec.Duration.Milliseconds()))
+			span.End()
+			s.record(rec)
 		})
 	}, nil
+}
+
+// open checks the policy and the limits and dials; on success the
+// connection holds one of the session's upstream tokens.
+func (s *session) open(ctx context.Context, host string, port int) (net.Conn, netip.Addr, error) {
+	if err := s.check(ctx, host, port); err != nil {
+		return nil, netip.Addr{}, err
+	}
+	select {
+	case s.upstreams <- struct{}{}:
+	default:
+		return nil, netip.Addr{}, &Limited{Why: fmt.Sprintf("this sandbox has %d connections open, the most %s allows", s.pol.MaxConns, by(s.pol.Gateway))}
+	}
+	if s.budget.Load() <= 0 {
+		<-s.upstreams
+		return nil, netip.Addr{}, &Limited{Why: fmt.Sprintf("this sandbox has sent and received %d bytes, the most %s allows", s.pol.MaxBytes, by(s.pol.Gateway))}
+	}
+	up, addr, err := s.p.dial(ctx, s.pol, host, port)
+	if err != nil {
+		<-s.upstreams
+		return nil, netip.Addr{}, err
+	}
+	return up, addr, nil
+}
+
+func (s *session) record(r Record) {
+	if s.pol.OnConnection != nil {
+		s.pol.OnConnection(r)
+	}
+}
+
+// Record is one connection a sandbox asked for, as it ended.
+type Record struct {
+	Host string
+	Port int
+	// Address is what the proxy connected to; empty when it did not.
+	Address string
+	// Decision is allowed, refused, failed or limited; Reason says why
+	// for all but allowed.
+	Decision, Reason string
+	// BytesSent from the sandbox and BytesReceived by it.
+	BytesSent, BytesReceived int64
+	Start                    time.Time
+	Duration                 time.Duration
 }
 
 // Limited is a connection refused because its sandbox is at a limit.
@@ -438,37 +505,6 @@ func by(gateway string) string {
 		return "this sandbox's network policy"
 	}
 	return "gateway " + gateway
-}
-
-// dialTraced dials host:port with a span and metrics for the connection.
-func (s *session) dialTraced(ctx context.Context, kind, host string, port int) (net.Conn, func(up, down int64), error) {
-	start := time.Now()
-	ctx, span := tracer.Start(ctx, "executor.egress")
-	span.SetAttributes(attribute.String("conch.egress.kind", kind), attribute.String("conch.egress.host", host),
-		attribute.Int("conch.egress.port", port), attribute.String("conch.gateway", s.pol.Gateway))
-	up, addr, err := s.p.dial(ctx, s.pol, host, port)
-	if err != nil {
-		var r *Refused
-		decision := "failed"
-		if errors.As(err, &r) {
-			decision = "refused"
-		}
-		span.SetAttributes(attribute.String("conch.egress.decision", decision))
-		span.SetStatus(codes.Error, err.Error())
-		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", decision)))
-		span.End()
-		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", host, "port", port, "decision", decision, "err", err)
-		return nil, nil, err
-	}
-	span.SetAttributes(attribute.String("conch.egress.decision", "allowed"), attribute.String("conch.egress.address", addr.String()))
-	connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "allowed")))
-	return up, func(sent, received int64) {
-		egressBytes.Add(ctx, sent, metric.WithAttributes(attribute.String("direction", "sent")))
-		egressBytes.Add(ctx, received, metric.WithAttributes(attribute.String("direction", "received")))
-		span.SetAttributes(attribute.Int64("conch.egress.bytes_sent", sent), attribute.Int64("conch.egress.bytes_received", received),
-			attribute.Int64("conch.egress.duration_ms", time.Since(start).Milliseconds()))
-		span.End()
-	}, nil
 }
 
 // tunnel copies both ways between the client (with what br holds of it
