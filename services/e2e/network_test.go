@@ -151,4 +151,23 @@ func TestNetworkEgress(t *testing.T) {
 			t.Fatalf("results = %+v", res)
 		}
 	})
+
+	t.Run("a secret reaches its domain, never the sandbox", func(t *testing.T) {
+		const secret = "tok-e2e-9731"
+		createGateway(t, d, map[string]any{"name": "egress-secret", "shell": map[string]any{"enabled": true,
+			"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site, "api.example.com"},
+				"secrets": []any{map[string]any{"env": "SITE_TOKEN", "value": secret, "domains": []string{site}, "header": "Authorization"}}}},
+			"upstream": map[string]any{"provider": "openai", "base_url": shellScript(t,
+				`curl -sS -H "Authorization: Bearer $SITE_TOKEN" http://`+site+`/headers`,
+				`env | grep -c tok-e2e-973[1]; echo "$SITE_TOKEN"`).URL, "model": "m"}})
+		code, body := d.call("GET", "/api/v1/gateways/egress-secret", d.Key, nil)
+		if code != http.StatusOK || strings.Contains(string(body), secret) || !strings.Contains(string(body), `"value_set":true`) {
+			t.Fatalf("gateway = %d %s", code, body)
+		}
+		res, _ := completeShell(t, d, "egress-secret", nil)
+		if len(res) != 2 || !strings.Contains(res[0].Stdout, "Authorization: Bearer "+secret) ||
+			!strings.HasPrefix(res[1].Stdout, "0\nconch-secret-") {
+			t.Fatalf("results = %+v", res)
+		}
+	})
 }

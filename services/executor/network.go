@@ -2,7 +2,10 @@ package executor
 
 import (
 	"cmp"
+	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
@@ -24,7 +27,23 @@ type Network struct {
 	MaxBytes int64
 	// Ask holds a connection the allowlist misses and asks a human.
 	Ask bool
+	// Secrets are bound to some of Domains.
+	Secrets []NetworkSecret
 }
+
+// NetworkSecret is a secret the sandbox uses through its placeholder.
+type NetworkSecret struct {
+	Env, Value, Header string
+	Domains            []string
+}
+
+var (
+	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	headerName = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+)
+
+// maxSecretBytes bounds a secret's value.
+const maxSecretBytes = 16 << 10
 
 // networkFrom reads a request's network; nil means loopback only.
 func networkFrom(n *executorv1.Network, gateway string) (*Network, error) {
@@ -63,6 +82,31 @@ func networkFrom(n *executorv1.Network, gateway string) (*Network, error) {
 	if n.GetMaxBytes() < 0 {
 		return nil, errs.New(errs.InvalidArgument, "network.max_bytes: must not be negative (0: the default, %d)", egressproxy.DefaultMaxBytes)
 	}
+	for i, sec := range n.GetSecrets() {
+		f := fmt.Sprintf("network.secrets[%d]", i)
+		switch {
+		case !envName.MatchString(sec.GetEnv()):
+			return nil, errs.New(errs.InvalidArgument, "%s.env: must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", f)
+		case sec.GetValue() == "" || len(sec.GetValue()) > maxSecretBytes || strings.ContainsAny(sec.GetValue(), "\r\n\x00"):
+			return nil, errs.New(errs.InvalidArgument, "%s.value: must be 1 to %d bytes without line breaks or NUL", f, maxSecretBytes)
+		case sec.GetHeader() != "" && !headerName.MatchString(sec.GetHeader()):
+			return nil, errs.New(errs.InvalidArgument, "%s.header: not a header name", f)
+		case len(sec.GetDomains()) == 0:
+			return nil, errs.New(errs.InvalidArgument, "%s.domains: at least one domain is required", f)
+		}
+		out := NetworkSecret{Env: sec.GetEnv(), Value: sec.GetValue(), Header: sec.GetHeader()}
+		for j, d := range sec.GetDomains() {
+			norm, err := egress.NormalizePattern(d)
+			if err != nil {
+				return nil, errs.New(errs.InvalidArgument, "%s.domains[%d]: %v", f, j, err)
+			}
+			if !egress.Covers(net.Domains, norm) {
+				return nil, errs.New(errs.InvalidArgument, "%s.domains[%d]: %q is not within allowed_domains", f, j, d)
+			}
+			out.Domains = append(out.Domains, norm)
+		}
+		net.Secrets = append(net.Secrets, out)
+	}
 	net.MaxConns, net.MaxBytes = int(n.GetMaxConnections()), n.GetMaxBytes()
 	switch n.GetAsk() {
 	case executorv1.NetworkAsk_NETWORK_ASK_UNSPECIFIED, executorv1.NetworkAsk_NETWORK_ASK_OFF:
@@ -77,13 +121,31 @@ func networkFrom(n *executorv1.Network, gateway string) (*Network, error) {
 	return net, nil
 }
 
-// policy is the proxy's form of n.
-func (n *Network) policy() (*egressproxy.Policy, error) {
+// policy is the proxy's form of n, with what the sandbox gets for its
+// secrets: the placeholders' environment and the CA to trust.
+func (n *Network) policy() (*egressproxy.Policy, map[string]string, error) {
 	allow, err := egress.NewAllowlist(n.Domains)
 	if err != nil {
-		return nil, errs.New(errs.InvalidArgument, "network.allowed_domains%v", err)
+		return nil, nil, errs.New(errs.InvalidArgument, "network.allowed_domains%v", err)
 	}
-	return &egressproxy.Policy{Gateway: n.Gateway, Allow: allow, Ports: n.Ports, MaxConns: n.MaxConns, MaxBytes: n.MaxBytes}, nil
+	pol := &egressproxy.Policy{Gateway: n.Gateway, Allow: allow, Ports: n.Ports, MaxConns: n.MaxConns, MaxBytes: n.MaxBytes}
+	if len(n.Secrets) == 0 {
+		return pol, nil, nil
+	}
+	if pol.CA, err = egressproxy.NewCA(); err != nil {
+		return nil, nil, err
+	}
+	env := map[string]string{}
+	for i, sec := range n.Secrets {
+		bound, err := egress.NewAllowlist(sec.Domains)
+		if err != nil {
+			return nil, nil, errs.New(errs.InvalidArgument, "network.secrets[%d].domains%v", i, err)
+		}
+		p := egressproxy.NewPlaceholder()
+		pol.Secrets = append(pol.Secrets, egressproxy.Secret{Placeholder: p, Value: sec.Value, Allow: bound, Header: sec.Header})
+		env[sec.Env] = p
+	}
+	return pol, env, nil
 }
 
 // pb is n as the API shows it.
@@ -99,6 +161,9 @@ func (n *Network) pb() *executorv1.Network {
 		MaxConnections: int32(cmp.Or(n.MaxConns, egressproxy.DefaultMaxConns)), MaxBytes: cmp.Or(n.MaxBytes, egressproxy.DefaultMaxBytes)}
 	if n.Ask {
 		out.Ask = executorv1.NetworkAsk_NETWORK_ASK_ON_MISS
+	}
+	for _, sec := range n.Secrets {
+		out.Secrets = append(out.Secrets, &executorv1.NetworkSecret{Env: sec.Env, ValueSet: true, Domains: sec.Domains, Header: sec.Header})
 	}
 	for _, p := range ports {
 		out.Ports = append(out.Ports, int32(p))

@@ -129,3 +129,56 @@ func TestSandboxWithoutNetworkHasNoProxy(t *testing.T) {
 		t.Fatalf("got %q", out)
 	}
 }
+
+// TestSandboxSecrets checks that a secret bound to a domain reaches that
+// domain in its header, over TLS the proxy terminates with the sandbox's
+// own CA, while the sandbox only ever holds a placeholder, and that the
+// placeholder goes nowhere else.
+func TestSandboxSecrets(t *testing.T) {
+	in := testnet.Start(t)
+	const secret = "s3cr3t-value-4242"
+	x := startExecutor(t, WithEgress(egressproxy.New(egressproxy.Config{Resolver: &testnet.Resolver{Internet: in}, UpstreamRoots: in.Roots})))
+	ctx := as(t, "acme")
+	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{
+		Agent: "research",
+		Network: &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"api.conch.test", "other.conch.test"},
+			Secrets: []*executorv1.NetworkSecret{{Env: "API_TOKEN", Value: secret, Domains: []string{"api.conch.test"}, Header: "Authorization"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetId()
+	t.Cleanup(func() { _, _ = x.client.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}) })
+	if s := resp.GetSandbox().GetNetwork().GetSecrets(); len(s) != 1 || s[0].GetValue() != "" || !s[0].GetValueSet() || s[0].GetEnv() != "API_TOKEN" {
+		t.Fatalf("secrets shown as %v", s)
+	}
+	run := func(t *testing.T, cmd string) string {
+		t.Helper()
+		r, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: cmd, TimeoutSeconds: 30, MaxOutputLength: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStdout() + r.GetStderr()
+	}
+	cases := []struct{ name, cmd, want string }{
+		{"curl over https, the proxy's CA trusted", `curl -sS -H "Authorization: Bearer $API_TOKEN" https://api.conch.test/headers`, "Authorization: Bearer " + secret},
+		{"python over https", `python3 -c 'import os, urllib.request; print(urllib.request.urlopen(urllib.request.Request("https://api.conch.test/headers", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})).read().decode())'`, "Authorization: Bearer " + secret},
+		{"plain http", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`, "Authorization: Bearer " + secret},
+		{"another host", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://other.conch.test/headers`, "conch: egress to other.conch.test:80 is not allowed by gateway research: the request carries a secret's placeholder (header Authorization) that is not bound to this host"},
+		{"another header", `curl -sS -H "X-Token: $API_TOKEN" https://api.conch.test/headers`, "(header X-Token) that is not bound"},
+		{"an unbound host is tunnelled, not intercepted", `curl -sS -k https://other.conch.test/x`, testnet.Greeting + " other.conch.test/x"},
+		{"the sandbox holds a placeholder", `echo "$API_TOKEN"`, "conch-secret-"},
+		// The pattern matches the value without spelling it, so that the
+		// command's own arguments do not. (/run/conch/agent, the test
+		// binary here, holds this test's constants.)
+		{"the value is nowhere in the sandbox", `p='` + secret[:len(secret)-1] + `[` + secret[len(secret)-1:] + `]'; ` +
+			`echo env=$({ env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline; } 2>/dev/null | grep -c "$p") files=$(grep -rls "$p" /run/conch/egress /run/conch/tools /tmp /home /etc | wc -l)`, "env=0 files=0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if out := run(t, c.cmd); !strings.Contains(out, c.want) {
+				t.Fatalf("%s:\n%s\nwant %q", c.cmd, out, c.want)
+			}
+		})
+	}
+}

@@ -415,9 +415,10 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	var egressPolicy *egressproxy.Policy
 	var egressApprovals gate.EgressClient
+	var secretEnv map[string]string
 	if p.Network != nil {
 		var err error
-		if egressPolicy, err = p.Network.policy(); err != nil {
+		if egressPolicy, secretEnv, err = p.Network.policy(); err != nil {
 			return nil, "", err
 		}
 		if p.Network.Ask {
@@ -450,7 +451,11 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		s.mu.Unlock()
 	}()
 	id := "sb-" + randomID()
-	sb, err := s.rt.Create(ctx, sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil})
+	spec := sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil, Env: secretEnv}
+	if egressPolicy != nil && egressPolicy.CA != nil {
+		spec.EgressCA = egressPolicy.CA.PEM
+	}
+	sb, err := s.rt.Create(ctx, spec)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrUnsupported) {
 			return nil, "", errs.Wrap(errs.Unimplemented, err, "create sandbox")

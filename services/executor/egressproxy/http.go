@@ -3,6 +3,7 @@ package egressproxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -23,7 +24,8 @@ type roundTripper interface {
 // connection it makes goes through the policy and address checks.
 func (s *session) newTransport() *http.Transport {
 	t := &http.Transport{
-		Proxy: nil,
+		Proxy:           nil,
+		TLSClientConfig: &tls.Config{RootCAs: s.p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			host, port, err := splitHostPort(addr, 80)
 			if err != nil {
@@ -65,6 +67,17 @@ func (s *session) http(ctx context.Context, c net.Conn, br *bufio.Reader) {
 			host, port, err := splitHostPort(req.Host, 443)
 			if err != nil {
 				writeError(c, http.StatusBadRequest, "conch: CONNECT needs host:port, got "+strconv.Quote(req.Host))
+				return
+			}
+			if s.pol.CA != nil && len(s.secretsFor(host)) > 0 {
+				if err := s.check(ctx, host, port); err != nil {
+					writeDialError(c, err)
+					return
+				}
+				if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+					return
+				}
+				s.intercept(ctx, c, br, host, port)
 				return
 			}
 			up, done, err := s.connect(ctx, "connect", host, port)
@@ -111,6 +124,11 @@ func (s *session) forward(ctx context.Context, c net.Conn, req *http.Request) bo
 		s.record(Record{Host: host, Port: port, Decision: "refused", Reason: err.Error(), Start: time.Now()})
 		writeDialError(c, err)
 		return !req.Close && drain(req)
+	}
+	if err := s.placeSecrets(host, port, req.Header); err != nil {
+		s.record(Record{Host: host, Port: port, Decision: "refused", Reason: err.Error(), Start: time.Now()})
+		writeDialError(c, err)
+		return false
 	}
 	// The answer may have taken a human's time; the body is read now.
 	_ = c.SetReadDeadline(time.Now().Add(s.p.cfg.HandshakeTimeout))

@@ -3,6 +3,7 @@ package egressproxy
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// HandshakeTimeout bounds reading a client's request; 0 means 30s.
 	HandshakeTimeout time.Duration
+	// UpstreamRoots verify the hosts whose TLS the proxy terminates; nil
+	// means the system's.
+	UpstreamRoots *x509.CertPool
 	// Log receives one record per refused connection.
 	Log *slog.Logger
 }
@@ -114,6 +118,11 @@ type Policy struct {
 	// it answers. A host it allows stays allowed for the session (the
 	// sandbox). why says why not.
 	Ask func(ctx context.Context, host string, port int) (allowed bool, why string)
+	// Secrets are put in place of their placeholders in requests to their
+	// hosts; CA, set when there are secrets, signs what the proxy shows
+	// the sandbox for those hosts.
+	Secrets []Secret
+	CA      *CA
 	// OnOpen, when set, is told of every connection allowed and opened;
 	// OnConnection, of every connection, allowed or not, as it ends.
 	OnOpen       func()

@@ -210,6 +210,9 @@ type Spec struct {
 	// the proxy variables of every command. What it reaches is the host's
 	// proxy's to decide.
 	Network bool
+	// EgressCA, with Network, is the PEM certificate of a CA the proxy
+	// signs with: every command trusts it, besides the system's roots.
+	EgressCA []byte
 	// PathPrepend are directories put in front of PATH.
 	PathPrepend []string
 	// Env is extra environment for every command.
@@ -323,6 +326,11 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 			return nil, err
 		}
 		cleanups = append(cleanups, func() { _ = s.egress.Close() })
+		if spec.EgressCA != nil {
+			if err := writeTrust(filepath.Join(s.dir, "egress"), r.cfg.RootFS, spec.EgressCA); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s.mounts = r.mounts(s)
 	ms := make([]fsview.Mount, len(s.mounts))
@@ -355,6 +363,9 @@ func sandboxEnv(spec Spec) []string {
 	}
 	if spec.Network {
 		env = append(env, proxyEnv...)
+		if spec.EgressCA != nil {
+			env = append(env, trustEnv...)
+		}
 	}
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
@@ -378,6 +389,41 @@ var proxyEnv = func() []string {
 	}
 	return env
 }()
+
+// trustEnv points common clients at the bundle that adds the egress CA
+// to the system's roots (Node.js takes the CA alone, on top of its own).
+var trustEnv = []string{
+	"SSL_CERT_FILE=" + egressDir + "/" + trustBundle, "REQUESTS_CA_BUNDLE=" + egressDir + "/" + trustBundle,
+	"CURL_CA_BUNDLE=" + egressDir + "/" + trustBundle, "GIT_SSL_CAINFO=" + egressDir + "/" + trustBundle,
+	"NODE_EXTRA_CA_CERTS=" + egressDir + "/" + trustCA,
+}
+
+const (
+	trustBundle = "ca-bundle.pem"
+	trustCA     = "ca.pem"
+)
+
+// systemBundles are where distributions keep their root certificates.
+var systemBundles = []string{"etc/ssl/certs/ca-certificates.crt", "etc/pki/tls/certs/ca-bundle.crt", "etc/ssl/cert.pem"}
+
+// writeTrust writes the egress CA, and the system's roots with it, into
+// the egress dir the sandbox sees.
+func writeTrust(dir, rootFS string, ca []byte) error {
+	var bundle []byte
+	for _, b := range systemBundles {
+		if data, err := os.ReadFile(filepath.Join(rootFS, b)); err == nil {
+			bundle = append(data, '\n')
+			break
+		}
+	}
+	bundle = append(bundle, ca...)
+	for name, data := range map[string][]byte{trustCA: ca, trustBundle: bundle} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("sandbox: write %s: %w", name, err)
+		}
+	}
+	return nil
+}
 
 // egressDir holds, inside a sandbox with network, the socket of the
 // host's proxy.

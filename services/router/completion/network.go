@@ -32,7 +32,7 @@ func shellNetwork(g *routerv1.Gateway, req *Request) (*executorv1.Network, error
 		}
 	}
 	out := &executorv1.Network{Mode: gw.GetMode(), AllowedDomains: gw.GetAllowedDomains(), Ports: gw.GetPorts(),
-		MaxConnections: gw.GetMaxConnections(), MaxBytes: gw.GetMaxBytes(), Ask: gw.GetAsk()}
+		MaxConnections: gw.GetMaxConnections(), MaxBytes: gw.GetMaxBytes(), Ask: gw.GetAsk(), Secrets: gw.GetSecrets()}
 	if n.AllowedDomains != nil {
 		out.AllowedDomains = nil
 		for i, d := range n.AllowedDomains {
@@ -48,6 +48,19 @@ func shellNetwork(g *routerv1.Gateway, req *Request) (*executorv1.Network, error
 		}
 		if len(out.AllowedDomains) == 0 {
 			return &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_NONE}, nil
+		}
+		// A secret keeps only the domains still allowed.
+		out.Secrets = nil
+		for _, sec := range gw.GetSecrets() {
+			var domains []string
+			for _, d := range sec.GetDomains() {
+				if norm, err := egress.NormalizePattern(d); err == nil && egress.Covers(out.AllowedDomains, norm) {
+					domains = append(domains, norm)
+				}
+			}
+			if len(domains) > 0 {
+				out.Secrets = append(out.Secrets, &executorv1.NetworkSecret{Env: sec.GetEnv(), Value: sec.GetValue(), Header: sec.GetHeader(), Domains: domains})
+			}
 		}
 	}
 	if n.Ports != nil {

@@ -183,8 +183,47 @@ func validateNetwork(n *executorv1.Network) error {
 	if _, ok := executorv1.NetworkAsk_name[int32(n.GetAsk())]; !ok {
 		return invalid("shell.network.ask", "must be off or on-miss")
 	}
+	var allowed []string
+	for _, d := range n.GetAllowedDomains() {
+		norm, _ := egress.NormalizePattern(d)
+		allowed = append(allowed, norm)
+	}
+	envs := map[string]bool{}
+	for i, sec := range n.GetSecrets() {
+		f := fmt.Sprintf("shell.network.secrets[%d]", i)
+		switch {
+		case !secretEnv.MatchString(sec.GetEnv()):
+			return invalid(f+".env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+		case envs[sec.GetEnv()]:
+			return invalid(f+".env", "%q is named twice", sec.GetEnv())
+		case len(sec.GetValue()) > 16<<10 || strings.ContainsAny(sec.GetValue(), "\r\n\x00"):
+			return invalid(f+".value", "must be at most 16 KiB without line breaks or NUL")
+		case len(sec.GetDomains()) == 0:
+			return invalid(f+".domains", "at least one domain is required")
+		}
+		envs[sec.GetEnv()] = true
+		for j, d := range sec.GetDomains() {
+			norm, err := egress.NormalizePattern(d)
+			if err != nil || !egress.Covers(allowed, norm) {
+				return invalid(fmt.Sprintf("%s.domains[%d]", f, j), "%q must be within shell.network.allowed_domains", d)
+			}
+		}
+	}
 	return nil
 }
+
+// requireSecretValues checks, once stored values are kept, that every
+// network secret has one.
+func requireSecretValues(g *routerv1.Gateway) error {
+	for i, sec := range g.GetShell().GetNetwork().GetSecrets() {
+		if sec.GetValue() == "" {
+			return invalid(fmt.Sprintf("shell.network.secrets[%d].value", i), "is required")
+		}
+	}
+	return nil
+}
+
+var secretEnv = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 func validateDomains(field string, domains []string) error {
 	for i, d := range domains {

@@ -2,15 +2,21 @@
 // egress: a network namespace the test creates, joined to the host by a
 // veth pair with addresses from a documentation range (RFC 5737), with an
 // HTTP server on port 80, an HTTPS one on 443 and a plain one on 8080;
-// /bytes/N answers N zero bytes.
+// /bytes/N answers N zero bytes, /headers the request's headers.
 // Traffic to it is real routing, and reaches nothing but that namespace.
 // It needs root.
 package testnet
 
 import (
 	"context"
-	"encoding/pem"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,8 +43,9 @@ type Internet struct {
 	Addr netip.Addr
 	// HostAddr is the host's end of the link: an address of the host.
 	HostAddr netip.Addr
-	// CACert is the PEM certificate of the HTTPS server.
-	CACert []byte
+	// Roots verify the HTTPS server, whose certificate names every
+	// conch.test name and Addr.
+	Roots *x509.CertPool
 }
 
 // Start creates the namespace and its servers; the test's cleanup removes
@@ -88,6 +96,10 @@ func Start(t testing.TB) *Internet {
 			}
 			return
 		}
+		if r.URL.Path == "/headers" {
+			_ = r.Header.Write(w)
+			return
+		}
 		fmt.Fprintf(w, "%s %s%s\n", Greeting, r.Host, r.URL.Path)
 	})
 	for _, port := range []int{80, 8080} {
@@ -98,10 +110,40 @@ func Start(t testing.TB) *Internet {
 	}
 	s := httptest.NewUnstartedServer(handler)
 	s.Listener = listenIn(t, name, netip.AddrPortFrom(ns, 443))
+	cert, roots := selfSigned(t, ns)
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	s.StartTLS()
 	t.Cleanup(s.Close)
-	in.CACert = certPEM(s)
+	in.Roots = roots
 	return in
+}
+
+// selfSigned is a certificate for every conch.test name and addr, and the
+// pool that trusts it.
+func selfSigned(t testing.TB, addr netip.Addr) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "conch.test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, IsCA: true,
+		DNSNames: []string{"conch.test", "*.conch.test"}, IPAddresses: []net.IP{addr.AsSlice()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(c)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
 }
 
 // listenIn listens on addr inside the named network namespace: the socket
@@ -135,10 +177,6 @@ func listenIn(t testing.TB, ns string, addr netip.AddrPort) net.Listener {
 		t.Fatalf("testnet: listen on %s in %s: %v", addr, ns, r.err)
 	}
 	return r.l
-}
-
-func certPEM(s *httptest.Server) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
 }
 
 // claimSlot takes one of 64 /30s for the test's lifetime.

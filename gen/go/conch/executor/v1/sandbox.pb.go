@@ -303,7 +303,9 @@ type Network struct {
 	// refused with HTTP 429.
 	MaxBytes int64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// What happens to a connection the allowlist misses.
-	Ask           NetworkAsk `protobuf:"varint,6,opt,name=ask,proto3,enum=conch.executor.v1.NetworkAsk" json:"ask,omitempty"`
+	Ask NetworkAsk `protobuf:"varint,6,opt,name=ask,proto3,enum=conch.executor.v1.NetworkAsk" json:"ask,omitempty"`
+	// Secrets the sandbox uses without ever holding them.
+	Secrets       []*NetworkSecret `protobuf:"bytes,7,rep,name=secrets,proto3" json:"secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +382,103 @@ func (x *Network) GetAsk() NetworkAsk {
 	return NetworkAsk_NETWORK_ASK_UNSPECIFIED
 }
 
+func (x *Network) GetSecrets() []*NetworkSecret {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+// NetworkSecret is a secret bound to domains: the sandbox sees only a
+// placeholder in an environment variable, and the egress proxy puts the
+// value in its place in requests to those domains (terminating TLS for
+// them with a CA of the sandbox's own). A placeholder sent anywhere else
+// is refused.
+type NetworkSecret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Environment variable holding the placeholder
+	// ([A-Za-z_][A-Za-z0-9_]*).
+	Env string `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
+	// The secret; write-only: never returned, and an update that leaves it
+	// empty keeps the stored value.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Whether value is set (output only).
+	ValueSet bool `protobuf:"varint,3,opt,name=value_set,json=valueSet,proto3" json:"value_set,omitempty"`
+	// Hosts the placeholder is replaced for, as allowed_domains entries;
+	// each must be within allowed_domains.
+	Domains []string `protobuf:"bytes,4,rep,name=domains,proto3" json:"domains,omitempty"`
+	// Header the placeholder is replaced in ("Authorization"); empty means
+	// any header.
+	Header        string `protobuf:"bytes,5,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkSecret) Reset() {
+	*x = NetworkSecret{}
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkSecret) ProtoMessage() {}
+
+func (x *NetworkSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkSecret.ProtoReflect.Descriptor instead.
+func (*NetworkSecret) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NetworkSecret) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *NetworkSecret) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *NetworkSecret) GetValueSet() bool {
+	if x != nil {
+		return x.ValueSet
+	}
+	return false
+}
+
+func (x *NetworkSecret) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *NetworkSecret) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
 // ToolCommand is a server tool moved into the shell as a command.
 type ToolCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -395,7 +494,7 @@ type ToolCommand struct {
 
 func (x *ToolCommand) Reset() {
 	*x = ToolCommand{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +506,7 @@ func (x *ToolCommand) String() string {
 func (*ToolCommand) ProtoMessage() {}
 
 func (x *ToolCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +519,7 @@ func (x *ToolCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCommand.ProtoReflect.Descriptor instead.
 func (*ToolCommand) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolCommand) GetName() string {
@@ -486,7 +585,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +597,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +610,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Sandbox) GetId() string {
@@ -633,7 +732,7 @@ type UnsavedPath struct {
 
 func (x *UnsavedPath) Reset() {
 	*x = UnsavedPath{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +744,7 @@ func (x *UnsavedPath) String() string {
 func (*UnsavedPath) ProtoMessage() {}
 
 func (x *UnsavedPath) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +757,7 @@ func (x *UnsavedPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsavedPath.ProtoReflect.Descriptor instead.
 func (*UnsavedPath) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UnsavedPath) GetPath() string {
@@ -704,7 +803,7 @@ type CreateSandboxRequest struct {
 
 func (x *CreateSandboxRequest) Reset() {
 	*x = CreateSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +815,7 @@ func (x *CreateSandboxRequest) String() string {
 func (*CreateSandboxRequest) ProtoMessage() {}
 
 func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +828,7 @@ func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSandboxRequest) GetUser() string {
@@ -815,7 +914,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +926,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +939,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateSandboxResponse) GetId() string {
@@ -868,7 +967,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +979,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +992,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSandboxRequest) GetId() string {
@@ -914,7 +1013,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1025,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1038,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -960,7 +1059,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1071,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1084,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSandboxesRequest) GetUser() string {
@@ -1006,7 +1105,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1117,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1130,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -1052,7 +1151,7 @@ type DestroySandboxRequest struct {
 
 func (x *DestroySandboxRequest) Reset() {
 	*x = DestroySandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1163,7 @@ func (x *DestroySandboxRequest) String() string {
 func (*DestroySandboxRequest) ProtoMessage() {}
 
 func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1176,7 @@ func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxRequest.ProtoReflect.Descriptor instead.
 func (*DestroySandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DestroySandboxRequest) GetId() string {
@@ -1096,7 +1195,7 @@ type DestroySandboxResponse struct {
 
 func (x *DestroySandboxResponse) Reset() {
 	*x = DestroySandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1207,7 @@ func (x *DestroySandboxResponse) String() string {
 func (*DestroySandboxResponse) ProtoMessage() {}
 
 func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1220,7 @@ func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxResponse.ProtoReflect.Descriptor instead.
 func (*DestroySandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 var File_conch_executor_v1_sandbox_proto protoreflect.FileDescriptor
@@ -1135,14 +1234,21 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x0ecpu_millicores\x18\x03 \x01(\x03R\rcpuMillicores\x12'\n" +
 	"\x0fworkspace_bytes\x18\x04 \x01(\x03R\x0eworkspaceBytes\x12'\n" +
 	"\x0fworkspace_files\x18\x05 \x01(\x03R\x0eworkspaceFiles\x12:\n" +
-	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xf3\x01\n" +
+	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xaf\x02\n" +
 	"\aNetwork\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1e.conch.executor.v1.NetworkModeR\x04mode\x12'\n" +
 	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\x12\x14\n" +
 	"\x05ports\x18\x03 \x03(\x05R\x05ports\x12'\n" +
 	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x12\x1b\n" +
 	"\tmax_bytes\x18\x05 \x01(\x03R\bmaxBytes\x12/\n" +
-	"\x03ask\x18\x06 \x01(\x0e2\x1d.conch.executor.v1.NetworkAskR\x03ask\"p\n" +
+	"\x03ask\x18\x06 \x01(\x0e2\x1d.conch.executor.v1.NetworkAskR\x03ask\x12:\n" +
+	"\asecrets\x18\a \x03(\v2 .conch.executor.v1.NetworkSecretR\asecrets\"\x86\x01\n" +
+	"\rNetworkSecret\x12\x10\n" +
+	"\x03env\x18\x01 \x01(\tR\x03env\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n" +
+	"\tvalue_set\x18\x03 \x01(\bR\bvalueSet\x12\x18\n" +
+	"\adomains\x18\x04 \x03(\tR\adomains\x12\x16\n" +
+	"\x06header\x18\x05 \x01(\tR\x06header\"p\n" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1228,46 +1334,48 @@ func file_conch_executor_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(NetworkMode)(0),               // 0: conch.executor.v1.NetworkMode
 	(NetworkAsk)(0),                // 1: conch.executor.v1.NetworkAsk
 	(SandboxState)(0),              // 2: conch.executor.v1.SandboxState
 	(*Limits)(nil),                 // 3: conch.executor.v1.Limits
 	(*Network)(nil),                // 4: conch.executor.v1.Network
-	(*ToolCommand)(nil),            // 5: conch.executor.v1.ToolCommand
-	(*Sandbox)(nil),                // 6: conch.executor.v1.Sandbox
-	(*UnsavedPath)(nil),            // 7: conch.executor.v1.UnsavedPath
-	(*CreateSandboxRequest)(nil),   // 8: conch.executor.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 9: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 10: conch.executor.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 11: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 12: conch.executor.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 13: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxRequest)(nil),  // 14: conch.executor.v1.DestroySandboxRequest
-	(*DestroySandboxResponse)(nil), // 15: conch.executor.v1.DestroySandboxResponse
-	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
+	(*NetworkSecret)(nil),          // 5: conch.executor.v1.NetworkSecret
+	(*ToolCommand)(nil),            // 6: conch.executor.v1.ToolCommand
+	(*Sandbox)(nil),                // 7: conch.executor.v1.Sandbox
+	(*UnsavedPath)(nil),            // 8: conch.executor.v1.UnsavedPath
+	(*CreateSandboxRequest)(nil),   // 9: conch.executor.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),  // 10: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 11: conch.executor.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 12: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 13: conch.executor.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 14: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxRequest)(nil),  // 15: conch.executor.v1.DestroySandboxRequest
+	(*DestroySandboxResponse)(nil), // 16: conch.executor.v1.DestroySandboxResponse
+	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Network.mode:type_name -> conch.executor.v1.NetworkMode
 	1,  // 1: conch.executor.v1.Network.ask:type_name -> conch.executor.v1.NetworkAsk
-	2,  // 2: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
-	3,  // 3: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
-	4,  // 4: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
-	16, // 5: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	16, // 6: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	7,  // 7: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
-	3,  // 8: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
-	4,  // 9: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
-	5,  // 10: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	6,  // 11: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	6,  // 12: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	6,  // 13: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	5,  // 2: conch.executor.v1.Network.secrets:type_name -> conch.executor.v1.NetworkSecret
+	2,  // 3: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
+	3,  // 4: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
+	4,  // 5: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
+	17, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	17, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	8,  // 8: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
+	3,  // 9: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
+	4,  // 10: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
+	6,  // 11: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
+	7,  // 12: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 13: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 14: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
@@ -1281,7 +1389,7 @@ func file_conch_executor_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_sandbox_proto_rawDesc), len(file_conch_executor_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
