@@ -143,6 +143,10 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	if in.exec != nil && len(in.exec.GetSafeBins()) > 0 {
 		cfg.SafeBins = in.exec.GetSafeBins()
 	}
+	cfg.Deny = doc.Denylist(in.agent)
+	for _, r := range in.exec.GetDeny() {
+		cfg.Deny = append(cfg.Deny, policy.Entry{ID: r.GetId(), Pattern: r.GetPattern(), ArgPattern: r.GetArgPattern()})
+	}
 	var resolver policy.Resolver
 	digests := map[string]string{}
 	if len(in.segments) > 0 || in.resolved {

@@ -25,6 +25,7 @@ func TestCLIHelpAndVersion(t *testing.T) {
 		{[]string{"files", "ls", "-h"}, "usage: conch files"},
 		{[]string{"sandbox", "exec", "--help"}, "usage: conch sandbox"},
 		{[]string{"chat", "-h"}, "usage: conch chat"},
+		{[]string{"mcp", "-h"}, "usage: conch mcp"},
 		{[]string{"version"}, "conch "},
 		{[]string{"--version"}, "(commit "},
 	} {

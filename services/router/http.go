@@ -30,6 +30,7 @@ import (
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/containers"
+	"github.com/conch-sh/conch/services/router/mcpserver"
 	"github.com/conch-sh/conch/services/router/openai"
 )
 
@@ -69,7 +70,7 @@ type HTTPOptions struct {
 }
 
 // NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
-// /metrics without auth; /v1 and /api/v1 behind bearer auth; gRPC calls
+// /metrics without auth; /v1, /api/v1 and /mcp behind bearer auth; gRPC calls
 // (HTTP/2) of paired nodes, which authenticate with their pairing token.
 //
 // When ctx ends the router drains: it goes on serving, but /readyz answers
@@ -122,6 +123,18 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	mux.Handle("/v1/containers", a.wrap(openAIErrors, ctr))
 	mux.Handle("/v1/containers/", a.wrap(openAIErrors, ctr))
+	mcpHandler, err := mcpserver.NewHandler(mcpserver.Options{
+		Core:       core,
+		Executor:   executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
+		Approvals:  approvalv1.NewApprovalServiceClient(opts.Conns["approval"]),
+		Workspaces: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]),
+		Logger:     opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("/mcp", a.wrap(openAIErrors, mcpHandler))
+	mux.Handle("/mcp/{gateway}", a.wrap(openAIErrors, mcpHandler))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
 	ea := &execApprovals{client: approvalv1.NewApprovalServiceClient(opts.Conns["approval"])}
 	mux.Handle("GET /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.get)))
@@ -167,6 +180,12 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, gatew
 			}
 			if ra := errs.RetryAfter(status.Code(err)); ra != "" {
 				w.Header().Set("Retry-After", ra)
+			}
+			if st := status.Convert(err); errs.HideAddresses(st.Message()) != st.Message() {
+				// gRPC's own words for a connection that failed name the
+				// service's address, which is not the caller's to know.
+				log.WarnContext(ctx, "service call failed", "path", r.URL.Path, "error", err)
+				err = status.Error(st.Code(), errs.HideAddresses(st.Message()))
 			}
 			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 		}),

@@ -25,12 +25,20 @@ type Settings struct {
 	Ask             string `json:"ask,omitempty"`
 	AskFallback     string `json:"askFallback,omitempty"`
 	AutoAllowSkills *bool  `json:"autoAllowSkills,omitempty"`
+	// Denylist is conch's extension: rules no mode, allowlist entry or
+	// approval overrides (the defaults' apply to every agent).
+	Denylist []Entry `json:"denylist,omitempty"`
 }
 
 // Entry is one allowlist pattern with its bookkeeping.
 type Entry struct {
-	ID               string `json:"id"`
-	Pattern          string `json:"pattern"`
+	ID      string `json:"id"`
+	Pattern string `json:"pattern"`
+	// ArgPattern narrows the entry to arguments matching it (OpenClaw's
+	// field; see policy.Entry).
+	ArgPattern string `json:"argPattern,omitempty"`
+	// Source says where the entry came from (OpenClaw's field, kept).
+	Source           string `json:"source,omitempty"`
 	LastUsedAt       int64  `json:"lastUsedAt,omitempty"`
 	LastUsedCommand  string `json:"lastUsedCommand,omitempty"`
 	LastResolvedPath string `json:"lastResolvedPath,omitempty"`
@@ -114,13 +122,13 @@ func mergeKnown(known any, extra map[string]json.RawMessage) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-var settingsNames = []string{"security", "ask", "askFallback", "autoAllowSkills"}
+var settingsNames = []string{"security", "ask", "askFallback", "autoAllowSkills", "denylist"}
 
 // UnmarshalJSON keeps unknown fields.
 func (e *Entry) UnmarshalJSON(b []byte) error {
 	type plain Entry
 	var p plain
-	extra, err := splitKnown(b, &p, "id", "pattern", "lastUsedAt", "lastUsedCommand", "lastResolvedPath")
+	extra, err := splitKnown(b, &p, "id", "pattern", "argPattern", "source", "lastUsedAt", "lastUsedCommand", "lastResolvedPath")
 	if err != nil {
 		return err
 	}
@@ -234,23 +242,34 @@ func (d *Document) Validate() error {
 		if err := validSettings(field, a.Settings); err != nil {
 			return err
 		}
-		ids := map[string]bool{}
-		for i := range a.Allowlist {
-			e := &a.Allowlist[i]
-			f := fmt.Sprintf("%s.allowlist[%d]", field, i)
-			if err := policy.ValidatePattern(e.Pattern); err != nil {
-				return invalid("%s.pattern %q: %v", f, e.Pattern, err)
-			}
-			if e.ID == "" {
-				e.ID = NewID()
-			}
-			if ids[e.ID] {
-				return invalid("%s.id %q: duplicate", f, e.ID)
-			}
-			ids[e.ID] = true
-			if e.LastUsedAt < 0 {
-				return invalid("%s.lastUsedAt: must not be negative", f)
-			}
+		if err := validEntries(field+".allowlist", a.Allowlist); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validEntries checks a list of entries, assigning missing ids.
+func validEntries(field string, entries []Entry) error {
+	ids := map[string]bool{}
+	for i := range entries {
+		e := &entries[i]
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if err := policy.ValidatePattern(e.Pattern); err != nil {
+			return invalid("%s.pattern %q: %v", f, e.Pattern, err)
+		}
+		if err := policy.ValidateArgPattern(e.ArgPattern); err != nil {
+			return invalid("%s.argPattern: %v", f, err)
+		}
+		if e.ID == "" {
+			e.ID = NewID()
+		}
+		if ids[e.ID] {
+			return invalid("%s.id %q: duplicate", f, e.ID)
+		}
+		ids[e.ID] = true
+		if e.LastUsedAt < 0 {
+			return invalid("%s.lastUsedAt: must not be negative", f)
 		}
 	}
 	return nil
@@ -264,6 +283,9 @@ func validAgentName(n string) error {
 }
 
 func validSettings(field string, s Settings) error {
+	if err := validEntries(field+".denylist", s.Denylist); err != nil {
+		return err
+	}
 	if _, err := policy.ParseSecurity(s.Security); err != nil {
 		return invalid("%s.security: %v", field, err)
 	}
@@ -336,9 +358,23 @@ func (d *Document) Allowlist(agent string) []policy.Entry {
 	if !ok || a == nil {
 		return nil
 	}
-	out := make([]policy.Entry, len(a.Allowlist))
-	for i, e := range a.Allowlist {
-		out[i] = policy.Entry{ID: e.ID, Pattern: e.Pattern}
+	return policyEntries(a.Allowlist)
+}
+
+// Denylist returns the deny rules that hold for agent: the defaults' and
+// its own.
+func (d *Document) Denylist(agent string) []policy.Entry {
+	out := policyEntries(d.Defaults.Denylist)
+	if a, ok := d.Agents[agent]; ok && a != nil {
+		out = append(out, policyEntries(a.Denylist)...)
+	}
+	return out
+}
+
+func policyEntries(entries []Entry) []policy.Entry {
+	out := make([]policy.Entry, len(entries))
+	for i, e := range entries {
+		out[i] = policy.Entry{ID: e.ID, Pattern: e.Pattern, ArgPattern: e.ArgPattern}
 	}
 	return out
 }

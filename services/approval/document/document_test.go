@@ -160,3 +160,53 @@ func TestEditing(t *testing.T) {
 		t.Fatalf("empty allowlist not written as []: %s", b)
 	}
 }
+
+// A document of a current OpenClaw (argPattern and source on allowlist
+// entries) and conch's deny lists survive a round trip unchanged, and the
+// policy gets them.
+func TestDenylistAndNewerFields(t *testing.T) {
+	t.Parallel()
+	const doc = `{
+  "version": 1,
+  "defaults": {"security": "allowlist", "denylist": [{"id": "no-curl", "pattern": "/usr/bin/curl"}]},
+  "agents": {
+    "main": {
+      "allowlist": [{"id": "git-read", "pattern": "/usr/bin/git", "argPattern": "status*", "source": "allow-always", "future": 1}],
+      "denylist": [{"id": "no-push", "pattern": "/usr/bin/git", "argPattern": "push*"}]
+    }
+  }
+}`
+	d, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got any
+	_ = json.Unmarshal([]byte(doc), &want)
+	_ = json.Unmarshal(out, &got)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]policy.Entry{{ID: "no-curl", Pattern: "/usr/bin/curl"}, {ID: "no-push", Pattern: "/usr/bin/git", ArgPattern: "push*"}}, d.Denylist("main")); diff != "" {
+		t.Errorf("deny rules of main (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]policy.Entry{{ID: "no-curl", Pattern: "/usr/bin/curl"}}, d.Denylist("other")); diff != "" {
+		t.Errorf("deny rules of another agent (-want +got):\n%s", diff)
+	}
+	if got := d.Allowlist("main"); len(got) != 1 || got[0].ArgPattern != "status*" {
+		t.Errorf("allowlist of main: %+v", got)
+	}
+	for bad, field := range map[string]string{
+		`{"version": 1, "defaults": {"denylist": [{"id": "x", "pattern": "curl"}]}}`:                              "defaults.denylist[0].pattern",
+		`{"version": 1, "agents": {"a": {"denylist": [{"id": "x", "pattern": "/bin/x", "argPattern": "[a"}]}}}`:   "agents.a.denylist[0].argPattern",
+		`{"version": 1, "agents": {"a": {"allowlist": [{"id": "x", "pattern": "/bin/x", "argPattern": "x\\"}]}}}`: "agents.a.allowlist[0].argPattern",
+		`{"version": 1, "defaults": {"denylist": [{"id": "x", "pattern": "/a"}, {"id": "x", "pattern": "/b"}]}}`:  "defaults.denylist[1].id",
+	} {
+		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an error naming %s", bad, err, field)
+		}
+	}
+}

@@ -27,6 +27,9 @@ const (
 type Config struct {
 	// Allowlist are the agent's patterns.
 	Allowlist []Entry
+	// Deny are rules no mode, allowlist entry or approval overrides: a
+	// command running a program they match is refused, on every host.
+	Deny []Entry
 	// SafeBins are the safe bin names; nil means DefaultSafeBins.
 	SafeBins []string
 	// SafeBinDirs are the dirs safe bins are trusted from; nil means
@@ -45,6 +48,7 @@ type Config struct {
 // Engine judges commands. It is safe for concurrent use.
 type Engine struct {
 	entries  []compiledEntry
+	deny     []compiledEntry
 	safe     map[string]*profile
 	safeDirs map[string]bool
 	skills   map[string]bool // skill dirs, when auto-allowed
@@ -55,6 +59,7 @@ type Engine struct {
 func New(cfg Config) *Engine {
 	e := &Engine{
 		entries:  compileEntries(cfg.Allowlist, cfg.Home),
+		deny:     compileEntries(cfg.Deny, cfg.Home),
 		safe:     map[string]*profile{},
 		safeDirs: map[string]bool{},
 		skills:   map[string]bool{},
@@ -149,6 +154,23 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 	a := &analyzer{e: e, r: resolver, env: req.Env, p: &printer{}}
 	a.stmts(f.Stmts, []string{path.Clean(req.Cwd)})
 	res.Segments, res.Programs = a.segs, a.programs
+	if a.denied != "" {
+		return deny(a.denied)
+	}
+	if s.Security == SecurityFull && len(e.deny) > 0 {
+		// Deny rules hold in full mode too, so what runs must be what was
+		// checked against them: the plan, as in allowlist mode. What the
+		// policy cannot judge cannot be checked, and is refused.
+		if a.refused != "" {
+			return deny(a.refused + " (deny rules apply: only commands the policy can judge run)")
+		}
+		if s.Ask == AskAlways {
+			res.Decision, res.Reason, res.Plan = AskHuman, "ask is always", a.p.b.String()
+			return res
+		}
+		res.Decision, res.Reason, res.Plan = Allow, "security is full; no deny rule matches", a.p.b.String()
+		return res
+	}
 	if s.Security == SecurityFull {
 		for i := range res.Segments {
 			// Not judged: a miss's reason would contradict the verdict.
@@ -239,7 +261,9 @@ type analyzer struct {
 	r       Resolver
 	segs    []Segment
 	refused string
-	depth   int
+	// denied is the refusal of a deny rule: it wins over every mode.
+	denied string
+	depth  int
 	// env are the variables the request sets: a "$NAME" of one of them
 	// is judged, and printed, as its value.
 	env map[string]string
@@ -684,10 +708,20 @@ func (a *analyzer) program(b binary, words []word, argv []string, cwds []string)
 		a.fail(ErrNotAllowed + " (" + base + " builds commands from what it reads at run time, which the policy cannot judge)")
 		return
 	}
-	id, listed := matchEntries(a.e.entries, p)
+	if rule, denied := matchEntries(a.e.deny, p, args); denied || real != p {
+		if !denied {
+			rule, denied = matchEntries(a.e.deny, real, args)
+		}
+		if denied {
+			a.denied = fmt.Sprintf("%s (deny rule %s)", ErrNotAllowed, rule)
+			a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: real, Decision: Deny, Reason: a.denied})
+			return
+		}
+	}
+	id, listed := matchEntries(a.e.entries, p, args)
 	if !listed && real != p && !multiCall[progName(real)] {
 		// The binary that runs is the link's target.
-		id, listed = matchEntries(a.e.entries, real)
+		id, listed = matchEntries(a.e.entries, real, args)
 	}
 	if !listed || profiled(base) {
 		// Options are judged on the values the program receives: an

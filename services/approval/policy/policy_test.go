@@ -59,7 +59,7 @@ func TestAllowlistMatching(t *testing.T) {
 		{"/usr/bin/rg", ""},
 		{"/x/rg", ""},
 	} {
-		got, _ := matchEntries(entries, tc.path)
+		got, _ := matchEntries(entries, tc.path, nil)
 		if got != tc.want {
 			t.Errorf("match(%q) = %q, want %q", tc.path, got, tc.want)
 		}
@@ -68,10 +68,10 @@ func TestAllowlistMatching(t *testing.T) {
 		t.Fatalf("ExactPattern = %q", p)
 	}
 	exact := compileEntries([]Entry{{ID: "x", Pattern: ExactPattern("/a/b[1]*/c")}}, "")
-	if id, _ := matchEntries(exact, "/a/b[1]*/c"); id != "x" {
+	if id, _ := matchEntries(exact, "/a/b[1]*/c", nil); id != "x" {
 		t.Fatal("an exact pattern does not match its own path")
 	}
-	if id, _ := matchEntries(exact, "/a/b1zz/c"); id != "" {
+	if id, _ := matchEntries(exact, "/a/b1zz/c", nil); id != "" {
 		t.Fatal("an exact pattern matches as a glob")
 	}
 }

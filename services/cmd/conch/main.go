@@ -37,6 +37,7 @@ Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
   approvals   list and answer exec approvals, edit allowlists, export/import the document
   chat        chat with a gateway in the terminal, commands and approvals shown as they happen
   gateways    list, get, create, update and delete gateways
+  mcp         serve a gateway to an MCP client over stdio (--gateway, --user)
   nodes       pair, list and unpair nodes (machines that run exec host node commands)
   sandbox     create sandboxes, run commands in them and remove them
 
@@ -153,6 +154,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Chat(ctx, args, os.Stdin, stdout, stderr)
 	case "files":
 		return cli.Files(ctx, args, stdout, stderr)
+	case "mcp":
+		return cli.MCP(ctx, args, os.Stdin, stdout, stderr)
 	case "sandbox":
 		return cli.RunSandbox(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":

@@ -165,11 +165,11 @@ func Effective(host approvalv1.Host, doc *approvalv1.ExecSettings, exec ...*appr
 
 // Needed reports whether a command on host under the settings s must be
 // put to the approval service at all. Only the sandbox under security full
-// without asking (its defaults) runs unchecked: on other hosts the
-// exec-approvals document may be stricter than the settings the caller
-// holds, and only the approval service reads it.
+// without asking (its defaults) and without deny rules runs unchecked: on
+// other hosts the exec-approvals document may be stricter than the
+// settings the caller holds, and only the approval service reads it.
 func Needed(host approvalv1.Host, s *approvalv1.ExecSettings) bool {
-	if !sandbox(host) {
+	if !sandbox(host) || len(s.GetDeny()) > 0 {
 		return true
 	}
 	e := Effective(host, nil, s)

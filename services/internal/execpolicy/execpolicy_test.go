@@ -164,6 +164,9 @@ func TestNeeded(t *testing.T) {
 		{"sandbox asks always", sandbox, set(unsetSec, always, unsetSec), true},
 		{"sandbox deny", sandbox, set(deny, unsetAsk, unsetSec), true},
 		{"sandbox unknown security", sandbox, set(approvalv1.Security(7), off, unsetSec), true},
+		// Deny rules hold in the sandbox too: only the approval service
+		// applies them.
+		{"sandbox full with deny rules", sandbox, &approvalv1.ExecSettings{Security: full, Ask: off, Deny: []*approvalv1.DenyRule{{Id: "x", Pattern: "/usr/bin/rm"}}}, true},
 		// The document may be stricter than what the caller holds.
 		{"gateway full and off", gatewayH, set(full, off, unsetSec), true},
 		{"node defaults", node, nil, true},

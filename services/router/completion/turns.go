@@ -53,21 +53,49 @@ type keptTurn struct {
 	// Client are the ids of the client tool calls the turn answered with,
 	// in order: the assistant message the client echoes must carry exactly
 	// these to be replaced.
-	Client   []string      `json:"client"`
-	Messages []keptMessage `json:"messages"`
+	Client   []string        `json:"client"`
+	Messages []StoredMessage `json:"messages"`
 }
 
-type keptMessage struct {
-	Role       string     `json:"role"`
-	Content    string     `json:"content,omitempty"`
-	ToolCalls  []keptCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
+// StoredMessage is a conversation's message as conch keeps it in etcd
+// (a mixed turn, a stored response): what the upstream is sent, without
+// the client's raw JSON.
+type StoredMessage struct {
+	Role       string       `json:"role"`
+	Content    string       `json:"content,omitempty"`
+	ToolCalls  []StoredCall `json:"tool_calls,omitempty"`
+	ToolCallID string       `json:"tool_call_id,omitempty"`
 }
 
-type keptCall struct {
+// StoredCall is a tool call of a StoredMessage.
+type StoredCall struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+}
+
+// StoreMessages is msgs as kept.
+func StoreMessages(msgs []upstream.Message) []StoredMessage {
+	out := make([]StoredMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = StoredMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			out[i].ToolCalls = append(out[i].ToolCalls, StoredCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		}
+	}
+	return out
+}
+
+// LoadMessages is the conversation msgs keeps.
+func LoadMessages(msgs []StoredMessage) []upstream.Message {
+	out := make([]upstream.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = upstream.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			out[i].ToolCalls = append(out[i].ToolCalls, upstream.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		}
+	}
+	return out
 }
 
 // turnPrefix is where the turn answered with the client call id lives, for
@@ -87,13 +115,7 @@ func (s *turnStore) save(ctx context.Context, account, gateway, user string, res
 	for _, c := range res.ToolCalls {
 		t.Client = append(t.Client, c.ID)
 	}
-	for _, m := range res.Turn {
-		km := keptMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
-		for _, c := range m.ToolCalls {
-			km.ToolCalls = append(km.ToolCalls, keptCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
-		}
-		t.Messages = append(t.Messages, km)
-	}
+	t.Messages = StoreMessages(res.Turn)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), turnWriteTimeout)
 	defer cancel()
 	if err := etcdx.PutBlobLeased(ctx, s.cli, s.leases, turnPrefix(account, gateway, user, t.Client[0]), t, maxTurnBytes); err != nil {
@@ -146,13 +168,7 @@ func (s *turnStore) splice(ctx context.Context, account, gateway, user string, m
 			out = append(out, m)
 			continue
 		}
-		for _, km := range t.Messages {
-			um := upstream.Message{Role: km.Role, Content: km.Content, ToolCallID: km.ToolCallID}
-			for _, c := range km.ToolCalls {
-				um.ToolCalls = append(um.ToolCalls, upstream.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
-			}
-			out = append(out, um)
-		}
+		out = append(out, LoadMessages(t.Messages)...)
 	}
 	return out, nil
 }

@@ -98,6 +98,18 @@ func TestValidate(t *testing.T) {
 		{"bad exec security", func(g *routerv1.Gateway) { g.Exec = &approvalv1.ExecSettings{Security: 7} }, "exec.security"},
 		{"relative path prepend", func(g *routerv1.Gateway) { g.Exec = &approvalv1.ExecSettings{PathPrepend: []string{"bin"}} }, "exec.path_prepend[0]"},
 		{"safe bin with path", func(g *routerv1.Gateway) { g.Exec = &approvalv1.ExecSettings{SafeBins: []string{"/usr/bin/jq"}} }, "exec.safe_bins[0]"},
+		{"deny rule on a bare name", func(g *routerv1.Gateway) {
+			g.Exec = &approvalv1.ExecSettings{Deny: []*approvalv1.DenyRule{{Id: "x", Pattern: "rm"}}}
+		}, "exec.deny[0].pattern"},
+		{"deny rule without an id", func(g *routerv1.Gateway) {
+			g.Exec = &approvalv1.ExecSettings{Deny: []*approvalv1.DenyRule{{Pattern: "/usr/bin/rm"}}}
+		}, "exec.deny[0].id"},
+		{"deny rule with a bad argument glob", func(g *routerv1.Gateway) {
+			g.Exec = &approvalv1.ExecSettings{Deny: []*approvalv1.DenyRule{{Id: "x", Pattern: "/usr/bin/rm", ArgPattern: "[x"}}}
+		}, "exec.deny[0].arg_pattern"},
+		{"deny rules with one id", func(g *routerv1.Gateway) {
+			g.Exec = &approvalv1.ExecSettings{Deny: []*approvalv1.DenyRule{{Id: "x", Pattern: "/a"}, {Id: "x", Pattern: "/b"}}}
+		}, "exec.deny[1].id"},
 		{"duplicate skill", func(g *routerv1.Gateway) {
 			g.Skills = []*routerv1.Skill{{Name: "deploy"}, {Name: "deploy"}}
 		}, "skills[1].name"},

@@ -11,6 +11,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -265,6 +266,23 @@ func validateExec(e *approvalv1.ExecSettings) error {
 	}
 	if t := e.GetApprovalRunningNoticeMs(); t < 0 {
 		return invalid("exec.approval_running_notice_ms", "must not be negative, got %d", t)
+	}
+	ids := map[string]bool{}
+	for i, r := range e.GetDeny() {
+		field := fmt.Sprintf("exec.deny[%d]", i)
+		switch {
+		case r.GetId() == "" || len(r.GetId()) > 128 || strings.ContainsAny(r.GetId(), "\x00\n\r"):
+			return invalid(field+".id", "must be 1-128 characters without control characters")
+		case ids[r.GetId()]:
+			return invalid(field+".id", "%q is given twice", r.GetId())
+		}
+		ids[r.GetId()] = true
+		if err := policy.ValidatePattern(r.GetPattern()); err != nil {
+			return invalid(field+".pattern", "%v", err)
+		}
+		if err := policy.ValidateArgPattern(r.GetArgPattern()); err != nil {
+			return invalid(field+".arg_pattern", "%v", err)
+		}
 	}
 	return nil
 }

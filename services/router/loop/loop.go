@@ -45,6 +45,9 @@ type Shell struct {
 	MaxUses         int   // 0: no limit
 	TimeoutSeconds  int32 // 1-300
 	MaxOutputLength int32 // characters
+	// Workdir is where commands start; empty: the sandbox's current
+	// directory, which persists between the calls of a conversation.
+	Workdir string
 }
 
 // ExecContext is what the executor needs to judge a command: the effective
@@ -284,6 +287,20 @@ func (cfg *Config) isServerTool(name string) bool {
 	}
 }
 
+// CallTool runs one call of a server tool cfg offers, outside any model
+// turn (for a client that calls conch's tools itself, such as an MCP
+// client), and returns the result a model would receive. ev, when set,
+// hears the call's steps and keep-alives as a streaming client does.
+func CallTool(ctx context.Context, cfg Config, call upstream.ToolCall, ev Events) (result string, ok bool) {
+	if !cfg.isServerTool(call.Name) {
+		return "", false
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg.runServerTool(ctx, &Result{}, call, ev), true
+}
+
 // runServerTool runs one server tool call and returns the result the model
 // receives, keeping a streaming client alive meanwhile.
 func (cfg *Config) runServerTool(ctx context.Context, res *Result, call upstream.ToolCall, ev Events) string {
@@ -373,6 +390,7 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 		Command:         cmd,
 		TimeoutSeconds:  sh.TimeoutSeconds,
 		MaxOutputLength: sh.MaxOutputLength,
+		Workdir:         sh.Workdir,
 		Settings:        cfg.Exec.Settings,
 		Agent:           cfg.Exec.Agent,
 		Session:         cfg.Exec.Session,
@@ -466,9 +484,9 @@ func streamMessage(err error, started bool) string {
 // without the code prefix.
 func message(err error) string {
 	if s, ok := status.FromError(err); ok {
-		return s.Message()
+		return errs.HideAddresses(s.Message())
 	}
-	return err.Error()
+	return errs.HideAddresses(err.Error())
 }
 
 // keepAlive calls ev.KeepAlive every keepAliveEvery until stopped.

@@ -106,6 +106,7 @@ func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiErr
 	if s, ok := status.FromError(err); ok {
 		msg = s.Message()
 	}
+	msg = errs.HideAddresses(msg)
 	e := apiError{Status: runtime.HTTPStatusFromCode(kind.Code()), Type: "invalid_request_error", Code: strings.ToLower(kind.String()), Message: msg}
 	if ra := errs.RetryAfter(kind.Code()); ra != "" {
 		e.Type, e.RetryAfter = "server_error", ra

@@ -115,24 +115,35 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v)
 }
 
-func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
+// admit takes one of the router's completion slots and reads the caller's
+// scope and the request body. When it cannot, it has answered and ok is
+// false; else release gives the slot back.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (release func(), scope tenant.Scope, body []byte, ok bool) {
 	release, err := h.core.Admit()
 	if err != nil {
 		h.writeErr(w, r, err)
+		return nil, scope, nil, false
+	}
+	if scope, ok = tenant.From(r.Context()); !ok {
+		release()
+		h.writeErr(w, r, errs.New(errs.Unauthenticated, "no account"))
+		return nil, scope, nil, false
+	}
+	if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
+		release()
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("request body is larger than %d bytes", maxBody))
+		return nil, scope, nil, false
+	}
+	return release, scope, body, true
+}
+
+func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	release, scope, body, ok := h.admit(w, r)
+	if !ok {
 		return
 	}
 	defer release()
 	ctx := r.Context()
-	scope, ok := tenant.From(ctx)
-	if !ok {
-		h.writeErr(w, r, errs.New(errs.Unauthenticated, "no account"))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("request body is larger than %d bytes", maxBody))
-		return
-	}
 	req, err := parseRequest(body)
 	if err != nil {
 		h.writeErr(w, r, err)

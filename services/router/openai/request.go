@@ -258,7 +258,32 @@ func parseMessages(raw json.RawMessage) ([]upstream.Message, error) {
 }
 
 func (r *chatRequest) parseTools(raw json.RawMessage) error {
-	if string(raw) == "null" {
+	return parseToolList(raw, &r.Request, ".function.name", func(field string, t json.RawMessage) (upstream.Tool, error) {
+		var fn struct {
+			Function struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(t, &fn); err != nil {
+			return upstream.Tool{}, badField(field+".function", "must be an object: %v", err)
+		}
+		return upstream.Tool{Name: fn.Function.Name, Description: fn.Function.Description, Parameters: fn.Function.Parameters}, nil
+	}, func(field string, t json.RawMessage) error {
+		sh, err := parseShellTool(field, t)
+		r.Shell, r.ShellField = sh, field
+		return err
+	})
+}
+
+// parseToolList reads a request's tools into req: function tools (decoded
+// by function, the one shape the two APIs disagree on; nameSuffix is
+// where their name is, for errors) become client tools, checked the same
+// way; conch's shell (parsed by shell) and exec are the server's.
+func parseToolList(raw json.RawMessage, req *completion.Request, nameSuffix string,
+	function func(field string, t json.RawMessage) (upstream.Tool, error), shell func(field string, t json.RawMessage) error) error {
+	if string(bytes.TrimSpace(raw)) == "null" {
 		return nil
 	}
 	var list []json.RawMessage
@@ -276,39 +301,29 @@ func (r *chatRequest) parseTools(raw json.RawMessage) error {
 		}
 		switch head.Type {
 		case "function":
-			var fn struct {
-				Function struct {
-					Name        string          `json:"name"`
-					Description string          `json:"description"`
-					Parameters  json.RawMessage `json:"parameters"`
-				} `json:"function"`
-			}
-			if err := json.Unmarshal(t, &fn); err != nil {
-				return badField(field+".function", "must be an object: %v", err)
-			}
-			name := fn.Function.Name
-			if !functionName.MatchString(name) {
-				return badField(field+".function.name", "must be 1-64 characters of [A-Za-z0-9_-], got %q", name)
-			}
-			if reservedTools[name] {
-				return badField(field+".function.name", "%q is reserved for conch's server tools", name)
-			}
-			if seen[name] {
-				return badField(field+".function.name", "%q is defined twice", name)
-			}
-			seen[name] = true
-			r.ClientTools = append(r.ClientTools, upstream.Tool{Name: name, Description: fn.Function.Description, Parameters: fn.Function.Parameters})
-		case "shell":
-			if r.Shell != nil {
-				return badField(field, "the shell tool is given twice")
-			}
-			sh, err := parseShellTool(field, t)
+			fn, err := function(field, t)
 			if err != nil {
 				return err
 			}
-			r.Shell, r.ShellField = sh, field
+			switch {
+			case !functionName.MatchString(fn.Name):
+				return badField(field+nameSuffix, "must be 1-64 characters of [A-Za-z0-9_-], got %q", fn.Name)
+			case reservedTools[fn.Name]:
+				return badField(field+nameSuffix, "%q is reserved for conch's server tools", fn.Name)
+			case seen[fn.Name]:
+				return badField(field+nameSuffix, "%q is defined twice", fn.Name)
+			}
+			seen[fn.Name] = true
+			req.ClientTools = append(req.ClientTools, fn)
+		case "shell":
+			if req.Shell != nil {
+				return badField(field, "the shell tool is given twice")
+			}
+			if err := shell(field, t); err != nil {
+				return err
+			}
 		case "exec":
-			r.Exec = true
+			req.Exec = true
 		case "":
 			return badField(field+".type", "is required")
 		default:

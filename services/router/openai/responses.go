@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
-	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
@@ -53,42 +51,7 @@ type storedResponse struct {
 	Input    []map[string]any `json:"input"`
 	// Conversation is every message up to and including this response's
 	// output, instructions excepted (they do not carry over).
-	Conversation []storedMessage `json:"conversation"`
-}
-
-type storedMessage struct {
-	Role       string     `json:"role"`
-	Content    string     `json:"content,omitempty"`
-	ToolCalls  []keptCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-}
-
-type keptCall struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-func storeMessages(msgs []upstream.Message) []storedMessage {
-	out := make([]storedMessage, len(msgs))
-	for i, m := range msgs {
-		out[i] = storedMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
-		for _, c := range m.ToolCalls {
-			out[i].ToolCalls = append(out[i].ToolCalls, keptCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
-		}
-	}
-	return out
-}
-
-func loadMessages(msgs []storedMessage) []upstream.Message {
-	out := make([]upstream.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = upstream.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
-		for _, c := range m.ToolCalls {
-			out[i].ToolCalls = append(out[i].ToolCalls, upstream.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
-		}
-	}
-	return out
+	Conversation []completion.StoredMessage `json:"conversation"`
 }
 
 // responseKey is where a stored response lives: under its account, so an
@@ -111,23 +74,12 @@ func (h *Handler) loadResponse(ctx context.Context, account, id, field string) (
 }
 
 func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
-	release, err := h.core.Admit()
-	if err != nil {
-		h.writeErr(w, r, err)
+	release, scope, body, ok := h.admit(w, r)
+	if !ok {
 		return
 	}
 	defer release()
 	ctx := r.Context()
-	scope, ok := tenant.From(ctx)
-	if !ok {
-		h.writeErr(w, r, errs.New(errs.Unauthenticated, "no account"))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("request body is larger than %d bytes", maxBody))
-		return
-	}
 	req, err := parseResponsesRequest(body)
 	if err != nil {
 		h.writeErr(w, r, err)
@@ -145,7 +97,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 			h.writeErr(w, r, err)
 			return
 		}
-		history = loadMessages(prev.Conversation)
+		history = completion.LoadMessages(prev.Conversation)
 	}
 	input := req.Messages
 	conv := append(append([]upstream.Message(nil), history...), input...)
@@ -184,7 +136,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	items := outputItems(res, &itemIDs{response: id}, sh)
 	finish(obj, res, items)
 	if req.Store {
-		st := &storedResponse{Response: obj, Input: req.Input, Conversation: storeMessages(append(conv, res.Turn...))}
+		st := &storedResponse{Response: obj, Input: req.Input, Conversation: completion.StoreMessages(append(conv, res.Turn...))}
 		if err := h.storeResponse(ctx, scope.Account, id, st); err != nil {
 			obj["store"] = false
 			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)

@@ -192,57 +192,20 @@ func (r *responsesRequest) textFormat(v json.RawMessage) error {
 }
 
 func (r *responsesRequest) parseTools(raw json.RawMessage) error {
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
+	if err := json.Unmarshal(raw, &r.Tools); err != nil {
 		return badField("tools", "must be an array")
 	}
-	r.Tools = list
-	seen := map[string]bool{}
-	for i, t := range list {
-		field := fmt.Sprintf("tools[%d]", i)
-		var head struct {
-			Type string `json:"type"`
+	return parseToolList(raw, &r.Request, ".name", func(field string, t json.RawMessage) (upstream.Tool, error) {
+		var fn struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
 		}
-		if err := json.Unmarshal(t, &head); err != nil {
-			return badField(field, "must be an object with a type")
+		if err := json.Unmarshal(t, &fn); err != nil {
+			return upstream.Tool{}, badField(field, "must be a function tool: %v", err)
 		}
-		switch head.Type {
-		case "function":
-			var fn struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			}
-			if err := json.Unmarshal(t, &fn); err != nil {
-				return badField(field, "must be a function tool: %v", err)
-			}
-			if !functionName.MatchString(fn.Name) {
-				return badField(field+".name", "must be 1-64 characters of [A-Za-z0-9_-], got %q", fn.Name)
-			}
-			if reservedTools[fn.Name] {
-				return badField(field+".name", "%q is reserved for conch's server tools", fn.Name)
-			}
-			if seen[fn.Name] {
-				return badField(field+".name", "%q is defined twice", fn.Name)
-			}
-			seen[fn.Name] = true
-			r.ClientTools = append(r.ClientTools, upstream.Tool{Name: fn.Name, Description: fn.Description, Parameters: fn.Parameters})
-		case "shell":
-			if r.Shell != nil {
-				return badField(field, "the shell tool is given twice")
-			}
-			if err := r.parseShell(field, t); err != nil {
-				return err
-			}
-		case "exec":
-			r.Exec = true
-		case "":
-			return badField(field+".type", "is required")
-		default:
-			return badField(field+".type", "must be function, shell or exec, got %q", head.Type)
-		}
-	}
-	return nil
+		return upstream.Tool{Name: fn.Name, Description: fn.Description, Parameters: fn.Parameters}, nil
+	}, r.parseShell)
 }
 
 // parseShell reads {"type": "shell", "environment": {...}} with conch's

@@ -19,6 +19,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/router/gateways"
 )
@@ -124,6 +125,25 @@ func (s *Sandbox) Current() string {
 
 // Destroy keeps a session's sandbox: it ends when idle.
 func (s *Sandbox) Destroy(context.Context) {}
+
+// End ends the session's sandbox now, for a session whose client ended
+// it before its idle time ran out, and returns the sandbox's id ("" when
+// the session had none).
+func (s *Store) End(ctx context.Context, exec executorv1.ExecutorServiceClient, account, gateway, session, user string) (string, error) {
+	key := sessionKey("sandbox", account, gateway, session, user)
+	resp, err := s.cli.Delete(ctx, key, clientv3.WithPrevKV())
+	if err != nil {
+		return "", fmt.Errorf("session %q: forget sandbox: %w", session, err)
+	}
+	if len(resp.PrevKvs) == 0 {
+		return "", nil
+	}
+	id := string(resp.PrevKvs[0].Value)
+	if _, err := exec.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil && errs.KindOf(err) != errs.NotFound {
+		return id, fmt.Errorf("session %q: destroy sandbox %s: %w", session, id, err)
+	}
+	return id, nil
+}
 
 // Override is a session's /exec settings.
 type Override = execpolicy.Override

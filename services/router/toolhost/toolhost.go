@@ -62,7 +62,7 @@ func Build(ctx context.Context, g *routerv1.Gateway, deps Deps) (*Set, error) {
 		if len(t.Schema) == 0 {
 			t.Schema = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		sch, err := compile(t.Schema)
+		sch, err := CompileSchema(t.Schema)
 		if err != nil {
 			return fmt.Errorf("tool %q: %w", t.Name, err)
 		}
@@ -174,7 +174,8 @@ func (t *Tool) Validate(arguments string) (map[string]any, error) {
 	return args, nil
 }
 
-func compile(schema json.RawMessage) (*jsonschema.Schema, error) {
+// CompileSchema compiles a tool's JSON Schema for checking arguments.
+func CompileSchema(schema json.RawMessage) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
 	if err != nil {
 		return nil, fmt.Errorf("schema is not JSON: %w", err)

@@ -44,6 +44,8 @@ const (
 	SurfaceREST = "rest"
 	SurfaceCLI  = "cli"
 	SurfaceWeb  = "web"
+	// SurfaceMCP is the router's MCP endpoint, which sets it itself.
+	SurfaceMCP = "mcp"
 )
 
 // ClientHeader is the HTTP header with which conch's own clients name
@@ -54,7 +56,7 @@ const ClientHeader = "X-Conch-Client"
 // surfaces are kept, so the record never holds text a client chose.
 func SurfaceOf(header string) string {
 	switch header {
-	case SurfaceCLI, SurfaceWeb:
+	case SurfaceCLI, SurfaceWeb, SurfaceMCP:
 		return header
 	}
 	return SurfaceREST

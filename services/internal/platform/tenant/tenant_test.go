@@ -104,6 +104,7 @@ func TestSurfaceOf(t *testing.T) {
 	for _, tt := range []struct{ header, want string }{
 		{"cli", SurfaceCLI},
 		{"web", SurfaceWeb},
+		{"mcp", SurfaceMCP},
 		{"", SurfaceREST},
 		{"rest", SurfaceREST},
 		{"CLI", SurfaceREST},

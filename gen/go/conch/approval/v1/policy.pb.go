@@ -274,7 +274,12 @@ type ExecSettings struct {
 	// Report the end of a background command to its session.
 	NotifyOnExit bool `protobuf:"varint,9,opt,name=notify_on_exit,json=notifyOnExit,proto3" json:"notify_on_exit,omitempty"`
 	// Name of the paired node for host node.
-	Node          string `protobuf:"bytes,10,opt,name=node,proto3" json:"node,omitempty"`
+	Node string `protobuf:"bytes,10,opt,name=node,proto3" json:"node,omitempty"`
+	// Deny rules no mode, allowlist entry or approval overrides: a command
+	// running a program one matches is refused with the rule's id, on every
+	// host (with deny rules, security full runs only commands the policy can
+	// judge, as their plan).
+	Deny          []*DenyRule `protobuf:"bytes,11,rep,name=deny,proto3" json:"deny,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,6 +384,79 @@ func (x *ExecSettings) GetNode() string {
 	return ""
 }
 
+func (x *ExecSettings) GetDeny() []*DenyRule {
+	if x != nil {
+		return x.Deny
+	}
+	return nil
+}
+
+// DenyRule refuses a program, optionally only with matching arguments.
+type DenyRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifies the rule in refusals ("deny rule <id>").
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Case-insensitive glob on the resolved binary path, as allowlist
+	// patterns.
+	Pattern string `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// Optional glob over the arguments joined by single spaces: `*` any run
+	// of characters, `?` one; case-sensitive.
+	ArgPattern    string `protobuf:"bytes,3,opt,name=arg_pattern,json=argPattern,proto3" json:"arg_pattern,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyRule) Reset() {
+	*x = DenyRule{}
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyRule) ProtoMessage() {}
+
+func (x *DenyRule) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyRule.ProtoReflect.Descriptor instead.
+func (*DenyRule) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DenyRule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DenyRule) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *DenyRule) GetArgPattern() string {
+	if x != nil {
+		return x.ArgPattern
+	}
+	return ""
+}
+
 // Segment is one simple command of a parsed command line, as judged.
 type Segment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -404,7 +482,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +494,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +507,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{1}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Segment) GetArgv() []string {
@@ -497,7 +575,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +587,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +600,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{2}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EvaluateRequest) GetCommand() string {
@@ -578,7 +656,7 @@ type SandboxResolution struct {
 
 func (x *SandboxResolution) Reset() {
 	*x = SandboxResolution{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +668,7 @@ func (x *SandboxResolution) String() string {
 func (*SandboxResolution) ProtoMessage() {}
 
 func (x *SandboxResolution) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +681,7 @@ func (x *SandboxResolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxResolution.ProtoReflect.Descriptor instead.
 func (*SandboxResolution) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SandboxResolution) GetSegments() []*Segment {
@@ -638,7 +716,7 @@ type EvaluateResponse struct {
 
 func (x *EvaluateResponse) Reset() {
 	*x = EvaluateResponse{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +728,7 @@ func (x *EvaluateResponse) String() string {
 func (*EvaluateResponse) ProtoMessage() {}
 
 func (x *EvaluateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +741,7 @@ func (x *EvaluateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateResponse.ProtoReflect.Descriptor instead.
 func (*EvaluateResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{4}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EvaluateResponse) GetDecision() PolicyDecision {
@@ -719,7 +797,7 @@ var File_conch_approval_v1_policy_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\xcf\x03\n" +
+	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\x80\x04\n" +
 	"\fExecSettings\x12+\n" +
 	"\x04host\x18\x01 \x01(\x0e2\x17.conch.approval.v1.HostR\x04host\x127\n" +
 	"\bsecurity\x18\x02 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\x12(\n" +
@@ -731,7 +809,13 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\x1aapproval_running_notice_ms\x18\b \x01(\x05R\x17approvalRunningNoticeMs\x12$\n" +
 	"\x0enotify_on_exit\x18\t \x01(\bR\fnotifyOnExit\x12\x12\n" +
 	"\x04node\x18\n" +
-	" \x01(\tR\x04node\"\xdd\x01\n" +
+	" \x01(\tR\x04node\x12/\n" +
+	"\x04deny\x18\v \x03(\v2\x1b.conch.approval.v1.DenyRuleR\x04deny\"U\n" +
+	"\bDenyRule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x12\x1f\n" +
+	"\varg_pattern\x18\x03 \x01(\tR\n" +
+	"argPattern\"\xdd\x01\n" +
 	"\aSegment\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12#\n" +
 	"\rresolved_path\x18\x02 \x01(\tR\fresolvedPath\x12=\n" +
@@ -791,38 +875,40 @@ func file_conch_approval_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_approval_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_conch_approval_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_conch_approval_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_conch_approval_v1_policy_proto_goTypes = []any{
 	(Host)(0),                 // 0: conch.approval.v1.Host
 	(Security)(0),             // 1: conch.approval.v1.Security
 	(Ask)(0),                  // 2: conch.approval.v1.Ask
 	(PolicyDecision)(0),       // 3: conch.approval.v1.PolicyDecision
 	(*ExecSettings)(nil),      // 4: conch.approval.v1.ExecSettings
-	(*Segment)(nil),           // 5: conch.approval.v1.Segment
-	(*EvaluateRequest)(nil),   // 6: conch.approval.v1.EvaluateRequest
-	(*SandboxResolution)(nil), // 7: conch.approval.v1.SandboxResolution
-	(*EvaluateResponse)(nil),  // 8: conch.approval.v1.EvaluateResponse
+	(*DenyRule)(nil),          // 5: conch.approval.v1.DenyRule
+	(*Segment)(nil),           // 6: conch.approval.v1.Segment
+	(*EvaluateRequest)(nil),   // 7: conch.approval.v1.EvaluateRequest
+	(*SandboxResolution)(nil), // 8: conch.approval.v1.SandboxResolution
+	(*EvaluateResponse)(nil),  // 9: conch.approval.v1.EvaluateResponse
 }
 var file_conch_approval_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.ExecSettings.host:type_name -> conch.approval.v1.Host
 	1,  // 1: conch.approval.v1.ExecSettings.security:type_name -> conch.approval.v1.Security
 	2,  // 2: conch.approval.v1.ExecSettings.ask:type_name -> conch.approval.v1.Ask
 	1,  // 3: conch.approval.v1.ExecSettings.ask_fallback:type_name -> conch.approval.v1.Security
-	3,  // 4: conch.approval.v1.Segment.decision:type_name -> conch.approval.v1.PolicyDecision
-	0,  // 5: conch.approval.v1.EvaluateRequest.host:type_name -> conch.approval.v1.Host
-	4,  // 6: conch.approval.v1.EvaluateRequest.settings:type_name -> conch.approval.v1.ExecSettings
-	7,  // 7: conch.approval.v1.EvaluateRequest.sandbox_resolution:type_name -> conch.approval.v1.SandboxResolution
-	5,  // 8: conch.approval.v1.SandboxResolution.segments:type_name -> conch.approval.v1.Segment
-	3,  // 9: conch.approval.v1.EvaluateResponse.decision:type_name -> conch.approval.v1.PolicyDecision
-	5,  // 10: conch.approval.v1.EvaluateResponse.segments:type_name -> conch.approval.v1.Segment
-	1,  // 11: conch.approval.v1.EvaluateResponse.security:type_name -> conch.approval.v1.Security
-	2,  // 12: conch.approval.v1.EvaluateResponse.ask:type_name -> conch.approval.v1.Ask
-	1,  // 13: conch.approval.v1.EvaluateResponse.ask_fallback:type_name -> conch.approval.v1.Security
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	5,  // 4: conch.approval.v1.ExecSettings.deny:type_name -> conch.approval.v1.DenyRule
+	3,  // 5: conch.approval.v1.Segment.decision:type_name -> conch.approval.v1.PolicyDecision
+	0,  // 6: conch.approval.v1.EvaluateRequest.host:type_name -> conch.approval.v1.Host
+	4,  // 7: conch.approval.v1.EvaluateRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	8,  // 8: conch.approval.v1.EvaluateRequest.sandbox_resolution:type_name -> conch.approval.v1.SandboxResolution
+	6,  // 9: conch.approval.v1.SandboxResolution.segments:type_name -> conch.approval.v1.Segment
+	3,  // 10: conch.approval.v1.EvaluateResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	6,  // 11: conch.approval.v1.EvaluateResponse.segments:type_name -> conch.approval.v1.Segment
+	1,  // 12: conch.approval.v1.EvaluateResponse.security:type_name -> conch.approval.v1.Security
+	2,  // 13: conch.approval.v1.EvaluateResponse.ask:type_name -> conch.approval.v1.Ask
+	1,  // 14: conch.approval.v1.EvaluateResponse.ask_fallback:type_name -> conch.approval.v1.Security
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_policy_proto_init() }
@@ -836,7 +922,7 @@ func file_conch_approval_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_policy_proto_rawDesc), len(file_conch_approval_v1_policy_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

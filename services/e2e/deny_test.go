@@ -1,0 +1,57 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Deny rules win: a gateway's rule refuses a program in a sandbox under
+// security full, naming the rule, and the exec-approvals document's rule
+// beats an allowlist entry for the same program, without asking anyone.
+// Evaluate says the same.
+func TestDenyRules(t *testing.T) {
+	d := startDev(t)
+	createGateway(t, d, map[string]any{"name": "guarded", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"deny": []map[string]string{{"id": "no-rm-root", "pattern": "/usr/bin/rm", "arg_pattern": "*-*r* /*"}}}})
+	if out := runCommand(t, d, "guarded", "shell", "", "rm -rf /etc/x"); !strings.Contains(out, "Command not allowed by exec policy (deny rule no-rm-root)") {
+		t.Fatalf("a denied command under security full: %s", out)
+	}
+	if out := runCommand(t, d, "guarded", "shell", "", "rm -f /tmp/nothing-here"); !strings.Contains(out, `\"exit_code\":0`) {
+		t.Fatalf("arguments the rule does not match: %s", out)
+	}
+	// With deny rules, full mode runs what the policy can judge only.
+	if out := runCommand(t, d, "guarded", "shell", "", "uname -s > /tmp/out"); !strings.Contains(out, "Unsupported shell token: >") {
+		t.Fatalf("an unjudgeable command under deny rules: %s", out)
+	}
+
+	createGateway(t, d, map[string]any{"name": "listed", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	doc := `{"version": 1, "defaults": {"denylist": [{"id": "no-uname", "pattern": "/usr/bin/uname"}]},
+		"agents": {"listed": {"allowlist": [{"id": "uname", "pattern": "/usr/bin/uname"}, {"id": "ls", "pattern": "/usr/bin/ls"}]}}}`
+	if code, body, _ := d.raw("PUT", "/api/v1/exec-approvals", []byte(doc)); code != http.StatusOK {
+		t.Fatalf("PUT document = %d %s", code, body)
+	}
+	if out := runCommand(t, d, "listed", "shell", "", "uname -s"); !strings.Contains(out, "Command not allowed by exec policy (deny rule no-uname)") {
+		t.Fatalf("a denied command with an allowlist entry: %s", out)
+	}
+	if out := runCommand(t, d, "listed", "shell", "", "ls -d /"); !strings.Contains(out, `\"exit_code\":0`) {
+		t.Fatalf("an allowed command: %s", out)
+	}
+	_, body := d.call("GET", "/api/v1/approvals", d.Key, nil)
+	if strings.Contains(string(body), "uname") {
+		t.Fatalf("a denied command was put to a human: %s", body)
+	}
+	code, body := d.call("POST", "/api/v1/exec-policy:evaluate", d.Key, map[string]string{"command": "uname -s", "agent": "listed"})
+	var ev struct{ Decision, Reason string }
+	if err := json.Unmarshal(body, &ev); code != http.StatusOK || err != nil || ev.Decision != "deny" || !strings.Contains(ev.Reason, "deny rule no-uname") {
+		t.Fatalf("evaluate = %d %s", code, body)
+	}
+	// A rule that cannot match is refused with the field named.
+	code, body = d.call("POST", "/api/v1/gateways", d.Key, map[string]any{"name": "bad", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"deny": []map[string]string{{"id": "x", "pattern": "rm"}}}})
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "exec.deny[0].pattern") {
+		t.Fatalf("a deny rule on a bare name = %d %s", code, body)
+	}
+}

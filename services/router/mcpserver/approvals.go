@@ -1,0 +1,181 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/internal/display"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/router/loop"
+)
+
+// decisionSchema is what an elicitation asks for: one of the three
+// answers of an approval.
+var decisionSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		"decision": map[string]any{
+			"type":        "string",
+			"title":       "Decision",
+			"description": "allow-once runs this command; allow-always also allows it from now on; deny refuses it",
+			"enum":        []string{"allow-once", "allow-always", "deny"},
+		},
+	},
+	"required": []string{"decision"},
+}
+
+// decisions are the answers an elicitation may give.
+var decisions = map[string]approvalv1.ApprovalDecision{
+	"allow-once":   approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE,
+	"allow-always": approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS,
+	"deny":         approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY,
+}
+
+// callEvents is what one tool call tells its client while it runs:
+// progress while it runs or waits, and each pending approval, asked
+// through elicitation when the client can answer one. The approval's
+// other surfaces (web, CLI, REST, chat) stay open: the first answer wins
+// and an elicitation still open when another surface answered is
+// withdrawn.
+type callEvents struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	ss        *mcp.ServerSession
+	token     any // the call's progress token, nil when it gave none
+	elicit    bool
+	approvals approvalv1.ApprovalServiceClient
+	s         *session
+
+	mu       sync.Mutex
+	progress float64
+	asking   sync.WaitGroup
+}
+
+var _ loop.Events = (*callEvents)(nil)
+
+func (s *session) events(ctx context.Context, req *mcp.CallToolRequest) *callEvents {
+	ctx, cancel := context.WithCancel(ctx)
+	e := &callEvents{ctx: ctx, cancel: cancel, ss: req.Session, token: req.Params.GetProgressToken(), approvals: s.opts.Approvals, s: s}
+	if p := req.Session.InitializeParams(); p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil {
+		e.elicit = true
+	}
+	return e
+}
+
+// stop ends the questions still open once the call is over.
+func (e *callEvents) stop() {
+	e.cancel()
+	e.asking.Wait()
+}
+
+// Delta implements loop.Events; a tool call has no model text.
+func (e *callEvents) Delta(string) error { return nil }
+
+// KeepAlive implements loop.Events.
+func (e *callEvents) KeepAlive() error {
+	e.notify("still running")
+	return nil
+}
+
+// Tool implements loop.Events.
+func (e *callEvents) Tool(ev loop.ToolEvent) error {
+	if ev.Event != "approval_pending" {
+		return nil
+	}
+	var a approvalv1.Approval
+	if err := restjson.New().Unmarshal(ev.Approval, &a); err != nil {
+		return nil
+	}
+	e.notify("waiting for approval " + a.GetId() + " of: " + display.Escape(a.GetCommand()))
+	e.s.log(e.ctx, e.ss, mcp.LoggingLevel("warning"), "command waits for approval "+a.GetId())
+	if e.elicit {
+		e.asking.Add(1)
+		go func() {
+			defer e.asking.Done()
+			e.ask(&a)
+		}()
+	}
+	return nil
+}
+
+// notify sends a progress notification when the client asked for them.
+func (e *callEvents) notify(msg string) {
+	if e.token == nil {
+		return
+	}
+	e.mu.Lock()
+	e.progress++
+	p := e.progress
+	e.mu.Unlock()
+	_ = e.ss.NotifyProgress(e.ctx, &mcp.ProgressNotificationParams{ProgressToken: e.token, Progress: p, Message: msg})
+}
+
+// ask asks the client to answer a, and resolves a with the answer unless
+// another surface answered first.
+func (e *callEvents) ask(a *approvalv1.Approval) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	go func() {
+		// Withdraw the question once the approval is answered elsewhere.
+		defer cancel()
+		w, err := e.approvals.WatchApproval(ctx, &approvalv1.WatchApprovalRequest{Id: a.GetId()})
+		if err != nil {
+			return
+		}
+		for {
+			msg, err := w.Recv()
+			if err != nil || msg.GetApproval().GetState() != approvalv1.ApprovalState_APPROVAL_STATE_PENDING {
+				return
+			}
+		}
+	}()
+	res, err := e.ss.Elicit(ctx, &mcp.ElicitParams{Message: approvalText(a), RequestedSchema: decisionSchema})
+	if err != nil {
+		return
+	}
+	decision, ok := elicitedDecision(res)
+	if !ok {
+		// Dismissed without an answer: the other surfaces may still answer.
+		return
+	}
+	if _, err := e.approvals.ResolveApproval(e.ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: decision}); err != nil {
+		k := errs.KindOf(err)
+		if k != errs.FailedPrecondition && k != errs.NotFound {
+			e.s.opts.Logger.WarnContext(e.ctx, "approval answer not recorded", "approval", a.GetId(), "error", err)
+		}
+	}
+}
+
+// elicitedDecision is the approval decision an elicitation's answer
+// gives; a declined question denies, a dismissed one gives none.
+func elicitedDecision(res *mcp.ElicitResult) (approvalv1.ApprovalDecision, bool) {
+	switch res.Action {
+	case "accept":
+		word, _ := res.Content["decision"].(string)
+		d, ok := decisions[word]
+		return d, ok
+	case "decline":
+		return approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY, true
+	}
+	return approvalv1.ApprovalDecision_APPROVAL_DECISION_UNSPECIFIED, false
+}
+
+// approvalText is the question: the command escaped and whole, where it
+// runs and what it resolves to.
+func approvalText(a *approvalv1.Approval) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Allow this command to run? (approval %s)\n", a.GetId())
+	fmt.Fprintf(&b, "Command: %s\n", display.Escape(a.GetCommand()))
+	fmt.Fprintf(&b, "CWD: %s\n", display.Escape(a.GetCwd()))
+	if paths := a.GetResolvedPaths(); len(paths) > 0 {
+		fmt.Fprintf(&b, "Resolved: %s\n", display.Escape(strings.Join(paths, ", ")))
+	}
+	fmt.Fprintf(&b, "Host: %s", strings.ToLower(strings.TrimPrefix(a.GetHost().String(), "HOST_")))
+	return b.String()
+}

@@ -1,0 +1,316 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/completion"
+)
+
+// DefaultSessionIdle is how long an MCP session lives without a request
+// from its client: the default idle time of a session's sandbox (SPEC §3).
+const DefaultSessionIdle = 20 * time.Minute
+
+// protocolVersions are the protocol versions served: those with sessions
+// (Mcp-Session-Id), which hold a sandbox and let a tool call ask the
+// client through elicitation while it runs.
+var protocolVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+
+// Core is what the MCP server needs of the completion service.
+type Core interface {
+	Gateway(ctx context.Context, account, name string) (*routerv1.Gateway, error)
+	OpenToolbox(ctx context.Context, scope tenant.Scope, g *routerv1.Gateway, user string) (*completion.Toolbox, error)
+}
+
+var _ Core = (*completion.Service)(nil)
+
+// Options configure the handler.
+type Options struct {
+	Core       Core
+	Executor   executorv1.ExecutorServiceClient
+	Approvals  approvalv1.ApprovalServiceClient
+	Workspaces workspacev1.WorkspaceServiceClient
+	// SessionIdle ends a session after this long without a request; 0
+	// means DefaultSessionIdle.
+	SessionIdle time.Duration
+	Logger      *slog.Logger
+	// Version is conch's version, told to clients.
+	Version string
+}
+
+// Handler serves MCP's streamable HTTP transport behind the router's
+// bearer auth, which has put the caller's scope in each request's
+// context.
+type Handler struct {
+	opts Options
+	sdk  *mcp.StreamableHTTPHandler
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+// NewHandler returns the handler.
+func NewHandler(opts Options) (*Handler, error) {
+	if opts.Core == nil || opts.Executor == nil || opts.Approvals == nil || opts.Workspaces == nil {
+		return nil, errors.New("mcpserver: Core, Executor, Approvals and Workspaces are required")
+	}
+	if opts.SessionIdle <= 0 {
+		opts.SessionIdle = DefaultSessionIdle
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &Handler{opts: opts, sessions: map[string]*session{}}
+	h.sdk = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if s, ok := r.Context().Value(sessionKey{}).(*session); ok {
+			return s.server
+		}
+		return nil
+	}, &mcp.StreamableHTTPOptions{
+		SessionTimeout: opts.SessionIdle,
+		// The router may be reached through any name; bearer auth, not
+		// the Host header, guards it.
+		DisableLocalhostProtection: true,
+	})
+	return h, nil
+}
+
+type sessionKey struct{}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	scope, ok := tenant.From(r.Context())
+	if !ok {
+		writeError(w, http.StatusUnauthorized, "missing credentials")
+		return
+	}
+	gateway := r.PathValue("gateway")
+	if gateway == "" {
+		gateway = "default"
+	}
+	if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+		s := h.lookup(id)
+		// Another account's session is not found, as any object of
+		// another account is (SPEC §2).
+		if s == nil || s.scope.Account != scope.Account || s.gateway.GetName() != gateway {
+			writeError(w, http.StatusNotFound, "session not found: start a new one with initialize")
+			return
+		}
+		h.serveSession(w, r, s)
+		return
+	}
+	if r.Method != http.MethodPost {
+		writeError(w, http.StatusBadRequest, "Mcp-Session-Id header required: start a session with initialize")
+		return
+	}
+	s, status, err := h.open(r.Context(), scope, gateway)
+	if err != nil {
+		writeError(w, status, err.Error())
+		return
+	}
+	// The client may use the session as soon as it reads the answer to
+	// initialize, before this request's handler returns: it is known
+	// from the start, and forgotten unless that initialize succeeded.
+	h.mu.Lock()
+	h.sessions[s.id] = s
+	h.mu.Unlock()
+	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
+	ss := s.live()
+	if ss == nil {
+		h.end(context.WithoutCancel(r.Context()), s)
+		return
+	}
+	go func() {
+		_ = ss.Wait()
+		h.end(context.WithoutCancel(r.Context()), s)
+	}()
+}
+
+// end forgets a session and releases what it holds.
+func (h *Handler) end(ctx context.Context, s *session) {
+	h.mu.Lock()
+	delete(h.sessions, s.id)
+	h.mu.Unlock()
+	s.close(ctx)
+}
+
+// serveSession serves a request of the live session s. A client that
+// goes away while a tool call runs will never read its result: the call
+// is cancelled as if the client had said so, which stops its command.
+// (Before protocol version 2026-07-28 the SDK lets such a call run on.)
+func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request, s *session) {
+	r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
+	var call jsonrpc.ID
+	if r.Method == http.MethodPost && r.Body != nil {
+		body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "request body: "+err.Error())
+			return
+		}
+		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
+			if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && req.Method == "tools/call" {
+				call = req.ID
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	h.sdk.ServeHTTP(w, r)
+	if call.IsValid() && r.Context().Err() != nil {
+		h.cancelCall(r, call)
+	}
+}
+
+// cancelCall cancels the call id of r's session through the SDK, as the
+// client's notifications/cancelled would.
+func (h *Handler) cancelCall(r *http.Request, id jsonrpc.ID) {
+	note, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
+		"params": map[string]any{"requestId": id.Raw(), "reason": "the client went away"}})
+	if err != nil {
+		return
+	}
+	req, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), http.MethodPost, r.URL.String(), bytes.NewReader(note))
+	if err != nil {
+		return
+	}
+	for _, k := range []string{"Mcp-Session-Id", "Mcp-Protocol-Version"} {
+		if v := r.Header.Get(k); v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	h.sdk.ServeHTTP(discardResponse{header: http.Header{}}, req)
+}
+
+// discardResponse is the response of a request nobody reads.
+type discardResponse struct{ header http.Header }
+
+func (d discardResponse) Header() http.Header       { return d.header }
+func (discardResponse) Write(b []byte) (int, error) { return len(b), nil }
+func (discardResponse) WriteHeader(int)             {}
+
+func (h *Handler) lookup(id string) *session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+// open makes a session's server for the caller in scope on gateway; the
+// status is the HTTP status of an error.
+func (h *Handler) open(ctx context.Context, scope tenant.Scope, gateway string) (*session, int, error) {
+	g, err := h.opts.Core.Gateway(ctx, scope.Account, gateway)
+	if err != nil {
+		var fe *completion.FieldError
+		if errors.As(err, &fe) {
+			return nil, fe.Status, errors.New("gateway " + gateway + " not found")
+		}
+		h.opts.Logger.ErrorContext(ctx, "gateway lookup failed", "gateway", gateway, "error", err)
+		return nil, http.StatusServiceUnavailable, errors.New("gateways are unavailable; try again")
+	}
+	id, err := newSessionID()
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	scope.Session, scope.Surface = id, tenant.SurfaceMCP
+	tb, err := h.opts.Core.OpenToolbox(ctx, scope, g, scope.User)
+	if err != nil {
+		var fe *completion.FieldError
+		if errors.As(err, &fe) {
+			return nil, http.StatusBadRequest, err
+		}
+		return nil, http.StatusBadGateway, err
+	}
+	s := &session{id: id, scope: scope, gateway: g, toolbox: tb, opts: &h.opts, subscribed: map[string]fileState{}}
+	s.server = mcp.NewServer(&mcp.Implementation{Name: "conch", Title: "conch: sandboxed shell, files and approvals", Version: h.opts.Version}, &mcp.ServerOptions{
+		Instructions:              instructions(g, tb),
+		GetSessionID:              func() string { return id },
+		SupportedProtocolVersions: protocolVersions,
+		SubscribeHandler:          s.subscribe,
+		UnsubscribeHandler:        s.unsubscribe,
+		Capabilities: &mcp.ServerCapabilities{
+			Logging:   &mcp.LoggingCapabilities{},
+			Tools:     &mcp.ToolCapabilities{},
+			Resources: &mcp.ResourceCapabilities{Subscribe: true},
+		},
+	})
+	s.addTools()
+	s.addResources()
+	return s, 0, nil
+}
+
+func newSessionID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "mcp-" + hex.EncodeToString(b), nil
+}
+
+// session is one MCP session: its server, its caller and its tools.
+type session struct {
+	id      string
+	scope   tenant.Scope
+	gateway *routerv1.Gateway
+	toolbox *completion.Toolbox
+	server  *mcp.Server
+	opts    *Options
+
+	mu         sync.Mutex
+	subscribed map[string]fileState // resource URI → what the client last heard
+	closed     bool
+}
+
+// live is the session's initialized MCP session, nil when there is none.
+func (s *session) live() *mcp.ServerSession {
+	for ss := range s.server.Sessions() {
+		if ss.ID() == s.id && ss.InitializeParams() != nil {
+			return ss
+		}
+	}
+	return nil
+}
+
+// close releases the session's sandbox and tools.
+func (s *session) close(ctx context.Context) {
+	s.mu.Lock()
+	done := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	s.toolbox.Close(tenant.With(ctx, s.scope))
+}
+
+// ctx is ctx with the session's caller as the scope of the calls it
+// makes to the services.
+func (s *session) ctx(ctx context.Context) context.Context { return tenant.With(ctx, s.scope) }
+
+// log sends a log message to the client, which chose the least level it
+// hears.
+func (s *session) log(ctx context.Context, ss *mcp.ServerSession, level mcp.LoggingLevel, msg string) {
+	_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: level, Logger: "conch", Data: msg})
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"message": msg}})
+}
