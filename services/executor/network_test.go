@@ -22,6 +22,7 @@ func TestSandboxEgress(t *testing.T) {
 		"metadata.conch.test": {netip.MustParseAddr("169.254.169.254")},
 		"mixed.conch.test":    {netip.MustParseAddr("10.9.9.9"), in.Addr},
 	}}
+	head := in.ServeGit(t)
 	x := startExecutor(t, WithEgress(egressproxy.New(egressproxy.Config{Resolver: res})))
 	ctx := as(t, "acme")
 	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{
@@ -67,6 +68,9 @@ func TestSandboxEgress(t *testing.T) {
 		{"socks5 with the name resolved by the proxy", curl + "--proxy socks5h://127.0.0.1:3128 http://allowed.conch.test/s", true, testnet.Greeting + " allowed.conch.test/s"},
 		{"python urllib", `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://allowed.conch.test/py").read().decode())'`, true, testnet.Greeting + " allowed.conch.test/py"},
 		{"python urllib https", `python3 -c 'import ssl, urllib.request; print(urllib.request.urlopen("https://allowed.conch.test/pys", context=ssl._create_unverified_context()).read().decode())'`, true, testnet.Greeting},
+		{"git ls-remote over http", "git ls-remote http://allowed.conch.test/git/repo.git", true, head + "\trefs/heads/main"},
+		{"git ls-remote over https, through a tunnel", "GIT_SSL_NO_VERIFY=1 git ls-remote https://allowed.conch.test/git/repo.git", true, head + "\trefs/heads/main"},
+		{"git ls-remote to a name not listed", "git ls-remote https://denied.conch.test/git/repo.git 2>&1", false, "403"},
 		{"name not listed", curl + "http://denied.conch.test/", true, refused("denied.conch.test:80")},
 		{"suffix itself is not below it", curl + "http://wild.conch.test/", true, refused("wild.conch.test:80")},
 		{"https name not listed", curl + "-v -k https://denied.conch.test/ 2>&1", false, "403"},
@@ -137,6 +141,7 @@ func TestSandboxWithoutNetworkHasNoProxy(t *testing.T) {
 func TestSandboxSecrets(t *testing.T) {
 	in := testnet.Start(t)
 	const secret = "s3cr3t-value-4242"
+	head := in.ServeGit(t)
 	x := startExecutor(t, WithEgress(egressproxy.New(egressproxy.Config{Resolver: &testnet.Resolver{Internet: in}, UpstreamRoots: in.Roots})))
 	ctx := as(t, "acme")
 	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{
@@ -164,6 +169,7 @@ func TestSandboxSecrets(t *testing.T) {
 		{"curl over https, the proxy's CA trusted", `curl -sS -H "Authorization: Bearer $API_TOKEN" https://api.conch.test/headers`, "Authorization: Bearer " + secret},
 		{"python over https", `python3 -c 'import os, urllib.request; print(urllib.request.urlopen(urllib.request.Request("https://api.conch.test/headers", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})).read().decode())'`, "Authorization: Bearer " + secret},
 		{"plain http", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`, "Authorization: Bearer " + secret},
+		{"git over https verifies the proxy's CA", `git -c http.extraHeader="Authorization: Bearer $API_TOKEN" ls-remote https://api.conch.test/git/repo.git`, head + "\trefs/heads/main"},
 		{"another host", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://other.conch.test/headers`, "conch: egress to other.conch.test:80 is not allowed by gateway research: the request carries a secret's placeholder (header Authorization) that is not bound to this host"},
 		{"another header", `curl -sS -H "X-Token: $API_TOKEN" https://api.conch.test/headers`, "(header X-Token) that is not bound"},
 		{"an unbound host is tunnelled, not intercepted", `curl -sS -k https://other.conch.test/x`, testnet.Greeting + " other.conch.test/x"},

@@ -19,6 +19,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +48,45 @@ type Internet struct {
 	// Roots verify the HTTPS server, whose certificate names every
 	// conch.test name and Addr.
 	Roots *x509.CertPool
+
+	git atomic.Pointer[cgi.Handler]
+}
+
+// ServeGit makes a bare repository with one commit on main, served by
+// git's smart HTTP backend at /git/repo.git on every server; it returns
+// the commit.
+func (in *Internet) ServeGit(t testing.TB) string {
+	t.Helper()
+	root := t.TempDir()
+	work := filepath.Join(t.TempDir(), "work")
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@conch.test", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@conch.test")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git(root, "init", "-q", "--bare", "-b", "main", "repo.git")
+	git(root, "init", "-q", "-b", "main", work)
+	if err := os.WriteFile(filepath.Join(work, "README"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(work, "add", "README")
+	git(work, "commit", "-q", "-m", "first")
+	git(work, "push", "-q", filepath.Join(root, "repo.git"), "main")
+	backend, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.git.Store(&cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"), Root: "/git",
+		Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
+	})
+	return git(work, "rev-parse", "HEAD")
 }
 
 // Start creates the namespace and its servers; the test's cleanup removes
@@ -94,6 +135,10 @@ func Start(t testing.TB) *Internet {
 				}
 				n -= int64(k)
 			}
+			return
+		}
+		if h := in.git.Load(); h != nil && strings.HasPrefix(r.URL.Path, "/git/") {
+			h.ServeHTTP(w, r)
 			return
 		}
 		if r.URL.Path == "/headers" {
