@@ -12,6 +12,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/document"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
@@ -118,7 +119,7 @@ func callerKey(ctx context.Context) (tenant.Scope, error) {
 func (s *Server) resolve(ctx context.Context, account, id string, decision approvalv1.ApprovalDecision, approver string) (*store.Approval, error) {
 	d := approvalDecisionFrom(decision)
 	if d == "" {
-		return nil, errs.New(errs.InvalidArgument, "decision: want allow-once, allow-always or deny")
+		return nil, errs.New(errs.InvalidArgument, "decision: want %s", strings.ReplaceAll(execpolicy.DecisionWords, "|", ", "))
 	}
 	if len(approver) > 256 {
 		return nil, errs.New(errs.InvalidArgument, "approver: at most 256 characters")
@@ -135,6 +136,13 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 		})
 		if err != nil {
 			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed, but %s was not remembered for %s", id, a.EgressHost, a.Agent)
+		}
+	}
+	// A network approval's allow-session lets its sandbox connect, as
+	// allow-once does; it grants no command to the session.
+	if d == store.DecisionAllowSession && a.Egress == "" {
+		if err := s.grantSession(ctx, a); err != nil {
+			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed once, but not recorded for the session", id)
 		}
 	}
 	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {
