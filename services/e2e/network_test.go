@@ -136,6 +136,13 @@ func TestNetworkEgress(t *testing.T) {
 		if len(res) != 1 || !strings.Contains(res[0].Stdout, "conch: egress to "+site+":80 is not allowed by gateway egress-deny: denied by key:") {
 			t.Fatalf("results = %+v", res)
 		}
+		// Nobody answering in time is a refusal too.
+		createGateway(t, d, map[string]any{"name": "egress-late", "shell": map[string]any{"enabled": true,
+			"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{"api.example.com"}, "ask": "on-miss", "approval_timeout_seconds": 1}},
+			"upstream": map[string]any{"provider": "openai", "base_url": shellScript(t, "curl -sS --max-time 60 http://"+site+"/late").URL, "model": "m"}})
+		if res, _ = completeShell(t, d, "egress-late", nil); len(res) != 1 || !strings.Contains(res[0].Stdout, "is not allowed by gateway egress-late: nobody answered in time") {
+			t.Fatalf("results = %+v", res)
+		}
 		// allow-always remembers the host for the gateway: a new sandbox
 		// connects without asking.
 		gateway("egress-always", "curl -sS --max-time 60 http://"+site+"/first")

@@ -25,8 +25,10 @@ type Network struct {
 	// proxy's defaults.
 	MaxConns int
 	MaxBytes int64
-	// Ask holds a connection the allowlist misses and asks a human.
-	Ask bool
+	// Ask holds a connection the allowlist misses and asks a human, for
+	// up to ApprovalTimeout (0: the approval service's default).
+	Ask             bool
+	ApprovalTimeout int32
 	// Secrets are bound to some of Domains.
 	Secrets []NetworkSecret
 }
@@ -115,6 +117,10 @@ func networkFrom(n *executorv1.Network, gateway string) (*Network, error) {
 			return nil, errs.New(errs.InvalidArgument, "network.ask: on-miss needs the agent (gateway) whose approvals answer it")
 		}
 		net.Ask = true
+		if t := n.GetApprovalTimeoutSeconds(); t < 0 || t > 3600 {
+			return nil, errs.New(errs.InvalidArgument, "network.approval_timeout_seconds: must be 0 (the default) to 3600, got %d", t)
+		}
+		net.ApprovalTimeout = n.GetApprovalTimeoutSeconds()
 	default:
 		return nil, errs.New(errs.InvalidArgument, "network.ask: must be off or on-miss")
 	}
@@ -160,7 +166,7 @@ func (n *Network) pb() *executorv1.Network {
 	out := &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: n.Domains,
 		MaxConnections: int32(cmp.Or(n.MaxConns, egressproxy.DefaultMaxConns)), MaxBytes: cmp.Or(n.MaxBytes, egressproxy.DefaultMaxBytes)}
 	if n.Ask {
-		out.Ask = executorv1.NetworkAsk_NETWORK_ASK_ON_MISS
+		out.Ask, out.ApprovalTimeoutSeconds = executorv1.NetworkAsk_NETWORK_ASK_ON_MISS, n.ApprovalTimeout
 	}
 	for _, sec := range n.Secrets {
 		out.Secrets = append(out.Secrets, &executorv1.NetworkSecret{Env: sec.Env, ValueSet: true, Domains: sec.Domains, Header: sec.Header})

@@ -468,6 +468,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		egressPolicy.Ask = func(ctx context.Context, host string, port int) (bool, string) {
 			v, err := gate.CheckEgress(ctx, egressApprovals, &approvalv1.AuthorizeEgressRequest{
 				Agent: p.Network.Gateway, Sandbox: id, Host: host, Port: int32(port), Session: p.Session, User: p.User,
+				TimeoutSeconds: p.Network.ApprovalTimeout,
 			})
 			if err != nil {
 				s.log.WarnContext(ctx, "network approval failed", "sandbox", id, "host", host, "port", port, "error", err)

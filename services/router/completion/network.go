@@ -32,7 +32,8 @@ func shellNetwork(g *routerv1.Gateway, req *Request) (*executorv1.Network, error
 		}
 	}
 	out := &executorv1.Network{Mode: gw.GetMode(), AllowedDomains: gw.GetAllowedDomains(), Ports: gw.GetPorts(),
-		MaxConnections: gw.GetMaxConnections(), MaxBytes: gw.GetMaxBytes(), Ask: gw.GetAsk(), Secrets: gw.GetSecrets()}
+		MaxConnections: gw.GetMaxConnections(), MaxBytes: gw.GetMaxBytes(), Ask: gw.GetAsk(), Secrets: gw.GetSecrets(),
+		ApprovalTimeoutSeconds: gw.GetApprovalTimeoutSeconds()}
 	if n.AllowedDomains != nil {
 		out.AllowedDomains = nil
 		for i, d := range n.AllowedDomains {

@@ -184,6 +184,9 @@ func validateNetwork(n *executorv1.Network) error {
 	if _, ok := executorv1.NetworkAsk_name[int32(n.GetAsk())]; !ok {
 		return invalid("shell.network.ask", "must be off or on-miss")
 	}
+	if t := n.GetApprovalTimeoutSeconds(); t < 0 || t > 3600 {
+		return invalid("shell.network.approval_timeout_seconds", "must be 0 (the default) to 3600, got %d", t)
+	}
 	var allowed []string
 	for _, d := range n.GetAllowedDomains() {
 		norm, _ := egress.NormalizePattern(d)

@@ -305,9 +305,12 @@ type Network struct {
 	// What happens to a connection the allowlist misses.
 	Ask NetworkAsk `protobuf:"varint,6,opt,name=ask,proto3,enum=conch.executor.v1.NetworkAsk" json:"ask,omitempty"`
 	// Secrets the sandbox uses without ever holding them.
-	Secrets       []*NetworkSecret `protobuf:"bytes,7,rep,name=secrets,proto3" json:"secrets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Secrets []*NetworkSecret `protobuf:"bytes,7,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	// How long a held connection waits for a human (ask on-miss); 0 means
+	// the approval service's default. At most 3600.
+	ApprovalTimeoutSeconds int32 `protobuf:"varint,8,opt,name=approval_timeout_seconds,json=approvalTimeoutSeconds,proto3" json:"approval_timeout_seconds,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Network) Reset() {
@@ -387,6 +390,13 @@ func (x *Network) GetSecrets() []*NetworkSecret {
 		return x.Secrets
 	}
 	return nil
+}
+
+func (x *Network) GetApprovalTimeoutSeconds() int32 {
+	if x != nil {
+		return x.ApprovalTimeoutSeconds
+	}
+	return 0
 }
 
 // NetworkSecret is a secret bound to domains: the sandbox sees only a
@@ -1234,7 +1244,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x0ecpu_millicores\x18\x03 \x01(\x03R\rcpuMillicores\x12'\n" +
 	"\x0fworkspace_bytes\x18\x04 \x01(\x03R\x0eworkspaceBytes\x12'\n" +
 	"\x0fworkspace_files\x18\x05 \x01(\x03R\x0eworkspaceFiles\x12:\n" +
-	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xaf\x02\n" +
+	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xe9\x02\n" +
 	"\aNetwork\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1e.conch.executor.v1.NetworkModeR\x04mode\x12'\n" +
 	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\x12\x14\n" +
@@ -1242,7 +1252,8 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x12\x1b\n" +
 	"\tmax_bytes\x18\x05 \x01(\x03R\bmaxBytes\x12/\n" +
 	"\x03ask\x18\x06 \x01(\x0e2\x1d.conch.executor.v1.NetworkAskR\x03ask\x12:\n" +
-	"\asecrets\x18\a \x03(\v2 .conch.executor.v1.NetworkSecretR\asecrets\"\x86\x01\n" +
+	"\asecrets\x18\a \x03(\v2 .conch.executor.v1.NetworkSecretR\asecrets\x128\n" +
+	"\x18approval_timeout_seconds\x18\b \x01(\x05R\x16approvalTimeoutSeconds\"\x86\x01\n" +
 	"\rNetworkSecret\x12\x10\n" +
 	"\x03env\x18\x01 \x01(\tR\x03env\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n" +
