@@ -193,11 +193,16 @@ type Approval struct {
 	// Why an expired approval ended without a human's answer: nobody
 	// answered in time, or the request that asked ended first.
 	Reason string `protobuf:"bytes,18,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The reviewer model's answer and reasoning, when one reviewed it: shown
+	// to the human it was escalated to.
+	ReviewerNote string `protobuf:"bytes,19,opt,name=reviewer_note,json=reviewerNote,proto3" json:"reviewer_note,omitempty"`
+	// True while the reviewer model has it: humans are not notified yet.
+	Reviewing bool `protobuf:"varint,20,opt,name=reviewing,proto3" json:"reviewing,omitempty"`
 	// For a network approval, the host:port a sandbox's program asked the
 	// egress proxy for (the command then describes it); empty for a command.
-	Egress string `protobuf:"bytes,19,opt,name=egress,proto3" json:"egress,omitempty"`
+	Egress string `protobuf:"bytes,21,opt,name=egress,proto3" json:"egress,omitempty"`
 	// Sandbox whose program asked, for a network approval.
-	Sandbox       string `protobuf:"bytes,20,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Sandbox       string `protobuf:"bytes,22,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +361,20 @@ func (x *Approval) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Approval) GetReviewerNote() string {
+	if x != nil {
+		return x.ReviewerNote
+	}
+	return ""
+}
+
+func (x *Approval) GetReviewing() bool {
+	if x != nil {
+		return x.Reviewing
+	}
+	return false
 }
 
 func (x *Approval) GetEgress() string {
@@ -1915,7 +1934,7 @@ var File_conch_approval_v1_approval_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\n" +
-	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfa\x05\n" +
+	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x06\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .conch.approval.v1.ApprovalStateR\x05state\x12?\n" +
@@ -1939,9 +1958,11 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"resolvedAt\x12\x12\n" +
 	"\x04node\x18\x10 \x01(\tR\x04node\x126\n" +
 	"\bsegments\x18\x11 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12\x16\n" +
-	"\x06reason\x18\x12 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06egress\x18\x13 \x01(\tR\x06egress\x12\x18\n" +
-	"\asandbox\x18\x14 \x01(\tR\asandbox\"\xa9\x02\n" +
+	"\x06reason\x18\x12 \x01(\tR\x06reason\x12#\n" +
+	"\rreviewer_note\x18\x13 \x01(\tR\freviewerNote\x12\x1c\n" +
+	"\treviewing\x18\x14 \x01(\bR\treviewing\x12\x16\n" +
+	"\x06egress\x18\x15 \x01(\tR\x06egress\x12\x18\n" +
+	"\asandbox\x18\x16 \x01(\tR\asandbox\"\xa9\x02\n" +
 	"\aBinding\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x125\n" +
