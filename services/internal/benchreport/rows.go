@@ -56,6 +56,16 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "the same without the proxy", Ref: Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkConnectSetup", Unit: "direct-p50-ms"}},
 	},
 	{
+		Service: "executor", Metric: "egress from a sandbox (agent bridge + proxy): connection setup added, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkSandboxEgressConnect", Unit: "added-p50-ms"},
+		Target: Target{Max: 2},
+	},
+	{
+		Service: "executor", Metric: "egress from a sandbox: connect + small GET, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkSandboxEgressConnect", Unit: "sandbox-p50-ms"},
+		Anchor: &Anchor{Name: "the same program from the host, directly", Ref: Ref{Pkg: "executor", Bench: "BenchmarkSandboxEgressConnect", Unit: "direct-p50-ms"}},
+	},
+	{
 		Service: "executor", Metric: "egress proxy: CONNECT tunnel download", Unit: "MB/s",
 		Value:  Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkTunnelThroughput", Unit: "tunnel-MB/s"},
 		Anchor: &Anchor{Name: "the same download without the proxy", Ref: Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkTunnelThroughput", Unit: "direct-MB/s"}},
