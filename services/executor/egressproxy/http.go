@@ -136,6 +136,9 @@ func (s *session) forward(ctx context.Context, c net.Conn, req *http.Request) bo
 		req.Header.Del(h)
 	}
 	req.RequestURI = ""
+	// The host that was judged is the host asked: a different Host
+	// header would reach another site behind the same address.
+	req.Host = req.URL.Host
 	resp, err := s.rt.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		writeDialError(c, err)

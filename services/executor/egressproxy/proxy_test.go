@@ -126,3 +126,60 @@ func TestLimits(t *testing.T) {
 		_ = held
 	})
 }
+
+// TestHostHeaderFollowsTheURL checks that an absolute-form request reaches
+// its server with the Host it was judged by, whatever Host header the
+// client sent.
+func TestHostHeaderFollowsTheURL(t *testing.T) {
+	in := testnet.Start(t)
+	allow, err := egress.NewAllowlist([]string{in.Addr.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := serve(t, Policy{Gateway: "g", Allow: allow})
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://%s/x HTTP/1.1\r\nHost: internal.example\r\n\r\n", in.Addr)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if want := testnet.Greeting + " " + in.Addr.String() + "/x"; !strings.Contains(string(body), want) {
+		t.Fatalf("body %q, want %q", body, want)
+	}
+}
+
+// TestSOCKSRefusal checks that a SOCKS5 client is told "not allowed by
+// ruleset" for a host off the list and for a refused address, at once.
+func TestSOCKSRefusal(t *testing.T) {
+	t.Parallel()
+	allow, err := egress.NewAllowlist([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := serve(t, Policy{Gateway: "g", Allow: allow})
+	for _, target := range [][]byte{
+		append([]byte{atypDomain, 11}, "example.org"...),
+		{atypIPv4, 127, 0, 0, 1},
+		{atypIPv4, 169, 254, 169, 254},
+	} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := append([]byte{socksVersion, 1, socksNoAuth, socksVersion, socksConnect, 0}, target...)
+		if _, err := c.Write(append(req, 0, 80)); err != nil {
+			t.Fatal(err)
+		}
+		reply := make([]byte, 12)
+		n, _ := io.ReadAtLeast(c, reply, 4)
+		c.Close()
+		if n < 4 || reply[0] != socksVersion || reply[1] != socksNoAuth || reply[3] != repNotAllowed {
+			t.Errorf("target %v: reply % x", target, reply[:n])
+		}
+	}
+}
