@@ -71,6 +71,8 @@ func TestSandboxEgress(t *testing.T) {
 		{"git ls-remote over http", "git ls-remote http://allowed.conch.test/git/repo.git", true, head + "\trefs/heads/main"},
 		{"git ls-remote over https, through a tunnel", "GIT_SSL_NO_VERIFY=1 git ls-remote https://allowed.conch.test/git/repo.git", true, head + "\trefs/heads/main"},
 		{"git ls-remote to a name not listed", "git ls-remote https://denied.conch.test/git/repo.git 2>&1", false, "403"},
+		{"pip download through a tunnel", "python3 -m pip download -q --no-deps --no-cache-dir --disable-pip-version-check -d /tmp/dl --index-url https://allowed.conch.test/simple/ --trusted-host allowed.conch.test conchdemo && ls /tmp/dl", true, testnet.WheelName},
+		{"pip refused for a name not listed", `python3 -m pip download -vvv --no-deps --no-cache-dir --disable-pip-version-check --retries 0 -d /tmp/dl2 --index-url https://denied.conch.test/simple/ conchdemo 2>&1 | grep -m1 "403"`, false, "Tunnel connection failed: 403"},
 		{"name not listed", curl + "http://denied.conch.test/", true, refused("denied.conch.test:80")},
 		{"suffix itself is not below it", curl + "http://wild.conch.test/", true, refused("wild.conch.test:80")},
 		{"https name not listed", curl + "-v -k https://denied.conch.test/ 2>&1", false, "403"},

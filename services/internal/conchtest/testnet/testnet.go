@@ -2,7 +2,8 @@
 // egress: a network namespace the test creates, joined to the host by a
 // veth pair with addresses from a documentation range (RFC 5737), with an
 // HTTP server on port 80, an HTTPS one on 443 and a plain one on 8080;
-// /bytes/N answers N zero bytes, /headers the request's headers.
+// /bytes/N answers N zero bytes, /headers the request's headers, /simple/
+// is a package index (PEP 503) holding one wheel, conchdemo 1.0.
 // Traffic to it is real routing, and reaches nothing but that namespace.
 // It needs root.
 package testnet
@@ -139,6 +140,9 @@ func Start(t testing.TB) *Internet {
 		}
 		if h := in.git.Load(); h != nil && strings.HasPrefix(r.URL.Path, "/git/") {
 			h.ServeHTTP(w, r)
+			return
+		}
+		if serveIndex(w, r) {
 			return
 		}
 		if r.URL.Path == "/headers" {
