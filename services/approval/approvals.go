@@ -130,6 +130,14 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 	}
 	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
 	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
+	if d == store.DecisionAllowAlways && a.EgressHost != "" {
+		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
+			return true, doc.AddEgress(a.Agent, a.EgressHost)
+		})
+		if err != nil {
+			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed, but %s was not remembered for %s", id, a.EgressHost, a.Agent)
+		}
+	}
 	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {
 		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
 			for _, p := range a.Recordable {

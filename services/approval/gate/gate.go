@@ -300,3 +300,44 @@ func follow(ctx context.Context, c Client, id string) (*approvalv1.Approval, err
 		}
 	}
 }
+
+// EgressClient is the part of the approval service a network ask uses.
+type EgressClient interface {
+	Client
+	AuthorizeEgress(ctx context.Context, in *approvalv1.AuthorizeEgressRequest, opts ...grpc.CallOption) (*approvalv1.AuthorizeEgressResponse, error)
+}
+
+var _ EgressClient = approvalv1.ApprovalServiceClient(nil)
+
+// CheckEgress asks the approval service whether a sandbox may connect to
+// a host its network allowlist misses, waiting for a human's answer or the
+// timeout when one is needed. The verdict's Approval is the answered one,
+// if any: its decision says whether the host was allowed always.
+func CheckEgress(ctx context.Context, c EgressClient, req *approvalv1.AuthorizeEgressRequest) (Verdict, error) {
+	resp, err := c.AuthorizeEgress(ctx, req)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("gate: authorize egress: %w", err)
+	}
+	switch resp.GetDecision() {
+	case approvalv1.PolicyDecision_POLICY_DECISION_ALLOW:
+		return Verdict{Allowed: true}, nil
+	case approvalv1.PolicyDecision_POLICY_DECISION_ASK:
+	default:
+		return Verdict{Reason: resp.GetReason()}, nil
+	}
+	final, err := wait(ctx, c, resp.GetApproval().GetId())
+	if err != nil {
+		if callerGone(ctx, err) {
+			abandon(ctx, c, resp.GetApproval().GetId(), timedOut(ctx, err))
+		}
+		return Verdict{}, err
+	}
+	if final.GetState() == approvalv1.ApprovalState_APPROVAL_STATE_ALLOWED {
+		return Verdict{Allowed: true, Approval: final}, nil
+	}
+	reason := "denied by " + final.GetResolvedBy()
+	if final.GetState() == approvalv1.ApprovalState_APPROVAL_STATE_EXPIRED {
+		reason = "nobody answered in time"
+	}
+	return Verdict{Reason: reason, Approval: final}, nil
+}

@@ -76,6 +76,12 @@ type Approval struct {
 	FallbackAllows bool `json:"fallbackAllows,omitempty"`
 	// Consumed is set once an allowed approval was used to run.
 	Consumed bool `json:"consumed,omitempty"`
+	// Egress is the host:port of a network approval; Sandbox the sandbox
+	// that asked for it.
+	Egress  string `json:"egress,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	// EgressHost is what allow-always remembers for the agent.
+	EgressHost string `json:"egressHost,omitempty"`
 	// SessionTTLSeconds and SessionByShape are what an allow-session
 	// answer grants: for how long, and whether by argument shape.
 	SessionTTLSeconds int  `json:"sessionTTLSeconds,omitempty"`
@@ -416,7 +422,9 @@ func (s *Store) Resolve(ctx context.Context, account, id, decision, approver str
 		next.ReviewerNote = note[0]
 	}
 	var grants []clientv3.Op
-	if decision == DecisionAllowSession {
+	// A network approval's allow-session lets its sandbox connect, as
+	// allow-once does; it grants no command to the session.
+	if decision == DecisionAllowSession && a.Egress == "" {
 		if grants, err = s.grantOps(ctx, a); err != nil {
 			return nil, err
 		}
