@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -65,10 +66,26 @@ func (s *session) events(ctx context.Context, req *mcp.CallToolRequest) *callEve
 	return e
 }
 
-// stop ends the questions still open once the call is over.
+// withdrawWait bounds how long a finished call waits for its open
+// questions to be withdrawn before it answers anyway.
+const withdrawWait = 2 * time.Second
+
+// stop ends the questions still open once the call is over. The call's
+// result does not wait on a client slow to take a question back: a
+// question still open then ends with the session, and an answer to it
+// finds the approval decided.
 func (e *callEvents) stop() {
 	e.cancel()
-	e.asking.Wait()
+	done := make(chan struct{})
+	go func() {
+		e.asking.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(withdrawWait):
+		e.s.opts.Logger.Warn("an approval question was not withdrawn in time; the call answers anyway")
+	}
 }
 
 // Delta implements loop.Events; a tool call has no model text.
