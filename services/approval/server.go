@@ -21,6 +21,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -63,6 +64,8 @@ type Config struct {
 	Name string
 	// Sender delivers chat notices; nil means the default HTTP sender.
 	Sender *notify.Sender
+	// Audit receives the audit trail; nil records nothing.
+	Audit *audit.Writer
 }
 
 // Server serves ApprovalService.
@@ -249,6 +252,7 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 	if err != nil {
 		return nil, err
 	}
+	defer func() { s.auditAuthorize(ctx, account, req, resp, err) }()
 	b := req.GetBinding()
 	if b.GetCommand() == "" {
 		return nil, errs.New(errs.InvalidArgument, "binding.command: required")
@@ -303,6 +307,7 @@ func (s *Server) createApproval(ctx context.Context, account string, b *approval
 	if err := s.store.Create(ctx, a, j.timeout); err != nil {
 		return nil, err
 	}
+	s.auditApproval(ctx, eventCreated, a)
 	s.log.InfoContext(ctx, "approval requested", "account", account, "approval", a.ID, "agent", a.Agent, "host", a.Host)
 	return a, nil
 }
@@ -315,6 +320,9 @@ func (s *Server) useApproval(ctx context.Context, account, id, digest string, ou
 		return nil, err
 	}
 	out.Approval = approvalTo(a)
+	if a.State == store.StateExpired && a.ResolvedBy == "fallback" {
+		s.auditApproval(ctx, eventExpired, a)
+	}
 	if a.Binding != digest {
 		return nil, errs.New(errs.PermissionDenied, "approval %s was granted for a different command, directory, environment, session or binary", id)
 	}

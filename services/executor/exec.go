@@ -147,6 +147,7 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 		defer t.e.touch()
 	}
 	res, err := s.run(ctx, t.e, t.start, p, ev)
+	defer func() { s.auditOutcome(ctx, account, &p, res, err) }()
 	if err == nil && res != nil && inSandbox && t.e.persistent {
 		// A result is only returned once its writes are durable.
 		notes, ferr := s.flush(ctx, t.e)

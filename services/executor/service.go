@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/conch-sh/conch/services/internal/audit"
 	"log/slog"
 	"maps"
 	"path/filepath"
@@ -90,6 +91,8 @@ type Service struct {
 	// approvals judges commands whose exec policy is not the sandbox's
 	// full/off default (SPEC §7); nil refuses them.
 	approvals gate.Client
+	// audit records how commands ended; nil records nothing.
+	audit *audit.Writer
 }
 
 // Option configures a Service.

@@ -32,6 +32,7 @@ import (
 	"github.com/conch-sh/conch/services/executor"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
@@ -134,9 +135,18 @@ func (c *RouterConfig) Validate() error {
 	return validPublicURL(c.PublicURL)
 }
 
-// ServiceConfig is the configuration of `conch executor|approval`.
+// ServiceConfig is the configuration of `conch approval`.
 type ServiceConfig struct {
 	Common
+	AuditConfig
+}
+
+// Validate checks the service's settings.
+func (c *ServiceConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.AuditConfig.Validate()
 }
 
 // ExecutorConfig configures the executor's sandboxes.
@@ -196,11 +206,15 @@ func (c *ExecutorConfig) Validate() error {
 type ExecutorServiceConfig struct {
 	Common
 	ExecutorConfig
+	AuditConfig
 }
 
 // Validate checks the executor service's settings.
 func (c *ExecutorServiceConfig) Validate() error {
 	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if err := c.AuditConfig.Validate(); err != nil {
 		return err
 	}
 	return c.ExecutorConfig.Validate()
@@ -209,7 +223,7 @@ func (c *ExecutorServiceConfig) Validate() error {
 // startExecutor builds the executor service: its sandbox runtime under a
 // per-instance state dir and cgroup, and its domain, which records addr as
 // where its sandboxes are reached.
-func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string) (*executor.Server, *executor.Service, func(), error) {
+func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string, w *audit.Writer) (*executor.Server, *executor.Service, func(), error) {
 	host, _ := os.Hostname()
 	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
 	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
@@ -250,6 +264,9 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 	if cfg.GatewayHost {
 		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
 	}
+	if w != nil {
+		opts = append(opts, executor.WithAudit(w))
+	}
 	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, opts...)
 	if err != nil {
 		_ = wsConn.Close()
@@ -285,12 +302,20 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr)
+	trail, err := p.newAudit(ctx, cfg.AuditConfig, "executor-"+addr)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr, trail.auditWriter())
 	if err != nil {
 		_ = lis.Close()
 		return err
 	}
 	defer cleanup()
+	// The trail is written until the last command has drained.
+	stopTrail := trail.start(ctx)
+	defer stopTrail()
 	g, gctx := errgroup.WithContext(ctx)
 	p.serveExecutor(gctx, g, lis, addr, svc, srv, &cfg.Common)
 	if cfg.MetricsAddr != "" {
@@ -497,7 +522,7 @@ func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	register, run, err := registerFunc(name, p, addr)
+	register, run, err := registerFunc(ctx, name, p, addr, cfg.AuditConfig)
 	if err != nil {
 		_ = lis.Close()
 		return err
@@ -531,20 +556,40 @@ func (p *process) runServiceOn(ctx context.Context, name string, lis net.Listene
 // registerFunc builds a service without configuration of its own (the
 // workspace service has RunWorkspace) that will be reached at addr; run,
 // when not nil, is its background work and runs beside the gRPC server.
-func registerFunc(name string, p *process, addr string) (register func(*grpc.Server), run func(context.Context) error, err error) {
+func registerFunc(ctx context.Context, name string, p *process, addr string, ac AuditConfig) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
 	case "approval":
 		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
 		if err != nil {
 			return nil, nil, err
 		}
-		// Named by its address, the replica that leads the notifier
-		// election is the one an operator can find.
-		svc, err := approval.New(st, approval.Config{Logger: p.log, Name: addr})
+		trail, err := p.newAudit(ctx, ac, "approval-"+addr)
 		if err != nil {
 			return nil, nil, err
 		}
-		return svc.Register, svc.Run, nil
+		// Named by its address, the replica that leads the notifier
+		// election is the one an operator can find.
+		cfg := approval.Config{Logger: p.log, Name: addr}
+		if trail != nil {
+			cfg.Audit = trail.writer
+		}
+		svc, err := approval.New(st, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		register := func(g *grpc.Server) {
+			svc.Register(g)
+			if trail != nil {
+				trail.api.Register(g)
+			}
+		}
+		run := func(ctx context.Context) error {
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return svc.Run(gctx) })
+			g.Go(func() error { return trail.run(gctx) })
+			return g.Wait()
+		}
+		return register, run, nil
 	}
 	return nil, nil, fmt.Errorf("unknown service %q", name)
 }

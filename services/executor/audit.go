@@ -1,0 +1,51 @@
+package executor
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/conch-sh/conch/services/internal/audit"
+)
+
+// WithAudit records how each command ended in w's audit trail, beside the
+// approval service's record of its verdict (linked by the trace id).
+func WithAudit(w *audit.Writer) Option { return func(s *Service) { s.audit = w } }
+
+// auditOutcome records the end of a command that ran, or could not.
+func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParams, res *Result, err error) {
+	if s.audit == nil || (res == nil && err == nil) {
+		return // moved to the background: its end is not known here
+	}
+	r := audit.Record{
+		Kind: audit.KindOutcome, Account: account, User: p.User, Session: p.Session, Gateway: p.Agent,
+		Host: hostName(p), Node: p.Node, Sandbox: p.SandboxID, Cwd: p.Workdir, Command: p.Command, Plan: p.Plan,
+		Outcome: &audit.Outcome{ExitCode: -1},
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		r.TraceID = sc.TraceID().String()
+	}
+	switch {
+	case err != nil:
+		r.Outcome.Error = err.Error()
+	default:
+		r.Outcome.Error = res.Error
+		r.Outcome.TimedOut = res.Outcome == OutcomeTimeout
+		if res.Outcome == OutcomeExit {
+			r.Outcome.ExitCode = res.ExitCode
+		}
+		r.Outcome.DurationMs = res.Duration.Milliseconds()
+		r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
+	}
+	s.audit.Write(ctx, r)
+}
+
+func hostName(p *ExecParams) string {
+	if p.outside() {
+		if p.Node != "" {
+			return "node"
+		}
+		return "gateway"
+	}
+	return "sandbox"
+}
