@@ -12,6 +12,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/document"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
@@ -118,7 +119,7 @@ func callerKey(ctx context.Context) (tenant.Scope, error) {
 func (s *Server) resolve(ctx context.Context, account, id string, decision approvalv1.ApprovalDecision, approver string) (*store.Approval, error) {
 	d := approvalDecisionFrom(decision)
 	if d == "" {
-		return nil, errs.New(errs.InvalidArgument, "decision: want allow-once, allow-always or deny")
+		return nil, errs.New(errs.InvalidArgument, "decision: want %s", strings.ReplaceAll(execpolicy.DecisionWords, "|", ", "))
 	}
 	if len(approver) > 256 {
 		return nil, errs.New(errs.InvalidArgument, "approver: at most 256 characters")
@@ -130,6 +131,11 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 	s.auditApproval(ctx, eventResolved, a)
 	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
 	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
+	if d == store.DecisionAllowSession {
+		if err := s.grantSession(ctx, a); err != nil {
+			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed once, but not recorded for the session", id)
+		}
+	}
 	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {
 		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
 			for _, p := range a.Recordable {

@@ -8,6 +8,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 )
 
 func hostFrom(h approvalv1.Host) policy.Host {
@@ -134,11 +135,8 @@ var stateTo = map[string]approvalv1.ApprovalState{
 	store.StateExpired: approvalv1.ApprovalState_APPROVAL_STATE_EXPIRED,
 }
 
-var approvalDecisionTo = map[string]approvalv1.ApprovalDecision{
-	store.DecisionAllowOnce:   approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE,
-	store.DecisionAllowAlways: approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS,
-	store.DecisionDeny:        approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY,
-}
+// approvalDecisionTo maps a stored decision (its word) to the enum.
+var approvalDecisionTo = execpolicy.Decisions
 
 func approvalDecisionFrom(d approvalv1.ApprovalDecision) string {
 	for k, v := range approvalDecisionTo {

@@ -11,6 +11,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
@@ -145,14 +146,7 @@ func (s *Server) PutForwarding(ctx context.Context, req *approvalv1.PutForwardin
 	return &approvalv1.PutForwardingResponse{Config: redacted(cfg)}, nil
 }
 
-// chatDecisions are the words of /approve.
-var chatDecisions = map[string]approvalv1.ApprovalDecision{
-	"allow-once":   approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE,
-	"allow-always": approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS,
-	"deny":         approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY,
-}
-
-const chatUsage = "usage: /approve <id> allow-once|allow-always|deny"
+const chatUsage = "usage: /approve <id> " + execpolicy.DecisionWords
 
 // HandleChatCommand implements ApprovalService.
 func (s *Server) HandleChatCommand(ctx context.Context, req *approvalv1.HandleChatCommandRequest) (*approvalv1.HandleChatCommandResponse, error) {
@@ -196,7 +190,7 @@ func (s *Server) HandleChatCommand(ctx context.Context, req *approvalv1.HandleCh
 	if len(f) != 3 {
 		return nil, errs.New(errs.InvalidArgument, "text: %s", chatUsage)
 	}
-	d, ok := chatDecisions[strings.ToLower(f[2])]
+	d, ok := execpolicy.Decisions[strings.ToLower(f[2])]
 	if !ok {
 		return nil, errs.New(errs.InvalidArgument, "text: unknown decision %q; %s", f[2], chatUsage)
 	}
@@ -229,6 +223,8 @@ func chatReply(a *store.Approval) string {
 	switch a.Decision {
 	case store.DecisionAllowOnce:
 		return fmt.Sprintf("Approval %s: allowed once. The command runs now.", a.ID)
+	case store.DecisionAllowSession:
+		return fmt.Sprintf("Approval %s: allowed for this session. The command runs now, and runs again in this session without asking.", a.ID)
 	case store.DecisionAllowAlways:
 		return fmt.Sprintf("Approval %s: allowed always. %s added to the allowlist of %s; the command runs now.", a.ID, orNothing(a.Recordable), a.Agent)
 	}

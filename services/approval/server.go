@@ -113,6 +113,7 @@ func (s *Server) Register(g *grpc.Server) {
 // judgement is a verdict with what it was reached under.
 type judgement struct {
 	res      policy.Result
+	exec     *approvalv1.ExecSettings
 	settings policy.Settings
 	timeout  time.Duration
 	doc      *document.Document
@@ -187,7 +188,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	if in.exec != nil && in.exec.GetApprovalTimeoutSeconds() > 0 {
 		timeout = time.Duration(in.exec.GetApprovalTimeoutSeconds()) * time.Second
 	}
-	return &judgement{res: res, settings: eff, timeout: timeout, doc: doc, digests: digests}, nil
+	return &judgement{res: res, exec: in.exec, settings: eff, timeout: timeout, doc: doc, digests: digests}, nil
 }
 
 // Evaluate implements ApprovalService.
@@ -278,6 +279,14 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 		out.Decision, out.Reason = approvalv1.PolicyDecision_POLICY_DECISION_ALLOW, j.res.Reason
 		return out, nil
 	case policy.AskHuman:
+		by, err := s.sessionGrant(ctx, account, b, j.exec, segmentsStored(j.res.Segments))
+		if err != nil {
+			return nil, err
+		}
+		if by != "" {
+			out.Decision, out.Reason = approvalv1.PolicyDecision_POLICY_DECISION_ALLOW, "allowed for this session by approval "+by
+			return out, nil
+		}
 		if len(b.GetCommand()) > MaxAskBytes {
 			out.Decision = approvalv1.PolicyDecision_POLICY_DECISION_DENY
 			out.Reason = fmt.Sprintf("%s: command longer than %d bytes cannot be put to a human", policy.ErrNotAllowed, MaxAskBytes)
@@ -303,6 +312,7 @@ func (s *Server) createApproval(ctx context.Context, account string, b *approval
 		Security: j.settings.Security.String(), Session: b.GetSession(), User: b.GetUser(),
 		CreatedAt: now, ExpiresAt: now.Add(j.timeout), Segments: segmentsStored(j.res.Segments),
 		Binding: digest, Recordable: j.res.Recordable(), FallbackAllows: fallback.Decision == policy.Allow,
+		SessionTTLSeconds: int(sessionTTL(j.exec) / time.Second), SessionByShape: j.exec.GetApprovalSessionByShape(),
 	}
 	if err := s.store.Create(ctx, a, j.timeout); err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ const approvalsUsage = `usage: conch approvals <command> [flags]
 Commands:
   list [--state pending|allowed|denied|expired|all] [--agent NAME]
                                  list approvals (default: pending)
-  approve ID [--always]          allow a pending command once (or always)
+  approve ID [--session|--always] allow a pending command once (or for its session, or always)
   deny ID                        deny a pending command
   allowlist list AGENT           show an agent's allowlist
   allowlist add AGENT PATTERN    add a glob on the resolved binary path
@@ -75,6 +75,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	state := fs.String("state", "pending", "list: state to show, or all")
 	agent := fs.String("agent", "", "list: only this agent")
 	always := fs.Bool("always", false, "approve: allow always (adds the binaries to the allowlist)")
+	session := fs.Bool("session", false, "approve: allow for the rest of the approval's session (the same commands run again there without asking)")
 	// Flags may come before or after the positional arguments.
 	pos, err := parseAll(fs, args)
 	if err != nil {
@@ -103,8 +104,13 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		decision := "deny"
 		if cmd == "approve" {
 			decision = "allow-once"
-			if *always {
+			switch {
+			case *always && *session:
+				return Usagef("--always and --session are two different answers; give one")
+			case *always:
 				decision = "allow-always"
+			case *session:
+				decision = "allow-session"
 			}
 		}
 		var a apiApproval

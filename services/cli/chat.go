@@ -359,7 +359,7 @@ func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
 	defer stop()
 	elsewhere := ch.watchApproval(wctx, a.ID)
 	for {
-		fmt.Fprint(ch.out, "  allow [o]nce, [a]lways, or [d]eny? ")
+		fmt.Fprint(ch.out, "  allow [o]nce, for this [s]ession, [a]lways, or [d]eny? ")
 		var line string
 		var more bool
 		select {
@@ -370,7 +370,7 @@ func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
 		case <-ctx.Done():
 			return
 		}
-		decision := map[string]string{"o": "allow-once", "a": "allow-always", "d": "deny"}[strings.TrimSpace(strings.ToLower(line))]
+		decision := map[string]string{"o": "allow-once", "s": "allow-session", "a": "allow-always", "d": "deny"}[strings.TrimSpace(strings.ToLower(line))]
 		if !more && decision == "" {
 			fmt.Fprintln(ch.out, "\n  no answer; the approval waits for another approver or its timeout")
 			return

@@ -55,3 +55,37 @@ func TestDenyRules(t *testing.T) {
 		t.Fatalf("a deny rule on a bare name = %d %s", code, body)
 	}
 }
+
+// An allow-session answer over REST lets the same command run again in its
+// session without a new approval, and not in another session.
+func TestAllowSessionREST(t *testing.T) {
+	d := startDev(t)
+	createGateway(t, d, map[string]any{"name": "asks", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	command := "uname -s"
+	answered := answerWhenPending(t, d, command, "allow-session", func(pendingApproval) {})
+	if out := runCommand(t, d, "asks", "shell", "", command, "X-Conch-Session-Id", "one"); !strings.Contains(out, "Linux") {
+		t.Fatalf("first run: %s", out)
+	}
+	if code := <-answered; code != http.StatusOK {
+		t.Fatalf("resolve = %d", code)
+	}
+	if out := runCommand(t, d, "asks", "shell", "", command, "X-Conch-Session-Id", "one"); !strings.Contains(out, "Linux") {
+		t.Fatalf("again in the session: %s", out)
+	}
+	_, body := d.call("GET", "/api/v1/approvals", d.Key, nil)
+	var list struct {
+		Approvals []struct{ Command, Decision string }
+	}
+	_ = json.Unmarshal(body, &list)
+	if len(list.Approvals) != 1 || list.Approvals[0].Decision != "allow-session" {
+		t.Fatalf("approvals after a second run in the session: %s", body)
+	}
+	denied := answerWhenPending(t, d, command, "deny", func(pendingApproval) {})
+	if out := runCommand(t, d, "asks", "shell", "", command, "X-Conch-Session-Id", "two"); strings.Contains(out, "Linux\\n") {
+		t.Fatalf("another session ran without asking: %s", out)
+	}
+	if code := <-denied; code != http.StatusOK {
+		t.Fatalf("the other session was not asked: %d", code)
+	}
+}

@@ -280,3 +280,75 @@ func TestSegmentsResolveEveryProgram(t *testing.T) {
 		t.Errorf("real path of the link: %q", real)
 	}
 }
+
+// An allow-session answer lets the same commands run again in the same
+// session without asking, and nowhere else; deny rules still win.
+func TestAllowSession(t *testing.T) {
+	t.Parallel()
+	s, client, ctx := setup(t)
+	answer := func(decision approvalv1.ApprovalDecision) func(*approvalv1.Approval) {
+		return func(a *approvalv1.Approval) {
+			go func() {
+				if _, err := s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: decision}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	asked := func(t *testing.T) func(*approvalv1.Approval) {
+		return func(*approvalv1.Approval) { t.Error("asked a human") }
+	}
+	check := func(cmd, session string, settings *approvalv1.ExecSettings, onPending func(*approvalv1.Approval)) gate.Verdict {
+		t.Helper()
+		req := request(cmd, settings, onPending)
+		req.Binding.Session = session
+		v, err := gate.Check(ctx, client, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	exact := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY}
+	if v := check("rm -f /tmp/conch-session-a", "s1", exact, answer(approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_SESSION)); !v.Allowed {
+		t.Fatalf("allow-session: %+v", v)
+	}
+	if v := check("rm -f /tmp/conch-session-a", "s1", exact, asked(t)); !v.Allowed {
+		t.Fatalf("the same command in the same session: %+v", v)
+	}
+	// Another session, or other arguments, ask again.
+	for _, tc := range []struct{ cmd, session string }{{"rm -f /tmp/conch-session-a", "s2"}, {"rm -f /tmp/conch-session-b", "s1"}} {
+		v := check(tc.cmd, tc.session, exact, answer(approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY))
+		if v.Allowed || v.Approval.GetState() != approvalv1.ApprovalState_APPROVAL_STATE_DENIED {
+			t.Fatalf("%q in %s was not asked: %+v", tc.cmd, tc.session, v)
+		}
+	}
+	// By shape: the same options, any operand.
+	shape := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY, ApprovalSessionByShape: true}
+	if v := check("rm -f /tmp/conch-shape-a", "s3", shape, answer(approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_SESSION)); !v.Allowed {
+		t.Fatalf("allow-session by shape: %+v", v)
+	}
+	if v := check("rm -f /tmp/conch-shape-b", "s3", shape, asked(t)); !v.Allowed {
+		t.Fatalf("another operand, same shape: %+v", v)
+	}
+	if v := check("rm -rf /tmp/conch-shape-b", "s3", shape, answer(approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY)); v.Allowed {
+		t.Fatalf("other options ran without asking: %+v", v)
+	}
+	// A deny rule wins over the grant.
+	denied := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY, Deny: []*approvalv1.DenyRule{{Id: "no-rm", Pattern: "/usr/bin/rm"}}}
+	if v := check("rm -f /tmp/conch-session-a", "s1", denied, asked(t)); v.Allowed || !strings.Contains(v.Reason, "deny rule no-rm") {
+		t.Fatalf("a deny rule over a session grant: %+v", v)
+	}
+	// An approval asked outside a session cannot be answered for one.
+	v := check("rm -f /tmp/conch-nosession", "", exact, func(a *approvalv1.Approval) {
+		go func() {
+			_, err := s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_SESSION})
+			if errs.KindOf(err) != errs.InvalidArgument {
+				t.Errorf("allow-session without a session: %v", err)
+			}
+			_, _ = s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY})
+		}()
+	})
+	if v.Allowed {
+		t.Fatalf("without a session: %+v", v)
+	}
+}

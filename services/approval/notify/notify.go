@@ -44,7 +44,13 @@ func Text(a *approvalv1.Approval) string {
 	if a.GetExpiresAt() != nil {
 		fmt.Fprintf(&b, "Expires: %s\n", a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(&b, "\nReply with:\n/approve %s allow-once\n/approve %s allow-always\n/approve %s deny\n", a.GetId(), a.GetId(), a.GetId())
+	b.WriteString("\nReply with:\n")
+	for _, d := range []string{"allow-once", "allow-session", "allow-always", "deny"} {
+		if d == "allow-session" && a.GetSession() == "" {
+			continue // only a command of a session can be allowed for it
+		}
+		fmt.Fprintf(&b, "/approve %s %s\n", a.GetId(), d)
+	}
 	return b.String()
 }
 

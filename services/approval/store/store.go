@@ -26,9 +26,10 @@ const (
 
 // Decisions a human can make.
 const (
-	DecisionAllowOnce   = "allow-once"
-	DecisionAllowAlways = "allow-always"
-	DecisionDeny        = "deny"
+	DecisionAllowOnce    = "allow-once"
+	DecisionAllowAlways  = "allow-always"
+	DecisionAllowSession = "allow-session"
+	DecisionDeny         = "deny"
 )
 
 // ReasonTimeout is the reason of an approval nobody answered in time.
@@ -75,6 +76,10 @@ type Approval struct {
 	FallbackAllows bool `json:"fallbackAllows,omitempty"`
 	// Consumed is set once an allowed approval was used to run.
 	Consumed bool `json:"consumed,omitempty"`
+	// SessionTTLSeconds and SessionByShape are what an allow-session
+	// answer grants: for how long, and whether by argument shape.
+	SessionTTLSeconds int  `json:"sessionTTLSeconds,omitempty"`
+	SessionByShape    bool `json:"sessionByShape,omitempty"`
 
 	rev int64
 }
@@ -350,6 +355,9 @@ func (s *Store) Resolve(ctx context.Context, account, id, decision, approver str
 		return nil, errs.New(errs.Conflict, "approval %s is already expired", id)
 	}
 	next := *a
+	if decision == DecisionAllowSession && a.Session == "" {
+		return nil, errs.New(errs.InvalidArgument, "decision: allow-session needs an approval asked in a session (X-Conch-Session-Id)")
+	}
 	next.Decision = decision
 	next.State = StateAllowed
 	if decision == DecisionDeny {

@@ -368,3 +368,33 @@ func TestDocumentCache(t *testing.T) {
 		t.Fatal("the cache still serves after its watch stopped")
 	}
 }
+
+func TestArgShape(t *testing.T) {
+	t.Parallel()
+	same := [][2][]string{
+		{{"-rf", "build"}, {"-rf", "dist"}},
+		{{"-n", "5", "file"}, {"-n", "9", "other"}},
+		{{}, {}},
+	}
+	differ := [][2][]string{
+		{{"-rf", "build"}, {"-r", "build"}},
+		{{"-rf", "a"}, {"-rf", "a", "b"}},
+		{{"a", "-rf"}, {"-rf", "a"}},
+		{{"-"}, {"--"}},
+	}
+	scope := GrantScope{Account: "a", Session: "s"}
+	digest := func(args []string) string { return GrantDigest(scope, "/usr/bin/rm", ArgShape(args)) }
+	for _, p := range same {
+		if digest(p[0]) != digest(p[1]) {
+			t.Errorf("%q and %q should share a shape", p[0], p[1])
+		}
+	}
+	for _, p := range differ {
+		if digest(p[0]) == digest(p[1]) {
+			t.Errorf("%q and %q should not share a shape", p[0], p[1])
+		}
+	}
+	if GrantDigest(scope, "/usr/bin/rm", nil) == GrantDigest(GrantScope{Account: "a", Session: "t"}, "/usr/bin/rm", nil) {
+		t.Error("two sessions share a grant")
+	}
+}

@@ -12,7 +12,21 @@ var (
 	Securities = map[string]approvalv1.Security{"deny": approvalv1.Security_SECURITY_DENY, "allowlist": approvalv1.Security_SECURITY_ALLOWLIST, "full": approvalv1.Security_SECURITY_FULL}
 	// Asks are the ask words.
 	Asks = map[string]approvalv1.Ask{"off": approvalv1.Ask_ASK_OFF, "on-miss": approvalv1.Ask_ASK_ON_MISS, "always": approvalv1.Ask_ASK_ALWAYS}
+	// Decisions are a human's answers to an approval, on every surface.
+	Decisions = map[string]approvalv1.ApprovalDecision{
+		"allow-once":    approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE,
+		"allow-session": approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_SESSION,
+		"allow-always":  approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS,
+		"deny":          approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY,
+	}
 )
+
+// DecisionWords lists the decisions for usage texts, mildest first.
+const DecisionWords = "allow-once|allow-session|allow-always|deny"
+
+// DefaultApprovalSessionTTLSeconds is how long an allow-session answer
+// holds when the exec settings say 0.
+const DefaultApprovalSessionTTLSeconds = 3600
 
 // Word returns the word of a setting value in words, or "default" for a
 // value that has none (unset).

@@ -10,6 +10,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/internal/display"
+	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/router/loop"
@@ -23,19 +24,15 @@ var decisionSchema = map[string]any{
 		"decision": map[string]any{
 			"type":        "string",
 			"title":       "Decision",
-			"description": "allow-once runs this command; allow-always also allows it from now on; deny refuses it",
-			"enum":        []string{"allow-once", "allow-always", "deny"},
+			"description": "allow-once runs this command; allow-session also allows it again in this session; allow-always also allows it from now on; deny refuses it",
+			"enum":        []string{"allow-once", "allow-session", "allow-always", "deny"},
 		},
 	},
 	"required": []string{"decision"},
 }
 
 // decisions are the answers an elicitation may give.
-var decisions = map[string]approvalv1.ApprovalDecision{
-	"allow-once":   approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE,
-	"allow-always": approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS,
-	"deny":         approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY,
-}
+var decisions = execpolicy.Decisions
 
 // callEvents is what one tool call tells its client while it runs:
 // progress while it runs or waits, and each pending approval, asked

@@ -131,7 +131,10 @@
         }
         li.appendChild(ul);
       }
-      for (const [label, decision, cls] of [["Allow once", "allow-once", "allow-once"], ["Allow always", "allow-always", "allow-always"], ["Deny", "deny", "deny"]]) {
+      const choices = [["Allow once", "allow-once", "allow-once"]];
+      if (a.session) choices.push(["Allow for this session", "allow-session", "allow-session"]);
+      choices.push(["Allow always", "allow-always", "allow-always"], ["Deny", "deny", "deny"]);
+      for (const [label, decision, cls] of choices) {
         const b = document.createElement("button");
         b.type = "button";
         b.textContent = label;

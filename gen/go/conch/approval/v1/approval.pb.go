@@ -96,6 +96,11 @@ const (
 	ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS ApprovalDecision = 2
 	// APPROVAL_DECISION_DENY refuses.
 	ApprovalDecision_APPROVAL_DECISION_DENY ApprovalDecision = 3
+	// APPROVAL_DECISION_ALLOW_SESSION allows this request, and the same
+	// programs with the same arguments (or the same argument shape, by the
+	// gateway's choice) in the same session without asking again, until the
+	// gateway's approval_session_ttl_seconds; never in another session.
+	ApprovalDecision_APPROVAL_DECISION_ALLOW_SESSION ApprovalDecision = 4
 )
 
 // Enum value maps for ApprovalDecision.
@@ -105,12 +110,14 @@ var (
 		1: "APPROVAL_DECISION_ALLOW_ONCE",
 		2: "APPROVAL_DECISION_ALLOW_ALWAYS",
 		3: "APPROVAL_DECISION_DENY",
+		4: "APPROVAL_DECISION_ALLOW_SESSION",
 	}
 	ApprovalDecision_value = map[string]int32{
-		"APPROVAL_DECISION_UNSPECIFIED":  0,
-		"APPROVAL_DECISION_ALLOW_ONCE":   1,
-		"APPROVAL_DECISION_ALLOW_ALWAYS": 2,
-		"APPROVAL_DECISION_DENY":         3,
+		"APPROVAL_DECISION_UNSPECIFIED":   0,
+		"APPROVAL_DECISION_ALLOW_ONCE":    1,
+		"APPROVAL_DECISION_ALLOW_ALWAYS":  2,
+		"APPROVAL_DECISION_DENY":          3,
+		"APPROVAL_DECISION_ALLOW_SESSION": 4,
 	}
 )
 
@@ -1834,12 +1841,13 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\x16APPROVAL_STATE_PENDING\x10\x01\x12\x1a\n" +
 	"\x16APPROVAL_STATE_ALLOWED\x10\x02\x12\x19\n" +
 	"\x15APPROVAL_STATE_DENIED\x10\x03\x12\x1a\n" +
-	"\x16APPROVAL_STATE_EXPIRED\x10\x04*\x97\x01\n" +
+	"\x16APPROVAL_STATE_EXPIRED\x10\x04*\xbc\x01\n" +
 	"\x10ApprovalDecision\x12!\n" +
 	"\x1dAPPROVAL_DECISION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cAPPROVAL_DECISION_ALLOW_ONCE\x10\x01\x12\"\n" +
 	"\x1eAPPROVAL_DECISION_ALLOW_ALWAYS\x10\x02\x12\x1a\n" +
-	"\x16APPROVAL_DECISION_DENY\x10\x03B?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
+	"\x16APPROVAL_DECISION_DENY\x10\x03\x12#\n" +
+	"\x1fAPPROVAL_DECISION_ALLOW_SESSION\x10\x04B?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
 
 var (
 	file_conch_approval_v1_approval_proto_rawDescOnce sync.Once

@@ -279,9 +279,16 @@ type ExecSettings struct {
 	// running a program one matches is refused with the rule's id, on every
 	// host (with deny rules, security full runs only commands the policy can
 	// judge, as their plan).
-	Deny          []*DenyRule `protobuf:"bytes,11,rep,name=deny,proto3" json:"deny,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Deny []*DenyRule `protobuf:"bytes,11,rep,name=deny,proto3" json:"deny,omitempty"`
+	// How long an allow-session answer lets the same commands run in the
+	// session without asking; 0 means 3600.
+	ApprovalSessionTtlSeconds int32 `protobuf:"varint,12,opt,name=approval_session_ttl_seconds,json=approvalSessionTtlSeconds,proto3" json:"approval_session_ttl_seconds,omitempty"`
+	// An allow-session answer covers the same program with the same options
+	// and number of operands, whatever the operands (shape), instead of the
+	// exact arguments only (the default).
+	ApprovalSessionByShape bool `protobuf:"varint,13,opt,name=approval_session_by_shape,json=approvalSessionByShape,proto3" json:"approval_session_by_shape,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ExecSettings) Reset() {
@@ -389,6 +396,20 @@ func (x *ExecSettings) GetDeny() []*DenyRule {
 		return x.Deny
 	}
 	return nil
+}
+
+func (x *ExecSettings) GetApprovalSessionTtlSeconds() int32 {
+	if x != nil {
+		return x.ApprovalSessionTtlSeconds
+	}
+	return 0
+}
+
+func (x *ExecSettings) GetApprovalSessionByShape() bool {
+	if x != nil {
+		return x.ApprovalSessionByShape
+	}
+	return false
 }
 
 // DenyRule refuses a program, optionally only with matching arguments.
@@ -797,7 +818,7 @@ var File_conch_approval_v1_policy_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\x80\x04\n" +
+	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\xfc\x04\n" +
 	"\fExecSettings\x12+\n" +
 	"\x04host\x18\x01 \x01(\x0e2\x17.conch.approval.v1.HostR\x04host\x127\n" +
 	"\bsecurity\x18\x02 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\x12(\n" +
@@ -810,7 +831,9 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\x0enotify_on_exit\x18\t \x01(\bR\fnotifyOnExit\x12\x12\n" +
 	"\x04node\x18\n" +
 	" \x01(\tR\x04node\x12/\n" +
-	"\x04deny\x18\v \x03(\v2\x1b.conch.approval.v1.DenyRuleR\x04deny\"U\n" +
+	"\x04deny\x18\v \x03(\v2\x1b.conch.approval.v1.DenyRuleR\x04deny\x12?\n" +
+	"\x1capproval_session_ttl_seconds\x18\f \x01(\x05R\x19approvalSessionTtlSeconds\x129\n" +
+	"\x19approval_session_by_shape\x18\r \x01(\bR\x16approvalSessionByShape\"U\n" +
 	"\bDenyRule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x1f\n" +
