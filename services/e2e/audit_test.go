@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,30 @@ func TestAuditTrail(t *testing.T) {
 	}
 	if err := json.Unmarshal(body, &v); code != http.StatusOK || err != nil || !v.OK || len(v.Reports) == 0 || v.Reports[0].Records == 0 {
 		t.Fatalf("verify = %d %s", code, body)
+	}
+
+	// The CLI shows the same.
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"audit"}, args...)...)
+		cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("conch audit %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli("--gateway", "asking", "--since", "1h"); !strings.Contains(out, "approval resolved") || !strings.Contains(out, "(rest)") || !strings.Contains(out, "uname -s") {
+		t.Fatalf("conch audit --gateway asking:\n%s", out)
+	}
+	if out := cli("-o", "json", "--decision", "deny"); !strings.Contains(out, `"reason": "Command not allowed by exec policy (deny rule no-rm)"`) {
+		t.Fatalf("conch audit -o json --decision deny:\n%s", out)
+	}
+	if out := cli("verify"); !strings.Contains(out, "dev: ok") {
+		t.Fatalf("conch audit verify:\n%s", out)
 	}
 }
