@@ -15,8 +15,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/approval/document"
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/policy"
@@ -66,6 +68,14 @@ type Config struct {
 	Sender *notify.Sender
 	// Audit receives the audit trail; nil records nothing.
 	Audit *audit.Writer
+	// Reviewer asks a gateway's model about an allowlist miss when the
+	// gateway names one (exec.reviewer); nil sends every miss to humans.
+	Reviewer Reviewer
+}
+
+// Reviewer is the router's ReviewService.
+type Reviewer interface {
+	Review(ctx context.Context, in *routerv1.ReviewRequest, opts ...grpc.CallOption) (*routerv1.ReviewResponse, error)
 }
 
 // Server serves ApprovalService.
@@ -314,12 +324,61 @@ func (s *Server) createApproval(ctx context.Context, account string, b *approval
 		Binding: digest, Recordable: j.res.Recordable(), FallbackAllows: fallback.Decision == policy.Allow,
 		SessionTTLSeconds: int(sessionTTL(j.exec) / time.Second), SessionByShape: j.exec.GetApprovalSessionByShape(),
 	}
+	rv := j.exec.GetReviewer()
+	reviewed := s.cfg.Reviewer != nil && rv.GetGateway() != "" && len(rv.GetMay()) > 0
+	if reviewed {
+		a.Reviewing, a.ReviewUntil = true, now.Add(min(reviewTimeout, j.timeout/2))
+	}
 	if err := s.store.Create(ctx, a, j.timeout); err != nil {
 		return nil, err
 	}
 	s.auditApproval(ctx, eventCreated, a)
-	s.log.InfoContext(ctx, "approval requested", "account", account, "approval", a.ID, "agent", a.Agent, "host", a.Host)
+	s.log.InfoContext(ctx, "approval requested", "account", account, "approval", a.ID, "agent", a.Agent, "host", a.Host, "reviewer", rv.GetGateway())
+	if reviewed {
+		go s.review(context.WithoutCancel(ctx), a, j, rv)
+	}
 	return a, nil
+}
+
+// reviewTimeout bounds a reviewer model's turn before humans are asked.
+const reviewTimeout = 30 * time.Second
+
+// review puts a to the reviewer model. An answer it may give decides;
+// anything else (escalate, another answer, an error, no answer in time)
+// hands the approval to humans with the reviewer's note.
+func (s *Server) review(ctx context.Context, a *store.Approval, j *judgement, rv *approvalv1.Reviewer) {
+	ctx, cancel := context.WithDeadline(ctx, a.ReviewUntil)
+	defer cancel()
+	var reasons []string
+	for _, seg := range j.res.Segments {
+		if seg.Decision != policy.Allow {
+			reasons = append(reasons, seg.Reason)
+		}
+	}
+	resp, err := s.cfg.Reviewer.Review(ctx, &routerv1.ReviewRequest{
+		Gateway: rv.GetGateway(), Agent: a.Agent, Command: a.Command, Plan: j.res.Plan, Cwd: a.Cwd, Host: a.Host,
+		ResolvedPaths: a.ResolvedPaths, Reasons: reasons, May: rv.GetMay(),
+	})
+	note := ""
+	switch {
+	case err != nil:
+		note = "reviewer " + rv.GetGateway() + " did not answer: " + status.Convert(err).Message()
+	case slices.Contains(rv.GetMay(), resp.GetDecision()):
+		approver := "reviewer:" + rv.GetGateway()
+		note = approver + " answered " + resp.GetDecision() + ": " + resp.GetReasoning()
+		if r, err := s.store.Resolve(ctx, a.Account, a.ID, resp.GetDecision(), approver, note); err == nil {
+			s.auditApproval(ctx, eventResolved, r)
+			s.log.InfoContext(ctx, "approval resolved by its reviewer", "account", a.Account, "approval", a.ID, "decision", resp.GetDecision(), "reviewer", rv.GetGateway())
+			return
+		}
+		// Answered meanwhile by a human, or expired: nothing to hand on.
+		return
+	default:
+		note = "reviewer " + rv.GetGateway() + " escalated: " + resp.GetReasoning()
+	}
+	if err := s.store.EndReview(context.WithoutCancel(ctx), a.Account, a.ID, note); err != nil {
+		s.log.WarnContext(ctx, "review not ended; humans are asked once its deadline passes", "account", a.Account, "approval", a.ID, "error", err)
+	}
 }
 
 // useApproval lets a command run on an approval granted for exactly this

@@ -567,9 +567,15 @@ func registerFunc(ctx context.Context, name string, p *process, addr string, ac 
 		if err != nil {
 			return nil, nil, err
 		}
+		// The router's reviewer answers allowlist misses first where a
+		// gateway names one; the connection is made on first use.
+		router, err := p.dial(context.Background(), "router")
+		if err != nil {
+			return nil, nil, err
+		}
 		// Named by its address, the replica that leads the notifier
 		// election is the one an operator can find.
-		cfg := approval.Config{Logger: p.log, Name: addr}
+		cfg := approval.Config{Logger: p.log, Name: addr, Reviewer: routerv1.NewReviewServiceClient(router)}
 		if trail != nil {
 			cfg.Audit = trail.writer
 		}

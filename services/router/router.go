@@ -18,7 +18,9 @@ import (
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/gateways"
 	"github.com/conch-sh/conch/services/router/nodes"
+	"github.com/conch-sh/conch/services/router/review"
 	"github.com/conch-sh/conch/services/router/toolhost"
+	"github.com/conch-sh/conch/services/router/upstream"
 )
 
 // Config is the router's own configuration, shared by `conch router` and
@@ -86,4 +88,7 @@ func (s *Service) Register(g *grpc.Server) {
 	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways})
 	routerv1.RegisterNodeServiceServer(g, &nodeServer{store: s.nodes})
 	routerv1.RegisterToolHostServiceServer(g, &toolHostServer{gateways: s.gateways, grants: s.grants, deps: s.ToolDeps()})
+	// The reviewer calls a gateway's upstream as completions do, not
+	// through the tools' guarded client.
+	routerv1.RegisterReviewServiceServer(g, &review.Server{Gateways: s.gateways, Client: &http.Client{Timeout: review.Timeout}, Retry: upstream.DefaultRetry})
 }

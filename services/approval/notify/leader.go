@@ -139,7 +139,7 @@ func (n *Notifier) scan(ctx context.Context, kvs []*mvccpb.KeyValue) {
 		a, ok := store.DecodeRecord(k, kv.Value, kv.ModRevision)
 		switch {
 		case !ok:
-		case a.State == store.StatePending && !marked[k+store.NoticedSuffix]:
+		case a.State == store.StatePending && !marked[k+store.NoticedSuffix] && !a.UnderReview(time.Now()):
 			n.announce(ctx, a)
 		case a.Terminal() && marked[k+store.NoticedSuffix] && !marked[k+store.OutcomeSuffix]:
 			n.announceOutcome(ctx, a)
@@ -156,7 +156,9 @@ func (n *Notifier) follow(ctx context.Context, evs []*clientv3.Event) {
 		a, ok := store.DecodeRecord(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
 		switch {
 		case !ok:
-		case ev.Kv.CreateRevision == ev.Kv.ModRevision && a.State == store.StatePending:
+		case a.State == store.StatePending && !a.UnderReview(time.Now()):
+			// New, or back from its reviewer: humans are asked now
+			// (once: the notice is claimed).
 			n.announce(ctx, a)
 		case a.Terminal():
 			n.announceOutcome(ctx, a)

@@ -80,8 +80,47 @@ type Approval struct {
 	// answer grants: for how long, and whether by argument shape.
 	SessionTTLSeconds int  `json:"sessionTTLSeconds,omitempty"`
 	SessionByShape    bool `json:"sessionByShape,omitempty"`
+	// Reviewing is set while a reviewer model has the approval, until
+	// ReviewUntil at the latest; ReviewerNote is its answer and reasoning.
+	Reviewing    bool      `json:"reviewing,omitempty"`
+	ReviewUntil  time.Time `json:"reviewUntil,omitzero"`
+	ReviewerNote string    `json:"reviewerNote,omitempty"`
 
 	rev int64
+}
+
+// UnderReview reports whether a reviewer model still has the approval at
+// now: humans are not asked meanwhile. A review past its deadline (its
+// replica died) no longer holds them back.
+func (a *Approval) UnderReview(now time.Time) bool {
+	return a.State == StatePending && a.Reviewing && now.Before(a.ReviewUntil)
+}
+
+// EndReview records the reviewer's note on a pending approval and hands it
+// to humans. An approval no longer pending is left as it is.
+func (s *Store) EndReview(ctx context.Context, account, id, note string) error {
+	for {
+		a, _, _, err := s.read(ctx, account, id)
+		if err != nil || a.State != StatePending {
+			return err
+		}
+		next := *a
+		next.Reviewing, next.ReviewerNote = false, note
+		b, err := json.Marshal(&next)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "approval store: encode approval")
+		}
+		rk := s.recKey(account, id)
+		// The live key stays: the approval still waits for a human.
+		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", a.rev)).
+			Then(clientv3.OpPut(rk, string(b), clientv3.WithIgnoreLease())).Commit()
+		if err != nil {
+			return unavailable(err, "end review")
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
 }
 
 // Terminal reports whether the approval will not change state again.
@@ -340,7 +379,7 @@ func (s *Store) swap(ctx context.Context, old, next *Approval, extra ...clientv3
 
 // Resolve records a human's decision on a pending approval. Exactly one
 // of several concurrent answers wins; the others get a conflict.
-func (s *Store) Resolve(ctx context.Context, account, id, decision, approver string) (*Approval, error) {
+func (s *Store) Resolve(ctx context.Context, account, id, decision, approver string, note ...string) (*Approval, error) {
 	a, live, _, err := s.read(ctx, account, id)
 	if err != nil {
 		return nil, err
@@ -365,6 +404,10 @@ func (s *Store) Resolve(ctx context.Context, account, id, decision, approver str
 	}
 	next.ResolvedAt = s.now()
 	next.ResolvedBy = approver
+	next.Reviewing = false
+	if len(note) > 0 {
+		next.ReviewerNote = note[0]
+	}
 	ok, err := s.swap(ctx, a, &next, clientv3.Compare(clientv3.CreateRevision(s.liveKey(account, id)), ">", 0))
 	if err != nil {
 		return nil, err

@@ -299,15 +299,7 @@ func (s *Service) keepTurn(ctx context.Context, account, gateway, user string, r
 }
 
 func (s *Service) provider(g *routerv1.Gateway) upstream.Provider {
-	u := g.GetUpstream()
-	switch u.GetProvider() {
-	case routerv1.Provider_PROVIDER_OPENAI:
-		return &upstream.OpenAI{BaseURL: u.GetBaseUrl(), APIKey: u.GetApiKey(), Client: s.opts.HTTPClient, Retry: s.opts.Retry}
-	case routerv1.Provider_PROVIDER_ANTHROPIC:
-		return &upstream.Anthropic{BaseURL: u.GetBaseUrl(), APIKey: u.GetApiKey(), Client: s.opts.HTTPClient, Retry: s.opts.Retry}
-	default:
-		return upstream.Scripted{}
-	}
+	return upstream.For(g.GetUpstream(), s.opts.HTTPClient, s.opts.Retry)
 }
 
 // grantHooks record, while a sandbox lives, that it may call the tools

@@ -205,6 +205,16 @@ func validateExec(e *approvalv1.ExecSettings) error {
 	if t := e.GetApprovalRunningNoticeMs(); t < 0 {
 		return invalid("exec.approval_running_notice_ms", "must not be negative, got %d", t)
 	}
+	if rv := e.GetReviewer(); rv != nil {
+		if !namePattern.MatchString(rv.GetGateway()) {
+			return invalid("exec.reviewer.gateway", "must name a gateway, got %q", rv.GetGateway())
+		}
+		for i, m := range rv.GetMay() {
+			if m != "allow-once" && m != "deny" {
+				return invalid(fmt.Sprintf("exec.reviewer.may[%d]", i), "must be allow-once or deny, got %q", m)
+			}
+		}
+	}
 	ids := map[string]bool{}
 	for i, r := range e.GetDeny() {
 		field := fmt.Sprintf("exec.deny[%d]", i)

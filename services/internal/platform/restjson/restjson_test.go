@@ -200,7 +200,7 @@ func TestUnmarshalIntoBodyField(t *testing.T) {
 func TestUnmarshalUnknownWord(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
-		{`{"decision": "maybe"}`, "decision: must be allow-once, allow-always or deny"},
+		{`{"decision": "maybe"}`, "decision: must be allow-once, allow-always, deny or allow-session"},
 		{`{"command": "ls", "settings": {"ask_fallback": "loose"}}`, "ask_fallback: must be deny, allowlist or full"},
 	} {
 		var msg proto.Message = &approvalv1.ResolveApprovalRequest{}

@@ -192,7 +192,12 @@ type Approval struct {
 	Segments []*Segment `protobuf:"bytes,17,rep,name=segments,proto3" json:"segments,omitempty"`
 	// Why an expired approval ended without a human's answer: nobody
 	// answered in time, or the request that asked ended first.
-	Reason        string `protobuf:"bytes,18,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,18,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The reviewer model's answer and reasoning, when one reviewed it: shown
+	// to the human it was escalated to.
+	ReviewerNote string `protobuf:"bytes,19,opt,name=reviewer_note,json=reviewerNote,proto3" json:"reviewer_note,omitempty"`
+	// True while the reviewer model has it: humans are not notified yet.
+	Reviewing     bool `protobuf:"varint,20,opt,name=reviewing,proto3" json:"reviewing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +356,20 @@ func (x *Approval) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Approval) GetReviewerNote() string {
+	if x != nil {
+		return x.ReviewerNote
+	}
+	return ""
+}
+
+func (x *Approval) GetReviewing() bool {
+	if x != nil {
+		return x.Reviewing
+	}
+	return false
 }
 
 // Binding is what an approval is bound to besides the account: a decision
@@ -1730,7 +1749,7 @@ var File_conch_approval_v1_approval_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\n" +
-	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x05\n" +
+	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x06\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .conch.approval.v1.ApprovalStateR\x05state\x12?\n" +
@@ -1754,7 +1773,9 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"resolvedAt\x12\x12\n" +
 	"\x04node\x18\x10 \x01(\tR\x04node\x126\n" +
 	"\bsegments\x18\x11 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12\x16\n" +
-	"\x06reason\x18\x12 \x01(\tR\x06reason\"\xa9\x02\n" +
+	"\x06reason\x18\x12 \x01(\tR\x06reason\x12#\n" +
+	"\rreviewer_note\x18\x13 \x01(\tR\freviewerNote\x12\x1c\n" +
+	"\treviewing\x18\x14 \x01(\bR\treviewing\"\xa9\x02\n" +
 	"\aBinding\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x125\n" +

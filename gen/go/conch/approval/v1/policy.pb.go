@@ -287,8 +287,10 @@ type ExecSettings struct {
 	// and number of operands, whatever the operands (shape), instead of the
 	// exact arguments only (the default).
 	ApprovalSessionByShape bool `protobuf:"varint,13,opt,name=approval_session_by_shape,json=approvalSessionByShape,proto3" json:"approval_session_by_shape,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// A model that reviews an allowlist miss before any human is asked.
+	Reviewer      *Reviewer `protobuf:"bytes,14,opt,name=reviewer,proto3" json:"reviewer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecSettings) Reset() {
@@ -412,6 +414,70 @@ func (x *ExecSettings) GetApprovalSessionByShape() bool {
 	return false
 }
 
+func (x *ExecSettings) GetReviewer() *Reviewer {
+	if x != nil {
+		return x.Reviewer
+	}
+	return nil
+}
+
+// Reviewer sends an allowlist miss first to a gateway's model, which may
+// answer only within may; any other answer, no answer in time, or one that
+// does not parse goes to humans as usual.
+type Reviewer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gateway whose model reviews.
+	Gateway string `protobuf:"bytes,1,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// The answers it may give: allow-once and/or deny.
+	May           []string `protobuf:"bytes,2,rep,name=may,proto3" json:"may,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reviewer) Reset() {
+	*x = Reviewer{}
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reviewer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reviewer) ProtoMessage() {}
+
+func (x *Reviewer) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reviewer.ProtoReflect.Descriptor instead.
+func (*Reviewer) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Reviewer) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *Reviewer) GetMay() []string {
+	if x != nil {
+		return x.May
+	}
+	return nil
+}
+
 // DenyRule refuses a program, optionally only with matching arguments.
 type DenyRule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -429,7 +495,7 @@ type DenyRule struct {
 
 func (x *DenyRule) Reset() {
 	*x = DenyRule{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +507,7 @@ func (x *DenyRule) String() string {
 func (*DenyRule) ProtoMessage() {}
 
 func (x *DenyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[1]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +520,7 @@ func (x *DenyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyRule.ProtoReflect.Descriptor instead.
 func (*DenyRule) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{1}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DenyRule) GetId() string {
@@ -503,7 +569,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +581,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[2]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +594,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{2}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Segment) GetArgv() []string {
@@ -596,7 +662,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +674,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +687,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EvaluateRequest) GetCommand() string {
@@ -677,7 +743,7 @@ type SandboxResolution struct {
 
 func (x *SandboxResolution) Reset() {
 	*x = SandboxResolution{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +755,7 @@ func (x *SandboxResolution) String() string {
 func (*SandboxResolution) ProtoMessage() {}
 
 func (x *SandboxResolution) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +768,7 @@ func (x *SandboxResolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxResolution.ProtoReflect.Descriptor instead.
 func (*SandboxResolution) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{4}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SandboxResolution) GetSegments() []*Segment {
@@ -737,7 +803,7 @@ type EvaluateResponse struct {
 
 func (x *EvaluateResponse) Reset() {
 	*x = EvaluateResponse{}
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +815,7 @@ func (x *EvaluateResponse) String() string {
 func (*EvaluateResponse) ProtoMessage() {}
 
 func (x *EvaluateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_policy_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_policy_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +828,7 @@ func (x *EvaluateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateResponse.ProtoReflect.Descriptor instead.
 func (*EvaluateResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{5}
+	return file_conch_approval_v1_policy_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EvaluateResponse) GetDecision() PolicyDecision {
@@ -818,7 +884,7 @@ var File_conch_approval_v1_policy_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\xfc\x04\n" +
+	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\xb5\x05\n" +
 	"\fExecSettings\x12+\n" +
 	"\x04host\x18\x01 \x01(\x0e2\x17.conch.approval.v1.HostR\x04host\x127\n" +
 	"\bsecurity\x18\x02 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\x12(\n" +
@@ -833,7 +899,11 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	" \x01(\tR\x04node\x12/\n" +
 	"\x04deny\x18\v \x03(\v2\x1b.conch.approval.v1.DenyRuleR\x04deny\x12?\n" +
 	"\x1capproval_session_ttl_seconds\x18\f \x01(\x05R\x19approvalSessionTtlSeconds\x129\n" +
-	"\x19approval_session_by_shape\x18\r \x01(\bR\x16approvalSessionByShape\"U\n" +
+	"\x19approval_session_by_shape\x18\r \x01(\bR\x16approvalSessionByShape\x127\n" +
+	"\breviewer\x18\x0e \x01(\v2\x1b.conch.approval.v1.ReviewerR\breviewer\"6\n" +
+	"\bReviewer\x12\x18\n" +
+	"\agateway\x18\x01 \x01(\tR\agateway\x12\x10\n" +
+	"\x03may\x18\x02 \x03(\tR\x03may\"U\n" +
 	"\bDenyRule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x1f\n" +
@@ -898,40 +968,42 @@ func file_conch_approval_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_approval_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_conch_approval_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_conch_approval_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_conch_approval_v1_policy_proto_goTypes = []any{
 	(Host)(0),                 // 0: conch.approval.v1.Host
 	(Security)(0),             // 1: conch.approval.v1.Security
 	(Ask)(0),                  // 2: conch.approval.v1.Ask
 	(PolicyDecision)(0),       // 3: conch.approval.v1.PolicyDecision
 	(*ExecSettings)(nil),      // 4: conch.approval.v1.ExecSettings
-	(*DenyRule)(nil),          // 5: conch.approval.v1.DenyRule
-	(*Segment)(nil),           // 6: conch.approval.v1.Segment
-	(*EvaluateRequest)(nil),   // 7: conch.approval.v1.EvaluateRequest
-	(*SandboxResolution)(nil), // 8: conch.approval.v1.SandboxResolution
-	(*EvaluateResponse)(nil),  // 9: conch.approval.v1.EvaluateResponse
+	(*Reviewer)(nil),          // 5: conch.approval.v1.Reviewer
+	(*DenyRule)(nil),          // 6: conch.approval.v1.DenyRule
+	(*Segment)(nil),           // 7: conch.approval.v1.Segment
+	(*EvaluateRequest)(nil),   // 8: conch.approval.v1.EvaluateRequest
+	(*SandboxResolution)(nil), // 9: conch.approval.v1.SandboxResolution
+	(*EvaluateResponse)(nil),  // 10: conch.approval.v1.EvaluateResponse
 }
 var file_conch_approval_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.ExecSettings.host:type_name -> conch.approval.v1.Host
 	1,  // 1: conch.approval.v1.ExecSettings.security:type_name -> conch.approval.v1.Security
 	2,  // 2: conch.approval.v1.ExecSettings.ask:type_name -> conch.approval.v1.Ask
 	1,  // 3: conch.approval.v1.ExecSettings.ask_fallback:type_name -> conch.approval.v1.Security
-	5,  // 4: conch.approval.v1.ExecSettings.deny:type_name -> conch.approval.v1.DenyRule
-	3,  // 5: conch.approval.v1.Segment.decision:type_name -> conch.approval.v1.PolicyDecision
-	0,  // 6: conch.approval.v1.EvaluateRequest.host:type_name -> conch.approval.v1.Host
-	4,  // 7: conch.approval.v1.EvaluateRequest.settings:type_name -> conch.approval.v1.ExecSettings
-	8,  // 8: conch.approval.v1.EvaluateRequest.sandbox_resolution:type_name -> conch.approval.v1.SandboxResolution
-	6,  // 9: conch.approval.v1.SandboxResolution.segments:type_name -> conch.approval.v1.Segment
-	3,  // 10: conch.approval.v1.EvaluateResponse.decision:type_name -> conch.approval.v1.PolicyDecision
-	6,  // 11: conch.approval.v1.EvaluateResponse.segments:type_name -> conch.approval.v1.Segment
-	1,  // 12: conch.approval.v1.EvaluateResponse.security:type_name -> conch.approval.v1.Security
-	2,  // 13: conch.approval.v1.EvaluateResponse.ask:type_name -> conch.approval.v1.Ask
-	1,  // 14: conch.approval.v1.EvaluateResponse.ask_fallback:type_name -> conch.approval.v1.Security
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	6,  // 4: conch.approval.v1.ExecSettings.deny:type_name -> conch.approval.v1.DenyRule
+	5,  // 5: conch.approval.v1.ExecSettings.reviewer:type_name -> conch.approval.v1.Reviewer
+	3,  // 6: conch.approval.v1.Segment.decision:type_name -> conch.approval.v1.PolicyDecision
+	0,  // 7: conch.approval.v1.EvaluateRequest.host:type_name -> conch.approval.v1.Host
+	4,  // 8: conch.approval.v1.EvaluateRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	9,  // 9: conch.approval.v1.EvaluateRequest.sandbox_resolution:type_name -> conch.approval.v1.SandboxResolution
+	7,  // 10: conch.approval.v1.SandboxResolution.segments:type_name -> conch.approval.v1.Segment
+	3,  // 11: conch.approval.v1.EvaluateResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	7,  // 12: conch.approval.v1.EvaluateResponse.segments:type_name -> conch.approval.v1.Segment
+	1,  // 13: conch.approval.v1.EvaluateResponse.security:type_name -> conch.approval.v1.Security
+	2,  // 14: conch.approval.v1.EvaluateResponse.ask:type_name -> conch.approval.v1.Ask
+	1,  // 15: conch.approval.v1.EvaluateResponse.ask_fallback:type_name -> conch.approval.v1.Security
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_policy_proto_init() }
@@ -945,7 +1017,7 @@ func file_conch_approval_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_policy_proto_rawDesc), len(file_conch_approval_v1_policy_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

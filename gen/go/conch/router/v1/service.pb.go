@@ -45,7 +45,9 @@ const file_conch_router_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"DeleteNode\x12\".conch.router.v1.DeleteNodeRequest\x1a#.conch.router.v1.DeleteNodeResponse2b\n" +
 	"\x0fToolHostService\x12O\n" +
-	"\bCallTool\x12 .conch.router.v1.CallToolRequest\x1a!.conch.router.v1.CallToolResponseB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
+	"\bCallTool\x12 .conch.router.v1.CallToolRequest\x1a!.conch.router.v1.CallToolResponse2Z\n" +
+	"\rReviewService\x12I\n" +
+	"\x06Review\x12\x1e.conch.router.v1.ReviewRequest\x1a\x1f.conch.router.v1.ReviewResponseB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
 
 var file_conch_router_v1_service_proto_goTypes = []any{
 	(*CreateGatewayRequest)(nil),  // 0: conch.router.v1.CreateGatewayRequest
@@ -62,20 +64,22 @@ var file_conch_router_v1_service_proto_goTypes = []any{
 	(*ListNodesRequest)(nil),      // 11: conch.router.v1.ListNodesRequest
 	(*DeleteNodeRequest)(nil),     // 12: conch.router.v1.DeleteNodeRequest
 	(*CallToolRequest)(nil),       // 13: conch.router.v1.CallToolRequest
-	(*CreateGatewayResponse)(nil), // 14: conch.router.v1.CreateGatewayResponse
-	(*GetGatewayResponse)(nil),    // 15: conch.router.v1.GetGatewayResponse
-	(*ListGatewaysResponse)(nil),  // 16: conch.router.v1.ListGatewaysResponse
-	(*UpdateGatewayResponse)(nil), // 17: conch.router.v1.UpdateGatewayResponse
-	(*DeleteGatewayResponse)(nil), // 18: conch.router.v1.DeleteGatewayResponse
-	(*CreateAccountResponse)(nil), // 19: conch.router.v1.CreateAccountResponse
-	(*ListAccountsResponse)(nil),  // 20: conch.router.v1.ListAccountsResponse
-	(*CreateAPIKeyResponse)(nil),  // 21: conch.router.v1.CreateAPIKeyResponse
-	(*ListAPIKeysResponse)(nil),   // 22: conch.router.v1.ListAPIKeysResponse
-	(*DeleteAPIKeyResponse)(nil),  // 23: conch.router.v1.DeleteAPIKeyResponse
-	(*CreateNodeResponse)(nil),    // 24: conch.router.v1.CreateNodeResponse
-	(*ListNodesResponse)(nil),     // 25: conch.router.v1.ListNodesResponse
-	(*DeleteNodeResponse)(nil),    // 26: conch.router.v1.DeleteNodeResponse
-	(*CallToolResponse)(nil),      // 27: conch.router.v1.CallToolResponse
+	(*ReviewRequest)(nil),         // 14: conch.router.v1.ReviewRequest
+	(*CreateGatewayResponse)(nil), // 15: conch.router.v1.CreateGatewayResponse
+	(*GetGatewayResponse)(nil),    // 16: conch.router.v1.GetGatewayResponse
+	(*ListGatewaysResponse)(nil),  // 17: conch.router.v1.ListGatewaysResponse
+	(*UpdateGatewayResponse)(nil), // 18: conch.router.v1.UpdateGatewayResponse
+	(*DeleteGatewayResponse)(nil), // 19: conch.router.v1.DeleteGatewayResponse
+	(*CreateAccountResponse)(nil), // 20: conch.router.v1.CreateAccountResponse
+	(*ListAccountsResponse)(nil),  // 21: conch.router.v1.ListAccountsResponse
+	(*CreateAPIKeyResponse)(nil),  // 22: conch.router.v1.CreateAPIKeyResponse
+	(*ListAPIKeysResponse)(nil),   // 23: conch.router.v1.ListAPIKeysResponse
+	(*DeleteAPIKeyResponse)(nil),  // 24: conch.router.v1.DeleteAPIKeyResponse
+	(*CreateNodeResponse)(nil),    // 25: conch.router.v1.CreateNodeResponse
+	(*ListNodesResponse)(nil),     // 26: conch.router.v1.ListNodesResponse
+	(*DeleteNodeResponse)(nil),    // 27: conch.router.v1.DeleteNodeResponse
+	(*CallToolResponse)(nil),      // 28: conch.router.v1.CallToolResponse
+	(*ReviewResponse)(nil),        // 29: conch.router.v1.ReviewResponse
 }
 var file_conch_router_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.router.v1.GatewayService.CreateGateway:input_type -> conch.router.v1.CreateGatewayRequest
@@ -92,22 +96,24 @@ var file_conch_router_v1_service_proto_depIdxs = []int32{
 	11, // 11: conch.router.v1.NodeService.ListNodes:input_type -> conch.router.v1.ListNodesRequest
 	12, // 12: conch.router.v1.NodeService.DeleteNode:input_type -> conch.router.v1.DeleteNodeRequest
 	13, // 13: conch.router.v1.ToolHostService.CallTool:input_type -> conch.router.v1.CallToolRequest
-	14, // 14: conch.router.v1.GatewayService.CreateGateway:output_type -> conch.router.v1.CreateGatewayResponse
-	15, // 15: conch.router.v1.GatewayService.GetGateway:output_type -> conch.router.v1.GetGatewayResponse
-	16, // 16: conch.router.v1.GatewayService.ListGateways:output_type -> conch.router.v1.ListGatewaysResponse
-	17, // 17: conch.router.v1.GatewayService.UpdateGateway:output_type -> conch.router.v1.UpdateGatewayResponse
-	18, // 18: conch.router.v1.GatewayService.DeleteGateway:output_type -> conch.router.v1.DeleteGatewayResponse
-	19, // 19: conch.router.v1.AccountService.CreateAccount:output_type -> conch.router.v1.CreateAccountResponse
-	20, // 20: conch.router.v1.AccountService.ListAccounts:output_type -> conch.router.v1.ListAccountsResponse
-	21, // 21: conch.router.v1.AccountService.CreateAPIKey:output_type -> conch.router.v1.CreateAPIKeyResponse
-	22, // 22: conch.router.v1.AccountService.ListAPIKeys:output_type -> conch.router.v1.ListAPIKeysResponse
-	23, // 23: conch.router.v1.AccountService.DeleteAPIKey:output_type -> conch.router.v1.DeleteAPIKeyResponse
-	24, // 24: conch.router.v1.NodeService.CreateNode:output_type -> conch.router.v1.CreateNodeResponse
-	25, // 25: conch.router.v1.NodeService.ListNodes:output_type -> conch.router.v1.ListNodesResponse
-	26, // 26: conch.router.v1.NodeService.DeleteNode:output_type -> conch.router.v1.DeleteNodeResponse
-	27, // 27: conch.router.v1.ToolHostService.CallTool:output_type -> conch.router.v1.CallToolResponse
-	14, // [14:28] is the sub-list for method output_type
-	0,  // [0:14] is the sub-list for method input_type
+	14, // 14: conch.router.v1.ReviewService.Review:input_type -> conch.router.v1.ReviewRequest
+	15, // 15: conch.router.v1.GatewayService.CreateGateway:output_type -> conch.router.v1.CreateGatewayResponse
+	16, // 16: conch.router.v1.GatewayService.GetGateway:output_type -> conch.router.v1.GetGatewayResponse
+	17, // 17: conch.router.v1.GatewayService.ListGateways:output_type -> conch.router.v1.ListGatewaysResponse
+	18, // 18: conch.router.v1.GatewayService.UpdateGateway:output_type -> conch.router.v1.UpdateGatewayResponse
+	19, // 19: conch.router.v1.GatewayService.DeleteGateway:output_type -> conch.router.v1.DeleteGatewayResponse
+	20, // 20: conch.router.v1.AccountService.CreateAccount:output_type -> conch.router.v1.CreateAccountResponse
+	21, // 21: conch.router.v1.AccountService.ListAccounts:output_type -> conch.router.v1.ListAccountsResponse
+	22, // 22: conch.router.v1.AccountService.CreateAPIKey:output_type -> conch.router.v1.CreateAPIKeyResponse
+	23, // 23: conch.router.v1.AccountService.ListAPIKeys:output_type -> conch.router.v1.ListAPIKeysResponse
+	24, // 24: conch.router.v1.AccountService.DeleteAPIKey:output_type -> conch.router.v1.DeleteAPIKeyResponse
+	25, // 25: conch.router.v1.NodeService.CreateNode:output_type -> conch.router.v1.CreateNodeResponse
+	26, // 26: conch.router.v1.NodeService.ListNodes:output_type -> conch.router.v1.ListNodesResponse
+	27, // 27: conch.router.v1.NodeService.DeleteNode:output_type -> conch.router.v1.DeleteNodeResponse
+	28, // 28: conch.router.v1.ToolHostService.CallTool:output_type -> conch.router.v1.CallToolResponse
+	29, // 29: conch.router.v1.ReviewService.Review:output_type -> conch.router.v1.ReviewResponse
+	15, // [15:30] is the sub-list for method output_type
+	0,  // [0:15] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -130,7 +136,7 @@ func file_conch_router_v1_service_proto_init() {
 			NumEnums:      0,
 			NumMessages:   0,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_conch_router_v1_service_proto_goTypes,
 		DependencyIndexes: file_conch_router_v1_service_proto_depIdxs,

@@ -140,6 +140,180 @@ func (x *CallToolResponse) GetIsError() bool {
 	return false
 }
 
+// ReviewRequest is a command put to a reviewer model. Every field is data
+// for the model to judge, never instructions to it.
+type ReviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reviewing gateway.
+	Gateway string `protobuf:"bytes,1,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// The agent (gateway) whose command it is.
+	Agent string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The command line, whole.
+	Command string `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	// The plan that would run.
+	Plan string `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Working directory.
+	Cwd string `protobuf:"bytes,5,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// Host: sandbox, gateway or node.
+	Host string `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
+	// Resolved paths of the programs it runs.
+	ResolvedPaths []string `protobuf:"bytes,7,rep,name=resolved_paths,json=resolvedPaths,proto3" json:"resolved_paths,omitempty"`
+	// Why the allowlist missed, per program.
+	Reasons []string `protobuf:"bytes,8,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// The answers the reviewer may give.
+	May           []string `protobuf:"bytes,9,rep,name=may,proto3" json:"may,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewRequest) Reset() {
+	*x = ReviewRequest{}
+	mi := &file_conch_router_v1_toolhost_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewRequest) ProtoMessage() {}
+
+func (x *ReviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_toolhost_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewRequest.ProtoReflect.Descriptor instead.
+func (*ReviewRequest) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_toolhost_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReviewRequest) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *ReviewRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ReviewRequest) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *ReviewRequest) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *ReviewRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ReviewRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *ReviewRequest) GetResolvedPaths() []string {
+	if x != nil {
+		return x.ResolvedPaths
+	}
+	return nil
+}
+
+func (x *ReviewRequest) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *ReviewRequest) GetMay() []string {
+	if x != nil {
+		return x.May
+	}
+	return nil
+}
+
+// ReviewResponse is the reviewer model's answer.
+type ReviewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// allow-once, deny or escalate.
+	Decision string `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	// The model's reasoning, for the audit trail and the human.
+	Reasoning     string `protobuf:"bytes,2,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReviewResponse) Reset() {
+	*x = ReviewResponse{}
+	mi := &file_conch_router_v1_toolhost_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReviewResponse) ProtoMessage() {}
+
+func (x *ReviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_toolhost_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReviewResponse.ProtoReflect.Descriptor instead.
+func (*ReviewResponse) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_toolhost_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReviewResponse) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *ReviewResponse) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
 var File_conch_router_v1_toolhost_proto protoreflect.FileDescriptor
 
 const file_conch_router_v1_toolhost_proto_rawDesc = "" +
@@ -152,7 +326,20 @@ const file_conch_router_v1_toolhost_proto_rawDesc = "" +
 	"\targuments\x18\x03 \x01(\tR\targuments\"E\n" +
 	"\x10CallToolResponse\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\tR\x06output\x12\x19\n" +
-	"\bis_error\x18\x02 \x01(\bR\aisErrorB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
+	"\bis_error\x18\x02 \x01(\bR\aisError\"\xe6\x01\n" +
+	"\rReviewRequest\x12\x18\n" +
+	"\agateway\x18\x01 \x01(\tR\agateway\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x18\n" +
+	"\acommand\x18\x03 \x01(\tR\acommand\x12\x12\n" +
+	"\x04plan\x18\x04 \x01(\tR\x04plan\x12\x10\n" +
+	"\x03cwd\x18\x05 \x01(\tR\x03cwd\x12\x12\n" +
+	"\x04host\x18\x06 \x01(\tR\x04host\x12%\n" +
+	"\x0eresolved_paths\x18\a \x03(\tR\rresolvedPaths\x12\x18\n" +
+	"\areasons\x18\b \x03(\tR\areasons\x12\x10\n" +
+	"\x03may\x18\t \x03(\tR\x03may\"J\n" +
+	"\x0eReviewResponse\x12\x1a\n" +
+	"\bdecision\x18\x01 \x01(\tR\bdecision\x12\x1c\n" +
+	"\treasoning\x18\x02 \x01(\tR\treasoningB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
 
 var (
 	file_conch_router_v1_toolhost_proto_rawDescOnce sync.Once
@@ -166,10 +353,12 @@ func file_conch_router_v1_toolhost_proto_rawDescGZIP() []byte {
 	return file_conch_router_v1_toolhost_proto_rawDescData
 }
 
-var file_conch_router_v1_toolhost_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_conch_router_v1_toolhost_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_conch_router_v1_toolhost_proto_goTypes = []any{
 	(*CallToolRequest)(nil),  // 0: conch.router.v1.CallToolRequest
 	(*CallToolResponse)(nil), // 1: conch.router.v1.CallToolResponse
+	(*ReviewRequest)(nil),    // 2: conch.router.v1.ReviewRequest
+	(*ReviewResponse)(nil),   // 3: conch.router.v1.ReviewResponse
 }
 var file_conch_router_v1_toolhost_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -190,7 +379,7 @@ func file_conch_router_v1_toolhost_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_router_v1_toolhost_proto_rawDesc), len(file_conch_router_v1_toolhost_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
