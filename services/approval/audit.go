@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/store"
@@ -46,8 +47,11 @@ func (s *Server) auditAuthorize(ctx context.Context, account string, req *approv
 	}
 	for _, seg := range resp.GetSegments() {
 		r.Argv = append(r.Argv, seg.GetArgv())
-		if p := seg.GetResolvedPath(); p != "" {
-			r.ResolvedPaths = append(r.ResolvedPaths, p)
+		r.ResolvedPaths = append(r.ResolvedPaths, seg.GetResolvedPath())
+	}
+	if req.GetSettings() != nil {
+		if b, err := protojson.Marshal(req.GetSettings()); err == nil {
+			r.Exec = b
 		}
 	}
 	if a := resp.GetApproval(); a != nil {

@@ -28,17 +28,19 @@ type AuditServer struct {
 	store      objstore.Store
 	etcd       *clientv3.Client
 	etcdPrefix string
+	// judge replays policies; nil refuses ReplayPolicy.
+	judge *Server
 }
 
 var _ approvalv1.AuditServiceServer = (*AuditServer)(nil)
 
 // NewAuditServer reads the trail in st whose anchors are under etcdPrefix
-// in cli.
-func NewAuditServer(st objstore.Store, cli *clientv3.Client, etcdPrefix string) (*AuditServer, error) {
+// in cli, and replays policies with judge's engine.
+func NewAuditServer(st objstore.Store, cli *clientv3.Client, etcdPrefix string, judge *Server) (*AuditServer, error) {
 	if st == nil || cli == nil {
 		return nil, errors.New("approval: audit needs an object store and etcd")
 	}
-	return &AuditServer{store: st, etcd: cli, etcdPrefix: etcdPrefix}, nil
+	return &AuditServer{store: st, etcd: cli, etcdPrefix: etcdPrefix, judge: judge}, nil
 }
 
 // Register registers the service's gRPC handlers on g.

@@ -148,6 +148,12 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	if err != nil {
 		return nil, err
 	}
+	return s.judgeDoc(doc, in), nil
+}
+
+// judgeDoc judges under doc, as judge does under the account's document;
+// policy replay judges under a proposed one.
+func (s *Server) judgeDoc(doc *document.Document, in judgeInput) *judgement {
 	docSettings, skills := doc.PolicySettings(in.agent)
 	eff := settingsFrom(execpolicy.Effective(in.host, settingsTo(docSettings), in.exec))
 	cfg := policy.Config{
@@ -198,7 +204,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	if in.exec != nil && in.exec.GetApprovalTimeoutSeconds() > 0 {
 		timeout = time.Duration(in.exec.GetApprovalTimeoutSeconds()) * time.Second
 	}
-	return &judgement{res: res, exec: in.exec, settings: eff, timeout: timeout, doc: doc, digests: digests}, nil
+	return &judgement{res: res, exec: in.exec, settings: eff, timeout: timeout, doc: doc, digests: digests}
 }
 
 // Evaluate implements ApprovalService.

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -177,5 +179,114 @@ func TestAuditTrail(t *testing.T) {
 	}
 	if out := cli("verify"); !strings.Contains(out, "dev: ok") {
 		t.Fatalf("conch audit verify:\n%s", out)
+	}
+}
+
+// Policy replay judges the audited commands again under a proposed
+// document or gateway settings and reports only what the proposal
+// changes, running nothing.
+func TestAuditPolicyReplay(t *testing.T) {
+	d := startDev(t, "CONCH_AUDIT_FLUSH=200ms")
+	createGateway(t, d, map[string]any{"name": "listed", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	current := `{"version": 1, "agents": {"listed": {"allowlist": [{"id": "ls", "pattern": "/usr/bin/ls"}]}}}`
+	if code, body, _ := d.raw("PUT", "/api/v1/exec-approvals", []byte(current)); code != http.StatusOK {
+		t.Fatalf("PUT document = %d %s", code, body)
+	}
+	for _, c := range []string{"echo one", "uname -s", "ls -d /"} {
+		runCommand(t, d, "default", "shell", "", c)
+	}
+	runCommand(t, d, "listed", "shell", "", "ls -d /")
+	auditUntil(t, d, d.Key, "", func(r []auditRecord) bool {
+		n := 0
+		for _, x := range r {
+			if x.Kind == "outcome" {
+				n++
+			}
+		}
+		return n == 4
+	})
+
+	tests := []struct {
+		name     string
+		body     map[string]any
+		commands int
+		changes  map[string]int
+		programs string
+	}{
+		{name: "the current policy changes nothing", body: map[string]any{}, commands: 4, changes: map[string]int{}},
+		{name: "a deny rule", body: map[string]any{"document": json.RawMessage(`{"version": 1, "defaults": {"denylist": [{"id": "no-uname", "pattern": "/usr/bin/uname"}]},
+			"agents": {"listed": {"allowlist": [{"id": "ls", "pattern": "/usr/bin/ls"}]}}}`)}, commands: 4,
+			// Under deny rules full mode runs only what the policy can
+			// judge: the builtin echo is refused too.
+			changes: map[string]int{"allow→deny": 2}, programs: "allow→deny /usr/bin/uname 1, allow→deny echo 1"},
+		{name: "an allowlist entry removed", body: map[string]any{"document": json.RawMessage(`{"version": 1}`)}, commands: 4, changes: map[string]int{"allow→ask": 1}, programs: "allow→ask /usr/bin/ls 1"},
+		{name: "gateway settings", body: map[string]any{"gateway": "default", "gateway_exec": map[string]any{"security": "deny"}}, commands: 3, changes: map[string]int{"allow→deny": 3},
+			// Security deny refuses before judging any program: first words.
+			programs: "allow→deny echo 1, allow→deny ls 1, allow→deny uname 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := d.call("POST", "/api/v1/exec-policy:replay", d.Key, tc.body)
+			var out struct {
+				Commands, Changed int
+				Changes           []struct {
+					From, To string
+					Count    int
+				}
+				Programs []struct {
+					From, To, Program string
+					Count             int
+				}
+			}
+			if err := json.Unmarshal(body, &out); code != http.StatusOK || err != nil {
+				t.Fatalf("replay = %d %s", code, body)
+			}
+			got := map[string]int{}
+			for _, c := range out.Changes {
+				got[c.From+"→"+c.To] = c.Count
+			}
+			if out.Commands != tc.commands || len(got) != len(tc.changes) {
+				t.Fatalf("replay: %s", body)
+			}
+			for k, n := range tc.changes {
+				if got[k] != n {
+					t.Fatalf("replay %s = %d, want %d: %s", k, got[k], n, body)
+				}
+			}
+			var progs []string
+			for _, p := range out.Programs {
+				progs = append(progs, fmt.Sprintf("%s→%s %s %d", p.From, p.To, p.Program, p.Count))
+			}
+			if g := strings.Join(progs, ", "); g != tc.programs {
+				t.Fatalf("per program = %q, want %q", g, tc.programs)
+			}
+		})
+	}
+	if code, body := d.call("POST", "/api/v1/exec-policy:replay", d.Key, map[string]any{"document": map[string]any{"version": 7}}); code != http.StatusBadRequest {
+		t.Fatalf("an invalid document = %d %s", code, body)
+	}
+	// Replay judged without recording: after one more command, the trail
+	// holds its outcome and nothing else new.
+	runCommand(t, d, "default", "shell", "", "true")
+	recs := auditUntil(t, d, d.Key, "", func(r []auditRecord) bool { return len(r) > 0 && r[0].Command == "true" })
+	if len(recs) != 6 { // 4 outcomes, listed's verdict, and this one
+		t.Fatalf("replay left records: %+v", recs)
+	}
+
+	// The CLI.
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := t.TempDir() + "/proposed.json"
+	if err := os.WriteFile(file, []byte(`{"version": 1, "defaults": {"denylist": [{"id": "no-uname", "pattern": "/usr/bin/uname"}]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), bin, "approvals", "replay", file, "--since", "1h")
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "5 commands judged again, 3 would change") || !strings.Contains(string(out), "/usr/bin/uname") {
+		t.Fatalf("conch approvals replay: %v\n%s", err, out)
 	}
 }

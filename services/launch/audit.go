@@ -9,7 +9,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/workspace/store"
@@ -49,7 +48,6 @@ func (c *AuditConfig) Validate() error {
 type auditTrail struct {
 	store  store.Store
 	writer *audit.Writer
-	api    *approval.AuditServer
 	cfg    AuditConfig
 	etcd   *clientv3.Client
 	log    *slog.Logger
@@ -70,11 +68,7 @@ func (p *process) newAudit(ctx context.Context, c AuditConfig, name string) (*au
 	if err != nil {
 		return nil, err
 	}
-	api, err := approval.NewAuditServer(st, p.etcd, audit.DefaultEtcdPrefix)
-	if err != nil {
-		return nil, err
-	}
-	return &auditTrail{store: st, writer: w, api: api, cfg: c, etcd: p.etcd, log: p.log}, nil
+	return &auditTrail{store: st, writer: w, cfg: c, etcd: p.etcd, log: p.log}, nil
 }
 
 // run writes the trail and removes what is older than the retention.

@@ -583,10 +583,16 @@ func registerFunc(ctx context.Context, name string, p *process, addr string, ac 
 		if err != nil {
 			return nil, nil, err
 		}
+		var api *approval.AuditServer
+		if trail != nil {
+			if api, err = approval.NewAuditServer(trail.store, p.etcd, audit.DefaultEtcdPrefix, svc); err != nil {
+				return nil, nil, err
+			}
+		}
 		register := func(g *grpc.Server) {
 			svc.Register(g)
-			if trail != nil {
-				trail.api.Register(g)
+			if api != nil {
+				api.Register(g)
 			}
 		}
 		run := func(ctx context.Context) error {

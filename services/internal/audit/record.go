@@ -44,9 +44,15 @@ type Record struct {
 	// Command is the whole command as it was asked for.
 	Command string `json:"command,omitempty"`
 	// Argv holds each parsed segment's argv; Plan is the engine's plan.
+	// ResolvedPaths of a verdict line up with Argv ("" for a segment
+	// that resolved to no program), so that policy replay resolves each
+	// program as it was resolved when the command was judged.
 	Argv          [][]string `json:"argv,omitempty"`
 	Plan          string     `json:"plan,omitempty"`
 	ResolvedPaths []string   `json:"resolved_paths,omitempty"`
+	// Exec holds the gateway's exec settings the command was judged under
+	// (conch.approval.v1.ExecSettings as JSON), for policy replay.
+	Exec json.RawMessage `json:"exec,omitempty"`
 
 	Decision   string `json:"decision,omitempty"`
 	Reason     string `json:"reason,omitempty"`

@@ -9,6 +9,7 @@ package approvalv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -861,11 +862,358 @@ func (x *AuditProblem) GetReason() string {
 	return ""
 }
 
+// ReplayPolicyRequest proposes a policy to replay the audit trail under.
+type ReplayPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The proposed exec-approvals document (default: the current one).
+	Document *structpb.Struct `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	// Proposed gateway exec settings, in place of those each command was
+	// judged under (default: those).
+	GatewayExec *ExecSettings `protobuf:"bytes,2,opt,name=gateway_exec,json=gatewayExec,proto3" json:"gateway_exec,omitempty"`
+	// Only commands of this gateway (agent).
+	Gateway string `protobuf:"bytes,3,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// Oldest command to replay (default: 7 days ago).
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// Newest command to replay (default: now).
+	Until *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
+	// How many changed commands to list (default 20, at most 1000).
+	MaxExamples   int32 `protobuf:"varint,6,opt,name=max_examples,json=maxExamples,proto3" json:"max_examples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayPolicyRequest) Reset() {
+	*x = ReplayPolicyRequest{}
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayPolicyRequest) ProtoMessage() {}
+
+func (x *ReplayPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayPolicyRequest.ProtoReflect.Descriptor instead.
+func (*ReplayPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReplayPolicyRequest) GetDocument() *structpb.Struct {
+	if x != nil {
+		return x.Document
+	}
+	return nil
+}
+
+func (x *ReplayPolicyRequest) GetGatewayExec() *ExecSettings {
+	if x != nil {
+		return x.GatewayExec
+	}
+	return nil
+}
+
+func (x *ReplayPolicyRequest) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *ReplayPolicyRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ReplayPolicyRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ReplayPolicyRequest) GetMaxExamples() int32 {
+	if x != nil {
+		return x.MaxExamples
+	}
+	return 0
+}
+
+// ReplayPolicyResponse says what the proposed policy would have changed.
+type ReplayPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Commands judged again.
+	Commands int32 `protobuf:"varint,1,opt,name=commands,proto3" json:"commands,omitempty"`
+	// Commands whose verdict would change.
+	Changed int32 `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	// Counts per change of verdict, most first.
+	Changes []*ReplayChange `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	// Counts per program and change, most first.
+	Programs []*ReplayChange `protobuf:"bytes,4,rep,name=programs,proto3" json:"programs,omitempty"`
+	// The latest changed commands.
+	Examples      []*ReplayExample `protobuf:"bytes,5,rep,name=examples,proto3" json:"examples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayPolicyResponse) Reset() {
+	*x = ReplayPolicyResponse{}
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayPolicyResponse) ProtoMessage() {}
+
+func (x *ReplayPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayPolicyResponse.ProtoReflect.Descriptor instead.
+func (*ReplayPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplayPolicyResponse) GetCommands() int32 {
+	if x != nil {
+		return x.Commands
+	}
+	return 0
+}
+
+func (x *ReplayPolicyResponse) GetChanged() int32 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *ReplayPolicyResponse) GetChanges() []*ReplayChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *ReplayPolicyResponse) GetPrograms() []*ReplayChange {
+	if x != nil {
+		return x.Programs
+	}
+	return nil
+}
+
+func (x *ReplayPolicyResponse) GetExamples() []*ReplayExample {
+	if x != nil {
+		return x.Examples
+	}
+	return nil
+}
+
+// ReplayChange counts one change of verdict.
+type ReplayChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Verdict under the current policy: allow, ask or deny.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// Verdict under the proposed policy.
+	To string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// The program (resolved path, else name) for per-program counts.
+	Program string `protobuf:"bytes,3,opt,name=program,proto3" json:"program,omitempty"`
+	// How many commands.
+	Count         int32 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayChange) Reset() {
+	*x = ReplayChange{}
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayChange) ProtoMessage() {}
+
+func (x *ReplayChange) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayChange.ProtoReflect.Descriptor instead.
+func (*ReplayChange) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReplayChange) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReplayChange) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *ReplayChange) GetProgram() string {
+	if x != nil {
+		return x.Program
+	}
+	return ""
+}
+
+func (x *ReplayChange) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// ReplayExample is one command whose verdict would change.
+type ReplayExample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When it was judged or ran.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// Gateway (agent).
+	Gateway string `protobuf:"bytes,2,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// User.
+	User string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// The whole command.
+	Command string `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
+	// Verdict under the current policy.
+	From string `protobuf:"bytes,5,opt,name=from,proto3" json:"from,omitempty"`
+	// Verdict under the proposed policy.
+	To string `protobuf:"bytes,6,opt,name=to,proto3" json:"to,omitempty"`
+	// The proposed policy's reason.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayExample) Reset() {
+	*x = ReplayExample{}
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayExample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayExample) ProtoMessage() {}
+
+func (x *ReplayExample) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayExample.ProtoReflect.Descriptor instead.
+func (*ReplayExample) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReplayExample) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ReplayExample) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *ReplayExample) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ReplayExample) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *ReplayExample) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReplayExample) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *ReplayExample) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_conch_approval_v1_audit_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x1dconch/approval/v1/audit.proto\x12\x11conch.approval.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\x02\n" +
+	"\x1dconch/approval/v1/audit.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\x02\n" +
 	"\x17ListAuditRecordsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x18\n" +
@@ -935,10 +1283,37 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\asegment\x18\x02 \x01(\tR\asegment\x12\x12\n" +
 	"\x04line\x18\x03 \x01(\x05R\x04line\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x03R\x03seq\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason2\xd9\x01\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xaf\x02\n" +
+	"\x13ReplayPolicyRequest\x123\n" +
+	"\bdocument\x18\x01 \x01(\v2\x17.google.protobuf.StructR\bdocument\x12B\n" +
+	"\fgateway_exec\x18\x02 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\vgatewayExec\x12\x18\n" +
+	"\agateway\x18\x03 \x01(\tR\agateway\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12!\n" +
+	"\fmax_examples\x18\x06 \x01(\x05R\vmaxExamples\"\x82\x02\n" +
+	"\x14ReplayPolicyResponse\x12\x1a\n" +
+	"\bcommands\x18\x01 \x01(\x05R\bcommands\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\x05R\achanged\x129\n" +
+	"\achanges\x18\x03 \x03(\v2\x1f.conch.approval.v1.ReplayChangeR\achanges\x12;\n" +
+	"\bprograms\x18\x04 \x03(\v2\x1f.conch.approval.v1.ReplayChangeR\bprograms\x12<\n" +
+	"\bexamples\x18\x05 \x03(\v2 .conch.approval.v1.ReplayExampleR\bexamples\"b\n" +
+	"\fReplayChange\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x18\n" +
+	"\aprogram\x18\x03 \x01(\tR\aprogram\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\"\xc3\x01\n" +
+	"\rReplayExample\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
+	"\agateway\x18\x02 \x01(\tR\agateway\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x18\n" +
+	"\acommand\x18\x04 \x01(\tR\acommand\x12\x12\n" +
+	"\x04from\x18\x05 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x06 \x01(\tR\x02to\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason2\xba\x02\n" +
 	"\fAuditService\x12k\n" +
 	"\x10ListAuditRecords\x12*.conch.approval.v1.ListAuditRecordsRequest\x1a+.conch.approval.v1.ListAuditRecordsResponse\x12\\\n" +
-	"\vVerifyAudit\x12%.conch.approval.v1.VerifyAuditRequest\x1a&.conch.approval.v1.VerifyAuditResponseB?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
+	"\vVerifyAudit\x12%.conch.approval.v1.VerifyAuditRequest\x1a&.conch.approval.v1.VerifyAuditResponse\x12_\n" +
+	"\fReplayPolicy\x12&.conch.approval.v1.ReplayPolicyRequest\x1a'.conch.approval.v1.ReplayPolicyResponseB?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
 
 var (
 	file_conch_approval_v1_audit_proto_rawDescOnce sync.Once
@@ -952,7 +1327,7 @@ func file_conch_approval_v1_audit_proto_rawDescGZIP() []byte {
 	return file_conch_approval_v1_audit_proto_rawDescData
 }
 
-var file_conch_approval_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_conch_approval_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_conch_approval_v1_audit_proto_goTypes = []any{
 	(*ListAuditRecordsRequest)(nil),  // 0: conch.approval.v1.ListAuditRecordsRequest
 	(*ListAuditRecordsResponse)(nil), // 1: conch.approval.v1.ListAuditRecordsResponse
@@ -963,26 +1338,42 @@ var file_conch_approval_v1_audit_proto_goTypes = []any{
 	(*VerifyAuditResponse)(nil),      // 6: conch.approval.v1.VerifyAuditResponse
 	(*AuditVerifyReport)(nil),        // 7: conch.approval.v1.AuditVerifyReport
 	(*AuditProblem)(nil),             // 8: conch.approval.v1.AuditProblem
-	(*timestamppb.Timestamp)(nil),    // 9: google.protobuf.Timestamp
+	(*ReplayPolicyRequest)(nil),      // 9: conch.approval.v1.ReplayPolicyRequest
+	(*ReplayPolicyResponse)(nil),     // 10: conch.approval.v1.ReplayPolicyResponse
+	(*ReplayChange)(nil),             // 11: conch.approval.v1.ReplayChange
+	(*ReplayExample)(nil),            // 12: conch.approval.v1.ReplayExample
+	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 14: google.protobuf.Struct
+	(*ExecSettings)(nil),             // 15: conch.approval.v1.ExecSettings
 }
 var file_conch_approval_v1_audit_proto_depIdxs = []int32{
-	9,  // 0: conch.approval.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
-	9,  // 1: conch.approval.v1.ListAuditRecordsRequest.until:type_name -> google.protobuf.Timestamp
+	13, // 0: conch.approval.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	13, // 1: conch.approval.v1.ListAuditRecordsRequest.until:type_name -> google.protobuf.Timestamp
 	2,  // 2: conch.approval.v1.ListAuditRecordsResponse.records:type_name -> conch.approval.v1.AuditRecord
-	9,  // 3: conch.approval.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	13, // 3: conch.approval.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	3,  // 4: conch.approval.v1.AuditRecord.argv:type_name -> conch.approval.v1.AuditArgv
 	4,  // 5: conch.approval.v1.AuditRecord.outcome:type_name -> conch.approval.v1.AuditOutcome
 	7,  // 6: conch.approval.v1.VerifyAuditResponse.reports:type_name -> conch.approval.v1.AuditVerifyReport
 	8,  // 7: conch.approval.v1.AuditVerifyReport.problem:type_name -> conch.approval.v1.AuditProblem
-	0,  // 8: conch.approval.v1.AuditService.ListAuditRecords:input_type -> conch.approval.v1.ListAuditRecordsRequest
-	5,  // 9: conch.approval.v1.AuditService.VerifyAudit:input_type -> conch.approval.v1.VerifyAuditRequest
-	1,  // 10: conch.approval.v1.AuditService.ListAuditRecords:output_type -> conch.approval.v1.ListAuditRecordsResponse
-	6,  // 11: conch.approval.v1.AuditService.VerifyAudit:output_type -> conch.approval.v1.VerifyAuditResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	14, // 8: conch.approval.v1.ReplayPolicyRequest.document:type_name -> google.protobuf.Struct
+	15, // 9: conch.approval.v1.ReplayPolicyRequest.gateway_exec:type_name -> conch.approval.v1.ExecSettings
+	13, // 10: conch.approval.v1.ReplayPolicyRequest.since:type_name -> google.protobuf.Timestamp
+	13, // 11: conch.approval.v1.ReplayPolicyRequest.until:type_name -> google.protobuf.Timestamp
+	11, // 12: conch.approval.v1.ReplayPolicyResponse.changes:type_name -> conch.approval.v1.ReplayChange
+	11, // 13: conch.approval.v1.ReplayPolicyResponse.programs:type_name -> conch.approval.v1.ReplayChange
+	12, // 14: conch.approval.v1.ReplayPolicyResponse.examples:type_name -> conch.approval.v1.ReplayExample
+	13, // 15: conch.approval.v1.ReplayExample.time:type_name -> google.protobuf.Timestamp
+	0,  // 16: conch.approval.v1.AuditService.ListAuditRecords:input_type -> conch.approval.v1.ListAuditRecordsRequest
+	5,  // 17: conch.approval.v1.AuditService.VerifyAudit:input_type -> conch.approval.v1.VerifyAuditRequest
+	9,  // 18: conch.approval.v1.AuditService.ReplayPolicy:input_type -> conch.approval.v1.ReplayPolicyRequest
+	1,  // 19: conch.approval.v1.AuditService.ListAuditRecords:output_type -> conch.approval.v1.ListAuditRecordsResponse
+	6,  // 20: conch.approval.v1.AuditService.VerifyAudit:output_type -> conch.approval.v1.VerifyAuditResponse
+	10, // 21: conch.approval.v1.AuditService.ReplayPolicy:output_type -> conch.approval.v1.ReplayPolicyResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_audit_proto_init() }
@@ -990,13 +1381,14 @@ func file_conch_approval_v1_audit_proto_init() {
 	if File_conch_approval_v1_audit_proto != nil {
 		return
 	}
+	file_conch_approval_v1_policy_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_audit_proto_rawDesc), len(file_conch_approval_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

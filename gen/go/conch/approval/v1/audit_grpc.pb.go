@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	AuditService_ListAuditRecords_FullMethodName = "/conch.approval.v1.AuditService/ListAuditRecords"
 	AuditService_VerifyAudit_FullMethodName      = "/conch.approval.v1.AuditService/VerifyAudit"
+	AuditService_ReplayPolicy_FullMethodName     = "/conch.approval.v1.AuditService/ReplayPolicy"
 )
 
 // AuditServiceClient is the client API for AuditService service.
@@ -37,6 +38,11 @@ type AuditServiceClient interface {
 	// anchors in etcd and names the first record that was removed,
 	// reordered or edited.
 	VerifyAudit(ctx context.Context, in *VerifyAuditRequest, opts ...grpc.CallOption) (*VerifyAuditResponse, error)
+	// ReplayPolicy judges the commands of the audit trail again, under the
+	// current policy and under a proposed exec-approvals document and/or
+	// gateway exec settings, and reports which verdicts would change. Nothing
+	// runs and nothing is recorded.
+	ReplayPolicy(ctx context.Context, in *ReplayPolicyRequest, opts ...grpc.CallOption) (*ReplayPolicyResponse, error)
 }
 
 type auditServiceClient struct {
@@ -67,6 +73,16 @@ func (c *auditServiceClient) VerifyAudit(ctx context.Context, in *VerifyAuditReq
 	return out, nil
 }
 
+func (c *auditServiceClient) ReplayPolicy(ctx context.Context, in *ReplayPolicyRequest, opts ...grpc.CallOption) (*ReplayPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayPolicyResponse)
+	err := c.cc.Invoke(ctx, AuditService_ReplayPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
@@ -81,6 +97,11 @@ type AuditServiceServer interface {
 	// anchors in etcd and names the first record that was removed,
 	// reordered or edited.
 	VerifyAudit(context.Context, *VerifyAuditRequest) (*VerifyAuditResponse, error)
+	// ReplayPolicy judges the commands of the audit trail again, under the
+	// current policy and under a proposed exec-approvals document and/or
+	// gateway exec settings, and reports which verdicts would change. Nothing
+	// runs and nothing is recorded.
+	ReplayPolicy(context.Context, *ReplayPolicyRequest) (*ReplayPolicyResponse, error)
 	mustEmbedUnimplementedAuditServiceServer()
 }
 
@@ -96,6 +117,9 @@ func (UnimplementedAuditServiceServer) ListAuditRecords(context.Context, *ListAu
 }
 func (UnimplementedAuditServiceServer) VerifyAudit(context.Context, *VerifyAuditRequest) (*VerifyAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyAudit not implemented")
+}
+func (UnimplementedAuditServiceServer) ReplayPolicy(context.Context, *ReplayPolicyRequest) (*ReplayPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayPolicy not implemented")
 }
 func (UnimplementedAuditServiceServer) mustEmbedUnimplementedAuditServiceServer() {}
 func (UnimplementedAuditServiceServer) testEmbeddedByValue()                      {}
@@ -154,6 +178,24 @@ func _AuditService_VerifyAudit_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuditService_ReplayPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuditServiceServer).ReplayPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuditService_ReplayPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuditServiceServer).ReplayPolicy(ctx, req.(*ReplayPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AuditService_ServiceDesc is the grpc.ServiceDesc for AuditService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -168,6 +210,10 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VerifyAudit",
 			Handler:    _AuditService_VerifyAudit_Handler,
+		},
+		{
+			MethodName: "ReplayPolicy",
+			Handler:    _AuditService_ReplayPolicy_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
