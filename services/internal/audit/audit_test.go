@@ -27,7 +27,7 @@ func newTestWriter(t *testing.T, st store.Store, cli *clientv3.Client, prefix st
 	return w
 }
 
-func newFS(t *testing.T) store.Store {
+func newFS(t testing.TB) store.Store {
 	t.Helper()
 	st, err := fsstore.New(t.TempDir())
 	if err != nil {
@@ -308,5 +308,19 @@ func TestSweepKeepsTheRestVerifiable(t *testing.T) {
 	rep, err := Verify(ctx, st, cli, "/sweep/", "acme")
 	if err != nil || rep.Problem != nil || rep.Records != 2 {
 		t.Fatalf("verify after sweep: %+v %v", rep, err)
+	}
+}
+
+// BenchmarkWrite is what recording costs the caller: sealing a record into
+// the buffer; the store is written in the background.
+func BenchmarkWrite(b *testing.B) {
+	w, err := NewWriter(Config{Store: newFS(b), Etcd: etcdxtest.StartForTest(b), Name: "bench", MaxBuffered: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := Record{Kind: KindCommand, Account: "acme", Gateway: "default", User: "u", Command: "git status --short", Decision: "allow",
+		Argv: [][]string{{"git", "status", "--short"}}, ResolvedPaths: []string{"/usr/bin/git"}}
+	for b.Loop() {
+		w.Write(b.Context(), r)
 	}
 }
