@@ -24,15 +24,17 @@ const (
 // auditAuthorize records the verdict of one Authorize call: the whole
 // command, what the engine made of it, and who allowed it when an approval
 // did. Evaluate, a dry run, is not recorded.
-func (s *Server) auditAuthorize(ctx context.Context, account string, req *approvalv1.AuthorizeRequest, resp *approvalv1.AuthorizeResponse, err error) {
+// In sync mode (exec.audit) the record is written before the verdict
+// returns, and a record that cannot be written fails the call.
+func (s *Server) auditAuthorize(ctx context.Context, account string, req *approvalv1.AuthorizeRequest, resp *approvalv1.AuthorizeResponse, err error) error {
 	if s.cfg.Audit == nil {
-		return
+		return nil
 	}
 	if resp == nil {
 		// An approval used for another command is refused with an error,
 		// and is a refusal all the same.
 		if errs.KindOf(err) != errs.PermissionDenied {
-			return
+			return nil
 		}
 		resp = &approvalv1.AuthorizeResponse{Decision: approvalv1.PolicyDecision_POLICY_DECISION_DENY, Reason: err.Error()}
 		if id := req.GetApprovalId(); id != "" {
@@ -58,7 +60,14 @@ func (s *Server) auditAuthorize(ctx context.Context, account string, req *approv
 		r.ApprovalID = a.GetId()
 		r.ResolvedBy, r.Surface = splitApprover(a.GetResolvedBy())
 	}
+	if req.GetSettings().GetAudit() == audit.Sync {
+		if err := s.cfg.Audit.WriteSync(ctx, r); err != nil {
+			return errs.Wrap(errs.Unavailable, err, "the command's audit record could not be written (exec.audit is sync)")
+		}
+		return nil
+	}
 	s.cfg.Audit.Write(ctx, r)
+	return nil
 }
 
 // auditApproval records an approval event; resolved_by is what the store

@@ -269,7 +269,11 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 	if err != nil {
 		return nil, err
 	}
-	defer func() { s.auditAuthorize(ctx, account, req, resp, err) }()
+	defer func() {
+		if aerr := s.auditAuthorize(ctx, account, req, resp, err); aerr != nil && err == nil {
+			resp, err = nil, aerr
+		}
+	}()
 	b := req.GetBinding()
 	if b.GetCommand() == "" {
 		return nil, errs.New(errs.InvalidArgument, "binding.command: required")

@@ -290,3 +290,32 @@ func TestAuditPolicyReplay(t *testing.T) {
 		t.Fatalf("conch approvals replay: %v\n%s", err, out)
 	}
 }
+
+// A gateway with exec.audit sync has its records written before the
+// result returns; the others wait for the flush interval (here an hour).
+func TestAuditSync(t *testing.T) {
+	d := startDev(t, "CONCH_AUDIT_FLUSH=1h")
+	createGateway(t, d, map[string]any{"name": "synced", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"audit": "sync", "deny": []map[string]string{{"id": "no-rm", "pattern": "/usr/bin/rm"}}}})
+	createGateway(t, d, map[string]any{"name": "buffered", "upstream": map[string]any{"provider": "scripted"}})
+	runCommand(t, d, "buffered", "shell", "", "echo later")
+	runCommand(t, d, "synced", "shell", "", "uname -s")
+	code, body := d.call("GET", "/api/v1/audit", d.Key, nil)
+	var page struct{ Records []auditRecord }
+	if err := json.Unmarshal(body, &page); code != http.StatusOK || err != nil {
+		t.Fatalf("audit = %d %s", code, body)
+	}
+	kinds := map[string]bool{}
+	for _, r := range page.Records {
+		kinds[r.Gateway+" "+r.Kind] = true
+	}
+	// The buffered gateway's outcome was written with the synced ones, which
+	// flush what was buffered before them.
+	if !kinds["synced command"] || !kinds["synced outcome"] || !kinds["buffered outcome"] {
+		t.Fatalf("records right after a sync command: %s", body)
+	}
+	if code, body := d.call("POST", "/api/v1/gateways", d.Key, map[string]any{"name": "bad", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"audit": "sometimes"}}); code != http.StatusBadRequest || !strings.Contains(string(body), "exec.audit") {
+		t.Fatalf("an unknown audit mode = %d %s", code, body)
+	}
+}

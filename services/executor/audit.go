@@ -6,16 +6,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
 // WithAudit records how each command ended in w's audit trail, beside the
 // approval service's record of its verdict (linked by the trace id).
 func WithAudit(w *audit.Writer) Option { return func(s *Service) { s.audit = w } }
 
-// auditOutcome records the end of a command that ran, or could not.
-func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParams, res *Result, err error) {
+// auditOutcome records the end of a command that ran, or could not. In
+// sync mode (exec.audit) the record is written before the result returns,
+// and a record that cannot be written is an error.
+func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParams, res *Result, err error) error {
 	if s.audit == nil || (res == nil && err == nil) {
-		return // moved to the background: its end is not known here
+		return nil // moved to the background: its end is not known here
 	}
 	r := audit.Record{
 		Kind: audit.KindOutcome, Account: account, User: p.User, Session: p.Session, Gateway: p.Agent,
@@ -37,7 +40,14 @@ func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParam
 		r.Outcome.DurationMs = res.Duration.Milliseconds()
 		r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
 	}
+	if p.Settings.GetAudit() == audit.Sync {
+		if err := s.audit.WriteSync(ctx, r); err != nil {
+			return errs.Wrap(errs.Unavailable, err, "the command ran, but its audit record could not be written (exec.audit is sync)")
+		}
+		return nil
+	}
 	s.audit.Write(ctx, r)
+	return nil
 }
 
 func hostName(p *ExecParams) string {

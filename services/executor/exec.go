@@ -103,7 +103,7 @@ type proc interface {
 // node, after the exec policy allowed it. It returns the result (a refusal
 // is an error outcome with the policy's reason), or nil when the command
 // moved to the background.
-func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (*Result, error) {
+func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (res *Result, err error) {
 	if err := validateEnv(p.Env); err != nil {
 		return nil, err
 	}
@@ -146,8 +146,12 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 		t.e.touch()
 		defer t.e.touch()
 	}
-	res, err := s.run(ctx, t.e, t.start, p, ev)
-	defer func() { s.auditOutcome(ctx, account, &p, res, err) }()
+	res, err = s.run(ctx, t.e, t.start, p, ev)
+	defer func() {
+		if aerr := s.auditOutcome(ctx, account, &p, res, err); aerr != nil && err == nil {
+			res, err = nil, aerr
+		}
+	}()
 	if err == nil && res != nil && inSandbox && t.e.persistent {
 		// A result is only returned once its writes are durable.
 		notes, ferr := s.flush(ctx, t.e)

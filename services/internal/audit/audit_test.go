@@ -324,3 +324,23 @@ func BenchmarkWrite(b *testing.B) {
 		w.Write(b.Context(), r)
 	}
 }
+
+func TestWriteSyncFailsWhenTheStoreIsDown(t *testing.T) {
+	ctx := t.Context()
+	cli := etcdxtest.StartForTest(t)
+	st := &failing{Store: newFS(t), down: true}
+	w := newTestWriter(t, st, cli, "/sync/", 0)
+	if err := w.WriteSync(ctx, Record{Kind: KindCommand, Account: "acme", Command: "ls"}); err == nil {
+		t.Fatal("a sync write to a store that is down succeeded")
+	}
+	st.down = false
+	if err := w.WriteSync(ctx, Record{Kind: KindCommand, Account: "acme", Command: "ls -l"}); err != nil {
+		t.Fatal(err)
+	}
+	if w.Buffered() != 0 {
+		t.Fatalf("%d records still buffered after a sync write", w.Buffered())
+	}
+	if rep, err := Verify(ctx, st, cli, "/sync/", "acme"); err != nil || rep.Problem != nil || rep.Records != 2 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}

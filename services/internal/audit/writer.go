@@ -153,6 +153,24 @@ func (w *Writer) Write(ctx context.Context, r Record) {
 	w.mu.Unlock()
 }
 
+// Sync is the exec settings' audit mode that writes a command's records
+// before its verdict or result returns.
+const Sync = "sync"
+
+// WriteSync writes r and everything buffered before it to the store now,
+// for gateways in sync mode. An error means r may not be stored: the
+// caller fails the command rather than run it unrecorded.
+func (w *Writer) WriteSync(ctx context.Context, r Record) error {
+	if w == nil {
+		return nil
+	}
+	w.Write(ctx, r)
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("audit: sync write: %w", err)
+	}
+	return nil
+}
+
 // Dropped is how many records were dropped since the writer started.
 func (w *Writer) Dropped() int64 {
 	w.mu.Lock()
