@@ -131,9 +131,12 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 	s.auditApproval(ctx, eventResolved, a)
 	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
 	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
-	if d == store.DecisionAllowSession {
-		if err := s.grantSession(ctx, a); err != nil {
-			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed once, but not recorded for the session", id)
+	if d == store.DecisionAllowAlways && a.EgressHost != "" {
+		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
+			return true, doc.AddEgress(a.Agent, a.EgressHost)
+		})
+		if err != nil {
+			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed, but %s was not remembered for %s", id, a.EgressHost, a.Agent)
 		}
 	}
 	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {

@@ -376,17 +376,24 @@ func (s *Server) review(ctx context.Context, a *store.Approval, j *judgement, rv
 	case slices.Contains(rv.GetMay(), resp.GetDecision()):
 		approver := "reviewer:" + rv.GetGateway()
 		note = approver + " answered " + resp.GetDecision() + ": " + resp.GetReasoning()
-		if r, err := s.store.Resolve(ctx, a.Account, a.ID, resp.GetDecision(), approver, note); err == nil {
+		wctx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		r, err := s.store.Resolve(wctx, a.Account, a.ID, resp.GetDecision(), approver, note)
+		done()
+		switch {
+		case err == nil:
 			s.auditApproval(ctx, eventResolved, r)
 			s.log.InfoContext(ctx, "approval resolved by its reviewer", "account", a.Account, "approval", a.ID, "decision", resp.GetDecision(), "reviewer", rv.GetGateway())
 			return
+		case errs.KindOf(err) == errs.Conflict:
+			return // a human answered first, or it expired: nothing to hand on
 		}
-		// Answered meanwhile by a human, or expired: nothing to hand on.
-		return
+		note = approver + " answered " + resp.GetDecision() + ", which could not be recorded (" + err.Error() + "): " + resp.GetReasoning()
 	default:
 		note = "reviewer " + rv.GetGateway() + " escalated: " + resp.GetReasoning()
 	}
-	if err := s.store.EndReview(context.WithoutCancel(ctx), a.Account, a.ID, note); err != nil {
+	wctx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer done()
+	if err := s.store.EndReview(wctx, a.Account, a.ID, note); err != nil {
 		s.log.WarnContext(ctx, "review not ended; humans are asked once its deadline passes", "account", a.Account, "approval", a.ID, "error", err)
 	}
 }

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -119,7 +120,14 @@ func TestExecutorsReachOnlyTheirPeers(t *testing.T) {
 					t.Errorf("NetworkPolicy %s lets executors reach any address on ports %s", p.Name, portList(rule.Ports))
 				}
 				for _, peer := range rule.To {
-					if peer.IPBlock != nil || peer.NamespaceSelector != nil || peer.PodSelector == nil {
+					if peer.IPBlock != nil {
+						// Sandbox egress: public addresses only.
+						if why := publicOnly(peer.IPBlock); why != "" {
+							t.Errorf("NetworkPolicy %s lets executors reach %s: %s", p.Name, peer.IPBlock.CIDR, why)
+						}
+						continue
+					}
+					if peer.NamespaceSelector != nil || peer.PodSelector == nil {
 						t.Errorf("NetworkPolicy %s lets executors leave the namespace: %+v", p.Name, peer)
 						continue
 					}
@@ -133,6 +141,50 @@ func TestExecutorsReachOnlyTheirPeers(t *testing.T) {
 		}
 		if minio := m.workload("StatefulSet", "minio"); minio != nil && m.allowed(t, networkingv1.PolicyTypeEgress, executor, minio, 9000) {
 			t.Error("executors may reach MinIO; their files go through the workspace service")
+		}
+	})
+}
+
+// nonPublic are the ranges no egress of a sandbox may reach: private,
+// carrier-grade NAT, link-local (the cloud metadata service), loopback.
+var nonPublic = map[bool][]string{
+	false: {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"},
+	true:  {"fc00::/7", "fe80::/10", "::1/128"},
+}
+
+// publicOnly says what non-public range b does not except, or "".
+func publicOnly(b *networkingv1.IPBlock) string {
+	v6 := strings.Contains(b.CIDR, ":")
+	for _, r := range nonPublic[v6] {
+		if !slices.Contains(b.Except, r) {
+			return r + " is not excepted"
+		}
+	}
+	return ""
+}
+
+// Only executors reach the internet on a sandbox's behalf: no other
+// workload has an IP block to public addresses.
+func TestOnlyExecutorsHaveSandboxEgress(t *testing.T) {
+	eachOverlay(t, func(t *testing.T, m *manifests) {
+		found := false
+		for _, p := range m.policies {
+			for _, rule := range p.Spec.Egress {
+				for _, peer := range rule.To {
+					if peer.IPBlock == nil {
+						continue
+					}
+					for _, w := range m.selected(t, &p.Spec.PodSelector) {
+						if w.name != "executor" {
+							t.Errorf("NetworkPolicy %s gives %s an IP block %s", p.Name, w, peer.IPBlock.CIDR)
+						}
+						found = true
+					}
+				}
+			}
+		}
+		if !found {
+			t.Error("executors cannot reach the internet for sandbox egress")
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
@@ -77,6 +78,9 @@ type Result struct {
 	ExitCode                         int
 	Error                            string
 	Duration                         time.Duration
+	// Egress are the sandbox's connections that ended while it ran.
+	Egress        []*executorv1.EgressConnection
+	EgressOmitted int32
 }
 
 // ExecEvents receives a command's events in order.
@@ -146,18 +150,25 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 		t.e.touch()
 		defer t.e.touch()
 	}
+	var egressMark int64
+	if inSandbox && t.e.egress != nil {
+		egressMark = t.e.egress.mark()
+	}
 	res, err = s.run(ctx, t.e, t.start, p, ev)
 	defer func() {
 		if aerr := s.auditOutcome(ctx, account, &p, res, err); aerr != nil && err == nil {
 			res, err = nil, aerr
 		}
 	}()
+	if err == nil && res != nil && inSandbox && t.e.egress != nil {
+		res.Egress, res.EgressOmitted = t.e.egress.since(egressMark, egressSettle)
+	}
 	if err == nil && res != nil && inSandbox && t.e.persistent {
 		// A result is only returned once its writes are durable.
 		notes, ferr := s.flush(ctx, t.e)
 		if ferr != nil {
 			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
-			return &Result{Outcome: OutcomeError, Error: "the command ran but its workspace changes could not be saved: " + ferr.Error(), Duration: res.Duration}, nil
+			return &Result{Outcome: OutcomeError, Error: "the command ran but its workspace changes could not be saved: " + ferr.Error(), Duration: res.Duration, Egress: res.Egress, EgressOmitted: res.EgressOmitted}, nil
 		}
 		for _, n := range notes {
 			// Said where the command's own errors are, after them.

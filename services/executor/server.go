@@ -114,10 +114,14 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 		}
 		tools = append(tools, toolshim.Tool{Name: t.GetName(), Description: t.GetDescription(), Schema: json.RawMessage(t.GetParametersSchema())})
 	}
+	network, err := networkFrom(req.GetNetwork(), req.GetAgent())
+	if err != nil {
+		return nil, err
+	}
 	e, id, err := s.svc.Create(ctx, account, CreateParams{
 		Tools: tools,
 		User:  req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
-		Network:     req.GetNetwork().GetMode() == executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST,
+		Network:     network,
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: time.Duration(req.GetIdleTimeoutSeconds()) * time.Second,
 		Name: req.GetName(),
@@ -166,7 +170,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		Id: id, Name: e.name, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
 		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,
-		Network:            &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_NONE},
+		Network:            e.network.pb(),
 		Cwd:                e.sb.Cwd(),
 		CreatedAt:          timestamppb.New(e.created),
 		LastUsedAt:         timestamppb.New(e.idleSince()),
@@ -288,7 +292,7 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	}
 	return stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
 		Outcome: outcomePB(res), Error: res.Error, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-		DurationMs: res.Duration.Milliseconds(),
+		DurationMs: res.Duration.Milliseconds(), Egress: res.Egress, EgressOmitted: res.EgressOmitted,
 	}}})
 }
 

@@ -21,7 +21,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
+	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
@@ -88,6 +90,8 @@ type Service struct {
 	// service must not hold a sandbox's sync lock, and so its every later
 	// command, forever.
 	flushTimeout time.Duration
+	// egress is the proxy of sandboxes with network.
+	egress *egressproxy.Proxy
 	// approvals judges commands whose exec policy is not the sandbox's
 	// full/off default (SPEC §7); nil refuses them.
 	approvals gate.Client
@@ -138,6 +142,11 @@ func (s *Service) gatewayDir(workdir string) string {
 	return filepath.Join(s.gateway.Dir, workdir)
 }
 
+// WithEgress serves the egress of sandboxes with network through p
+// instead of a proxy with the system resolver and no ranges refused beyond
+// the built-in ones.
+func WithEgress(p *egressproxy.Proxy) Option { return func(s *Service) { s.egress = p } }
+
 // WithToolCaller lets sandboxes have tool commands.
 func WithToolCaller(c ToolCaller) Option { return func(s *Service) { s.tools = c } }
 
@@ -150,6 +159,8 @@ type entry struct {
 	persistent bool
 	tools      *toolshim.Host // nil: no tool commands
 	limits     sandbox.Limits
+	network    *Network   // nil: loopback only
+	egress     *egressLog // nil: loopback only
 	idle       time.Duration
 	created    time.Time
 
@@ -206,6 +217,9 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}, max: DefaultMaxSandboxes, flushTimeout: DefaultFlushTimeout}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.egress == nil {
+		s.egress = egressproxy.New(egressproxy.Config{Log: log})
 	}
 	lease, err := etcd.Grant(ctx, ownershipTTLSeconds)
 	if err != nil {
@@ -362,11 +376,13 @@ func (s *Service) shuttingDown() error {
 // CreateParams describe a sandbox to build.
 type CreateParams struct {
 	// Tools become commands in the sandbox (tools moved into the shell).
-	Tools       []toolshim.Tool
-	User        string
-	Persistent  bool
-	Limits      sandbox.Limits
-	Network     bool
+	Tools      []toolshim.Tool
+	User       string
+	Persistent bool
+	Limits     sandbox.Limits
+	// Network, when set, gives the sandbox egress through the executor's
+	// proxy, limited to what it allows.
+	Network     *Network
 	PathPrepend []string
 	Session     string
 	Idle        time.Duration
@@ -400,8 +416,20 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	if utf8.RuneCountInString(p.Name) > MaxNameChars {
 		return nil, "", errs.New(errs.InvalidArgument, "name: must be at most %d characters", MaxNameChars)
 	}
-	if p.Network {
-		return nil, "", errs.New(errs.Unimplemented, "network: mode allowlist (egress through a proxy) is not implemented yet; use mode none")
+	var egressPolicy *egressproxy.Policy
+	var egressApprovals gate.EgressClient
+	var secretEnv map[string]string
+	if p.Network != nil {
+		var err error
+		if egressPolicy, secretEnv, err = p.Network.policy(); err != nil {
+			return nil, "", err
+		}
+		if p.Network.Ask {
+			var ok bool
+			if egressApprovals, ok = s.approvals.(gate.EgressClient); !ok {
+				return nil, "", errs.New(errs.FailedPrecondition, "network.ask: this executor is not connected to an approval service that answers network approvals")
+			}
+		}
 	}
 	if len(p.Tools) > 0 && s.tools == nil {
 		return nil, "", errs.New(errs.FailedPrecondition, "tools: this executor is not connected to a tool host")
@@ -426,7 +454,11 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		s.mu.Unlock()
 	}()
 	id := "sb-" + randomID()
-	sb, err := s.rt.Create(ctx, sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend})
+	spec := sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil, Env: secretEnv}
+	if egressPolicy != nil && egressPolicy.CA != nil {
+		spec.EgressCA = egressPolicy.CA.PEM
+	}
+	sb, err := s.rt.Create(ctx, spec)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrUnsupported) {
 			return nil, "", errs.Wrap(errs.Unimplemented, err, "create sandbox")
@@ -434,7 +466,30 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now, network: p.Network}
+	if egressApprovals != nil {
+		egressPolicy.Ask = func(ctx context.Context, host string, port int) (bool, string) {
+			v, err := gate.CheckEgress(ctx, egressApprovals, &approvalv1.AuthorizeEgressRequest{
+				Agent: p.Network.Gateway, Sandbox: id, Host: host, Port: int32(port), Session: p.Session, User: p.User,
+				TimeoutSeconds: p.Network.ApprovalTimeout,
+			})
+			if err != nil {
+				s.log.WarnContext(ctx, "network approval failed", "sandbox", id, "host", host, "port", port, "error", err)
+				return false, "the approval service could not be asked"
+			}
+			return v.Allowed, v.Reason
+		}
+	}
+	if egressPolicy != nil {
+		e.egress = newEgressLog()
+		egressPolicy.OnOpen, egressPolicy.OnConnection = e.egress.opened, e.egress.add
+		// It ends when the sandbox's Destroy closes its listener.
+		go func() {
+			if err := s.egress.Serve(context.WithoutCancel(ctx), sb.Egress(), *egressPolicy); err != nil {
+				s.log.Warn("egress proxy stopped", "sandbox", id, "error", err)
+			}
+		}()
+	}
 	if len(p.Tools) > 0 {
 		call := func(ctx context.Context, req toolshim.Request) (string, bool, error) {
 			ctx, span := tracer.Start(e.traceOf(ctx, req.Traceparent), "executor.tool", trace.WithAttributes(attribute.String("conch.tool", req.Tool)))

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -30,6 +31,7 @@ import (
 	"github.com/conch-sh/conch/services/approval"
 	approvalstore "github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/audit"
@@ -168,6 +170,45 @@ type ExecutorConfig struct {
 	// A hung workspace service must not hold a sandbox's commands: a
 	// flush that takes longer fails and its command says so.
 	FlushTimeout time.Duration `flag:"flush-timeout" env:"CONCH_FLUSH_TIMEOUT" default:"60s" usage:"how long saving a persistent workspace after a command may take before the command is answered with an error"`
+	// Sandbox egress never reaches loopback, private, link-local and
+	// other non-public ranges, the executor host's own addresses or
+	// etcd's; these are refused besides (MinIO's, say, when it has a
+	// public address).
+	EgressDeny []string `flag:"egress-deny" env:"CONCH_EGRESS_DENY" usage:"extra addresses or CIDRs sandbox egress never reaches, comma separated"`
+}
+
+// egressDeny is the ranges the egress proxy refuses besides its own:
+// the configured ones and etcd's addresses.
+func (c *ExecutorConfig) egressDeny(ctx context.Context, etcd []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, d := range c.EgressDeny {
+		if p, err := parsePrefix(d); err == nil {
+			out = append(out, p)
+		}
+	}
+	for _, ep := range etcd {
+		host := ep
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			host = u.Host
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		addrs, _ := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		for _, a := range addrs {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out
+}
+
+// parsePrefix reads "10.1.2.3" or "10.1.0.0/16".
+func parsePrefix(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	return p.Masked(), err
 }
 
 // Validate checks the executor's settings.
@@ -198,6 +239,11 @@ func (c *ExecutorConfig) Validate() error {
 	}
 	if c.FlushTimeout <= 0 {
 		return config.Invalid("--flush-timeout", "must be positive")
+	}
+	for _, d := range c.EgressDeny {
+		if _, err := parsePrefix(d); err != nil {
+			return config.Invalid("--egress-deny", "%q is not an address or CIDR", d)
+		}
 	}
 	return nil
 }
@@ -260,7 +306,8 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 		}
 		return resp.GetOutput(), resp.GetIsError(), nil
 	}
-	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout)}
+	proxy := egressproxy.New(egressproxy.Config{Deny: cfg.egressDeny(ctx, p.etcd.Endpoints()), Log: p.log})
+	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy)}
 	if cfg.GatewayHost {
 		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
 	}

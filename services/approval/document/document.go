@@ -50,6 +50,9 @@ type Entry struct {
 type Agent struct {
 	Settings
 	Allowlist []Entry `json:"allowlist"`
+	// Egress are the hosts a human allowed the agent's sandboxes to
+	// connect to always, beyond its gateway's network allowlist.
+	Egress []string `json:"egress,omitempty"`
 
 	extra map[string]json.RawMessage
 }
@@ -144,7 +147,7 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 func (a *Agent) UnmarshalJSON(b []byte) error {
 	type plain Agent
 	var p plain
-	extra, err := splitKnown(b, &p, append(slices.Clone(settingsNames), "allowlist")...)
+	extra, err := splitKnown(b, &p, append(slices.Clone(settingsNames), "allowlist", "egress")...)
 	if err != nil {
 		return err
 	}
@@ -407,6 +410,26 @@ func (d *Document) AddPattern(agent, pattern string) (Entry, error) {
 	e := Entry{ID: NewID(), Pattern: pattern}
 	a.Allowlist = append(a.Allowlist, e)
 	return e, nil
+}
+
+// AddEgress remembers that agent's sandboxes may always connect to host
+// (a normalised name or IP literal).
+func (d *Document) AddEgress(agent, host string) error {
+	if err := validAgentName(agent); err != nil {
+		return err
+	}
+	a := d.agent(agent)
+	if !slices.Contains(a.Egress, host) {
+		a.Egress = append(a.Egress, host)
+	}
+	return nil
+}
+
+// EgressAllowed reports whether a human allowed agent's sandboxes host
+// always.
+func (d *Document) EgressAllowed(agent, host string) bool {
+	a, ok := d.Agents[agent]
+	return ok && a != nil && slices.Contains(a.Egress, host)
 }
 
 // RemoveEntry removes the entry with the id (or pattern) from agent's

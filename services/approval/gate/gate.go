@@ -161,8 +161,8 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 	}
 	final, err := wait(ctx, c, pending.GetId())
 	if err != nil {
-		if ctx.Err() != nil {
-			abandon(ctx, c, pending.GetId())
+		if callerGone(ctx, err) {
+			abandon(ctx, c, pending.GetId(), timedOut(ctx, err))
 		}
 		return Verdict{}, err
 	}
@@ -186,14 +186,28 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 // abandon ends an approval whose requester is gone (ctx is done), so no
 // human answers a question whose command will not run. When the approval
 // service cannot be told, the approval still ends at its own timeout.
-func abandon(ctx context.Context, c Client, id string) {
+func abandon(ctx context.Context, c Client, id string, timedOut bool) {
 	reason := "the request that asked for it ended before anyone answered"
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if timedOut {
 		reason = "the request that asked for it timed out before anyone answered"
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
 	_, _ = c.AbandonApproval(actx, &approvalv1.AbandonApprovalRequest{Id: id, Reason: reason})
+}
+
+// callerGone reports whether a wait that ended in err ended because its
+// caller did: ctx is done, or its deadline passed. The approval service
+// knows the deadline too and may end the stream with DEADLINE_EXCEEDED an
+// instant before ctx's own timer fires.
+func callerGone(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || timedOut(ctx, err)
+}
+
+// timedOut reports whether ctx's deadline ended the wait.
+func timedOut(ctx context.Context, err error) bool {
+	d, ok := ctx.Deadline()
+	return errors.Is(ctx.Err(), context.DeadlineExceeded) || ok && (!time.Now().Before(d) || status.Code(err) == codes.DeadlineExceeded)
 }
 
 // allowed is the verdict of an allow. Where the policy judged the
@@ -285,4 +299,45 @@ func follow(ctx context.Context, c Client, id string) (*approvalv1.Approval, err
 			return a, nil
 		}
 	}
+}
+
+// EgressClient is the part of the approval service a network ask uses.
+type EgressClient interface {
+	Client
+	AuthorizeEgress(ctx context.Context, in *approvalv1.AuthorizeEgressRequest, opts ...grpc.CallOption) (*approvalv1.AuthorizeEgressResponse, error)
+}
+
+var _ EgressClient = approvalv1.ApprovalServiceClient(nil)
+
+// CheckEgress asks the approval service whether a sandbox may connect to
+// a host its network allowlist misses, waiting for a human's answer or the
+// timeout when one is needed. The verdict's Approval is the answered one,
+// if any: its decision says whether the host was allowed always.
+func CheckEgress(ctx context.Context, c EgressClient, req *approvalv1.AuthorizeEgressRequest) (Verdict, error) {
+	resp, err := c.AuthorizeEgress(ctx, req)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("gate: authorize egress: %w", err)
+	}
+	switch resp.GetDecision() {
+	case approvalv1.PolicyDecision_POLICY_DECISION_ALLOW:
+		return Verdict{Allowed: true}, nil
+	case approvalv1.PolicyDecision_POLICY_DECISION_ASK:
+	default:
+		return Verdict{Reason: resp.GetReason()}, nil
+	}
+	final, err := wait(ctx, c, resp.GetApproval().GetId())
+	if err != nil {
+		if callerGone(ctx, err) {
+			abandon(ctx, c, resp.GetApproval().GetId(), timedOut(ctx, err))
+		}
+		return Verdict{}, err
+	}
+	if final.GetState() == approvalv1.ApprovalState_APPROVAL_STATE_ALLOWED {
+		return Verdict{Allowed: true, Approval: final}, nil
+	}
+	reason := "denied by " + final.GetResolvedBy()
+	if final.GetState() == approvalv1.ApprovalState_APPROVAL_STATE_EXPIRED {
+		reason = "nobody answered in time"
+	}
+	return Verdict{Reason: reason, Approval: final}, nil
 }

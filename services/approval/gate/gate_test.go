@@ -352,3 +352,52 @@ func TestAllowSession(t *testing.T) {
 		t.Fatalf("without a session: %+v", v)
 	}
 }
+
+// TestCheckEgress follows a network approval to each answer: allowed once,
+// denied, expired, and allowed always (then asked no more).
+func TestCheckEgress(t *testing.T) {
+	t.Parallel()
+	s, client, ctx := setup(t)
+	// answer resolves the next pending approval of host:port.
+	answer := func(target string, decision approvalv1.ApprovalDecision) {
+		go func() {
+			for ctx.Err() == nil {
+				list, err := s.svc.ListApprovals(ctx, &approvalv1.ListApprovalsRequest{State: approvalv1.ApprovalState_APPROVAL_STATE_PENDING})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, a := range list.GetApprovals() {
+					if a.GetEgress() == target {
+						if _, err := s.svc.ResolveApproval(ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: decision}); err != nil {
+							t.Error(err)
+						}
+						return
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	req := func(host string, timeout int32) *approvalv1.AuthorizeEgressRequest {
+		return &approvalv1.AuthorizeEgressRequest{Agent: "default", Sandbox: "sb-1", Host: host, Port: 443, Session: "s1", TimeoutSeconds: timeout}
+	}
+	answer("once.example:443", approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ONCE)
+	if v, err := gate.CheckEgress(ctx, client, req("once.example", 0)); err != nil || !v.Allowed {
+		t.Fatalf("allow-once: %+v %v", v, err)
+	}
+	answer("no.example:443", approvalv1.ApprovalDecision_APPROVAL_DECISION_DENY)
+	if v, err := gate.CheckEgress(ctx, client, req("no.example", 0)); err != nil || v.Allowed || !strings.HasPrefix(v.Reason, "denied by key:") {
+		t.Fatalf("deny: %+v %v", v, err)
+	}
+	if v, err := gate.CheckEgress(ctx, client, req("late.example", 1)); err != nil || v.Allowed || v.Reason != "nobody answered in time" {
+		t.Fatalf("timeout: %+v %v", v, err)
+	}
+	answer("always.example:443", approvalv1.ApprovalDecision_APPROVAL_DECISION_ALLOW_ALWAYS)
+	if v, err := gate.CheckEgress(ctx, client, req("always.example", 0)); err != nil || !v.Allowed {
+		t.Fatalf("allow-always: %+v %v", v, err)
+	}
+	if v, err := gate.CheckEgress(ctx, client, req("always.example", 1)); err != nil || !v.Allowed || v.Approval != nil {
+		t.Fatalf("after allow-always: %+v %v", v, err)
+	}
+}

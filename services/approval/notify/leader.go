@@ -139,7 +139,9 @@ func (n *Notifier) scan(ctx context.Context, kvs []*mvccpb.KeyValue) {
 		a, ok := store.DecodeRecord(k, kv.Value, kv.ModRevision)
 		switch {
 		case !ok:
-		case a.State == store.StatePending && !marked[k+store.NoticedSuffix] && !a.UnderReview(time.Now()):
+		case a.State == store.StatePending && !marked[k+store.NoticedSuffix] && a.UnderReview(time.Now()):
+			n.afterReview(ctx, a)
+		case a.State == store.StatePending && !marked[k+store.NoticedSuffix]:
 			n.announce(ctx, a)
 		case a.Terminal() && marked[k+store.NoticedSuffix] && !marked[k+store.OutcomeSuffix]:
 			n.announceOutcome(ctx, a)
@@ -156,7 +158,9 @@ func (n *Notifier) follow(ctx context.Context, evs []*clientv3.Event) {
 		a, ok := store.DecodeRecord(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
 		switch {
 		case !ok:
-		case a.State == store.StatePending && !a.UnderReview(time.Now()):
+		case a.State == store.StatePending && a.UnderReview(time.Now()):
+			n.afterReview(ctx, a)
+		case a.State == store.StatePending:
 			// New, or back from its reviewer: humans are asked now
 			// (once: the notice is claimed).
 			n.announce(ctx, a)
@@ -164,6 +168,21 @@ func (n *Notifier) follow(ctx context.Context, evs []*clientv3.Event) {
 			n.announceOutcome(ctx, a)
 		}
 	}
+}
+
+// afterReview announces a once its review deadline passed, if it is still
+// pending then: a reviewer whose replica died never hands it on itself.
+// An earlier hand-on is an update this notifier follows anyway.
+func (n *Notifier) afterReview(ctx context.Context, a *store.Approval) {
+	time.AfterFunc(time.Until(a.ReviewUntil)+100*time.Millisecond, func() {
+		if ctx.Err() != nil {
+			return
+		}
+		cur, err := n.Store.Get(ctx, a.Account, a.ID)
+		if err == nil && cur.State == store.StatePending && !cur.UnderReview(time.Now()) {
+			n.announce(ctx, cur)
+		}
+	})
 }
 
 // announce sends a's request to the account's targets, once.

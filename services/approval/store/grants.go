@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -48,24 +47,51 @@ func (s *Store) grantKey(account, digest string) string {
 	return s.prefix + "grants/" + esc(account) + "/" + digest
 }
 
-// PutGrants records the digests of an allow-session answer by approval id,
-// for ttl.
-func (s *Store) PutGrants(ctx context.Context, account, approval string, digests []string, ttl time.Duration) error {
-	if len(digests) == 0 {
-		return nil
+// SessionDigests are the grant digests of the programs a command asks
+// about: the segments the allowlist missed, or, when it missed none (ask
+// always), every resolved one. A segment that resolved to no program
+// cannot be granted: the empty result then never matches.
+func SessionDigests(scope GrantScope, segs []Segment, byShape bool) []string {
+	var ask []Segment
+	for _, s := range segs {
+		if s.Decision != "allow" {
+			ask = append(ask, s)
+		}
 	}
-	lease, err := s.cli.Grant(ctx, int64(max(ttl/time.Second, 1)))
+	if len(ask) == 0 {
+		ask = segs
+	}
+	out := make([]string, 0, len(ask))
+	for _, s := range ask {
+		if s.ResolvedPath == "" || len(s.Argv) == 0 {
+			return nil
+		}
+		args := s.Argv[1:]
+		if byShape {
+			args = ArgShape(args)
+		}
+		out = append(out, GrantDigest(scope, s.ResolvedPath, args))
+	}
+	return out
+}
+
+// grantOps are the puts of a's session grants, on a lease of its session
+// TTL.
+func (s *Store) grantOps(ctx context.Context, a *Approval) ([]clientv3.Op, error) {
+	scope := GrantScope{Account: a.Account, Session: a.Session, Agent: a.Agent, Host: a.Host, Node: a.Node}
+	digests := SessionDigests(scope, a.Segments, a.SessionByShape)
+	if len(digests) == 0 {
+		return nil, nil
+	}
+	lease, err := s.cli.Grant(ctx, int64(max(a.SessionTTLSeconds, 1)))
 	if err != nil {
-		return unavailable(err, "grant session lease")
+		return nil, unavailable(err, "grant session lease")
 	}
 	ops := make([]clientv3.Op, len(digests))
 	for i, d := range digests {
-		ops[i] = clientv3.OpPut(s.grantKey(account, d), approval, clientv3.WithLease(lease.ID))
+		ops[i] = clientv3.OpPut(s.grantKey(a.Account, d), a.ID, clientv3.WithLease(lease.ID))
 	}
-	if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-		return unavailable(err, "record session grant")
-	}
-	return nil
+	return ops, nil
 }
 
 // Granted returns the approval that granted every digest, or "" when one

@@ -76,6 +76,12 @@ type Approval struct {
 	FallbackAllows bool `json:"fallbackAllows,omitempty"`
 	// Consumed is set once an allowed approval was used to run.
 	Consumed bool `json:"consumed,omitempty"`
+	// Egress is the host:port of a network approval; Sandbox the sandbox
+	// that asked for it.
+	Egress  string `json:"egress,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	// EgressHost is what allow-always remembers for the agent.
+	EgressHost string `json:"egressHost,omitempty"`
 	// SessionTTLSeconds and SessionByShape are what an allow-session
 	// answer grants: for how long, and whether by argument shape.
 	SessionTTLSeconds int  `json:"sessionTTLSeconds,omitempty"`
@@ -359,15 +365,19 @@ func (s *Store) expire(ctx context.Context, a *Approval) (*Approval, error) {
 // swap replaces old with next when old is still the stored version (and
 // the extra conditions hold), keeping the record's lease.
 func (s *Store) swap(ctx context.Context, old, next *Approval, extra ...clientv3.Cmp) (bool, error) {
+	return s.swapThen(ctx, old, next, extra, nil)
+}
+
+// swapThen is swap doing ops in the same transaction.
+func (s *Store) swapThen(ctx context.Context, old, next *Approval, extra []clientv3.Cmp, ops []clientv3.Op) (bool, error) {
 	b, err := json.Marshal(next)
 	if err != nil {
 		return false, errs.Wrap(errs.Internal, err, "approval store: encode approval")
 	}
 	rk := s.recKey(old.Account, old.ID)
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(rk), "=", old.rev)}, extra...)
-	resp, err := s.cli.Txn(ctx).If(cmps...).
-		Then(clientv3.OpPut(rk, string(b), clientv3.WithIgnoreLease()), clientv3.OpDelete(s.liveKey(old.Account, old.ID))).
-		Commit()
+	then := append([]clientv3.Op{clientv3.OpPut(rk, string(b), clientv3.WithIgnoreLease()), clientv3.OpDelete(s.liveKey(old.Account, old.ID))}, ops...)
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Commit()
 	if err != nil {
 		return false, unavailable(err, "update approval")
 	}
@@ -378,7 +388,10 @@ func (s *Store) swap(ctx context.Context, old, next *Approval, extra ...clientv3
 }
 
 // Resolve records a human's decision on a pending approval. Exactly one
-// of several concurrent answers wins; the others get a conflict.
+// of several concurrent answers wins; the others get a conflict. An
+// allow-session answer records its session grants in the same
+// transaction: the command it lets run finds them when it runs again,
+// however soon. note, when given, is the reviewer's.
 func (s *Store) Resolve(ctx context.Context, account, id, decision, approver string, note ...string) (*Approval, error) {
 	a, live, _, err := s.read(ctx, account, id)
 	if err != nil {
@@ -408,7 +421,15 @@ func (s *Store) Resolve(ctx context.Context, account, id, decision, approver str
 	if len(note) > 0 {
 		next.ReviewerNote = note[0]
 	}
-	ok, err := s.swap(ctx, a, &next, clientv3.Compare(clientv3.CreateRevision(s.liveKey(account, id)), ">", 0))
+	var grants []clientv3.Op
+	// A network approval's allow-session lets its sandbox connect, as
+	// allow-once does; it grants no command to the session.
+	if decision == DecisionAllowSession && a.Egress == "" {
+		if grants, err = s.grantOps(ctx, a); err != nil {
+			return nil, err
+		}
+	}
+	ok, err := s.swapThen(ctx, a, &next, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.liveKey(account, id)), ">", 0)}, grants)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -60,6 +62,9 @@ func RunAgent() error {
 		spawn: make(chan spawnReq),
 	}
 	go a.spawner()
+	if err := bridgeEgress(); err != nil {
+		return err
+	}
 	if err := a.out.write(frameReady, 0, nil); err != nil {
 		return fmt.Errorf("agent: announce: %w", err)
 	}
@@ -450,4 +455,53 @@ func (a *agent) killAll() {
 	for _, p := range a.procs {
 		_ = p.cmd.Process.Kill()
 	}
+}
+
+// bridgeEgress, in a sandbox with network, listens on EgressProxyAddr and
+// joins each connection to the host's proxy socket: the only way out of
+// the sandbox's network namespace, which has loopback alone. It is ready
+// before the agent announces itself.
+func bridgeEgress() error {
+	sock := filepath.Join(egressDir, egressSocket)
+	if _, err := os.Lstat(sock); err != nil {
+		return nil
+	}
+	l, err := net.Listen("tcp", EgressProxyAddr)
+	if err != nil {
+		return fmt.Errorf("agent: egress listener: %w", err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				time.Sleep(10 * time.Millisecond) // out of fds: let some close
+				continue
+			}
+			go bridge(c, sock)
+		}
+	}()
+	return nil
+}
+
+// bridge copies between a client in the sandbox and the host's proxy until
+// both directions end.
+func bridge(c net.Conn, sock string) {
+	defer c.Close()
+	up, err := net.Dial("unix", sock)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(up, c)
+		_ = up.(*net.UnixConn).CloseWrite()
+	}()
+	_, _ = io.Copy(c, up)
+	_ = c.(*net.TCPConn).CloseWrite()
+	<-done
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,8 +205,14 @@ type Spec struct {
 	ID string
 	// Limits; zero fields take DefaultLimits.
 	Limits Limits
-	// Network allows egress; only false is supported yet.
+	// Network gives the sandbox a way out: a unix socket the host serves
+	// (Sandbox.Egress) that the agent bridges to EgressProxyAddr, named in
+	// the proxy variables of every command. What it reaches is the host's
+	// proxy's to decide.
 	Network bool
+	// EgressCA, with Network, is the PEM certificate of a CA the proxy
+	// signs with: every command trusts it, besides the system's roots.
+	EgressCA []byte
 	// PathPrepend are directories put in front of PATH.
 	PathPrepend []string
 	// Env is extra environment for every command.
@@ -247,16 +254,14 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if !validID(spec.ID) {
 		return nil, fmt.Errorf("sandbox: invalid id %q", spec.ID)
 	}
-	if spec.Network {
-		return nil, fmt.Errorf("%w: network egress allowlists are not available yet; use network mode none", ErrUnsupported)
-	}
 	spec.withDefaults()
 	for _, d := range spec.PathPrepend {
 		if !filepath.IsAbs(d) || strings.ContainsAny(d, ":\x00") {
 			return nil, fmt.Errorf("sandbox: path_prepend entry %q must be an absolute path without ':'", d)
 		}
 	}
-	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes {
+	// Warm sandboxes have no egress socket.
+	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network {
 		if s := r.pool.take(); s != nil {
 			if err := s.fit(spec); err == nil {
 				return s, nil
@@ -316,6 +321,17 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 		return nil, fmt.Errorf("sandbox: mount workspace: %w", err)
 	}
 	cleanups = append(cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
+	if spec.Network {
+		if s.egress, err = listenEgress(s.dir, s.uid); err != nil {
+			return nil, err
+		}
+		cleanups = append(cleanups, func() { _ = s.egress.Close() })
+		if spec.EgressCA != nil {
+			if err := writeTrust(filepath.Join(s.dir, "egress"), r.cfg.RootFS, spec.EgressCA); err != nil {
+				return nil, err
+			}
+		}
+	}
 	s.mounts = r.mounts(s)
 	ms := make([]fsview.Mount, len(s.mounts))
 	for i, m := range s.mounts {
@@ -345,10 +361,97 @@ func sandboxEnv(spec Spec) []string {
 		"USER=user", "LOGNAME=user", "SHELL=/bin/sh",
 		"LANG=C.UTF-8", "TERM=xterm-256color", "TMPDIR=/tmp",
 	}
+	if spec.Network {
+		env = append(env, proxyEnv...)
+		if spec.EgressCA != nil {
+			env = append(env, trustEnv...)
+		}
+	}
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
 	}
 	return env
+}
+
+// EgressProxyAddr is where, inside a sandbox with network, the agent
+// listens for proxy clients.
+const EgressProxyAddr = "127.0.0.1:3128"
+
+// proxyEnv points every common client at the agent's port; names are
+// resolved by the proxy (socks5h), as the sandbox has no DNS.
+var proxyEnv = func() []string {
+	var env []string
+	for _, kv := range [][2]string{
+		{"HTTP_PROXY", "http://" + EgressProxyAddr}, {"HTTPS_PROXY", "http://" + EgressProxyAddr},
+		{"ALL_PROXY", "socks5h://" + EgressProxyAddr}, {"NO_PROXY", "localhost,127.0.0.1,::1"},
+	} {
+		env = append(env, kv[0]+"="+kv[1], strings.ToLower(kv[0])+"="+kv[1])
+	}
+	return env
+}()
+
+// trustEnv points common clients at the bundle that adds the egress CA
+// to the system's roots (Node.js takes the CA alone, on top of its own).
+var trustEnv = []string{
+	"SSL_CERT_FILE=" + egressDir + "/" + trustBundle, "REQUESTS_CA_BUNDLE=" + egressDir + "/" + trustBundle,
+	"CURL_CA_BUNDLE=" + egressDir + "/" + trustBundle, "GIT_SSL_CAINFO=" + egressDir + "/" + trustBundle,
+	"NODE_EXTRA_CA_CERTS=" + egressDir + "/" + trustCA,
+}
+
+const (
+	trustBundle = "ca-bundle.pem"
+	trustCA     = "ca.pem"
+)
+
+// systemBundles are where distributions keep their root certificates.
+var systemBundles = []string{"etc/ssl/certs/ca-certificates.crt", "etc/pki/tls/certs/ca-bundle.crt", "etc/ssl/cert.pem"}
+
+// writeTrust writes the egress CA, and the system's roots with it, into
+// the egress dir the sandbox sees.
+func writeTrust(dir, rootFS string, ca []byte) error {
+	var bundle []byte
+	for _, b := range systemBundles {
+		if data, err := os.ReadFile(filepath.Join(rootFS, b)); err == nil {
+			bundle = append(data, '\n')
+			break
+		}
+	}
+	bundle = append(bundle, ca...)
+	for name, data := range map[string][]byte{trustCA: ca, trustBundle: bundle} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("sandbox: write %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// egressDir holds, inside a sandbox with network, the socket of the
+// host's proxy.
+const (
+	egressDir    = agentDir + "/egress"
+	egressSocket = "proxy.sock"
+)
+
+// listenEgress makes the sandbox's proxy socket in its state dir,
+// connectable by the sandbox's uid alone.
+func listenEgress(dir string, uid int) (*net.UnixListener, error) {
+	d := filepath.Join(dir, "egress")
+	if err := os.Mkdir(d, 0o750); err != nil {
+		return nil, fmt.Errorf("sandbox: egress dir: %w", err)
+	}
+	if err := os.Chown(d, 0, uid); err != nil {
+		return nil, fmt.Errorf("sandbox: egress dir: %w", err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(d, egressSocket), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: egress socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := os.Chmod(filepath.Join(d, egressSocket), 0o666); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("sandbox: egress socket: %w", err)
+	}
+	return l, nil
 }
 
 // commandPath is the PATH of a command: the directories prepended, then
@@ -480,7 +583,7 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 	for _, f := range []string{"passwd", "group", "hosts", "hostname"} {
 		ms = append(ms, mount{op: "--ro-bind", src: filepath.Join(s.dir, f), dst: "/etc/" + f})
 	}
-	return append(ms,
+	ms = append(ms,
 		mount{op: "--proc", dst: "/proc"},
 		mount{op: "--dev", dst: "/dev"},
 		mount{op: "--tmpfs", dst: "/tmp", size: s.spec.Limits.TmpBytes},
@@ -490,6 +593,10 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 		mount{op: "--ro-bind", src: filepath.Join(s.dir, "tools"), dst: ToolsDir},
 		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
 	)
+	if s.egress != nil {
+		ms = append(ms, mount{op: "--ro-bind", src: filepath.Join(s.dir, "egress"), dst: egressDir})
+	}
+	return ms
 }
 
 // bwrapArgs builds the bubblewrap command line of a sandbox.

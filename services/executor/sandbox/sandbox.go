@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -47,6 +48,8 @@ type Sandbox struct {
 	stdin     io.WriteCloser
 	mounts    []mount
 	view      *fsview.View
+	// egress is the socket of the host's proxy, for a sandbox with network.
+	egress *net.UnixListener
 
 	mu     sync.Mutex
 	procs  map[uint32]*Process
@@ -69,6 +72,16 @@ func (s *Sandbox) WorkspacePath() string { return s.workspace }
 // ToolsPath returns the host directory seen inside the sandbox, read-only,
 // as ToolsDir.
 func (s *Sandbox) ToolsPath() string { return filepath.Join(s.dir, "tools") }
+
+// Egress returns the listener whose connections come from the sandbox's
+// programs through the agent, to be served by the host's egress proxy; nil
+// for a sandbox without network. Destroy closes it.
+func (s *Sandbox) Egress() net.Listener {
+	if s.egress == nil {
+		return nil
+	}
+	return s.egress
+}
 
 // Dir returns the directory a command with workdir starts in: workdir
 // when absolute, else relative to the shell's current directory.
@@ -434,6 +447,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		case <-s.done:
 		case <-ctx.Done():
 		case <-time.After(5 * time.Second):
+		}
+		if s.egress != nil {
+			_ = s.egress.Close()
 		}
 		if err := s.cg.remove(); err != nil {
 			errs = append(errs, err)

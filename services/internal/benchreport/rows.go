@@ -56,6 +56,32 @@ var Rows = []Row{
 		Value: Ref{Pkg: "executor", Bench: "BenchmarkIdleSandboxes", Unit: "MiB-sandbox-procs-pss/sandbox"},
 	},
 	{
+		Service: "executor", Metric: "egress proxy: connection setup added, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkConnectSetup", Unit: "added-p50-ms"},
+		Target: Target{Max: 2},
+	},
+	{
+		Service: "executor", Metric: "egress proxy: connect + small GET via CONNECT, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkConnectSetup", Unit: "proxied-p50-ms"},
+		Anchor: &Anchor{Name: "the same without the proxy", Ref: Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkConnectSetup", Unit: "direct-p50-ms"}},
+	},
+	{
+		Service: "executor", Metric: "egress from a sandbox (agent bridge + proxy): connection setup added, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkSandboxEgressConnect", Unit: "added-p50-ms"},
+		Target: Target{Max: 2},
+	},
+	{
+		Service: "executor", Metric: "egress from a sandbox: connect + small GET, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkSandboxEgressConnect", Unit: "sandbox-p50-ms"},
+		Anchor: &Anchor{Name: "the same program from the host, directly", Ref: Ref{Pkg: "executor", Bench: "BenchmarkSandboxEgressConnect", Unit: "direct-p50-ms"}},
+	},
+	{
+		Service: "executor", Metric: "egress proxy: CONNECT tunnel download", Unit: "MB/s",
+		Value:  Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkTunnelThroughput", Unit: "tunnel-MB/s"},
+		Anchor: &Anchor{Name: "the same download without the proxy", Ref: Ref{Pkg: "executor/egressproxy", Bench: "BenchmarkTunnelThroughput", Unit: "direct-MB/s"}},
+		Target: Target{Min: 200},
+	},
+	{
 		Service: "workspace", Metric: "upload 100 MB via REST to MinIO", Unit: "MB/s",
 		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/upload", Unit: "MB/s"},
 		Anchor: &Anchor{Name: "direct MinIO put", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/minio-put", Unit: "MB/s"}},

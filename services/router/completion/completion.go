@@ -173,6 +173,18 @@ type ShellTool struct {
 	MaxUses         *int64
 	TimeoutSeconds  *int64
 	MaxOutputLength *int64
+	// Network narrows the gateway's network; nil keeps it.
+	Network *ShellNetwork
+}
+
+// ShellNetwork is a request's narrowing of its gateway's network
+// allowlist: never wider, or the request is refused naming the field.
+type ShellNetwork struct {
+	// AllowedDomains is a subset of the gateway's; nil keeps them, empty
+	// allows none (no network).
+	AllowedDomains []string
+	// Ports is a subset of the gateway's; nil keeps them.
+	Ports []int32
 }
 
 // FieldError is a request the client must fix: a 400 (or Status) naming

@@ -26,6 +26,7 @@ type toolPlan struct {
 	moved      []*toolhost.Tool  // server tools moved into the shell
 	skills     map[string]string // read_skill's texts
 	execOutput int32             // output limit of exec; 0: not offered
+	network    *executorv1.Network
 }
 
 // planTools decides the completion's tools from the gateway, its server
@@ -33,6 +34,10 @@ type toolPlan struct {
 func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan, error) {
 	sh := g.GetShell()
 	p := &toolPlan{direct: map[string]bool{}, skills: map[string]string{}}
+	var err error
+	if p.network, err = shellNetwork(g, req); err != nil {
+		return nil, err
+	}
 	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && req.Container == "" && !req.ShellLocal &&
 		(req.Shell != nil || sh.GetEnabled() || req.Exec)
 	if p.persistent && !tenant.ValidUserID(req.User) {
@@ -64,7 +69,7 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 			// the model calls the tools directly.
 			p.addDirect(set.Tools())
 		}
-		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.moved))
+		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.network, p.moved))
 	case set != nil:
 		// Without a shell there is nowhere to move tools to.
 		p.addDirect(set.Tools())
@@ -131,7 +136,7 @@ func readSkillTool(skills []*routerv1.Skill) upstream.Tool {
 var shellParameters = json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","description":"The shell command or script to run with /bin/sh -c."}},"required":["command"],"additionalProperties":false}`)
 
 // shellTool is the function tool the model sees for the shell.
-func shellTool(sh *loop.Shell, persistent bool, moved []*toolhost.Tool) upstream.Tool {
+func shellTool(sh *loop.Shell, persistent bool, network *executorv1.Network, moved []*toolhost.Tool) upstream.Tool {
 	var b strings.Builder
 	b.WriteString("Run a shell command in an isolated Linux sandbox and get its output. ")
 	b.WriteString("The command runs as `/bin/sh -c <command>`; pipes, redirections, && chains and multi-line scripts work as in a terminal. ")
@@ -141,7 +146,12 @@ func shellTool(sh *loop.Shell, persistent bool, moved []*toolhost.Tool) upstream
 	} else {
 		b.WriteString("The workspace /home/workspace (the home and starting directory) is discarded at the end of this conversation. ")
 	}
-	b.WriteString("There is no network access. ")
+	if network.GetMode() == executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST {
+		fmt.Fprintf(&b, "Network access goes through a proxy (already set in HTTP_PROXY, HTTPS_PROXY and ALL_PROXY) and reaches only %s; anything else is refused with HTTP 403. ",
+			strings.Join(network.GetAllowedDomains(), ", "))
+	} else {
+		b.WriteString("There is no network access. ")
+	}
 	if len(moved) > 0 {
 		b.WriteString("Besides the usual programs, these commands are available; each prints its output on stdout, so it can be piped, and `CMD --help` lists its flags:")
 		for _, t := range moved {
@@ -173,7 +183,7 @@ func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *Request) *executorv1
 	sh := g.GetShell()
 	r := &executorv1.CreateSandboxRequest{
 		Limits:  sh.GetLimits(),
-		Network: sh.GetNetwork(),
+		Network: p.network,
 		Agent:   g.GetName(),
 	}
 	if p.persistent {

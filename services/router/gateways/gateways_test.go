@@ -56,8 +56,31 @@ func TestValidate(t *testing.T) {
 			g.Shell.Network = &executorv1.Network{AllowedDomains: []string{"example.com"}}
 		}, "shell.network.allowed_domains"},
 		{"bad domain", func(g *routerv1.Gateway) {
-			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"169.254.169.254"}}
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"a b.example"}}
 		}, "shell.network.allowed_domains[0]"},
+		{"a whole top-level domain", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"pypi.org", "*.org"}}
+		}, "shell.network.allowed_domains[1]"},
+		{"bad port", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"pypi.org"}, Ports: []int32{0}}
+		}, "shell.network.ports[0]"},
+		{"ask without allowlist", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Ask: executorv1.NetworkAsk_NETWORK_ASK_ON_MISS}
+		}, "shell.network.ask"},
+		{"negative byte limit", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"pypi.org"}, MaxBytes: -1}
+		}, "shell.network.max_bytes"},
+		{"a secret for a domain outside the list", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"api.github.com"},
+				Secrets: []*executorv1.NetworkSecret{{Env: "GH_TOKEN", Value: "x", Domains: []string{"github.com"}}}}
+		}, "shell.network.secrets[0].domains[0]"},
+		{"a secret with a bad env name", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"api.github.com"},
+				Secrets: []*executorv1.NetworkSecret{{Env: "GH-TOKEN", Value: "x", Domains: []string{"api.github.com"}}}}
+		}, "shell.network.secrets[0].env"},
+		{"allowlist of names, suffixes, IDNA and IP literals", func(g *routerv1.Gateway) {
+			g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"API.github.com", "*.pypi.org", "bücher.example", "192.0.2.1"}, Ports: []int32{443, 22}}
+		}, ""},
 		{"reserved webhook name", func(g *routerv1.Gateway) { g.Tools.Webhooks[0].Name = "shell" }, "tools.webhooks[0].name"},
 		{"webhook url", func(g *routerv1.Gateway) { g.Tools.Webhooks[0].Url = "file:///etc/passwd" }, "tools.webhooks[0].url"},
 		{"webhook schema not json", func(g *routerv1.Gateway) { g.Tools.Webhooks[0].ParametersSchema = "{" }, "tools.webhooks[0].parameters_schema"},
@@ -209,5 +232,36 @@ func TestStore(t *testing.T) {
 	}
 	if diff := cmp.Diff(after, kept, protocmp.Transform()); diff != "" {
 		t.Errorf("Ensure changed the gateway (-want +got):\n%s", diff)
+	}
+}
+
+// A network secret is stored, never shown, kept by an update that leaves
+// it empty, and required on create.
+func TestNetworkSecretsAreWriteOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := New(etcdxtest.StartForTest(t), nil)
+	g := valid()
+	g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"api.github.com"},
+		Secrets: []*executorv1.NetworkSecret{{Env: "GH_TOKEN", Value: "ghp-secret", Domains: []string{"api.github.com"}, Header: "Authorization"}}}
+	if _, err := s.Create(ctx, "acme", g); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "acme", "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	red := Redact(got)
+	if sec := red.GetShell().GetNetwork().GetSecrets()[0]; sec.GetValue() != "" || !sec.GetValueSet() {
+		t.Fatalf("Redact = %v", sec)
+	}
+	after, err := s.Update(ctx, "acme", "prod", red, nil)
+	if err != nil || after.GetShell().GetNetwork().GetSecrets()[0].GetValue() != "ghp-secret" {
+		t.Fatalf("update lost the secret: %v %v", after, err)
+	}
+	g2 := proto.Clone(red).(*routerv1.Gateway)
+	g2.Name = "fresh"
+	if _, err := s.Create(ctx, "acme", g2); errs.KindOf(err) != errs.InvalidArgument || !strings.Contains(err.Error(), "shell.network.secrets[0].value") {
+		t.Fatalf("create without a value = %v", err)
 	}
 }

@@ -48,6 +48,9 @@ func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway)
 	if err := Validate(g); err != nil {
 		return nil, err
 	}
+	if err := requireSecretValues(g); err != nil {
+		return nil, err
+	}
 	g = proto.Clone(g).(*routerv1.Gateway)
 	now := timestamppb.Now()
 	g.CreatedAt, g.UpdatedAt = now, now
@@ -164,6 +167,9 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 			}
 		}
 		keepSecrets(next, old)
+		if err := requireSecretValues(next); err != nil {
+			return nil, err
+		}
 		clearOutputOnly(next)
 		next.CreatedAt, next.UpdatedAt = old.GetCreatedAt(), timestamppb.Now()
 		b, err := proto.Marshal(next)
@@ -275,6 +281,10 @@ func Redact(g *routerv1.Gateway) *routerv1.Gateway {
 	for _, m := range g.GetTools().GetMcpServers() {
 		redactHeaders(m.Headers)
 	}
+	for _, sec := range g.GetShell().GetNetwork().GetSecrets() {
+		sec.ValueSet = sec.GetValue() != ""
+		sec.Value = ""
+	}
 	return g
 }
 
@@ -289,6 +299,9 @@ func redactHeaders(h map[string]string) {
 func clearOutputOnly(g *routerv1.Gateway) {
 	if u := g.GetUpstream(); u != nil {
 		u.ApiKeySet = false
+	}
+	for _, sec := range g.GetShell().GetNetwork().GetSecrets() {
+		sec.ValueSet = false
 	}
 }
 
@@ -310,6 +323,15 @@ func keepSecrets(g, old *routerv1.Gateway) {
 	}
 	for _, m := range g.GetTools().GetMcpServers() {
 		keepHeaders(m.Headers, oldMCP[m.GetName()])
+	}
+	oldSecrets := map[string]string{}
+	for _, sec := range old.GetShell().GetNetwork().GetSecrets() {
+		oldSecrets[sec.GetEnv()] = sec.GetValue()
+	}
+	for _, sec := range g.GetShell().GetNetwork().GetSecrets() {
+		if sec.GetValue() == "" {
+			sec.Value = oldSecrets[sec.GetEnv()]
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -151,8 +152,11 @@ func validateLimits(l *executorv1.Limits) error {
 func validateNetwork(n *executorv1.Network) error {
 	switch n.GetMode() {
 	case executorv1.NetworkMode_NETWORK_MODE_UNSPECIFIED, executorv1.NetworkMode_NETWORK_MODE_NONE:
-		if len(n.GetAllowedDomains()) > 0 {
+		if len(n.GetAllowedDomains()) > 0 || len(n.GetPorts()) > 0 {
 			return invalid("shell.network.allowed_domains", "needs mode allowlist")
+		}
+		if n.GetAsk() == executorv1.NetworkAsk_NETWORK_ASK_ON_MISS {
+			return invalid("shell.network.ask", "needs mode allowlist")
 		}
 	case executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST:
 		if len(n.GetAllowedDomains()) == 0 {
@@ -161,8 +165,69 @@ func validateNetwork(n *executorv1.Network) error {
 	default:
 		return invalid("shell.network.mode", "must be none or allowlist")
 	}
-	return validateDomains("shell.network.allowed_domains", n.GetAllowedDomains())
+	for i, d := range n.GetAllowedDomains() {
+		if _, err := egress.NormalizePattern(d); err != nil {
+			return invalid(fmt.Sprintf("shell.network.allowed_domains[%d]", i), "%v", err)
+		}
+	}
+	for i, p := range n.GetPorts() {
+		if p < 1 || p > 65535 {
+			return invalid(fmt.Sprintf("shell.network.ports[%d]", i), "must be 1 to 65535, got %d", p)
+		}
+	}
+	if c := n.GetMaxConnections(); c < 0 || c > 4096 {
+		return invalid("shell.network.max_connections", "must be 0 (the default) to 4096, got %d", c)
+	}
+	if n.GetMaxBytes() < 0 {
+		return invalid("shell.network.max_bytes", "must not be negative (0: the default)")
+	}
+	if _, ok := executorv1.NetworkAsk_name[int32(n.GetAsk())]; !ok {
+		return invalid("shell.network.ask", "must be off or on-miss")
+	}
+	if t := n.GetApprovalTimeoutSeconds(); t < 0 || t > 3600 {
+		return invalid("shell.network.approval_timeout_seconds", "must be 0 (the default) to 3600, got %d", t)
+	}
+	var allowed []string
+	for _, d := range n.GetAllowedDomains() {
+		norm, _ := egress.NormalizePattern(d)
+		allowed = append(allowed, norm)
+	}
+	envs := map[string]bool{}
+	for i, sec := range n.GetSecrets() {
+		f := fmt.Sprintf("shell.network.secrets[%d]", i)
+		switch {
+		case !secretEnv.MatchString(sec.GetEnv()):
+			return invalid(f+".env", "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+		case envs[sec.GetEnv()]:
+			return invalid(f+".env", "%q is named twice", sec.GetEnv())
+		case len(sec.GetValue()) > 16<<10 || strings.ContainsAny(sec.GetValue(), "\r\n\x00"):
+			return invalid(f+".value", "must be at most 16 KiB without line breaks or NUL")
+		case len(sec.GetDomains()) == 0:
+			return invalid(f+".domains", "at least one domain is required")
+		}
+		envs[sec.GetEnv()] = true
+		for j, d := range sec.GetDomains() {
+			norm, err := egress.NormalizePattern(d)
+			if err != nil || !egress.Covers(allowed, norm) {
+				return invalid(fmt.Sprintf("%s.domains[%d]", f, j), "%q must be within shell.network.allowed_domains", d)
+			}
+		}
+	}
+	return nil
 }
+
+// requireSecretValues checks, once stored values are kept, that every
+// network secret has one.
+func requireSecretValues(g *routerv1.Gateway) error {
+	for i, sec := range g.GetShell().GetNetwork().GetSecrets() {
+		if sec.GetValue() == "" {
+			return invalid(fmt.Sprintf("shell.network.secrets[%d].value", i), "is required")
+		}
+	}
+	return nil
+}
+
+var secretEnv = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 func validateDomains(field string, domains []string) error {
 	for i, d := range domains {

@@ -81,6 +81,10 @@ type Config struct {
 	abort error
 	// sandbox is the sandbox's id once the loop has it.
 	sandbox string
+	// egress holds the connections the running command reported, until
+	// takeEgress moves them into the result.
+	egress        []EgressConnection
+	egressOmitted int
 	// Exec says for whom and under which policy commands run.
 	Exec ExecContext
 	// Tools runs the server tools offered to the model directly (webhooks,
@@ -132,6 +136,35 @@ type ServerToolCall struct {
 	Result    string `json:"result"`
 }
 
+// EgressConnection is one connection of the sandbox through conch's
+// egress proxy, as reported in the response's conch.egress.
+type EgressConnection struct {
+	Host          string `json:"host"`
+	Port          int    `json:"port"`
+	Address       string `json:"address,omitempty"`
+	Decision      string `json:"decision"`
+	Reason        string `json:"reason,omitempty"`
+	BytesSent     int64  `json:"bytes_sent"`
+	BytesReceived int64  `json:"bytes_received"`
+	DurationMs    int64  `json:"duration_ms"`
+}
+
+// maxEgressReported bounds conch.egress of one completion.
+const maxEgressReported = 256
+
+// takeEgress moves the connections the last command reported into res.
+func (cfg *Config) takeEgress(res *Result) {
+	for _, c := range cfg.egress {
+		if len(res.Egress) < maxEgressReported {
+			res.Egress = append(res.Egress, c)
+		} else {
+			res.EgressOmitted++
+		}
+	}
+	res.EgressOmitted += cfg.egressOmitted
+	cfg.egress, cfg.egressOmitted = nil, 0
+}
+
 // Result is the outcome of a completion's loop.
 type Result struct {
 	ID              string
@@ -141,6 +174,10 @@ type Result struct {
 	Usage           upstream.Usage
 	ShellCommands   int
 	ServerToolCalls []ServerToolCall
+	// Egress are the sandbox's connections that ended while the
+	// completion's commands ran; EgressOmitted counts those left out.
+	Egress        []EgressConnection
+	EgressOmitted int
 	// Turn are the messages the loop added to the conversation, in order:
 	// its assistant turns with every tool call, the server tools'
 	// results, and the final answer (or the loop limit's notice) as the
@@ -286,11 +323,13 @@ func (cfg *Config) serverTool(ctx context.Context, res *Result, call upstream.To
 	switch call.Name {
 	case "shell":
 		res.ShellCommands++
+		defer cfg.takeEgress(res)
 		return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call, ev))
 	case "read_skill":
 		return cfg.readSkill(call.Arguments)
 	case "exec":
 		res.ShellCommands++
+		defer cfg.takeEgress(res)
 		return cfg.runExec(ctx, call, ev)
 	case "process":
 		return cfg.runProcess(ctx, call)
@@ -411,6 +450,13 @@ func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call u
 			return run, nil
 		case *executorv1.ExecResponse_Finished:
 			run.finished = e.Finished
+			for _, c := range e.Finished.GetEgress() {
+				cfg.egress = append(cfg.egress, EgressConnection{
+					Host: c.GetHost(), Port: int(c.GetPort()), Address: c.GetAddress(), Decision: c.GetDecision(), Reason: c.GetReason(),
+					BytesSent: c.GetBytesSent(), BytesReceived: c.GetBytesReceived(), DurationMs: c.GetDurationMs(),
+				})
+			}
+			cfg.egressOmitted += int(e.Finished.GetEgressOmitted())
 			return run, nil
 		}
 	}

@@ -224,6 +224,10 @@ func usageOf(res *loop.Result) usageOut {
 
 type conchOut struct {
 	ServerToolCalls []loop.ServerToolCall `json:"server_tool_calls"`
+	// Egress lists the sandbox's connections through the egress proxy;
+	// absent for a sandbox without network.
+	Egress        []loop.EgressConnection `json:"egress,omitempty"`
+	EgressOmitted int                     `json:"egress_omitted,omitempty"`
 }
 
 func conchOf(res *loop.Result) conchOut {
@@ -231,7 +235,7 @@ func conchOf(res *loop.Result) conchOut {
 	if calls == nil {
 		calls = []loop.ServerToolCall{}
 	}
-	return conchOut{ServerToolCalls: calls}
+	return conchOut{ServerToolCalls: calls, Egress: res.Egress, EgressOmitted: res.EgressOmitted}
 }
 
 func chatCompletion(id string, created int64, model string, res *loop.Result) map[string]any {

@@ -333,6 +333,37 @@ func parseToolList(raw json.RawMessage, req *completion.Request, nameSuffix stri
 	return nil
 }
 
+// parseShellNetwork reads {"allowed_domains": [...], "ports": [...]}, a
+// narrowing of the gateway's network that the completion checks.
+func parseShellNetwork(field string, raw json.RawMessage) (*completion.ShellNetwork, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, badField(field, "must be an object")
+	}
+	n := &completion.ShellNetwork{}
+	for k, v := range fields {
+		switch k {
+		case "allowed_domains":
+			if err := json.Unmarshal(v, &n.AllowedDomains); err != nil {
+				return nil, badField(field+".allowed_domains", "must be an array of strings")
+			}
+			if n.AllowedDomains == nil {
+				n.AllowedDomains = []string{}
+			}
+		case "ports":
+			if err := json.Unmarshal(v, &n.Ports); err != nil {
+				return nil, badField(field+".ports", "must be an array of port numbers")
+			}
+			if n.Ports == nil {
+				n.Ports = []int32{}
+			}
+		default:
+			return nil, badField(field+"."+k, "unknown field of the shell tool's network")
+		}
+	}
+	return n, nil
+}
+
 func parseShellTool(field string, raw json.RawMessage) (*completion.ShellTool, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
@@ -350,6 +381,16 @@ func parseShellTool(field string, raw json.RawMessage) (*completion.ShellTool, e
 			dst = &sh.TimeoutSeconds
 		case "max_output_length":
 			dst = &sh.MaxOutputLength
+		case "network":
+			if string(v) == "null" {
+				continue
+			}
+			n, err := parseShellNetwork(field+".network", v)
+			if err != nil {
+				return nil, err
+			}
+			sh.Network = n
+			continue
 		default:
 			return nil, badField(field+"."+k, "unknown field of the shell tool")
 		}

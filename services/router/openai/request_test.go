@@ -42,6 +42,9 @@ func TestParseRequestChecksTypes(t *testing.T) {
 		{"an unknown field passes", `"x_vendor_flag": "anything"`, ""},
 		{"a bad role names its field", `"messages": [{"role": "wizard", "content": "x"}]`, "messages[0].role"},
 		{"a bad shell limit names its field", `"tools": [{"type": "shell", "max_uses": -1}]`, "tools[0].max_uses"},
+		{"a shell network narrowing", `"tools": [{"type": "shell", "network": {"allowed_domains": ["pypi.org"], "ports": [443]}}]`, ""},
+		{"a shell network of the wrong type", `"tools": [{"type": "shell", "network": {"allowed_domains": "pypi.org"}}]`, "tools[0].network.allowed_domains"},
+		{"an unknown shell network field", `"tools": [{"type": "shell", "network": {"mode": "full"}}]`, "tools[0].network.mode"},
 	}
 	h := &Handler{}
 	for _, tt := range tests {

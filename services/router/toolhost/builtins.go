@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/html"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
@@ -52,32 +53,10 @@ func NewEgressClient() *http.Client {
 	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
 }
 
-// PublicAddr reports whether ip is a public unicast address.
+// PublicAddr reports whether ip is a public unicast address: one no
+// egress refuses, and not a documentation address.
 func PublicAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsMulticast() || ip.IsUnspecified() || ip.IsInterfaceLocalMulticast() {
-		return false
-	}
-	for _, p := range nonPublic {
-		if p.Contains(ip) {
-			return false
-		}
-	}
-	return true
-}
-
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.0.2.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("198.51.100.0/24"),
-	netip.MustParsePrefix("203.0.113.0/24"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("2001:db8::/32"),
+	return egress.Refusal(ip) == "" && !egress.Documentation(ip)
 }
 
 // allowedURL checks a built-in's target against the gateway's domain
@@ -91,10 +70,8 @@ func allowedURL(raw string, domains []string) (*url.URL, error) {
 		return nil, errors.New("url: credentials in the URL are not allowed")
 	}
 	host := strings.ToLower(u.Hostname())
-	for _, d := range domains {
-		if host == d || (strings.HasPrefix(d, "*.") && strings.HasSuffix(host, d[1:])) {
-			return u, nil
-		}
+	if list, err := egress.NewAllowlist(domains); err == nil && list.Match(host) {
+		return u, nil
 	}
 	if len(domains) == 0 {
 		return nil, fmt.Errorf("url: %s is not allowed: the gateway allows no domains for built-in tools", host)

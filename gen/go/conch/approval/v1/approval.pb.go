@@ -197,7 +197,12 @@ type Approval struct {
 	// to the human it was escalated to.
 	ReviewerNote string `protobuf:"bytes,19,opt,name=reviewer_note,json=reviewerNote,proto3" json:"reviewer_note,omitempty"`
 	// True while the reviewer model has it: humans are not notified yet.
-	Reviewing     bool `protobuf:"varint,20,opt,name=reviewing,proto3" json:"reviewing,omitempty"`
+	Reviewing bool `protobuf:"varint,20,opt,name=reviewing,proto3" json:"reviewing,omitempty"`
+	// For a network approval, the host:port a sandbox's program asked the
+	// egress proxy for (the command then describes it); empty for a command.
+	Egress string `protobuf:"bytes,21,opt,name=egress,proto3" json:"egress,omitempty"`
+	// Sandbox whose program asked, for a network approval.
+	Sandbox       string `protobuf:"bytes,22,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +375,20 @@ func (x *Approval) GetReviewing() bool {
 		return x.Reviewing
 	}
 	return false
+}
+
+func (x *Approval) GetEgress() string {
+	if x != nil {
+		return x.Egress
+	}
+	return ""
+}
+
+func (x *Approval) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
 }
 
 // Binding is what an approval is bound to besides the account: a decision
@@ -664,6 +683,172 @@ func (x *AuthorizeResponse) GetSecurity() Security {
 	return Security_SECURITY_UNSPECIFIED
 }
 
+// AuthorizeEgressRequest asks whether a sandbox may connect to a host its
+// network allowlist misses (network ask on-miss).
+type AuthorizeEgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Agent (gateway name) whose allowlist missed.
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Sandbox whose program asked.
+	Sandbox string `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Host name or IP literal, as the program asked for it.
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// Port.
+	Port int32 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	// Conversation the sandbox serves.
+	Session string `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	// End user.
+	User string `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
+	// How long a human has to answer; 0 means the service's default.
+	TimeoutSeconds int32 `protobuf:"varint,7,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AuthorizeEgressRequest) Reset() {
+	*x = AuthorizeEgressRequest{}
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeEgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeEgressRequest) ProtoMessage() {}
+
+func (x *AuthorizeEgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeEgressRequest.ProtoReflect.Descriptor instead.
+func (*AuthorizeEgressRequest) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AuthorizeEgressRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AuthorizeEgressRequest) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *AuthorizeEgressRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *AuthorizeEgressRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *AuthorizeEgressRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *AuthorizeEgressRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *AuthorizeEgressRequest) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+// AuthorizeEgressResponse is the verdict on a connection.
+type AuthorizeEgressResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Allow (the agent was allowed the host always), or ask (then approval
+	// is set and pending).
+	Decision PolicyDecision `protobuf:"varint,1,opt,name=decision,proto3,enum=conch.approval.v1.PolicyDecision" json:"decision,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The pending approval to watch when decision is ask.
+	Approval      *Approval `protobuf:"bytes,3,opt,name=approval,proto3" json:"approval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeEgressResponse) Reset() {
+	*x = AuthorizeEgressResponse{}
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeEgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeEgressResponse) ProtoMessage() {}
+
+func (x *AuthorizeEgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeEgressResponse.ProtoReflect.Descriptor instead.
+func (*AuthorizeEgressResponse) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AuthorizeEgressResponse) GetDecision() PolicyDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return PolicyDecision_POLICY_DECISION_UNSPECIFIED
+}
+
+func (x *AuthorizeEgressResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AuthorizeEgressResponse) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
 // WatchApprovalRequest names the approval to follow.
 type WatchApprovalRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -675,7 +860,7 @@ type WatchApprovalRequest struct {
 
 func (x *WatchApprovalRequest) Reset() {
 	*x = WatchApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +872,7 @@ func (x *WatchApprovalRequest) String() string {
 func (*WatchApprovalRequest) ProtoMessage() {}
 
 func (x *WatchApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +885,7 @@ func (x *WatchApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchApprovalRequest.ProtoReflect.Descriptor instead.
 func (*WatchApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{4}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchApprovalRequest) GetId() string {
@@ -722,7 +907,7 @@ type WatchApprovalResponse struct {
 
 func (x *WatchApprovalResponse) Reset() {
 	*x = WatchApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +919,7 @@ func (x *WatchApprovalResponse) String() string {
 func (*WatchApprovalResponse) ProtoMessage() {}
 
 func (x *WatchApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +932,7 @@ func (x *WatchApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchApprovalResponse.ProtoReflect.Descriptor instead.
 func (*WatchApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{5}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchApprovalResponse) GetApproval() *Approval {
@@ -768,7 +953,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +965,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +978,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{6}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetApprovalRequest) GetId() string {
@@ -814,7 +999,7 @@ type GetApprovalResponse struct {
 
 func (x *GetApprovalResponse) Reset() {
 	*x = GetApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1011,7 @@ func (x *GetApprovalResponse) String() string {
 func (*GetApprovalResponse) ProtoMessage() {}
 
 func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1024,7 @@ func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalResponse.ProtoReflect.Descriptor instead.
 func (*GetApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{7}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetApprovalResponse) GetApproval() *Approval {
@@ -864,7 +1049,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1061,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1074,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{8}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListApprovalsRequest) GetState() ApprovalState {
@@ -924,7 +1109,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1121,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1134,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{9}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -977,7 +1162,7 @@ type ResolveApprovalRequest struct {
 
 func (x *ResolveApprovalRequest) Reset() {
 	*x = ResolveApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1174,7 @@ func (x *ResolveApprovalRequest) String() string {
 func (*ResolveApprovalRequest) ProtoMessage() {}
 
 func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1187,7 @@ func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{10}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolveApprovalRequest) GetId() string {
@@ -1037,7 +1222,7 @@ type ResolveApprovalResponse struct {
 
 func (x *ResolveApprovalResponse) Reset() {
 	*x = ResolveApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1234,7 @@ func (x *ResolveApprovalResponse) String() string {
 func (*ResolveApprovalResponse) ProtoMessage() {}
 
 func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1247,7 @@ func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{11}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolveApprovalResponse) GetApproval() *Approval {
@@ -1086,7 +1271,7 @@ type AbandonApprovalRequest struct {
 
 func (x *AbandonApprovalRequest) Reset() {
 	*x = AbandonApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1283,7 @@ func (x *AbandonApprovalRequest) String() string {
 func (*AbandonApprovalRequest) ProtoMessage() {}
 
 func (x *AbandonApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1296,7 @@ func (x *AbandonApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonApprovalRequest.ProtoReflect.Descriptor instead.
 func (*AbandonApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{12}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AbandonApprovalRequest) GetId() string {
@@ -1139,7 +1324,7 @@ type AbandonApprovalResponse struct {
 
 func (x *AbandonApprovalResponse) Reset() {
 	*x = AbandonApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1336,7 @@ func (x *AbandonApprovalResponse) String() string {
 func (*AbandonApprovalResponse) ProtoMessage() {}
 
 func (x *AbandonApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1349,7 @@ func (x *AbandonApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonApprovalResponse.ProtoReflect.Descriptor instead.
 func (*AbandonApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{13}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AbandonApprovalResponse) GetApproval() *Approval {
@@ -1183,7 +1368,7 @@ type GetExecApprovalsRequest struct {
 
 func (x *GetExecApprovalsRequest) Reset() {
 	*x = GetExecApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1380,7 @@ func (x *GetExecApprovalsRequest) String() string {
 func (*GetExecApprovalsRequest) ProtoMessage() {}
 
 func (x *GetExecApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1393,7 @@ func (x *GetExecApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*GetExecApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{14}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{16}
 }
 
 // GetExecApprovalsResponse carries the document.
@@ -1225,7 +1410,7 @@ type GetExecApprovalsResponse struct {
 
 func (x *GetExecApprovalsResponse) Reset() {
 	*x = GetExecApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1422,7 @@ func (x *GetExecApprovalsResponse) String() string {
 func (*GetExecApprovalsResponse) ProtoMessage() {}
 
 func (x *GetExecApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1435,7 @@ func (x *GetExecApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*GetExecApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{15}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetExecApprovalsResponse) GetDocument() []byte {
@@ -1281,7 +1466,7 @@ type PutExecApprovalsRequest struct {
 
 func (x *PutExecApprovalsRequest) Reset() {
 	*x = PutExecApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1478,7 @@ func (x *PutExecApprovalsRequest) String() string {
 func (*PutExecApprovalsRequest) ProtoMessage() {}
 
 func (x *PutExecApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1491,7 @@ func (x *PutExecApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExecApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*PutExecApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{16}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutExecApprovalsRequest) GetDocument() []byte {
@@ -1336,7 +1521,7 @@ type PutExecApprovalsResponse struct {
 
 func (x *PutExecApprovalsResponse) Reset() {
 	*x = PutExecApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1533,7 @@ func (x *PutExecApprovalsResponse) String() string {
 func (*PutExecApprovalsResponse) ProtoMessage() {}
 
 func (x *PutExecApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1546,7 @@ func (x *PutExecApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExecApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*PutExecApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{17}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutExecApprovalsResponse) GetDocument() []byte {
@@ -1397,7 +1582,7 @@ type AllowlistEntry struct {
 
 func (x *AllowlistEntry) Reset() {
 	*x = AllowlistEntry{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1594,7 @@ func (x *AllowlistEntry) String() string {
 func (*AllowlistEntry) ProtoMessage() {}
 
 func (x *AllowlistEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1607,7 @@ func (x *AllowlistEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowlistEntry.ProtoReflect.Descriptor instead.
 func (*AllowlistEntry) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{18}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AllowlistEntry) GetId() string {
@@ -1473,7 +1658,7 @@ type AddAllowlistEntryRequest struct {
 
 func (x *AddAllowlistEntryRequest) Reset() {
 	*x = AddAllowlistEntryRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1670,7 @@ func (x *AddAllowlistEntryRequest) String() string {
 func (*AddAllowlistEntryRequest) ProtoMessage() {}
 
 func (x *AddAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1683,7 @@ func (x *AddAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddAllowlistEntryRequest.ProtoReflect.Descriptor instead.
 func (*AddAllowlistEntryRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{19}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddAllowlistEntryRequest) GetAgent() string {
@@ -1526,7 +1711,7 @@ type AddAllowlistEntryResponse struct {
 
 func (x *AddAllowlistEntryResponse) Reset() {
 	*x = AddAllowlistEntryResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1723,7 @@ func (x *AddAllowlistEntryResponse) String() string {
 func (*AddAllowlistEntryResponse) ProtoMessage() {}
 
 func (x *AddAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1736,7 @@ func (x *AddAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddAllowlistEntryResponse.ProtoReflect.Descriptor instead.
 func (*AddAllowlistEntryResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{20}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddAllowlistEntryResponse) GetEntry() *AllowlistEntry {
@@ -1574,7 +1759,7 @@ type RemoveAllowlistEntryRequest struct {
 
 func (x *RemoveAllowlistEntryRequest) Reset() {
 	*x = RemoveAllowlistEntryRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1771,7 @@ func (x *RemoveAllowlistEntryRequest) String() string {
 func (*RemoveAllowlistEntryRequest) ProtoMessage() {}
 
 func (x *RemoveAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1784,7 @@ func (x *RemoveAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllowlistEntryRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllowlistEntryRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{21}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveAllowlistEntryRequest) GetAgent() string {
@@ -1625,7 +1810,7 @@ type RemoveAllowlistEntryResponse struct {
 
 func (x *RemoveAllowlistEntryResponse) Reset() {
 	*x = RemoveAllowlistEntryResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1822,7 @@ func (x *RemoveAllowlistEntryResponse) String() string {
 func (*RemoveAllowlistEntryResponse) ProtoMessage() {}
 
 func (x *RemoveAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1835,7 @@ func (x *RemoveAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllowlistEntryResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAllowlistEntryResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{22}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{24}
 }
 
 // ListAllowlistRequest names an agent.
@@ -1664,7 +1849,7 @@ type ListAllowlistRequest struct {
 
 func (x *ListAllowlistRequest) Reset() {
 	*x = ListAllowlistRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1861,7 @@ func (x *ListAllowlistRequest) String() string {
 func (*ListAllowlistRequest) ProtoMessage() {}
 
 func (x *ListAllowlistRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1874,7 @@ func (x *ListAllowlistRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllowlistRequest.ProtoReflect.Descriptor instead.
 func (*ListAllowlistRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{23}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListAllowlistRequest) GetAgent() string {
@@ -1710,7 +1895,7 @@ type ListAllowlistResponse struct {
 
 func (x *ListAllowlistResponse) Reset() {
 	*x = ListAllowlistResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1907,7 @@ func (x *ListAllowlistResponse) String() string {
 func (*ListAllowlistResponse) ProtoMessage() {}
 
 func (x *ListAllowlistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1920,7 @@ func (x *ListAllowlistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllowlistResponse.ProtoReflect.Descriptor instead.
 func (*ListAllowlistResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{24}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAllowlistResponse) GetEntries() []*AllowlistEntry {
@@ -1749,7 +1934,7 @@ var File_conch_approval_v1_approval_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\n" +
-	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x06\n" +
+	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x06\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .conch.approval.v1.ApprovalStateR\x05state\x12?\n" +
@@ -1775,7 +1960,9 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\bsegments\x18\x11 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12\x16\n" +
 	"\x06reason\x18\x12 \x01(\tR\x06reason\x12#\n" +
 	"\rreviewer_note\x18\x13 \x01(\tR\freviewerNote\x12\x1c\n" +
-	"\treviewing\x18\x14 \x01(\bR\treviewing\"\xa9\x02\n" +
+	"\treviewing\x18\x14 \x01(\bR\treviewing\x12\x16\n" +
+	"\x06egress\x18\x15 \x01(\tR\x06egress\x12\x18\n" +
+	"\asandbox\x18\x16 \x01(\tR\asandbox\"\xa9\x02\n" +
 	"\aBinding\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x125\n" +
@@ -1801,7 +1988,19 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\bapproval\x18\x03 \x01(\v2\x1b.conch.approval.v1.ApprovalR\bapproval\x126\n" +
 	"\bsegments\x18\x04 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12\x12\n" +
 	"\x04plan\x18\x05 \x01(\tR\x04plan\x127\n" +
-	"\bsecurity\x18\x06 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\"&\n" +
+	"\bsecurity\x18\x06 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\"\xc7\x01\n" +
+	"\x16AuthorizeEgressRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x18\n" +
+	"\asandbox\x18\x02 \x01(\tR\asandbox\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\x05R\x04port\x12\x18\n" +
+	"\asession\x18\x05 \x01(\tR\asession\x12\x12\n" +
+	"\x04user\x18\x06 \x01(\tR\x04user\x12'\n" +
+	"\x0ftimeout_seconds\x18\a \x01(\x05R\x0etimeoutSeconds\"\xa9\x01\n" +
+	"\x17AuthorizeEgressResponse\x12=\n" +
+	"\bdecision\x18\x01 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x127\n" +
+	"\bapproval\x18\x03 \x01(\v2\x1b.conch.approval.v1.ApprovalR\bapproval\"&\n" +
 	"\x14WatchApprovalRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
 	"\x15WatchApprovalResponse\x127\n" +
@@ -1883,7 +2082,7 @@ func file_conch_approval_v1_approval_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_approval_v1_approval_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_approval_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_conch_approval_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_conch_approval_v1_approval_proto_goTypes = []any{
 	(ApprovalState)(0),                   // 0: conch.approval.v1.ApprovalState
 	(ApprovalDecision)(0),                // 1: conch.approval.v1.ApprovalDecision
@@ -1891,67 +2090,71 @@ var file_conch_approval_v1_approval_proto_goTypes = []any{
 	(*Binding)(nil),                      // 3: conch.approval.v1.Binding
 	(*AuthorizeRequest)(nil),             // 4: conch.approval.v1.AuthorizeRequest
 	(*AuthorizeResponse)(nil),            // 5: conch.approval.v1.AuthorizeResponse
-	(*WatchApprovalRequest)(nil),         // 6: conch.approval.v1.WatchApprovalRequest
-	(*WatchApprovalResponse)(nil),        // 7: conch.approval.v1.WatchApprovalResponse
-	(*GetApprovalRequest)(nil),           // 8: conch.approval.v1.GetApprovalRequest
-	(*GetApprovalResponse)(nil),          // 9: conch.approval.v1.GetApprovalResponse
-	(*ListApprovalsRequest)(nil),         // 10: conch.approval.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),        // 11: conch.approval.v1.ListApprovalsResponse
-	(*ResolveApprovalRequest)(nil),       // 12: conch.approval.v1.ResolveApprovalRequest
-	(*ResolveApprovalResponse)(nil),      // 13: conch.approval.v1.ResolveApprovalResponse
-	(*AbandonApprovalRequest)(nil),       // 14: conch.approval.v1.AbandonApprovalRequest
-	(*AbandonApprovalResponse)(nil),      // 15: conch.approval.v1.AbandonApprovalResponse
-	(*GetExecApprovalsRequest)(nil),      // 16: conch.approval.v1.GetExecApprovalsRequest
-	(*GetExecApprovalsResponse)(nil),     // 17: conch.approval.v1.GetExecApprovalsResponse
-	(*PutExecApprovalsRequest)(nil),      // 18: conch.approval.v1.PutExecApprovalsRequest
-	(*PutExecApprovalsResponse)(nil),     // 19: conch.approval.v1.PutExecApprovalsResponse
-	(*AllowlistEntry)(nil),               // 20: conch.approval.v1.AllowlistEntry
-	(*AddAllowlistEntryRequest)(nil),     // 21: conch.approval.v1.AddAllowlistEntryRequest
-	(*AddAllowlistEntryResponse)(nil),    // 22: conch.approval.v1.AddAllowlistEntryResponse
-	(*RemoveAllowlistEntryRequest)(nil),  // 23: conch.approval.v1.RemoveAllowlistEntryRequest
-	(*RemoveAllowlistEntryResponse)(nil), // 24: conch.approval.v1.RemoveAllowlistEntryResponse
-	(*ListAllowlistRequest)(nil),         // 25: conch.approval.v1.ListAllowlistRequest
-	(*ListAllowlistResponse)(nil),        // 26: conch.approval.v1.ListAllowlistResponse
-	nil,                                  // 27: conch.approval.v1.Binding.EnvEntry
-	(Host)(0),                            // 28: conch.approval.v1.Host
-	(Security)(0),                        // 29: conch.approval.v1.Security
-	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
-	(*Segment)(nil),                      // 31: conch.approval.v1.Segment
-	(*ExecSettings)(nil),                 // 32: conch.approval.v1.ExecSettings
-	(PolicyDecision)(0),                  // 33: conch.approval.v1.PolicyDecision
+	(*AuthorizeEgressRequest)(nil),       // 6: conch.approval.v1.AuthorizeEgressRequest
+	(*AuthorizeEgressResponse)(nil),      // 7: conch.approval.v1.AuthorizeEgressResponse
+	(*WatchApprovalRequest)(nil),         // 8: conch.approval.v1.WatchApprovalRequest
+	(*WatchApprovalResponse)(nil),        // 9: conch.approval.v1.WatchApprovalResponse
+	(*GetApprovalRequest)(nil),           // 10: conch.approval.v1.GetApprovalRequest
+	(*GetApprovalResponse)(nil),          // 11: conch.approval.v1.GetApprovalResponse
+	(*ListApprovalsRequest)(nil),         // 12: conch.approval.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),        // 13: conch.approval.v1.ListApprovalsResponse
+	(*ResolveApprovalRequest)(nil),       // 14: conch.approval.v1.ResolveApprovalRequest
+	(*ResolveApprovalResponse)(nil),      // 15: conch.approval.v1.ResolveApprovalResponse
+	(*AbandonApprovalRequest)(nil),       // 16: conch.approval.v1.AbandonApprovalRequest
+	(*AbandonApprovalResponse)(nil),      // 17: conch.approval.v1.AbandonApprovalResponse
+	(*GetExecApprovalsRequest)(nil),      // 18: conch.approval.v1.GetExecApprovalsRequest
+	(*GetExecApprovalsResponse)(nil),     // 19: conch.approval.v1.GetExecApprovalsResponse
+	(*PutExecApprovalsRequest)(nil),      // 20: conch.approval.v1.PutExecApprovalsRequest
+	(*PutExecApprovalsResponse)(nil),     // 21: conch.approval.v1.PutExecApprovalsResponse
+	(*AllowlistEntry)(nil),               // 22: conch.approval.v1.AllowlistEntry
+	(*AddAllowlistEntryRequest)(nil),     // 23: conch.approval.v1.AddAllowlistEntryRequest
+	(*AddAllowlistEntryResponse)(nil),    // 24: conch.approval.v1.AddAllowlistEntryResponse
+	(*RemoveAllowlistEntryRequest)(nil),  // 25: conch.approval.v1.RemoveAllowlistEntryRequest
+	(*RemoveAllowlistEntryResponse)(nil), // 26: conch.approval.v1.RemoveAllowlistEntryResponse
+	(*ListAllowlistRequest)(nil),         // 27: conch.approval.v1.ListAllowlistRequest
+	(*ListAllowlistResponse)(nil),        // 28: conch.approval.v1.ListAllowlistResponse
+	nil,                                  // 29: conch.approval.v1.Binding.EnvEntry
+	(Host)(0),                            // 30: conch.approval.v1.Host
+	(Security)(0),                        // 31: conch.approval.v1.Security
+	(*timestamppb.Timestamp)(nil),        // 32: google.protobuf.Timestamp
+	(*Segment)(nil),                      // 33: conch.approval.v1.Segment
+	(*ExecSettings)(nil),                 // 34: conch.approval.v1.ExecSettings
+	(PolicyDecision)(0),                  // 35: conch.approval.v1.PolicyDecision
 }
 var file_conch_approval_v1_approval_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.Approval.state:type_name -> conch.approval.v1.ApprovalState
 	1,  // 1: conch.approval.v1.Approval.decision:type_name -> conch.approval.v1.ApprovalDecision
-	28, // 2: conch.approval.v1.Approval.host:type_name -> conch.approval.v1.Host
-	29, // 3: conch.approval.v1.Approval.security:type_name -> conch.approval.v1.Security
-	30, // 4: conch.approval.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	30, // 5: conch.approval.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	30, // 6: conch.approval.v1.Approval.resolved_at:type_name -> google.protobuf.Timestamp
-	31, // 7: conch.approval.v1.Approval.segments:type_name -> conch.approval.v1.Segment
-	27, // 8: conch.approval.v1.Binding.env:type_name -> conch.approval.v1.Binding.EnvEntry
-	28, // 9: conch.approval.v1.Binding.host:type_name -> conch.approval.v1.Host
+	30, // 2: conch.approval.v1.Approval.host:type_name -> conch.approval.v1.Host
+	31, // 3: conch.approval.v1.Approval.security:type_name -> conch.approval.v1.Security
+	32, // 4: conch.approval.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	32, // 5: conch.approval.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 6: conch.approval.v1.Approval.resolved_at:type_name -> google.protobuf.Timestamp
+	33, // 7: conch.approval.v1.Approval.segments:type_name -> conch.approval.v1.Segment
+	29, // 8: conch.approval.v1.Binding.env:type_name -> conch.approval.v1.Binding.EnvEntry
+	30, // 9: conch.approval.v1.Binding.host:type_name -> conch.approval.v1.Host
 	3,  // 10: conch.approval.v1.AuthorizeRequest.binding:type_name -> conch.approval.v1.Binding
-	31, // 11: conch.approval.v1.AuthorizeRequest.segments:type_name -> conch.approval.v1.Segment
-	32, // 12: conch.approval.v1.AuthorizeRequest.settings:type_name -> conch.approval.v1.ExecSettings
-	33, // 13: conch.approval.v1.AuthorizeResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	33, // 11: conch.approval.v1.AuthorizeRequest.segments:type_name -> conch.approval.v1.Segment
+	34, // 12: conch.approval.v1.AuthorizeRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	35, // 13: conch.approval.v1.AuthorizeResponse.decision:type_name -> conch.approval.v1.PolicyDecision
 	2,  // 14: conch.approval.v1.AuthorizeResponse.approval:type_name -> conch.approval.v1.Approval
-	31, // 15: conch.approval.v1.AuthorizeResponse.segments:type_name -> conch.approval.v1.Segment
-	29, // 16: conch.approval.v1.AuthorizeResponse.security:type_name -> conch.approval.v1.Security
-	2,  // 17: conch.approval.v1.WatchApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	2,  // 18: conch.approval.v1.GetApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	0,  // 19: conch.approval.v1.ListApprovalsRequest.state:type_name -> conch.approval.v1.ApprovalState
-	2,  // 20: conch.approval.v1.ListApprovalsResponse.approvals:type_name -> conch.approval.v1.Approval
-	1,  // 21: conch.approval.v1.ResolveApprovalRequest.decision:type_name -> conch.approval.v1.ApprovalDecision
-	2,  // 22: conch.approval.v1.ResolveApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	2,  // 23: conch.approval.v1.AbandonApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	20, // 24: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
-	20, // 25: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	33, // 15: conch.approval.v1.AuthorizeResponse.segments:type_name -> conch.approval.v1.Segment
+	31, // 16: conch.approval.v1.AuthorizeResponse.security:type_name -> conch.approval.v1.Security
+	35, // 17: conch.approval.v1.AuthorizeEgressResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	2,  // 18: conch.approval.v1.AuthorizeEgressResponse.approval:type_name -> conch.approval.v1.Approval
+	2,  // 19: conch.approval.v1.WatchApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	2,  // 20: conch.approval.v1.GetApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	0,  // 21: conch.approval.v1.ListApprovalsRequest.state:type_name -> conch.approval.v1.ApprovalState
+	2,  // 22: conch.approval.v1.ListApprovalsResponse.approvals:type_name -> conch.approval.v1.Approval
+	1,  // 23: conch.approval.v1.ResolveApprovalRequest.decision:type_name -> conch.approval.v1.ApprovalDecision
+	2,  // 24: conch.approval.v1.ResolveApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	2,  // 25: conch.approval.v1.AbandonApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	22, // 26: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
+	22, // 27: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_approval_proto_init() }
@@ -1966,7 +2169,7 @@ func file_conch_approval_v1_approval_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_approval_proto_rawDesc), len(file_conch_approval_v1_approval_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -24,10 +24,11 @@ var File_conch_approval_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconch/approval/v1/service.proto\x12\x11conch.approval.v1\x1a conch/approval/v1/approval.proto\x1a\"conch/approval/v1/forwarding.proto\x1a\x1econch/approval/v1/policy.proto2\x99\f\n" +
+	"\x1fconch/approval/v1/service.proto\x12\x11conch.approval.v1\x1a conch/approval/v1/approval.proto\x1a\"conch/approval/v1/forwarding.proto\x1a\x1econch/approval/v1/policy.proto2\x83\r\n" +
 	"\x0fApprovalService\x12S\n" +
 	"\bEvaluate\x12\".conch.approval.v1.EvaluateRequest\x1a#.conch.approval.v1.EvaluateResponse\x12V\n" +
-	"\tAuthorize\x12#.conch.approval.v1.AuthorizeRequest\x1a$.conch.approval.v1.AuthorizeResponse\x12d\n" +
+	"\tAuthorize\x12#.conch.approval.v1.AuthorizeRequest\x1a$.conch.approval.v1.AuthorizeResponse\x12h\n" +
+	"\x0fAuthorizeEgress\x12).conch.approval.v1.AuthorizeEgressRequest\x1a*.conch.approval.v1.AuthorizeEgressResponse\x12d\n" +
 	"\rWatchApproval\x12'.conch.approval.v1.WatchApprovalRequest\x1a(.conch.approval.v1.WatchApprovalResponse0\x01\x12\\\n" +
 	"\vGetApproval\x12%.conch.approval.v1.GetApprovalRequest\x1a&.conch.approval.v1.GetApprovalResponse\x12b\n" +
 	"\rListApprovals\x12'.conch.approval.v1.ListApprovalsRequest\x1a(.conch.approval.v1.ListApprovalsResponse\x12h\n" +
@@ -45,68 +46,72 @@ const file_conch_approval_v1_service_proto_rawDesc = "" +
 var file_conch_approval_v1_service_proto_goTypes = []any{
 	(*EvaluateRequest)(nil),              // 0: conch.approval.v1.EvaluateRequest
 	(*AuthorizeRequest)(nil),             // 1: conch.approval.v1.AuthorizeRequest
-	(*WatchApprovalRequest)(nil),         // 2: conch.approval.v1.WatchApprovalRequest
-	(*GetApprovalRequest)(nil),           // 3: conch.approval.v1.GetApprovalRequest
-	(*ListApprovalsRequest)(nil),         // 4: conch.approval.v1.ListApprovalsRequest
-	(*ResolveApprovalRequest)(nil),       // 5: conch.approval.v1.ResolveApprovalRequest
-	(*AbandonApprovalRequest)(nil),       // 6: conch.approval.v1.AbandonApprovalRequest
-	(*GetExecApprovalsRequest)(nil),      // 7: conch.approval.v1.GetExecApprovalsRequest
-	(*PutExecApprovalsRequest)(nil),      // 8: conch.approval.v1.PutExecApprovalsRequest
-	(*ListAllowlistRequest)(nil),         // 9: conch.approval.v1.ListAllowlistRequest
-	(*AddAllowlistEntryRequest)(nil),     // 10: conch.approval.v1.AddAllowlistEntryRequest
-	(*RemoveAllowlistEntryRequest)(nil),  // 11: conch.approval.v1.RemoveAllowlistEntryRequest
-	(*GetForwardingRequest)(nil),         // 12: conch.approval.v1.GetForwardingRequest
-	(*PutForwardingRequest)(nil),         // 13: conch.approval.v1.PutForwardingRequest
-	(*HandleChatCommandRequest)(nil),     // 14: conch.approval.v1.HandleChatCommandRequest
-	(*EvaluateResponse)(nil),             // 15: conch.approval.v1.EvaluateResponse
-	(*AuthorizeResponse)(nil),            // 16: conch.approval.v1.AuthorizeResponse
-	(*WatchApprovalResponse)(nil),        // 17: conch.approval.v1.WatchApprovalResponse
-	(*GetApprovalResponse)(nil),          // 18: conch.approval.v1.GetApprovalResponse
-	(*ListApprovalsResponse)(nil),        // 19: conch.approval.v1.ListApprovalsResponse
-	(*ResolveApprovalResponse)(nil),      // 20: conch.approval.v1.ResolveApprovalResponse
-	(*AbandonApprovalResponse)(nil),      // 21: conch.approval.v1.AbandonApprovalResponse
-	(*GetExecApprovalsResponse)(nil),     // 22: conch.approval.v1.GetExecApprovalsResponse
-	(*PutExecApprovalsResponse)(nil),     // 23: conch.approval.v1.PutExecApprovalsResponse
-	(*ListAllowlistResponse)(nil),        // 24: conch.approval.v1.ListAllowlistResponse
-	(*AddAllowlistEntryResponse)(nil),    // 25: conch.approval.v1.AddAllowlistEntryResponse
-	(*RemoveAllowlistEntryResponse)(nil), // 26: conch.approval.v1.RemoveAllowlistEntryResponse
-	(*GetForwardingResponse)(nil),        // 27: conch.approval.v1.GetForwardingResponse
-	(*PutForwardingResponse)(nil),        // 28: conch.approval.v1.PutForwardingResponse
-	(*HandleChatCommandResponse)(nil),    // 29: conch.approval.v1.HandleChatCommandResponse
+	(*AuthorizeEgressRequest)(nil),       // 2: conch.approval.v1.AuthorizeEgressRequest
+	(*WatchApprovalRequest)(nil),         // 3: conch.approval.v1.WatchApprovalRequest
+	(*GetApprovalRequest)(nil),           // 4: conch.approval.v1.GetApprovalRequest
+	(*ListApprovalsRequest)(nil),         // 5: conch.approval.v1.ListApprovalsRequest
+	(*ResolveApprovalRequest)(nil),       // 6: conch.approval.v1.ResolveApprovalRequest
+	(*AbandonApprovalRequest)(nil),       // 7: conch.approval.v1.AbandonApprovalRequest
+	(*GetExecApprovalsRequest)(nil),      // 8: conch.approval.v1.GetExecApprovalsRequest
+	(*PutExecApprovalsRequest)(nil),      // 9: conch.approval.v1.PutExecApprovalsRequest
+	(*ListAllowlistRequest)(nil),         // 10: conch.approval.v1.ListAllowlistRequest
+	(*AddAllowlistEntryRequest)(nil),     // 11: conch.approval.v1.AddAllowlistEntryRequest
+	(*RemoveAllowlistEntryRequest)(nil),  // 12: conch.approval.v1.RemoveAllowlistEntryRequest
+	(*GetForwardingRequest)(nil),         // 13: conch.approval.v1.GetForwardingRequest
+	(*PutForwardingRequest)(nil),         // 14: conch.approval.v1.PutForwardingRequest
+	(*HandleChatCommandRequest)(nil),     // 15: conch.approval.v1.HandleChatCommandRequest
+	(*EvaluateResponse)(nil),             // 16: conch.approval.v1.EvaluateResponse
+	(*AuthorizeResponse)(nil),            // 17: conch.approval.v1.AuthorizeResponse
+	(*AuthorizeEgressResponse)(nil),      // 18: conch.approval.v1.AuthorizeEgressResponse
+	(*WatchApprovalResponse)(nil),        // 19: conch.approval.v1.WatchApprovalResponse
+	(*GetApprovalResponse)(nil),          // 20: conch.approval.v1.GetApprovalResponse
+	(*ListApprovalsResponse)(nil),        // 21: conch.approval.v1.ListApprovalsResponse
+	(*ResolveApprovalResponse)(nil),      // 22: conch.approval.v1.ResolveApprovalResponse
+	(*AbandonApprovalResponse)(nil),      // 23: conch.approval.v1.AbandonApprovalResponse
+	(*GetExecApprovalsResponse)(nil),     // 24: conch.approval.v1.GetExecApprovalsResponse
+	(*PutExecApprovalsResponse)(nil),     // 25: conch.approval.v1.PutExecApprovalsResponse
+	(*ListAllowlistResponse)(nil),        // 26: conch.approval.v1.ListAllowlistResponse
+	(*AddAllowlistEntryResponse)(nil),    // 27: conch.approval.v1.AddAllowlistEntryResponse
+	(*RemoveAllowlistEntryResponse)(nil), // 28: conch.approval.v1.RemoveAllowlistEntryResponse
+	(*GetForwardingResponse)(nil),        // 29: conch.approval.v1.GetForwardingResponse
+	(*PutForwardingResponse)(nil),        // 30: conch.approval.v1.PutForwardingResponse
+	(*HandleChatCommandResponse)(nil),    // 31: conch.approval.v1.HandleChatCommandResponse
 }
 var file_conch_approval_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.ApprovalService.Evaluate:input_type -> conch.approval.v1.EvaluateRequest
 	1,  // 1: conch.approval.v1.ApprovalService.Authorize:input_type -> conch.approval.v1.AuthorizeRequest
-	2,  // 2: conch.approval.v1.ApprovalService.WatchApproval:input_type -> conch.approval.v1.WatchApprovalRequest
-	3,  // 3: conch.approval.v1.ApprovalService.GetApproval:input_type -> conch.approval.v1.GetApprovalRequest
-	4,  // 4: conch.approval.v1.ApprovalService.ListApprovals:input_type -> conch.approval.v1.ListApprovalsRequest
-	5,  // 5: conch.approval.v1.ApprovalService.ResolveApproval:input_type -> conch.approval.v1.ResolveApprovalRequest
-	6,  // 6: conch.approval.v1.ApprovalService.AbandonApproval:input_type -> conch.approval.v1.AbandonApprovalRequest
-	7,  // 7: conch.approval.v1.ApprovalService.GetExecApprovals:input_type -> conch.approval.v1.GetExecApprovalsRequest
-	8,  // 8: conch.approval.v1.ApprovalService.PutExecApprovals:input_type -> conch.approval.v1.PutExecApprovalsRequest
-	9,  // 9: conch.approval.v1.ApprovalService.ListAllowlist:input_type -> conch.approval.v1.ListAllowlistRequest
-	10, // 10: conch.approval.v1.ApprovalService.AddAllowlistEntry:input_type -> conch.approval.v1.AddAllowlistEntryRequest
-	11, // 11: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:input_type -> conch.approval.v1.RemoveAllowlistEntryRequest
-	12, // 12: conch.approval.v1.ApprovalService.GetForwarding:input_type -> conch.approval.v1.GetForwardingRequest
-	13, // 13: conch.approval.v1.ApprovalService.PutForwarding:input_type -> conch.approval.v1.PutForwardingRequest
-	14, // 14: conch.approval.v1.ApprovalService.HandleChatCommand:input_type -> conch.approval.v1.HandleChatCommandRequest
-	15, // 15: conch.approval.v1.ApprovalService.Evaluate:output_type -> conch.approval.v1.EvaluateResponse
-	16, // 16: conch.approval.v1.ApprovalService.Authorize:output_type -> conch.approval.v1.AuthorizeResponse
-	17, // 17: conch.approval.v1.ApprovalService.WatchApproval:output_type -> conch.approval.v1.WatchApprovalResponse
-	18, // 18: conch.approval.v1.ApprovalService.GetApproval:output_type -> conch.approval.v1.GetApprovalResponse
-	19, // 19: conch.approval.v1.ApprovalService.ListApprovals:output_type -> conch.approval.v1.ListApprovalsResponse
-	20, // 20: conch.approval.v1.ApprovalService.ResolveApproval:output_type -> conch.approval.v1.ResolveApprovalResponse
-	21, // 21: conch.approval.v1.ApprovalService.AbandonApproval:output_type -> conch.approval.v1.AbandonApprovalResponse
-	22, // 22: conch.approval.v1.ApprovalService.GetExecApprovals:output_type -> conch.approval.v1.GetExecApprovalsResponse
-	23, // 23: conch.approval.v1.ApprovalService.PutExecApprovals:output_type -> conch.approval.v1.PutExecApprovalsResponse
-	24, // 24: conch.approval.v1.ApprovalService.ListAllowlist:output_type -> conch.approval.v1.ListAllowlistResponse
-	25, // 25: conch.approval.v1.ApprovalService.AddAllowlistEntry:output_type -> conch.approval.v1.AddAllowlistEntryResponse
-	26, // 26: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:output_type -> conch.approval.v1.RemoveAllowlistEntryResponse
-	27, // 27: conch.approval.v1.ApprovalService.GetForwarding:output_type -> conch.approval.v1.GetForwardingResponse
-	28, // 28: conch.approval.v1.ApprovalService.PutForwarding:output_type -> conch.approval.v1.PutForwardingResponse
-	29, // 29: conch.approval.v1.ApprovalService.HandleChatCommand:output_type -> conch.approval.v1.HandleChatCommandResponse
-	15, // [15:30] is the sub-list for method output_type
-	0,  // [0:15] is the sub-list for method input_type
+	2,  // 2: conch.approval.v1.ApprovalService.AuthorizeEgress:input_type -> conch.approval.v1.AuthorizeEgressRequest
+	3,  // 3: conch.approval.v1.ApprovalService.WatchApproval:input_type -> conch.approval.v1.WatchApprovalRequest
+	4,  // 4: conch.approval.v1.ApprovalService.GetApproval:input_type -> conch.approval.v1.GetApprovalRequest
+	5,  // 5: conch.approval.v1.ApprovalService.ListApprovals:input_type -> conch.approval.v1.ListApprovalsRequest
+	6,  // 6: conch.approval.v1.ApprovalService.ResolveApproval:input_type -> conch.approval.v1.ResolveApprovalRequest
+	7,  // 7: conch.approval.v1.ApprovalService.AbandonApproval:input_type -> conch.approval.v1.AbandonApprovalRequest
+	8,  // 8: conch.approval.v1.ApprovalService.GetExecApprovals:input_type -> conch.approval.v1.GetExecApprovalsRequest
+	9,  // 9: conch.approval.v1.ApprovalService.PutExecApprovals:input_type -> conch.approval.v1.PutExecApprovalsRequest
+	10, // 10: conch.approval.v1.ApprovalService.ListAllowlist:input_type -> conch.approval.v1.ListAllowlistRequest
+	11, // 11: conch.approval.v1.ApprovalService.AddAllowlistEntry:input_type -> conch.approval.v1.AddAllowlistEntryRequest
+	12, // 12: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:input_type -> conch.approval.v1.RemoveAllowlistEntryRequest
+	13, // 13: conch.approval.v1.ApprovalService.GetForwarding:input_type -> conch.approval.v1.GetForwardingRequest
+	14, // 14: conch.approval.v1.ApprovalService.PutForwarding:input_type -> conch.approval.v1.PutForwardingRequest
+	15, // 15: conch.approval.v1.ApprovalService.HandleChatCommand:input_type -> conch.approval.v1.HandleChatCommandRequest
+	16, // 16: conch.approval.v1.ApprovalService.Evaluate:output_type -> conch.approval.v1.EvaluateResponse
+	17, // 17: conch.approval.v1.ApprovalService.Authorize:output_type -> conch.approval.v1.AuthorizeResponse
+	18, // 18: conch.approval.v1.ApprovalService.AuthorizeEgress:output_type -> conch.approval.v1.AuthorizeEgressResponse
+	19, // 19: conch.approval.v1.ApprovalService.WatchApproval:output_type -> conch.approval.v1.WatchApprovalResponse
+	20, // 20: conch.approval.v1.ApprovalService.GetApproval:output_type -> conch.approval.v1.GetApprovalResponse
+	21, // 21: conch.approval.v1.ApprovalService.ListApprovals:output_type -> conch.approval.v1.ListApprovalsResponse
+	22, // 22: conch.approval.v1.ApprovalService.ResolveApproval:output_type -> conch.approval.v1.ResolveApprovalResponse
+	23, // 23: conch.approval.v1.ApprovalService.AbandonApproval:output_type -> conch.approval.v1.AbandonApprovalResponse
+	24, // 24: conch.approval.v1.ApprovalService.GetExecApprovals:output_type -> conch.approval.v1.GetExecApprovalsResponse
+	25, // 25: conch.approval.v1.ApprovalService.PutExecApprovals:output_type -> conch.approval.v1.PutExecApprovalsResponse
+	26, // 26: conch.approval.v1.ApprovalService.ListAllowlist:output_type -> conch.approval.v1.ListAllowlistResponse
+	27, // 27: conch.approval.v1.ApprovalService.AddAllowlistEntry:output_type -> conch.approval.v1.AddAllowlistEntryResponse
+	28, // 28: conch.approval.v1.ApprovalService.RemoveAllowlistEntry:output_type -> conch.approval.v1.RemoveAllowlistEntryResponse
+	29, // 29: conch.approval.v1.ApprovalService.GetForwarding:output_type -> conch.approval.v1.GetForwardingResponse
+	30, // 30: conch.approval.v1.ApprovalService.PutForwarding:output_type -> conch.approval.v1.PutForwardingResponse
+	31, // 31: conch.approval.v1.ApprovalService.HandleChatCommand:output_type -> conch.approval.v1.HandleChatCommandResponse
+	16, // [16:32] is the sub-list for method output_type
+	0,  // [0:16] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

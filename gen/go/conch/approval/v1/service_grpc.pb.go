@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ApprovalService_Evaluate_FullMethodName             = "/conch.approval.v1.ApprovalService/Evaluate"
 	ApprovalService_Authorize_FullMethodName            = "/conch.approval.v1.ApprovalService/Authorize"
+	ApprovalService_AuthorizeEgress_FullMethodName      = "/conch.approval.v1.ApprovalService/AuthorizeEgress"
 	ApprovalService_WatchApproval_FullMethodName        = "/conch.approval.v1.ApprovalService/WatchApproval"
 	ApprovalService_GetApproval_FullMethodName          = "/conch.approval.v1.ApprovalService/GetApproval"
 	ApprovalService_ListApprovals_FullMethodName        = "/conch.approval.v1.ApprovalService/ListApprovals"
@@ -53,6 +54,12 @@ type ApprovalServiceClient interface {
 	// consumes a matching allow-once approval, and creates a pending approval
 	// (and notifies humans) when one is needed.
 	Authorize(ctx context.Context, in *AuthorizeRequest, opts ...grpc.CallOption) (*AuthorizeResponse, error)
+	// AuthorizeEgress decides whether a sandbox may connect to a host its
+	// network allowlist misses: allowed when a human allowed the agent that
+	// host always, else a pending approval (notifying humans) whose
+	// allow-once lets the sandbox connect and whose allow-always also
+	// remembers the host for the agent.
+	AuthorizeEgress(ctx context.Context, in *AuthorizeEgressRequest, opts ...grpc.CallOption) (*AuthorizeEgressResponse, error)
 	// WatchApproval streams an approval's state until it is terminal; it
 	// survives reconnects by starting from the current state.
 	WatchApproval(ctx context.Context, in *WatchApprovalRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchApprovalResponse], error)
@@ -110,6 +117,16 @@ func (c *approvalServiceClient) Authorize(ctx context.Context, in *AuthorizeRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AuthorizeResponse)
 	err := c.cc.Invoke(ctx, ApprovalService_Authorize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *approvalServiceClient) AuthorizeEgress(ctx context.Context, in *AuthorizeEgressRequest, opts ...grpc.CallOption) (*AuthorizeEgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthorizeEgressResponse)
+	err := c.cc.Invoke(ctx, ApprovalService_AuthorizeEgress_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -272,6 +289,12 @@ type ApprovalServiceServer interface {
 	// consumes a matching allow-once approval, and creates a pending approval
 	// (and notifies humans) when one is needed.
 	Authorize(context.Context, *AuthorizeRequest) (*AuthorizeResponse, error)
+	// AuthorizeEgress decides whether a sandbox may connect to a host its
+	// network allowlist misses: allowed when a human allowed the agent that
+	// host always, else a pending approval (notifying humans) whose
+	// allow-once lets the sandbox connect and whose allow-always also
+	// remembers the host for the agent.
+	AuthorizeEgress(context.Context, *AuthorizeEgressRequest) (*AuthorizeEgressResponse, error)
 	// WatchApproval streams an approval's state until it is terminal; it
 	// survives reconnects by starting from the current state.
 	WatchApproval(*WatchApprovalRequest, grpc.ServerStreamingServer[WatchApprovalResponse]) error
@@ -320,6 +343,9 @@ func (UnimplementedApprovalServiceServer) Evaluate(context.Context, *EvaluateReq
 }
 func (UnimplementedApprovalServiceServer) Authorize(context.Context, *AuthorizeRequest) (*AuthorizeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Authorize not implemented")
+}
+func (UnimplementedApprovalServiceServer) AuthorizeEgress(context.Context, *AuthorizeEgressRequest) (*AuthorizeEgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuthorizeEgress not implemented")
 }
 func (UnimplementedApprovalServiceServer) WatchApproval(*WatchApprovalRequest, grpc.ServerStreamingServer[WatchApprovalResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchApproval not implemented")
@@ -413,6 +439,24 @@ func _ApprovalService_Authorize_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ApprovalServiceServer).Authorize(ctx, req.(*AuthorizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ApprovalService_AuthorizeEgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthorizeEgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApprovalServiceServer).AuthorizeEgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ApprovalService_AuthorizeEgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApprovalServiceServer).AuthorizeEgress(ctx, req.(*AuthorizeEgressRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -658,6 +702,10 @@ var ApprovalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Authorize",
 			Handler:    _ApprovalService_Authorize_Handler,
+		},
+		{
+			MethodName: "AuthorizeEgress",
+			Handler:    _ApprovalService_AuthorizeEgress_Handler,
 		},
 		{
 			MethodName: "GetApproval",

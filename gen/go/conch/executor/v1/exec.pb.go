@@ -520,7 +520,12 @@ type Finished struct {
 	// Whether stderr was cut at the limit.
 	StderrTruncated bool `protobuf:"varint,4,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
 	// Wall time from start to end, in milliseconds.
-	DurationMs    int64 `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	DurationMs int64 `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// The sandbox's egress connections that ended while the command ran
+	// (by any of its processes), at most 64; allowed or not.
+	Egress []*EgressConnection `protobuf:"bytes,6,rep,name=egress,proto3" json:"egress,omitempty"`
+	// How many more ended than egress lists.
+	EgressOmitted int32 `protobuf:"varint,7,opt,name=egress_omitted,json=egressOmitted,proto3" json:"egress_omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -590,6 +595,129 @@ func (x *Finished) GetDurationMs() int64 {
 	return 0
 }
 
+func (x *Finished) GetEgress() []*EgressConnection {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+func (x *Finished) GetEgressOmitted() int32 {
+	if x != nil {
+		return x.EgressOmitted
+	}
+	return 0
+}
+
+// EgressConnection is one connection a sandbox asked its egress proxy for.
+type EgressConnection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Host name or IP literal the program asked for.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// Port.
+	Port int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// Address the proxy connected to; empty when it did not.
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// allowed, refused, failed or limited.
+	Decision string `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Why it was not allowed or failed.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Bytes sent from the sandbox.
+	BytesSent int64 `protobuf:"varint,6,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
+	// Bytes received by the sandbox.
+	BytesReceived int64 `protobuf:"varint,7,opt,name=bytes_received,json=bytesReceived,proto3" json:"bytes_received,omitempty"`
+	// From the request to the end of the connection, in milliseconds.
+	DurationMs    int64 `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressConnection) Reset() {
+	*x = EgressConnection{}
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressConnection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressConnection) ProtoMessage() {}
+
+func (x *EgressConnection) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressConnection.ProtoReflect.Descriptor instead.
+func (*EgressConnection) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EgressConnection) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressConnection) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressConnection) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *EgressConnection) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *EgressConnection) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EgressConnection) GetBytesSent() int64 {
+	if x != nil {
+		return x.BytesSent
+	}
+	return 0
+}
+
+func (x *EgressConnection) GetBytesReceived() int64 {
+	if x != nil {
+		return x.BytesReceived
+	}
+	return 0
+}
+
+func (x *EgressConnection) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 // ExecResponse is one event of a running command.
 type ExecResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -610,7 +738,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +750,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +763,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{6}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecResponse) GetEvent() isExecResponse_Event {
@@ -767,7 +895,7 @@ type RunCommandRequest struct {
 
 func (x *RunCommandRequest) Reset() {
 	*x = RunCommandRequest{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +907,7 @@ func (x *RunCommandRequest) String() string {
 func (*RunCommandRequest) ProtoMessage() {}
 
 func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +920,7 @@ func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunCommandRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunCommandRequest) GetSandboxId() string {
@@ -854,7 +982,7 @@ type RunCommandResponse struct {
 
 func (x *RunCommandResponse) Reset() {
 	*x = RunCommandResponse{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +994,7 @@ func (x *RunCommandResponse) String() string {
 func (*RunCommandResponse) ProtoMessage() {}
 
 func (x *RunCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1007,7 @@ func (x *RunCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandResponse.ProtoReflect.Descriptor instead.
 func (*RunCommandResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunCommandResponse) GetStdout() string {
@@ -925,7 +1053,7 @@ type ResolveCommandRequest struct {
 
 func (x *ResolveCommandRequest) Reset() {
 	*x = ResolveCommandRequest{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1065,7 @@ func (x *ResolveCommandRequest) String() string {
 func (*ResolveCommandRequest) ProtoMessage() {}
 
 func (x *ResolveCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1078,7 @@ func (x *ResolveCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCommandRequest.ProtoReflect.Descriptor instead.
 func (*ResolveCommandRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResolveCommandRequest) GetCommand() string {
@@ -986,7 +1114,7 @@ type ResolveCommandResponse struct {
 
 func (x *ResolveCommandResponse) Reset() {
 	*x = ResolveCommandResponse{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1126,7 @@ func (x *ResolveCommandResponse) String() string {
 func (*ResolveCommandResponse) ProtoMessage() {}
 
 func (x *ResolveCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1139,7 @@ func (x *ResolveCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCommandResponse.ProtoReflect.Descriptor instead.
 func (*ResolveCommandResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResolveCommandResponse) GetSegments() []*v1.Segment {
@@ -1061,13 +1189,26 @@ const file_conch_executor_v1_exec_proto_rawDesc = "" +
 	"\bapproval\x18\x01 \x01(\v2\x1b.conch.approval.v1.ApprovalR\bapproval\"-\n" +
 	"\fBackgrounded\x12\x1d\n" +
 	"\n" +
-	"process_id\x18\x01 \x01(\tR\tprocessId\"\xcd\x01\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\"\xb1\x02\n" +
 	"\bFinished\x124\n" +
 	"\aoutcome\x18\x01 \x01(\v2\x1a.conch.executor.v1.OutcomeR\aoutcome\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12)\n" +
 	"\x10stdout_truncated\x18\x03 \x01(\bR\x0fstdoutTruncated\x12)\n" +
 	"\x10stderr_truncated\x18\x04 \x01(\bR\x0fstderrTruncated\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x03R\n" +
+	"durationMs\x12;\n" +
+	"\x06egress\x18\x06 \x03(\v2#.conch.executor.v1.EgressConnectionR\x06egress\x12%\n" +
+	"\x0eegress_omitted\x18\a \x01(\x05R\regressOmitted\"\xef\x01\n" +
+	"\x10EgressConnection\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bdecision\x18\x04 \x01(\tR\bdecision\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"bytes_sent\x18\x06 \x01(\x03R\tbytesSent\x12%\n" +
+	"\x0ebytes_received\x18\a \x01(\x03R\rbytesReceived\x12\x1f\n" +
+	"\vduration_ms\x18\b \x01(\x03R\n" +
 	"durationMs\"\xfe\x02\n" +
 	"\fExecResponse\x123\n" +
 	"\x06output\x18\x01 \x01(\v2\x19.conch.executor.v1.OutputH\x00R\x06output\x12O\n" +
@@ -1124,7 +1265,7 @@ func file_conch_executor_v1_exec_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_exec_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_executor_v1_exec_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_conch_executor_v1_exec_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_conch_executor_v1_exec_proto_goTypes = []any{
 	(OutcomeType)(0),               // 0: conch.executor.v1.OutcomeType
 	(StreamName)(0),                // 1: conch.executor.v1.StreamName
@@ -1134,40 +1275,42 @@ var file_conch_executor_v1_exec_proto_goTypes = []any{
 	(*ApprovalPending)(nil),        // 5: conch.executor.v1.ApprovalPending
 	(*Backgrounded)(nil),           // 6: conch.executor.v1.Backgrounded
 	(*Finished)(nil),               // 7: conch.executor.v1.Finished
-	(*ExecResponse)(nil),           // 8: conch.executor.v1.ExecResponse
-	(*RunCommandRequest)(nil),      // 9: conch.executor.v1.RunCommandRequest
-	(*RunCommandResponse)(nil),     // 10: conch.executor.v1.RunCommandResponse
-	(*ResolveCommandRequest)(nil),  // 11: conch.executor.v1.ResolveCommandRequest
-	(*ResolveCommandResponse)(nil), // 12: conch.executor.v1.ResolveCommandResponse
-	nil,                            // 13: conch.executor.v1.ExecRequest.EnvEntry
-	nil,                            // 14: conch.executor.v1.RunCommandRequest.EnvEntry
-	(v1.Host)(0),                   // 15: conch.approval.v1.Host
-	(*v1.ExecSettings)(nil),        // 16: conch.approval.v1.ExecSettings
-	(*v1.Approval)(nil),            // 17: conch.approval.v1.Approval
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
-	(*v1.Segment)(nil),             // 19: conch.approval.v1.Segment
+	(*EgressConnection)(nil),       // 8: conch.executor.v1.EgressConnection
+	(*ExecResponse)(nil),           // 9: conch.executor.v1.ExecResponse
+	(*RunCommandRequest)(nil),      // 10: conch.executor.v1.RunCommandRequest
+	(*RunCommandResponse)(nil),     // 11: conch.executor.v1.RunCommandResponse
+	(*ResolveCommandRequest)(nil),  // 12: conch.executor.v1.ResolveCommandRequest
+	(*ResolveCommandResponse)(nil), // 13: conch.executor.v1.ResolveCommandResponse
+	nil,                            // 14: conch.executor.v1.ExecRequest.EnvEntry
+	nil,                            // 15: conch.executor.v1.RunCommandRequest.EnvEntry
+	(v1.Host)(0),                   // 16: conch.approval.v1.Host
+	(*v1.ExecSettings)(nil),        // 17: conch.approval.v1.ExecSettings
+	(*v1.Approval)(nil),            // 18: conch.approval.v1.Approval
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*v1.Segment)(nil),             // 20: conch.approval.v1.Segment
 }
 var file_conch_executor_v1_exec_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Outcome.type:type_name -> conch.executor.v1.OutcomeType
-	13, // 1: conch.executor.v1.ExecRequest.env:type_name -> conch.executor.v1.ExecRequest.EnvEntry
-	15, // 2: conch.executor.v1.ExecRequest.host:type_name -> conch.approval.v1.Host
-	16, // 3: conch.executor.v1.ExecRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	14, // 1: conch.executor.v1.ExecRequest.env:type_name -> conch.executor.v1.ExecRequest.EnvEntry
+	16, // 2: conch.executor.v1.ExecRequest.host:type_name -> conch.approval.v1.Host
+	17, // 3: conch.executor.v1.ExecRequest.settings:type_name -> conch.approval.v1.ExecSettings
 	1,  // 4: conch.executor.v1.Output.stream:type_name -> conch.executor.v1.StreamName
-	17, // 5: conch.executor.v1.ApprovalPending.approval:type_name -> conch.approval.v1.Approval
+	18, // 5: conch.executor.v1.ApprovalPending.approval:type_name -> conch.approval.v1.Approval
 	2,  // 6: conch.executor.v1.Finished.outcome:type_name -> conch.executor.v1.Outcome
-	4,  // 7: conch.executor.v1.ExecResponse.output:type_name -> conch.executor.v1.Output
-	5,  // 8: conch.executor.v1.ExecResponse.approval_pending:type_name -> conch.executor.v1.ApprovalPending
-	18, // 9: conch.executor.v1.ExecResponse.still_running:type_name -> google.protobuf.Timestamp
-	6,  // 10: conch.executor.v1.ExecResponse.backgrounded:type_name -> conch.executor.v1.Backgrounded
-	7,  // 11: conch.executor.v1.ExecResponse.finished:type_name -> conch.executor.v1.Finished
-	14, // 12: conch.executor.v1.RunCommandRequest.env:type_name -> conch.executor.v1.RunCommandRequest.EnvEntry
-	2,  // 13: conch.executor.v1.RunCommandResponse.outcome:type_name -> conch.executor.v1.Outcome
-	19, // 14: conch.executor.v1.ResolveCommandResponse.segments:type_name -> conch.approval.v1.Segment
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	8,  // 7: conch.executor.v1.Finished.egress:type_name -> conch.executor.v1.EgressConnection
+	4,  // 8: conch.executor.v1.ExecResponse.output:type_name -> conch.executor.v1.Output
+	5,  // 9: conch.executor.v1.ExecResponse.approval_pending:type_name -> conch.executor.v1.ApprovalPending
+	19, // 10: conch.executor.v1.ExecResponse.still_running:type_name -> google.protobuf.Timestamp
+	6,  // 11: conch.executor.v1.ExecResponse.backgrounded:type_name -> conch.executor.v1.Backgrounded
+	7,  // 12: conch.executor.v1.ExecResponse.finished:type_name -> conch.executor.v1.Finished
+	15, // 13: conch.executor.v1.RunCommandRequest.env:type_name -> conch.executor.v1.RunCommandRequest.EnvEntry
+	2,  // 14: conch.executor.v1.RunCommandResponse.outcome:type_name -> conch.executor.v1.Outcome
+	20, // 15: conch.executor.v1.ResolveCommandResponse.segments:type_name -> conch.approval.v1.Segment
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_exec_proto_init() }
@@ -1176,7 +1319,7 @@ func file_conch_executor_v1_exec_proto_init() {
 		return
 	}
 	file_conch_executor_v1_exec_proto_msgTypes[0].OneofWrappers = []any{}
-	file_conch_executor_v1_exec_proto_msgTypes[6].OneofWrappers = []any{
+	file_conch_executor_v1_exec_proto_msgTypes[7].OneofWrappers = []any{
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_ApprovalPending)(nil),
 		(*ExecResponse_Started)(nil),
@@ -1184,14 +1327,14 @@ func file_conch_executor_v1_exec_proto_init() {
 		(*ExecResponse_Backgrounded)(nil),
 		(*ExecResponse_Finished)(nil),
 	}
-	file_conch_executor_v1_exec_proto_msgTypes[8].OneofWrappers = []any{}
+	file_conch_executor_v1_exec_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_exec_proto_rawDesc), len(file_conch_executor_v1_exec_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

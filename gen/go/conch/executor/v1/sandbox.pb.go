@@ -75,6 +75,60 @@ func (NetworkMode) EnumDescriptor() ([]byte, []int) {
 	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{0}
 }
 
+// NetworkAsk says what happens to a connection the allowlist misses.
+type NetworkAsk int32
+
+const (
+	// NETWORK_ASK_UNSPECIFIED means off.
+	NetworkAsk_NETWORK_ASK_UNSPECIFIED NetworkAsk = 0
+	// NETWORK_ASK_OFF refuses it.
+	NetworkAsk_NETWORK_ASK_OFF NetworkAsk = 1
+	// NETWORK_ASK_ON_MISS holds it and asks a human (a pending approval);
+	// refused on deny or when nobody answers in time.
+	NetworkAsk_NETWORK_ASK_ON_MISS NetworkAsk = 2
+)
+
+// Enum value maps for NetworkAsk.
+var (
+	NetworkAsk_name = map[int32]string{
+		0: "NETWORK_ASK_UNSPECIFIED",
+		1: "NETWORK_ASK_OFF",
+		2: "NETWORK_ASK_ON_MISS",
+	}
+	NetworkAsk_value = map[string]int32{
+		"NETWORK_ASK_UNSPECIFIED": 0,
+		"NETWORK_ASK_OFF":         1,
+		"NETWORK_ASK_ON_MISS":     2,
+	}
+)
+
+func (x NetworkAsk) Enum() *NetworkAsk {
+	p := new(NetworkAsk)
+	*p = x
+	return p
+}
+
+func (x NetworkAsk) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NetworkAsk) Descriptor() protoreflect.EnumDescriptor {
+	return file_conch_executor_v1_sandbox_proto_enumTypes[1].Descriptor()
+}
+
+func (NetworkAsk) Type() protoreflect.EnumType {
+	return &file_conch_executor_v1_sandbox_proto_enumTypes[1]
+}
+
+func (x NetworkAsk) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NetworkAsk.Descriptor instead.
+func (NetworkAsk) EnumDescriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
 // SandboxState is where a sandbox is in its life.
 type SandboxState int32
 
@@ -120,11 +174,11 @@ func (x SandboxState) String() string {
 }
 
 func (SandboxState) Descriptor() protoreflect.EnumDescriptor {
-	return file_conch_executor_v1_sandbox_proto_enumTypes[1].Descriptor()
+	return file_conch_executor_v1_sandbox_proto_enumTypes[2].Descriptor()
 }
 
 func (SandboxState) Type() protoreflect.EnumType {
-	return &file_conch_executor_v1_sandbox_proto_enumTypes[1]
+	return &file_conch_executor_v1_sandbox_proto_enumTypes[2]
 }
 
 func (x SandboxState) Number() protoreflect.EnumNumber {
@@ -133,7 +187,7 @@ func (x SandboxState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SandboxState.Descriptor instead.
 func (SandboxState) EnumDescriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
 // Limits bound what a sandbox may use. Zero fields take the executor's
@@ -234,10 +288,29 @@ type Network struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The mode.
 	Mode NetworkMode `protobuf:"varint,1,opt,name=mode,proto3,enum=conch.executor.v1.NetworkMode" json:"mode,omitempty"`
-	// Domains reachable in allowlist mode.
+	// Hosts reachable in allowlist mode, through the executor's egress
+	// proxy: domain names ("api.github.com"), suffixes ("*.pypi.org": names
+	// below pypi.org) or IP literals, matched case-insensitive and
+	// IDNA-normalised on the name the client asked for.
 	AllowedDomains []string `protobuf:"bytes,2,rep,name=allowed_domains,json=allowedDomains,proto3" json:"allowed_domains,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Ports reachable in allowlist mode; empty means 443 and 80.
+	Ports []int32 `protobuf:"varint,3,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	// Connections to the outside a sandbox may hold open at once; 0 means
+	// 64. One more is refused with HTTP 429.
+	MaxConnections int32 `protobuf:"varint,4,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	// Bytes a sandbox may send and receive through the proxy in all; 0
+	// means 4 GiB. A connection that reaches it is closed, later ones are
+	// refused with HTTP 429.
+	MaxBytes int64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// What happens to a connection the allowlist misses.
+	Ask NetworkAsk `protobuf:"varint,6,opt,name=ask,proto3,enum=conch.executor.v1.NetworkAsk" json:"ask,omitempty"`
+	// Secrets the sandbox uses without ever holding them.
+	Secrets []*NetworkSecret `protobuf:"bytes,7,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	// How long a held connection waits for a human (ask on-miss); 0 means
+	// the approval service's default. At most 3600.
+	ApprovalTimeoutSeconds int32 `protobuf:"varint,8,opt,name=approval_timeout_seconds,json=approvalTimeoutSeconds,proto3" json:"approval_timeout_seconds,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Network) Reset() {
@@ -284,6 +357,138 @@ func (x *Network) GetAllowedDomains() []string {
 	return nil
 }
 
+func (x *Network) GetPorts() []int32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *Network) GetMaxConnections() int32 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *Network) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *Network) GetAsk() NetworkAsk {
+	if x != nil {
+		return x.Ask
+	}
+	return NetworkAsk_NETWORK_ASK_UNSPECIFIED
+}
+
+func (x *Network) GetSecrets() []*NetworkSecret {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *Network) GetApprovalTimeoutSeconds() int32 {
+	if x != nil {
+		return x.ApprovalTimeoutSeconds
+	}
+	return 0
+}
+
+// NetworkSecret is a secret bound to domains: the sandbox sees only a
+// placeholder in an environment variable, and the egress proxy puts the
+// value in its place in requests to those domains (terminating TLS for
+// them with a CA of the sandbox's own). A placeholder sent anywhere else
+// is refused.
+type NetworkSecret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Environment variable holding the placeholder
+	// ([A-Za-z_][A-Za-z0-9_]*).
+	Env string `protobuf:"bytes,1,opt,name=env,proto3" json:"env,omitempty"`
+	// The secret; write-only: never returned, and an update that leaves it
+	// empty keeps the stored value.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Whether value is set (output only).
+	ValueSet bool `protobuf:"varint,3,opt,name=value_set,json=valueSet,proto3" json:"value_set,omitempty"`
+	// Hosts the placeholder is replaced for, as allowed_domains entries;
+	// each must be within allowed_domains.
+	Domains []string `protobuf:"bytes,4,rep,name=domains,proto3" json:"domains,omitempty"`
+	// Header the placeholder is replaced in ("Authorization"); empty means
+	// any header.
+	Header        string `protobuf:"bytes,5,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkSecret) Reset() {
+	*x = NetworkSecret{}
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkSecret) ProtoMessage() {}
+
+func (x *NetworkSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkSecret.ProtoReflect.Descriptor instead.
+func (*NetworkSecret) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NetworkSecret) GetEnv() string {
+	if x != nil {
+		return x.Env
+	}
+	return ""
+}
+
+func (x *NetworkSecret) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *NetworkSecret) GetValueSet() bool {
+	if x != nil {
+		return x.ValueSet
+	}
+	return false
+}
+
+func (x *NetworkSecret) GetDomains() []string {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *NetworkSecret) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
 // ToolCommand is a server tool moved into the shell as a command.
 type ToolCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -299,7 +504,7 @@ type ToolCommand struct {
 
 func (x *ToolCommand) Reset() {
 	*x = ToolCommand{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +516,7 @@ func (x *ToolCommand) String() string {
 func (*ToolCommand) ProtoMessage() {}
 
 func (x *ToolCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[2]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +529,7 @@ func (x *ToolCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCommand.ProtoReflect.Descriptor instead.
 func (*ToolCommand) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolCommand) GetName() string {
@@ -390,7 +595,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +607,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +620,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Sandbox) GetId() string {
@@ -537,7 +742,7 @@ type UnsavedPath struct {
 
 func (x *UnsavedPath) Reset() {
 	*x = UnsavedPath{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +754,7 @@ func (x *UnsavedPath) String() string {
 func (*UnsavedPath) ProtoMessage() {}
 
 func (x *UnsavedPath) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +767,7 @@ func (x *UnsavedPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsavedPath.ProtoReflect.Descriptor instead.
 func (*UnsavedPath) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *UnsavedPath) GetPath() string {
@@ -608,7 +813,7 @@ type CreateSandboxRequest struct {
 
 func (x *CreateSandboxRequest) Reset() {
 	*x = CreateSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +825,7 @@ func (x *CreateSandboxRequest) String() string {
 func (*CreateSandboxRequest) ProtoMessage() {}
 
 func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +838,7 @@ func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSandboxRequest) GetUser() string {
@@ -719,7 +924,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +936,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +949,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateSandboxResponse) GetId() string {
@@ -772,7 +977,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +989,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1002,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSandboxRequest) GetId() string {
@@ -818,7 +1023,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1035,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1048,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -864,7 +1069,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1081,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1094,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSandboxesRequest) GetUser() string {
@@ -910,7 +1115,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1127,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1140,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -956,7 +1161,7 @@ type DestroySandboxRequest struct {
 
 func (x *DestroySandboxRequest) Reset() {
 	*x = DestroySandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1173,7 @@ func (x *DestroySandboxRequest) String() string {
 func (*DestroySandboxRequest) ProtoMessage() {}
 
 func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1186,7 @@ func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxRequest.ProtoReflect.Descriptor instead.
 func (*DestroySandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DestroySandboxRequest) GetId() string {
@@ -1000,7 +1205,7 @@ type DestroySandboxResponse struct {
 
 func (x *DestroySandboxResponse) Reset() {
 	*x = DestroySandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1217,7 @@ func (x *DestroySandboxResponse) String() string {
 func (*DestroySandboxResponse) ProtoMessage() {}
 
 func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1230,7 @@ func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxResponse.ProtoReflect.Descriptor instead.
 func (*DestroySandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 var File_conch_executor_v1_sandbox_proto protoreflect.FileDescriptor
@@ -1039,10 +1244,22 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x0ecpu_millicores\x18\x03 \x01(\x03R\rcpuMillicores\x12'\n" +
 	"\x0fworkspace_bytes\x18\x04 \x01(\x03R\x0eworkspaceBytes\x12'\n" +
 	"\x0fworkspace_files\x18\x05 \x01(\x03R\x0eworkspaceFiles\x12:\n" +
-	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"f\n" +
+	"\x19ephemeral_workspace_bytes\x18\x06 \x01(\x03R\x17ephemeralWorkspaceBytes\"\xe9\x02\n" +
 	"\aNetwork\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1e.conch.executor.v1.NetworkModeR\x04mode\x12'\n" +
-	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\"p\n" +
+	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\x12\x14\n" +
+	"\x05ports\x18\x03 \x03(\x05R\x05ports\x12'\n" +
+	"\x0fmax_connections\x18\x04 \x01(\x05R\x0emaxConnections\x12\x1b\n" +
+	"\tmax_bytes\x18\x05 \x01(\x03R\bmaxBytes\x12/\n" +
+	"\x03ask\x18\x06 \x01(\x0e2\x1d.conch.executor.v1.NetworkAskR\x03ask\x12:\n" +
+	"\asecrets\x18\a \x03(\v2 .conch.executor.v1.NetworkSecretR\asecrets\x128\n" +
+	"\x18approval_timeout_seconds\x18\b \x01(\x05R\x16approvalTimeoutSeconds\"\x86\x01\n" +
+	"\rNetworkSecret\x12\x10\n" +
+	"\x03env\x18\x01 \x01(\tR\x03env\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n" +
+	"\tvalue_set\x18\x03 \x01(\bR\bvalueSet\x12\x18\n" +
+	"\adomains\x18\x04 \x03(\tR\adomains\x12\x16\n" +
+	"\x06header\x18\x05 \x01(\tR\x06header\"p\n" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1102,7 +1319,12 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
-	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\x96\x01\n" +
+	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*W\n" +
+	"\n" +
+	"NetworkAsk\x12\x1b\n" +
+	"\x17NETWORK_ASK_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fNETWORK_ASK_OFF\x10\x01\x12\x17\n" +
+	"\x13NETWORK_ASK_ON_MISS\x10\x02*\x96\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_STARTING\x10\x01\x12\x17\n" +
@@ -1122,45 +1344,49 @@ func file_conch_executor_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_conch_executor_v1_sandbox_proto_rawDescData
 }
 
-var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(NetworkMode)(0),               // 0: conch.executor.v1.NetworkMode
-	(SandboxState)(0),              // 1: conch.executor.v1.SandboxState
-	(*Limits)(nil),                 // 2: conch.executor.v1.Limits
-	(*Network)(nil),                // 3: conch.executor.v1.Network
-	(*ToolCommand)(nil),            // 4: conch.executor.v1.ToolCommand
-	(*Sandbox)(nil),                // 5: conch.executor.v1.Sandbox
-	(*UnsavedPath)(nil),            // 6: conch.executor.v1.UnsavedPath
-	(*CreateSandboxRequest)(nil),   // 7: conch.executor.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 8: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 9: conch.executor.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 10: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 11: conch.executor.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 12: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxRequest)(nil),  // 13: conch.executor.v1.DestroySandboxRequest
-	(*DestroySandboxResponse)(nil), // 14: conch.executor.v1.DestroySandboxResponse
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(NetworkAsk)(0),                // 1: conch.executor.v1.NetworkAsk
+	(SandboxState)(0),              // 2: conch.executor.v1.SandboxState
+	(*Limits)(nil),                 // 3: conch.executor.v1.Limits
+	(*Network)(nil),                // 4: conch.executor.v1.Network
+	(*NetworkSecret)(nil),          // 5: conch.executor.v1.NetworkSecret
+	(*ToolCommand)(nil),            // 6: conch.executor.v1.ToolCommand
+	(*Sandbox)(nil),                // 7: conch.executor.v1.Sandbox
+	(*UnsavedPath)(nil),            // 8: conch.executor.v1.UnsavedPath
+	(*CreateSandboxRequest)(nil),   // 9: conch.executor.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),  // 10: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 11: conch.executor.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 12: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 13: conch.executor.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 14: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxRequest)(nil),  // 15: conch.executor.v1.DestroySandboxRequest
+	(*DestroySandboxResponse)(nil), // 16: conch.executor.v1.DestroySandboxResponse
+	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Network.mode:type_name -> conch.executor.v1.NetworkMode
-	1,  // 1: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
-	2,  // 2: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
-	3,  // 3: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
-	15, // 4: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	15, // 5: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	6,  // 6: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
-	2,  // 7: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
-	3,  // 8: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
-	4,  // 9: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	5,  // 10: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	5,  // 11: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	5,  // 12: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	1,  // 1: conch.executor.v1.Network.ask:type_name -> conch.executor.v1.NetworkAsk
+	5,  // 2: conch.executor.v1.Network.secrets:type_name -> conch.executor.v1.NetworkSecret
+	2,  // 3: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
+	3,  // 4: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
+	4,  // 5: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
+	17, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	17, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	8,  // 8: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
+	3,  // 9: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
+	4,  // 10: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
+	6,  // 11: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
+	7,  // 12: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 13: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 14: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
@@ -1173,8 +1399,8 @@ func file_conch_executor_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_sandbox_proto_rawDesc), len(file_conch_executor_v1_sandbox_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   13,
+			NumEnums:      3,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
