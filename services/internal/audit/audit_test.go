@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/workspace/miniotest"
 	"github.com/conch-sh/conch/services/workspace/store"
 	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
 func newTestWriter(t *testing.T, st store.Store, cli *clientv3.Client, prefix string, max int) *Writer {
@@ -63,8 +66,24 @@ func rewrite(t *testing.T, st store.Store, key string, edit func([]string) []str
 	}
 }
 
+// The trail checks out, and tampering is found, on local disk (conch dev)
+// and on MinIO (a cluster's store) alike.
 func TestVerifyFindsFirstBadRecord(t *testing.T) {
 	cli := etcdxtest.StartForTest(t)
+	minio := miniotest.Start(t)
+	stores := []struct {
+		name string
+		open func(t *testing.T) store.Store
+	}{
+		{"local disk", func(t *testing.T) store.Store { return newFS(t) }},
+		{"minio", func(t *testing.T) store.Store {
+			st, err := s3store.New(t.Context(), s3store.Options{Endpoint: minio.Endpoint, AccessKey: minio.AccessKey, SecretKey: minio.SecretKey, Bucket: miniotest.Bucket()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}},
+	}
 	tests := []struct {
 		name     string
 		tamper   func(t *testing.T, st store.Store, keys []string)
@@ -97,50 +116,52 @@ func TestVerifyFindsFirstBadRecord(t *testing.T) {
 			rewrite(t, st, keys[1], func(l []string) []string { l[1] = l[1][:10]; return l })
 		}, wantKey: 1, wantLine: 2, want: "does not decode"},
 	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := t.Context()
-			st := newFS(t)
-			prefix := "/t" + string(rune('a'+i)) + "/"
-			w := newTestWriter(t, st, cli, prefix, 0)
-			var keys []string
-			for seg := range 2 {
-				for j := range 4 {
-					w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "echo " + string(rune('0'+seg*4+j)), Decision: "allow"})
+	for si, sto := range stores {
+		for i, tc := range tests {
+			t.Run(sto.name+"/"+tc.name, func(t *testing.T) {
+				ctx := t.Context()
+				st := sto.open(t)
+				prefix := fmt.Sprintf("/t%d-%d/", si, i)
+				w := newTestWriter(t, st, cli, prefix, 0)
+				var keys []string
+				for seg := range 2 {
+					for j := range 4 {
+						w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "echo " + string(rune('0'+seg*4+j)), Decision: "allow"})
+					}
+					w.Write(ctx, Record{Kind: KindCommand, Account: "other", Command: "true"})
+					if err := w.Flush(ctx); err != nil {
+						t.Fatal(err)
+					}
 				}
-				w.Write(ctx, Record{Kind: KindCommand, Account: "other", Command: "true"})
-				if err := w.Flush(ctx); err != nil {
+				k, err := segmentKeys(ctx, st, "acme", zeroTime, zeroTime)
+				if err != nil || len(k) != 2 {
+					t.Fatalf("segments: %v %v", k, err)
+				}
+				keys = k
+				tc.tamper(t, st, keys)
+				rep, err := Verify(ctx, st, cli, prefix, "acme")
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			k, err := segmentKeys(ctx, st, "acme", zeroTime, zeroTime)
-			if err != nil || len(k) != 2 {
-				t.Fatalf("segments: %v %v", k, err)
-			}
-			keys = k
-			tc.tamper(t, st, keys)
-			rep, err := Verify(ctx, st, cli, prefix, "acme")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.wantLine < 0 {
-				if rep.Problem != nil || rep.Records != 8 || rep.Segments != 2 {
-					t.Fatalf("intact trail: %+v %v", rep, rep.Problem)
+				if tc.wantLine < 0 {
+					if rep.Problem != nil || rep.Records != 8 || rep.Segments != 2 {
+						t.Fatalf("intact trail: %+v %v", rep, rep.Problem)
+					}
+					return
 				}
-				return
-			}
-			p := rep.Problem
-			if p == nil {
-				t.Fatalf("tampering not detected: %+v", rep)
-			}
-			if p.Segment != keys[tc.wantKey] || p.Line != tc.wantLine || !strings.Contains(p.Reason, tc.want) {
-				t.Fatalf("problem = %s, want %s line %d %q", p, keys[tc.wantKey], tc.wantLine, tc.want)
-			}
-			// Another account's chain is untouched.
-			if rep, err := Verify(ctx, st, cli, prefix, "other"); err != nil || rep.Problem != nil || rep.Records != 2 {
-				t.Fatalf("other account: %+v %v", rep, err)
-			}
-		})
+				p := rep.Problem
+				if p == nil {
+					t.Fatalf("tampering not detected: %+v", rep)
+				}
+				if p.Segment != keys[tc.wantKey] || p.Line != tc.wantLine || !strings.Contains(p.Reason, tc.want) {
+					t.Fatalf("problem = %s, want %s line %d %q", p, keys[tc.wantKey], tc.wantLine, tc.want)
+				}
+				// Another account's chain is untouched.
+				if rep, err := Verify(ctx, st, cli, prefix, "other"); err != nil || rep.Problem != nil || rep.Records != 2 {
+					t.Fatalf("other account: %+v %v", rep, err)
+				}
+			})
+		}
 	}
 }
 
