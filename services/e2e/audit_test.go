@@ -141,9 +141,34 @@ func TestAuditTrail(t *testing.T) {
 	if code, _ := d.call("GET", "/api/v1/audit?account=dev", other, nil); code != http.StatusForbidden {
 		t.Fatalf("another account asking for dev's trail = %d", code)
 	}
+	// Its own sandbox command (sandbox REST) is its own; the admin key sees
+	// both accounts, or one.
+	code, body := d.call("POST", "/api/v1/sandboxes", other, map[string]any{})
+	var sb struct{ ID string }
+	if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil {
+		t.Fatalf("create sandbox = %d %s", code, body)
+	}
+	if code, body := d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", other, map[string]any{"command": "echo outsider"}); code != http.StatusOK {
+		t.Fatalf("run = %d %s", code, body)
+	}
+	mine := auditUntil(t, d, other, "", func(r []auditRecord) bool { return len(r) > 0 })
+	if len(mine) != 1 || mine[0].Command != "echo outsider" || mine[0].Sandbox != sb.ID {
+		t.Fatalf("the other account's trail: %+v", mine)
+	}
+	all := auditUntil(t, d, d.Key, "q=echo", func(r []auditRecord) bool { return len(r) >= 2 })
+	accounts := map[string]bool{}
+	for _, r := range all {
+		accounts[r.Account] = true
+	}
+	if !accounts["dev"] || !accounts[mine[0].Account] {
+		t.Fatalf("the admin's view: %+v", all)
+	}
+	if one := auditUntil(t, d, d.Key, "account="+mine[0].Account, func(r []auditRecord) bool { return len(r) > 0 }); len(one) != 1 {
+		t.Fatalf("the admin asking for one account: %+v", one)
+	}
 
-	// Every chain checks out.
-	code, body := d.call("GET", "/api/v1/audit:verify", d.Key, nil)
+	// Every chain of every account checks out.
+	code, body = d.call("GET", "/api/v1/audit:verify", d.Key, nil)
 	var v struct {
 		OK      bool `json:"ok"`
 		Reports []struct {
@@ -152,7 +177,7 @@ func TestAuditTrail(t *testing.T) {
 			Problem any
 		}
 	}
-	if err := json.Unmarshal(body, &v); code != http.StatusOK || err != nil || !v.OK || len(v.Reports) == 0 || v.Reports[0].Records == 0 {
+	if err := json.Unmarshal(body, &v); code != http.StatusOK || err != nil || !v.OK || len(v.Reports) != 2 || v.Reports[0].Records == 0 {
 		t.Fatalf("verify = %d %s", code, body)
 	}
 
