@@ -143,7 +143,7 @@ func auditRecordTo(r audit.Record) *approvalv1.AuditRecord {
 	if o := r.Outcome; o != nil {
 		out.Outcome = &approvalv1.AuditOutcome{
 			ExitCode: int32(o.ExitCode), TimedOut: o.TimedOut, Error: o.Error, DurationMs: o.DurationMs,
-			StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes,
+			StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes, Truncated: o.Truncated,
 		}
 	}
 	return out

@@ -39,6 +39,7 @@ func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParam
 		}
 		r.Outcome.DurationMs = res.Duration.Milliseconds()
 		r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
+		r.Outcome.Truncated = res.StdoutTruncated || res.StderrTruncated
 	}
 	if p.Settings.GetAudit() == audit.Sync {
 		if err := s.audit.WriteSync(ctx, r); err != nil {

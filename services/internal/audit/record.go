@@ -71,12 +71,15 @@ type Record struct {
 
 // Outcome is how a run ended.
 type Outcome struct {
-	ExitCode    int    `json:"exit_code"`
-	TimedOut    bool   `json:"timed_out,omitempty"`
-	Error       string `json:"error,omitempty"`
-	DurationMs  int64  `json:"duration_ms"`
-	StdoutBytes int64  `json:"stdout_bytes"`
-	StderrBytes int64  `json:"stderr_bytes"`
+	ExitCode   int    `json:"exit_code"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	Error      string `json:"error,omitempty"`
+	DurationMs int64  `json:"duration_ms"`
+	// StdoutBytes and StderrBytes count the output returned; Truncated
+	// says there was more, beyond the output cap, which is not counted.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	Truncated   bool  `json:"truncated,omitempty"`
 }
 
 // digest is the hash of r with its Hash field empty: it covers Prev, so

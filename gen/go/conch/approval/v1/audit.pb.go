@@ -526,10 +526,12 @@ type AuditOutcome struct {
 	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// How long it ran, in milliseconds.
 	DurationMs int64 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	// Bytes written to stdout.
+	// Bytes of stdout returned.
 	StdoutBytes int64 `protobuf:"varint,5,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
-	// Bytes written to stderr.
-	StderrBytes   int64 `protobuf:"varint,6,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	// Bytes of stderr returned.
+	StderrBytes int64 `protobuf:"varint,6,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	// There was more output, beyond the cap, which is not counted.
+	Truncated     bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,6 +606,13 @@ func (x *AuditOutcome) GetStderrBytes() int64 {
 		return x.StderrBytes
 	}
 	return 0
+}
+
+func (x *AuditOutcome) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // VerifyAuditRequest asks for a check of the audit trail.
@@ -1259,7 +1268,7 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\x04prev\x18\x19 \x01(\tR\x04prev\x12\x12\n" +
 	"\x04hash\x18\x1a \x01(\tR\x04hash\"\x1f\n" +
 	"\tAuditArgv\x12\x12\n" +
-	"\x04args\x18\x01 \x03(\tR\x04args\"\xc5\x01\n" +
+	"\x04args\x18\x01 \x03(\tR\x04args\"\xe3\x01\n" +
 	"\fAuditOutcome\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x1b\n" +
 	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\x12\x14\n" +
@@ -1267,7 +1276,8 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\vduration_ms\x18\x04 \x01(\x03R\n" +
 	"durationMs\x12!\n" +
 	"\fstdout_bytes\x18\x05 \x01(\x03R\vstdoutBytes\x12!\n" +
-	"\fstderr_bytes\x18\x06 \x01(\x03R\vstderrBytes\".\n" +
+	"\fstderr_bytes\x18\x06 \x01(\x03R\vstderrBytes\x12\x1c\n" +
+	"\ttruncated\x18\a \x01(\bR\ttruncated\".\n" +
 	"\x12VerifyAuditRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\"e\n" +
 	"\x13VerifyAuditResponse\x12\x0e\n" +
