@@ -107,16 +107,16 @@ func TestAuditRecordsVerdictsAndApprovalEvents(t *testing.T) {
 	// An approval is created before the verdict that asks for it returns.
 	want := []string{
 		`approval created rm -rf build "" by=/`,
-		`command ask rm -rf build "allowlist miss" by=/`,
+		`command ask rm -rf build "allowlist miss: Command not allowed by exec policy (/usr/bin/rm is not in the allowlist)" by=/`,
 		`approval resolvedallow-once rm -rf build "" by=key:key-test/cli`,
 		`command allow rm -rf build "approved: allowed by key:key-test via cli" by=key:key-test/cli`,
 		`command deny rm -rf / "approval`,
 		`command deny ls > out "Unsupported shell token: >" by=/`,
 		`approval created rm a "" by=/`,
-		`command ask rm a "allowlist miss" by=/`,
+		`command ask rm a "allowlist miss: Command not allowed by exec policy (/usr/bin/rm is not in the allowlist)" by=/`,
 		`approval abandoned rm a "the request ended" by=requester/`,
 		`approval created rm b "" by=/`,
-		`command ask rm b "allowlist miss" by=/`,
+		`command ask rm b "allowlist miss: Command not allowed by exec policy (/usr/bin/rm is not in the allowlist)" by=/`,
 		`approval expired rm b "nobody answered before the approval timeout" by=fallback/`,
 		`command deny rm b "Approval timeout" by=fallback/`,
 	}
