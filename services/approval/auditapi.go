@@ -146,5 +146,8 @@ func auditRecordTo(r audit.Record) *approvalv1.AuditRecord {
 			StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes, Truncated: o.Truncated,
 		}
 	}
+	if e := r.Egress; e != nil {
+		out.Egress = &approvalv1.AuditEgress{Host: e.Host, Port: e.Port, Address: e.Address, BytesSent: e.BytesSent, BytesReceived: e.BytesReceived, DurationMs: e.DurationMs}
+	}
 	return out
 }

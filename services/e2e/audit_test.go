@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/conchtest/testnet"
 )
 
 // auditRecord is an audit record as GET /api/v1/audit returns it.
@@ -342,5 +344,57 @@ func TestAuditSync(t *testing.T) {
 	if code, body := d.call("POST", "/api/v1/gateways", d.Key, map[string]any{"name": "bad", "upstream": map[string]any{"provider": "scripted"},
 		"exec": map[string]any{"audit": "sometimes"}}); code != http.StatusBadRequest || !strings.Contains(string(body), "exec.audit") {
 		t.Fatalf("an unknown audit mode = %d %s", code, body)
+	}
+}
+
+// A sandbox's connections, allowed and refused, are records after the
+// outcome of the command that made them.
+func TestAuditEgress(t *testing.T) {
+	in := testnet.Start(t)
+	d := startDev(t, "CONCH_AUDIT_FLUSH=200ms")
+	site := in.Addr.String()
+	id := newSandbox(t, d, map[string]any{"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site}}})
+	for _, c := range []string{"curl -sS http://" + site + "/audit", "curl -sS http://denied.conch.test/"} {
+		if code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": c, "timeout_seconds": 30}); code != http.StatusOK {
+			t.Fatalf("%s = %d %s", c, code, body)
+		}
+	}
+	type egressRecord struct {
+		Kind, Decision, Reason, Sandbox, Command string
+		Egress                                   *struct {
+			Host          string
+			Port          int
+			BytesReceived int64 `json:"bytes_received"`
+		}
+	}
+	var recs []egressRecord
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_, body := d.call("GET", "/api/v1/audit?q=curl", d.Key, nil)
+		var page struct{ Records []egressRecord }
+		_ = json.Unmarshal(body, &page)
+		recs = recs[:0]
+		for _, r := range page.Records {
+			if r.Kind == "egress" {
+				recs = append(recs, r)
+			}
+		}
+		if len(recs) >= 2 {
+			break
+		}
+	}
+	var allowed, denied bool
+	for _, r := range recs {
+		if r.Egress == nil || r.Sandbox != id {
+			t.Fatalf("egress record without its connection or sandbox: %+v", r)
+		}
+		switch {
+		case r.Decision == "allowed" && strings.Contains(r.Command, "/audit") && r.Egress.BytesReceived > 0:
+			allowed = true
+		case r.Decision == "refused" && r.Egress.Host == "denied.conch.test" && r.Egress.Port == 80:
+			denied = true
+		}
+	}
+	if !allowed || !denied {
+		t.Fatalf("egress records: %+v", recs)
 	}
 }

@@ -41,13 +41,28 @@ func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParam
 		r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
 		r.Outcome.Truncated = res.StdoutTruncated || res.StderrTruncated
 	}
+	recs := []audit.Record{r}
+	if res != nil {
+		// Each connection the command made, or was refused, follows its
+		// outcome, with the same context.
+		for _, c := range res.Egress {
+			e := r
+			e.Kind, e.Outcome, e.Decision, e.Reason = audit.KindEgress, nil, c.GetDecision(), c.GetReason()
+			e.Egress = &audit.Egress{Host: c.GetHost(), Port: c.GetPort(), Address: c.GetAddress(), BytesSent: c.GetBytesSent(), BytesReceived: c.GetBytesReceived(), DurationMs: c.GetDurationMs()}
+			recs = append(recs, e)
+		}
+	}
+	last := len(recs) - 1
+	for _, x := range recs[:last] {
+		s.audit.Write(ctx, x)
+	}
 	if p.Settings.GetAudit() == audit.Sync {
-		if err := s.audit.WriteSync(ctx, r); err != nil {
+		if err := s.audit.WriteSync(ctx, recs[last]); err != nil {
 			return errs.Wrap(errs.Unavailable, err, "the command ran, but its audit record could not be written (exec.audit is sync)")
 		}
 		return nil
 	}
-	s.audit.Write(ctx, r)
+	s.audit.Write(ctx, recs[last])
 	return nil
 }
 

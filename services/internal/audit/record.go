@@ -17,6 +17,9 @@ const (
 	KindApproval = "approval"
 	// KindOutcome is how a command the executor ran ended.
 	KindOutcome = "outcome"
+	// KindEgress is a network connection a sandbox's command made, or
+	// was refused.
+	KindEgress = "egress"
 )
 
 // Record is one entry of the audit trail. Prev and Hash chain it to the
@@ -63,6 +66,7 @@ type Record struct {
 	Surface    string `json:"surface,omitempty"`
 
 	Outcome *Outcome `json:"outcome,omitempty"`
+	Egress  *Egress  `json:"egress,omitempty"`
 	TraceID string   `json:"trace_id,omitempty"`
 
 	Prev string `json:"prev"`
@@ -80,6 +84,17 @@ type Outcome struct {
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
 	Truncated   bool  `json:"truncated,omitempty"`
+}
+
+// Egress is one connection of a sandbox; its Decision and Reason are the
+// record's.
+type Egress struct {
+	Host          string `json:"host,omitempty"`
+	Port          int32  `json:"port"`
+	Address       string `json:"address,omitempty"`
+	BytesSent     int64  `json:"bytes_sent"`
+	BytesReceived int64  `json:"bytes_received"`
+	DurationMs    int64  `json:"duration_ms"`
 }
 
 // digest is the hash of r with its Hash field empty: it covers Prev, so

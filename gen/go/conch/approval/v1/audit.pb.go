@@ -202,8 +202,8 @@ type AuditRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// When it happened.
 	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
-	// command (a verdict), approval (an approval event) or outcome (how a run
-	// ended).
+	// command (a verdict), approval (an approval event), outcome (how a run
+	// ended) or egress (a connection of a sandbox).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// For approvals: created, resolved, expired or abandoned.
 	Event string `protobuf:"bytes,3,opt,name=event,proto3" json:"event,omitempty"`
@@ -252,7 +252,9 @@ type AuditRecord struct {
 	// The previous record's hash.
 	Prev string `protobuf:"bytes,25,opt,name=prev,proto3" json:"prev,omitempty"`
 	// This record's hash.
-	Hash          string `protobuf:"bytes,26,opt,name=hash,proto3" json:"hash,omitempty"`
+	Hash string `protobuf:"bytes,26,opt,name=hash,proto3" json:"hash,omitempty"`
+	// The connection of an egress record.
+	Egress        *AuditEgress `protobuf:"bytes,27,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -469,6 +471,105 @@ func (x *AuditRecord) GetHash() string {
 	return ""
 }
 
+func (x *AuditRecord) GetEgress() *AuditEgress {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// AuditEgress is one network connection of a sandbox; its decision and
+// reason are the record's.
+type AuditEgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Host name asked for, when known.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// Port.
+	Port int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// Address connected to.
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// Bytes sent.
+	BytesSent int64 `protobuf:"varint,4,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
+	// Bytes received.
+	BytesReceived int64 `protobuf:"varint,5,opt,name=bytes_received,json=bytesReceived,proto3" json:"bytes_received,omitempty"`
+	// How long the connection lasted, in milliseconds.
+	DurationMs    int64 `protobuf:"varint,6,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEgress) Reset() {
+	*x = AuditEgress{}
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEgress) ProtoMessage() {}
+
+func (x *AuditEgress) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEgress.ProtoReflect.Descriptor instead.
+func (*AuditEgress) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AuditEgress) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *AuditEgress) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *AuditEgress) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *AuditEgress) GetBytesSent() int64 {
+	if x != nil {
+		return x.BytesSent
+	}
+	return 0
+}
+
+func (x *AuditEgress) GetBytesReceived() int64 {
+	if x != nil {
+		return x.BytesReceived
+	}
+	return 0
+}
+
+func (x *AuditEgress) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 // AuditArgv is one parsed segment's argv.
 type AuditArgv struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -480,7 +581,7 @@ type AuditArgv struct {
 
 func (x *AuditArgv) Reset() {
 	*x = AuditArgv{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +593,7 @@ func (x *AuditArgv) String() string {
 func (*AuditArgv) ProtoMessage() {}
 
 func (x *AuditArgv) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +606,7 @@ func (x *AuditArgv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditArgv.ProtoReflect.Descriptor instead.
 func (*AuditArgv) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{3}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AuditArgv) GetArgs() []string {
@@ -538,7 +639,7 @@ type AuditOutcome struct {
 
 func (x *AuditOutcome) Reset() {
 	*x = AuditOutcome{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +651,7 @@ func (x *AuditOutcome) String() string {
 func (*AuditOutcome) ProtoMessage() {}
 
 func (x *AuditOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +664,7 @@ func (x *AuditOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditOutcome.ProtoReflect.Descriptor instead.
 func (*AuditOutcome) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{4}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AuditOutcome) GetExitCode() int32 {
@@ -626,7 +727,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +739,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +752,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{5}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VerifyAuditRequest) GetAccount() string {
@@ -674,7 +775,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[6]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +787,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[6]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +800,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{6}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -733,7 +834,7 @@ type AuditVerifyReport struct {
 
 func (x *AuditVerifyReport) Reset() {
 	*x = AuditVerifyReport{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[7]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +846,7 @@ func (x *AuditVerifyReport) String() string {
 func (*AuditVerifyReport) ProtoMessage() {}
 
 func (x *AuditVerifyReport) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[7]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +859,7 @@ func (x *AuditVerifyReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditVerifyReport.ProtoReflect.Descriptor instead.
 func (*AuditVerifyReport) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{7}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AuditVerifyReport) GetAccount() string {
@@ -808,7 +909,7 @@ type AuditProblem struct {
 
 func (x *AuditProblem) Reset() {
 	*x = AuditProblem{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[8]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +921,7 @@ func (x *AuditProblem) String() string {
 func (*AuditProblem) ProtoMessage() {}
 
 func (x *AuditProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[8]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +934,7 @@ func (x *AuditProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditProblem.ProtoReflect.Descriptor instead.
 func (*AuditProblem) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{8}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AuditProblem) GetWriter() string {
@@ -893,7 +994,7 @@ type ReplayPolicyRequest struct {
 
 func (x *ReplayPolicyRequest) Reset() {
 	*x = ReplayPolicyRequest{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[9]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1006,7 @@ func (x *ReplayPolicyRequest) String() string {
 func (*ReplayPolicyRequest) ProtoMessage() {}
 
 func (x *ReplayPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[9]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1019,7 @@ func (x *ReplayPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ReplayPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{9}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplayPolicyRequest) GetDocument() *structpb.Struct {
@@ -982,7 +1083,7 @@ type ReplayPolicyResponse struct {
 
 func (x *ReplayPolicyResponse) Reset() {
 	*x = ReplayPolicyResponse{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[10]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1095,7 @@ func (x *ReplayPolicyResponse) String() string {
 func (*ReplayPolicyResponse) ProtoMessage() {}
 
 func (x *ReplayPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[10]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1108,7 @@ func (x *ReplayPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ReplayPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{10}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplayPolicyResponse) GetCommands() int32 {
@@ -1062,7 +1163,7 @@ type ReplayChange struct {
 
 func (x *ReplayChange) Reset() {
 	*x = ReplayChange{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[11]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1175,7 @@ func (x *ReplayChange) String() string {
 func (*ReplayChange) ProtoMessage() {}
 
 func (x *ReplayChange) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[11]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1188,7 @@ func (x *ReplayChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayChange.ProtoReflect.Descriptor instead.
 func (*ReplayChange) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{11}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReplayChange) GetFrom() string {
@@ -1141,7 +1242,7 @@ type ReplayExample struct {
 
 func (x *ReplayExample) Reset() {
 	*x = ReplayExample{}
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1254,7 @@ func (x *ReplayExample) String() string {
 func (*ReplayExample) ProtoMessage() {}
 
 func (x *ReplayExample) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_audit_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1267,7 @@ func (x *ReplayExample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayExample.ProtoReflect.Descriptor instead.
 func (*ReplayExample) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{12}
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReplayExample) GetTime() *timestamppb.Timestamp {
@@ -1236,7 +1337,7 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\aaccount\x18\t \x01(\tR\aaccount\"|\n" +
 	"\x18ListAuditRecordsResponse\x128\n" +
 	"\arecords\x18\x01 \x03(\v2\x1e.conch.approval.v1.AuditRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdc\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x94\x06\n" +
 	"\vAuditRecord\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -1266,7 +1367,17 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\x06writer\x18\x17 \x01(\tR\x06writer\x12\x10\n" +
 	"\x03seq\x18\x18 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04prev\x18\x19 \x01(\tR\x04prev\x12\x12\n" +
-	"\x04hash\x18\x1a \x01(\tR\x04hash\"\x1f\n" +
+	"\x04hash\x18\x1a \x01(\tR\x04hash\x126\n" +
+	"\x06egress\x18\x1b \x01(\v2\x1e.conch.approval.v1.AuditEgressR\x06egress\"\xb6\x01\n" +
+	"\vAuditEgress\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1d\n" +
+	"\n" +
+	"bytes_sent\x18\x04 \x01(\x03R\tbytesSent\x12%\n" +
+	"\x0ebytes_received\x18\x05 \x01(\x03R\rbytesReceived\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\x03R\n" +
+	"durationMs\"\x1f\n" +
 	"\tAuditArgv\x12\x12\n" +
 	"\x04args\x18\x01 \x03(\tR\x04args\"\xe3\x01\n" +
 	"\fAuditOutcome\x12\x1b\n" +
@@ -1337,53 +1448,55 @@ func file_conch_approval_v1_audit_proto_rawDescGZIP() []byte {
 	return file_conch_approval_v1_audit_proto_rawDescData
 }
 
-var file_conch_approval_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_conch_approval_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_conch_approval_v1_audit_proto_goTypes = []any{
 	(*ListAuditRecordsRequest)(nil),  // 0: conch.approval.v1.ListAuditRecordsRequest
 	(*ListAuditRecordsResponse)(nil), // 1: conch.approval.v1.ListAuditRecordsResponse
 	(*AuditRecord)(nil),              // 2: conch.approval.v1.AuditRecord
-	(*AuditArgv)(nil),                // 3: conch.approval.v1.AuditArgv
-	(*AuditOutcome)(nil),             // 4: conch.approval.v1.AuditOutcome
-	(*VerifyAuditRequest)(nil),       // 5: conch.approval.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),      // 6: conch.approval.v1.VerifyAuditResponse
-	(*AuditVerifyReport)(nil),        // 7: conch.approval.v1.AuditVerifyReport
-	(*AuditProblem)(nil),             // 8: conch.approval.v1.AuditProblem
-	(*ReplayPolicyRequest)(nil),      // 9: conch.approval.v1.ReplayPolicyRequest
-	(*ReplayPolicyResponse)(nil),     // 10: conch.approval.v1.ReplayPolicyResponse
-	(*ReplayChange)(nil),             // 11: conch.approval.v1.ReplayChange
-	(*ReplayExample)(nil),            // 12: conch.approval.v1.ReplayExample
-	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 14: google.protobuf.Struct
-	(*ExecSettings)(nil),             // 15: conch.approval.v1.ExecSettings
+	(*AuditEgress)(nil),              // 3: conch.approval.v1.AuditEgress
+	(*AuditArgv)(nil),                // 4: conch.approval.v1.AuditArgv
+	(*AuditOutcome)(nil),             // 5: conch.approval.v1.AuditOutcome
+	(*VerifyAuditRequest)(nil),       // 6: conch.approval.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),      // 7: conch.approval.v1.VerifyAuditResponse
+	(*AuditVerifyReport)(nil),        // 8: conch.approval.v1.AuditVerifyReport
+	(*AuditProblem)(nil),             // 9: conch.approval.v1.AuditProblem
+	(*ReplayPolicyRequest)(nil),      // 10: conch.approval.v1.ReplayPolicyRequest
+	(*ReplayPolicyResponse)(nil),     // 11: conch.approval.v1.ReplayPolicyResponse
+	(*ReplayChange)(nil),             // 12: conch.approval.v1.ReplayChange
+	(*ReplayExample)(nil),            // 13: conch.approval.v1.ReplayExample
+	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 15: google.protobuf.Struct
+	(*ExecSettings)(nil),             // 16: conch.approval.v1.ExecSettings
 }
 var file_conch_approval_v1_audit_proto_depIdxs = []int32{
-	13, // 0: conch.approval.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
-	13, // 1: conch.approval.v1.ListAuditRecordsRequest.until:type_name -> google.protobuf.Timestamp
+	14, // 0: conch.approval.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	14, // 1: conch.approval.v1.ListAuditRecordsRequest.until:type_name -> google.protobuf.Timestamp
 	2,  // 2: conch.approval.v1.ListAuditRecordsResponse.records:type_name -> conch.approval.v1.AuditRecord
-	13, // 3: conch.approval.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	3,  // 4: conch.approval.v1.AuditRecord.argv:type_name -> conch.approval.v1.AuditArgv
-	4,  // 5: conch.approval.v1.AuditRecord.outcome:type_name -> conch.approval.v1.AuditOutcome
-	7,  // 6: conch.approval.v1.VerifyAuditResponse.reports:type_name -> conch.approval.v1.AuditVerifyReport
-	8,  // 7: conch.approval.v1.AuditVerifyReport.problem:type_name -> conch.approval.v1.AuditProblem
-	14, // 8: conch.approval.v1.ReplayPolicyRequest.document:type_name -> google.protobuf.Struct
-	15, // 9: conch.approval.v1.ReplayPolicyRequest.gateway_exec:type_name -> conch.approval.v1.ExecSettings
-	13, // 10: conch.approval.v1.ReplayPolicyRequest.since:type_name -> google.protobuf.Timestamp
-	13, // 11: conch.approval.v1.ReplayPolicyRequest.until:type_name -> google.protobuf.Timestamp
-	11, // 12: conch.approval.v1.ReplayPolicyResponse.changes:type_name -> conch.approval.v1.ReplayChange
-	11, // 13: conch.approval.v1.ReplayPolicyResponse.programs:type_name -> conch.approval.v1.ReplayChange
-	12, // 14: conch.approval.v1.ReplayPolicyResponse.examples:type_name -> conch.approval.v1.ReplayExample
-	13, // 15: conch.approval.v1.ReplayExample.time:type_name -> google.protobuf.Timestamp
-	0,  // 16: conch.approval.v1.AuditService.ListAuditRecords:input_type -> conch.approval.v1.ListAuditRecordsRequest
-	5,  // 17: conch.approval.v1.AuditService.VerifyAudit:input_type -> conch.approval.v1.VerifyAuditRequest
-	9,  // 18: conch.approval.v1.AuditService.ReplayPolicy:input_type -> conch.approval.v1.ReplayPolicyRequest
-	1,  // 19: conch.approval.v1.AuditService.ListAuditRecords:output_type -> conch.approval.v1.ListAuditRecordsResponse
-	6,  // 20: conch.approval.v1.AuditService.VerifyAudit:output_type -> conch.approval.v1.VerifyAuditResponse
-	10, // 21: conch.approval.v1.AuditService.ReplayPolicy:output_type -> conch.approval.v1.ReplayPolicyResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 3: conch.approval.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	4,  // 4: conch.approval.v1.AuditRecord.argv:type_name -> conch.approval.v1.AuditArgv
+	5,  // 5: conch.approval.v1.AuditRecord.outcome:type_name -> conch.approval.v1.AuditOutcome
+	3,  // 6: conch.approval.v1.AuditRecord.egress:type_name -> conch.approval.v1.AuditEgress
+	8,  // 7: conch.approval.v1.VerifyAuditResponse.reports:type_name -> conch.approval.v1.AuditVerifyReport
+	9,  // 8: conch.approval.v1.AuditVerifyReport.problem:type_name -> conch.approval.v1.AuditProblem
+	15, // 9: conch.approval.v1.ReplayPolicyRequest.document:type_name -> google.protobuf.Struct
+	16, // 10: conch.approval.v1.ReplayPolicyRequest.gateway_exec:type_name -> conch.approval.v1.ExecSettings
+	14, // 11: conch.approval.v1.ReplayPolicyRequest.since:type_name -> google.protobuf.Timestamp
+	14, // 12: conch.approval.v1.ReplayPolicyRequest.until:type_name -> google.protobuf.Timestamp
+	12, // 13: conch.approval.v1.ReplayPolicyResponse.changes:type_name -> conch.approval.v1.ReplayChange
+	12, // 14: conch.approval.v1.ReplayPolicyResponse.programs:type_name -> conch.approval.v1.ReplayChange
+	13, // 15: conch.approval.v1.ReplayPolicyResponse.examples:type_name -> conch.approval.v1.ReplayExample
+	14, // 16: conch.approval.v1.ReplayExample.time:type_name -> google.protobuf.Timestamp
+	0,  // 17: conch.approval.v1.AuditService.ListAuditRecords:input_type -> conch.approval.v1.ListAuditRecordsRequest
+	6,  // 18: conch.approval.v1.AuditService.VerifyAudit:input_type -> conch.approval.v1.VerifyAuditRequest
+	10, // 19: conch.approval.v1.AuditService.ReplayPolicy:input_type -> conch.approval.v1.ReplayPolicyRequest
+	1,  // 20: conch.approval.v1.AuditService.ListAuditRecords:output_type -> conch.approval.v1.ListAuditRecordsResponse
+	7,  // 21: conch.approval.v1.AuditService.VerifyAudit:output_type -> conch.approval.v1.VerifyAuditResponse
+	11, // 22: conch.approval.v1.AuditService.ReplayPolicy:output_type -> conch.approval.v1.ReplayPolicyResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_audit_proto_init() }
@@ -1398,7 +1511,7 @@ func file_conch_approval_v1_audit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_audit_proto_rawDesc), len(file_conch_approval_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
