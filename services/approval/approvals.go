@@ -114,8 +114,9 @@ func callerKey(ctx context.Context) (tenant.Scope, error) {
 	return sc, nil
 }
 
-// resolve answers an approval exactly once; allow-always then adds the
-// inner resolved binaries to the agent's allowlist.
+// resolve answers an approval exactly once; allow-always adds, with the
+// answer, the inner resolved binaries to the agent's allowlist (or the
+// host of a network approval to its egress list).
 func (s *Server) resolve(ctx context.Context, account, id string, decision approvalv1.ApprovalDecision, approver string) (*store.Approval, error) {
 	d := approvalDecisionFrom(decision)
 	if d == "" {
@@ -124,34 +125,27 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 	if len(approver) > 256 {
 		return nil, errs.New(errs.InvalidArgument, "approver: at most 256 characters")
 	}
-	a, err := s.store.Resolve(ctx, account, id, d, approver)
+	var opts store.ResolveOptions
+	if d == store.DecisionAllowAlways {
+		opts.Document = func(doc *document.Document, a *store.Approval) (bool, error) {
+			if a.EgressHost != "" {
+				return true, doc.AddEgress(a.Agent, a.EgressHost)
+			}
+			for _, p := range a.Recordable {
+				if _, err := doc.AddPattern(a.Agent, policy.ExactPattern(p)); err != nil {
+					return false, err
+				}
+			}
+			return len(a.Recordable) > 0, nil
+		}
+	}
+	a, err := s.store.Resolve(ctx, account, id, d, approver, opts)
 	if err != nil {
 		return nil, err
 	}
 	s.auditApproval(ctx, eventResolved, a)
 	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
 	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
-	if d == store.DecisionAllowAlways && a.EgressHost != "" {
-		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
-			return true, doc.AddEgress(a.Agent, a.EgressHost)
-		})
-		if err != nil {
-			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed, but %s was not remembered for %s", id, a.EgressHost, a.Agent)
-		}
-	}
-	if d == store.DecisionAllowAlways && len(a.Recordable) > 0 {
-		_, _, err := s.store.UpdateDocument(ctx, account, func(doc *document.Document) (bool, error) {
-			for _, p := range a.Recordable {
-				if _, err := doc.AddPattern(a.Agent, policy.ExactPattern(p)); err != nil {
-					return false, err
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
-			return nil, errs.Wrap(errs.KindOf(err), err, "approval %s was allowed, but its binaries were not added to the allowlist", id)
-		}
-	}
 	return a, nil
 }
 

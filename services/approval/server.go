@@ -377,7 +377,7 @@ func (s *Server) review(ctx context.Context, a *store.Approval, j *judgement, rv
 		approver := "reviewer:" + rv.GetGateway()
 		note = approver + " answered " + resp.GetDecision() + ": " + resp.GetReasoning()
 		wctx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		r, err := s.store.Resolve(wctx, a.Account, a.ID, resp.GetDecision(), approver, note)
+		r, err := s.store.Resolve(wctx, a.Account, a.ID, resp.GetDecision(), approver, store.ResolveOptions{Note: note})
 		done()
 		switch {
 		case err == nil:

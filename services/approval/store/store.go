@@ -387,56 +387,99 @@ func (s *Store) swapThen(ctx context.Context, old, next *Approval, extra []clien
 	return resp.Succeeded, nil
 }
 
+// ResolveOptions are what an answer does besides deciding.
+type ResolveOptions struct {
+	// Note is the reviewer model's note, when it answered.
+	Note string
+	// Document, when set, changes the account's exec-approvals document
+	// (allow-always's additions); it reports whether it changed it.
+	Document func(d *document.Document, a *Approval) (bool, error)
+}
+
 // Resolve records a human's decision on a pending approval. Exactly one
-// of several concurrent answers wins; the others get a conflict. An
-// allow-session answer records its session grants in the same
-// transaction: the command it lets run finds them when it runs again,
-// however soon. note, when given, is the reviewer's.
-func (s *Store) Resolve(ctx context.Context, account, id, decision, approver string, note ...string) (*Approval, error) {
-	a, live, _, err := s.read(ctx, account, id)
-	if err != nil {
-		return nil, err
+// of several concurrent answers wins; the others get a conflict. What the
+// answer grants besides (an allow-session's grants, an allow-always's
+// document change) is written in the same transaction: the command it
+// lets run finds it when it runs again, however soon, and an answer that
+// lost the race changes nothing.
+func (s *Store) Resolve(ctx context.Context, account, id, decision, approver string, opts ...ResolveOptions) (*Approval, error) {
+	var o ResolveOptions
+	if len(opts) > 0 {
+		o = opts[0]
 	}
-	if a.State != StatePending {
-		return nil, errs.New(errs.Conflict, "approval %s is already %s", id, a.State)
-	}
-	if !live {
-		if _, err := s.expire(ctx, a); err != nil {
+	for attempt := 0; ; attempt++ {
+		a, live, _, err := s.read(ctx, account, id)
+		if err != nil {
 			return nil, err
 		}
-		return nil, errs.New(errs.Conflict, "approval %s is already expired", id)
-	}
-	next := *a
-	if decision == DecisionAllowSession && a.Session == "" {
-		return nil, errs.New(errs.InvalidArgument, "decision: allow-session needs an approval asked in a session (X-Conch-Session-Id)")
-	}
-	next.Decision = decision
-	next.State = StateAllowed
-	if decision == DecisionDeny {
-		next.State = StateDenied
-	}
-	next.ResolvedAt = s.now()
-	next.ResolvedBy = approver
-	next.Reviewing = false
-	if len(note) > 0 {
-		next.ReviewerNote = note[0]
-	}
-	var grants []clientv3.Op
-	// A network approval's allow-session lets its sandbox connect, as
-	// allow-once does; it grants no command to the session.
-	if decision == DecisionAllowSession && a.Egress == "" {
-		if grants, err = s.grantOps(ctx, a); err != nil {
+		if a.State != StatePending {
+			return nil, errs.New(errs.Conflict, "approval %s is already %s", id, a.State)
+		}
+		if !live {
+			if _, err := s.expire(ctx, a); err != nil {
+				return nil, err
+			}
+			return nil, errs.New(errs.Conflict, "approval %s is already expired", id)
+		}
+		if decision == DecisionAllowSession && a.Session == "" {
+			return nil, errs.New(errs.InvalidArgument, "decision: allow-session needs an approval asked in a session (X-Conch-Session-Id)")
+		}
+		next := *a
+		next.Decision = decision
+		next.State = StateAllowed
+		if decision == DecisionDeny {
+			next.State = StateDenied
+		}
+		next.ResolvedAt = s.now()
+		next.ResolvedBy = approver
+		next.Reviewing = false
+		if o.Note != "" {
+			next.ReviewerNote = o.Note
+		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.liveKey(account, id)), ">", 0)}
+		var ops []clientv3.Op
+		// A network approval's allow-session lets its sandbox connect, as
+		// allow-once does; it grants no command to the session.
+		if decision == DecisionAllowSession && a.Egress == "" {
+			if ops, err = s.grantOps(ctx, a); err != nil {
+				return nil, err
+			}
+		}
+		var doc []byte
+		if o.Document != nil {
+			d, rev, err := s.Document(ctx, account)
+			if err != nil {
+				return nil, err
+			}
+			changed, err := o.Document(d, a)
+			if err != nil {
+				return nil, err
+			}
+			if changed {
+				if doc, err = d.Marshal(); err != nil {
+					return nil, errs.Wrap(errs.Internal, err, "approval store: encode document")
+				}
+				key := s.docKey(account)
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+				ops = append(ops, clientv3.OpPut(key, string(doc)))
+			}
+		}
+		ok, err := s.swapThen(ctx, a, &next, cmps, ops)
+		if err != nil {
 			return nil, err
 		}
+		if ok {
+			if doc != nil {
+				s.cached(account, doc, next.rev)
+			}
+			return &next, nil
+		}
+		// The approval was answered or expired meanwhile (the next read
+		// says so), or only the document changed: try again.
+		if attempt > 20 {
+			return nil, errs.New(errs.Conflict, "approval %s: too many concurrent changes; try again", id)
+		}
 	}
-	ok, err := s.swapThen(ctx, a, &next, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.liveKey(account, id)), ">", 0)}, grants)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, errs.New(errs.Conflict, "approval %s was resolved concurrently", id)
-	}
-	return &next, nil
 }
 
 // Abandon ends a pending approval whose requester is gone: it expires
