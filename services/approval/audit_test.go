@@ -132,3 +132,43 @@ func TestAuditRecordsVerdictsAndApprovalEvents(t *testing.T) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }
+
+// Executors append only runs, and only of the account they call for.
+func TestRecordRunsTakesOnlyTheCallersRuns(t *testing.T) {
+	t.Parallel()
+	cli := etcdxtest.StartForTest(t)
+	objs, err := fsstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := audit.NewWriter(audit.Config{Store: objs, Etcd: cli, Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAuditServer(objs, cli, "", nil, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := tenant.With(t.Context(), tenant.Scope{Account: "acct"})
+	for _, tc := range []struct {
+		name string
+		rec  *approvalv1.AuditRecord
+		want string
+	}{
+		{"a verdict", &approvalv1.AuditRecord{Kind: audit.KindCommand, Account: "acct", Decision: "allow"}, "records[0].kind"},
+		{"another account", &approvalv1.AuditRecord{Kind: audit.KindOutcome, Account: "other"}, "records[0].account"},
+	} {
+		if _, err := a.RecordRuns(ctx, &approvalv1.RecordRunsRequest{Records: []*approvalv1.AuditRecord{tc.rec}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if _, err := a.RecordRuns(ctx, &approvalv1.RecordRunsRequest{Sync: true, Records: []*approvalv1.AuditRecord{
+		{Kind: audit.KindOutcome, Account: "acct", Command: "true", Outcome: &approvalv1.AuditOutcome{ExitCode: 0}, Hash: "forged", Seq: 7},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := audit.Read(ctx, objs, audit.Query{Accounts: []string{"acct"}})
+	if err != nil || len(recs) != 1 || recs[0].Seq != 1 || recs[0].Hash == "forged" {
+		t.Fatalf("stored: %+v %v", recs, err)
+	}
+}

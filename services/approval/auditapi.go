@@ -6,7 +6,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/internal/audit"
@@ -30,17 +29,58 @@ type AuditServer struct {
 	etcdPrefix string
 	// judge replays policies; nil refuses ReplayPolicy.
 	judge *Server
+	// writer appends executors' records; nil refuses RecordRuns.
+	writer *audit.Writer
 }
 
 var _ approvalv1.AuditServiceServer = (*AuditServer)(nil)
 
 // NewAuditServer reads the trail in st whose anchors are under etcdPrefix
-// in cli, and replays policies with judge's engine.
-func NewAuditServer(st objstore.Store, cli *clientv3.Client, etcdPrefix string, judge *Server) (*AuditServer, error) {
+// in cli, replays policies with judge's engine and appends executors'
+// records with w.
+func NewAuditServer(st objstore.Store, cli *clientv3.Client, etcdPrefix string, judge *Server, w *audit.Writer) (*AuditServer, error) {
 	if st == nil || cli == nil {
 		return nil, errors.New("approval: audit needs an object store and etcd")
 	}
-	return &AuditServer{store: st, etcd: cli, etcdPrefix: etcdPrefix, judge: judge}, nil
+	return &AuditServer{store: st, etcd: cli, etcdPrefix: etcdPrefix, judge: judge, writer: w}, nil
+}
+
+// maxRunRecords bounds one RecordRuns call.
+const maxRunRecords = 1000
+
+// RecordRuns implements AuditService.
+func (a *AuditServer) RecordRuns(ctx context.Context, req *approvalv1.RecordRunsRequest) (*approvalv1.RecordRunsResponse, error) {
+	if a.writer == nil {
+		return nil, errs.New(errs.Unimplemented, "audit: no writer here")
+	}
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetRecords()) > maxRunRecords {
+		return nil, errs.New(errs.InvalidArgument, "records: at most %d", maxRunRecords)
+	}
+	recs := make([]audit.Record, 0, len(req.GetRecords()))
+	for i, pr := range req.GetRecords() {
+		r := audit.FromProto(pr)
+		if r.Kind != audit.KindOutcome && r.Kind != audit.KindEgress {
+			return nil, errs.New(errs.InvalidArgument, "records[%d].kind: want outcome or egress", i)
+		}
+		if r.Account != account {
+			return nil, errs.New(errs.InvalidArgument, "records[%d].account: not the caller's", i)
+		}
+		recs = append(recs, r)
+	}
+	for i, r := range recs {
+		if req.GetSync() && i == len(recs)-1 {
+			if err := a.writer.WriteSync(ctx, r); err != nil {
+				return nil, errs.Wrap(errs.Unavailable, err, "audit: write")
+			}
+			break
+		}
+		a.writer.Write(ctx, r)
+	}
+	return &approvalv1.RecordRunsResponse{}, nil
 }
 
 // Register registers the service's gRPC handlers on g.
@@ -98,7 +138,7 @@ func (a *AuditServer) ListAuditRecords(ctx context.Context, req *approvalv1.List
 	}
 	out := &approvalv1.ListAuditRecordsResponse{Records: make([]*approvalv1.AuditRecord, 0, len(recs)), NextPageToken: next}
 	for _, r := range recs {
-		out.Records = append(out.Records, auditRecordTo(r))
+		out.Records = append(out.Records, audit.ToProto(r))
 	}
 	return out, nil
 }
@@ -128,26 +168,4 @@ func (a *AuditServer) VerifyAudit(ctx context.Context, req *approvalv1.VerifyAud
 		out.Reports = append(out.Reports, r)
 	}
 	return out, nil
-}
-
-func auditRecordTo(r audit.Record) *approvalv1.AuditRecord {
-	out := &approvalv1.AuditRecord{
-		Time: timestamppb.New(r.Time), Kind: r.Kind, Event: r.Event, Account: r.Account, User: r.User, Session: r.Session,
-		Gateway: r.Gateway, Host: r.Host, Node: r.Node, Sandbox: r.Sandbox, Cwd: r.Cwd, Command: r.Command, Plan: r.Plan,
-		ResolvedPaths: r.ResolvedPaths, Decision: r.Decision, Reason: r.Reason, ApprovalId: r.ApprovalID,
-		ResolvedBy: r.ResolvedBy, Surface: r.Surface, TraceId: r.TraceID, Writer: r.Writer, Seq: r.Seq, Prev: r.Prev, Hash: r.Hash,
-	}
-	for _, a := range r.Argv {
-		out.Argv = append(out.Argv, &approvalv1.AuditArgv{Args: a})
-	}
-	if o := r.Outcome; o != nil {
-		out.Outcome = &approvalv1.AuditOutcome{
-			ExitCode: int32(o.ExitCode), TimedOut: o.TimedOut, Error: o.Error, DurationMs: o.DurationMs,
-			StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes, Truncated: o.Truncated,
-		}
-	}
-	if e := r.Egress; e != nil {
-		out.Egress = &approvalv1.AuditEgress{Host: e.Host, Port: e.Port, Address: e.Address, BytesSent: e.BytesSent, BytesReceived: e.BytesReceived, DurationMs: e.DurationMs}
-	}
-	return out
 }

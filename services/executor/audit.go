@@ -9,9 +9,21 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
-// WithAudit records how each command ended in w's audit trail, beside the
-// approval service's record of its verdict (linked by the trace id).
-func WithAudit(w *audit.Writer) Option { return func(s *Service) { s.audit = w } }
+// AuditSink receives the executor's records: an AuditForwarder, which
+// hands them to the approval service, or an audit.Writer of its own.
+type AuditSink interface {
+	Write(ctx context.Context, r audit.Record)
+	WriteSync(ctx context.Context, r audit.Record) error
+}
+
+var (
+	_ AuditSink = (*audit.Writer)(nil)
+	_ AuditSink = (*AuditForwarder)(nil)
+)
+
+// WithAudit records how each command ended in w, beside the approval
+// service's record of its verdict (linked by the trace id).
+func WithAudit(w AuditSink) Option { return func(s *Service) { s.audit = w } }
 
 // auditOutcome records the end of a command that ran, or could not. In
 // sync mode (exec.audit) the record is written before the result returns,

@@ -14,7 +14,9 @@ import (
 // BenchmarkCommandRoundTripAudit runs `true` alternately on an executor
 // that writes the audit trail (asynchronously, to local disk and etcd, as
 // conch dev does) and on one that does not, in the same run, and reports
-// both p50s and what the trail adds.
+// both p50s and what the trail adds. A cluster's executors hand records to
+// an AuditForwarder, whose Write only appends; the Writer here also hashes
+// each record on the command's path, as the approval service does.
 func BenchmarkCommandRoundTripAudit(b *testing.B) {
 	st, err := fsstore.New(b.TempDir())
 	if err != nil {

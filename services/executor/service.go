@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/conch-sh/conch/services/internal/audit"
 	"log/slog"
 	"maps"
 	"path/filepath"
@@ -96,7 +95,7 @@ type Service struct {
 	// full/off default (SPEC §7); nil refuses them.
 	approvals gate.Client
 	// audit records how commands ended; nil records nothing.
-	audit *audit.Writer
+	audit AuditSink
 }
 
 // Option configures a Service.

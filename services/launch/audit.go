@@ -97,24 +97,3 @@ func (t *auditTrail) run(ctx context.Context) error {
 	})
 	return g.Wait()
 }
-
-// auditWriter is the trail's writer, nil without a trail.
-func (t *auditTrail) auditWriter() *audit.Writer {
-	if t == nil {
-		return nil
-	}
-	return t.writer
-}
-
-// start writes the trail in the background, outliving ctx so that what
-// is recorded while the process drains is written too; stop ends it with
-// a last flush.
-func (t *auditTrail) start(ctx context.Context) (stop func()) {
-	if t == nil {
-		return func() {}
-	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() { _ = t.writer.Run(wctx); close(done) }()
-	return func() { cancel(); <-done }
-}

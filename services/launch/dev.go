@@ -153,19 +153,12 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if ac.AuditDir == "" && ac.AuditS3Endpoint == "" {
 		ac.AuditDir = filepath.Join(cfg.DataDir, "audit")
 	}
-	execTrail, err := p.newAudit(ctx, ac, "executor")
-	if err != nil {
-		_ = execLis.Close()
-		return err
-	}
-	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, execAddr, execTrail.auditWriter())
+	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, execAddr, ac.AuditFlush)
 	if err != nil {
 		_ = execLis.Close()
 		return err
 	}
 	defer cleanup()
-	stopTrail := execTrail.start(ctx)
-	defer stopTrail()
 	p.serveExecutor(gctx, g, execLis, execAddr, execSvc, execSrv, common)
 	for _, name := range []string{"approval"} {
 		lis, addr, err := listen(name, "127.0.0.1:0", "")

@@ -252,15 +252,11 @@ func (c *ExecutorConfig) Validate() error {
 type ExecutorServiceConfig struct {
 	Common
 	ExecutorConfig
-	AuditConfig
 }
 
 // Validate checks the executor service's settings.
 func (c *ExecutorServiceConfig) Validate() error {
 	if err := c.Common.Validate(); err != nil {
-		return err
-	}
-	if err := c.AuditConfig.Validate(); err != nil {
 		return err
 	}
 	return c.ExecutorConfig.Validate()
@@ -269,7 +265,7 @@ func (c *ExecutorServiceConfig) Validate() error {
 // startExecutor builds the executor service: its sandbox runtime under a
 // per-instance state dir and cgroup, and its domain, which records addr as
 // where its sandboxes are reached.
-func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string, w *audit.Writer) (*executor.Server, *executor.Service, func(), error) {
+func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string, auditFlush time.Duration) (*executor.Server, *executor.Service, func(), error) {
 	host, _ := os.Hostname()
 	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
 	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
@@ -311,16 +307,6 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 	if cfg.GatewayHost {
 		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
 	}
-	if w != nil {
-		opts = append(opts, executor.WithAudit(w))
-	}
-	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, opts...)
-	if err != nil {
-		_ = wsConn.Close()
-		_ = routerConn.Close()
-		rt.Close()
-		return nil, nil, nil, err
-	}
 	apConn, err := p.dial(ctx, "approval")
 	if err != nil {
 		_ = wsConn.Close()
@@ -328,8 +314,33 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 		rt.Close()
 		return nil, nil, nil, fmt.Errorf("executor: dial approval: %w", err)
 	}
+	// Outcomes and connections go to the approval service's audit trail:
+	// executors never reach the object store. The forwarder outlives the
+	// drain, so that what the last commands record is sent.
+	fwd := executor.NewAuditForwarder(approvalv1.NewAuditServiceClient(apConn), auditFlush, audit.DefaultMaxBuffered, p.log)
+	opts = append(opts, executor.WithAudit(fwd))
+	fctx, stopFwd := context.WithCancel(context.WithoutCancel(ctx))
+	fwdDone := make(chan struct{})
+	go func() { _ = fwd.Run(fctx); close(fwdDone) }()
+	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, opts...)
+	if err != nil {
+		stopFwd()
+		<-fwdDone
+		_ = wsConn.Close()
+		_ = routerConn.Close()
+		_ = apConn.Close()
+		rt.Close()
+		return nil, nil, nil, err
+	}
 	srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn))
-	return srv, svc, func() { rt.Close(); _ = wsConn.Close(); _ = routerConn.Close(); _ = apConn.Close() }, nil
+	return srv, svc, func() {
+		stopFwd()
+		<-fwdDone
+		rt.Close()
+		_ = wsConn.Close()
+		_ = routerConn.Close()
+		_ = apConn.Close()
+	}, nil
 }
 
 // executorMeta is what an executor registers beside its address: its
@@ -349,20 +360,12 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	trail, err := p.newAudit(ctx, cfg.AuditConfig, "executor-"+addr)
-	if err != nil {
-		_ = lis.Close()
-		return err
-	}
-	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr, trail.auditWriter())
+	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr, audit.DefaultFlushEvery)
 	if err != nil {
 		_ = lis.Close()
 		return err
 	}
 	defer cleanup()
-	// The trail is written until the last command has drained.
-	stopTrail := trail.start(ctx)
-	defer stopTrail()
 	g, gctx := errgroup.WithContext(ctx)
 	p.serveExecutor(gctx, g, lis, addr, svc, srv, &cfg.Common)
 	if cfg.MetricsAddr != "" {
@@ -632,7 +635,7 @@ func registerFunc(ctx context.Context, name string, p *process, addr string, ac 
 		}
 		var api *approval.AuditServer
 		if trail != nil {
-			if api, err = approval.NewAuditServer(trail.store, p.etcd, audit.DefaultEtcdPrefix, svc); err != nil {
+			if api, err = approval.NewAuditServer(trail.store, p.etcd, audit.DefaultEtcdPrefix, svc, trail.writer); err != nil {
 				return nil, nil, err
 			}
 		}

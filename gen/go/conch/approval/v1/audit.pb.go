@@ -1319,6 +1319,98 @@ func (x *ReplayExample) GetReason() string {
 	return ""
 }
 
+// RecordRunsRequest carries an executor's records of one account.
+type RecordRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Records of kind outcome or egress, oldest first.
+	Records []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Write them before answering (the gateway's exec.audit is sync).
+	Sync          bool `protobuf:"varint,2,opt,name=sync,proto3" json:"sync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordRunsRequest) Reset() {
+	*x = RecordRunsRequest{}
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRunsRequest) ProtoMessage() {}
+
+func (x *RecordRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRunsRequest.ProtoReflect.Descriptor instead.
+func (*RecordRunsRequest) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RecordRunsRequest) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *RecordRunsRequest) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
+}
+
+// RecordRunsResponse is empty.
+type RecordRunsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordRunsResponse) Reset() {
+	*x = RecordRunsResponse{}
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRunsResponse) ProtoMessage() {}
+
+func (x *RecordRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_audit_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRunsResponse.ProtoReflect.Descriptor instead.
+func (*RecordRunsResponse) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_audit_proto_rawDescGZIP(), []int{15}
+}
+
 var File_conch_approval_v1_audit_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_audit_proto_rawDesc = "" +
@@ -1430,11 +1522,17 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\acommand\x18\x04 \x01(\tR\acommand\x12\x12\n" +
 	"\x04from\x18\x05 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x06 \x01(\tR\x02to\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason2\xba\x02\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"a\n" +
+	"\x11RecordRunsRequest\x128\n" +
+	"\arecords\x18\x01 \x03(\v2\x1e.conch.approval.v1.AuditRecordR\arecords\x12\x12\n" +
+	"\x04sync\x18\x02 \x01(\bR\x04sync\"\x14\n" +
+	"\x12RecordRunsResponse2\x95\x03\n" +
 	"\fAuditService\x12k\n" +
 	"\x10ListAuditRecords\x12*.conch.approval.v1.ListAuditRecordsRequest\x1a+.conch.approval.v1.ListAuditRecordsResponse\x12\\\n" +
 	"\vVerifyAudit\x12%.conch.approval.v1.VerifyAuditRequest\x1a&.conch.approval.v1.VerifyAuditResponse\x12_\n" +
-	"\fReplayPolicy\x12&.conch.approval.v1.ReplayPolicyRequest\x1a'.conch.approval.v1.ReplayPolicyResponseB?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
+	"\fReplayPolicy\x12&.conch.approval.v1.ReplayPolicyRequest\x1a'.conch.approval.v1.ReplayPolicyResponse\x12Y\n" +
+	"\n" +
+	"RecordRuns\x12$.conch.approval.v1.RecordRunsRequest\x1a%.conch.approval.v1.RecordRunsResponseB?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
 
 var (
 	file_conch_approval_v1_audit_proto_rawDescOnce sync.Once
@@ -1448,7 +1546,7 @@ func file_conch_approval_v1_audit_proto_rawDescGZIP() []byte {
 	return file_conch_approval_v1_audit_proto_rawDescData
 }
 
-var file_conch_approval_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_conch_approval_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_conch_approval_v1_audit_proto_goTypes = []any{
 	(*ListAuditRecordsRequest)(nil),  // 0: conch.approval.v1.ListAuditRecordsRequest
 	(*ListAuditRecordsResponse)(nil), // 1: conch.approval.v1.ListAuditRecordsResponse
@@ -1464,39 +1562,44 @@ var file_conch_approval_v1_audit_proto_goTypes = []any{
 	(*ReplayPolicyResponse)(nil),     // 11: conch.approval.v1.ReplayPolicyResponse
 	(*ReplayChange)(nil),             // 12: conch.approval.v1.ReplayChange
 	(*ReplayExample)(nil),            // 13: conch.approval.v1.ReplayExample
-	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),          // 15: google.protobuf.Struct
-	(*ExecSettings)(nil),             // 16: conch.approval.v1.ExecSettings
+	(*RecordRunsRequest)(nil),        // 14: conch.approval.v1.RecordRunsRequest
+	(*RecordRunsResponse)(nil),       // 15: conch.approval.v1.RecordRunsResponse
+	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 17: google.protobuf.Struct
+	(*ExecSettings)(nil),             // 18: conch.approval.v1.ExecSettings
 }
 var file_conch_approval_v1_audit_proto_depIdxs = []int32{
-	14, // 0: conch.approval.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
-	14, // 1: conch.approval.v1.ListAuditRecordsRequest.until:type_name -> google.protobuf.Timestamp
+	16, // 0: conch.approval.v1.ListAuditRecordsRequest.since:type_name -> google.protobuf.Timestamp
+	16, // 1: conch.approval.v1.ListAuditRecordsRequest.until:type_name -> google.protobuf.Timestamp
 	2,  // 2: conch.approval.v1.ListAuditRecordsResponse.records:type_name -> conch.approval.v1.AuditRecord
-	14, // 3: conch.approval.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	16, // 3: conch.approval.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	4,  // 4: conch.approval.v1.AuditRecord.argv:type_name -> conch.approval.v1.AuditArgv
 	5,  // 5: conch.approval.v1.AuditRecord.outcome:type_name -> conch.approval.v1.AuditOutcome
 	3,  // 6: conch.approval.v1.AuditRecord.egress:type_name -> conch.approval.v1.AuditEgress
 	8,  // 7: conch.approval.v1.VerifyAuditResponse.reports:type_name -> conch.approval.v1.AuditVerifyReport
 	9,  // 8: conch.approval.v1.AuditVerifyReport.problem:type_name -> conch.approval.v1.AuditProblem
-	15, // 9: conch.approval.v1.ReplayPolicyRequest.document:type_name -> google.protobuf.Struct
-	16, // 10: conch.approval.v1.ReplayPolicyRequest.gateway_exec:type_name -> conch.approval.v1.ExecSettings
-	14, // 11: conch.approval.v1.ReplayPolicyRequest.since:type_name -> google.protobuf.Timestamp
-	14, // 12: conch.approval.v1.ReplayPolicyRequest.until:type_name -> google.protobuf.Timestamp
+	17, // 9: conch.approval.v1.ReplayPolicyRequest.document:type_name -> google.protobuf.Struct
+	18, // 10: conch.approval.v1.ReplayPolicyRequest.gateway_exec:type_name -> conch.approval.v1.ExecSettings
+	16, // 11: conch.approval.v1.ReplayPolicyRequest.since:type_name -> google.protobuf.Timestamp
+	16, // 12: conch.approval.v1.ReplayPolicyRequest.until:type_name -> google.protobuf.Timestamp
 	12, // 13: conch.approval.v1.ReplayPolicyResponse.changes:type_name -> conch.approval.v1.ReplayChange
 	12, // 14: conch.approval.v1.ReplayPolicyResponse.programs:type_name -> conch.approval.v1.ReplayChange
 	13, // 15: conch.approval.v1.ReplayPolicyResponse.examples:type_name -> conch.approval.v1.ReplayExample
-	14, // 16: conch.approval.v1.ReplayExample.time:type_name -> google.protobuf.Timestamp
-	0,  // 17: conch.approval.v1.AuditService.ListAuditRecords:input_type -> conch.approval.v1.ListAuditRecordsRequest
-	6,  // 18: conch.approval.v1.AuditService.VerifyAudit:input_type -> conch.approval.v1.VerifyAuditRequest
-	10, // 19: conch.approval.v1.AuditService.ReplayPolicy:input_type -> conch.approval.v1.ReplayPolicyRequest
-	1,  // 20: conch.approval.v1.AuditService.ListAuditRecords:output_type -> conch.approval.v1.ListAuditRecordsResponse
-	7,  // 21: conch.approval.v1.AuditService.VerifyAudit:output_type -> conch.approval.v1.VerifyAuditResponse
-	11, // 22: conch.approval.v1.AuditService.ReplayPolicy:output_type -> conch.approval.v1.ReplayPolicyResponse
-	20, // [20:23] is the sub-list for method output_type
-	17, // [17:20] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	16, // 16: conch.approval.v1.ReplayExample.time:type_name -> google.protobuf.Timestamp
+	2,  // 17: conch.approval.v1.RecordRunsRequest.records:type_name -> conch.approval.v1.AuditRecord
+	0,  // 18: conch.approval.v1.AuditService.ListAuditRecords:input_type -> conch.approval.v1.ListAuditRecordsRequest
+	6,  // 19: conch.approval.v1.AuditService.VerifyAudit:input_type -> conch.approval.v1.VerifyAuditRequest
+	10, // 20: conch.approval.v1.AuditService.ReplayPolicy:input_type -> conch.approval.v1.ReplayPolicyRequest
+	14, // 21: conch.approval.v1.AuditService.RecordRuns:input_type -> conch.approval.v1.RecordRunsRequest
+	1,  // 22: conch.approval.v1.AuditService.ListAuditRecords:output_type -> conch.approval.v1.ListAuditRecordsResponse
+	7,  // 23: conch.approval.v1.AuditService.VerifyAudit:output_type -> conch.approval.v1.VerifyAuditResponse
+	11, // 24: conch.approval.v1.AuditService.ReplayPolicy:output_type -> conch.approval.v1.ReplayPolicyResponse
+	15, // 25: conch.approval.v1.AuditService.RecordRuns:output_type -> conch.approval.v1.RecordRunsResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_audit_proto_init() }
@@ -1511,7 +1614,7 @@ func file_conch_approval_v1_audit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_audit_proto_rawDesc), len(file_conch_approval_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	AuditService_ListAuditRecords_FullMethodName = "/conch.approval.v1.AuditService/ListAuditRecords"
 	AuditService_VerifyAudit_FullMethodName      = "/conch.approval.v1.AuditService/VerifyAudit"
 	AuditService_ReplayPolicy_FullMethodName     = "/conch.approval.v1.AuditService/ReplayPolicy"
+	AuditService_RecordRuns_FullMethodName       = "/conch.approval.v1.AuditService/RecordRuns"
 )
 
 // AuditServiceClient is the client API for AuditService service.
@@ -43,6 +44,10 @@ type AuditServiceClient interface {
 	// gateway exec settings, and reports which verdicts would change. Nothing
 	// runs and nothing is recorded.
 	ReplayPolicy(ctx context.Context, in *ReplayPolicyRequest, opts ...grpc.CallOption) (*ReplayPolicyResponse, error)
+	// RecordRuns appends how commands ended and the connections they made,
+	// as executors saw them, to the caller's account's trail. Executors
+	// never reach the object store; this call has no REST route.
+	RecordRuns(ctx context.Context, in *RecordRunsRequest, opts ...grpc.CallOption) (*RecordRunsResponse, error)
 }
 
 type auditServiceClient struct {
@@ -83,6 +88,16 @@ func (c *auditServiceClient) ReplayPolicy(ctx context.Context, in *ReplayPolicyR
 	return out, nil
 }
 
+func (c *auditServiceClient) RecordRuns(ctx context.Context, in *RecordRunsRequest, opts ...grpc.CallOption) (*RecordRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordRunsResponse)
+	err := c.cc.Invoke(ctx, AuditService_RecordRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
@@ -102,6 +117,10 @@ type AuditServiceServer interface {
 	// gateway exec settings, and reports which verdicts would change. Nothing
 	// runs and nothing is recorded.
 	ReplayPolicy(context.Context, *ReplayPolicyRequest) (*ReplayPolicyResponse, error)
+	// RecordRuns appends how commands ended and the connections they made,
+	// as executors saw them, to the caller's account's trail. Executors
+	// never reach the object store; this call has no REST route.
+	RecordRuns(context.Context, *RecordRunsRequest) (*RecordRunsResponse, error)
 	mustEmbedUnimplementedAuditServiceServer()
 }
 
@@ -120,6 +139,9 @@ func (UnimplementedAuditServiceServer) VerifyAudit(context.Context, *VerifyAudit
 }
 func (UnimplementedAuditServiceServer) ReplayPolicy(context.Context, *ReplayPolicyRequest) (*ReplayPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplayPolicy not implemented")
+}
+func (UnimplementedAuditServiceServer) RecordRuns(context.Context, *RecordRunsRequest) (*RecordRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordRuns not implemented")
 }
 func (UnimplementedAuditServiceServer) mustEmbedUnimplementedAuditServiceServer() {}
 func (UnimplementedAuditServiceServer) testEmbeddedByValue()                      {}
@@ -196,6 +218,24 @@ func _AuditService_ReplayPolicy_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuditService_RecordRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuditServiceServer).RecordRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuditService_RecordRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuditServiceServer).RecordRuns(ctx, req.(*RecordRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AuditService_ServiceDesc is the grpc.ServiceDesc for AuditService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -214,6 +254,10 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReplayPolicy",
 			Handler:    _AuditService_ReplayPolicy_Handler,
+		},
+		{
+			MethodName: "RecordRuns",
+			Handler:    _AuditService_RecordRuns_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
