@@ -143,6 +143,7 @@ func (s *Server) resolve(ctx context.Context, account, id string, decision appro
 	if err != nil {
 		return nil, err
 	}
+	s.auditApproval(ctx, eventResolved, a)
 	s.log.InfoContext(ctx, "approval resolved", "account", account, "approval", id, "decision", d, "approver", approver)
 	resolutions.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", d)))
 	return a, nil
@@ -166,6 +167,7 @@ func (s *Server) AbandonApproval(ctx context.Context, req *approvalv1.AbandonApp
 		return nil, err
 	}
 	if a.ResolvedBy == "requester" {
+		s.auditApproval(ctx, eventAbandoned, a)
 		s.log.InfoContext(ctx, "approval abandoned", "account", account, "approval", a.ID, "reason", reason)
 	}
 	return &approvalv1.AbandonApprovalResponse{Approval: approvalTo(a)}, nil

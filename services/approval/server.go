@@ -23,6 +23,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -65,6 +66,8 @@ type Config struct {
 	Name string
 	// Sender delivers chat notices; nil means the default HTTP sender.
 	Sender *notify.Sender
+	// Audit receives the audit trail; nil records nothing.
+	Audit *audit.Writer
 	// Reviewer asks a gateway's model about an allowlist miss when the
 	// gateway names one (exec.reviewer); nil sends every miss to humans.
 	Reviewer Reviewer
@@ -145,6 +148,12 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	if err != nil {
 		return nil, err
 	}
+	return s.judgeDoc(doc, in), nil
+}
+
+// judgeDoc judges under doc, as judge does under the account's document;
+// policy replay judges under a proposed one.
+func (s *Server) judgeDoc(doc *document.Document, in judgeInput) *judgement {
 	docSettings, skills := doc.PolicySettings(in.agent)
 	eff := settingsFrom(execpolicy.Effective(in.host, settingsTo(docSettings), in.exec))
 	cfg := policy.Config{
@@ -195,7 +204,7 @@ func (s *Server) judge(ctx context.Context, account string, in judgeInput) (*jud
 	if in.exec != nil && in.exec.GetApprovalTimeoutSeconds() > 0 {
 		timeout = time.Duration(in.exec.GetApprovalTimeoutSeconds()) * time.Second
 	}
-	return &judgement{res: res, exec: in.exec, settings: eff, timeout: timeout, doc: doc, digests: digests}, nil
+	return &judgement{res: res, exec: in.exec, settings: eff, timeout: timeout, doc: doc, digests: digests}
 }
 
 // Evaluate implements ApprovalService.
@@ -260,6 +269,11 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if aerr := s.auditAuthorize(ctx, account, req, resp, err); aerr != nil && err == nil {
+			resp, err = nil, aerr
+		}
+	}()
 	b := req.GetBinding()
 	if b.GetCommand() == "" {
 		return nil, errs.New(errs.InvalidArgument, "binding.command: required")
@@ -328,6 +342,7 @@ func (s *Server) createApproval(ctx context.Context, account string, b *approval
 	if err := s.store.Create(ctx, a, j.timeout); err != nil {
 		return nil, err
 	}
+	s.auditApproval(ctx, eventCreated, a)
 	s.log.InfoContext(ctx, "approval requested", "account", account, "approval", a.ID, "agent", a.Agent, "host", a.Host, "reviewer", rv.GetGateway())
 	if reviewed {
 		go s.review(context.WithoutCancel(ctx), a, j, rv)
@@ -362,10 +377,11 @@ func (s *Server) review(ctx context.Context, a *store.Approval, j *judgement, rv
 		approver := "reviewer:" + rv.GetGateway()
 		note = approver + " answered " + resp.GetDecision() + ": " + resp.GetReasoning()
 		wctx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_, err := s.store.Resolve(wctx, a.Account, a.ID, resp.GetDecision(), approver, store.ResolveOptions{Note: note})
+		r, err := s.store.Resolve(wctx, a.Account, a.ID, resp.GetDecision(), approver, store.ResolveOptions{Note: note})
 		done()
 		switch {
 		case err == nil:
+			s.auditApproval(ctx, eventResolved, r)
 			s.log.InfoContext(ctx, "approval resolved by its reviewer", "account", a.Account, "approval", a.ID, "decision", resp.GetDecision(), "reviewer", rv.GetGateway())
 			return
 		case errs.KindOf(err) == errs.Conflict:
@@ -390,6 +406,9 @@ func (s *Server) useApproval(ctx context.Context, account, id, digest string, ou
 		return nil, err
 	}
 	out.Approval = approvalTo(a)
+	if a.State == store.StateExpired && a.ResolvedBy == "fallback" {
+		s.auditApproval(ctx, eventExpired, a)
+	}
 	if a.Binding != digest {
 		return nil, errs.New(errs.PermissionDenied, "approval %s was granted for a different command, directory, environment, session or binary", id)
 	}

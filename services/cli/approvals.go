@@ -26,6 +26,9 @@ Commands:
   allowlist rm AGENT ID|PATTERN  remove an allowlist entry
   export [FILE]                  write the exec-approvals document (default: stdout)
   import FILE|-                  replace the exec-approvals document
+  replay [FILE|-] [--since 7d] [--until T] [--agent NAME] [--exec SETTINGS.json]
+                                 judge the audited commands again under a proposed document
+                                 (and/or gateway exec settings) and show what would change
 `
 
 // apiApproval is an approval as the REST API returns it.
@@ -75,6 +78,9 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	state := fs.String("state", "pending", "list: state to show, or all")
 	agent := fs.String("agent", "", "list: only this agent")
 	always := fs.Bool("always", false, "approve: allow always (adds the binaries to the allowlist)")
+	since := fs.String("since", "7d", "replay: oldest command, a duration back (7d, 12h) or RFC 3339")
+	until := fs.String("until", "", "replay: newest command (default: now)")
+	execFile := fs.String("exec", "", "replay: proposed gateway exec settings, a JSON file")
 	session := fs.Bool("session", false, "approve: allow for the rest of the approval's session (the same commands run again there without asking)")
 	// Flags may come before or after the positional arguments.
 	pos, err := parseAll(fs, args)
@@ -92,6 +98,11 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	switch cmd {
+	case "replay":
+		if len(pos) > 1 || len(pos) == 0 && *execFile == "" {
+			return Usagef("conch approvals replay [FILE|-] [--since 7d] [--agent A] [--exec SETTINGS.json]: give a document, settings or both")
+		}
+		return replayPolicy(ctx, c, &o, pos, replayFlags{since: *since, until: *until, agent: *agent, exec: *execFile}, stdout)
 	case "list":
 		if err := need(0, "[--state S] [--agent A]"); err != nil {
 			return err

@@ -22,6 +22,8 @@ func TestCLIHelpAndVersion(t *testing.T) {
 		{[]string{"approvals", "--help"}, "usage: conch approvals"},
 		{[]string{"approvals", "allowlist", "add", "--help"}, "usage: conch approvals"},
 		{[]string{"nodes", "help"}, "usage: conch nodes"},
+		{[]string{"audit", "-h"}, "usage: conch audit"},
+		{[]string{"audit", "verify", "--help"}, "usage: conch audit"},
 		{[]string{"files", "ls", "-h"}, "usage: conch files"},
 		{[]string{"sandbox", "exec", "--help"}, "usage: conch sandbox"},
 		{[]string{"chat", "-h"}, "usage: conch chat"},

@@ -107,7 +107,7 @@ type proc interface {
 // node, after the exec policy allowed it. It returns the result (a refusal
 // is an error outcome with the policy's reason), or nil when the command
 // moved to the background.
-func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (*Result, error) {
+func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev ExecEvents) (res *Result, err error) {
 	if err := validateEnv(p.Env); err != nil {
 		return nil, err
 	}
@@ -154,7 +154,12 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	if inSandbox && t.e.egress != nil {
 		egressMark = t.e.egress.mark()
 	}
-	res, err := s.run(ctx, t.e, t.start, p, ev)
+	res, err = s.run(ctx, t.e, t.start, p, ev)
+	defer func() {
+		if aerr := s.auditOutcome(ctx, account, &p, res, err); aerr != nil && err == nil {
+			res, err = nil, aerr
+		}
+	}()
 	if err == nil && res != nil && inSandbox && t.e.egress != nil {
 		res.Egress, res.EgressOmitted = t.e.egress.since(egressMark, egressSettle)
 	}

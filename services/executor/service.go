@@ -94,6 +94,8 @@ type Service struct {
 	// approvals judges commands whose exec policy is not the sandbox's
 	// full/off default (SPEC §7); nil refuses them.
 	approvals gate.Client
+	// audit records how commands ended; nil records nothing.
+	audit AuditSink
 }
 
 // Option configures a Service.

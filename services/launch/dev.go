@@ -45,6 +45,9 @@ type DevConfig struct {
 	QuotaBytes int64 `env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
 	QuotaFiles int64 `env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
 	HTTPConfig
+	// AuditConfig keeps the audit trail under <data-dir>/audit unless it
+	// says otherwise.
+	AuditConfig
 
 	ExecutorConfig
 }
@@ -81,6 +84,9 @@ func (c *DevConfig) Validate() error {
 		}
 	}
 	if err := c.ExecutorConfig.Validate(); err != nil {
+		return err
+	}
+	if err := c.AuditConfig.Validate(); err != nil {
 		return err
 	}
 	return validPublicURL(c.PublicURL)
@@ -143,7 +149,11 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if err != nil {
 		return err
 	}
-	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, execAddr)
+	ac := cfg.AuditConfig
+	if ac.AuditDir == "" && ac.AuditS3Endpoint == "" {
+		ac.AuditDir = filepath.Join(cfg.DataDir, "audit")
+	}
+	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, execAddr, ac.AuditFlush)
 	if err != nil {
 		_ = execLis.Close()
 		return err
@@ -155,7 +165,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		if err != nil {
 			return err
 		}
-		register, run, err := registerFunc(name, p, addr)
+		register, run, err := registerFunc(ctx, name, p, addr, ac)
 		if err != nil {
 			_ = lis.Close()
 			return err

@@ -34,6 +34,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
@@ -136,9 +137,18 @@ func (c *RouterConfig) Validate() error {
 	return validPublicURL(c.PublicURL)
 }
 
-// ServiceConfig is the configuration of `conch executor|approval`.
+// ServiceConfig is the configuration of `conch approval`.
 type ServiceConfig struct {
 	Common
+	AuditConfig
+}
+
+// Validate checks the service's settings.
+func (c *ServiceConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.AuditConfig.Validate()
 }
 
 // ExecutorConfig configures the executor's sandboxes.
@@ -255,7 +265,7 @@ func (c *ExecutorServiceConfig) Validate() error {
 // startExecutor builds the executor service: its sandbox runtime under a
 // per-instance state dir and cgroup, and its domain, which records addr as
 // where its sandboxes are reached.
-func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string) (*executor.Server, *executor.Service, func(), error) {
+func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string, auditFlush time.Duration) (*executor.Server, *executor.Service, func(), error) {
 	host, _ := os.Hostname()
 	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
 	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
@@ -297,13 +307,6 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 	if cfg.GatewayHost {
 		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
 	}
-	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, opts...)
-	if err != nil {
-		_ = wsConn.Close()
-		_ = routerConn.Close()
-		rt.Close()
-		return nil, nil, nil, err
-	}
 	apConn, err := p.dial(ctx, "approval")
 	if err != nil {
 		_ = wsConn.Close()
@@ -311,8 +314,33 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 		rt.Close()
 		return nil, nil, nil, fmt.Errorf("executor: dial approval: %w", err)
 	}
+	// Outcomes and connections go to the approval service's audit trail:
+	// executors never reach the object store. The forwarder outlives the
+	// drain, so that what the last commands record is sent.
+	fwd := executor.NewAuditForwarder(approvalv1.NewAuditServiceClient(apConn), auditFlush, audit.DefaultMaxBuffered, p.log)
+	opts = append(opts, executor.WithAudit(fwd))
+	fctx, stopFwd := context.WithCancel(context.WithoutCancel(ctx))
+	fwdDone := make(chan struct{})
+	go func() { _ = fwd.Run(fctx); close(fwdDone) }()
+	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, opts...)
+	if err != nil {
+		stopFwd()
+		<-fwdDone
+		_ = wsConn.Close()
+		_ = routerConn.Close()
+		_ = apConn.Close()
+		rt.Close()
+		return nil, nil, nil, err
+	}
 	srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn))
-	return srv, svc, func() { rt.Close(); _ = wsConn.Close(); _ = routerConn.Close(); _ = apConn.Close() }, nil
+	return srv, svc, func() {
+		stopFwd()
+		<-fwdDone
+		rt.Close()
+		_ = wsConn.Close()
+		_ = routerConn.Close()
+		_ = apConn.Close()
+	}, nil
 }
 
 // executorMeta is what an executor registers beside its address: its
@@ -332,7 +360,7 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr)
+	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr, audit.DefaultFlushEvery)
 	if err != nil {
 		_ = lis.Close()
 		return err
@@ -544,7 +572,7 @@ func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	register, run, err := registerFunc(name, p, addr)
+	register, run, err := registerFunc(ctx, name, p, addr, cfg.AuditConfig)
 	if err != nil {
 		_ = lis.Close()
 		return err
@@ -578,26 +606,52 @@ func (p *process) runServiceOn(ctx context.Context, name string, lis net.Listene
 // registerFunc builds a service without configuration of its own (the
 // workspace service has RunWorkspace) that will be reached at addr; run,
 // when not nil, is its background work and runs beside the gRPC server.
-func registerFunc(name string, p *process, addr string) (register func(*grpc.Server), run func(context.Context) error, err error) {
+func registerFunc(ctx context.Context, name string, p *process, addr string, ac AuditConfig) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
 	case "approval":
 		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
 		if err != nil {
 			return nil, nil, err
 		}
-		// Named by its address, the replica that leads the notifier
-		// election is the one an operator can find.
+		trail, err := p.newAudit(ctx, ac, "approval-"+addr)
+		if err != nil {
+			return nil, nil, err
+		}
 		// The router's reviewer answers allowlist misses first where a
 		// gateway names one; the connection is made on first use.
 		router, err := p.dial(context.Background(), "router")
 		if err != nil {
 			return nil, nil, err
 		}
-		svc, err := approval.New(st, approval.Config{Logger: p.log, Name: addr, Reviewer: routerv1.NewReviewServiceClient(router)})
+		// Named by its address, the replica that leads the notifier
+		// election is the one an operator can find.
+		cfg := approval.Config{Logger: p.log, Name: addr, Reviewer: routerv1.NewReviewServiceClient(router)}
+		if trail != nil {
+			cfg.Audit = trail.writer
+		}
+		svc, err := approval.New(st, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
-		return svc.Register, svc.Run, nil
+		var api *approval.AuditServer
+		if trail != nil {
+			if api, err = approval.NewAuditServer(trail.store, p.etcd, audit.DefaultEtcdPrefix, svc, trail.writer); err != nil {
+				return nil, nil, err
+			}
+		}
+		register := func(g *grpc.Server) {
+			svc.Register(g)
+			if api != nil {
+				api.Register(g)
+			}
+		}
+		run := func(ctx context.Context) error {
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return svc.Run(gctx) })
+			g.Go(func() error { return trail.run(gctx) })
+			return g.Wait()
+		}
+		return register, run, nil
 	}
 	return nil, nil, fmt.Errorf("unknown service %q", name)
 }

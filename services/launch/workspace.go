@@ -68,22 +68,33 @@ type workspaceStorage struct {
 	quotaBytes, quotaFiles           int64
 }
 
+// objectStorage is an S3 bucket when an endpoint is set, else a local
+// directory.
+type objectStorage struct {
+	dir                              string
+	endpoint, access, secret, bucket string
+	secure                           bool
+}
+
+// openStore opens the object store c describes.
+func openStore(ctx context.Context, c objectStorage) (store.Store, error) {
+	if c.endpoint == "" {
+		return fsstore.New(c.dir)
+	}
+	// Accept "host:port" as well as a URL, whose scheme decides TLS.
+	endpoint, secure := c.endpoint, c.secure
+	if rest, ok := strings.CutPrefix(endpoint, "https://"); ok {
+		endpoint, secure = rest, true
+	} else if rest, ok := strings.CutPrefix(endpoint, "http://"); ok {
+		endpoint = rest
+	}
+	return s3store.New(ctx, s3store.Options{Endpoint: strings.TrimRight(endpoint, "/"), AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: secure})
+}
+
 // newWorkspace builds the workspace service; run is its background work
 // (collecting stale uploads), release frees its locks.
 func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (srv *workspace.Server, run func(context.Context) error, release func(), err error) {
-	var st store.Store
-	if c.endpoint != "" {
-		// Accept "host:port" as well as a URL, whose scheme decides TLS.
-		endpoint, secure := c.endpoint, c.secure
-		if rest, ok := strings.CutPrefix(endpoint, "https://"); ok {
-			endpoint, secure = rest, true
-		} else if rest, ok := strings.CutPrefix(endpoint, "http://"); ok {
-			endpoint = rest
-		}
-		st, err = s3store.New(ctx, s3store.Options{Endpoint: strings.TrimRight(endpoint, "/"), AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: secure})
-	} else {
-		st, err = fsstore.New(c.dir)
-	}
+	st, err := openStore(ctx, objectStorage{dir: c.dir, endpoint: c.endpoint, access: c.access, secret: c.secret, bucket: c.bucket, secure: c.secure})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("workspace storage: %w", err)
 	}

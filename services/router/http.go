@@ -199,6 +199,7 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, gatew
 		{"router", routerv1.RegisterNodeServiceHandler},
 		{"executor", executorv1.RegisterExecutorServiceHandler},
 		{"workspace", workspacev1.RegisterWorkspaceServiceHandler},
+		{"approval", approvalv1.RegisterAuditServiceHandler},
 	}
 	for _, r := range register {
 		if err := r.fn(ctx, mux, conns[r.service]); err != nil {

@@ -35,6 +35,7 @@ Commands:
 
 Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
   approvals   list and answer exec approvals, edit allowlists, export/import the document
+  audit       show the audit trail (who ran what, who allowed it), verify its hash chains
   chat        chat with a gateway in the terminal, commands and approvals shown as they happen
   gateways    list, get, create, update and delete gateways
   mcp         serve a gateway to an MCP client over stdio (--gateway, --user)
@@ -148,6 +149,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Nodes(ctx, args, stdout, stderr)
 	case "approvals":
 		return cli.Approvals(ctx, args, stdout, stderr)
+	case "audit":
+		return cli.Audit(ctx, args, stdout, stderr)
 	case "gateways":
 		return cli.Gateways(ctx, args, stdout, stderr)
 	case "chat":

@@ -27,6 +27,16 @@ var Rows = []Row{
 		Anchor: forkExec, Target: Target{Max: 3, MaxRatio: 2},
 	},
 	{
+		Service: "executor", Metric: "command `true` via gRPC with the audit trail (async), p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTripAudit", Unit: "p50-ms"},
+		Anchor: &Anchor{Name: "the same without audit, same run", Ref: Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTripAudit", Unit: "no-audit-p50-ms"}},
+	},
+	{
+		Service: "executor", Metric: "audit trail's addition to a command round trip, p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTripAudit", Unit: "added-ms"},
+		Target: Target{Max: 0.2},
+	},
+	{
 		Service: "executor", Metric: "command `true` via the agent, p50", Unit: "ms",
 		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkAgentRoundTrip", Unit: "p50-ms"},
 		Anchor: &Anchor{Name: "two nested shells", Ref: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkTwoShells", Unit: "p50-ms"}},

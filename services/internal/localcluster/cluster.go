@@ -277,6 +277,11 @@ func (c *Cluster) plan() error {
 				"CONCH_S3_SECRET_KEY="+s.S3.SecretKey, "CONCH_S3_BUCKET="+s.S3.Bucket, "CONCH_SIGNING_KEYS="+signingKeys)
 		case KindRouter:
 			env = append(env, "CONCH_ADMIN_KEY="+s.AdminKey)
+		case KindApproval:
+			// The audit trail, in its own bucket of the same MinIO;
+			// executors send their records through the approval service.
+			env = append(env, "CONCH_AUDIT_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_AUDIT_S3_ACCESS_KEY="+s.S3.AccessKey,
+				"CONCH_AUDIT_S3_SECRET_KEY="+s.S3.SecretKey, "CONCH_AUDIT_S3_BUCKET="+s.S3.Bucket+"-audit")
 		}
 		env = append(env, o.Env...)
 		for i := range o.Replicas {

@@ -254,6 +254,9 @@ func validateExec(e *approvalv1.ExecSettings) error {
 	if _, ok := approvalv1.Security_name[int32(e.GetAskFallback())]; !ok {
 		return invalid("exec.ask_fallback", "must be deny, allowlist or full")
 	}
+	if a := e.GetAudit(); a != "" && a != "async" && a != "sync" {
+		return invalid("exec.audit", "must be async or sync, got %q", a)
+	}
 	for i, b := range e.GetSafeBins() {
 		if b == "" || strings.ContainsAny(b, "/ \t\n") {
 			return invalid(fmt.Sprintf("exec.safe_bins[%d]", i), "must be a bare program name, got %q", b)

@@ -288,7 +288,13 @@ type ExecSettings struct {
 	// exact arguments only (the default).
 	ApprovalSessionByShape bool `protobuf:"varint,13,opt,name=approval_session_by_shape,json=approvalSessionByShape,proto3" json:"approval_session_by_shape,omitempty"`
 	// A model that reviews an allowlist miss before any human is asked.
-	Reviewer      *Reviewer `protobuf:"bytes,14,opt,name=reviewer,proto3" json:"reviewer,omitempty"`
+	Reviewer *Reviewer `protobuf:"bytes,14,opt,name=reviewer,proto3" json:"reviewer,omitempty"`
+	// How the audit records of the gateway's commands are written: "async"
+	// (the default: buffered, at most the flush interval lost on a crash, a
+	// store that is down never blocks a command) or "sync" (written before
+	// the verdict or result returns; a command whose record cannot be
+	// written fails).
+	Audit         string `protobuf:"bytes,15,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +425,13 @@ func (x *ExecSettings) GetReviewer() *Reviewer {
 		return x.Reviewer
 	}
 	return nil
+}
+
+func (x *ExecSettings) GetAudit() string {
+	if x != nil {
+		return x.Audit
+	}
+	return ""
 }
 
 // Reviewer sends an allowlist miss first to a gateway's model, which may
@@ -884,7 +897,7 @@ var File_conch_approval_v1_policy_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\xb5\x05\n" +
+	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\xcb\x05\n" +
 	"\fExecSettings\x12+\n" +
 	"\x04host\x18\x01 \x01(\x0e2\x17.conch.approval.v1.HostR\x04host\x127\n" +
 	"\bsecurity\x18\x02 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\x12(\n" +
@@ -900,7 +913,8 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\x04deny\x18\v \x03(\v2\x1b.conch.approval.v1.DenyRuleR\x04deny\x12?\n" +
 	"\x1capproval_session_ttl_seconds\x18\f \x01(\x05R\x19approvalSessionTtlSeconds\x129\n" +
 	"\x19approval_session_by_shape\x18\r \x01(\bR\x16approvalSessionByShape\x127\n" +
-	"\breviewer\x18\x0e \x01(\v2\x1b.conch.approval.v1.ReviewerR\breviewer\"6\n" +
+	"\breviewer\x18\x0e \x01(\v2\x1b.conch.approval.v1.ReviewerR\breviewer\x12\x14\n" +
+	"\x05audit\x18\x0f \x01(\tR\x05audit\"6\n" +
 	"\bReviewer\x12\x18\n" +
 	"\agateway\x18\x01 \x01(\tR\agateway\x12\x10\n" +
 	"\x03may\x18\x02 \x03(\tR\x03may\"U\n" +

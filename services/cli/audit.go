@@ -1,0 +1,288 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/display"
+)
+
+const auditUsage = `usage: conch audit [list] [flags]
+       conch audit verify [--account ID]
+
+Commands:
+  list (default)   show audit records, newest first
+  verify           check the hash chains of the stored records and name the
+                   first removed, reordered or edited one
+
+Flags of list:
+  --since T        oldest record: a duration back from now (30m, 12h, 7d) or RFC 3339
+  --until T        newest record, as --since
+  --gateway NAME   only this gateway's records
+  --user ID        only this user's records
+  --decision D     allow, ask, deny, allow-once, allow-always, …
+  --q TEXT         a substring of the command or reason, an approval id, who answered
+  --limit N        records to show (default 50)
+  --follow         keep printing new records
+  --account ID     admin key: one account only
+`
+
+// apiAuditRecord is an audit record as the REST API returns it.
+type apiAuditRecord struct {
+	Time       time.Time `json:"time"`
+	Kind       string    `json:"kind"`
+	Event      string    `json:"event,omitempty"`
+	Account    string    `json:"account"`
+	User       string    `json:"user,omitempty"`
+	Session    string    `json:"session,omitempty"`
+	Gateway    string    `json:"gateway,omitempty"`
+	Host       string    `json:"host,omitempty"`
+	Sandbox    string    `json:"sandbox,omitempty"`
+	Command    string    `json:"command,omitempty"`
+	Decision   string    `json:"decision,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	ApprovalID string    `json:"approval_id,omitempty"`
+	ResolvedBy string    `json:"resolved_by,omitempty"`
+	Surface    string    `json:"surface,omitempty"`
+	Outcome    *struct {
+		ExitCode   int    `json:"exit_code"`
+		TimedOut   bool   `json:"timed_out,omitempty"`
+		Error      string `json:"error,omitempty"`
+		DurationMs int64  `json:"duration_ms"`
+	} `json:"outcome,omitempty"`
+	TraceID string `json:"trace_id,omitempty"`
+	Writer  string `json:"writer"`
+	Seq     int64  `json:"seq"`
+	Hash    string `json:"hash"`
+}
+
+// Audit runs `conch audit …`.
+func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, auditUsage)
+		return nil
+	}
+	cmd := "list"
+	if len(args) > 0 && (args[0] == "list" || args[0] == "verify") {
+		cmd, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("conch audit "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, auditUsage) }
+	var o Options
+	o.AddFlags(fs)
+	since := fs.String("since", "", "oldest record")
+	until := fs.String("until", "", "newest record")
+	gateway := fs.String("gateway", "", "only this gateway")
+	user := fs.String("user", "", "only this user")
+	decision := fs.String("decision", "", "only this decision")
+	q := fs.String("q", "", "search text")
+	limit := fs.Int("limit", 50, "records to show")
+	follow := fs.Bool("follow", false, "keep printing new records")
+	account := fs.String("account", "", "admin key: one account")
+	pos, err := parseAll(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return Usagef("conch audit %s takes no arguments", cmd)
+	}
+	c, err := NewClient(&o)
+	if err != nil {
+		return err
+	}
+	if cmd == "verify" {
+		return verifyAudit(ctx, c, &o, *account, stdout)
+	}
+	query := url.Values{}
+	now := time.Now()
+	for name, v := range map[string]string{"since": *since, "until": *until} {
+		if v == "" {
+			continue
+		}
+		t, err := ParseSince(v, now)
+		if err != nil {
+			return Usagef("--%s: %v", name, err)
+		}
+		query.Set(name, t.UTC().Format(time.RFC3339Nano))
+	}
+	for name, v := range map[string]string{"gateway": *gateway, "user": *user, "decision": *decision, "q": *q, "account": *account} {
+		if v != "" {
+			query.Set(name, v)
+		}
+	}
+	if *limit < 1 || *limit > 1000 {
+		return Usagef("--limit: between 1 and 1000")
+	}
+	query.Set("page_size", strconv.Itoa(*limit))
+	var page struct {
+		Records []apiAuditRecord `json:"records"`
+	}
+	if err := c.JSON(ctx, "GET", "/api/v1/audit?"+query.Encode(), nil, &page); err != nil {
+		return err
+	}
+	// Oldest first on a terminal, so that --follow continues downwards.
+	recs := page.Records
+	for i, j := 0, len(recs)-1; i < j; i, j = i+1, j-1 {
+		recs[i], recs[j] = recs[j], recs[i]
+	}
+	if err := printAudit(stdout, &o, recs, true); err != nil || !*follow {
+		return err
+	}
+	seen := map[string]bool{}
+	last := now.Add(-time.Minute)
+	for _, r := range recs {
+		seen[r.Writer+"/"+strconv.FormatInt(r.Seq, 10)] = true
+		if r.Time.After(last) {
+			last = r.Time
+		}
+	}
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		// Records arrive up to a flush interval late, out of order across
+		// writers: look back a little and drop what was shown.
+		query.Set("since", last.Add(-10*time.Second).UTC().Format(time.RFC3339Nano))
+		query.Set("page_size", "1000")
+		if err := c.JSON(ctx, "GET", "/api/v1/audit?"+query.Encode(), nil, &page); err != nil {
+			return err
+		}
+		var fresh []apiAuditRecord
+		for i := len(page.Records) - 1; i >= 0; i-- {
+			r := page.Records[i]
+			if k := r.Writer + "/" + strconv.FormatInt(r.Seq, 10); !seen[k] {
+				seen[k] = true
+				fresh = append(fresh, r)
+				if r.Time.After(last) {
+					last = r.Time
+				}
+			}
+		}
+		if err := printAudit(stdout, &o, fresh, false); err != nil {
+			return err
+		}
+	}
+}
+
+func printAudit(w io.Writer, o *Options, recs []apiAuditRecord, header bool) error {
+	if o.JSON() {
+		for _, r := range recs {
+			if err := PrintJSON(w, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if header {
+		fmt.Fprintln(tw, "TIME\tKIND\tGATEWAY\tUSER\tDECISION\tBY\tCOMMAND\tDETAIL")
+	}
+	for _, r := range recs {
+		kind, detail := r.Kind, r.Reason
+		if r.Event != "" {
+			kind += " " + r.Event
+		}
+		if o := r.Outcome; o != nil {
+			detail = fmt.Sprintf("exit %d in %dms", o.ExitCode, o.DurationMs)
+			if o.TimedOut {
+				detail = "timed out"
+			}
+			if o.Error != "" {
+				detail = o.Error
+			}
+		}
+		by := r.ResolvedBy
+		if r.Surface != "" {
+			by += " (" + r.Surface + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", FormatTime(r.Time), kind, dash(r.Gateway), dash(r.User), dash(r.Decision),
+			dash(display.Escape(by)), display.Escape(abbrev(r.Command, 60)), display.Escape(abbrev(detail, 60)))
+	}
+	return tw.Flush()
+}
+
+func verifyAudit(ctx context.Context, c *Client, o *Options, account string, stdout io.Writer) error {
+	path := "/api/v1/audit:verify"
+	if account != "" {
+		path += "?account=" + url.QueryEscape(account)
+	}
+	var out struct {
+		OK      bool `json:"ok"`
+		Reports []struct {
+			Account  string `json:"account"`
+			Segments int    `json:"segments"`
+			Records  int    `json:"records"`
+			Problem  *struct {
+				Segment string `json:"segment"`
+				Line    int    `json:"line"`
+				Seq     int64  `json:"seq"`
+				Reason  string `json:"reason"`
+			} `json:"problem,omitempty"`
+		} `json:"reports"`
+	}
+	if err := c.JSON(ctx, "GET", path, nil, &out); err != nil {
+		return err
+	}
+	if o.JSON() {
+		if err := PrintJSON(stdout, out); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range out.Reports {
+			if p := r.Problem; p != nil {
+				fmt.Fprintf(stdout, "%s: BAD: first bad record: %s line %d (seq %d): %s\n", display.Escape(r.Account), display.Escape(p.Segment), p.Line, p.Seq, display.Escape(p.Reason))
+				continue
+			}
+			fmt.Fprintf(stdout, "%s: ok, %d records in %d segments\n", display.Escape(r.Account), r.Records, r.Segments)
+		}
+	}
+	if !out.OK {
+		return fmt.Errorf("the audit trail does not verify")
+	}
+	return nil
+}
+
+// ParseSince reads a time: a duration back from now ("30m", "7d") or RFC
+// 3339.
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+			return now.AddDate(0, 0, -n), nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("want a duration such as 7d or 12h, or an RFC 3339 time")
+	}
+	return t, nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func abbrev(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

@@ -1,0 +1,400 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/conchtest/testnet"
+)
+
+// auditRecord is an audit record as GET /api/v1/audit returns it.
+type auditRecord struct {
+	Kind, Event, Account, User, Gateway, Host, Sandbox, Command, Decision, Reason string
+	ApprovalID                                                                    string `json:"approval_id"`
+	ResolvedBy                                                                    string `json:"resolved_by"`
+	Surface                                                                       string
+	TraceID                                                                       string `json:"trace_id"`
+	Outcome                                                                       *struct {
+		ExitCode    int   `json:"exit_code"`
+		StdoutBytes int64 `json:"stdout_bytes"`
+		DurationMs  int64 `json:"duration_ms"`
+	}
+}
+
+// auditUntil polls GET /api/v1/audit?query with key until want holds for
+// the records, for up to 15s, and returns them.
+func auditUntil(t *testing.T, d *dev, key, query string, want func([]auditRecord) bool) []auditRecord {
+	t.Helper()
+	var recs []auditRecord
+	var body []byte
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var code int
+		code, body = d.call("GET", "/api/v1/audit?"+query, key, nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET /api/v1/audit?%s = %d %s", query, code, body)
+		}
+		var page struct{ Records []auditRecord }
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		if recs = page.Records; want(recs) {
+			return recs
+		}
+	}
+	t.Fatalf("audit ?%s never matched: %s", query, body)
+	return nil
+}
+
+func findRecord(recs []auditRecord, f func(auditRecord) bool) *auditRecord {
+	for i := range recs {
+		if f(recs[i]) {
+			return &recs[i]
+		}
+	}
+	return nil
+}
+
+// The audit trail records a sandbox command's outcome, an approval asked,
+// answered over REST by the authenticated key, and used, and a refusal;
+// the API filters and keeps accounts apart; the chains verify.
+func TestAuditTrail(t *testing.T) {
+	d := startDev(t, "CONCH_AUDIT_FLUSH=200ms")
+
+	// A plain command in a sandbox: its outcome.
+	runCommand(t, d, "default", "shell", "alice", "echo audited")
+	recs := auditUntil(t, d, d.Key, "q="+url.QueryEscape("echo audited"), func(r []auditRecord) bool { return len(r) > 0 })
+	out := findRecord(recs, func(r auditRecord) bool { return r.Kind == "outcome" })
+	if out == nil || out.Outcome == nil || out.Outcome.ExitCode != 0 || out.Outcome.StdoutBytes != int64(len("audited\n")) ||
+		out.User != "alice" || out.Gateway != "default" || out.Host != "sandbox" || out.Sandbox == "" || out.Account != "dev" {
+		t.Fatalf("outcome record: %+v", recs)
+	}
+
+	// An approval answered over REST: who answered and where.
+	createGateway(t, d, map[string]any{"name": "asking", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	answered := allowWhenPending(t, d, "uname -s", func(pendingApproval) {})
+	if body := runCommand(t, d, "asking", "shell", "bob", "uname -s"); !strings.Contains(body, "Linux") {
+		t.Fatalf("approved command: %s", body)
+	}
+	if code := <-answered; code != http.StatusOK {
+		t.Fatalf("resolve = %d", code)
+	}
+	recs = auditUntil(t, d, d.Key, "gateway=asking", func(r []auditRecord) bool {
+		return findRecord(r, func(r auditRecord) bool { return r.Kind == "outcome" }) != nil &&
+			findRecord(r, func(r auditRecord) bool { return r.Kind == "command" && r.Decision == "allow" }) != nil
+	})
+	asked := findRecord(recs, func(r auditRecord) bool { return r.Kind == "command" && r.Decision == "ask" })
+	created := findRecord(recs, func(r auditRecord) bool { return r.Event == "created" })
+	resolved := findRecord(recs, func(r auditRecord) bool { return r.Event == "resolved" })
+	used := findRecord(recs, func(r auditRecord) bool { return r.Kind == "command" && r.Decision == "allow" })
+	if asked == nil || created == nil || resolved == nil || used == nil {
+		t.Fatalf("approval records: %+v", recs)
+	}
+	if !strings.HasPrefix(resolved.ResolvedBy, "key:") || resolved.Surface != "rest" || resolved.Decision != "allow-once" ||
+		used.ResolvedBy != resolved.ResolvedBy || used.ApprovalID != created.ApprovalID || used.User != "bob" || used.Command != "uname -s" {
+		t.Fatalf("who answered: resolved %+v used %+v", resolved, used)
+	}
+	for _, r := range recs {
+		if r.Gateway != "asking" {
+			t.Fatalf("gateway filter let through %+v", r)
+		}
+	}
+
+	// A refusal.
+	createGateway(t, d, map[string]any{"name": "guarded", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"deny": []map[string]string{{"id": "no-rm", "pattern": "/usr/bin/rm"}}}})
+	runCommand(t, d, "guarded", "shell", "", "rm -rf /tmp/x")
+	recs = auditUntil(t, d, d.Key, "decision=deny", func(r []auditRecord) bool { return len(r) > 0 })
+	if len(recs) != 1 || recs[0].Command != "rm -rf /tmp/x" || !strings.Contains(recs[0].Reason, "deny rule no-rm") || recs[0].Gateway != "guarded" {
+		t.Fatalf("refusal records: %+v", recs)
+	}
+
+	// Filters by user and time, and paging newest first.
+	recs = auditUntil(t, d, d.Key, "user=bob&since="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)), func(r []auditRecord) bool { return len(r) > 0 })
+	for _, r := range recs {
+		if r.User != "bob" {
+			t.Fatalf("user filter let through %+v", r)
+		}
+	}
+	if _, body := d.call("GET", "/api/v1/audit?until="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)), d.Key, nil); strings.Contains(string(body), "uname") {
+		t.Fatalf("until filter: %s", body)
+	}
+	_, body := d.call("GET", "/api/v1/audit?page_size=2", d.Key, nil)
+	var page struct {
+		Records []struct{ Time time.Time }
+		Next    string `json:"next_page_token"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || len(page.Records) != 2 || page.Next == "" || page.Records[0].Time.Before(page.Records[1].Time) {
+		t.Fatalf("first page: %s", body)
+	}
+
+	// Another account sees none of it, and may not ask for it.
+	other := newAccount(t, d, "Outsiders")
+	if code, body := d.call("GET", "/api/v1/audit", other, nil); code != http.StatusOK || strings.Contains(string(body), "uname") {
+		t.Fatalf("another account's view = %d %s", code, body)
+	}
+	if code, _ := d.call("GET", "/api/v1/audit?account=dev", other, nil); code != http.StatusForbidden {
+		t.Fatalf("another account asking for dev's trail = %d", code)
+	}
+	// Its own sandbox command (sandbox REST) is its own; the admin key sees
+	// both accounts, or one.
+	code, body := d.call("POST", "/api/v1/sandboxes", other, map[string]any{})
+	var sb struct{ ID string }
+	if err := json.Unmarshal(body, &sb); code != http.StatusOK || err != nil {
+		t.Fatalf("create sandbox = %d %s", code, body)
+	}
+	if code, body := d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", other, map[string]any{"command": "echo outsider"}); code != http.StatusOK {
+		t.Fatalf("run = %d %s", code, body)
+	}
+	mine := auditUntil(t, d, other, "", func(r []auditRecord) bool { return len(r) > 0 })
+	if len(mine) != 1 || mine[0].Command != "echo outsider" || mine[0].Sandbox != sb.ID {
+		t.Fatalf("the other account's trail: %+v", mine)
+	}
+	all := auditUntil(t, d, d.Key, "q=echo", func(r []auditRecord) bool { return len(r) >= 2 })
+	accounts := map[string]bool{}
+	for _, r := range all {
+		accounts[r.Account] = true
+	}
+	if !accounts["dev"] || !accounts[mine[0].Account] {
+		t.Fatalf("the admin's view: %+v", all)
+	}
+	if one := auditUntil(t, d, d.Key, "account="+mine[0].Account, func(r []auditRecord) bool { return len(r) > 0 }); len(one) != 1 {
+		t.Fatalf("the admin asking for one account: %+v", one)
+	}
+
+	// Every chain of every account checks out.
+	code, body = d.call("GET", "/api/v1/audit:verify", d.Key, nil)
+	var v struct {
+		OK      bool `json:"ok"`
+		Reports []struct {
+			Account string
+			Records int
+			Problem any
+		}
+	}
+	if err := json.Unmarshal(body, &v); code != http.StatusOK || err != nil || !v.OK || len(v.Reports) != 2 || v.Reports[0].Records == 0 {
+		t.Fatalf("verify = %d %s", code, body)
+	}
+
+	// The CLI shows the same.
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"audit"}, args...)...)
+		cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("conch audit %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli("--gateway", "asking", "--since", "1h"); !strings.Contains(out, "approval resolved") || !strings.Contains(out, "(rest)") || !strings.Contains(out, "uname -s") {
+		t.Fatalf("conch audit --gateway asking:\n%s", out)
+	}
+	if out := cli("-o", "json", "--decision", "deny"); !strings.Contains(out, `"reason": "Command not allowed by exec policy (deny rule no-rm)"`) {
+		t.Fatalf("conch audit -o json --decision deny:\n%s", out)
+	}
+	if out := cli("verify"); !strings.Contains(out, "dev: ok") {
+		t.Fatalf("conch audit verify:\n%s", out)
+	}
+}
+
+// Policy replay judges the audited commands again under a proposed
+// document or gateway settings and reports only what the proposal
+// changes, running nothing.
+func TestAuditPolicyReplay(t *testing.T) {
+	d := startDev(t, "CONCH_AUDIT_FLUSH=200ms")
+	createGateway(t, d, map[string]any{"name": "listed", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	current := `{"version": 1, "agents": {"listed": {"allowlist": [{"id": "ls", "pattern": "/usr/bin/ls"}]}}}`
+	if code, body, _ := d.raw("PUT", "/api/v1/exec-approvals", []byte(current)); code != http.StatusOK {
+		t.Fatalf("PUT document = %d %s", code, body)
+	}
+	for _, c := range []string{"echo one", "uname -s", "ls -d /"} {
+		runCommand(t, d, "default", "shell", "", c)
+	}
+	runCommand(t, d, "listed", "shell", "", "ls -d /")
+	auditUntil(t, d, d.Key, "", func(r []auditRecord) bool {
+		n := 0
+		for _, x := range r {
+			if x.Kind == "outcome" {
+				n++
+			}
+		}
+		return n == 4
+	})
+
+	tests := []struct {
+		name     string
+		body     map[string]any
+		commands int
+		changes  map[string]int
+		programs string
+	}{
+		{name: "the current policy changes nothing", body: map[string]any{}, commands: 4, changes: map[string]int{}},
+		{name: "a deny rule", body: map[string]any{"document": json.RawMessage(`{"version": 1, "defaults": {"denylist": [{"id": "no-uname", "pattern": "/usr/bin/uname"}]},
+			"agents": {"listed": {"allowlist": [{"id": "ls", "pattern": "/usr/bin/ls"}]}}}`)}, commands: 4,
+			// Under deny rules full mode runs only what the policy can
+			// judge: the builtin echo is refused too.
+			changes: map[string]int{"allow→deny": 2}, programs: "allow→deny /usr/bin/uname 1, allow→deny echo 1"},
+		{name: "an allowlist entry removed", body: map[string]any{"document": json.RawMessage(`{"version": 1}`)}, commands: 4, changes: map[string]int{"allow→ask": 1}, programs: "allow→ask /usr/bin/ls 1"},
+		{name: "gateway settings", body: map[string]any{"gateway": "default", "gateway_exec": map[string]any{"security": "deny"}}, commands: 3, changes: map[string]int{"allow→deny": 3},
+			// Security deny refuses before judging any program: first words.
+			programs: "allow→deny echo 1, allow→deny ls 1, allow→deny uname 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := d.call("POST", "/api/v1/exec-policy:replay", d.Key, tc.body)
+			var out struct {
+				Commands, Changed int
+				Changes           []struct {
+					From, To string
+					Count    int
+				}
+				Programs []struct {
+					From, To, Program string
+					Count             int
+				}
+			}
+			if err := json.Unmarshal(body, &out); code != http.StatusOK || err != nil {
+				t.Fatalf("replay = %d %s", code, body)
+			}
+			got := map[string]int{}
+			for _, c := range out.Changes {
+				got[c.From+"→"+c.To] = c.Count
+			}
+			if out.Commands != tc.commands || len(got) != len(tc.changes) {
+				t.Fatalf("replay: %s", body)
+			}
+			for k, n := range tc.changes {
+				if got[k] != n {
+					t.Fatalf("replay %s = %d, want %d: %s", k, got[k], n, body)
+				}
+			}
+			var progs []string
+			for _, p := range out.Programs {
+				progs = append(progs, fmt.Sprintf("%s→%s %s %d", p.From, p.To, p.Program, p.Count))
+			}
+			if g := strings.Join(progs, ", "); g != tc.programs {
+				t.Fatalf("per program = %q, want %q", g, tc.programs)
+			}
+		})
+	}
+	if code, body := d.call("POST", "/api/v1/exec-policy:replay", d.Key, map[string]any{"document": map[string]any{"version": 7}}); code != http.StatusBadRequest {
+		t.Fatalf("an invalid document = %d %s", code, body)
+	}
+	// Replay judged without recording: after one more command, the trail
+	// holds its outcome and nothing else new.
+	runCommand(t, d, "default", "shell", "", "true")
+	recs := auditUntil(t, d, d.Key, "", func(r []auditRecord) bool { return len(r) > 0 && r[0].Command == "true" })
+	if len(recs) != 6 { // 4 outcomes, listed's verdict, and this one
+		t.Fatalf("replay left records: %+v", recs)
+	}
+
+	// The CLI.
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := t.TempDir() + "/proposed.json"
+	if err := os.WriteFile(file, []byte(`{"version": 1, "defaults": {"denylist": [{"id": "no-uname", "pattern": "/usr/bin/uname"}]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), bin, "approvals", "replay", file, "--since", "1h")
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "5 commands judged again, 3 would change") || !strings.Contains(string(out), "/usr/bin/uname") {
+		t.Fatalf("conch approvals replay: %v\n%s", err, out)
+	}
+}
+
+// A gateway with exec.audit sync has its records written before the
+// result returns; the others wait for the flush interval (here an hour).
+func TestAuditSync(t *testing.T) {
+	d := startDev(t, "CONCH_AUDIT_FLUSH=1h")
+	createGateway(t, d, map[string]any{"name": "synced", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"audit": "sync", "deny": []map[string]string{{"id": "no-rm", "pattern": "/usr/bin/rm"}}}})
+	createGateway(t, d, map[string]any{"name": "buffered", "upstream": map[string]any{"provider": "scripted"}})
+	runCommand(t, d, "buffered", "shell", "", "echo later")
+	runCommand(t, d, "synced", "shell", "", "uname -s")
+	code, body := d.call("GET", "/api/v1/audit", d.Key, nil)
+	var page struct{ Records []auditRecord }
+	if err := json.Unmarshal(body, &page); code != http.StatusOK || err != nil {
+		t.Fatalf("audit = %d %s", code, body)
+	}
+	kinds := map[string]bool{}
+	for _, r := range page.Records {
+		kinds[r.Gateway+" "+r.Kind] = true
+	}
+	// The buffered gateway's outcome was written with the synced ones, which
+	// flush what was buffered before them.
+	if !kinds["synced command"] || !kinds["synced outcome"] || !kinds["buffered outcome"] {
+		t.Fatalf("records right after a sync command: %s", body)
+	}
+	if code, body := d.call("POST", "/api/v1/gateways", d.Key, map[string]any{"name": "bad", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"audit": "sometimes"}}); code != http.StatusBadRequest || !strings.Contains(string(body), "exec.audit") {
+		t.Fatalf("an unknown audit mode = %d %s", code, body)
+	}
+}
+
+// A sandbox's connections, allowed and refused, are records after the
+// outcome of the command that made them.
+func TestAuditEgress(t *testing.T) {
+	in := testnet.Start(t)
+	d := startDev(t, "CONCH_AUDIT_FLUSH=200ms")
+	site := in.Addr.String()
+	id := newSandbox(t, d, map[string]any{"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site}}})
+	for _, c := range []string{"curl -sS http://" + site + "/audit", "curl -sS http://denied.conch.test/"} {
+		if code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": c, "timeout_seconds": 30}); code != http.StatusOK {
+			t.Fatalf("%s = %d %s", c, code, body)
+		}
+	}
+	type egressRecord struct {
+		Kind, Decision, Reason, Sandbox, Command string
+		Egress                                   *struct {
+			Host          string
+			Port          int
+			BytesReceived int64 `json:"bytes_received"`
+		}
+	}
+	var recs []egressRecord
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_, body := d.call("GET", "/api/v1/audit?q=curl", d.Key, nil)
+		var page struct{ Records []egressRecord }
+		_ = json.Unmarshal(body, &page)
+		recs = recs[:0]
+		for _, r := range page.Records {
+			if r.Kind == "egress" {
+				recs = append(recs, r)
+			}
+		}
+		if len(recs) >= 2 {
+			break
+		}
+	}
+	var allowed, denied bool
+	for _, r := range recs {
+		if r.Egress == nil || r.Sandbox != id {
+			t.Fatalf("egress record without its connection or sandbox: %+v", r)
+		}
+		switch {
+		case r.Decision == "allowed" && strings.Contains(r.Command, "/audit") && r.Egress.BytesReceived > 0:
+			allowed = true
+		case r.Decision == "refused" && r.Egress.Host == "denied.conch.test" && r.Egress.Port == 80:
+			denied = true
+		}
+	}
+	if !allowed || !denied {
+		t.Fatalf("egress records: %+v", recs)
+	}
+}

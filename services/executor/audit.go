@@ -1,0 +1,89 @@
+package executor
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+)
+
+// AuditSink receives the executor's records: an AuditForwarder, which
+// hands them to the approval service, or an audit.Writer of its own.
+type AuditSink interface {
+	Write(ctx context.Context, r audit.Record)
+	WriteSync(ctx context.Context, r audit.Record) error
+}
+
+var (
+	_ AuditSink = (*audit.Writer)(nil)
+	_ AuditSink = (*AuditForwarder)(nil)
+)
+
+// WithAudit records how each command ended in w, beside the approval
+// service's record of its verdict (linked by the trace id).
+func WithAudit(w AuditSink) Option { return func(s *Service) { s.audit = w } }
+
+// auditOutcome records the end of a command that ran, or could not. In
+// sync mode (exec.audit) the record is written before the result returns,
+// and a record that cannot be written is an error.
+func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParams, res *Result, err error) error {
+	if s.audit == nil || (res == nil && err == nil) {
+		return nil // moved to the background: its end is not known here
+	}
+	r := audit.Record{
+		Kind: audit.KindOutcome, Account: account, User: p.User, Session: p.Session, Gateway: p.Agent,
+		Host: hostName(p), Node: p.Node, Sandbox: p.SandboxID, Cwd: p.Workdir, Command: p.Command, Plan: p.Plan,
+		Outcome: &audit.Outcome{ExitCode: -1},
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		r.TraceID = sc.TraceID().String()
+	}
+	switch {
+	case err != nil:
+		r.Outcome.Error = err.Error()
+	default:
+		r.Outcome.Error = res.Error
+		r.Outcome.TimedOut = res.Outcome == OutcomeTimeout
+		if res.Outcome == OutcomeExit {
+			r.Outcome.ExitCode = res.ExitCode
+		}
+		r.Outcome.DurationMs = res.Duration.Milliseconds()
+		r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
+		r.Outcome.Truncated = res.StdoutTruncated || res.StderrTruncated
+	}
+	recs := []audit.Record{r}
+	if res != nil {
+		// Each connection the command made, or was refused, follows its
+		// outcome, with the same context.
+		for _, c := range res.Egress {
+			e := r
+			e.Kind, e.Outcome, e.Decision, e.Reason = audit.KindEgress, nil, c.GetDecision(), c.GetReason()
+			e.Egress = &audit.Egress{Host: c.GetHost(), Port: c.GetPort(), Address: c.GetAddress(), BytesSent: c.GetBytesSent(), BytesReceived: c.GetBytesReceived(), DurationMs: c.GetDurationMs()}
+			recs = append(recs, e)
+		}
+	}
+	last := len(recs) - 1
+	for _, x := range recs[:last] {
+		s.audit.Write(ctx, x)
+	}
+	if p.Settings.GetAudit() == audit.Sync {
+		if err := s.audit.WriteSync(ctx, recs[last]); err != nil {
+			return errs.Wrap(errs.Unavailable, err, "the command ran, but its audit record could not be written (exec.audit is sync)")
+		}
+		return nil
+	}
+	s.audit.Write(ctx, recs[last])
+	return nil
+}
+
+func hostName(p *ExecParams) string {
+	if p.outside() {
+		if p.Node != "" {
+			return "node"
+		}
+		return "gateway"
+	}
+	return "sandbox"
+}

@@ -1,0 +1,131 @@
+package executor
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+)
+
+var auditDropped, _ = otel.Meter("github.com/conch-sh/conch/services/executor").Int64Counter("conch.executor.audit.dropped",
+	metric.WithDescription("Audit records of runs dropped because the approval service could not take them in time"))
+
+// AuditForwarder hands the executor's records to the approval service,
+// which chains and stores them: executors never reach the object store.
+// Records wait in a bounded buffer and are sent every interval; a slow or
+// absent approval service never blocks a command, and what exceeds the
+// bound is dropped, counted and logged.
+type AuditForwarder struct {
+	client approvalv1.AuditServiceClient
+	every  time.Duration
+	max    int
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	buf     []audit.Record
+	dropped int64
+	// sending serializes calls, keeping each account's records in order.
+	sending sync.Mutex
+}
+
+// NewAuditForwarder sends to c every interval, holding at most max
+// records meanwhile.
+func NewAuditForwarder(c approvalv1.AuditServiceClient, every time.Duration, max int, log *slog.Logger) *AuditForwarder {
+	return &AuditForwarder{client: c, every: every, max: max, log: log}
+}
+
+// Write implements AuditSink.
+func (f *AuditForwarder) Write(ctx context.Context, r audit.Record) {
+	f.mu.Lock()
+	if len(f.buf) >= f.max {
+		f.dropped++
+		n := f.dropped
+		f.mu.Unlock()
+		auditDropped.Add(ctx, 1)
+		if n == 1 || n%1000 == 0 {
+			f.log.WarnContext(ctx, "audit records of runs dropped: buffer full", "dropped", n)
+		}
+		return
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	f.buf = append(f.buf, r)
+	f.mu.Unlock()
+}
+
+// WriteSync implements AuditSink: r, and what waited before it, are
+// stored before it returns.
+func (f *AuditForwarder) WriteSync(ctx context.Context, r audit.Record) error {
+	f.Write(ctx, r)
+	return f.flush(ctx, true)
+}
+
+// Run sends buffered records every interval until ctx ends, then once
+// more.
+func (f *AuditForwarder) Run(ctx context.Context) error {
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := f.flush(fctx, false); err != nil {
+				f.log.Warn("audit records of runs not sent on shutdown", "error", err)
+			}
+			return nil
+		case <-t.C:
+			if err := f.flush(ctx, false); err != nil && ctx.Err() == nil {
+				f.log.WarnContext(ctx, "audit records of runs not sent", "error", err)
+			}
+		}
+	}
+}
+
+// flush sends every buffered record, a call per account in order; what
+// was not sent stays buffered for the next try.
+func (f *AuditForwarder) flush(ctx context.Context, sync bool) error {
+	f.sending.Lock()
+	defer f.sending.Unlock()
+	f.mu.Lock()
+	batch := f.buf
+	f.buf = nil
+	f.mu.Unlock()
+	done := 0
+	var err error
+	for done < len(batch) {
+		acc := batch[done].Account
+		n := 1
+		for done+n < len(batch) && batch[done+n].Account == acc && n < 1000 {
+			n++
+		}
+		req := &approvalv1.RecordRunsRequest{Sync: sync}
+		for _, r := range batch[done : done+n] {
+			req.Records = append(req.Records, audit.ToProto(r))
+		}
+		if _, err = f.client.RecordRuns(tenant.With(ctx, tenant.Scope{Account: acc}), req); err != nil {
+			break
+		}
+		done += n
+	}
+	if done < len(batch) {
+		f.mu.Lock()
+		rest := append(batch[done:len(batch):len(batch)], f.buf...)
+		if len(rest) > f.max {
+			f.dropped += int64(len(rest) - f.max)
+			auditDropped.Add(ctx, int64(len(rest)-f.max))
+			rest = rest[len(rest)-f.max:]
+		}
+		f.buf = rest
+		f.mu.Unlock()
+	}
+	return err
+}

@@ -1,0 +1,153 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/conch-sh/conch/services/workspace/store"
+)
+
+// Problem names the first record of a chain that does not check out.
+type Problem struct {
+	Account string `json:"account"`
+	Writer  string `json:"writer"`
+	// Segment is the segment's key and Line the record's line in it
+	// (1-based; 0 when the whole segment is at fault).
+	Segment string `json:"segment"`
+	Line    int    `json:"line"`
+	Seq     int64  `json:"seq"`
+	Reason  string `json:"reason"`
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s line %d (seq %d): %s", p.Segment, p.Line, p.Seq, p.Reason)
+}
+
+// Report is what Verify found for one account.
+type Report struct {
+	Account  string `json:"account"`
+	Segments int    `json:"segments"`
+	Records  int    `json:"records"`
+	// Problem is the first bad record, nil when every chain checks out.
+	Problem *Problem `json:"problem,omitempty"`
+}
+
+// Verify checks every chain of account: each record's hash, that it
+// follows the one before (prev hash and seq), and that each segment ends
+// on the hash etcd anchored for it. Segments removed by retention take
+// their anchors with them; a chain may start after them.
+func Verify(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefix, account string) (Report, error) {
+	if etcdPrefix == "" {
+		etcdPrefix = DefaultEtcdPrefix
+	}
+	rep := Report{Account: account}
+	anchorPrefix := etcdPrefix + "anchors/" + url.PathEscape(account) + "/"
+	resp, err := cli.Get(ctx, anchorPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return rep, fmt.Errorf("audit: read anchors: %w", err)
+	}
+	anchors := map[string]Anchor{} // by segment key
+	for _, kv := range resp.Kvs {
+		var a Anchor
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			return rep, fmt.Errorf("audit: anchor %s: %w", kv.Key, err)
+		}
+		anchors[a.Key] = a
+	}
+	keys, err := segmentKeys(ctx, st, account, zeroTime, zeroTime)
+	if err != nil {
+		return rep, err
+	}
+	// Chains by writer, segments in order of their first seq.
+	byWriter := map[string][]string{}
+	for _, k := range keys {
+		w, _ := splitSegmentName(k)
+		byWriter[w] = append(byWriter[w], k)
+	}
+	for k, a := range anchors {
+		if !slices.Contains(keys, k) {
+			w, seq := splitSegmentName(k)
+			rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Seq: seq, Reason: fmt.Sprintf("segment is missing (anchored records %d-%d)", a.First, a.Last)}
+			return rep, nil
+		}
+	}
+	writers := make([]string, 0, len(byWriter))
+	for w := range byWriter {
+		writers = append(writers, w)
+	}
+	slices.Sort(writers)
+	for _, w := range writers {
+		segs := byWriter[w]
+		slices.SortFunc(segs, func(a, b string) int {
+			_, x := splitSegmentName(a)
+			_, y := splitSegmentName(b)
+			return int(x - y)
+		})
+		var prevHash string
+		var prevSeq int64
+		for i, k := range segs {
+			rep.Segments++
+			a, anchored := anchors[k]
+			if !anchored {
+				rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Reason: "segment has no anchor in etcd"}
+				return rep, nil
+			}
+			seg := readSegment(ctx, st, k)
+			first := i == 0 && a.First > 1 // older segments expired
+			for j, r := range seg.Records {
+				bad := func(reason string) (Report, error) {
+					rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Line: j + 1, Seq: r.Seq, Reason: reason}
+					return rep, nil
+				}
+				h, err := r.digest()
+				switch {
+				case err != nil:
+					return bad(err.Error())
+				case h != r.Hash:
+					return bad("edited: hash does not match content")
+				case r.Account != account || r.Writer != w:
+					return bad("belongs to another chain")
+				case first && j == 0:
+					// The chain starts here; retention removed what came before.
+				case r.Seq != prevSeq+1:
+					return bad(fmt.Sprintf("out of order or a record is missing before it: seq %d follows %d", r.Seq, prevSeq))
+				case r.Prev != prevHash:
+					return bad("out of order or a record is missing before it: prev hash does not match")
+				}
+				prevHash, prevSeq = r.Hash, r.Seq
+				rep.Records++
+			}
+			if seg.Bad != nil {
+				rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Line: seg.BadLine, Seq: prevSeq + 1, Reason: seg.Bad.Error()}
+				return rep, nil
+			}
+			if prevHash != a.Hash || prevSeq != a.Last {
+				rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Line: len(seg.Records) + 1, Seq: prevSeq + 1,
+					Reason: fmt.Sprintf("records missing at the end: segment ends at seq %d, anchored up to %d", prevSeq, a.Last)}
+				return rep, nil
+			}
+		}
+	}
+	return rep, nil
+}
+
+// splitSegmentName returns the writer and first seq in a segment's key.
+func splitSegmentName(key string) (writer string, seq int64) {
+	name := key[strings.LastIndex(key, "/")+1:]
+	name = strings.TrimSuffix(name, ".jsonl.gz")
+	i := strings.LastIndex(name, "-")
+	if i < 0 {
+		return name, 0
+	}
+	_, _ = fmt.Sscanf(name[i+1:], "%d", &seq)
+	return name[:i], seq
+}
+
+var zeroTime time.Time

@@ -1,0 +1,297 @@
+package audit
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/workspace/store"
+)
+
+// Defaults of Config.
+const (
+	// DefaultFlushEvery is how often buffered records are written, and so
+	// the most an asynchronous writer loses on a crash.
+	DefaultFlushEvery = 2 * time.Second
+	// DefaultMaxBuffered bounds the records held while the store is slow
+	// or down.
+	DefaultMaxBuffered = 10000
+	// DefaultRetention is how long segments are kept.
+	DefaultRetention = 90 * 24 * time.Hour
+	// DefaultEtcdPrefix is where anchors live in etcd.
+	DefaultEtcdPrefix = "/conch/audit/"
+)
+
+const instrumentationName = "github.com/conch-sh/conch/services/internal/audit"
+
+var (
+	meter      = otel.Meter(instrumentationName)
+	dropped, _ = meter.Int64Counter("conch.audit.dropped",
+		metric.WithDescription("Audit records dropped because the buffer was full (the object store was slow or down)"))
+	written, _ = meter.Int64Counter("conch.audit.written",
+		metric.WithDescription("Audit records written to the object store"))
+)
+
+// Config configures a Writer.
+type Config struct {
+	// Store holds the segments; Etcd the anchors, under EtcdPrefix.
+	Store      store.Store
+	Etcd       *clientv3.Client
+	EtcdPrefix string
+	// Name names the writer's chains; a random suffix is added so that
+	// each start of a process begins new chains.
+	Name string
+	// FlushEvery and MaxBuffered default to DefaultFlushEvery and
+	// DefaultMaxBuffered.
+	FlushEvery  time.Duration
+	MaxBuffered int
+	Logger      *slog.Logger
+	Now         func() time.Time
+}
+
+// chain is the tail of one account's chain.
+type chain struct {
+	seq  int64
+	hash string
+}
+
+// Writer appends records to the audit trail.
+type Writer struct {
+	cfg Config
+	id  string
+
+	mu      sync.Mutex
+	buf     []Record
+	chains  map[string]chain
+	dropped int64
+
+	// flushing serializes writes of segments, which keeps each chain's
+	// segments in order.
+	flushing sync.Mutex
+	kick     chan struct{}
+}
+
+// NewWriter returns a Writer; Run writes what it buffers.
+func NewWriter(cfg Config) (*Writer, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("audit: no object store")
+	}
+	if cfg.Etcd == nil {
+		return nil, errors.New("audit: no etcd client")
+	}
+	if cfg.EtcdPrefix == "" {
+		cfg.EtcdPrefix = DefaultEtcdPrefix
+	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = DefaultFlushEvery
+	}
+	if cfg.MaxBuffered <= 0 {
+		cfg.MaxBuffered = DefaultMaxBuffered
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := cfg.Name
+	if name == "" {
+		name = "w"
+	}
+	return &Writer{cfg: cfg, id: url.PathEscape(name) + "." + hex.EncodeToString(b), chains: map[string]chain{}, kick: make(chan struct{}, 1)}, nil
+}
+
+// ID is the writer's name in the records it writes.
+func (w *Writer) ID() string { return w.id }
+
+// Write appends r to the buffer, chained after the account's last record.
+// It never blocks on the store: when the buffer is full, r is dropped,
+// counted and logged, and the chain stays whole.
+func (w *Writer) Write(ctx context.Context, r Record) {
+	if w == nil {
+		return
+	}
+	if r.Time.IsZero() {
+		r.Time = w.cfg.Now()
+	}
+	r.Time = r.Time.UTC()
+	w.mu.Lock()
+	if len(w.buf) >= w.cfg.MaxBuffered {
+		w.dropped++
+		n := w.dropped
+		w.mu.Unlock()
+		dropped.Add(ctx, 1)
+		if n == 1 || n%1000 == 0 {
+			w.cfg.Logger.WarnContext(ctx, "audit records dropped: buffer full", "dropped", n, "account", r.Account)
+		}
+		return
+	}
+	c := w.chains[r.Account]
+	if err := r.seal(w.id, c.seq+1, c.hash); err != nil {
+		w.mu.Unlock()
+		w.cfg.Logger.ErrorContext(ctx, "audit record not sealed", "error", err)
+		return
+	}
+	w.chains[r.Account] = chain{seq: r.Seq, hash: r.Hash}
+	w.buf = append(w.buf, r)
+	w.mu.Unlock()
+}
+
+// Sync is the exec settings' audit mode that writes a command's records
+// before its verdict or result returns.
+const Sync = "sync"
+
+// WriteSync writes r and everything buffered before it to the store now,
+// for gateways in sync mode. An error means r may not be stored: the
+// caller fails the command rather than run it unrecorded.
+func (w *Writer) WriteSync(ctx context.Context, r Record) error {
+	if w == nil {
+		return nil
+	}
+	w.Write(ctx, r)
+	if err := w.Flush(ctx); err != nil {
+		return fmt.Errorf("audit: sync write: %w", err)
+	}
+	return nil
+}
+
+// Dropped is how many records were dropped since the writer started.
+func (w *Writer) Dropped() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dropped
+}
+
+// Buffered is how many records wait to be written.
+func (w *Writer) Buffered() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.buf)
+}
+
+// Run writes buffered records every FlushEvery until ctx ends, then once
+// more.
+func (w *Writer) Run(ctx context.Context) error {
+	t := time.NewTicker(w.cfg.FlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := w.Flush(fctx); err != nil {
+				w.cfg.Logger.Warn("audit records not written on shutdown", "error", err, "buffered", w.Buffered())
+			}
+			return nil
+		case <-t.C:
+			if err := w.Flush(ctx); err != nil && ctx.Err() == nil {
+				w.cfg.Logger.WarnContext(ctx, "audit flush failed", "error", err, "buffered", w.Buffered())
+			}
+		}
+	}
+}
+
+// Anchor is what etcd keeps of one segment.
+type Anchor struct {
+	Key   string `json:"key"`
+	First int64  `json:"first"`
+	Last  int64  `json:"last"`
+	Hash  string `json:"hash"`
+}
+
+// Flush writes every buffered record, one segment per account and hour,
+// and anchors each segment's last hash in etcd. Records not written stay
+// buffered, in order, for the next flush.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.flushing.Lock()
+	defer w.flushing.Unlock()
+	w.mu.Lock()
+	batch := w.buf
+	w.buf = nil
+	w.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	done := 0
+	var err error
+	for done < len(batch) {
+		n := segmentLen(batch[done:])
+		if err = w.writeSegment(ctx, batch[done:done+n]); err != nil {
+			break
+		}
+		done += n
+	}
+	written.Add(ctx, int64(done))
+	if done < len(batch) {
+		w.mu.Lock()
+		w.buf = append(batch[done:len(batch):len(batch)], w.buf...)
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// segmentLen is how many records at the head of b go in one segment: those
+// of the first record's account and hour. Other accounts' records in
+// between wait for their own segment; each chain's order is kept since a
+// chain belongs to one account.
+func segmentLen(b []Record) int {
+	acc, hour := b[0].Account, b[0].Time.Truncate(time.Hour)
+	n := 1
+	for n < len(b) && b[n].Account == acc && b[n].Time.Truncate(time.Hour).Equal(hour) {
+		n++
+	}
+	return n
+}
+
+func (w *Writer) writeSegment(ctx context.Context, recs []Record) error {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	enc := json.NewEncoder(zw)
+	enc.SetEscapeHTML(false)
+	for _, r := range recs {
+		if err := enc.Encode(r); err != nil {
+			return fmt.Errorf("audit: encode: %w", err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("audit: compress: %w", err)
+	}
+	first, last := recs[0], recs[len(recs)-1]
+	key := SegmentKey(first.Account, first.Time, w.id, first.Seq)
+	if _, err := w.cfg.Store.Put(ctx, key, &buf, store.PutOptions{Size: int64(buf.Len()), Mode: 0o600, ModTime: w.cfg.Now()}); err != nil {
+		return fmt.Errorf("audit: write segment %s: %w", key, err)
+	}
+	a := Anchor{Key: key, First: first.Seq, Last: last.Seq, Hash: last.Hash}
+	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, anchorKey(w.cfg.EtcdPrefix, first.Account, w.id, first.Seq), a); err != nil {
+		return fmt.Errorf("audit: anchor segment %s: %w", key, err)
+	}
+	return nil
+}
+
+// SegmentKey is where a segment whose first record is seq of writer's
+// chain for account, written in the hour of t, is stored.
+func SegmentKey(account string, t time.Time, writer string, seq int64) string {
+	return fmt.Sprintf("%s%s/%s-%020d.jsonl.gz", accountPrefix(account), t.UTC().Format("2006-01-02/15"), writer, seq)
+}
+
+func accountPrefix(account string) string { return "audit/" + url.PathEscape(account) + "/" }
+
+func anchorKey(prefix, account, writer string, seq int64) string {
+	return fmt.Sprintf("%sanchors/%s/%s/%020d", prefix, url.PathEscape(account), writer, seq)
+}
