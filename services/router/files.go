@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 )
 
@@ -255,7 +256,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxUploadBytes), rc: rc, idle: f.idle}
 	buf := make([]byte, fileChunk)
 	for {
-		n, rerr := fill(body, buf)
+		n, rerr := chunks.Fill(body, buf)
 		if rerr != nil && rerr != io.EOF {
 			// A failed body is answered before anything else: the bytes
 			// read with it are dropped and the canceled stream stores
@@ -312,21 +313,6 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 // why the upload failed.
 func drain(body io.Reader) {
 	_, _ = io.Copy(io.Discard, body)
-}
-
-// fill reads into buf until it is full or r fails, and returns r's error
-// as is: io.EOF is a complete body, io.ErrUnexpectedEOF a cut one (unlike
-// io.ReadFull, which reports a short last chunk as the latter).
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // idleReader moves the connection's read deadline before each read, so a

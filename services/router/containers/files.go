@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -185,7 +186,7 @@ func (h *Handler) upload(ctx context.Context, id, p string, src io.Reader) (*exe
 	buf := make([]byte, fileChunk)
 	var total int64
 	for {
-		n, rerr := fill(src, buf)
+		n, rerr := chunks.Fill(src, buf)
 		total += int64(n)
 		if total > MaxFileBytes {
 			return nil, tooLarge()
@@ -216,21 +217,6 @@ func (h *Handler) upload(ctx context.Context, id, p string, src io.Reader) (*exe
 		return nil, err
 	}
 	return resp.GetFile(), nil
-}
-
-// fill reads into buf until it is full or r fails, and returns r's error
-// as is: io.EOF is a complete part, io.ErrUnexpectedEOF a body cut short
-// (io.ReadFull would report a short last chunk as the latter too).
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
