@@ -110,7 +110,11 @@ func parseResponsesRequest(body []byte) (*responsesRequest, error) {
 			}
 		case "temperature", "top_p", "parallel_tool_calls", "service_tier", "prompt_cache_key", "safety_identifier":
 			r.Extra[k] = v
-		case "metadata", "include", "truncation", "stream_options", "background":
+		case "background":
+			if string(v) == "true" {
+				return nil, badField("background", "conch answers every response in the request; send it without background")
+			}
+		case "metadata", "include", "truncation", "stream_options":
 			// Conch's own, or the Responses API's only: not for a chat
 			// completions upstream.
 		default:

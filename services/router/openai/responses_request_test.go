@@ -64,6 +64,7 @@ func TestResponsesRequestErrors(t *testing.T) {
 		{`{"model": "m", "input": [{"type": "shell_call_output", "call_id": "s", "output": [{"outcome": {"type": "crash"}}]}]}`, "input[0].output", "exit or timeout"},
 		{`{"model": "m", "input": "x", "temperature": "hot"}`, "temperature", "must be a number"},
 		{`{"model": "m", "input": "x", "store": "yes"}`, "store", "must be a boolean"},
+		{`{"model": "m", "input": "x", "background": true}`, "background", "without background"},
 		{`{"model": "m", "input": "x", "tools": [{"type": "function", "name": "shell"}]}`, "tools[0].name", "reserved"},
 		{`{"model": "m", "input": "x", "tools": [{"type": "function", "name": "a b"}]}`, "tools[0].name", "A-Za-z0-9"},
 		{`{"model": "m", "input": "x", "tools": [{"type": "shell"}, {"type": "shell"}]}`, "tools[1]", "twice"},
