@@ -69,7 +69,7 @@ func (n *Notifier) Run(ctx context.Context) error {
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 		if err != nil {
 			n.Logger.WarnContext(ctx, "notifier session failed", "error", err)
-			if !sleepCtx(ctx, time.Second) {
+			if !etcdx.Sleep(ctx, time.Second) {
 				break
 			}
 			continue
@@ -99,17 +99,6 @@ func (n *Notifier) Run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // lead announces pending approvals that nobody announced yet, and the

@@ -96,7 +96,7 @@ func newListWatch(cli *clientv3.Client, key string, h Handler, opts []ListWatchO
 		h:       h,
 		log:     slog.Default(),
 		backoff: backoff{min: minRetry, max: maxRetry, rand: rand.Int64N},
-		sleep:   sleep,
+		sleep:   Sleep,
 	}
 	for _, o := range opts {
 		o(w)
@@ -163,7 +163,9 @@ func (w *listWatch) follow(ctx context.Context) error {
 	return errors.New("watch: closed")
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d, or until ctx ends; it reports whether the whole d
+// passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
