@@ -22,9 +22,12 @@ type auditRecord struct {
 	Surface                                                                       string
 	TraceID                                                                       string `json:"trace_id"`
 	Outcome                                                                       *struct {
-		ExitCode    int   `json:"exit_code"`
-		StdoutBytes int64 `json:"stdout_bytes"`
-		DurationMs  int64 `json:"duration_ms"`
+		ExitCode    int    `json:"exit_code"`
+		TimedOut    bool   `json:"timed_out"`
+		StdoutBytes int64  `json:"stdout_bytes"`
+		DurationMs  int64  `json:"duration_ms"`
+		ProcessID   string `json:"process_id"`
+		OutputBytes int64  `json:"output_bytes"`
 	}
 }
 
@@ -344,6 +347,76 @@ func TestAuditSync(t *testing.T) {
 	if code, body := d.call("POST", "/api/v1/gateways", d.Key, map[string]any{"name": "bad", "upstream": map[string]any{"provider": "scripted"},
 		"exec": map[string]any{"audit": "sometimes"}}); code != http.StatusBadRequest || !strings.Contains(string(body), "exec.audit") {
 		t.Fatalf("an unknown audit mode = %d %s", code, body)
+	}
+}
+
+// A command moved to the background is recorded when it ends, under the
+// trace of the call that started it, with all it wrote; one killed by its
+// timeout says so. conch audit --follow prints it as it comes.
+func TestAuditBackground(t *testing.T) {
+	d := startDev(t, "CONCH_AUDIT_FLUSH=200ms")
+	up := newFakeUpstream(t, func(n int, req map[string]any) (int, string) {
+		switch n {
+		case 0:
+			return 200, openAIToolCall("call_bg", "exec", map[string]any{"command": "sleep 0.5; echo finished-later; exit 3", "background": true})
+		case 2:
+			return 200, openAIToolCall("call_slow", "exec", map[string]any{"command": "echo started-slow; sleep 60", "background": true, "timeout": 1})
+		}
+		return 200, openAIText("started")
+	})
+	createGateway(t, d, map[string]any{"name": "background", "upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"}})
+
+	// The follower starts before the commands, and must print them.
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow := exec.CommandContext(t.Context(), bin, "audit", "--follow", "--gateway", "background")
+	follow.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key)
+	followed := &lockedBuffer{}
+	follow.Stdout, follow.Stderr = followed, followed
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = follow.Process.Kill(); _ = follow.Wait() })
+
+	complete := func(prompt string) string {
+		t.Helper()
+		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+			"model": "background", "user": "carol",
+			"messages": []map[string]string{{"role": "user", "content": prompt}},
+			"tools":    []map[string]string{{"type": "exec"}},
+		}, "X-Conch-Session-Id", "audited-session")
+		if code != http.StatusOK || !strings.Contains(string(body), `\"status\":\"running\"`) {
+			t.Fatalf("completion = %d %s, want the command in the background", code, body)
+		}
+		return string(body)
+	}
+	complete("start it")
+	recs := auditUntil(t, d, d.Key, "q=finished-later", func(r []auditRecord) bool {
+		return findRecord(r, func(r auditRecord) bool { return r.Kind == "outcome" }) != nil
+	})
+	out := findRecord(recs, func(r auditRecord) bool { return r.Kind == "outcome" })
+	if len(recs) != 1 || out.Outcome == nil || out.Outcome.ExitCode != 3 || out.Outcome.ProcessID == "" ||
+		out.Outcome.OutputBytes != int64(len("finished-later\n")) || out.Outcome.DurationMs < 500 ||
+		out.User != "carol" || out.Gateway != "background" || out.Sandbox == "" || out.TraceID == "" {
+		t.Fatalf("the background command's record: %+v %+v", recs, out.Outcome)
+	}
+
+	complete("start the slow one")
+	recs = auditUntil(t, d, d.Key, "q=started-slow", func(r []auditRecord) bool { return len(r) > 0 })
+	if out := recs[0]; out.Kind != "outcome" || out.Outcome == nil || !out.Outcome.TimedOut || out.Outcome.ExitCode != -1 ||
+		out.Outcome.OutputBytes != int64(len("started-slow\n")) || out.Outcome.ProcessID == "" {
+		t.Fatalf("the timed-out background command's record: %+v", recs)
+	}
+
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(followed.String(), "started-slow"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("conch audit --follow never printed the second command:\n%s", followed)
+		}
+	}
+	if got := followed.String(); !strings.Contains(got, "finished-later") {
+		t.Fatalf("conch audit --follow:\n%s", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -30,8 +31,32 @@ func WithAudit(w AuditSink) Option { return func(s *Service) { s.audit = w } }
 // and a record that cannot be written is an error.
 func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParams, res *Result, err error) error {
 	if s.audit == nil || (res == nil && err == nil) {
-		return nil // moved to the background: its end is not known here
+		return nil // moved to the background: recorded by auditBackground when it ends
 	}
+	r := outcomeRecord(ctx, account, p)
+	if err != nil {
+		r.Outcome.Error = err.Error()
+		return s.writeAudit(ctx, p, r, nil)
+	}
+	r.Outcome.DurationMs = res.Duration.Milliseconds()
+	r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
+	r.Outcome.Truncated = res.StdoutTruncated || res.StderrTruncated
+	return s.writeAudit(ctx, p, r, res)
+}
+
+// auditBackground records the end of a command that moved to the
+// background: proc is its process as it ended.
+func (s *Service) auditBackground(ctx context.Context, account string, p *ExecParams, res *Result, proc process.Snapshot) error {
+	if s.audit == nil {
+		return nil
+	}
+	r := outcomeRecord(ctx, account, p)
+	r.Outcome.DurationMs = res.Duration.Milliseconds()
+	r.Outcome.ProcessID, r.Outcome.OutputBytes = proc.ID, proc.OutputBytes
+	return s.writeAudit(ctx, p, r, res)
+}
+
+func outcomeRecord(ctx context.Context, account string, p *ExecParams) audit.Record {
 	r := audit.Record{
 		Kind: audit.KindOutcome, Account: account, User: p.User, Session: p.Session, Gateway: p.Agent,
 		Host: hostName(p), Node: p.Node, Sandbox: p.SandboxID, Cwd: p.Workdir, Command: p.Command, Plan: p.Plan,
@@ -40,23 +65,21 @@ func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParam
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		r.TraceID = sc.TraceID().String()
 	}
-	switch {
-	case err != nil:
-		r.Outcome.Error = err.Error()
-	default:
+	return r
+}
+
+// writeAudit writes r, completed from res when the command ran, and each
+// connection res lists after it, with the same context.
+func (s *Service) writeAudit(ctx context.Context, p *ExecParams, r audit.Record, res *Result) error {
+	if res != nil {
 		r.Outcome.Error = res.Error
 		r.Outcome.TimedOut = res.Outcome == OutcomeTimeout
 		if res.Outcome == OutcomeExit {
 			r.Outcome.ExitCode = res.ExitCode
 		}
-		r.Outcome.DurationMs = res.Duration.Milliseconds()
-		r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
-		r.Outcome.Truncated = res.StdoutTruncated || res.StderrTruncated
 	}
 	recs := []audit.Record{r}
 	if res != nil {
-		// Each connection the command made, or was refused, follows its
-		// outcome, with the same context.
 		for _, c := range res.Egress {
 			e := r
 			e.Kind, e.Outcome, e.Decision, e.Reason = audit.KindEgress, nil, c.GetDecision(), c.GetReason()

@@ -154,7 +154,17 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	if inSandbox && t.e.egress != nil {
 		egressMark = t.e.egress.mark()
 	}
-	res, err = s.run(ctx, t.e, t.start, p, ev)
+	// A command moved to the background is recorded when it ends, with the
+	// connections it made until then.
+	ended := func(ctx context.Context, res *Result, proc process.Snapshot) {
+		if inSandbox && t.e.egress != nil {
+			res.Egress, res.EgressOmitted = t.e.egress.since(egressMark, egressSettle)
+		}
+		if err := s.auditBackground(ctx, account, &p, res, proc); err != nil {
+			s.log.WarnContext(ctx, "audit record of a background command not written", "sandbox", p.SandboxID, "process", proc.ID, "error", err)
+		}
+	}
+	res, err = s.run(ctx, t.e, t.start, p, ev, ended)
 	defer func() {
 		if aerr := s.auditOutcome(ctx, account, &p, res, err); aerr != nil && err == nil {
 			res, err = nil, aerr
@@ -223,8 +233,9 @@ func (q *pending) stop() {
 }
 
 // run runs one command started by start; e, when not nil, keeps its
-// process records.
-func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options) (proc, error), p ExecParams, ev ExecEvents) (*Result, error) {
+// process records. A command moved to the background calls ended when its
+// process has ended.
+func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options) (proc, error), p ExecParams, ev ExecEvents, ended backgroundEnd) (*Result, error) {
 	stdout, stderr := newCapture(p.MaxOutput), newCapture(p.MaxOutput)
 	q := &pending{notify: make(chan struct{}, 1), live: !p.Background}
 	budget := budgetFor(p.MaxOutput)
@@ -344,7 +355,7 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 				_ = proc.Kill()
 				return nil, err
 			}
-			go s.finishInBackground(trace.LinkFromContext(ctx), e, proc, r, !p.outside() && e.persistent, time.Until(started.Add(p.Timeout)))
+			go s.finishInBackground(trace.LinkFromContext(ctx), e, proc, r, !p.outside() && e.persistent, time.Until(started.Add(p.Timeout)), ended)
 			return nil, ev.Backgrounded(pid)
 		case <-ctx.Done():
 			// A caller that goes away stops the work it started.
@@ -383,10 +394,14 @@ var closedTime = func() <-chan time.Time {
 	return c
 }()
 
+// backgroundEnd receives the end of a command moved to the background,
+// under a context that carries the trace of the Exec that started it.
+type backgroundEnd func(ctx context.Context, res *Result, proc process.Snapshot)
+
 // finishInBackground enforces the timeout of a backgrounded process and
 // records its end; flush saves its sandbox's persistent workspace after.
 // started links that work to the Exec that started the process.
-func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r *process.Record, flush bool, left time.Duration) {
+func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r *process.Record, flush bool, left time.Duration, ended backgroundEnd) {
 	t := time.NewTimer(max(left, 0))
 	defer t.Stop()
 	timedOut := false
@@ -399,16 +414,20 @@ func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r 
 	}
 	x := proc.Exit()
 	msg := ""
+	res := &Result{}
 	switch {
 	case timedOut:
 		r.End(-1, true, "")
 		msg = "timed out and was killed"
+		res.Outcome = OutcomeTimeout
 	case x.Err != nil:
 		r.End(-1, false, x.Err.Error())
 		msg = "failed: " + x.Err.Error()
+		res.Outcome, res.Error = OutcomeError, x.Err.Error()
 	default:
 		r.End(x.Code, false, "")
 		msg = fmt.Sprintf("exited with code %d", x.Code)
+		res.Outcome, res.ExitCode = OutcomeExit, x.Code
 	}
 	if flush {
 		// The caller is gone and the sandbox lives on: the flush is a trace
@@ -421,8 +440,17 @@ func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r 
 			span.SetStatus(codes.Error, err.Error())
 			s.log.WarnContext(ctx, "workspace flush failed", "sandbox", r.SandboxID, "error", err)
 			msg += "; its workspace changes could not be saved"
+			if res.Error != "" {
+				res.Error += "; "
+			}
+			res.Error += "its workspace changes could not be saved: " + err.Error()
 		}
 		span.End()
+	}
+	if ended != nil {
+		snap := r.Snapshot()
+		res.Duration = snap.EndedAt.Sub(snap.StartedAt)
+		ended(trace.ContextWithSpanContext(context.Background(), started.SpanContext), res, snap)
 	}
 	if r.Notify {
 		s.procs.Notify(r.SandboxID, process.Event{Process: r.Snapshot(), Message: fmt.Sprintf("process %s (%s) %s", r.ID, abbreviate(r.Command, 80), msg)})

@@ -7,13 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/placement"
 )
 
 // TestExecutorKilledDuringCommand kills the executor running a session's
 // command with SIGKILL: the completion answers with an error outcome, the
 // session's next completion gets a sandbox on the other executor, and the
-// user's workspace holds every write acknowledged before the kill.
+// user's workspace holds every write acknowledged before the kill. The
+// audit trail keeps the outcome of every command that answered more than
+// the executor's forwarding interval before the kill, and verifies.
 func TestExecutorKilledDuringCommand(t *testing.T) {
 	e := start(t)
 	ctx := t.Context()
@@ -34,6 +37,10 @@ func TestExecutorKilledDuringCommand(t *testing.T) {
 	}
 
 	sandbox, owner := sessionSandbox(t, e, session)
+
+	// Commands answered one after another until the kill: their outcomes
+	// are what the executor holds to forward when it dies.
+	answered := runUntilKilled(t, e, sandbox)
 
 	// A command in flight when its executor dies.
 	done := make(chan completion, 1)
@@ -60,6 +67,7 @@ func TestExecutorKilledDuringCommand(t *testing.T) {
 	if err := e.c.Kill(owner); err != nil {
 		t.Fatal(err)
 	}
+	killedAt := time.Now()
 	t.Logf("killed %s, which held sandbox %s", owner, sandbox)
 
 	var killed completion
@@ -96,6 +104,85 @@ func TestExecutorKilledDuringCommand(t *testing.T) {
 		if r := e.download(ctx, user, "/"+name); !r.ok() || string(r.body) != fmt.Sprintf("v%d\n", i) {
 			t.Fatalf("download %s = %v", name, r)
 		}
+	}
+	checkAuditWindow(t, e, <-answered, killedAt)
+}
+
+// runUntilKilled runs numbered commands in sandbox, one after another,
+// for at least three forwarding intervals and then until one fails (its
+// executor was killed). It sends when each command answered.
+func runUntilKilled(t *testing.T, e *env, sandbox string) <-chan map[string]time.Time {
+	t.Helper()
+	out := make(chan map[string]time.Time, 1)
+	busy := make(chan struct{})
+	ready := busy
+	go func() {
+		answered := map[string]time.Time{}
+		defer func() { out <- answered }()
+		began := time.Now()
+		for i := 0; ; i++ {
+			if busy != nil && time.Since(began) > 3*audit.DefaultFlushEvery {
+				close(busy)
+				busy = nil
+			}
+			cmd := fmt.Sprintf("echo audited-%d", i)
+			r := e.request(t.Context(), "POST", "/api/v1/sandboxes/"+sandbox+"/commands", map[string]any{"command": cmd})
+			if !r.ok() || !strings.Contains(string(r.body), `"exit_code":0`) {
+				return
+			}
+			answered[cmd] = time.Now()
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(requestTimeout):
+		t.Fatal("the numbered commands never got going")
+	}
+	return out
+}
+
+// checkAuditWindow checks that the outcome of every command answered more
+// than the forwarding interval (and a second for the call) before killedAt
+// is in the audit trail, and that the trail verifies.
+func checkAuditWindow(t *testing.T, e *env, answered map[string]time.Time, killedAt time.Time) {
+	t.Helper()
+	window := audit.DefaultFlushEvery + time.Second
+	var must []string
+	for cmd, at := range answered {
+		if at.Before(killedAt.Add(-window)) {
+			must = append(must, cmd)
+		}
+	}
+	if len(must) == 0 {
+		t.Fatalf("no command answered more than %v before the kill: %v", window, answered)
+	}
+	var stored map[string]bool
+	eventually(t, 30*time.Second, "the outcomes forwarded before the kill are stored", func() error {
+		var page struct {
+			Records []struct{ Kind, Command string }
+		}
+		if err := json.Unmarshal(e.must("GET", "/api/v1/audit?page_size=1000&q=audited-", nil), &page); err != nil {
+			return err
+		}
+		stored = map[string]bool{}
+		for _, r := range page.Records {
+			if r.Kind == "outcome" {
+				stored[r.Command] = true
+			}
+		}
+		for _, cmd := range must {
+			if !stored[cmd] {
+				return fmt.Errorf("%q answered %v before the kill and is not in the trail", cmd, killedAt.Sub(answered[cmd]).Round(time.Millisecond))
+			}
+		}
+		return nil
+	})
+	t.Logf("%d commands answered, %d stored, %d had to be", len(answered), len(stored), len(must))
+	var v struct {
+		OK bool `json:"ok"`
+	}
+	if body := e.must("GET", "/api/v1/audit:verify", nil); json.Unmarshal(body, &v) != nil || !v.OK {
+		t.Fatalf("audit verify after the kill: %s", body)
 	}
 }
 

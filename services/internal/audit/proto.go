@@ -21,6 +21,7 @@ func ToProto(r Record) *approvalv1.AuditRecord {
 		out.Outcome = &approvalv1.AuditOutcome{
 			ExitCode: int32(o.ExitCode), TimedOut: o.TimedOut, Error: o.Error, DurationMs: o.DurationMs,
 			StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes, Truncated: o.Truncated,
+			ProcessId: o.ProcessID, OutputBytes: o.OutputBytes,
 		}
 	}
 	if e := r.Egress; e != nil {
@@ -42,7 +43,8 @@ func FromProto(p *approvalv1.AuditRecord) Record {
 	}
 	if o := p.GetOutcome(); o != nil {
 		r.Outcome = &Outcome{ExitCode: int(o.GetExitCode()), TimedOut: o.GetTimedOut(), Error: o.GetError(), DurationMs: o.GetDurationMs(),
-			StdoutBytes: o.GetStdoutBytes(), StderrBytes: o.GetStderrBytes(), Truncated: o.GetTruncated()}
+			StdoutBytes: o.GetStdoutBytes(), StderrBytes: o.GetStderrBytes(), Truncated: o.GetTruncated(),
+			ProcessID: o.GetProcessId(), OutputBytes: o.GetOutputBytes()}
 	}
 	if e := p.GetEgress(); e != nil {
 		r.Egress = &Egress{Host: e.GetHost(), Port: e.GetPort(), Address: e.GetAddress(), BytesSent: e.GetBytesSent(),

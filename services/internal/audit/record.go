@@ -84,6 +84,11 @@ type Outcome struct {
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
 	Truncated   bool  `json:"truncated,omitempty"`
+	// ProcessID and OutputBytes are set for a command moved to the
+	// background, recorded when its process ends: OutputBytes counts all it
+	// wrote, stdout and stderr together.
+	ProcessID   string `json:"process_id,omitempty"`
+	OutputBytes int64  `json:"output_bytes,omitempty"`
 }
 
 // Egress is one connection of a sandbox; its Decision and Reason are the

@@ -632,7 +632,14 @@ type AuditOutcome struct {
 	// Bytes of stderr returned.
 	StderrBytes int64 `protobuf:"varint,6,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
 	// There was more output, beyond the cap, which is not counted.
-	Truncated     bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// For a command moved to the background: its process id. The record is
+	// written when that process ends.
+	ProcessId string `protobuf:"bytes,8,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// For a command moved to the background: the bytes of output it wrote
+	// over its life, stdout and stderr together (its record leaves the two
+	// counts above at zero).
+	OutputBytes   int64 `protobuf:"varint,9,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -714,6 +721,20 @@ func (x *AuditOutcome) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *AuditOutcome) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *AuditOutcome) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
 }
 
 // VerifyAuditRequest asks for a check of the audit trail.
@@ -1471,7 +1492,7 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\vduration_ms\x18\x06 \x01(\x03R\n" +
 	"durationMs\"\x1f\n" +
 	"\tAuditArgv\x12\x12\n" +
-	"\x04args\x18\x01 \x03(\tR\x04args\"\xe3\x01\n" +
+	"\x04args\x18\x01 \x03(\tR\x04args\"\xa5\x02\n" +
 	"\fAuditOutcome\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x1b\n" +
 	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\x12\x14\n" +
@@ -1480,7 +1501,10 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"durationMs\x12!\n" +
 	"\fstdout_bytes\x18\x05 \x01(\x03R\vstdoutBytes\x12!\n" +
 	"\fstderr_bytes\x18\x06 \x01(\x03R\vstderrBytes\x12\x1c\n" +
-	"\ttruncated\x18\a \x01(\bR\ttruncated\".\n" +
+	"\ttruncated\x18\a \x01(\bR\ttruncated\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\b \x01(\tR\tprocessId\x12!\n" +
+	"\foutput_bytes\x18\t \x01(\x03R\voutputBytes\".\n" +
 	"\x12VerifyAuditRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\"e\n" +
 	"\x13VerifyAuditResponse\x12\x0e\n" +
