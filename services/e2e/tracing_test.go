@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
@@ -74,10 +75,20 @@ func TestTracing(t *testing.T) {
 	c.col.waitFor(t, 30*time.Second, func(s recordedSpan) bool {
 		return s.trace == traceID && s.service == "conch-executor" && s.kind == tracepb.Span_SPAN_KIND_SERVER && s.name == rpcDestroySandbox
 	})
+	// The executor forwards the command's outcome to the approval service,
+	// which writes it to the trail and exports it.
+	for deadline := time.Now().Add(30 * time.Second); !slices.ContainsFunc(c.col.logs.all(), func(l recordedLog) bool {
+		return l.attrs["conch.audit.kind"] == "outcome" && l.attrs["trace_id"] == traceID
+	}); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the command's outcome was not exported as a log record in 30s")
+		}
+	}
 	c.stop(t)
 
 	all := c.col.all()
 	tree := newSpanTree(all, traceID)
+	checkAuditLogs(t, c.col.logs.all(), traceID, command)
 	t.Logf("trace %s:\n%s", traceID, tree)
 	checkTrace(t, tree, all, traceID, clientSpan)
 }
@@ -235,6 +246,10 @@ func startTracedCluster(t *testing.T) *tracedCluster {
 		// Export each batch at once rather than every 5s, so the test
 		// sees the spans it waits for soon after they end.
 		"OTEL_BSP_SCHEDULE_DELAY=100",
+		// The audit trail, exported as log records once written.
+		"CONCH_AUDIT_DIR="+t.TempDir(),
+		"CONCH_AUDIT_FLUSH=200ms",
+		"OTEL_BLRP_SCHEDULE_DELAY=100",
 	)
 	for _, args := range [][]string{{"workspace"}, {"approval"}, {"executor", "--sandbox-pool", "0"}} {
 		c.procs = append(c.procs, startService(t, bin, env, args...))
@@ -254,6 +269,39 @@ func (c *tracedCluster) stop(t *testing.T) {
 	}
 	for _, p := range c.procs {
 		p.wait(t)
+	}
+}
+
+// checkAuditLogs checks that the audit trail of the completion reached the
+// collector as log records from the approval service, which writes it: the
+// verdict that asked, the approval's events and the executor's outcome,
+// under the completion's trace, each with its stored line as the body.
+func checkAuditLogs(t *testing.T, logs []recordedLog, traceID, command string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, l := range logs {
+		if l.event != "conch.audit" {
+			continue
+		}
+		var body struct {
+			Kind, Event, Command, Hash string
+			TraceID                    string `json:"trace_id"`
+		}
+		if err := json.Unmarshal([]byte(l.body), &body); err != nil {
+			t.Fatalf("audit log record body %q: %v", l.body, err)
+		}
+		if l.service != "conch-approval" || l.attrs["conch.audit.kind"] != body.Kind || l.attrs["conch.audit.hash"] != body.Hash {
+			t.Errorf("audit log record from %s, attributes %v, body %s", l.service, l.attrs, l.body)
+		}
+		// The answer is a call of its own, under the answerer's trace.
+		if body.Command == command && (body.TraceID == traceID || body.Event == "resolved") {
+			seen[body.Kind+" "+body.Event] = true
+		}
+	}
+	for _, want := range []string{"command ", "approval created", "approval resolved", "outcome "} {
+		if !seen[want] {
+			t.Errorf("no audit log record %q of the completion; saw %v among %d log records", want, seen, len(logs))
+		}
 	}
 }
 
@@ -505,9 +553,58 @@ type collector struct {
 	mu    sync.Mutex
 	spans []recordedSpan
 	added chan struct{}
+	logs  *logCollector
 }
 
-var _ coltracepb.TraceServiceServer = (*collector)(nil)
+// logCollector receives log records, which conch exports for its audit
+// trail.
+type logCollector struct {
+	collogspb.UnimplementedLogsServiceServer
+	mu   sync.Mutex
+	recs []recordedLog
+}
+
+// recordedLog is an exported log record: the service that sent it, its
+// event name, body and string attributes.
+type recordedLog struct {
+	service, event, body string
+	attrs                map[string]string
+}
+
+var (
+	_ coltracepb.TraceServiceServer = (*collector)(nil)
+	_ collogspb.LogsServiceServer   = (*logCollector)(nil)
+)
+
+// Export implements collogspb.LogsServiceServer.
+func (c *logCollector) Export(_ context.Context, req *collogspb.ExportLogsServiceRequest) (*collogspb.ExportLogsServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rl := range req.GetResourceLogs() {
+		var svc string
+		for _, kv := range rl.GetResource().GetAttributes() {
+			if kv.GetKey() == "service.name" {
+				svc = kv.GetValue().GetStringValue()
+			}
+		}
+		for _, sl := range rl.GetScopeLogs() {
+			for _, l := range sl.GetLogRecords() {
+				r := recordedLog{service: svc, event: l.GetEventName(), body: l.GetBody().GetStringValue(), attrs: map[string]string{}}
+				for _, kv := range l.GetAttributes() {
+					r.attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+				}
+				c.recs = append(c.recs, r)
+			}
+		}
+	}
+	return &collogspb.ExportLogsServiceResponse{}, nil
+}
+
+func (c *logCollector) all() []recordedLog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]recordedLog(nil), c.recs...)
+}
 
 func startCollector(t *testing.T) *collector {
 	t.Helper()
@@ -515,9 +612,10 @@ func startCollector(t *testing.T) *collector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &collector{addr: lis.Addr().String(), added: make(chan struct{}, 1)}
+	c := &collector{addr: lis.Addr().String(), added: make(chan struct{}, 1), logs: &logCollector{}}
 	srv := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(srv, c)
+	collogspb.RegisterLogsServiceServer(srv, c.logs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return c

@@ -260,13 +260,21 @@ func segmentLen(b []Record) int {
 }
 
 func (w *Writer) writeSegment(ctx context.Context, recs []Record) error {
-	var buf bytes.Buffer
+	var buf, line bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	enc := json.NewEncoder(zw)
+	enc := json.NewEncoder(&line)
 	enc.SetEscapeHTML(false)
+	var lines [][]byte // kept to be exported
+	exporting := exportEnabled(ctx)
 	for _, r := range recs {
 		if err := enc.Encode(r); err != nil {
 			return fmt.Errorf("audit: encode: %w", err)
+		}
+		if exporting {
+			lines = append(lines, bytes.Clone(bytes.TrimSuffix(line.Bytes(), []byte("\n"))))
+		}
+		if _, err := line.WriteTo(zw); err != nil {
+			return fmt.Errorf("audit: compress: %w", err)
 		}
 	}
 	if err := zw.Close(); err != nil {
@@ -280,6 +288,9 @@ func (w *Writer) writeSegment(ctx context.Context, recs []Record) error {
 	a := Anchor{Key: key, First: first.Seq, Last: last.Seq, Hash: last.Hash}
 	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, anchorKey(w.cfg.EtcdPrefix, first.Account, w.id, first.Seq), a); err != nil {
 		return fmt.Errorf("audit: anchor segment %s: %w", key, err)
+	}
+	if exporting {
+		export(ctx, recs, lines)
 	}
 	return nil
 }

@@ -1,9 +1,9 @@
-// Package telemetry sets up OpenTelemetry tracing and metrics for a
-// process: traces go to an OTLP collector when one is configured, metrics
-// are served in Prometheus text format from a registry owned by the
-// process.
+// Package telemetry sets up OpenTelemetry tracing, metrics and log
+// records for a process: traces and log records (the audit trail's) go to
+// an OTLP collector when one is configured, metrics are served in
+// Prometheus text format from a registry owned by the process.
 //
-// Setup installs the global tracer provider, meter provider and
+// Setup installs the global tracer, meter and logger providers and the
 // propagator, so call it once per process. When several services share a
 // process (conch dev), they share one Telemetry named for the process,
 // e.g. "conch-dev"; each service is told apart by its instrumentation
@@ -23,9 +23,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/propagation"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -35,9 +37,9 @@ import (
 type Options struct {
 	// ServiceName is the service.name resource attribute. Required.
 	ServiceName string
-	// OTLPEndpoint is the OTLP/gRPC collector to export traces to, as
-	// host:port (plaintext) or a URL (http:// plaintext, https:// TLS).
-	// Empty disables trace export; spans are still created and
+	// OTLPEndpoint is the OTLP/gRPC collector to export traces and log
+	// records to, as host:port (plaintext) or a URL (http:// plaintext,
+	// https:// TLS). Empty disables export; spans are still created and
 	// propagated so trace ids appear in logs and downstream calls.
 	OTLPEndpoint string
 }
@@ -47,6 +49,7 @@ type Options struct {
 type Telemetry struct {
 	tp      *sdktrace.TracerProvider
 	mp      *sdkmetric.MeterProvider
+	lp      *sdklog.LoggerProvider // nil without an OTLP endpoint
 	metrics http.Handler
 }
 
@@ -83,12 +86,15 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
 	}
+	var lp *sdklog.LoggerProvider
 	if opts.OTLPEndpoint != "" {
-		traceExp, err := newTraceExporter(ctx, opts.OTLPEndpoint)
+		traceExp, logExp, err := newExporters(ctx, opts.OTLPEndpoint)
 		if err != nil {
 			return nil, errors.Join(err, mp.Shutdown(ctx))
 		}
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(traceExp))
+		lp = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(logExp)))
+		otel.SetLoggerProvider(lp)
 	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 
@@ -100,26 +106,36 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	return &Telemetry{
 		tp:      tp,
 		mp:      mp,
+		lp:      lp,
 		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	}, nil
 }
 
-func newTraceExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
-	var opts []otlptracegrpc.Option
+// newExporters returns the OTLP/gRPC exporters of spans and log records
+// for endpoint.
+func newExporters(ctx context.Context, endpoint string) (sdktrace.SpanExporter, sdklog.Exporter, error) {
+	var traceOpts []otlptracegrpc.Option
+	var logOpts []otlploggrpc.Option
 	if strings.Contains(endpoint, "://") {
 		u, err := url.Parse(endpoint)
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return nil, fmt.Errorf("telemetry: invalid OTLP endpoint %q: want host:port or an http(s) URL", endpoint)
+			return nil, nil, fmt.Errorf("telemetry: invalid OTLP endpoint %q: want host:port or an http(s) URL", endpoint)
 		}
-		opts = append(opts, otlptracegrpc.WithEndpointURL(endpoint))
+		traceOpts = append(traceOpts, otlptracegrpc.WithEndpointURL(endpoint))
+		logOpts = append(logOpts, otlploggrpc.WithEndpointURL(endpoint))
 	} else {
-		opts = append(opts, otlptracegrpc.WithEndpoint(endpoint), otlptracegrpc.WithInsecure())
+		traceOpts = append(traceOpts, otlptracegrpc.WithEndpoint(endpoint), otlptracegrpc.WithInsecure())
+		logOpts = append(logOpts, otlploggrpc.WithEndpoint(endpoint), otlploggrpc.WithInsecure())
 	}
-	exp, err := otlptracegrpc.New(ctx, opts...)
+	traces, err := otlptracegrpc.New(ctx, traceOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: create OTLP trace exporter for %s: %w", endpoint, err)
+		return nil, nil, fmt.Errorf("telemetry: create OTLP trace exporter for %s: %w", endpoint, err)
 	}
-	return exp, nil
+	logs, err := otlploggrpc.New(ctx, logOpts...)
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("telemetry: create OTLP log exporter for %s: %w", endpoint, err), traces.Shutdown(ctx))
+	}
+	return traces, logs, nil
 }
 
 // MetricsHandler serves the process's metrics in Prometheus format.
@@ -131,9 +147,13 @@ func (t *Telemetry) TracerProvider() *sdktrace.TracerProvider { return t.tp }
 // MeterProvider returns the process's meter provider.
 func (t *Telemetry) MeterProvider() *sdkmetric.MeterProvider { return t.mp }
 
-// Shutdown flushes pending spans and stops both providers.
+// Shutdown flushes pending spans and log records and stops the providers.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
-	if err := errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx)); err != nil {
+	err := errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx))
+	if t.lp != nil {
+		err = errors.Join(err, t.lp.Shutdown(ctx))
+	}
+	if err != nil {
 		return fmt.Errorf("telemetry: shutdown: %w", err)
 	}
 	return nil
