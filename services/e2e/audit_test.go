@@ -16,12 +16,12 @@ import (
 
 // auditRecord is an audit record as GET /api/v1/audit returns it.
 type auditRecord struct {
-	Kind, Event, Account, User, Gateway, Host, Sandbox, Command, Decision, Reason string
-	ApprovalID                                                                    string `json:"approval_id"`
-	ResolvedBy                                                                    string `json:"resolved_by"`
-	Surface                                                                       string
-	TraceID                                                                       string `json:"trace_id"`
-	Outcome                                                                       *struct {
+	Kind, Event, Account, User, Session, Gateway, Host, Sandbox, Command, Decision, Reason string
+	ApprovalID                                                                             string `json:"approval_id"`
+	ResolvedBy                                                                             string `json:"resolved_by"`
+	Surface                                                                                string
+	TraceID                                                                                string `json:"trace_id"`
+	Outcome                                                                                *struct {
 		ExitCode    int    `json:"exit_code"`
 		TimedOut    bool   `json:"timed_out"`
 		StdoutBytes int64  `json:"stdout_bytes"`

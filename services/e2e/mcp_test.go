@@ -176,6 +176,18 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("its commands are in the audit trail", func(t *testing.T) {
+		cs := mcpConnect(t, d, d.Key, "/mcp", nil)
+		if r := shell(t, t.Context(), cs, "echo audited-over-mcp"); r.Outcome.ExitCode != 0 {
+			t.Fatalf("shell = %+v", r)
+		}
+		recs := auditUntil(t, d, d.Key, "q=audited-over-mcp", func(r []auditRecord) bool { return len(r) > 0 })
+		if out := recs[0]; len(recs) != 1 || out.Kind != "outcome" || out.Outcome == nil || out.Outcome.ExitCode != 0 ||
+			out.Gateway != "default" || out.Host != "sandbox" || out.Session == "" {
+			t.Fatalf("audit records of a command run over MCP: %+v", recs)
+		}
+	})
+
 	t.Run("shell files persist in a session and not across sessions", func(t *testing.T) {
 		one := mcpConnect(t, d, d.Key, "/mcp", nil)
 		if r := shell(t, t.Context(), one, "echo kept > a.txt && cd /tmp"); r.Outcome.Type != "exit" || r.Outcome.ExitCode != 0 {
