@@ -59,6 +59,7 @@ func Dial(ctx context.Context, cli *clientv3.Client, service string, opts ...grp
 	}
 	opts = slices.Concat([]grpc.DialOption{
 		grpc.WithResolvers(b),
+		grpc.WithConnectParams(reconnect),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"` + Policy + `":{}}],"healthCheckConfig":{"serviceName":""}}`),
 	}, transport, opts)
 	conn, err := grpc.NewClient("etcd:///"+Target(service), opts...)
@@ -66,6 +67,17 @@ func Dial(ctx context.Context, cli *clientv3.Client, service string, opts ...grp
 		return nil, fmt.Errorf("discovery: dial %s: %w", service, err)
 	}
 	return conn, nil
+}
+
+// reconnect is how connections retry an instance that went away. gRPC's
+// default waits up to two minutes between attempts, so an instance that
+// restarts at the address it had (a killed process started again, a pod
+// that kept its IP) would get no calls for that long, even when it is the
+// only one left. Peers inside a cluster are cheap to retry: attempts here
+// back off from 200ms to at most 3s.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+	MinConnectTimeout: 3 * time.Second,
 }
 
 // transport are the dial options of every connection: plaintext,
@@ -86,9 +98,7 @@ var transport = []grpc.DialOption{
 // holds. A connection attempt gives up after a few seconds. opts are
 // appended to the defaults, as for Dial.
 func DialAddr(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	opts = slices.Concat([]grpc.DialOption{
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 3 * time.Second}),
-	}, transport, opts)
+	opts = slices.Concat([]grpc.DialOption{grpc.WithConnectParams(reconnect)}, transport, opts)
 	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: dial %s: %w", addr, err)
