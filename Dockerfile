@@ -18,11 +18,14 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     cd services && go mod download
 COPY gen gen
 COPY services services
-# A static binary: the same file runs in the scratch image, in the executor
-# image and, copied by the executor, as the agent inside every sandbox.
+# Static binaries: conch runs in the scratch image, in the executor image
+# and, copied by the executor, as the tool commands inside every sandbox;
+# conch-sandbox-agent, beside it in the executor image, is each sandbox's
+# resident agent (the agent alone, quick to start).
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/conch ./services/cmd/conch
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/conch ./services/cmd/conch && \
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/conch-sandbox-agent ./services/cmd/conch-sandbox-agent
 # The runtime image has no shell or package manager, so its user and CA
 # roots are prepared here.
 RUN mkdir -p /out/etc && \
@@ -36,7 +39,7 @@ FROM debian:trixie-slim AS executor
 RUN apt-get update && \
     apt-get install -y --no-install-recommends bubblewrap ca-certificates && \
     rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/conch /usr/local/bin/conch
+COPY --from=build /out/conch /out/conch-sandbox-agent /usr/local/bin/
 COPY deploy/executor/entrypoint.sh /usr/local/bin/conch-executor-entrypoint
 ENTRYPOINT ["/usr/local/bin/conch-executor-entrypoint"]
 CMD ["executor"]

@@ -495,7 +495,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 			defer span.End()
 			return s.tools(ctx, account, id, req.Tool, req.Arguments)
 		}
-		if e.tools, err = toolshim.Install(sb.ToolsPath(), sandbox.AgentPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
+		if e.tools, err = toolshim.Install(sb.ToolsPath(), sandbox.ToolPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, "", errs.Wrap(errs.InvalidArgument, err, "tools")
 		}

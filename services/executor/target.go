@@ -120,14 +120,15 @@ func (s *Service) authorize(ctx context.Context, t *target, p *ExecParams, ev Ex
 
 // sandboxDigest binds an approval to the content of a sandbox's file, read
 // through the sandbox's view. Files the sandbox cannot change (the system
-// dirs, the agent binary its tool commands link to) are not hashed.
+// dirs, the agent and the binary its tool commands link to) are not
+// hashed.
 func sandboxDigest(v *fsview.View) func(string) (string, error) {
 	return func(p string) (string, error) {
 		real, err := v.Resolve(p)
 		if err != nil {
 			return "", fmt.Errorf("executor: digest %s: %w", p, err)
 		}
-		if gate.SystemFile(real) || real == sandbox.AgentPath {
+		if gate.SystemFile(real) || real == sandbox.AgentPath || real == sandbox.ToolPath {
 			return "", nil
 		}
 		f, err := v.Open(real)

@@ -21,9 +21,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// AgentCommand is the hidden subcommand of the conch binary that runs as the
-// resident agent inside each sandbox.
+// AgentCommand is the hidden subcommand of the conch binary (and the only
+// one of conch-sandbox-agent) that runs as the resident agent inside each
+// sandbox.
 const AgentCommand = "sandbox-agent"
+
+// AgentBinaryName is the agent-only binary the executor prefers, found
+// beside its own.
+const AgentBinaryName = "conch-sandbox-agent"
 
 // Paths inside the sandbox.
 const (
@@ -33,9 +38,10 @@ const (
 	// one link to the conch binary per tool, and the socket their calls go
 	// through. It is on every sandbox's PATH, read-only.
 	ToolsDir = agentDir + "/tools"
-	// AgentPath is where the conch binary is inside a sandbox; tool commands
-	// link to it.
+	// AgentPath is where the agent binary is inside a sandbox; ToolPath is
+	// the conch binary, to which tool commands link.
 	AgentPath      = agentPath
+	ToolPath       = agentDir + "/tool"
 	WorkspaceDir   = "/home/workspace"
 	sandboxUID     = 1000
 	sandboxGID     = 1000

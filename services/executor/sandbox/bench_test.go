@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -81,6 +82,51 @@ func BenchmarkSandboxCreateCold(b *testing.B) {
 		b.StartTimer()
 	}
 	reportP50(b, ds)
+}
+
+// BenchmarkSandboxCreateColdAgent is BenchmarkSandboxCreateCold with the
+// agents an executor really runs ($CONCH_BIN, set by make bench): the
+// conch binary, whose start initialises every package of every service,
+// and conch-sandbox-agent beside it, which the executor prefers.
+func BenchmarkSandboxCreateColdAgent(b *testing.B) {
+	bin := os.Getenv("CONCH_BIN")
+	if bin == "" {
+		b.Skip("CONCH_BIN is not set")
+	}
+	for _, agent := range []string{bin, filepath.Join(filepath.Dir(bin), AgentBinaryName)} {
+		b.Run(filepath.Base(agent), func(b *testing.B) {
+			dir, err := os.MkdirTemp("", "conch-sandbox-agent-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = os.Chmod(dir, 0o711)
+			r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				r.Close()
+				_ = os.RemoveAll(dir)
+			})
+			var ds []time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				start := time.Now()
+				sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("benchagent%d-%d", os.Getpid(), i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(start))
+				b.StopTimer()
+				if err := sb.Destroy(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			reportP50(b, ds)
+		})
+	}
 }
 
 // BenchmarkAgentRoundTrip runs `true` through the agent of a warm sandbox,

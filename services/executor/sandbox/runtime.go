@@ -57,8 +57,14 @@ type Config struct {
 	RootFS string
 	// Bwrap is the bubblewrap binary.
 	Bwrap string
-	// AgentBinary is the conch binary that runs the agent subcommand.
-	AgentBinary string
+	// AgentBinary runs the resident agent (its AgentCommand subcommand);
+	// ToolBinary runs the tool commands moved into the shell (the conch
+	// binary, which dispatches on its name). Both default to the running
+	// binary, except that a conch-sandbox-agent beside it (AgentBinaryName)
+	// is preferred as the agent: it links the agent and nothing else, so
+	// it starts in a fraction of the time the whole conch binary takes to
+	// initialise, which every cold sandbox pays.
+	AgentBinary, ToolBinary string
 	// CgroupMount is where cgroups are mounted; CgroupParent the group
 	// under which sandboxes' groups are made.
 	CgroupMount, CgroupParent string
@@ -84,6 +90,7 @@ type Runtime struct {
 	cgroups *cgroupRoot
 	seccomp []byte
 	agent   string // agent binary copy readable by sandbox uids
+	tool    string // tool binary copy, the same file when they are one
 	log     *slog.Logger
 
 	uids *uidClaims
@@ -135,9 +142,19 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	if st, err := os.Stat(filepath.Join(cfg.RootFS, "bin/sh")); err != nil || st.IsDir() {
 		return nil, fmt.Errorf("sandbox: root filesystem %s has no /bin/sh", cfg.RootFS)
 	}
-	if cfg.AgentBinary == "" {
-		if cfg.AgentBinary, err = os.Executable(); err != nil {
+	if cfg.AgentBinary == "" || cfg.ToolBinary == "" {
+		self, err := os.Executable()
+		if err != nil {
 			return nil, fmt.Errorf("sandbox: find own binary: %w", err)
+		}
+		if cfg.ToolBinary == "" {
+			cfg.ToolBinary = self
+		}
+		if cfg.AgentBinary == "" {
+			cfg.AgentBinary = self
+			if st, err := os.Stat(filepath.Join(filepath.Dir(self), AgentBinaryName)); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+				cfg.AgentBinary = filepath.Join(filepath.Dir(self), AgentBinaryName)
+			}
 		}
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
@@ -155,9 +172,16 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		r.removeState()
 		return nil, err
 	}
-	if r.agent, err = installAgent(cfg.AgentBinary, cfg.StateDir); err != nil {
+	if r.agent, err = installBinary(cfg.AgentBinary, cfg.StateDir, "agent"); err != nil {
 		r.removeState()
 		return nil, err
+	}
+	r.tool = r.agent
+	if cfg.ToolBinary != cfg.AgentBinary {
+		if r.tool, err = installBinary(cfg.ToolBinary, cfg.StateDir, "tool"); err != nil {
+			r.removeState()
+			return nil, err
+		}
 	}
 	if r.seccomp, err = seccompProgram(); err != nil {
 		r.removeState()
@@ -171,11 +195,11 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	return r, nil
 }
 
-// installAgent copies the agent binary to a root-owned, world-readable file
-// in the state dir: sandboxes run as unprivileged uids that may not be able
-// to reach the original path.
-func installAgent(src, stateDir string) (string, error) {
-	dst := filepath.Join(stateDir, "agent")
+// installBinary copies the binary src to a root-owned, world-readable file
+// name in the state dir: sandboxes run as unprivileged uids that may not be
+// able to reach the original path.
+func installBinary(src, stateDir, name string) (string, error) {
+	dst := filepath.Join(stateDir, name)
 	in, err := os.Open(src)
 	if err != nil {
 		return "", fmt.Errorf("sandbox: open agent binary: %w", err)
@@ -590,6 +614,7 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 		mount{op: "--tmpfs", dst: "/run"},
 		mount{op: "--dir", dst: agentDir},
 		mount{op: "--ro-bind", src: r.agent, dst: agentPath},
+		mount{op: "--ro-bind", src: r.tool, dst: ToolPath},
 		mount{op: "--ro-bind", src: filepath.Join(s.dir, "tools"), dst: ToolsDir},
 		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
 	)

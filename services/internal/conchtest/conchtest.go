@@ -11,7 +11,8 @@ import (
 )
 
 // Binary returns the conch binary under test: $CONCH_BIN (set by
-// `make test`), else one built once into a temp dir.
+// `make test`, which builds conch-sandbox-agent beside it), else one built
+// once into a temp dir, with the agent beside it.
 var Binary = sync.OnceValues(func() (string, error) {
 	if bin := os.Getenv("CONCH_BIN"); bin != "" {
 		return bin, nil
@@ -20,10 +21,11 @@ var Binary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "conch")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/conch-sh/conch/services/cmd/conch").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build conch: %v\n%s", err, out)
+	for _, cmd := range []string{"conch", "conch-sandbox-agent"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/conch-sh/conch/services/cmd/"+cmd).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", cmd, err, out)
+		}
 	}
-	return bin, nil
+	return filepath.Join(dir, "conch"), nil
 })
