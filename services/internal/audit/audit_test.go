@@ -39,24 +39,30 @@ func newFS(t testing.TB) store.Store {
 	return st
 }
 
-// rewrite replaces a segment's lines with edit's.
-func rewrite(t *testing.T, st store.Store, key string, edit func([]string) []string) {
+// segmentLines reads the lines of the stored segment key.
+func segmentLines(t *testing.T, st store.Store, key string) []string {
 	t.Helper()
-	ctx := t.Context()
-	rc, _, err := st.Get(ctx, key)
+	rc, _, err := st.Get(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rc.Close()
 	zr, err := gzip.NewReader(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := io.ReadAll(zr)
-	rc.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := edit(strings.Split(strings.TrimSuffix(string(b), "\n"), "\n"))
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// rewrite replaces a segment's lines with edit's.
+func rewrite(t *testing.T, st store.Store, key string, edit func([]string) []string) {
+	t.Helper()
+	ctx := t.Context()
+	lines := edit(segmentLines(t, st, key))
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	_, _ = zw.Write([]byte(strings.Join(lines, "\n") + "\n"))

@@ -1,12 +1,9 @@
 package audit
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,20 +59,7 @@ func TestExportAsLogRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rc, _, err := st.Get(ctx, SegmentKey("acme", at, w.ID(), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	zr, err := gzip.NewReader(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, err := io.ReadAll(zr)
-	rc.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(string(stored), "\n"), "\n")
+	lines := segmentLines(t, st, SegmentKey("acme", at, w.ID(), 1))
 
 	got := exp.taken()
 	if len(got) != len(lines) {
