@@ -7,7 +7,7 @@ BIN   := bin/conch
 TEST_FLAGS ?= -count=1 -timeout 20m
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all build run cluster cluster-down load test fuzz bench images lint gen breaking deps clean
+.PHONY: all build run cluster cluster-down load test fuzz bench images images-test lint gen breaking deps clean
 
 all: build
 
@@ -97,6 +97,12 @@ images:
 	$(IMAGE_BUILD) -t conch-sandbox:$(IMAGE_TAG) deploy/sandbox
 	$(IMAGE_BUILD) --build-arg MINIO_VERSION=$(MINIO_VERSION) -t conch-minio:$(IMAGE_TAG) deploy/minio
 	@$(CONTAINER_ENGINE) images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '(^|/)conch(-[a-z]+)?:$(IMAGE_TAG) '
+
+## images-test: make images, then drive them as a real multi-container
+## cluster started from deploy/compose/compose.yaml (Podman and
+## podman-compose unless CONTAINER_ENGINE=docker); see scripts/images-test.sh
+images-test:
+	scripts/images-test.sh
 
 ## gen: regenerate gen/ from proto/
 gen:

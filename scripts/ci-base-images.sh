@@ -18,10 +18,13 @@
 # `go mod download` works behind such a proxy; the Debian bundle the
 # shipped images copy stays Debian's own.
 #
-# Usage: scripts/ci-base-images.sh [ENGINE]   (podman, default, or docker)
+# Usage: scripts/ci-base-images.sh [debian]
+# The engine is CONTAINER_ENGINE (podman, the default, or docker); with
+# `debian`, only the Debian image is made, which runs no container.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-engine=${1:-${CONTAINER_ENGINE:-podman}}
+engine=${CONTAINER_ENGINE:-podman}
+only=${1:-}
 go_version=$(sed -n 's/^ARG GO_VERSION=//p' Dockerfile)
 arch=$(go env GOARCH)
 debian=docker.io/library/debian:trixie-slim
@@ -45,7 +48,7 @@ if ! have "$debian"; then
 	rm -rf "$work/root"
 fi
 
-if ! have "$golang"; then
+if [ "$only" != debian ] && ! have "$golang"; then
 	echo "ci-base-images: $debian + Go $go_version → $golang" >&2
 	dir=$(GOWORK=off GOFLAGS=-modcacherw go mod download -json "golang.org/toolchain@v0.0.1-go${go_version}.linux-${arch}" |
 		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -72,4 +75,4 @@ if ! have "$golang"; then
 	[ "$engine" = podman ] && build+=(--pull=never)
 	"$engine" "${build[@]}" -q -t "$golang" -f "$work/ctx/Containerfile" "$work/ctx" >/dev/null
 fi
-echo "ci-base-images: $debian and $golang are ready" >&2
+echo "ci-base-images: ready" >&2
