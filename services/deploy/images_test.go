@@ -12,7 +12,9 @@ import (
 // to their registry's copy of the upstream release.
 var thirdPartyImages = map[string]bool{"etcd": true, "minio/minio": true}
 
-func TestManifestImagesAreBuilt(t *testing.T) {
+// builtImages are the image names make images tags.
+func builtImages(t *testing.T) map[string]bool {
+	t.Helper()
 	makefile, err := os.ReadFile("../../Makefile")
 	if err != nil {
 		t.Fatal(err)
@@ -21,6 +23,11 @@ func TestManifestImagesAreBuilt(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\$\(IMAGE_BUILD\) [^\n]*-t ([a-z0-9./_-]+):\$\(IMAGE_TAG\)`).FindAllStringSubmatch(string(makefile), -1) {
 		built[m[1]] = true
 	}
+	return built
+}
+
+func TestManifestImagesAreBuilt(t *testing.T) {
+	built := builtImages(t)
 	for _, name := range []string{"conch", "conch-executor", "conch-sandbox", "conch-minio"} {
 		if !built[name] {
 			t.Errorf("make images does not build %s", name)
