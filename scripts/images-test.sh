@@ -37,6 +37,9 @@ step "images"
 make images CONTAINER_ENGINE="$CONTAINER_ENGINE"
 
 step "multi-container cluster"
+# The test also runs the README's client commands with bin/conch.
+make build
+export CONCH_BIN=$PWD/bin/conch
 export CONCH_IMAGES_TEST_LOGS=${CONCH_IMAGES_TEST_LOGS:-$PWD/.cache/images-test-logs}
 rm -rf "$CONCH_IMAGES_TEST_LOGS"
 cd services

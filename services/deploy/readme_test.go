@@ -112,7 +112,7 @@ func TestReadmeDeployCommands(t *testing.T) {
 		case strings.HasPrefix(cmd, "export CONCH_API_KEY=$(sed -n 's/^CONCH_ADMIN_KEY=//p' deploy/compose/secrets/router.env)"):
 			// The key secrets.sh writes; TestComposeFlagsAreAccepted reads it.
 		case f[0] == "bin/conch":
-			// Client commands, documented and tested with the CLI.
+			// Client commands: make images-test runs them against the Compose cluster.
 		default:
 			t.Errorf("README: Deploy runs %q, which this test does not check; add a case", cmd)
 		}

@@ -41,8 +41,15 @@ func TestComposeCluster(t *testing.T) {
 	c := up(t)
 	ctx := t.Context()
 
+	t.Run("the README's first gateway and chat", func(t *testing.T) {
+		// As the README's Deploy section has a user do it, with the CLI.
+		c.cli(t, "gateways", "create", "default", "--provider", "scripted", "--shell")
+		if out := c.cli(t, "chat", "-m", "run `uname -a`"); !strings.Contains(out, "Linux") {
+			t.Fatalf("conch chat printed %q, want uname's output", out)
+		}
+	})
 	c.must(ctx, c.routers[0], "POST", "/api/v1/gateways", map[string]any{
-		"name":     "default",
+		"name":     "persistent",
 		"upstream": map[string]any{"provider": "scripted"},
 		"shell":    map[string]any{"enabled": true, "allow_data_persistence": true},
 	})
@@ -56,11 +63,11 @@ func TestComposeCluster(t *testing.T) {
 	t.Run("shell and persistent workspace", func(t *testing.T) {
 		// Written through one router's completion, read through the
 		// other's: the workspace outlives the sandbox and the router.
-		r := c.complete(ctx, c.routers[0], "default", "alice", "echo kept > /home/workspace/notes.txt && uname -s")
+		r := c.complete(ctx, c.routers[0], "persistent", "alice", "echo kept > /home/workspace/notes.txt && uname -s")
 		if r.Outcome.ExitCode != 0 || r.Stdout != "Linux\n" {
 			t.Fatalf("first completion: %+v", r)
 		}
-		r = c.complete(ctx, c.routers[1], "default", "alice", "cat /home/workspace/notes.txt")
+		r = c.complete(ctx, c.routers[1], "persistent", "alice", "cat /home/workspace/notes.txt")
 		if r.Stdout != "kept\n" {
 			t.Fatalf("second completion read %q, want the file the first wrote", r.Stdout)
 		}
@@ -69,7 +76,7 @@ func TestComposeCluster(t *testing.T) {
 	t.Run("file round trip through REST", func(t *testing.T) {
 		content := []byte("uploaded through REST " + rand.Text() + "\n")
 		c.do(ctx, c.routers[1], "PUT", "/api/v1/shell/io/upload?path="+url.QueryEscape("/in/up.txt"), content, http.StatusOK, "X-Shell-User-Id", "alice")
-		r := c.complete(ctx, c.routers[0], "default", "alice", "cat /home/workspace/in/up.txt | tr a-z A-Z > /home/workspace/out.txt")
+		r := c.complete(ctx, c.routers[0], "persistent", "alice", "cat /home/workspace/in/up.txt | tr a-z A-Z > /home/workspace/out.txt")
 		if r.Outcome.ExitCode != 0 {
 			t.Fatalf("completion: %+v", r)
 		}
@@ -133,7 +140,7 @@ func TestComposeCluster(t *testing.T) {
 		// Its registration outlives it until its lease expires; the next
 		// completions must be placed on the other executor regardless.
 		for i := range 3 {
-			r := c.complete(ctx, c.routers[i%2], "default", "alice", "cat /home/workspace/notes.txt")
+			r := c.complete(ctx, c.routers[i%2], "persistent", "alice", "cat /home/workspace/notes.txt")
 			if r.Stdout != "kept\n" {
 				t.Fatalf("completion %d after the kill: %+v", i, r)
 			}
@@ -166,7 +173,7 @@ func TestComposeCluster(t *testing.T) {
 						time.Sleep(100 * time.Millisecond)
 						continue
 					}
-					if _, err := c.completion(ctx, router, "default", "bob", "echo ok"); err != nil {
+					if _, err := c.completion(ctx, router, "persistent", "bob", "echo ok"); err != nil {
 						failed.Add(1)
 						firstErr.CompareAndSwap(nil, err.Error())
 						continue
@@ -446,6 +453,23 @@ func (c *cluster) complete(ctx context.Context, router, gateway, user, command s
 		c.t.Fatal(err)
 	}
 	return r
+}
+
+// cli runs bin/conch (CONCH_BIN) against the first router with the admin
+// key, as a user of the README would, and returns its output.
+func (c *cluster) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := os.Getenv("CONCH_BIN")
+	if bin == "" {
+		t.Fatal("CONCH_BIN must name bin/conch (make images-test sets it)")
+	}
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Env = append(os.Environ(), "CONCH_URL="+c.routers[0], "CONCH_API_KEY="+c.key)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("conch %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
 
 // freePort is a loopback port nothing listens on now.

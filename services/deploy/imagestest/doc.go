@@ -6,7 +6,8 @@
 //
 // The engine and the compose command come from the environment:
 // CONTAINER_ENGINE (podman or docker) and CONCH_COMPOSE (for instance
-// "podman-compose" or "docker compose"). Logs of every container are
+// "podman-compose" or "docker compose"); CONCH_BIN is bin/conch, for the
+// client commands. Logs of every container are
 // written to CONCH_IMAGES_TEST_LOGS (default: the test's temp dir) and
 // printed when the test fails.
 package imagestest
