@@ -265,6 +265,16 @@ func (c *cluster) down() {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		c.t.Errorf("compose down: %v\n%s", err, tail(out, 30))
 	}
+	// podman-compose 1.0 leaves the project's network behind.
+	nets, err := exec.Command(c.engine, "network", "ls", "-q", "--filter", "label=com.docker.compose.project="+c.project).Output()
+	if err != nil {
+		c.t.Errorf("list networks: %v", err)
+	}
+	for _, n := range strings.Fields(string(nets)) {
+		if out, err := exec.Command(c.engine, "network", "rm", n).CombinedOutput(); err != nil {
+			c.t.Errorf("remove network %s: %v\n%s", n, err, out)
+		}
+	}
 }
 
 // run runs a command with the cluster's environment and returns its
