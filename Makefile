@@ -7,7 +7,7 @@ BIN   := bin/conch
 TEST_FLAGS ?= -count=1 -timeout 20m
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all build run cluster cluster-down load test fuzz bench images lint gen breaking deps clean
+.PHONY: all build run cluster cluster-down load test fuzz bench images images-test lint gen breaking deps clean
 
 all: build
 
@@ -84,13 +84,27 @@ bench: build
 	echo; $(GO) run ./services/cmd/benchreport -json $(BENCH_REPORT) $(BENCH_OUT) || status=1; \
 	exit $$status
 
-## images: build the container images (needs Docker with a running daemon)
-IMAGE_TAG ?= latest
+## images: the container images conch, conch-executor, conch-sandbox and
+## conch-minio, with BuildKit: Docker (DOCKER_BUILDKIT=1, no buildx needed)
+## when its daemon answers, else Podman; CONTAINER_ENGINE=… to choose
+IMAGE_TAG        ?= latest
+CONTAINER_ENGINE ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo podman)
+MINIO_VERSION    := $(shell sed -n 's/^MINIO_VERSION=//p' scripts/minio.sh)
+IMAGE_BUILD       = $(if $(filter docker,$(notdir $(CONTAINER_ENGINE))),DOCKER_BUILDKIT=1 )$(CONTAINER_ENGINE) build \
+	--build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT)
 images:
-	@docker info >/dev/null 2>&1 || { echo "make images: needs docker and a running Docker daemon"; exit 1; }
-	docker build -t conch:$(IMAGE_TAG) .
-	docker build --target executor -t conch-executor:$(IMAGE_TAG) .
-	docker build -t conch-sandbox:$(IMAGE_TAG) deploy/sandbox
+	@command -v $(CONTAINER_ENGINE) >/dev/null || { echo "make images: needs Docker (with its daemon) or Podman"; exit 1; }
+	$(IMAGE_BUILD) --target conch -t conch:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target executor -t conch-executor:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) -t conch-sandbox:$(IMAGE_TAG) deploy/sandbox
+	$(IMAGE_BUILD) --build-arg MINIO_VERSION=$(MINIO_VERSION) -t conch-minio:$(IMAGE_TAG) deploy/minio
+	@$(CONTAINER_ENGINE) images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '(^|/)conch(-[a-z]+)?:$(IMAGE_TAG) '
+
+## images-test: make images, then drive them as a real multi-container
+## cluster started from deploy/compose/compose.yaml (Podman and
+## podman-compose unless CONTAINER_ENGINE=docker); see scripts/images-test.sh
+images-test:
+	scripts/images-test.sh
 
 ## gen: regenerate gen/ from proto/
 gen:

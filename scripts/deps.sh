@@ -17,6 +17,15 @@ if [ "${1:-}" = "--test" ]; then
 	command -v node >/dev/null || need+=(nodejs)
 	command -v npm >/dev/null || need+=(npm)
 fi
+# --images adds what `make images-test` needs: Podman and podman-compose,
+# runc (for hosts with hybrid cgroups, which crun refuses) and debootstrap
+# (for the local base images of machines without registry access).
+if [ "${1:-}" = "--images" ]; then
+	command -v podman >/dev/null || need+=(podman)
+	command -v podman-compose >/dev/null || need+=(podman-compose)
+	command -v runc >/dev/null || need+=(runc)
+	command -v debootstrap >/dev/null || need+=(debootstrap)
+fi
 
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then

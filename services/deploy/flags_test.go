@@ -31,6 +31,7 @@ var commandConfigs = map[string]func() any{
 	"approval":  func() any { return &launch.ServiceConfig{} },
 	"workspace": func() any { return &launch.WorkspaceConfig{} },
 	"executor":  func() any { return &launch.ExecutorServiceConfig{} },
+	"etcd":      func() any { return &launch.EtcdConfig{} },
 }
 
 // conchImages are the images whose entrypoint is the conch binary, by the

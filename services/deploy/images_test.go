@@ -12,16 +12,23 @@ import (
 // to their registry's copy of the upstream release.
 var thirdPartyImages = map[string]bool{"etcd": true, "minio/minio": true}
 
-func TestManifestImagesAreBuilt(t *testing.T) {
+// builtImages are the image names make images tags.
+func builtImages(t *testing.T) map[string]bool {
+	t.Helper()
 	makefile, err := os.ReadFile("../../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
 	built := map[string]bool{}
-	for _, m := range regexp.MustCompile(`docker build [^\n]*-t ([a-z0-9./_-]+):`).FindAllStringSubmatch(string(makefile), -1) {
+	for _, m := range regexp.MustCompile(`\$\(IMAGE_BUILD\) [^\n]*-t ([a-z0-9./_-]+):\$\(IMAGE_TAG\)`).FindAllStringSubmatch(string(makefile), -1) {
 		built[m[1]] = true
 	}
-	for _, name := range []string{"conch", "conch-executor", "conch-sandbox"} {
+	return built
+}
+
+func TestManifestImagesAreBuilt(t *testing.T) {
+	built := builtImages(t)
+	for _, name := range []string{"conch", "conch-executor", "conch-sandbox", "conch-minio"} {
 		if !built[name] {
 			t.Errorf("make images does not build %s", name)
 		}
@@ -44,16 +51,18 @@ func TestDockerfileMatchesTheToolchain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docker, err := os.ReadFile("../../Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := submatch(`(?m)^go (\S+)$`, work)
-	if got := submatch(`(?m)^ARG GO_VERSION=(\S+)$`, docker); want == "" || got != want {
-		t.Errorf("Dockerfile builds with Go %q, go.work asks for %q", got, want)
+	for _, df := range []string{"../../Dockerfile", "../../deploy/minio/Dockerfile"} {
+		docker, err := os.ReadFile(df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := submatch(`(?m)^ARG GO_VERSION=(\S+)$`, docker); want == "" || got != want {
+			t.Errorf("%s builds with Go %q, go.work asks for %q", df, got, want)
+		}
 	}
 	// Files the images copy from the repository must exist.
-	for _, df := range []string{"../../Dockerfile", "../../deploy/sandbox/Dockerfile"} {
+	for _, df := range []string{"../../Dockerfile", "../../deploy/sandbox/Dockerfile", "../../deploy/minio/Dockerfile"} {
 		b, err := os.ReadFile(df)
 		if err != nil {
 			t.Fatal(err)

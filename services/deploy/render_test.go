@@ -19,23 +19,49 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
 )
 
 // k8sDir is deploy/k8s, relative to this package.
 const k8sDir = "../../deploy/k8s"
 
-// overlay is one kustomization the tests render.
+// overlay is one set of manifests the tests render: a kustomization, or
+// the Helm chart with some values.
 type overlay struct {
-	name string // directory under deploy/k8s
+	name string // directory under deploy/k8s, or a name for chart values
 	// operatorSecrets: Secrets the overlay does not create because the
 	// operator provides them (documented in deploy/k8s/README.md).
 	operatorSecrets bool
+	// chartValues, when not nil, makes this a render of the Helm chart in
+	// deploy/helm/conch with these values over its defaults.
+	chartValues map[string]any
 }
 
+func (o overlay) isChart() bool { return o.chartValues != nil }
+
+// chartSecrets are values that satisfy the chart's required secrets.
+var chartSecrets = map[string]any{
+	"internalSecret": "an-internal-secret-of-32-bytes!!",
+	"adminKey":       "an-admin-key-of-at-least-16-chars",
+	"signingKeys":    "k1:a-signing-secret-of-at-least-32-bytes",
+	"s3SecretKey":    "an-s3-secret-key",
+}
+
+// overlays are every kustomization of deploy/k8s and the chart's
+// configurations that keep etcd and MinIO in the release; all of them are
+// held to every invariant of this package.
 var overlays = []overlay{
+	{name: "."},
 	{name: "base", operatorSecrets: true},
 	{name: "overlays/dev"},
 	{name: "overlays/prod", operatorSecrets: true},
+	{name: "helm", chartValues: map[string]any{"secrets": chartSecrets}},
+	{name: "helm/operator-secrets", operatorSecrets: true, chartValues: map[string]any{
+		"secrets":  map[string]any{"create": false},
+		"image":    map[string]any{"tag": "v1.2.3"},
+		"router":   map[string]any{"replicas": 3, "autoscaling": map[string]any{"minReplicas": 3, "maxReplicas": 8}},
+		"executor": map[string]any{"replicas": 4, "autoscaling": map[string]any{"minReplicas": 2, "maxReplicas": 10}},
+	}},
 }
 
 // workload is a Deployment or a StatefulSet, seen through what the checks
@@ -66,6 +92,9 @@ type manifests struct {
 	policies  []*networkingv1.NetworkPolicy
 	pdbs      []*policyv1.PodDisruptionBudget
 	hpas      []*autoscalingv2.HorizontalPodAutoscaler
+	ingresses []*networkingv1.Ingress
+	// serviceMonitors are the Prometheus Operator's, as decoded YAML.
+	serviceMonitors []map[string]any
 }
 
 // workload returns the workload kind/name, or nil.
@@ -119,13 +148,12 @@ func scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// render builds an overlay with kustomize and decodes every object
-// strictly: unknown or duplicated fields are errors.
+// render builds an overlay with kustomize, or the chart with Helm, and
+// decodes every object strictly: unknown or duplicated fields are errors.
 func render(o overlay) (*manifests, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	resMap, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(k8sDir, filepath.FromSlash(o.name)))
+	docs, err := renderYAML(o)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", o.name, err)
+		return nil, err
 	}
 	s, err := scheme()
 	if err != nil {
@@ -133,14 +161,22 @@ func render(o overlay) (*manifests, error) {
 	}
 	codec := json.NewSerializerWithOptions(json.DefaultMetaFactory, s, s, json.SerializerOptions{Yaml: true, Strict: true})
 	m := &manifests{overlay: o, secrets: map[string]*corev1.Secret{}}
-	for _, r := range resMap.Resources() {
-		y, err := r.AsYAML()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", o.name, r.CurId(), err)
+	for _, d := range docs {
+		y := d.yaml
+		if kind, err := kindOf(y); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", o.name, d.id, err)
+		} else if kind == "monitoring.coreos.com/v1/ServiceMonitor" {
+			// A CRD, outside the scheme: its checks read it as a map.
+			var sm map[string]any
+			if err := yaml.Unmarshal(y, &sm); err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", o.name, d.id, err)
+			}
+			m.serviceMonitors = append(m.serviceMonitors, sm)
+			continue
 		}
 		obj, _, err := codec.Decode(y, nil, nil)
 		if err != nil {
-			return nil, fmt.Errorf("%s: decode %s: %w", o.name, r.CurId(), err)
+			return nil, fmt.Errorf("%s: decode %s: %w", o.name, d.id, err)
 		}
 		m.objects = append(m.objects, obj)
 		switch v := obj.(type) {
@@ -158,12 +194,50 @@ func render(o overlay) (*manifests, error) {
 			m.pdbs = append(m.pdbs, v)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			m.hpas = append(m.hpas, v)
+		case *networkingv1.Ingress:
+			m.ingresses = append(m.ingresses, v)
 		case *corev1.Namespace:
 		default:
-			return nil, fmt.Errorf("%s: %s: kind %T has no checks; add them before adding the kind", o.name, r.CurId(), obj)
+			return nil, fmt.Errorf("%s: %s: kind %T has no checks; add them before adding the kind", o.name, d.id, obj)
 		}
 	}
 	return m, nil
+}
+
+// doc is one rendered object's YAML and what names it in messages.
+type doc struct {
+	id   string
+	yaml []byte
+}
+
+// renderYAML renders o into one YAML document per object.
+func renderYAML(o overlay) ([]doc, error) {
+	if o.isChart() {
+		return renderChart(o.name, o.chartValues)
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	resMap, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(k8sDir, filepath.FromSlash(o.name)))
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", o.name, err)
+	}
+	var out []doc
+	for _, r := range resMap.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", o.name, r.CurId(), err)
+		}
+		out = append(out, doc{id: r.CurId().String(), yaml: y})
+	}
+	return out, nil
+}
+
+// kindOf is a document's apiVersion/kind.
+func kindOf(y []byte) (string, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(y, &tm); err != nil {
+		return "", err
+	}
+	return tm.APIVersion + "/" + tm.Kind, nil
 }
 
 // replicas is a workload's replica count; nil means the API default, 1.

@@ -16,8 +16,8 @@ import (
 type EtcdConfig struct {
 	Name           string `flag:"name" env:"CONCH_ETCD_NAME" usage:"this member's name in --initial-cluster"`
 	DataDir        string `flag:"data-dir" env:"CONCH_ETCD_DATA_DIR" usage:"directory of the member's data (created if missing; an existing member rejoins with it)"`
-	ListenClient   string `flag:"listen-client" env:"CONCH_ETCD_LISTEN_CLIENT" default:"http://127.0.0.1:2379" usage:"client URL, listened on and advertised"`
-	ListenPeer     string `flag:"listen-peer" env:"CONCH_ETCD_LISTEN_PEER" default:"http://127.0.0.1:2380" usage:"peer URL, listened on and advertised; must be this member's URL in --initial-cluster"`
+	ListenClient   string `flag:"listen-client" env:"CONCH_ETCD_LISTEN_CLIENT" default:"http://127.0.0.1:2379" usage:"client URL, advertised and listened on (a host name: on every address, at its port)"`
+	ListenPeer     string `flag:"listen-peer" env:"CONCH_ETCD_LISTEN_PEER" default:"http://127.0.0.1:2380" usage:"peer URL, advertised and listened on as --listen-client is; must be this member's URL in --initial-cluster"`
 	InitialCluster string `flag:"initial-cluster" env:"CONCH_ETCD_INITIAL_CLUSTER" usage:"every member as name=peerURL, comma separated"`
 	ClusterToken   string `flag:"initial-cluster-token" env:"CONCH_ETCD_CLUSTER_TOKEN" default:"conch" usage:"token the members of one cluster share"`
 	UnsafeNoFsync  bool   `flag:"unsafe-no-fsync" env:"CONCH_ETCD_UNSAFE_NO_FSYNC" usage:"skip fsync (a machine crash may lose data; for tests and throwaway clusters)"`

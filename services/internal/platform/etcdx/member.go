@@ -3,6 +3,7 @@ package etcdx
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
@@ -21,12 +22,14 @@ type MemberOptions struct {
 	// restarted on an existing Dir rejoins with its data and ignores
 	// InitialCluster. Required.
 	Dir string
-	// ClientURL is where clients connect (http://host:port), listened on
-	// and advertised as it is. Required.
+	// ClientURL is where clients connect (http://host:port), advertised
+	// as it is and listened on at its address; a host name, which etcd
+	// cannot bind (a container's or pod's name), is listened on at every
+	// address. Required.
 	ClientURL string
-	// PeerURL is where the other members connect, listened on and
-	// advertised as it is; it must be this member's URL in
-	// InitialCluster. Required.
+	// PeerURL is where the other members connect, advertised and listened
+	// on as ClientURL is; it must be this member's URL in InitialCluster.
+	// Required.
 	PeerURL string
 	// InitialCluster names every member: "name=http://host:port,...".
 	// Required.
@@ -102,6 +105,17 @@ func memberURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
+// bindURL is the URL etcd listens on for the advertised URL u: u itself
+// when its host is an address or localhost, else every address at u's
+// port (etcd binds addresses only).
+func bindURL(u url.URL) url.URL {
+	if h := u.Hostname(); h == "localhost" || net.ParseIP(h) != nil {
+		return u
+	}
+	u.Host = net.JoinHostPort("0.0.0.0", u.Port())
+	return u
+}
+
 // StartMember starts one member of a static multi-member cluster and
 // returns without waiting for the cluster: a member serves only once a
 // quorum of its peers is up, which Ready reports.
@@ -112,6 +126,8 @@ func StartMember(opts MemberOptions) (*Embedded, error) {
 	clientURL, _ := memberURL(opts.ClientURL)
 	peerURL, _ := memberURL(opts.PeerURL)
 	cfg := newConfig(opts.Name, opts.Dir, *clientURL, *peerURL, opts.UnsafeNoFsync)
+	cfg.ListenClientUrls = []url.URL{bindURL(*clientURL)}
+	cfg.ListenPeerUrls = []url.URL{bindURL(*peerURL)}
 	cfg.InitialCluster = opts.InitialCluster
 	cfg.InitialClusterToken = opts.ClusterToken
 	if cfg.InitialClusterToken == "" {
