@@ -134,6 +134,8 @@ type Service struct {
 	content *contentCache
 	// background runs the writes of packs, which Close waits for.
 	background sync.WaitGroup
+	// packing holds a token per hydration holding packs' content.
+	packing chan struct{}
 }
 
 // New returns the service over st, coordinating through etcd.
@@ -159,7 +161,7 @@ func New(st store.Store, cli *clientv3.Client, cfg Config) (*Service, error) {
 	if cfg.ContentCacheBytes == 0 {
 		cfg.ContentCacheBytes = DefaultContentCache
 	}
-	return &Service{store: st, locks: &locker{cli: cli, ttl: cfg.LockTTL}, cfg: cfg, content: newContentCache(cfg.ContentCacheBytes)}, nil
+	return &Service{store: st, locks: &locker{cli: cli, ttl: cfg.LockTTL}, cfg: cfg, content: newContentCache(cfg.ContentCacheBytes), packing: make(chan struct{}, packHydrations)}, nil
 }
 
 // Close releases the service's etcd session and with it any lock.

@@ -45,7 +45,10 @@ const (
 	// maxPacks bounds a workspace's packs.
 	maxPacks = 8
 	// packReadBytes bounds the packs one hydration reads.
-	packReadBytes = 64 << 20
+	packReadBytes = 32 << 20
+	// packHydrations bounds the hydrations holding packs' content at
+	// once: with packReadBytes, the memory packs may take in a service.
+	packHydrations = 2
 	// storeParallel bounds the requests one operation sends at once.
 	storeParallel = 16
 )

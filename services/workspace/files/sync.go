@@ -60,7 +60,18 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 			files++
 		}
 	}
+	// Packs' content is held until the hydration ends; when other
+	// hydrations hold theirs, this one fetches file by file instead.
+	usePacks := false
 	if files >= packMinFiles {
+		select {
+		case s.packing <- struct{}{}:
+			usePacks = true
+			defer func() { <-s.packing }()
+		default:
+		}
+	}
+	if usePacks {
 		packed, packKeys = s.readPacks(ctx, ws, missing)
 	}
 	// Small files are fetched ahead, at most storeParallel at once, and
@@ -123,8 +134,10 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 		}
 	}()
 	// What this hydration sends is packed again when it still needed
-	// many GETs.
+	// many GETs, and all of it fits one pack; it is kept only while it
+	// does.
 	sent, sentBytes := map[string][]byte{}, 0
+	whole := usePacks
 	seen := make(map[string]bool, len(infos))
 	for it := range queue {
 		e := entryOf(ws, it.info)
@@ -153,9 +166,12 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 			if err := sendFile(send, &e, it.data); err != nil {
 				return err
 			}
-			if len(it.data) <= packFileMax && sentBytes+len(it.data) <= packReadBytes && it.got.SHA256 != "" {
-				sent[it.got.SHA256] = it.data
-				sentBytes += len(it.data)
+			if whole && len(it.data) <= packFileMax && it.got.SHA256 != "" {
+				if sentBytes += len(it.data); sentBytes > packMaxBytes {
+					whole, sent = false, nil
+				} else {
+					sent[it.got.SHA256] = it.data
+				}
 			}
 		default:
 			if err := s.hydrateLarge(ctx, ws, it.info, send); err != nil {
@@ -181,7 +197,7 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 	if err := send(HydrateMsg{End: true, Revision: rev}); err != nil {
 		return err
 	}
-	if fetched.Load() >= packMinFiles {
+	if whole && fetched.Load() >= packMinFiles {
 		s.packLater(ctx, ws, rev, sent, packKeys)
 	}
 	return nil
