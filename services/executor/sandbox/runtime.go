@@ -317,63 +317,93 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 			}
 		}
 	}()
+	ctx, endBuild := span(ctx, "build")
+	defer func() { endBuild(err) }()
 	if s.uid, err = r.uids.claim(); err != nil {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { r.uids.release(s.uid) })
 
-	s.dir = filepath.Join(r.cfg.StateDir, name)
-	if err := os.Mkdir(s.dir, 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox: state dir: %w", err)
-	}
-	cleanups = append(cleanups, func() { _ = os.RemoveAll(s.dir) })
-	if err := writeEtc(s.dir); err != nil {
+	if err := s.prepare(ctx, spec, name, &cleanups); err != nil {
 		return nil, err
 	}
+	_, endCgroup := span(ctx, "cgroup")
+	s.cg, err = r.cgroups.create("sb-"+name, spec.Limits)
+	endCgroup(err)
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() { _ = s.cg.kill(5 * time.Second); _ = s.cg.remove() })
+
+	_, endStart := span(ctx, "start")
+	err = s.start(ctx)
+	endStart(err)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare makes a sandbox's host state: its state dir with /etc and
+// tools, the workspace tmpfs, the egress socket, and the filesystem view;
+// each undo goes on cleanups.
+func (s *Sandbox) prepare(ctx context.Context, spec Spec, name string, cleanups *[]func()) (err error) {
+	r := s.rt
+	_, endDirs := span(ctx, "state")
+	endedDirs := false
+	defer func() {
+		if !endedDirs {
+			endDirs(err)
+		}
+	}()
+	s.dir = filepath.Join(r.cfg.StateDir, name)
+	if err := os.Mkdir(s.dir, 0o711); err != nil {
+		return fmt.Errorf("sandbox: state dir: %w", err)
+	}
+	*cleanups = append(*cleanups, func() { _ = os.RemoveAll(s.dir) })
+	if err := writeEtc(s.dir); err != nil {
+		return err
+	}
 	if err := os.Mkdir(filepath.Join(s.dir, "tools"), 0o755); err != nil {
-		return nil, fmt.Errorf("sandbox: tools dir: %w", err)
+		return fmt.Errorf("sandbox: tools dir: %w", err)
 	}
 	// The workspace is a tmpfs of its own so that its size and file count
 	// are enforced by the kernel, and so that the host can hydrate and
 	// flush it without entering the sandbox.
 	s.workspace = filepath.Join(s.dir, "workspace")
 	if err := os.Mkdir(s.workspace, 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox: workspace dir: %w", err)
+		return fmt.Errorf("sandbox: workspace dir: %w", err)
 	}
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", spec.Limits.WorkspaceBytes, spec.Limits.WorkspaceFiles, s.uid, s.uid)
 	if err := unix.Mount("tmpfs", s.workspace, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return nil, fmt.Errorf("sandbox: mount workspace: %w", err)
+		return fmt.Errorf("sandbox: mount workspace: %w", err)
 	}
-	cleanups = append(cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
+	*cleanups = append(*cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
 	if spec.Network {
+		var err error
 		if s.egress, err = listenEgress(s.dir, s.uid); err != nil {
-			return nil, err
+			return err
 		}
-		cleanups = append(cleanups, func() { _ = s.egress.Close() })
+		*cleanups = append(*cleanups, func() { _ = s.egress.Close() })
 		if spec.EgressCA != nil {
 			if err := writeTrust(filepath.Join(s.dir, "egress"), r.cfg.RootFS, spec.EgressCA); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
+	endedDirs = true
+	endDirs(nil)
+	_, endView := span(ctx, "view")
+	defer func() { endView(err) }()
 	s.mounts = r.mounts(s)
 	ms := make([]fsview.Mount, len(s.mounts))
 	for i, m := range s.mounts {
 		ms[i] = m.view()
 	}
 	if s.view, err = fsview.New(ms, s.uid, s.uid); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return fmt.Errorf("sandbox: %w", err)
 	}
-
-	if s.cg, err = r.cgroups.create("sb-"+name, spec.Limits); err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, func() { _ = s.cg.kill(5 * time.Second); _ = s.cg.remove() })
-
-	if err := s.start(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil
 }
 
 // sandboxEnv is the environment every command starts from: nothing of the

@@ -238,21 +238,44 @@ func conchOf(res *loop.Result) conchOut {
 	return conchOut{ServerToolCalls: calls, Egress: res.Egress, EgressOmitted: res.EgressOmitted}
 }
 
-func chatCompletion(id string, created int64, model string, res *loop.Result) map[string]any {
-	msg := map[string]any{"role": "assistant", "content": nil, "refusal": nil}
+// chatCompletionOut is a chat.completion object, encoded from types
+// rather than through a generic tree of maps.
+type chatCompletionOut struct {
+	ID      string      `json:"id"`
+	Object  string      `json:"object"`
+	Created int64       `json:"created"`
+	Model   string      `json:"model"`
+	Choices []choiceOut `json:"choices"`
+	Usage   usageOut    `json:"usage"`
+	Conch   conchOut    `json:"conch"`
+}
+
+type choiceOut struct {
+	Index        int        `json:"index"`
+	Message      messageOut `json:"message"`
+	FinishReason string     `json:"finish_reason"`
+	Logprobs     *struct{}  `json:"logprobs"`
+}
+
+type messageOut struct {
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"`
+	Refusal   *string       `json:"refusal"`
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
+}
+
+func chatCompletion(id string, created int64, model string, res *loop.Result) chatCompletionOut {
+	msg := messageOut{Role: "assistant"}
 	if res.Content != "" || len(res.ToolCalls) == 0 {
-		msg["content"] = res.Content
+		msg.Content = &res.Content
 	}
 	if len(res.ToolCalls) > 0 {
-		msg["tool_calls"] = toolCallsOut(res.ToolCalls, false)
+		msg.ToolCalls = toolCallsOut(res.ToolCalls, false)
 	}
-	return map[string]any{
-		"id":      id,
-		"object":  "chat.completion",
-		"created": created,
-		"model":   model,
-		"choices": []map[string]any{{"index": 0, "message": msg, "finish_reason": res.FinishReason, "logprobs": nil}},
-		"usage":   usageOf(res),
-		"conch":   conchOf(res),
+	return chatCompletionOut{
+		ID: id, Object: "chat.completion", Created: created, Model: model,
+		Choices: []choiceOut{{Index: 0, Message: msg, FinishReason: res.FinishReason}},
+		Usage:   usageOf(res),
+		Conch:   conchOf(res),
 	}
 }

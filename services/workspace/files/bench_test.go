@@ -2,6 +2,7 @@ package files_test
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,15 +11,16 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/workspace/files"
+	"github.com/conch-sh/conch/services/workspace/store"
 )
 
 // forEachStoreB runs a benchmark against each store; newService returns a
 // service over the benchmark's store and etcd.
-func forEachStoreB(b *testing.B, fn func(b *testing.B, newService func(files.Config) *files.Service)) {
+func forEachStoreB(b *testing.B, fn func(b *testing.B, st store.Store, newService func(files.Config) *files.Service)) {
 	for name, st := range stores(b) {
 		b.Run(name, func(b *testing.B) {
 			cli := etcdxtest.StartForTest(b)
-			fn(b, func(cfg files.Config) *files.Service {
+			fn(b, st, func(cfg files.Config) *files.Service {
 				s, err := files.New(st, cli, cfg)
 				if err != nil {
 					b.Fatal(err)
@@ -30,15 +32,16 @@ func forEachStoreB(b *testing.B, fn func(b *testing.B, newService func(files.Con
 	}
 }
 
-// populate flushes n files of size bytes into w.
+// populate flushes n files of size (at least 8) bytes into w.
 func populate(b *testing.B, s *files.Service, w files.Workspace, n, size int) {
 	b.Helper()
-	content := strings.Repeat("x", size)
 	for start := 0; start < n; start += 1000 {
 		f := s.BeginFlush(w)
 		for i := start; i < min(start+1000, n); i++ {
 			e := files.Entry{Path: fmt.Sprintf("/d%02d/f%05d.txt", i%50, i), Type: files.File}
-			if err := f.Put(b.Context(), e, strings.NewReader(content)); err != nil {
+			// Each file's content is its own, as in a real workspace.
+			content := fmt.Sprintf("%08d", i) + strings.Repeat("x", max(size-8, 0))
+			if err := f.Put(b.Context(), e, strings.NewReader(content[:size])); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -99,14 +102,58 @@ func hydrateInto(b *testing.B, s *files.Service, w files.Workspace, dir string, 
 }
 
 // BenchmarkHydrate hydrates a workspace of 1,000 files of 4 KiB into a
-// directory: cold (empty directory), and again when nothing changed.
+// directory: cold (empty directory), and again when nothing changed. Its
+// floors, from the same run: sequential-gets fetches the 1,000 files one
+// GET after another, as a hydration without packs or parallel requests
+// would; write-local writes the same files into a directory, which every
+// hydration into a sandbox has to do.
 func BenchmarkHydrate(b *testing.B) {
-	forEachStoreB(b, func(b *testing.B, newService func(files.Config) *files.Service) {
+	forEachStoreB(b, func(b *testing.B, st store.Store, newService func(files.Config) *files.Service) {
 		s := newService(files.Config{})
 		w := ws(b, "bench", "hydrate")
 		populate(b, s, w, 1000, 4096)
-		// A service that has not served this workspace yet: every file
-		// comes from the store.
+		b.Run("sequential-gets", func(b *testing.B) {
+			var keys []string
+			for info, err := range st.List(b.Context(), "accounts/"+w.Account+"/users/"+w.User+"/files/", true) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !info.IsDir() {
+					keys = append(keys, info.Key)
+				}
+			}
+			for b.Loop() {
+				for _, k := range keys {
+					rc, _, err := st.Get(b.Context(), k)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := io.Copy(io.Discard, rc); err != nil {
+						b.Fatal(err)
+					}
+					rc.Close()
+				}
+			}
+		})
+		b.Run("write-local", func(b *testing.B) {
+			content := []byte(strings.Repeat("x", 4096))
+			for b.Loop() {
+				b.StopTimer()
+				dir := b.TempDir()
+				b.StartTimer()
+				for i := range 1000 {
+					local := filepath.Join(dir, fmt.Sprintf("d%02d", i%50), fmt.Sprintf("f%05d.txt", i))
+					if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+						b.Fatal(err)
+					}
+					if err := os.WriteFile(local, content, 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		// A service that has not served this workspace yet: the files'
+		// content comes from the store, in the pack the flush wrote.
 		b.Run("cold-service", func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
@@ -116,6 +163,33 @@ func BenchmarkHydrate(b *testing.B) {
 				if got := hydrateInto(b, fresh, w, dir, nil); len(got) != 1000 {
 					b.Fatalf("hydrated %d files", len(got))
 				}
+			}
+		})
+		// The same without packs (the files were written one by one, or
+		// the packs were lost): one GET per file, storeParallel at once.
+		b.Run("cold-service-unpacked", func(b *testing.B) {
+			packs := "accounts/" + w.Account + "/users/" + w.User + "/packs/"
+			for b.Loop() {
+				b.StopTimer()
+				var keys []string
+				for info, err := range st.List(b.Context(), packs, true) {
+					if err != nil {
+						b.Fatal(err)
+					}
+					keys = append(keys, info.Key)
+				}
+				if err := st.Delete(b.Context(), keys); err != nil {
+					b.Fatal(err)
+				}
+				fresh := newService(files.Config{ContentCacheBytes: -1})
+				dir := b.TempDir()
+				b.StartTimer()
+				if got := hydrateInto(b, fresh, w, dir, nil); len(got) != 1000 {
+					b.Fatalf("hydrated %d files", len(got))
+				}
+				b.StopTimer()
+				fresh.Close() // waits for the pack it writes
+				b.StartTimer()
 			}
 		})
 		// A new sandbox (empty directory) of a workspace the service has
@@ -142,7 +216,7 @@ func BenchmarkHydrate(b *testing.B) {
 // BenchmarkFlushOneChanged flushes one changed file of a workspace of
 // 10,000 files.
 func BenchmarkFlushOneChanged(b *testing.B) {
-	forEachStoreB(b, func(b *testing.B, newService func(files.Config) *files.Service) {
+	forEachStoreB(b, func(b *testing.B, _ store.Store, newService func(files.Config) *files.Service) {
 		s := newService(files.Config{})
 		w := ws(b, "bench", "flush")
 		populate(b, s, w, 10_000, 64)

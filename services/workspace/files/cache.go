@@ -46,6 +46,17 @@ func (c *contentCache) get(sum string) ([]byte, bool) {
 	return e.Value.(*cached).data, true
 }
 
+// has says whether sum's content is cached.
+func (c *contentCache) has(sum string) bool {
+	if c.max <= 0 || sum == "" {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.m[sum]
+	return ok
+}
+
 // put caches data under sum after checking that sum is its hash; the
 // caller must not change data afterwards.
 func (c *contentCache) put(sum string, data []byte) {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -131,6 +132,10 @@ type Service struct {
 	cfg     Config
 	cache   manifestCache
 	content *contentCache
+	// background runs the writes of packs, which Close waits for.
+	background sync.WaitGroup
+	// packing holds a token per hydration holding packs' content.
+	packing chan struct{}
 }
 
 // New returns the service over st, coordinating through etcd.
@@ -156,11 +161,14 @@ func New(st store.Store, cli *clientv3.Client, cfg Config) (*Service, error) {
 	if cfg.ContentCacheBytes == 0 {
 		cfg.ContentCacheBytes = DefaultContentCache
 	}
-	return &Service{store: st, locks: &locker{cli: cli, ttl: cfg.LockTTL}, cfg: cfg, content: newContentCache(cfg.ContentCacheBytes)}, nil
+	return &Service{store: st, locks: &locker{cli: cli, ttl: cfg.LockTTL}, cfg: cfg, content: newContentCache(cfg.ContentCacheBytes), packing: make(chan struct{}, packHydrations)}, nil
 }
 
 // Close releases the service's etcd session and with it any lock.
-func (s *Service) Close() { s.locks.close() }
+func (s *Service) Close() {
+	s.background.Wait()
+	s.locks.close()
+}
 
 // MaxFileSize is the limit of one file written through the file API.
 func (s *Service) MaxFileSize() int64 { return s.cfg.MaxFileSize }
@@ -557,6 +565,12 @@ func (s *Service) Delete(ctx context.Context, ws Workspace, path string, recursi
 	err = s.change(ctx, ws, func(c *changeSet) error {
 		var err error
 		n, err = c.remove(p, recursive, true)
+		if err == nil && p == "/" {
+			// The packs hold copies of the files' content.
+			if err := s.dropPacks(ctx, ws); err != nil {
+				return storeErr(err, "delete", "/")
+			}
+		}
 		return err
 	})
 	return n, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -253,16 +254,94 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 			return refuse(err)
 		}
 		c.applied = true
-		for i, op := range f.ops {
-			if err := f.apply(ctx, op, plans[i]); err != nil {
-				c.dirty = true
-				return err
-			}
+		if err := f.applyAll(ctx, plans); err != nil {
+			c.dirty = true
+			return err
 		}
 		res = FlushResult{Revision: c.revision(), Bytes: c.bytes, Files: c.files, Conflicts: conflicts}
 		return nil
 	})
+	if err == nil {
+		f.pack(ctx, res.Revision)
+	}
 	return res, err
+}
+
+// applyAll applies the ops in order, except that a run of files is
+// written storeParallel at once: the simulation has checked that none of
+// them is in another's way, they name different paths, and each write is
+// atomic on its own, so the
+// order within a run changes nothing a reader could see at the end. A
+// failure stops the flush after the run's writes in flight.
+func (f *Flush) applyAll(ctx context.Context, plans [][]string) error {
+	for i := 0; i < len(f.ops); {
+		// A run ends before a second write of the same path, whose
+		// order matters.
+		j, paths := i, map[string]bool{}
+		for j < len(f.ops) && f.ops[j].remove == "" && f.ops[j].e.Type == File && !paths[f.ops[j].e.Path] {
+			paths[f.ops[j].e.Path] = true
+			j++
+		}
+		if j-i < 2 {
+			if err := f.apply(ctx, f.ops[i], plans[i]); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		if err := f.applyFiles(ctx, f.ops[i:j]); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// applyFiles writes file ops in parallel and returns the first error.
+func (f *Flush) applyFiles(ctx context.Context, ops []flushOp) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		sem   = make(chan struct{}, storeParallel)
+	)
+	for _, op := range ops {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f.apply(ctx, op, nil); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// pack writes the small files of a committed flush as a pack, when there
+// are enough of them.
+func (f *Flush) pack(ctx context.Context, rev int64) {
+	files, n := map[string][]byte{}, 0
+	for _, op := range f.ops {
+		if op.st != nil && op.st.st == nil && op.st.size <= packFileMax {
+			files[op.st.sum] = op.st.data
+			n++
+		}
+	}
+	if n >= packMinFiles {
+		f.s.packLater(ctx, f.ws, rev, files, nil)
+	}
 }
 
 // reportedBelow says whether a conflict below directory p is reported:

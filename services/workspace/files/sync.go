@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -48,7 +49,33 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 	need := func(info store.Info) bool {
 		return !info.IsDir() && info.LinkTarget == "" && have[ws.pathOf(info.Key)] != info.SHA256
 	}
-	// Small files are fetched ahead, in parallel, and sent in key order.
+	// Content the service has not cached comes from the workspace's
+	// packs when there is enough of it to be worth their listing.
+	var packed map[string][]byte
+	var packKeys []string
+	missing, files := map[string]bool{}, 0
+	for _, info := range infos {
+		if need(info) && info.Size <= packFileMax && info.SHA256 != "" && !s.content.has(info.SHA256) {
+			missing[info.SHA256] = true
+			files++
+		}
+	}
+	// Packs' content is held until the hydration ends; when other
+	// hydrations hold theirs, this one fetches file by file instead.
+	usePacks := false
+	if files >= packMinFiles {
+		select {
+		case s.packing <- struct{}{}:
+			usePacks = true
+			defer func() { <-s.packing }()
+		default:
+		}
+	}
+	if usePacks {
+		packed, packKeys = s.readPacks(ctx, ws, missing)
+	}
+	// Small files are fetched ahead, at most storeParallel at once, and
+	// sent in key order.
 	type item struct {
 		info store.Info
 		done chan struct{} // closed when data is fetched; nil: not prefetched
@@ -59,6 +86,8 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	queue := make(chan *item, prefetchWindow)
+	gets := make(chan struct{}, storeParallel)
+	var fetched atomic.Int64
 	go func() {
 		defer close(queue)
 		for _, info := range infos {
@@ -68,9 +97,21 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 				if data, ok := s.content.get(info.SHA256); ok && int64(len(data)) == info.Size {
 					it.got, it.data = info, data
 					close(it.done)
+				} else if data, ok := packed[info.SHA256]; ok && int64(len(data)) == info.Size {
+					it.got, it.data = info, data
+					s.content.put(info.SHA256, data)
+					close(it.done)
 				} else {
 					go func() {
 						defer close(it.done)
+						select {
+						case gets <- struct{}{}:
+						case <-ctx.Done():
+							it.err = ctx.Err()
+							return
+						}
+						defer func() { <-gets }()
+						fetched.Add(1)
 						rc, gi, err := s.store.Get(ctx, info.Key)
 						if err != nil {
 							it.err = err
@@ -92,6 +133,11 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 			}
 		}
 	}()
+	// What this hydration sends is packed again when it still needed
+	// many GETs, and all of it fits one pack; it is kept only while it
+	// does.
+	sent, sentBytes := map[string][]byte{}, 0
+	whole := usePacks
 	seen := make(map[string]bool, len(infos))
 	for it := range queue {
 		e := entryOf(ws, it.info)
@@ -120,6 +166,13 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 			if err := sendFile(send, &e, it.data); err != nil {
 				return err
 			}
+			if whole && len(it.data) <= packFileMax && it.got.SHA256 != "" {
+				if sentBytes += len(it.data); sentBytes > packMaxBytes {
+					whole, sent = false, nil
+				} else {
+					sent[it.got.SHA256] = it.data
+				}
+			}
 		default:
 			if err := s.hydrateLarge(ctx, ws, it.info, send); err != nil {
 				return err
@@ -141,7 +194,13 @@ func (s *Service) Hydrate(ctx context.Context, ws Workspace, have map[string]str
 			return err
 		}
 	}
-	return send(HydrateMsg{End: true, Revision: rev})
+	if err := send(HydrateMsg{End: true, Revision: rev}); err != nil {
+		return err
+	}
+	if whole && fetched.Load() >= packMinFiles {
+		s.packLater(ctx, ws, rev, sent, packKeys)
+	}
+	return nil
 }
 
 func sendFile(send func(HydrateMsg) error, e *Entry, data []byte) error {
