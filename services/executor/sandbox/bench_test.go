@@ -90,30 +90,35 @@ func BenchmarkSandboxCreateCold(b *testing.B) {
 	benchCreateCold(b, testRuntime(b))
 }
 
-// BenchmarkSandboxCreateColdConchAgent is BenchmarkSandboxCreateCold with
-// the conch binary ($CONCH_BIN, as make bench sets it) as the agent, as in
-// production, rather than this package's test binary: the difference is
-// the conch binary's start, whose package initialisation (every library
-// the four services link) runs before the agent's first line.
-func BenchmarkSandboxCreateColdConchAgent(b *testing.B) {
+// BenchmarkSandboxCreateColdAgent is BenchmarkSandboxCreateCold with the
+// agents an executor really runs ($CONCH_BIN, as make bench sets it)
+// rather than this package's test binary: conch-sandbox-agent beside it,
+// which the executor prefers, and the conch binary itself, whose start
+// runs the package initialisation of every library the four services link
+// before the agent's first line.
+func BenchmarkSandboxCreateColdAgent(b *testing.B) {
 	bin := os.Getenv("CONCH_BIN")
 	if bin == "" {
 		b.Skip("CONCH_BIN names no conch binary (make bench sets it)")
 	}
-	dir, err := os.MkdirTemp("", "conch-sandbox-agent-")
-	if err != nil {
-		b.Fatal(err)
+	for _, agent := range []string{filepath.Join(filepath.Dir(bin), AgentBinaryName), bin} {
+		b.Run(filepath.Base(agent), func(b *testing.B) {
+			dir, err := os.MkdirTemp("", "conch-sandbox-agent-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = os.Chmod(dir, 0o711)
+			r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				r.Close()
+				_ = os.RemoveAll(dir)
+			})
+			benchCreateCold(b, r)
+		})
 	}
-	_ = os.Chmod(dir, 0o711)
-	r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: bin})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		r.Close()
-		_ = os.RemoveAll(dir)
-	})
-	benchCreateCold(b, r)
 }
 
 func benchCreateCold(b *testing.B, r *Runtime) {
@@ -150,51 +155,6 @@ func benchCreateCold(b *testing.B, r *Runtime) {
 		}
 		slices.Sort(d)
 		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, step.unit)
-	}
-}
-
-// BenchmarkSandboxCreateColdAgent is BenchmarkSandboxCreateCold with the
-// agents an executor really runs ($CONCH_BIN, set by make bench): the
-// conch binary, whose start initialises every package of every service,
-// and conch-sandbox-agent beside it, which the executor prefers.
-func BenchmarkSandboxCreateColdAgent(b *testing.B) {
-	bin := os.Getenv("CONCH_BIN")
-	if bin == "" {
-		b.Skip("CONCH_BIN is not set")
-	}
-	for _, agent := range []string{bin, filepath.Join(filepath.Dir(bin), AgentBinaryName)} {
-		b.Run(filepath.Base(agent), func(b *testing.B) {
-			dir, err := os.MkdirTemp("", "conch-sandbox-agent-")
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = os.Chmod(dir, 0o711)
-			r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() {
-				r.Close()
-				_ = os.RemoveAll(dir)
-			})
-			var ds []time.Duration
-			i := 0
-			for b.Loop() {
-				i++
-				start := time.Now()
-				sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("benchagent%d-%d", os.Getpid(), i)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ds = append(ds, time.Since(start))
-				b.StopTimer()
-				if err := sb.Destroy(b.Context()); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			reportP50(b, ds)
-		})
 	}
 }
 
