@@ -85,8 +85,10 @@ bench: build
 	exit $$status
 
 ## images: the container images conch, conch-executor, conch-sandbox and
-## conch-minio, with BuildKit: Docker (DOCKER_BUILDKIT=1, no buildx needed)
-## when its daemon answers, else Podman; CONTAINER_ENGINE=… to choose
+## conch-minio, with BuildKit: Docker (DOCKER_BUILDKIT=1) when its daemon
+## answers, else Podman; CONTAINER_ENGINE=… to choose. Docker's own BuildKit
+## builds without buildx up to Docker 22 (Debian's docker.io); later Docker
+## CLIs need the buildx plugin for it.
 IMAGE_TAG        ?= latest
 CONTAINER_ENGINE ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo podman)
 MINIO_VERSION    := $(shell sed -n 's/^MINIO_VERSION=//p' scripts/minio.sh)

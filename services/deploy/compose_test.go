@@ -155,3 +155,36 @@ func TestComposeImagesAreBuilt(t *testing.T) {
 		}
 	}
 }
+
+// TestComposeVolumes: etcd's and MinIO's data live in named volumes, and
+// no service mounts a host path (the executors above all: a host's
+// /sys/fs/cgroup would let one executor's stale-sandbox sweep judge
+// another's sandboxes dead).
+func TestComposeVolumes(t *testing.T) {
+	t.Parallel()
+	data := map[string]string{}
+	for name, svc := range loadCompose(t) {
+		for _, v := range svc.Volumes {
+			src, dst, _ := strings.Cut(v, ":")
+			dst, _, _ = strings.Cut(dst, ":")
+			if strings.HasPrefix(src, "/") || strings.HasPrefix(src, ".") || strings.HasPrefix(src, "~") {
+				t.Errorf("service %s mounts host path %s", name, src)
+			}
+			data[name] = dst
+		}
+		if len(svc.Command) > 0 && svc.Command[0] == "etcd" {
+			dir := ""
+			for _, a := range svc.Command {
+				if d, ok := strings.CutPrefix(a, "--data-dir="); ok {
+					dir = d
+				}
+			}
+			if data[name] == "" || !strings.HasPrefix(dir, data[name]+"/") {
+				t.Errorf("etcd service %s keeps --data-dir=%s outside its volume (%q)", name, dir, data[name])
+			}
+		}
+	}
+	if minio := loadCompose(t)["minio"]; data["minio"] == "" || !slices.Contains(minio.Command, data["minio"]) {
+		t.Errorf("minio serves %v, not its volume %q", minio.Command, data["minio"])
+	}
+}

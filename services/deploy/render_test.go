@@ -57,10 +57,13 @@ var overlays = []overlay{
 	{name: "overlays/prod", operatorSecrets: true},
 	{name: "helm", chartValues: map[string]any{"secrets": chartSecrets}},
 	{name: "helm/operator-secrets", operatorSecrets: true, chartValues: map[string]any{
-		"secrets":  map[string]any{"create": false},
-		"image":    map[string]any{"tag": "v1.2.3"},
-		"router":   map[string]any{"replicas": 3, "autoscaling": map[string]any{"minReplicas": 3, "maxReplicas": 8}},
-		"executor": map[string]any{"replicas": 4, "autoscaling": map[string]any{"minReplicas": 2, "maxReplicas": 10}},
+		"secrets": map[string]any{"create": false},
+		"image":   map[string]any{"tag": "v1.2.3"},
+		"router":  map[string]any{"replicas": 3, "autoscaling": map[string]any{"minReplicas": 3, "maxReplicas": 8}},
+		"executor": map[string]any{
+			"replicas": 4, "autoscaling": map[string]any{"minReplicas": 2, "maxReplicas": 10},
+			"rootfs": map[string]any{"image": "conch-sandbox:v7-with-tools", "sizeLimit": "4Gi"},
+		},
 	}},
 }
 
