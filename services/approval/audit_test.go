@@ -33,7 +33,7 @@ func TestAuditRecordsVerdictsAndApprovalEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(st, Config{Audit: w})
+	s, err := New(st, Options{Audit: w})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func BenchmarkResolveToWaiter(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(st, Config{Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(st, Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func BenchmarkEvaluateService(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(st, Config{Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(st, Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

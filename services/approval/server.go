@@ -41,8 +41,9 @@ const (
 	MaxAskBytes = 256 << 10
 )
 
-// Config configures the approval service.
-type Config struct {
+// Options configures the approval service as it is built; Config holds
+// the settings it is started with.
+type Options struct {
 	// Path is the PATH commands are resolved along when the caller sends
 	// no resolved segments (Evaluate, or Authorize from a caller that
 	// did not resolve); empty means policy.DefaultPath.
@@ -83,14 +84,14 @@ type Server struct {
 	approvalv1.UnsafeApprovalServiceServer
 
 	store *store.Store
-	cfg   Config
+	cfg   Options
 	log   *slog.Logger
 }
 
 var _ approvalv1.ApprovalServiceServer = (*Server)(nil)
 
 // New returns the approval service over st.
-func New(st *store.Store, cfg Config) (*Server, error) {
+func New(st *store.Store, cfg Options) (*Server, error) {
 	if st == nil {
 		return nil, errors.New("approval: no store")
 	}

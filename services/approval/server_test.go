@@ -30,7 +30,7 @@ func newServer(t *testing.T) (*Server, context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(st, Config{})
+	s, err := New(st, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

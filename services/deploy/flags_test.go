@@ -28,9 +28,9 @@ import (
 // TestCommandConfigsMatchMain keeps the two in step.
 var commandConfigs = map[string]func() any{
 	"router":    func() any { return &launch.RouterConfig{} },
-	"approval":  func() any { return &launch.ServiceConfig{} },
+	"approval":  func() any { return &launch.ApprovalConfig{} },
 	"workspace": func() any { return &launch.WorkspaceConfig{} },
-	"executor":  func() any { return &launch.ExecutorServiceConfig{} },
+	"executor":  func() any { return &launch.ExecutorConfig{} },
 	"etcd":      func() any { return &launch.EtcdConfig{} },
 }
 

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/approval"
+	"github.com/conch-sh/conch/services/executor"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
@@ -44,12 +46,12 @@ type DevConfig struct {
 	// in `conch workspace`.
 	QuotaBytes int64 `env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
 	QuotaFiles int64 `env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
-	HTTPConfig
+	router.HTTPConfig
 	// AuditConfig keeps the audit trail under <data-dir>/audit unless it
 	// says otherwise.
-	AuditConfig
-
-	ExecutorConfig
+	approval.AuditConfig
+	// Executor holds the sandboxes' settings, as in `conch executor`.
+	Executor executor.Config
 }
 
 // Validate checks the dev settings.
@@ -83,13 +85,13 @@ func (c *DevConfig) Validate() error {
 			return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
 		}
 	}
-	if err := c.ExecutorConfig.Validate(); err != nil {
+	if err := c.Executor.Validate(); err != nil {
 		return err
 	}
 	if err := c.AuditConfig.Validate(); err != nil {
 		return err
 	}
-	return validPublicURL(c.PublicURL)
+	return router.ValidatePublicURL(c.PublicURL)
 }
 
 // RunDev runs the whole cluster in one process: embedded etcd, the four
@@ -153,7 +155,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if ac.AuditDir == "" && ac.AuditS3Endpoint == "" {
 		ac.AuditDir = filepath.Join(cfg.DataDir, "audit")
 	}
-	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, execAddr, ac.AuditFlush)
+	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.Executor, execAddr, ac.AuditFlush)
 	if err != nil {
 		_ = execLis.Close()
 		return err

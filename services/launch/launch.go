@@ -36,7 +36,6 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/placement"
-	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
@@ -46,146 +45,10 @@ import (
 	"github.com/conch-sh/conch/services/router"
 )
 
-// Common is the configuration every single-service command shares.
-type Common struct {
-	EtcdEndpoints   []string      `flag:"etcd-endpoints" env:"CONCH_ETCD_ENDPOINTS" default:"127.0.0.1:2379" usage:"etcd endpoints, comma separated"`
-	GRPCAddr        string        `flag:"grpc-addr" env:"CONCH_GRPC_ADDR" default:"127.0.0.1:0" usage:"gRPC listen address"`
-	AdvertiseAddr   string        `flag:"advertise-addr" env:"CONCH_ADVERTISE_ADDR" usage:"address registered in etcd for other services to dial (default: the listen address)"`
-	InternalSecret  string        `env:"CONCH_INTERNAL_SECRET" usage:"secret shared by the cluster's services to sign call scopes (at least 16 bytes)"`
-	MetricsAddr     string        `flag:"metrics-addr" env:"CONCH_METRICS_ADDR" usage:"address serving /metrics (empty: none; the router serves it on --http-addr)"`
-	LogLevel        string        `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
-	OTLPEndpoint    string        `flag:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" usage:"OTLP gRPC endpoint for traces (empty: no export)"`
-	ShutdownTimeout time.Duration `flag:"shutdown-timeout" env:"CONCH_SHUTDOWN_TIMEOUT" default:"10s" usage:"hard deadline for draining on shutdown"`
-	// EtcdRequestTimeout bounds each call to etcd, so that a cluster
-	// that lost its quorum fails requests instead of holding them.
-	EtcdRequestTimeout time.Duration `flag:"etcd-request-timeout" env:"CONCH_ETCD_REQUEST_TIMEOUT" default:"5s" usage:"how long one etcd call may wait for an answer (longer than a leader election)"`
-	DrainDelay         time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
-}
-
-// Validate checks the shared settings.
-func (c *Common) Validate() error {
-	if len(c.EtcdEndpoints) == 0 {
-		return config.Invalid("--etcd-endpoints", "at least one endpoint is required")
-	}
-	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
-		return config.Invalid("--grpc-addr", "%v", err)
-	}
-	if len(c.InternalSecret) < 16 {
-		return config.Invalid("CONCH_INTERNAL_SECRET", "must be set to at least 16 bytes")
-	}
-	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
-		return config.Invalid("--log-level", "%v", err)
-	}
-	if c.ShutdownTimeout <= 0 {
-		return config.Invalid("--shutdown-timeout", "must be positive")
-	}
-	if c.EtcdRequestTimeout <= 0 {
-		return config.Invalid("--etcd-request-timeout", "must be positive")
-	}
-	return nil
-}
-
-// RouterConfig is the configuration of `conch router`.
-type RouterConfig struct {
-	Common
-	HTTPAddr     string `flag:"http-addr" env:"CONCH_HTTP_ADDR" default:"127.0.0.1:8080" usage:"public HTTP listen address"`
-	PublicURL    string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router, for links it hands out (default: the request's host)"`
-	AdminKey     string `env:"CONCH_ADMIN_KEY" usage:"API key of the admin, who manages accounts"`
-	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
-	HTTPConfig
-}
-
-// HTTPConfig tunes the router's public HTTP API, in `conch router` and
-// `conch dev`.
-type HTTPConfig struct {
-	// UploadIdleTimeout bounds a stalled upload body.
-	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
-	// MaxConcurrentCompletions sheds load beyond what the router runs.
-	MaxConcurrentCompletions int `flag:"max-concurrent-completions" env:"CONCH_MAX_CONCURRENT_COMPLETIONS" default:"512" usage:"chat completions this router runs at once; beyond, 503 with Retry-After"`
-	// ResponseRetention is how long the Responses API keeps a response.
-	ResponseRetention time.Duration `flag:"response-retention" env:"CONCH_RESPONSE_RETENTION" default:"720h" usage:"how long a stored response of the Responses API is kept (previous_response_id, GET /v1/responses/{id})"`
-}
-
-// Validate checks the HTTP settings.
-func (c *HTTPConfig) Validate() error {
-	if c.UploadIdleTimeout <= 0 {
-		return config.Invalid("--upload-idle-timeout", "must be positive")
-	}
-	if c.MaxConcurrentCompletions < 1 || c.MaxConcurrentCompletions > 1<<20 {
-		return config.Invalid("--max-concurrent-completions", "must be between 1 and %d", 1<<20)
-	}
-	if c.ResponseRetention < time.Minute || c.ResponseRetention > 366*24*time.Hour {
-		return config.Invalid("--response-retention", "must be between 1m and 8784h (366 days)")
-	}
-	return nil
-}
-
-// Validate checks the router's settings.
-func (c *RouterConfig) Validate() error {
-	if err := c.Common.Validate(); err != nil {
-		return err
-	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		return config.Invalid("--http-addr", "%v", err)
-	}
-	if c.AdminKey != "" && len(c.AdminKey) < 16 {
-		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
-	}
-	if err := c.HTTPConfig.Validate(); err != nil {
-		return err
-	}
-	return validPublicURL(c.PublicURL)
-}
-
-// ServiceConfig is the configuration of `conch approval`.
-type ServiceConfig struct {
-	Common
-	AuditConfig
-}
-
-// Validate checks the service's settings.
-func (c *ServiceConfig) Validate() error {
-	if err := c.Common.Validate(); err != nil {
-		return err
-	}
-	return c.AuditConfig.Validate()
-}
-
-// ExecutorConfig configures the executor's sandboxes.
-type ExecutorConfig struct {
-	SandboxStateDir string `flag:"sandbox-state-dir" env:"CONCH_SANDBOX_STATE_DIR" default:"/run/conch-executor" usage:"host directory for sandbox state; every parent must be searchable by others"`
-	SandboxRootFS   string `flag:"sandbox-rootfs" env:"CONCH_SANDBOX_ROOTFS" default:"/" usage:"root filesystem whose /usr, /bin, /lib* and chosen /etc files sandboxes see read-only"`
-	SandboxUIDBase  int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
-	// Every executor of a host must share the uid lock dir: it is where a
-	// live sandbox's uid is claimed host-wide (its default is
-	// sandbox.DefaultUIDLockDir).
-	SandboxUIDLockDir string `flag:"sandbox-uid-lock-dir" env:"CONCH_SANDBOX_UID_LOCK_DIR" default:"/run/conch-sandbox-uids" usage:"host directory where every executor of the host claims its sandboxes' uids"`
-	SandboxCgroup     string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
-	SandboxPool       int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
-	// The gateway host: commands run on the executor's machine, outside
-	// any sandbox, only as the exec policy and approvals allow.
-	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
-	GatewayWorkdir string `flag:"gateway-workdir" env:"CONCH_GATEWAY_WORKDIR" default:"/tmp" usage:"where gateway-host commands start, and their HOME"`
-	MaxSandboxes   int    `flag:"max-sandboxes" env:"CONCH_MAX_SANDBOXES" default:"256" usage:"sandboxes this executor holds at most; beyond, creates are refused and the router places them elsewhere"`
-	// A hung workspace service must not hold a sandbox's commands: a
-	// flush that takes longer fails and its command says so.
-	FlushTimeout time.Duration `flag:"flush-timeout" env:"CONCH_FLUSH_TIMEOUT" default:"60s" usage:"how long saving a persistent workspace after a command may take before the command is answered with an error"`
-	// Sandbox egress never reaches loopback, private, link-local and
-	// other non-public ranges, the executor host's own addresses or
-	// etcd's; these are refused besides (MinIO's, say, when it has a
-	// public address).
-	EgressDeny []string `flag:"egress-deny" env:"CONCH_EGRESS_DENY" usage:"extra addresses or CIDRs sandbox egress never reaches, comma separated"`
-}
-
 // egressDeny is the ranges the egress proxy refuses besides its own:
 // the configured ones and etcd's addresses.
-func (c *ExecutorConfig) egressDeny(ctx context.Context, etcd []string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, d := range c.EgressDeny {
-		if p, err := parsePrefix(d); err == nil {
-			out = append(out, p)
-		}
-	}
+func egressDeny(ctx context.Context, c *executor.Config, etcd []string) []netip.Prefix {
+	out := c.EgressDenyPrefixes()
 	for _, ep := range etcd {
 		host := ep
 		if u, err := url.Parse(ep); err == nil && u.Host != "" {
@@ -202,70 +65,10 @@ func (c *ExecutorConfig) egressDeny(ctx context.Context, etcd []string) []netip.
 	return out
 }
 
-// parsePrefix reads "10.1.2.3" or "10.1.0.0/16".
-func parsePrefix(s string) (netip.Prefix, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	return p.Masked(), err
-}
-
-// Validate checks the executor's settings.
-func (c *ExecutorConfig) Validate() error {
-	if !filepath.IsAbs(c.SandboxStateDir) {
-		return config.Invalid("--sandbox-state-dir", "must be an absolute path")
-	}
-	if !filepath.IsAbs(c.SandboxRootFS) {
-		return config.Invalid("--sandbox-rootfs", "must be an absolute path")
-	}
-	if c.SandboxUIDBase < 1000 || c.SandboxUIDBase > 1<<31-1<<17 {
-		return config.Invalid("--sandbox-uid-base", "must be between 1000 and %d", 1<<31-1<<17)
-	}
-	if !filepath.IsAbs(c.SandboxUIDLockDir) {
-		return config.Invalid("--sandbox-uid-lock-dir", "must be an absolute path")
-	}
-	if c.SandboxPool < 0 || c.SandboxPool > 64 {
-		return config.Invalid("--sandbox-pool", "must be between 0 and 64")
-	}
-	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
-		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")
-	}
-	if c.MaxSandboxes < 1 || c.MaxSandboxes > 100000 {
-		return config.Invalid("--max-sandboxes", "must be between 1 and 100000")
-	}
-	if !filepath.IsAbs(c.GatewayWorkdir) {
-		return config.Invalid("--gateway-workdir", "must be an absolute path")
-	}
-	if c.FlushTimeout <= 0 {
-		return config.Invalid("--flush-timeout", "must be positive")
-	}
-	for _, d := range c.EgressDeny {
-		if _, err := parsePrefix(d); err != nil {
-			return config.Invalid("--egress-deny", "%q is not an address or CIDR", d)
-		}
-	}
-	return nil
-}
-
-// ExecutorServiceConfig is the configuration of `conch executor`.
-type ExecutorServiceConfig struct {
-	Common
-	ExecutorConfig
-}
-
-// Validate checks the executor service's settings.
-func (c *ExecutorServiceConfig) Validate() error {
-	if err := c.Common.Validate(); err != nil {
-		return err
-	}
-	return c.ExecutorConfig.Validate()
-}
-
 // startExecutor builds the executor service: its sandbox runtime under a
 // per-instance state dir and cgroup, and its domain, which records addr as
 // where its sandboxes are reached.
-func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr string, auditFlush time.Duration) (*executor.Server, *executor.Service, func(), error) {
+func (p *process) startExecutor(ctx context.Context, cfg executor.Config, addr string, auditFlush time.Duration) (*executor.Server, *executor.Service, func(), error) {
 	host, _ := os.Hostname()
 	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
 	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
@@ -302,7 +105,7 @@ func (p *process) startExecutor(ctx context.Context, cfg ExecutorConfig, addr st
 		}
 		return resp.GetOutput(), resp.GetIsError(), nil
 	}
-	proxy := egressproxy.New(egressproxy.Config{Deny: cfg.egressDeny(ctx, p.etcd.Endpoints()), Log: p.log})
+	proxy := egressproxy.New(egressproxy.Config{Deny: egressDeny(ctx, &cfg, p.etcd.Endpoints()), Log: p.log})
 	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy)}
 	if cfg.GatewayHost {
 		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
@@ -350,7 +153,7 @@ func executorMeta(svc *executor.Service) map[string]string {
 }
 
 // RunExecutor runs `conch executor`.
-func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
+func RunExecutor(ctx context.Context, cfg ExecutorConfig) error {
 	p, err := newProcess(ctx, "conch-executor", &cfg.Common)
 	if err != nil {
 		return err
@@ -360,7 +163,7 @@ func RunExecutor(ctx context.Context, cfg ExecutorServiceConfig) error {
 	if err != nil {
 		return err
 	}
-	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.ExecutorConfig, addr, audit.DefaultFlushEvery)
+	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.Config, addr, audit.DefaultFlushEvery)
 	if err != nil {
 		_ = lis.Close()
 		return err
@@ -543,7 +346,7 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 		return err
 	}
 	defer p.close(ctx)
-	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: cfg.AdminKey, AdminAccount: cfg.AdminAccount, PublicURL: cfg.PublicURL}, p.log)
+	svc, err := router.New(ctx, p.etcd, cfg.Config, p.log)
 	if err != nil {
 		return err
 	}
@@ -562,7 +365,7 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 }
 
 // RunService runs `conch executor|approval`.
-func RunService(ctx context.Context, name string, cfg ServiceConfig) error {
+func RunService(ctx context.Context, name string, cfg ApprovalConfig) error {
 	p, err := newProcess(ctx, "conch-"+name, &cfg.Common)
 	if err != nil {
 		return err
@@ -606,7 +409,7 @@ func (p *process) runServiceOn(ctx context.Context, name string, lis net.Listene
 // registerFunc builds a service without configuration of its own (the
 // workspace service has RunWorkspace) that will be reached at addr; run,
 // when not nil, is its background work and runs beside the gRPC server.
-func registerFunc(ctx context.Context, name string, p *process, addr string, ac AuditConfig) (register func(*grpc.Server), run func(context.Context) error, err error) {
+func registerFunc(ctx context.Context, name string, p *process, addr string, ac approval.AuditConfig) (register func(*grpc.Server), run func(context.Context) error, err error) {
 	switch name {
 	case "approval":
 		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
@@ -625,7 +428,7 @@ func registerFunc(ctx context.Context, name string, p *process, addr string, ac 
 		}
 		// Named by its address, the replica that leads the notifier
 		// election is the one an operator can find.
-		cfg := approval.Config{Logger: p.log, Name: addr, Reviewer: routerv1.NewReviewServiceClient(router)}
+		cfg := approval.Options{Logger: p.log, Name: addr, Reviewer: routerv1.NewReviewServiceClient(router)}
 		if trail != nil {
 			cfg.Audit = trail.writer
 		}
@@ -661,7 +464,7 @@ func registerFunc(ctx context.Context, name string, p *process, addr string, ac 
 // to c.ShutdownTimeout for the requests in flight. What the handler calls
 // outlives ctx until then. When ready is not nil it receives the bound
 // address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, hc HTTPConfig, c *Common, ready chan<- string) error {
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, hc router.HTTPConfig, c *Common, ready chan<- string) error {
 	deps, stopDeps := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopDeps()
 	conns, closeConns, err := p.dialAll(deps)
@@ -732,16 +535,5 @@ func (p *process) listenAndServe(ctx context.Context, addr string, h http.Handle
 		return fmt.Errorf("http: %w", err)
 	}
 	p.log.Info("http server stopped", "addr", bound)
-	return nil
-}
-
-func validPublicURL(s string) error {
-	if s == "" {
-		return nil
-	}
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return config.Invalid("--public-url", "must be an absolute http:// or https:// URL without query or fragment")
-	}
 	return nil
 }

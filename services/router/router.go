@@ -23,18 +23,6 @@ import (
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
-// Config is the router's own configuration, shared by `conch router` and
-// `conch dev`.
-type Config struct {
-	// AdminKey authenticates as the admin of AdminAccount; empty: no admin.
-	AdminKey string
-	// AdminAccount is the account of the admin key.
-	AdminAccount string
-	// PublicURL is the base of links the router hands out; empty means the
-	// request's own scheme and host.
-	PublicURL string
-}
-
 // Service is the router's gRPC side.
 type Service struct {
 	accounts *accounts.Store

@@ -56,7 +56,7 @@ func setup(t *testing.T) (*service, approvalv1.ApprovalServiceClient, context.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := approval.New(st, approval.Config{})
+	svc, err := approval.New(st, approval.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := approval.New(st, approval.Config{})
+	svc, err := approval.New(st, approval.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return launch.RunWorkspace(ctx, cfg)
 	case "executor":
-		var cfg launch.ExecutorServiceConfig
+		var cfg launch.ExecutorConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err
 		}
@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Hidden: the resident agent inside each sandbox.
 		return sandbox.RunAgent()
 	case "approval":
-		var cfg launch.ServiceConfig
+		var cfg launch.ApprovalConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err
 		}

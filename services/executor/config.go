@@ -1,0 +1,95 @@
+package executor
+
+import (
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/config"
+)
+
+// Config is the executor's own configuration: the settings of `conch
+// executor` beyond those every service shares, which `conch dev` takes too.
+type Config struct {
+	SandboxStateDir string `flag:"sandbox-state-dir" env:"CONCH_SANDBOX_STATE_DIR" default:"/run/conch-executor" usage:"host directory for sandbox state; every parent must be searchable by others"`
+	SandboxRootFS   string `flag:"sandbox-rootfs" env:"CONCH_SANDBOX_ROOTFS" default:"/" usage:"root filesystem whose /usr, /bin, /lib* and chosen /etc files sandboxes see read-only"`
+	SandboxUIDBase  int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
+	// Every executor of a host must share the uid lock dir: it is where a
+	// live sandbox's uid is claimed host-wide (its default is
+	// sandbox.DefaultUIDLockDir).
+	SandboxUIDLockDir string `flag:"sandbox-uid-lock-dir" env:"CONCH_SANDBOX_UID_LOCK_DIR" default:"/run/conch-sandbox-uids" usage:"host directory where every executor of the host claims its sandboxes' uids"`
+	SandboxCgroup     string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
+	SandboxPool       int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
+	// The gateway host: commands run on the executor's machine, outside
+	// any sandbox, only as the exec policy and approvals allow.
+	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
+	GatewayWorkdir string `flag:"gateway-workdir" env:"CONCH_GATEWAY_WORKDIR" default:"/tmp" usage:"where gateway-host commands start, and their HOME"`
+	MaxSandboxes   int    `flag:"max-sandboxes" env:"CONCH_MAX_SANDBOXES" default:"256" usage:"sandboxes this executor holds at most; beyond, creates are refused and the router places them elsewhere"`
+	// A hung workspace service must not hold a sandbox's commands: a
+	// flush that takes longer fails and its command says so.
+	FlushTimeout time.Duration `flag:"flush-timeout" env:"CONCH_FLUSH_TIMEOUT" default:"60s" usage:"how long saving a persistent workspace after a command may take before the command is answered with an error"`
+	// Sandbox egress never reaches loopback, private, link-local and
+	// other non-public ranges, the executor host's own addresses or
+	// etcd's; these are refused besides (MinIO's, say, when it has a
+	// public address).
+	EgressDeny []string `flag:"egress-deny" env:"CONCH_EGRESS_DENY" usage:"extra addresses or CIDRs sandbox egress never reaches, comma separated"`
+}
+
+// EgressDenyPrefixes is EgressDeny parsed; Validate has refused what does
+// not parse.
+func (c *Config) EgressDenyPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, d := range c.EgressDeny {
+		if p, err := parsePrefix(d); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parsePrefix reads "10.1.2.3" or "10.1.0.0/16".
+func parsePrefix(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	return p.Masked(), err
+}
+
+// Validate checks the executor's settings.
+func (c *Config) Validate() error {
+	if !filepath.IsAbs(c.SandboxStateDir) {
+		return config.Invalid("--sandbox-state-dir", "must be an absolute path")
+	}
+	if !filepath.IsAbs(c.SandboxRootFS) {
+		return config.Invalid("--sandbox-rootfs", "must be an absolute path")
+	}
+	if c.SandboxUIDBase < 1000 || c.SandboxUIDBase > 1<<31-1<<17 {
+		return config.Invalid("--sandbox-uid-base", "must be between 1000 and %d", 1<<31-1<<17)
+	}
+	if !filepath.IsAbs(c.SandboxUIDLockDir) {
+		return config.Invalid("--sandbox-uid-lock-dir", "must be an absolute path")
+	}
+	if c.SandboxPool < 0 || c.SandboxPool > 64 {
+		return config.Invalid("--sandbox-pool", "must be between 0 and 64")
+	}
+	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
+		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")
+	}
+	if c.MaxSandboxes < 1 || c.MaxSandboxes > 100000 {
+		return config.Invalid("--max-sandboxes", "must be between 1 and 100000")
+	}
+	if !filepath.IsAbs(c.GatewayWorkdir) {
+		return config.Invalid("--gateway-workdir", "must be an absolute path")
+	}
+	if c.FlushTimeout <= 0 {
+		return config.Invalid("--flush-timeout", "must be positive")
+	}
+	for _, d := range c.EgressDeny {
+		if _, err := parsePrefix(d); err != nil {
+			return config.Invalid("--egress-deny", "%q is not an address or CIDR", d)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package launch
+
+import (
+	"net"
+	"time"
+
+	"github.com/conch-sh/conch/services/approval"
+	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/logging"
+	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/workspace"
+)
+
+// Common is the configuration every single-service command shares. Each
+// command's configuration below is Common and the service's own Config,
+// which lives beside the service (router.Config, executor.Config,
+// approval.Config, workspace.Config).
+type Common struct {
+	EtcdEndpoints   []string      `flag:"etcd-endpoints" env:"CONCH_ETCD_ENDPOINTS" default:"127.0.0.1:2379" usage:"etcd endpoints, comma separated"`
+	GRPCAddr        string        `flag:"grpc-addr" env:"CONCH_GRPC_ADDR" default:"127.0.0.1:0" usage:"gRPC listen address"`
+	AdvertiseAddr   string        `flag:"advertise-addr" env:"CONCH_ADVERTISE_ADDR" usage:"address registered in etcd for other services to dial (default: the listen address)"`
+	InternalSecret  string        `env:"CONCH_INTERNAL_SECRET" usage:"secret shared by the cluster's services to sign call scopes (at least 16 bytes)"`
+	MetricsAddr     string        `flag:"metrics-addr" env:"CONCH_METRICS_ADDR" usage:"address serving /metrics (empty: none; the router serves it on --http-addr)"`
+	LogLevel        string        `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+	OTLPEndpoint    string        `flag:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" usage:"OTLP gRPC endpoint for traces (empty: no export)"`
+	ShutdownTimeout time.Duration `flag:"shutdown-timeout" env:"CONCH_SHUTDOWN_TIMEOUT" default:"10s" usage:"hard deadline for draining on shutdown"`
+	// EtcdRequestTimeout bounds each call to etcd, so that a cluster
+	// that lost its quorum fails requests instead of holding them.
+	EtcdRequestTimeout time.Duration `flag:"etcd-request-timeout" env:"CONCH_ETCD_REQUEST_TIMEOUT" default:"5s" usage:"how long one etcd call may wait for an answer (longer than a leader election)"`
+	DrainDelay         time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
+}
+
+// Validate checks the shared settings.
+func (c *Common) Validate() error {
+	if len(c.EtcdEndpoints) == 0 {
+		return config.Invalid("--etcd-endpoints", "at least one endpoint is required")
+	}
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		return config.Invalid("--grpc-addr", "%v", err)
+	}
+	if len(c.InternalSecret) < 16 {
+		return config.Invalid("CONCH_INTERNAL_SECRET", "must be set to at least 16 bytes")
+	}
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return config.Invalid("--log-level", "%v", err)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return config.Invalid("--shutdown-timeout", "must be positive")
+	}
+	if c.EtcdRequestTimeout <= 0 {
+		return config.Invalid("--etcd-request-timeout", "must be positive")
+	}
+	return nil
+}
+
+// RouterConfig is the configuration of `conch router`.
+type RouterConfig struct {
+	Common
+	router.Config
+}
+
+// Validate checks the router's settings.
+func (c *RouterConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.Config.Validate()
+}
+
+// ExecutorConfig is the configuration of `conch executor`.
+type ExecutorConfig struct {
+	Common
+	executor.Config
+}
+
+// Validate checks the executor's settings.
+func (c *ExecutorConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.Config.Validate()
+}
+
+// ApprovalConfig is the configuration of `conch approval`.
+type ApprovalConfig struct {
+	Common
+	approval.Config
+}
+
+// Validate checks the approval service's settings.
+func (c *ApprovalConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.Config.Validate()
+}
+
+// WorkspaceConfig is the configuration of `conch workspace`.
+type WorkspaceConfig struct {
+	Common
+	workspace.Config
+}
+
+// Validate checks the workspace service's settings.
+func (c *WorkspaceConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	return c.Config.Validate()
+}

@@ -1,0 +1,76 @@
+package router
+
+import (
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/config"
+)
+
+// Config is the router's own configuration: the settings of `conch router`
+// beyond those every service shares. `conch dev` builds one from its own
+// settings.
+type Config struct {
+	HTTPAddr string `flag:"http-addr" env:"CONCH_HTTP_ADDR" default:"127.0.0.1:8080" usage:"public HTTP listen address"`
+	// PublicURL is the base of links the router hands out; empty means the
+	// request's own scheme and host.
+	PublicURL string `flag:"public-url" env:"CONCH_PUBLIC_URL" usage:"public base URL of the router, for links it hands out (default: the request's host)"`
+	// AdminKey authenticates as the admin of AdminAccount; empty: no admin.
+	AdminKey string `env:"CONCH_ADMIN_KEY" usage:"API key of the admin, who manages accounts"`
+	// AdminAccount is the account of the admin key.
+	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
+	HTTPConfig
+}
+
+// Validate checks the router's settings.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return config.Invalid("--http-addr", "%v", err)
+	}
+	if c.AdminKey != "" && len(c.AdminKey) < 16 {
+		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
+	}
+	if err := c.HTTPConfig.Validate(); err != nil {
+		return err
+	}
+	return ValidatePublicURL(c.PublicURL)
+}
+
+// HTTPConfig tunes the router's public HTTP API, in `conch router` and
+// `conch dev`.
+type HTTPConfig struct {
+	// UploadIdleTimeout bounds a stalled upload body.
+	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
+	// MaxConcurrentCompletions sheds load beyond what the router runs.
+	MaxConcurrentCompletions int `flag:"max-concurrent-completions" env:"CONCH_MAX_CONCURRENT_COMPLETIONS" default:"512" usage:"chat completions this router runs at once; beyond, 503 with Retry-After"`
+	// ResponseRetention is how long the Responses API keeps a response.
+	ResponseRetention time.Duration `flag:"response-retention" env:"CONCH_RESPONSE_RETENTION" default:"720h" usage:"how long a stored response of the Responses API is kept (previous_response_id, GET /v1/responses/{id})"`
+}
+
+// Validate checks the HTTP settings.
+func (c *HTTPConfig) Validate() error {
+	if c.UploadIdleTimeout <= 0 {
+		return config.Invalid("--upload-idle-timeout", "must be positive")
+	}
+	if c.MaxConcurrentCompletions < 1 || c.MaxConcurrentCompletions > 1<<20 {
+		return config.Invalid("--max-concurrent-completions", "must be between 1 and %d", 1<<20)
+	}
+	if c.ResponseRetention < time.Minute || c.ResponseRetention > 366*24*time.Hour {
+		return config.Invalid("--response-retention", "must be between 1m and 8784h (366 days)")
+	}
+	return nil
+}
+
+// ValidatePublicURL checks a --public-url: empty, or an absolute http(s)
+// URL without query or fragment.
+func ValidatePublicURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return config.Invalid("--public-url", "must be an absolute http:// or https:// URL without query or fragment")
+	}
+	return nil
+}

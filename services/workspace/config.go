@@ -1,0 +1,43 @@
+package workspace
+
+import (
+	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/workspace/signing"
+)
+
+// Config is the workspace service's own configuration: the settings of
+// `conch workspace` beyond those every service shares.
+type Config struct {
+	// Dir keeps workspaces on local disk when no S3 endpoint is set.
+	Dir         string `flag:"dir" env:"CONCH_WORKSPACE_DIR" usage:"local directory for workspaces when CONCH_S3_ENDPOINT is not set (one instance only)"`
+	S3Endpoint  string `env:"CONCH_S3_ENDPOINT" usage:"S3 endpoint for workspaces: host:port, or an http:// or https:// URL"`
+	S3AccessKey string `env:"CONCH_S3_ACCESS_KEY" usage:"S3 access key"`
+	S3SecretKey string `env:"CONCH_S3_SECRET_KEY" usage:"S3 secret key"`
+	S3Bucket    string `env:"CONCH_S3_BUCKET" default:"conch" usage:"S3 bucket for workspaces"`
+	S3Secure    bool   `env:"CONCH_S3_SECURE" usage:"use HTTPS to reach S3"`
+	SigningKeys string `env:"CONCH_SIGNING_KEYS" usage:"keys of public file URLs, id:secret[,id:secret...] (secrets of 32+ bytes); the first signs, all verify"`
+	// QuotaBytes and QuotaFiles default (0) to package quota's, the
+	// gateways' defaults, so that the service refuses what a sandbox would.
+	QuotaBytes int64 `flag:"quota-bytes" env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
+	QuotaFiles int64 `flag:"quota-files" env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
+}
+
+// Validate checks the workspace service's settings.
+func (c *Config) Validate() error {
+	if c.S3Endpoint == "" && c.Dir == "" {
+		return config.Invalid("CONCH_S3_ENDPOINT", "set CONCH_S3_ENDPOINT (with CONCH_S3_ACCESS_KEY and CONCH_S3_SECRET_KEY) or --dir")
+	}
+	if c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == "") {
+		return config.Invalid("CONCH_S3_ACCESS_KEY", "CONCH_S3_ACCESS_KEY and CONCH_S3_SECRET_KEY are required with CONCH_S3_ENDPOINT")
+	}
+	if _, err := signing.ParseKeys(c.SigningKeys); err != nil {
+		return config.Invalid("CONCH_SIGNING_KEYS", "%v", err)
+	}
+	if c.QuotaBytes < 0 {
+		return config.Invalid("--quota-bytes", "must not be negative")
+	}
+	if c.QuotaFiles < 0 {
+		return config.Invalid("--quota-files", "must not be negative")
+	}
+	return nil
+}
