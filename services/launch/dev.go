@@ -23,6 +23,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/signing"
 )
 
@@ -123,31 +124,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	defer p.close(ctx)
 
-	svc, err := router.New(ctx, p.etcd, router.Config{AdminKey: key, AdminAccount: DevAccount, PublicURL: cfg.PublicURL}, p.log)
-	if err != nil {
-		return err
-	}
-	if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
-		return fmt.Errorf("dev: default gateway: %w", err)
-	}
 	signingKeys, err := devSigningKeys(cfg)
-	if err != nil {
-		return err
-	}
-	ws, wsRun, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
-		dir: filepath.Join(cfg.DataDir, "workspaces"), endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey,
-		bucket: cfg.S3Bucket, secure: cfg.S3Secure, signingKeys: signingKeys, quotaBytes: cfg.QuotaBytes, quotaFiles: cfg.QuotaFiles,
-	})
-	if err != nil {
-		return err
-	}
-	defer closeWS()
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { svc.Run(gctx); return nil })
-	g.Go(func() error { return p.serve(gctx, "router", "127.0.0.1:0", "", common, svc.Register) })
-	g.Go(func() error { return p.serve(gctx, "workspace", "127.0.0.1:0", "", common, ws.Register) })
-	g.Go(func() error { return wsRun(gctx) })
-	execLis, execAddr, err := listen("executor", "127.0.0.1:0", "")
 	if err != nil {
 		return err
 	}
@@ -155,32 +132,43 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if ac.AuditDir == "" && ac.AuditS3Endpoint == "" {
 		ac.AuditDir = filepath.Join(cfg.DataDir, "audit")
 	}
-	execSrv, execSvc, cleanup, err := p.startExecutor(ctx, cfg.Executor, execAddr, ac.AuditFlush)
-	if err != nil {
-		_ = execLis.Close()
-		return err
-	}
-	defer cleanup()
-	p.serveExecutor(gctx, g, execLis, execAddr, execSvc, execSrv, common)
-	for _, name := range []string{"approval"} {
-		lis, addr, err := listen(name, "127.0.0.1:0", "")
-		if err != nil {
-			return err
-		}
-		register, run, err := registerFunc(ctx, name, p, addr, ac)
-		if err != nil {
-			_ = lis.Close()
-			return err
-		}
-		g.Go(func() error { return p.serveOn(gctx, name, lis, addr, nil, common, register) })
-		if run != nil {
-			g.Go(func() error { return run(gctx) })
-		}
-	}
 	ready := make(chan string, 1)
-	g.Go(func() error {
-		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, common, ready)
-	})
+	services := []struct {
+		name  string
+		build builder
+	}{
+		{"router", buildRouter(router.Config{
+			HTTPAddr: cfg.HTTPAddr, PublicURL: cfg.PublicURL, AdminKey: key, AdminAccount: DevAccount, HTTPConfig: cfg.HTTPConfig,
+		}, ready, func(ctx context.Context, svc *router.Service) error {
+			if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
+				return fmt.Errorf("dev: default gateway: %w", err)
+			}
+			return nil
+		})},
+		{"workspace", buildWorkspace(workspace.Config{
+			Dir: filepath.Join(cfg.DataDir, "workspaces"), S3Endpoint: cfg.S3Endpoint, S3AccessKey: cfg.S3AccessKey, S3SecretKey: cfg.S3SecretKey,
+			S3Bucket: cfg.S3Bucket, S3Secure: cfg.S3Secure, SigningKeys: signingKeys, QuotaBytes: cfg.QuotaBytes, QuotaFiles: cfg.QuotaFiles,
+		})},
+		{"executor", buildExecutor(cfg.Executor, ac.AuditFlush)},
+		{"approval", buildApproval(ac)},
+	}
+	var built []*component
+	defer func() {
+		for i := len(built) - 1; i >= 0; i-- {
+			built[i].close()
+		}
+	}()
+	for _, s := range services {
+		c, err := p.build(ctx, s.name, "127.0.0.1:0", "", s.build)
+		if err != nil {
+			return err
+		}
+		built = append(built, c)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range built {
+		p.start(gctx, g, c, common)
+	}
 	g.Go(func() error {
 		select {
 		case addr := <-ready:

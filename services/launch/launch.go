@@ -2,6 +2,10 @@
 // etcd (`conch router|executor|approval|workspace`), or the whole cluster in
 // one process with embedded etcd (`conch dev`). Either way the services talk
 // only through etcd discovery, exactly as in a cluster.
+//
+// Each service's own settings live beside it (router.Config and so on);
+// launch adds the ones every service shares (Common), builds each service
+// from its settings and runs all of them the same way (see component).
 package launch
 
 import (
@@ -39,7 +43,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
-	"github.com/conch-sh/conch/services/internal/platform/serving"
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router"
@@ -65,137 +68,98 @@ func egressDeny(ctx context.Context, c *executor.Config, etcd []string) []netip.
 	return out
 }
 
-// startExecutor builds the executor service: its sandbox runtime under a
-// per-instance state dir and cgroup, and its domain, which records addr as
-// where its sandboxes are reached.
-func (p *process) startExecutor(ctx context.Context, cfg executor.Config, addr string, auditFlush time.Duration) (*executor.Server, *executor.Service, func(), error) {
-	host, _ := os.Hostname()
-	name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
-	if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
-		p.log.Warn("sweeping stale sandboxes failed", "error", err)
-	}
-	dir := filepath.Join(cfg.SandboxStateDir, name)
-	rt, err := sandbox.NewRuntime(sandbox.Config{
-		StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
-		CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, Logger: p.log,
-	})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("executor: %w", err)
-	}
-	wsConn, err := p.dial(ctx, "workspace")
-	if err != nil {
-		rt.Close()
-		return nil, nil, nil, fmt.Errorf("executor: dial workspace: %w", err)
-	}
-	ws := executor.NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(wsConn), executor.PersistentWorkspaceBytes)
-	routerConn, err := p.dial(ctx, "router")
-	if err != nil {
-		_ = wsConn.Close()
-		rt.Close()
-		return nil, nil, nil, fmt.Errorf("executor: dial router: %w", err)
-	}
-	toolHost := routerv1.NewToolHostServiceClient(routerConn)
-	callTool := func(ctx context.Context, account, sandboxID, tool, arguments string) (string, bool, error) {
-		resp, err := toolHost.CallTool(tenant.With(ctx, tenant.Scope{Account: account}), &routerv1.CallToolRequest{SandboxId: sandboxID, Tool: tool, Arguments: arguments})
-		if err != nil {
-			if st, ok := status.FromError(err); ok {
-				return "", false, errors.New(st.Message())
-			}
-			return "", false, err
+// RunExecutor runs `conch executor`.
+func RunExecutor(ctx context.Context, cfg ExecutorConfig) error {
+	return runService(ctx, "executor", &cfg.Common, buildExecutor(cfg.Config, audit.DefaultFlushEvery))
+}
+
+// buildExecutor builds the executor service: its sandbox runtime under a
+// per-instance state dir and cgroup, and its domain, which records the
+// component's address as where its sandboxes are reached. Its audit
+// records go to the approval service every auditFlush.
+//
+// The domain is the component's background work: its shutdown, which
+// destroys the sandboxes and revokes the lease their records live under,
+// begins only once the server has drained.
+func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
+	return func(ctx context.Context, p *process, c *component) error {
+		host, _ := os.Hostname()
+		name := sandbox.InstanceName(strings.ReplaceAll(host, "-", "_"), strings.NewReplacer("-", "x", "_", "y").Replace(randomSecret()[:6]))
+		if err := sandbox.SweepStale(cfg.SandboxStateDir, "/sys/fs/cgroup", cfg.SandboxCgroup); err != nil {
+			p.log.Warn("sweeping stale sandboxes failed", "error", err)
 		}
-		return resp.GetOutput(), resp.GetIsError(), nil
+		dir := filepath.Join(cfg.SandboxStateDir, name)
+		rt, err := sandbox.NewRuntime(sandbox.Config{
+			StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
+			CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, Logger: p.log,
+		})
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		c.onClose(rt.Close)
+		wsConn, err := p.dial(ctx, "workspace")
+		if err != nil {
+			return fmt.Errorf("executor: dial workspace: %w", err)
+		}
+		c.onClose(func() { _ = wsConn.Close() })
+		ws := executor.NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(wsConn), executor.PersistentWorkspaceBytes)
+		routerConn, err := p.dial(ctx, "router")
+		if err != nil {
+			return fmt.Errorf("executor: dial router: %w", err)
+		}
+		c.onClose(func() { _ = routerConn.Close() })
+		toolHost := routerv1.NewToolHostServiceClient(routerConn)
+		callTool := func(ctx context.Context, account, sandboxID, tool, arguments string) (string, bool, error) {
+			resp, err := toolHost.CallTool(tenant.With(ctx, tenant.Scope{Account: account}), &routerv1.CallToolRequest{SandboxId: sandboxID, Tool: tool, Arguments: arguments})
+			if err != nil {
+				if st, ok := status.FromError(err); ok {
+					return "", false, errors.New(st.Message())
+				}
+				return "", false, err
+			}
+			return resp.GetOutput(), resp.GetIsError(), nil
+		}
+		proxy := egressproxy.New(egressproxy.Config{Deny: egressDeny(ctx, &cfg, p.etcd.Endpoints()), Log: p.log})
+		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy)}
+		if cfg.GatewayHost {
+			opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
+		}
+		apConn, err := p.dial(ctx, "approval")
+		if err != nil {
+			return fmt.Errorf("executor: dial approval: %w", err)
+		}
+		c.onClose(func() { _ = apConn.Close() })
+		// Outcomes and connections go to the approval service's audit trail:
+		// executors never reach the object store. The forwarder outlives the
+		// domain, so that what the last commands record is sent.
+		fwd := executor.NewAuditForwarder(approvalv1.NewAuditServiceClient(apConn), auditFlush, audit.DefaultMaxBuffered, p.log)
+		opts = append(opts, executor.WithAudit(fwd))
+		fctx, stopFwd := context.WithCancel(context.WithoutCancel(ctx))
+		fwdDone := make(chan struct{})
+		go func() { _ = fwd.Run(fctx); close(fwdDone) }()
+		c.onClose(func() {
+			stopFwd()
+			<-fwdDone
+		})
+		svc, err := executor.NewService(ctx, name, c.addr, rt, p.etcd, p.log, opts...)
+		if err != nil {
+			return err
+		}
+		srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn))
+		c.register = srv.Register
+		c.meta = executorMeta(svc)
+		c.run = svc.Run
+		// New sandboxes go elsewhere as soon as the shutdown begins, and so
+		// do nodes: a node's stream would hold the drain to its deadline.
+		c.drain = svc.Drain
+		return nil
 	}
-	proxy := egressproxy.New(egressproxy.Config{Deny: egressDeny(ctx, &cfg, p.etcd.Endpoints()), Log: p.log})
-	opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy)}
-	if cfg.GatewayHost {
-		opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
-	}
-	apConn, err := p.dial(ctx, "approval")
-	if err != nil {
-		_ = wsConn.Close()
-		_ = routerConn.Close()
-		rt.Close()
-		return nil, nil, nil, fmt.Errorf("executor: dial approval: %w", err)
-	}
-	// Outcomes and connections go to the approval service's audit trail:
-	// executors never reach the object store. The forwarder outlives the
-	// drain, so that what the last commands record is sent.
-	fwd := executor.NewAuditForwarder(approvalv1.NewAuditServiceClient(apConn), auditFlush, audit.DefaultMaxBuffered, p.log)
-	opts = append(opts, executor.WithAudit(fwd))
-	fctx, stopFwd := context.WithCancel(context.WithoutCancel(ctx))
-	fwdDone := make(chan struct{})
-	go func() { _ = fwd.Run(fctx); close(fwdDone) }()
-	svc, err := executor.NewService(ctx, name, addr, rt, p.etcd, p.log, opts...)
-	if err != nil {
-		stopFwd()
-		<-fwdDone
-		_ = wsConn.Close()
-		_ = routerConn.Close()
-		_ = apConn.Close()
-		rt.Close()
-		return nil, nil, nil, err
-	}
-	srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn))
-	return srv, svc, func() {
-		stopFwd()
-		<-fwdDone
-		rt.Close()
-		_ = wsConn.Close()
-		_ = routerConn.Close()
-		_ = apConn.Close()
-	}, nil
 }
 
 // executorMeta is what an executor registers beside its address: its
 // capacity, which the router places sandboxes by.
 func executorMeta(svc *executor.Service) map[string]string {
 	return map[string]string{placement.MetaMaxSandboxes: strconv.Itoa(svc.MaxSandboxes())}
-}
-
-// RunExecutor runs `conch executor`.
-func RunExecutor(ctx context.Context, cfg ExecutorConfig) error {
-	p, err := newProcess(ctx, "conch-executor", &cfg.Common)
-	if err != nil {
-		return err
-	}
-	defer p.close(ctx)
-	lis, addr, err := listen("executor", cfg.GRPCAddr, cfg.AdvertiseAddr)
-	if err != nil {
-		return err
-	}
-	srv, svc, cleanup, err := p.startExecutor(ctx, cfg.Config, addr, audit.DefaultFlushEvery)
-	if err != nil {
-		_ = lis.Close()
-		return err
-	}
-	defer cleanup()
-	g, gctx := errgroup.WithContext(ctx)
-	p.serveExecutor(gctx, g, lis, addr, svc, srv, &cfg.Common)
-	if cfg.MetricsAddr != "" {
-		g.Go(func() error { return p.serveMetrics(gctx, cfg.MetricsAddr, cfg.ShutdownTimeout) })
-	}
-	return g.Wait()
-}
-
-// serveExecutor serves the executor's gRPC server on lis and runs its
-// domain, both in g, until ctx ends. The domain outlives the server: its
-// shutdown, which destroys the sandboxes and revokes the lease their
-// records live under, begins only once the server has drained, so a call
-// still accepted while draining never meets a half-shut executor.
-func (p *process) serveExecutor(ctx context.Context, g *errgroup.Group, lis net.Listener, addr string, svc *executor.Service, srv *executor.Server, c *Common) {
-	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
-	g.Go(func() error { return svc.Run(svcCtx) })
-	g.Go(func() error {
-		defer stopSvc()
-		return p.serveOn(ctx, "executor", lis, addr, executorMeta(svc), c, srv.Register)
-	})
-	// New sandboxes go elsewhere as soon as the shutdown begins, and so do
-	// nodes: a node's stream would hold the drain to its deadline.
-	g.Go(func() error {
-		<-ctx.Done()
-		svc.Drain()
-		return nil
-	})
 }
 
 // process is what every conch process sets up before its services: logging,
@@ -296,167 +260,91 @@ func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, fun
 	return conns, closeAll, nil
 }
 
-// serve runs one service's gRPC server on addr until ctx ends.
-func (p *process) serve(ctx context.Context, name, addr, advertise string, c *Common, register func(*grpc.Server)) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("%s: listen: %w", name, err)
-	}
-	return p.serveOn(ctx, name, lis, advertise, nil, c, register)
-}
-
-// listen opens a service's gRPC listener before the service is built, for a
-// service that must know the address it will be reached at.
-func listen(name, addr, advertise string) (net.Listener, string, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: listen: %w", name, err)
-	}
-	advertised, err := serving.Advertised(lis, advertise)
-	if err != nil {
-		_ = lis.Close()
-		return nil, "", fmt.Errorf("%s: %w", name, err)
-	}
-	return lis, advertised, nil
-}
-
-// serveOn runs one service's gRPC server on lis until ctx ends, registered
-// with meta.
-func (p *process) serveOn(ctx context.Context, name string, lis net.Listener, advertise string, meta map[string]string, c *Common, register func(*grpc.Server)) error {
-	return serving.Run(ctx, serving.Options{
-		Metadata:       meta,
-		Name:           name,
-		Listener:       lis,
-		AdvertiseAddr:  advertise,
-		Etcd:           p.etcd,
-		Signer:         p.signer,
-		Register:       register,
-		Logger:         p.log,
-		DrainDelay:     c.DrainDelay,
-		StopTimeout:    c.ShutdownTimeout,
-		TracerProvider: p.tel.TracerProvider(),
-		MeterProvider:  p.tel.MeterProvider(),
-	})
-}
-
 // RunRouter runs `conch router`.
 func RunRouter(ctx context.Context, cfg RouterConfig) error {
-	p, err := newProcess(ctx, "conch-router", &cfg.Common)
-	if err != nil {
-		return err
-	}
-	defer p.close(ctx)
-	svc, err := router.New(ctx, p.etcd, cfg.Config, p.log)
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	// The caches the HTTP API reads stay current while it drains.
-	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
-	g.Go(func() error { svc.Run(svcCtx); return nil })
-	g.Go(func() error {
-		return p.serve(gctx, "router", cfg.GRPCAddr, cfg.AdvertiseAddr, &cfg.Common, svc.Register)
-	})
-	g.Go(func() error {
-		defer stopSvc()
-		return p.serveHTTP(gctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, &cfg.Common, nil)
-	})
-	return g.Wait()
+	return runService(ctx, "router", &cfg.Common, buildRouter(cfg.Config, nil, nil))
 }
 
-// RunService runs `conch executor|approval`.
-func RunService(ctx context.Context, name string, cfg ApprovalConfig) error {
-	p, err := newProcess(ctx, "conch-"+name, &cfg.Common)
-	if err != nil {
-		return err
+// buildRouter builds the router service and its public HTTP API, which
+// sends its bound address to ready, when not nil, once it listens. setup,
+// when not nil, runs on the service once it is built. The caches the HTTP
+// API reads are the background work, and stay current while it drains.
+func buildRouter(cfg router.Config, ready chan<- string, setup func(context.Context, *router.Service) error) builder {
+	return func(ctx context.Context, p *process, c *component) error {
+		svc, err := router.New(ctx, p.etcd, cfg, p.log)
+		if err != nil {
+			return err
+		}
+		if setup != nil {
+			if err := setup(ctx, svc); err != nil {
+				return err
+			}
+		}
+		c.register = svc.Register
+		c.http = func(ctx context.Context, common *Common) error {
+			return p.serveHTTP(ctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, common, ready)
+		}
+		c.run = func(ctx context.Context) error { svc.Run(ctx); return nil }
+		return nil
 	}
-	defer p.close(ctx)
-	lis, addr, err := listen(name, cfg.GRPCAddr, cfg.AdvertiseAddr)
-	if err != nil {
-		return err
-	}
-	register, run, err := registerFunc(ctx, name, p, addr, cfg.AuditConfig)
-	if err != nil {
-		_ = lis.Close()
-		return err
-	}
-	return p.runServiceOn(ctx, name, lis, addr, &cfg.Common, register, run)
 }
 
-// runService serves one service's gRPC server, its background work (run,
-// when not nil) and /metrics when asked.
-func (p *process) runService(ctx context.Context, name string, c *Common, register func(*grpc.Server), run func(context.Context) error) error {
-	lis, addr, err := listen(name, c.GRPCAddr, c.AdvertiseAddr)
-	if err != nil {
-		return err
-	}
-	return p.runServiceOn(ctx, name, lis, addr, c, register, run)
+// RunApproval runs `conch approval`.
+func RunApproval(ctx context.Context, cfg ApprovalConfig) error {
+	return runService(ctx, "approval", &cfg.Common, buildApproval(cfg.AuditConfig))
 }
 
-// runServiceOn is runService on a listener already open at addr.
-func (p *process) runServiceOn(ctx context.Context, name string, lis net.Listener, addr string, c *Common, register func(*grpc.Server), run func(context.Context) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return p.serveOn(gctx, name, lis, addr, nil, c, register) })
-	if run != nil {
-		g.Go(func() error { return run(gctx) })
-	}
-	if c.MetricsAddr != "" {
-		g.Go(func() error { return p.serveMetrics(gctx, c.MetricsAddr, c.ShutdownTimeout) })
-	}
-	return g.Wait()
-}
-
-// registerFunc builds a service without configuration of its own (the
-// workspace service has RunWorkspace) that will be reached at addr; run,
-// when not nil, is its background work and runs beside the gRPC server.
-func registerFunc(ctx context.Context, name string, p *process, addr string, ac approval.AuditConfig) (register func(*grpc.Server), run func(context.Context) error, err error) {
-	switch name {
-	case "approval":
+// buildApproval builds the approval service, with the audit trail ac
+// describes (none when it sets no storage) and the trail's API.
+func buildApproval(ac approval.AuditConfig) builder {
+	return func(ctx context.Context, p *process, c *component) error {
 		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		trail, err := p.newAudit(ctx, ac, "approval-"+addr)
+		trail, err := p.newAudit(ctx, ac, "approval-"+c.addr)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		// The router's reviewer answers allowlist misses first where a
 		// gateway names one; the connection is made on first use.
-		router, err := p.dial(context.Background(), "router")
+		routerConn, err := p.dial(context.Background(), "router")
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
+		c.onClose(func() { _ = routerConn.Close() })
 		// Named by its address, the replica that leads the notifier
 		// election is the one an operator can find.
-		cfg := approval.Options{Logger: p.log, Name: addr, Reviewer: routerv1.NewReviewServiceClient(router)}
+		opts := approval.Options{Logger: p.log, Name: c.addr, Reviewer: routerv1.NewReviewServiceClient(routerConn)}
 		if trail != nil {
-			cfg.Audit = trail.writer
+			opts.Audit = trail.writer
 		}
-		svc, err := approval.New(st, cfg)
+		svc, err := approval.New(st, opts)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		var api *approval.AuditServer
 		if trail != nil {
 			if api, err = approval.NewAuditServer(trail.store, p.etcd, audit.DefaultEtcdPrefix, svc, trail.writer); err != nil {
-				return nil, nil, err
+				return err
 			}
 		}
-		register := func(g *grpc.Server) {
+		c.register = func(g *grpc.Server) {
 			svc.Register(g)
 			if api != nil {
 				api.Register(g)
 			}
 		}
-		run := func(ctx context.Context) error {
+		// The trail is written until the server has drained, so that what
+		// the last calls record is kept.
+		c.run = func(ctx context.Context) error {
 			g, gctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return svc.Run(gctx) })
 			g.Go(func() error { return trail.run(gctx) })
 			return g.Wait()
 		}
-		return register, run, nil
+		return nil
 	}
-	return nil, nil, fmt.Errorf("unknown service %q", name)
 }
 
 // serveHTTP serves the router's public HTTP API on addr until ctx ends, then

@@ -18,16 +18,6 @@ import (
 	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
-// workspaceStorage is where workspaces live: S3 when an endpoint is set,
-// else a local directory.
-type workspaceStorage struct {
-	dir                              string
-	endpoint, access, secret, bucket string
-	secure                           bool
-	signingKeys                      string
-	quotaBytes, quotaFiles           int64
-}
-
 // objectStorage is an S3 bucket when an endpoint is set, else a local
 // directory.
 type objectStorage struct {
@@ -51,48 +41,40 @@ func openStore(ctx context.Context, c objectStorage) (store.Store, error) {
 	return s3store.New(ctx, s3store.Options{Endpoint: strings.TrimRight(endpoint, "/"), AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: secure})
 }
 
-// newWorkspace builds the workspace service; run is its background work
-// (collecting stale uploads), release frees its locks.
-func (p *process) newWorkspace(ctx context.Context, c workspaceStorage) (srv *workspace.Server, run func(context.Context) error, release func(), err error) {
-	st, err := openStore(ctx, objectStorage{dir: c.dir, endpoint: c.endpoint, access: c.access, secret: c.secret, bucket: c.bucket, secure: c.secure})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("workspace storage: %w", err)
-	}
-	keys, err := signing.ParseKeys(c.signingKeys)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	signer, err := signing.New(keys)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	fsvc, err := files.New(st, p.etcd, files.Config{QuotaBytes: c.quotaBytes, QuotaFiles: c.quotaFiles})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if srv, err = workspace.New(fsvc, signer); err != nil {
-		fsvc.Close()
-		return nil, nil, nil, err
-	}
-	return srv, fsvc.Run, fsvc.Close, nil
-}
-
 // RunWorkspace runs `conch workspace`.
 func RunWorkspace(ctx context.Context, cfg WorkspaceConfig) error {
-	p, err := newProcess(ctx, "conch-workspace", &cfg.Common)
-	if err != nil {
-		return err
+	return runService(ctx, "workspace", &cfg.Common, buildWorkspace(cfg.Config))
+}
+
+// buildWorkspace builds the workspace service on the storage cfg names.
+// Its background work collects stale uploads; closing frees its locks.
+func buildWorkspace(cfg workspace.Config) builder {
+	return func(ctx context.Context, p *process, c *component) error {
+		st, err := openStore(ctx, objectStorage{dir: cfg.Dir, endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey, bucket: cfg.S3Bucket, secure: cfg.S3Secure})
+		if err != nil {
+			return fmt.Errorf("workspace storage: %w", err)
+		}
+		keys, err := signing.ParseKeys(cfg.SigningKeys)
+		if err != nil {
+			return err
+		}
+		signer, err := signing.New(keys)
+		if err != nil {
+			return err
+		}
+		fsvc, err := files.New(st, p.etcd, files.Config{QuotaBytes: cfg.QuotaBytes, QuotaFiles: cfg.QuotaFiles})
+		if err != nil {
+			return err
+		}
+		c.onClose(fsvc.Close)
+		srv, err := workspace.New(fsvc, signer)
+		if err != nil {
+			return err
+		}
+		c.register = srv.Register
+		c.run = fsvc.Run
+		return nil
 	}
-	defer p.close(ctx)
-	srv, run, closeWS, err := p.newWorkspace(ctx, workspaceStorage{
-		dir: cfg.Dir, endpoint: cfg.S3Endpoint, access: cfg.S3AccessKey, secret: cfg.S3SecretKey, bucket: cfg.S3Bucket, secure: cfg.S3Secure,
-		signingKeys: cfg.SigningKeys, quotaBytes: cfg.QuotaBytes, quotaFiles: cfg.QuotaFiles,
-	})
-	if err != nil {
-		return err
-	}
-	defer closeWS()
-	return p.runService(ctx, "workspace", &cfg.Common, srv.Register, run)
 }
 
 // devSigningKeys returns CONCH_SIGNING_KEYS, else the key kept in the data

@@ -138,7 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := load(cmd, args, &cfg, stderr); err != nil {
 			return err
 		}
-		return launch.RunService(ctx, cmd, cfg)
+		return launch.RunApproval(ctx, cfg)
 	case "node":
 		var cfg launch.NodeConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
