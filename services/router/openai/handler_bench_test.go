@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
@@ -71,7 +72,7 @@ func BenchmarkChatCompletion(b *testing.B) {
 	scoped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(tenant.With(r.Context(), tenant.Scope{Account: "acct"})))
 	})
-	srv := httptest.NewServer(otelhttp.NewHandler(scoped, "router", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+	srv := httptest.NewServer(otelhttp.NewHandler(scoped, "router", otelhttp.WithTracerProvider(otel.GetTracerProvider()), otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	})))
 	b.Cleanup(srv.Close)
