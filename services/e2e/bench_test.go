@@ -1,23 +1,77 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
 
+// bareProxyEnv, set to an upstream URL, makes the test binary a bare
+// httputil.ReverseProxy to it, printing its URL: the floor of a gateway
+// hop that, like conch dev, runs as a process of its own.
+const bareProxyEnv = "E2E_BARE_PROXY_TARGET"
+
+func init() {
+	target := os.Getenv(bareProxyEnv)
+	if target == "" {
+		return
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		panic(err)
+	}
+	p := httputil.NewSingleHostReverseProxy(u)
+	p.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("http://" + lis.Addr().String())
+	_ = http.Serve(lis, p)
+	os.Exit(0)
+}
+
+// startBareProxy runs a bare reverse proxy to target in its own process.
+func startBareProxy(b *testing.B, target string) string {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), bareProxyEnv+"="+target)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("bare proxy: %v", err)
+	}
+	return strings.TrimSpace(line)
+}
+
 // BenchmarkCompletionOverhead measures what the router adds to a completion
 // without tools: the same request sent straight to a local fake upstream,
-// through a bare httputil.ReverseProxy (the floor of any gateway hop), and
-// through conch dev (auth, gateway lookup, validation, loop, usage, the
-// conch object), interleaved in the same run. It reports each median, the
-// overheads over direct at p50 and p99, and conch's over the bare proxy.
+// through a bare httputil.ReverseProxy (the floor of any gateway hop) in
+// the benchmark's process and in a process of its own, and through conch
+// dev (auth, gateway lookup, validation, loop, usage, the conch object),
+// interleaved in the same run. It reports each median, and the overheads
+// over direct at p50 and p99. conch dev is a process of its own, so each
+// completion crosses processes twice more than the direct call: the
+// out-of-process proxy pays those wake-ups too, the in-process one does
+// not.
 func BenchmarkCompletionOverhead(b *testing.B) {
 	d := startDev(b)
 	answer := openAIText("ok")
@@ -31,6 +85,7 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	bare.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
 	proxy := httptest.NewServer(bare)
 	b.Cleanup(proxy.Close)
+	proxyProcess := startBareProxy(b, up.URL)
 	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
@@ -61,15 +116,18 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	for range 50 {
 		call(up.URL+"/chat/completions", "")
 		call(proxy.URL+"/chat/completions", "")
+		call(proxyProcess+"/chat/completions", "")
 		call(d.URL+"/v1/chat/completions", d.Key)
 	}
 	b.ResetTimer()
 	direct := make([]time.Duration, 0, b.N)
 	viaProxy := make([]time.Duration, 0, b.N)
+	viaProcess := make([]time.Duration, 0, b.N)
 	via := make([]time.Duration, 0, b.N)
 	for range b.N {
 		direct = append(direct, call(up.URL+"/chat/completions", ""))
 		viaProxy = append(viaProxy, call(proxy.URL+"/chat/completions", ""))
+		viaProcess = append(viaProcess, call(proxyProcess+"/chat/completions", ""))
 		via = append(via, call(d.URL+"/v1/chat/completions", d.Key))
 	}
 	b.StopTimer()
@@ -81,6 +139,9 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	b.ReportMetric(ms(pm-dm), "proxy-overhead-p50-ms")
 	b.ReportMetric(ms(quantile(via, 0.99)-quantile(direct, 0.99)), "overhead-p99-ms")
 	b.ReportMetric(ms(quantile(viaProxy, 0.99)-quantile(direct, 0.99)), "proxy-overhead-p99-ms")
+	b.ReportMetric(ms(quantile(viaProcess, 0.5)), "proxy-process-p50-ms")
+	b.ReportMetric(ms(quantile(viaProcess, 0.5)-dm), "proxy-process-overhead-p50-ms")
+	b.ReportMetric(ms(quantile(viaProcess, 0.99)-quantile(direct, 0.99)), "proxy-process-overhead-p99-ms")
 }
 
 // BenchmarkCompletionThroughput measures completions per second through

@@ -206,6 +206,18 @@ var Rows = []Row{
 		Target: Target{Max: 1.5},
 	},
 	{
+		// conch dev is a process of its own: a hop through any proxy
+		// process pays two more cross-process wake-ups than the direct call.
+		Service: "router", Metric: "overhead of a bare reverse proxy in its own process, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p50-ms"},
+		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p50-ms"}},
+	},
+	{
+		Service: "router", Metric: "overhead of a bare reverse proxy in its own process, p99", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p99-ms"},
+		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p99-ms"}},
+	},
+	{
 		Service: "router", Metric: "completions, 8 parallel clients", Unit: "op/s",
 		Value: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionThroughput", Unit: "completions/s"},
 	},

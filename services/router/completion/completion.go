@@ -257,8 +257,14 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
 	}
 	// A completion's own sandbox ends with it, even when the client left;
-	// the client need not wait for the teardown.
-	defer func() { go sb.Destroy(context.WithoutCancel(ctx)) }()
+	// the client need not wait for the teardown. The loop has returned by
+	// then, so a completion that made no sandbox has none to end and
+	// starts no goroutine for it.
+	defer func() {
+		if sb.Current() != "" {
+			go sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
 
 	cfg := loop.Config{
 		Provider: s.provider(g),
@@ -266,16 +272,19 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		Sandbox:  sb,
 		Shell:    plan.shell,
 		Exec: loop.ExecContext{
-			Settings: sessions.Effective(g.GetExec(), override),
-			Agent:    g.GetName(),
-			Session:  scope.Session,
-			User:     req.User,
+			Agent:   g.GetName(),
+			Session: scope.Session,
+			User:    req.User,
 		},
 		Direct:        plan.direct,
 		Skills:        plan.skills,
 		ExecOutput:    plan.execOutput,
 		MaxIterations: int(g.GetMaxIterations()),
 		Logger:        s.opts.Logger,
+	}
+	if plan.shell != nil || plan.execOutput > 0 {
+		// Only commands are judged by the exec settings.
+		cfg.Exec.Settings = sessions.Effective(g.GetExec(), override)
 	}
 	if set != nil {
 		cfg.Tools = set

@@ -33,7 +33,7 @@ type toolPlan struct {
 // tools (nil when it has none) and the request.
 func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan, error) {
 	sh := g.GetShell()
-	p := &toolPlan{direct: map[string]bool{}, skills: map[string]string{}}
+	p := &toolPlan{}
 	var err error
 	if p.network, err = shellNetwork(g, req); err != nil {
 		return nil, err
@@ -80,6 +80,7 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 	}
 	if skills := g.GetSkills(); len(skills) > 0 {
 		p.tools = append(p.tools, readSkillTool(skills))
+		p.skills = make(map[string]string, len(skills))
 		for _, sk := range skills {
 			p.skills[sk.GetName()] = sk.GetContent()
 		}
@@ -113,6 +114,9 @@ func ShellLimits(g *routerv1.Gateway, rs *ShellTool) *loop.Shell {
 }
 
 func (p *toolPlan) addDirect(tools []*toolhost.Tool) {
+	if p.direct == nil {
+		p.direct = make(map[string]bool, len(tools))
+	}
 	for _, t := range tools {
 		p.direct[t.Name] = true
 		p.tools = append(p.tools, upstream.Tool{Name: t.Name, Description: t.Description, Parameters: t.Schema})

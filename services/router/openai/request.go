@@ -155,12 +155,10 @@ type chatRequest struct {
 // parseRequest parses and validates a request body.
 func parseRequest(body []byte) (*chatRequest, error) {
 	var top map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&top); err != nil {
+	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, badField("", "request body is not a JSON object: %v", err)
 	}
-	r := &chatRequest{Request: completion.Request{Extra: map[string]json.RawMessage{}}}
+	r := &chatRequest{Request: completion.Request{Extra: make(map[string]json.RawMessage, len(top))}}
 	for k, v := range top {
 		switch k {
 		case "model":

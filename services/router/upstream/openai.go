@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -66,40 +68,108 @@ func MessageJSON(m Message) json.RawMessage {
 	return b
 }
 
+// bodyOverrides are the top-level fields the body sets itself, whatever
+// the client's Extra holds.
+var bodyOverrides = map[string]bool{"model": true, "messages": true, "tools": true, "stream": true, "stream_options": true}
+
+// toolOnlyFields are the client's fields that mean nothing without tools,
+// dropped when the call offers none.
+var toolOnlyFields = map[string]bool{"tool_choice": true, "parallel_tool_calls": true}
+
+// body encodes the chat completions request: the client's other fields as
+// they came (in key order), then the model, the messages (each client
+// message as it came) and the tools. It is written straight into one
+// buffer rather than through a generic tree, which a gateway hop would
+// rebuild and sort on every call.
 func (o *OpenAI) body(req *Request, stream bool) ([]byte, error) {
-	body := make(map[string]any, len(req.Extra)+5)
+	keys := make([]string, 0, len(req.Extra))
+	size := 64 + len(req.Model)
 	for k, v := range req.Extra {
-		body[k] = v
+		if bodyOverrides[k] || (len(req.Tools) == 0 && toolOnlyFields[k]) {
+			continue
+		}
+		keys = append(keys, k)
+		size += len(k) + len(v) + 4
 	}
-	body["model"] = req.Model
+	sort.Strings(keys)
 	msgs := make([]json.RawMessage, len(req.Messages))
 	for i, m := range req.Messages {
 		msgs[i] = MessageJSON(m)
+		size += len(msgs[i]) + 1
 	}
-	body["messages"] = msgs
-	if len(req.Tools) > 0 {
-		tools := make([]map[string]any, len(req.Tools))
-		for i, t := range req.Tools {
-			fn := map[string]any{"name": t.Name, "description": t.Description}
-			if len(t.Parameters) > 0 {
-				fn["parameters"] = t.Parameters
-			}
-			tools[i] = map[string]any{"type": "function", "function": fn}
+	for _, t := range req.Tools {
+		size += len(t.Name) + len(t.Description) + len(t.Parameters) + 64
+	}
+	b := bytes.NewBuffer(make([]byte, 0, size))
+	b.WriteByte('{')
+	for _, k := range keys {
+		writeJSONString(b, k)
+		b.WriteByte(':')
+		b.Write(req.Extra[k])
+		b.WriteByte(',')
+	}
+	b.WriteString(`"model":`)
+	writeJSONString(b, req.Model)
+	b.WriteString(`,"messages":[`)
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteByte(',')
 		}
-		body["tools"] = tools
-	} else {
-		delete(body, "tools")
-		delete(body, "tool_choice")
-		delete(body, "parallel_tool_calls")
+		b.Write(m)
+	}
+	b.WriteByte(']')
+	if len(req.Tools) > 0 {
+		b.WriteString(`,"tools":[`)
+		for i, t := range req.Tools {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"type":"function","function":{"name":`)
+			writeJSONString(b, t.Name)
+			b.WriteString(`,"description":`)
+			writeJSONString(b, t.Description)
+			if len(t.Parameters) > 0 {
+				b.WriteString(`,"parameters":`)
+				b.Write(t.Parameters)
+			}
+			b.WriteString("}}")
+		}
+		b.WriteByte(']')
 	}
 	if stream {
-		body["stream"] = true
-		body["stream_options"] = map[string]any{"include_usage": true}
-	} else {
-		delete(body, "stream")
-		delete(body, "stream_options")
+		b.WriteString(`,"stream":true,"stream_options":{"include_usage":true}`)
 	}
-	return json.Marshal(body)
+	b.WriteByte('}')
+	if !json.Valid(b.Bytes()) {
+		return nil, errors.New("a field or message is not valid JSON")
+	}
+	return b.Bytes(), nil
+}
+
+// writeJSONString writes s as a JSON string, escaped as encoding/json
+// escapes it.
+func writeJSONString(b *bytes.Buffer, s string) {
+	if isPlainJSON(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
+	q, _ := json.Marshal(s) // a string always encodes
+	b.Write(q)
+}
+
+// isPlainJSON reports whether s needs no escaping in a JSON string: printable
+// ASCII other than the quote, the backslash and the characters encoding/json
+// escapes for HTML.
+func isPlainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // Complete implements Provider.
@@ -202,9 +272,40 @@ type wireResponse struct {
 	Usage *Usage `json:"usage"`
 }
 
+// replyWire is a chat.completion answer: what decodeOpenAI reads of it.
+type replyWire struct {
+	ID      string `json:"id"`
+	Choices []struct {
+		Message struct {
+			Content   *string        `json:"content"`
+			ToolCalls []wireToolCall `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *Usage `json:"usage"`
+}
+
+// replyBuffers hold upstream answers while they are decoded; the decoded
+// strings are copies, so a buffer is free again at once.
+var replyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxReply bounds an upstream's answer.
+const maxReply = 64 << 20
+
 func decodeOpenAI(r io.Reader) (*Response, error) {
-	var w wireResponse
-	if err := json.NewDecoder(io.LimitReader(r, 64<<20)).Decode(&w); err != nil {
+	buf := replyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 1<<20 { // keep no huge answer alive
+			buf.Reset()
+			replyBuffers.Put(buf)
+		}
+	}()
+	var w replyWire
+	_, err := buf.ReadFrom(io.LimitReader(r, maxReply))
+	if err == nil {
+		err = json.Unmarshal(buf.Bytes(), &w)
+	}
+	if err != nil {
 		return nil, &Error{Status: http.StatusBadGateway, Message: "upstream answered with invalid JSON: " + err.Error(), Type: "upstream_error"}
 	}
 	if len(w.Choices) == 0 {

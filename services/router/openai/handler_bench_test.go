@@ -1,0 +1,102 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/telemetry"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/toolhost"
+)
+
+// oneGateway is a gateway store of one gateway.
+type oneGateway struct{ g *routerv1.Gateway }
+
+func (s oneGateway) Get(_ context.Context, _, name string) (*routerv1.Gateway, error) {
+	if name != s.g.GetName() {
+		return nil, errs.New(errs.NotFound, "no gateway")
+	}
+	return s.g, nil
+}
+
+func (s oneGateway) List(context.Context, string) ([]*routerv1.Gateway, error) {
+	return []*routerv1.Gateway{s.g}, nil
+}
+
+// noExecutor fails every call: a completion without tools makes none.
+type noExecutor struct {
+	executorv1.ExecutorServiceClient
+}
+
+// BenchmarkChatCompletion runs chat completions without tools through the
+// /v1 handler in process, under the OpenTelemetry middleware with the
+// process's telemetry set up as conch does, against a local fake upstream:
+// the process's CPU time and allocations per completion, for -cpuprofile
+// and -memprofile (the end-to-end overhead is e2e's
+// BenchmarkCompletionOverhead).
+func BenchmarkChatCompletion(b *testing.B) {
+	tel, err := telemetry.Setup(b.Context(), telemetry.Options{ServiceName: "conch-bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}))
+	b.Cleanup(up.Close)
+	g := &routerv1.Gateway{Name: "bench", Upstream: &routerv1.Upstream{Provider: routerv1.Provider_PROVIDER_OPENAI, BaseUrl: up.URL, Model: "m"}}
+	core, err := completion.New(completion.Options{
+		Gateways: oneGateway{g}, Executor: noExecutor{}, Etcd: &clientv3.Client{}, Grants: &toolhost.Grants{},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := NewHandler(core, ResponsesOptions{}, nil)
+	scoped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(tenant.With(r.Context(), tenant.Scope{Account: "acct"})))
+	})
+	srv := httptest.NewServer(otelhttp.NewHandler(scoped, "router", otelhttp.WithTracerProvider(otel.GetTracerProvider()), otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		return r.Method + " " + r.URL.Path
+	})))
+	b.Cleanup(srv.Close)
+	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.ReportAllocs()
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := cpu()
+	for b.Loop() {
+		resp, err := client.Post(srv.URL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	// CPU time of the process (client and fake upstream included), which
+	// a loaded machine inflates less than wall time.
+	b.ReportMetric(float64((cpu()-start).Microseconds())/float64(b.N), "cpu-us/op")
+}
