@@ -1,12 +1,10 @@
 package launch
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
 
-	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/config/configtest"
 )
 
 // TestConfigErrorsNameTheField checks that every rejected setting names the
@@ -55,17 +53,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{}
-			for _, kv := range tt.env {
-				k, v, _ := strings.Cut(kv, "=")
-				env[k] = v
-			}
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			err := config.LoadWith(fs, tt.args, tt.newConfig(), func(k string) (string, bool) {
-				v, ok := env[k]
-				return v, ok
-			})
+			err := configtest.Load(tt.newConfig(), tt.args, tt.env)
 			if tt.wantField == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
