@@ -71,23 +71,14 @@ func (f *AuditForwarder) WriteSync(ctx context.Context, r audit.Record) error {
 // Run sends buffered records every interval until ctx ends, then once
 // more.
 func (f *AuditForwarder) Run(ctx context.Context) error {
-	t := time.NewTicker(f.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := f.flush(fctx, false); err != nil {
-				f.log.Warn("audit records of runs not sent on shutdown", "error", err)
-			}
-			return nil
-		case <-t.C:
-			if err := f.flush(ctx, false); err != nil && ctx.Err() == nil {
-				f.log.WarnContext(ctx, "audit records of runs not sent", "error", err)
-			}
+	send := func(ctx context.Context) error { return f.flush(ctx, false) }
+	return audit.FlushEvery(ctx, f.every, send, func(ctx context.Context, err error, last bool) {
+		msg := "audit records of runs not sent"
+		if last {
+			msg += " on shutdown"
 		}
-	}
+		f.log.WarnContext(ctx, msg, "error", err)
+	})
 }
 
 // flush sends every buffered record, a call per account in order; what

@@ -188,20 +188,35 @@ func (w *Writer) Buffered() int {
 // Run writes buffered records every FlushEvery until ctx ends, then once
 // more.
 func (w *Writer) Run(ctx context.Context) error {
-	t := time.NewTicker(w.cfg.FlushEvery)
+	return FlushEvery(ctx, w.cfg.FlushEvery, w.Flush, func(ctx context.Context, err error, last bool) {
+		msg := "audit flush failed"
+		if last {
+			msg = "audit records not written on shutdown"
+		}
+		w.cfg.Logger.WarnContext(ctx, msg, "error", err, "buffered", w.Buffered())
+	})
+}
+
+// FlushEvery calls flush every interval until ctx ends, then a last time
+// under a context of its own bounded to 5s, so that what was buffered
+// when a process is told to stop is written; failed reports each error
+// (last: of that final call) while ctx lives. It is the loop of every
+// buffer of audit records, here and on the executors.
+func FlushEvery(ctx context.Context, every time.Duration, flush func(context.Context) error, failed func(ctx context.Context, err error, last bool)) error {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if err := w.Flush(fctx); err != nil {
-				w.cfg.Logger.Warn("audit records not written on shutdown", "error", err, "buffered", w.Buffered())
+			if err := flush(fctx); err != nil {
+				failed(fctx, err, true)
 			}
 			return nil
 		case <-t.C:
-			if err := w.Flush(ctx); err != nil && ctx.Err() == nil {
-				w.cfg.Logger.WarnContext(ctx, "audit flush failed", "error", err, "buffered", w.Buffered())
+			if err := flush(ctx); err != nil && ctx.Err() == nil {
+				failed(ctx, err, false)
 			}
 		}
 	}
