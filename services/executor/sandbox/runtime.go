@@ -344,18 +344,21 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 	return s, nil
 }
 
-// prepare makes a sandbox's host state: its state dir with /etc and
-// tools, the workspace tmpfs, the egress socket, and the filesystem view;
-// each undo goes on cleanups.
-func (s *Sandbox) prepare(ctx context.Context, spec Spec, name string, cleanups *[]func()) (err error) {
+// prepare makes a sandbox's host state and then its filesystem view; each
+// undo goes on cleanups.
+func (s *Sandbox) prepare(ctx context.Context, spec Spec, name string, cleanups *[]func()) error {
+	if err := s.makeState(ctx, spec, name, cleanups); err != nil {
+		return err
+	}
+	return s.makeView(ctx)
+}
+
+// makeState makes a sandbox's state dir with /etc and tools, the
+// workspace tmpfs and the egress socket.
+func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanups *[]func()) (err error) {
+	_, end := span(ctx, "state")
+	defer func() { end(err) }()
 	r := s.rt
-	_, endDirs := span(ctx, "state")
-	endedDirs := false
-	defer func() {
-		if !endedDirs {
-			endDirs(err)
-		}
-	}()
 	s.dir = filepath.Join(r.cfg.StateDir, name)
 	if err := os.Mkdir(s.dir, 0o711); err != nil {
 		return fmt.Errorf("sandbox: state dir: %w", err)
@@ -380,7 +383,6 @@ func (s *Sandbox) prepare(ctx context.Context, spec Spec, name string, cleanups 
 	}
 	*cleanups = append(*cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
 	if spec.Network {
-		var err error
 		if s.egress, err = listenEgress(s.dir, s.uid); err != nil {
 			return err
 		}
@@ -391,11 +393,15 @@ func (s *Sandbox) prepare(ctx context.Context, spec Spec, name string, cleanups 
 			}
 		}
 	}
-	endedDirs = true
-	endDirs(nil)
-	_, endView := span(ctx, "view")
-	defer func() { endView(err) }()
-	s.mounts = r.mounts(s)
+	return nil
+}
+
+// makeView makes the view of the sandbox's filesystem the host resolves
+// its paths through.
+func (s *Sandbox) makeView(ctx context.Context) (err error) {
+	_, end := span(ctx, "view")
+	defer func() { end(err) }()
+	s.mounts = s.rt.mounts(s)
 	ms := make([]fsview.Mount, len(s.mounts))
 	for i, m := range s.mounts {
 		ms[i] = m.view()
