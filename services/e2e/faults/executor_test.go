@@ -115,15 +115,14 @@ func runUntilKilled(t *testing.T, e *env, sandbox string) <-chan map[string]time
 	t.Helper()
 	out := make(chan map[string]time.Time, 1)
 	busy := make(chan struct{})
-	ready := busy
 	go func() {
 		answered := map[string]time.Time{}
 		defer func() { out <- answered }()
-		began := time.Now()
+		began, told := time.Now(), false
 		for i := 0; ; i++ {
-			if busy != nil && time.Since(began) > 3*audit.DefaultFlushEvery {
+			if !told && time.Since(began) > 3*audit.DefaultFlushEvery {
 				close(busy)
-				busy = nil
+				told = true
 			}
 			cmd := fmt.Sprintf("echo audited-%d", i)
 			r := e.request(t.Context(), "POST", "/api/v1/sandboxes/"+sandbox+"/commands", map[string]any{"command": cmd})
@@ -134,7 +133,7 @@ func runUntilKilled(t *testing.T, e *env, sandbox string) <-chan map[string]time
 		}
 	}()
 	select {
-	case <-ready:
+	case <-busy:
 	case <-time.After(requestTimeout):
 		t.Fatal("the numbered commands never got going")
 	}
