@@ -74,6 +74,9 @@ func RunAgent() error {
 	if err := a.out.write(frameReady, 0, nil); err != nil {
 		return fmt.Errorf("agent: announce: %w", err)
 	}
+	a.mu.Lock()
+	a.prepareSpare()
+	a.mu.Unlock()
 	err := a.serve(bufio.NewReaderSize(os.Stdin, 64<<10))
 	a.killAll()
 	if errors.Is(err, io.EOF) {
@@ -84,9 +87,14 @@ func RunAgent() error {
 
 type agent struct {
 	out   *frameWriter
-	mu    sync.Mutex
-	procs map[uint32]*agentProc
 	spawn chan spawnReq
+
+	mu     sync.Mutex
+	procs  map[uint32]*agentProc
+	live   int    // commands started and not ended
+	epoch  uint64 // commands ever started
+	spare  *spare
+	closed bool
 }
 
 type agentProc struct {
@@ -172,53 +180,131 @@ func (a *agent) exitWith(id uint32, m exitMsg) {
 	_ = a.out.write(frameExit, id, b)
 }
 
-// inlineMax is the longest command passed as an argument; longer ones go
-// through a memory file, since one argv string may not exceed 128 KiB.
+// inlineMax is the longest command written into its init's script; longer
+// ones, and ones holding a NUL, go through a sealed memory file, since one
+// argv string may not exceed 128 KiB.
 const inlineMax = 64 << 10
 
-// The init shell of a command holds, besides stdio, the write end of a pipe
-// for the final directory and, for a long command, a sealed memory file
-// holding it. The agent passes them as fds, never through a path: nothing
-// in the sandbox's filesystem is the agent's to read or write, so nothing
-// a command plants there can block, mislead or kill it.
+// Besides stdio, the init shell of a command holds the write end of a pipe
+// for the final directory, for a spare the read end of the pipe its script
+// arrives on, and for a long command a sealed memory file holding it. The
+// agent passes them as fds, never through a path: nothing in the sandbox's
+// filesystem is the agent's to read or write, so nothing a command plants
+// there can block, mislead or kill it.
 const (
-	cwdFD = 3
-	cmdFD = 4
+	cwdFD    = 3
+	scriptFD = 4
+	cmdFD    = 5
 )
 
-// shellScript is run by the init shell of the command's pid namespace: it
-// changes to the directory $1 (or, if that no longer exists and a fallback
-// $3 is given, to $3, saying so on stderr) and runs the command in a child
-// shell (so that the command is an ordinary process: pid 1 ignores signals
-// it has no handler for). The child shell evaluates the command ($2), or
-// sources it from the memory file when fromFile, and records its final
-// directory on exit when asked.
+// The init shell of a command first makes itself, not the agent, what the
+// OOM killer picks, and notes its pid in the sandbox (/proc shows the
+// sandbox's pid namespace, where $$ means nothing), going back to / so that
+// the command finds OLDPWD as it would.
+const initPrelude = `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; cd -P /proc/self && __conch_pid=${PWD#/proc/} && cd / || exit 1; `
+
+// initBody is the rest of the init's script, given the command's directory,
+// fallback and command in variables: it changes to the directory (or, if
+// that no longer exists and there is a fallback, to the fallback, saying so
+// on stderr), runs the command in a child shell, so that the command is an
+// ordinary process (pid 1 ignores signals it has no handler for), and exits
+// with its status, reading no further. Its own messages are conch's, the
+// same whichever way the init got its script.
+func initBody(track, fromFile bool) string {
+	return `if [ -n "$__conch_fallback" ] && ! [ -d "$__conch_dir" ]; then ` +
+		`printf 'conch: working directory %s no longer exists; starting in %s\n' "$__conch_dir" "$__conch_fallback" >&2; __conch_dir=$__conch_fallback; fi
+cd -- "$__conch_dir" 2>/dev/null || { printf 'conch: cannot change to the working directory %s\n' "$__conch_dir" >&2; exit 1; }
+` + shellPath + ` -c ` + shellQuote(childScript(track, fromFile)) + ` sh "$__conch_cmd" "/proc/$__conch_pid/fd"
+exit $?
+`
+}
+
+// initArgs is the script of an init started for its command, which takes
+// the directory, fallback and command as $1, $2 and $3: an argv nothing
+// else can change.
+func initArgs(m startMsg, fromFile bool) []string {
+	cmd := m.Command
+	if fromFile {
+		cmd = ""
+	}
+	return []string{"-c", initPrelude + `__conch_dir=$1 __conch_fallback=$2 __conch_cmd=$3
+` + initBody(m.TrackCwd, fromFile), "sh", m.Dir, m.FallbackDir, cmd}
+}
+
+// spareArgs is the script of a spare, an init started before its command:
+// it sources what the agent writes to the script pipe (spareScript).
+var spareArgs = []string{"-c", initPrelude + `. /proc/self/fd/` + strconv.Itoa(scriptFD), "sh"}
+
+// spareScript is what the agent writes to a spare for the command m: it
+// exports m's environment, which a spare started without, and sets the
+// variables initArgs takes as arguments.
+func spareScript(m startMsg) string {
+	var b strings.Builder
+	if len(m.Env) > 0 {
+		b.WriteString("export")
+		for _, kv := range m.Env {
+			b.WriteString(" " + shellQuote(kv))
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("__conch_dir=" + shellQuote(m.Dir) + " __conch_fallback=" + shellQuote(m.FallbackDir) +
+		" __conch_cmd=" + shellQuote(m.Command) + "\n")
+	b.WriteString(initBody(m.TrackCwd, false))
+	return b.String()
+}
+
+// childScript is run by the command's shell, the init's child: it
+// evaluates the command ($1), or sources it from the memory file when
+// fromFile, and records its final directory on exit when asked.
 //
-// The command inherits only stdio: the child shell closes the fds at once,
-// the init shell keeps them, and the child reaches them through /proc/<init pid>/fd (a
-// sourced file is opened close-on-exec by the shell). A command can write
-// there too, but only to mislead about its own directory, which it can
-// change anyway; the agent validates what it reads.
-func shellScript(track, fromFile bool) string {
+// The command inherits only stdio: the child shell closes the init's other
+// fds at once, and reaches them through /proc/<init pid>/fd ($2; a sourced
+// file is opened close-on-exec by the shell). A command can write there
+// too, but only to mislead about its own directory, which it can change
+// anyway; the agent validates what it reads.
+func childScript(track, fromFile bool) string {
 	// exec with redirections alone closes the fds for good; on a command
 	// the shell would keep them open aside, at fds of its choosing.
-	inner := `exec ` + strconv.Itoa(cwdFD) + `>&- ` + strconv.Itoa(cmdFD) + `<&-; __conch_cmd=$1; __conch_fds=$2; shift 2; `
+	s := `exec ` + strconv.Itoa(cwdFD) + `>&- ` + strconv.Itoa(scriptFD) + `<&- ` + strconv.Itoa(cmdFD) + `<&-; __conch_cmd=$1; __conch_fds=$2; shift 2; `
 	if track {
-		inner += `trap "pwd 2>/dev/null >$__conch_fds/` + strconv.Itoa(cwdFD) + `" EXIT; `
+		s += `trap "pwd 2>/dev/null >$__conch_fds/` + strconv.Itoa(cwdFD) + `" EXIT; `
 	}
 	if fromFile {
-		inner += `. "$__conch_fds/` + strconv.Itoa(cmdFD) + `"`
-	} else {
-		inner += `eval "$__conch_cmd"`
+		return s + `. "$__conch_fds/` + strconv.Itoa(cmdFD) + `"`
 	}
-	// A memory bomb, not the agent, is what the OOM killer should pick.
-	return `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; ` +
-		`if [ -n "$3" ] && ! [ -d "$1" ]; then ` +
-		`printf 'conch: working directory %s no longer exists; starting in %s\n' "$1" "$3" >&2; cd -- "$3" || exit 1; ` +
-		`else cd -- "$1" || exit 1; fi; ` +
-		// /proc shows the sandbox's pid namespace, where $$ means nothing.
-		`read -r __conch_pid __conch_rest </proc/self/stat; ` +
-		shellPath + ` -c '` + inner + `' sh "$2" "/proc/$__conch_pid/fd"`
+	return s + `eval "$__conch_cmd"`
+}
+
+// shellQuote quotes s as one word for the shell; s holds no NUL.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// exportable reports whether a shell started with an empty environment
+// ends up, after exporting env, with the environment a shell started with
+// env has: every name is a shell variable's, and none is one the shell
+// sets or resets itself.
+func exportable(env []string) bool {
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !isShellName(name) {
+			return false
+		}
+		switch name {
+		case "IFS", "PPID", "OPTIND", "LINENO", "PWD", "OLDPWD":
+			return false
+		}
+	}
+	return true
+}
+
+func isShellName(s string) bool {
+	for i, c := range []byte(s) {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // commandFile returns a sealed memory file holding a command too long for
@@ -290,90 +376,231 @@ func readCwd(fd int) string {
 	return filepath.Clean(line)
 }
 
-func (a *agent) start(id uint32, m startMsg) {
-	var cmdF *os.File
-	arg := m.Command
-	if len(m.Command) > inlineMax || strings.ContainsRune(m.Command, 0) {
-		var err error
-		if cmdF, err = commandFile(m.Command); err != nil {
-			a.exitWith(id, exitMsg{Code: -1, Error: "pass command: " + err.Error()})
-			return
-		}
-		defer cmdF.Close()
-		arg = ""
-	}
-	cwdR := -1
-	var cwdW *os.File
-	if m.TrackCwd {
-		var err error
-		if cwdR, cwdW, err = cwdPipe(); err != nil {
-			a.exitWith(id, exitMsg{Code: -1, Error: err.Error()})
-			return
-		}
-		// The agent keeps no write end: once the command's processes are
-		// gone, the read end is at end of file.
-		defer cwdW.Close()
-	}
-	dir := m.Dir
-	if dir == "" {
-		dir = WorkspaceDir
-	}
-	cmd := exec.Command(shellPath, "-c", shellScript(m.TrackCwd, cmdF != nil), "sh", dir, arg, m.FallbackDir)
-	cmd.Env = m.Env
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{cwdW, cmdF}
-	// Its own pid namespace (the tree ends with its init) and cgroup
-	// namespace (its cgroup reads "/", not the executor's host path).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWCGROUP, Setsid: true}
-	p := &agentProc{cmd: cmd, stdin: make(chan []byte, 64)}
-	req := spawnReq{cmd: cmd, done: make(chan error, 1)}
-	failStart := func(err error) {
-		if cwdR >= 0 {
-			unix.Close(cwdR)
-		}
-		a.exitWith(id, exitMsg{Code: -1, Error: "start shell: " + err.Error()})
-	}
+// An init is the first process of a command's pid namespace of its own
+// (the tree ends with it) and cgroup namespace (its cgroup reads "/", not
+// the executor's host path).
+type initProc struct {
+	cmd     *exec.Cmd
+	script  *os.File // a spare's: the write end of its script's pipe
+	stdin   io.WriteCloser
+	readers []io.Reader // stdout and stderr, or the terminal
+	closers []io.Closer
+	cwdR    int
+}
 
-	var readers []io.Reader
-	var closers []io.Closer
-	var stdin io.WriteCloser
-	if m.Pty {
+// initSpec is how to start an init.
+type initSpec struct {
+	args       []string
+	env        []string
+	spare      bool // started before its command, which it reads from a pipe
+	tty        bool
+	rows, cols uint16
+	cmdF       *os.File // a long command, or nil
+}
+
+// newInit starts an init.
+func (a *agent) newInit(sp initSpec) (*initProc, error) {
+	cwdR, cwdW, err := cwdPipe()
+	if err != nil {
+		return nil, err
+	}
+	// The agent keeps no write end: once the command's processes are gone,
+	// the read end is at end of file.
+	defer cwdW.Close()
+	in := &initProc{cwdR: cwdR}
+	fail := func(err error) (*initProc, error) {
+		unix.Close(cwdR)
+		if in.script != nil {
+			in.script.Close()
+		}
+		for _, c := range in.closers {
+			c.Close()
+		}
+		return nil, err
+	}
+	var scriptR *os.File
+	if sp.spare {
+		if scriptR, in.script, err = os.Pipe(); err != nil {
+			return fail(fmt.Errorf("script pipe: %w", err))
+		}
+		defer scriptR.Close()
+	}
+	cmd := exec.Command(shellPath, sp.args...)
+	cmd.Env = sp.env
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{cwdW, scriptR, sp.cmdF}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWCGROUP, Setsid: true}
+	in.cmd = cmd
+	req := spawnReq{cmd: cmd, done: make(chan error, 1)}
+	if sp.tty {
 		cmd.SysProcAttr.Setctty = true
 		req.ptmx = make(chan *os.File, 1)
 		a.spawn <- req
 		ptmx := <-req.ptmx
 		if err := <-req.done; err != nil {
-			failStart(err)
-			return
+			return fail(err)
 		}
-		if m.Rows > 0 && m.Cols > 0 {
-			_ = pty.Setsize(ptmx, &pty.Winsize{Rows: m.Rows, Cols: m.Cols})
+		if sp.rows > 0 && sp.cols > 0 {
+			_ = pty.Setsize(ptmx, &pty.Winsize{Rows: sp.rows, Cols: sp.cols})
 		}
-		readers, closers, stdin = []io.Reader{ptmx}, []io.Closer{ptmx}, ptmx
-	} else {
-		in, err1 := cmd.StdinPipe()
-		outR, err2 := cmd.StdoutPipe()
-		errR, err3 := cmd.StderrPipe()
-		if err := errors.Join(err1, err2, err3); err != nil {
-			failStart(err)
-			return
-		}
-		a.spawn <- req
-		if err := <-req.done; err != nil {
-			failStart(err)
-			return
-		}
-		readers, stdin = []io.Reader{outR, errR}, in
+		in.readers, in.closers, in.stdin = []io.Reader{ptmx}, []io.Closer{ptmx}, ptmx
+		return in, nil
 	}
+	stdin, err1 := cmd.StdinPipe()
+	outR, err2 := cmd.StdoutPipe()
+	errR, err3 := cmd.StderrPipe()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fail(err)
+	}
+	a.spawn <- req
+	if err := <-req.done; err != nil {
+		return fail(err)
+	}
+	in.readers, in.stdin = []io.Reader{outR, errR}, stdin
+	return in, nil
+}
+
+// send writes a spare's script and closes the pipe. A script that fits the
+// least buffer a pipe has is written at once; a longer one from a
+// goroutine, so that the agent's loop never waits on the shell's parsing.
+func (in *initProc) send(script string) error {
+	if len(script) <= 4096 {
+		_, err := in.script.WriteString(script)
+		in.script.Close()
+		return err
+	}
+	go func() {
+		_, _ = in.script.WriteString(script)
+		in.script.Close()
+	}()
+	return nil
+}
+
+// discard kills an init that will run nothing and waits for it.
+func (in *initProc) discard() {
+	_ = in.cmd.Process.Kill()
+	if in.script != nil {
+		in.script.Close()
+	}
+	_ = in.stdin.Close()
+	_ = in.cmd.Wait() // closes the pipes' read ends
+	for _, c := range in.closers {
+		_ = c.Close()
+	}
+	unix.Close(in.cwdR)
+}
+
+// A spare is an init started before its command, so that starting a
+// command costs the fork and exec of its shell alone. Every process of the
+// sandbox can reach an init's pipes (through /proc/<pid>/fd), so a spare is
+// started only while no command runs, and is given to a command only if no
+// other has started since: nothing that could have written to its script
+// or its input ever lived beside it.
+type spare struct {
+	epoch uint64 // the commands started before it
+	ready chan struct{}
+	in    *initProc
+	err   error
+}
+
+// prepareSpare starts a spare if there is none and no command runs; a.mu
+// is held.
+func (a *agent) prepareSpare() {
+	if a.spare != nil || a.live > 0 || a.closed {
+		return
+	}
+	s := &spare{epoch: a.epoch, ready: make(chan struct{})}
+	a.spare = s
+	go func() {
+		defer close(s.ready)
+		s.in, s.err = a.newInit(initSpec{args: spareArgs, env: []string{}, spare: true})
+	}()
+}
+
+// begin counts a command as started and returns the spare it may use, if
+// any.
+func (a *agent) begin() *spare {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.spare
+	a.spare = nil
+	if s != nil && (s.epoch != a.epoch || a.live > 0) {
+		go s.discard()
+		s = nil
+	}
+	a.epoch++
+	a.live++
+	return s
+}
+
+// end counts a command as ended; the last one to end leaves a spare.
+func (a *agent) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.live--
+	a.prepareSpare()
+}
+
+// discard waits for a spare and kills it.
+func (s *spare) discard() {
+	<-s.ready
+	if s.in != nil {
+		s.in.discard()
+	}
+}
+
+func (a *agent) start(id uint32, m startMsg) {
+	if m.Dir == "" {
+		m.Dir = WorkspaceDir
+	}
+	if strings.ContainsRune(m.Dir, 0) || strings.ContainsRune(m.FallbackDir, 0) {
+		a.exitWith(id, exitMsg{Code: -1, Error: "start shell: a directory's name holds a NUL"})
+		return
+	}
+	fromFile := len(m.Command) > inlineMax || strings.ContainsRune(m.Command, 0)
+	fail := func(what string, err error) {
+		a.end()
+		a.exitWith(id, exitMsg{Code: -1, Error: what + ": " + err.Error()})
+	}
+	var in *initProc
+	if s := a.begin(); s != nil {
+		if <-s.ready; s.err == nil && !m.Pty && !fromFile && exportable(m.Env) {
+			in = s.in
+		} else {
+			go s.discard()
+		}
+	}
+	// A spare that died (the OOM killer's first pick) is replaced.
+	if in != nil && in.send(spareScript(m)) != nil {
+		in.discard()
+		in = nil
+	}
+	if in == nil {
+		sp := initSpec{args: initArgs(m, fromFile), env: m.Env, tty: m.Pty, rows: m.Rows, cols: m.Cols}
+		if fromFile {
+			var err error
+			if sp.cmdF, err = commandFile(m.Command); err != nil {
+				fail("pass command", err)
+				return
+			}
+			defer sp.cmdF.Close()
+		}
+		var err error
+		if in, err = a.newInit(sp); err != nil {
+			fail("start shell", err)
+			return
+		}
+	}
+	p := &agentProc{cmd: in.cmd, stdin: make(chan []byte, 64)}
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
 	_ = a.out.write(frameStarted, id, nil)
-	go feedStdin(stdin, p.stdin, m.Pty)
+	go feedStdin(in.stdin, p.stdin, m.Pty)
 
-	dropped := make([]bool, len(readers))
+	dropped := make([]bool, len(in.readers))
 	var wg sync.WaitGroup
-	for i, r := range readers {
+	for i, r := range in.readers {
 		typ := frameStdout
 		if i == 1 {
 			typ = frameStderr
@@ -382,8 +609,8 @@ func (a *agent) start(id uint32, m startMsg) {
 	}
 	go func() {
 		wg.Wait()
-		err := cmd.Wait()
-		for _, c := range closers {
+		err := in.cmd.Wait()
+		for _, c := range in.closers {
 			_ = c.Close()
 		}
 		a.mu.Lock()
@@ -391,11 +618,12 @@ func (a *agent) start(id uint32, m startMsg) {
 		a.mu.Unlock()
 		close(p.stdin)
 		res := exitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
-		res.Code, res.Signal = exitStatus(cmd, err)
-		if cwdR >= 0 {
-			res.Cwd = readCwd(cwdR)
-			unix.Close(cwdR)
+		res.Code, res.Signal = exitStatus(in.cmd, err)
+		if m.TrackCwd {
+			res.Cwd = readCwd(in.cwdR)
 		}
+		unix.Close(in.cwdR)
+		a.end()
 		a.exitWith(id, res)
 	}()
 }
@@ -458,8 +686,13 @@ func exitStatus(cmd *exec.Cmd, err error) (code, sig int) {
 func (a *agent) killAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.closed = true
 	for _, p := range a.procs {
 		_ = p.cmd.Process.Kill()
+	}
+	if a.spare != nil {
+		go a.spare.discard()
+		a.spare = nil
 	}
 }
 

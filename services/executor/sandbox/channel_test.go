@@ -60,7 +60,6 @@ EOF`
 func TestCommandCannotBlockOrKillTheAgent(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{})
-	base := idlePIDs(t, sb)
 	// The report pipe as the command's shell reaches it: through its
 	// parent, the init shell of the command's pid namespace.
 	const report = `read -r _ _ _ pp _ </proc/self/stat; r=/proc/$pp/fd/3; `
@@ -91,7 +90,7 @@ func TestCommandCannotBlockOrKillTheAgent(t *testing.T) {
 			if r := sh(t, sb, long); r.stdout != "102400\n" {
 				t.Fatalf("long command: %+v", r)
 			}
-			waitPIDs(t, sb, base)
+			waitIdle(t, sb)
 		})
 	}
 	select {
@@ -138,5 +137,37 @@ func TestDeletedCwd(t *testing.T) {
 	r, _ = run(t, sb, Options{Command: "pwd", Workdir: "/home/workspace/nope"}, 10*time.Second)
 	if r.exit.Code == 0 || strings.Contains(r.stderr, "conch: working directory") {
 		t.Fatalf("missing workdir ran: %+v", r)
+	}
+}
+
+// A spare init reads its script from a pipe, which every process of the
+// sandbox could open through /proc: the agent must never hand a command a
+// spare that a process of another command lived beside. Here one command
+// writes a payload into every pipe it can open while others start, one
+// after another and after it ended; the payload never runs.
+func TestNoCommandWritesAnothersScript(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, Spec{})
+	sh(t, sb, "true") // a spare is started after each command
+	writer, err := sb.Start(Options{Budget: 0, Command: `while :; do for f in /proc/[0-9]*/fd/*; do ` +
+		`[ -p "$f" ] && printf 'touch /tmp/injected\n' 2>/dev/null >"$f"; done; done`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for range 30 {
+		if r, timedOut := run(t, sb, Options{Command: "true", Budget: -1}, 10*time.Second); timedOut || r.exit.Code != 0 {
+			t.Fatalf("command beside the writer: timed out %v, %+v", timedOut, r)
+		}
+	}
+	if err := writer.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-writer.Done()
+	for range 3 {
+		sh(t, sb, "true")
+	}
+	if r := sh(t, sb, "ls /tmp"); r.stdout != "" {
+		t.Fatalf("a payload ran: /tmp holds %q", r.stdout)
 	}
 }

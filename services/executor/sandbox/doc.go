@@ -9,7 +9,10 @@
 // stdin and stdout and starts each command as the child of an init shell in
 // a pid namespace of its own, so that ending that init ends everything the
 // command started; it keeps CAP_SYS_ADMIN of the sandbox's user namespace
-// for that alone, and no command inherits it.
+// for that alone, and no command inherits it. While no command runs, the
+// agent keeps the next init started (a spare), so that a command costs the
+// start of its own shell alone; a spare is handed only to a command that
+// no process of another command can have reached it before.
 //
 // The agent is the sandbox's pid 1 and is not dumpable, so no command can
 // read or write its memory or fds, and it passes commands and their final

@@ -10,36 +10,42 @@ import (
 	"time"
 )
 
-// idlePIDs is the number of host processes of an idle sandbox: bubblewrap
-// and the agent, the pid 1 of its pid namespace.
-func idlePIDs(t *testing.T, sb *Sandbox) int {
+// commandProcs lists the command lines of the sandbox's host processes
+// that are not its residents: bubblewrap, the agent (the pid 1 of its pid
+// namespace) and the agent's spare init, when it has one.
+func commandProcs(t *testing.T, sb *Sandbox) []string {
 	t.Helper()
 	pids, err := sb.HostPIDs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(pids)
+	spare := strings.Join(append([]string{shellPath}, spareArgs...), " ")
+	var names []string
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if err != nil {
+			continue // ended since
+		}
+		name := strings.TrimSuffix(strings.ReplaceAll(string(b), "\x00", " "), " ")
+		if strings.HasSuffix(name, agentPath+" "+AgentCommand) || name == spare {
+			continue
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
-// waitPIDs polls until the sandbox has want host processes.
-func waitPIDs(t *testing.T, sb *Sandbox, want int) {
+// waitIdle polls until the sandbox has only its residents.
+func waitIdle(t *testing.T, sb *Sandbox) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids, err := sb.HostPIDs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pids) == want {
+		names := commandProcs(t, sb)
+		if len(names) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			var names []string
-			for _, p := range pids {
-				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-				names = append(names, strings.ReplaceAll(string(b), "\x00", " "))
-			}
-			t.Fatalf("sandbox has %d processes, want %d: %q", len(pids), want, names)
+			t.Fatalf("sandbox still has %d processes of commands: %q", len(names), names)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -50,7 +56,6 @@ func waitPIDs(t *testing.T, sb *Sandbox, want int) {
 func TestTimeoutKillsWholeTree(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{})
-	base := idlePIDs(t, sb)
 	cases := []struct{ name, cmd string }{
 		{"setsid", "setsid sleep 1000 & setsid sh -c 'sleep 1000' & sleep 1000"},
 		{"double fork", "(sh -c 'sleep 1000 &' &) ; sleep 1000"},
@@ -67,7 +72,7 @@ func TestTimeoutKillsWholeTree(t *testing.T) {
 			if r.exit.Code != 137 {
 				t.Errorf("exit code = %d, want 137 (killed)", r.exit.Code)
 			}
-			waitPIDs(t, sb, base)
+			waitIdle(t, sb)
 		})
 	}
 	t.Run("background child keeps the pipe open", func(t *testing.T) {
@@ -78,7 +83,7 @@ func TestTimeoutKillsWholeTree(t *testing.T) {
 		if r.stdout != "started\n" || r.exit.Code != 0 {
 			t.Fatalf("got %+v", r)
 		}
-		waitPIDs(t, sb, base)
+		waitIdle(t, sb)
 	})
 }
 
@@ -115,11 +120,10 @@ func TestOutputFloodIsDropped(t *testing.T) {
 func TestResourceBombsAreContained(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{Limits: Limits{MemoryBytes: 64 << 20, Pids: 64, WorkspaceBytes: 8 << 20, WorkspaceFiles: 1000, TmpBytes: 4 << 20}})
-	base := idlePIDs(t, sb)
 	t.Run("fork bomb", func(t *testing.T) {
 		r, _ := run(t, sb, Options{Command: "bomb() { bomb | bomb & }; bomb; sleep 3; echo survived"}, 10*time.Second)
 		_ = r
-		waitPIDs(t, sb, base)
+		waitIdle(t, sb)
 		if got := sh(t, sb, "echo alive").stdout; got != "alive\n" {
 			t.Fatalf("sandbox unusable after fork bomb: %q", got)
 		}

@@ -1,0 +1,132 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// runInit runs the init of m as the agent would, on the host, started for
+// its command or as a spare given its script, and returns what the command
+// printed, its exit code and the directory it reported.
+func runInit(t *testing.T, m startMsg, spare bool) (stdout, stderr string, code int, cwd string) {
+	t.Helper()
+	cwdR, cwdW, err := cwdPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(cwdR)
+	cmd := exec.Command(shellPath, initArgs(m, false)...)
+	cmd.Env = m.Env
+	cmd.ExtraFiles = []*os.File{cwdW}
+	var script *os.File
+	if spare {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		script = w
+		cmd = exec.Command(shellPath, spareArgs...)
+		cmd.Env = []string{}
+		cmd.ExtraFiles = []*os.File{cwdW, r}
+	}
+	cmd.Dir = "/"
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cwdW.Close()
+	if spare {
+		in := &initProc{script: script}
+		if err := in.send(spareScript(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	if m.TrackCwd {
+		cwd = readCwd(cwdR)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode(), cwd
+}
+
+// A spare, given its script through a pipe, runs a command exactly as an
+// init started with it does: the same environment, arguments, directory,
+// output and status, whatever the values hold.
+func TestSpareRunsLikeAFreshInit(t *testing.T) {
+	dir := t.TempDir()
+	odd := dir + "/it's a \"dir\" $(x) `y`\n"
+	if err := os.Mkdir(odd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "A='quoted'", `B="$(touch /nope) ` + "`x`" + ` \`, "C=line one\nline two", "D=", "E=a=b=c", "F=olá ☃", "G=\\'"}
+	cases := []struct {
+		name string
+		m    startMsg
+	}{
+		{"environment", startMsg{Command: "env -0 | LC_ALL=C sort -z | tr '\\0' '|'", Dir: dir, Env: env}},
+		{"arguments and variables", startMsg{Command: `echo "$0|$#|$*|${__conch_dir-unset}|${__conch_pid-unset}"; set | grep -c __conch_`, Dir: dir, Env: env}},
+		{"quotes and newlines in the command", startMsg{Command: "printf '%s\\n' 'it'\\''s' \"two\nlines\"; echo \"$C\"", Dir: dir, Env: env}},
+		{"exit status", startMsg{Command: "echo out; echo err >&2; exit 7", Dir: dir, Env: env}},
+		{"signal", startMsg{Command: "kill -9 $$", Dir: dir, Env: env}},
+		{"fds", startMsg{Command: "ls /proc/self/fd | LC_ALL=C sort", Dir: dir, Env: env}},
+		{"directory with every quote", startMsg{Command: "pwd", Dir: odd, Env: env, TrackCwd: true}},
+		{"cwd tracked", startMsg{Command: "cd /tmp && echo moved", Dir: dir, Env: env, TrackCwd: true}},
+		{"fallback", startMsg{Command: "pwd", Dir: dir + "/gone", FallbackDir: dir, Env: env, TrackCwd: true}},
+		{"no such directory", startMsg{Command: "pwd", Dir: dir + "/gone", Env: env}},
+		{"stdin is empty", startMsg{Command: "cat; echo end", Dir: dir, Env: env}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if !exportable(c.m.Env) {
+				t.Fatal("the environment is not exportable")
+			}
+			o1, e1, c1, d1 := runInit(t, c.m, false)
+			o2, e2, c2, d2 := runInit(t, c.m, true)
+			if o1 != o2 || e1 != e2 || c1 != c2 || d1 != d2 {
+				t.Fatalf("started for its command: %q %q %d %q\nspare: %q %q %d %q", o1, e1, c1, d1, o2, e2, c2, d2)
+			}
+			if c.name == "environment" && !bytes.Contains([]byte(o1), []byte("|C=line one\nline two|")) {
+				t.Fatalf("environment lost a value: %q", o1)
+			}
+		})
+	}
+	if _, err := os.Stat("/nope"); err == nil {
+		t.Fatal("a value of the environment ran")
+	}
+}
+
+func TestExportable(t *testing.T) {
+	cases := []struct {
+		env  []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"PATH=/bin", "LANG=C.UTF-8", "_X1=", "lower=ok"}, true},
+		{[]string{"A-B=1"}, false},
+		{[]string{"1A=1"}, false},
+		{[]string{"=1"}, false},
+		{[]string{"NOEQUALS"}, false},
+		{[]string{"A.B=1"}, false},
+		{[]string{"IFS=x"}, false},
+		{[]string{"PWD=/tmp"}, false},
+		{[]string{"OLDPWD=/tmp"}, false},
+		{[]string{"PPID=1"}, false},
+		{[]string{"OPTIND=2"}, false},
+		{[]string{"LINENO=2"}, false},
+	}
+	for _, c := range cases {
+		if got := exportable(c.env); got != c.want {
+			t.Errorf("exportable(%q) = %v, want %v", c.env, got, c.want)
+		}
+	}
+}
