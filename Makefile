@@ -12,12 +12,13 @@ BREAKING_AGAINST ?= .git\#branch=main
 all: build
 
 ## build: compile bin/conch, and beside it the sandbox agent the executor
-## prefers (conch-sandbox-agent: the agent alone, quick to start)
+## prefers (conch-sandbox-agent: the agent alone, static so that it starts
+## without a dynamic loader, as the executor image builds it)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./services/cmd/conch
-	$(GO) build -o $(dir $(BIN))conch-sandbox-agent ./services/cmd/conch-sandbox-agent
+	CGO_ENABLED=0 $(GO) build -o $(dir $(BIN))conch-sandbox-agent ./services/cmd/conch-sandbox-agent
 
 ## run: start the whole cluster on this machine (conch dev)
 run: deps build

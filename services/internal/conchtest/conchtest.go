@@ -22,7 +22,11 @@ var Binary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	for _, cmd := range []string{"conch", "conch-sandbox-agent"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/conch-sh/conch/services/cmd/"+cmd).CombinedOutput()
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/conch-sh/conch/services/cmd/"+cmd)
+		if cmd == "conch-sandbox-agent" {
+			build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does
+		}
+		out, err := build.CombinedOutput()
 		if err != nil {
 			return "", fmt.Errorf("build %s: %v\n%s", cmd, err, out)
 		}
