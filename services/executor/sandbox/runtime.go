@@ -99,6 +99,9 @@ type Runtime struct {
 
 	// template is the view of a new sandbox, made on first use.
 	template func() (*fsview.View, error)
+
+	etc  *etcCopy
+	stop chan struct{} // closed by Close
 }
 
 // ErrUnsupported marks a requested feature this executor cannot provide yet.
@@ -166,8 +169,12 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	if err := unix.Mount("tmpfs", cfg.StateDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711"); err != nil {
 		return nil, fmt.Errorf("sandbox: mount state dir: %w", err)
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	r.template = sync.OnceValues(r.newTemplate)
+	if r.etc, err = newEtcCopy(cfg.RootFS, cfg.StateDir); err != nil {
+		r.removeState()
+		return nil, err
+	}
 	if r.uids, err = newUIDClaims(cfg.UIDLockDir, cfg.UIDBase, cfg.UIDCount); err != nil {
 		r.removeState()
 		return nil, err
@@ -192,6 +199,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.pool = newPool(r, cfg.PoolSize)
+	go r.etc.watch(r.stop, func(err error) { r.log.Warn("sandbox: /etc not refreshed", "error", err) })
 	return r, nil
 }
 
@@ -364,9 +372,6 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 		return fmt.Errorf("sandbox: state dir: %w", err)
 	}
 	*cleanups = append(*cleanups, func() { _ = os.RemoveAll(s.dir) })
-	if err := writeEtc(s.dir); err != nil {
-		return err
-	}
 	if err := os.Mkdir(filepath.Join(s.dir, "tools"), 0o755); err != nil {
 		return fmt.Errorf("sandbox: tools dir: %w", err)
 	}
@@ -520,31 +525,6 @@ func commandPath(prepend []string) []string {
 	return append(slices.Clone(prepend), "/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin", ToolsDir)
 }
 
-// etcFiles are the host /etc entries programs need; nothing else of /etc
-// (never shadow, ssh keys, or service configuration) is visible.
-var etcFiles = []string{
-	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone",
-	"nsswitch.conf", "protocols", "services", "mime.types", "os-release", "debian_version",
-	"ssl", "ca-certificates", "ca-certificates.conf", "terminfo", "inputrc", "magic", "mailcap",
-	"python3", "perl", "gai.conf", "host.conf", "environment.d",
-}
-
-// writeEtc writes the sandbox's own identity files.
-func writeEtc(dir string) error {
-	files := map[string]string{
-		"passwd":   "root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:1000:1000:sandbox user:/home/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":    "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
-		"hosts":    "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		"hostname": "sandbox\n",
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			return fmt.Errorf("sandbox: write %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
 // mount is one entry of a sandbox's mount table: a bubblewrap option and
 // its operands.
 type mount struct {
@@ -605,9 +585,6 @@ func (r *Runtime) newTemplate() (*fsview.View, error) {
 			return nil, fmt.Errorf("sandbox: template: %w", err)
 		}
 	}
-	if err := writeEtc(s.dir); err != nil {
-		return nil, err
-	}
 	mounts := r.mounts(s)
 	ms := make([]fsview.Mount, len(mounts))
 	for i, m := range mounts {
@@ -637,12 +614,7 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 			ms = append(ms, mount{op: "--ro-bind", src: src, dst: "/" + d})
 		}
 	}
-	for _, f := range etcFiles {
-		ms = append(ms, mount{op: "--ro-bind-try", src: filepath.Join(root, "etc", f), dst: "/etc/" + f})
-	}
-	for _, f := range []string{"passwd", "group", "hosts", "hostname"} {
-		ms = append(ms, mount{op: "--ro-bind", src: filepath.Join(s.dir, f), dst: "/etc/" + f})
-	}
+	ms = append(ms, mount{op: "--ro-bind", src: r.etc.current(), dst: "/etc"})
 	ms = append(ms,
 		mount{op: "--proc", dst: "/proc"},
 		mount{op: "--dev", dst: "/dev"},
@@ -846,6 +818,7 @@ func (t *tailBuffer) String() string {
 // Close removes the runtime's state dir and parent cgroup; call it after
 // every sandbox is destroyed.
 func (r *Runtime) Close() {
+	close(r.stop)
 	r.pool.close()
 	r.uids.close()
 	r.removeState()
