@@ -623,8 +623,9 @@ func (a *agent) start(id uint32, m startMsg) {
 			res.Cwd = readCwd(in.cwdR)
 		}
 		unix.Close(in.cwdR)
-		a.end()
+		// The answer first: the next spare is not on the command's path.
 		a.exitWith(id, res)
+		a.end()
 	}()
 }
 
