@@ -172,45 +172,59 @@ func BenchmarkHydrate(b *testing.B) {
 				}
 			}
 		})
-		// A service that has not served this workspace yet: the files'
-		// content comes from the store, in the pack the flush wrote.
-		b.Run("cold-service", func(b *testing.B) {
+		manifest := "accounts/" + w.Account + "/users/" + w.User + "/manifest"
+		packs := "accounts/" + w.Account + "/users/" + w.User + "/packs/"
+		// coldService hydrates with a service that has not served the
+		// workspace yet, after drop deleted what it should not find.
+		coldService := func(b *testing.B, drop func()) {
 			for b.Loop() {
 				b.StopTimer()
+				drop()
 				fresh := newService(files.Config{ContentCacheBytes: -1})
 				dir := workspaceDir(b)
 				b.StartTimer()
 				if got := hydrateInto(b, fresh, w, dir, nil); len(got) != 1000 {
 					b.Fatalf("hydrated %d files", len(got))
 				}
-			}
-		})
-		// The same without packs (the files were written one by one, or
-		// the packs were lost): one GET per file, storeParallel at once.
-		b.Run("cold-service-unpacked", func(b *testing.B) {
-			packs := "accounts/" + w.Account + "/users/" + w.User + "/packs/"
-			for b.Loop() {
 				b.StopTimer()
-				var keys []string
-				for info, err := range st.List(b.Context(), packs, true) {
-					if err != nil {
-						b.Fatal(err)
-					}
-					keys = append(keys, info.Key)
-				}
-				if err := st.Delete(b.Context(), keys); err != nil {
+				fresh.Close() // waits for what it keeps
+				b.StartTimer()
+			}
+		}
+		dropPacks := func(b *testing.B) {
+			var keys []string
+			for info, err := range st.List(b.Context(), packs, true) {
+				if err != nil {
 					b.Fatal(err)
 				}
-				fresh := newService(files.Config{ContentCacheBytes: -1})
-				dir := workspaceDir(b)
-				b.StartTimer()
-				if got := hydrateInto(b, fresh, w, dir, nil); len(got) != 1000 {
-					b.Fatalf("hydrated %d files", len(got))
-				}
-				b.StopTimer()
-				fresh.Close() // waits for the pack it writes
-				b.StartTimer()
+				keys = append(keys, info.Key)
 			}
+			if err := st.Delete(b.Context(), keys); err != nil {
+				b.Fatal(err)
+			}
+		}
+		dropManifest := func(b *testing.B) {
+			if err := st.Delete(b.Context(), []string{manifest}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// The listing another service kept and the pack the flush wrote:
+		// one GET for the listing, a few for the content.
+		b.Run("cold-service", func(b *testing.B) {
+			prime := newService(files.Config{ContentCacheBytes: -1})
+			hydrateInto(b, prime, w, workspaceDir(b), nil)
+			prime.Close()
+			coldService(b, func() {})
+		})
+		// No kept listing: the workspace's files are listed.
+		b.Run("cold-service-listed", func(b *testing.B) {
+			coldService(b, func() { dropManifest(b) })
+		})
+		// Neither listing nor packs (the files were written one by one,
+		// or both were lost): a listing and one GET per file,
+		// storeParallel at once.
+		b.Run("cold-service-unpacked", func(b *testing.B) {
+			coldService(b, func() { dropManifest(b); dropPacks(b) })
 		})
 		// A new sandbox (empty directory) of a workspace the service has
 		// served before, as each conversation's sandbox is.

@@ -225,17 +225,14 @@ func (s *Service) writePacks(ctx context.Context, ws Workspace, files map[string
 	return nil
 }
 
-// dropPacks deletes all of ws's packs.
+// dropPacks deletes all of ws's packs and its kept listing.
 func (s *Service) dropPacks(ctx context.Context, ws Workspace) error {
-	var keys []string
+	keys := []string{ws.manifestKey()}
 	for info, err := range s.store.List(ctx, ws.packPrefix(), true) {
 		if err != nil {
 			return err
 		}
 		keys = append(keys, info.Key)
-	}
-	if len(keys) == 0 {
-		return nil
 	}
 	return s.store.Delete(ctx, keys)
 }

@@ -114,6 +114,7 @@ type held struct {
 	key     string
 	st      state
 	has     bool
+	modRev  int64 // the etcd revision of st's last write
 }
 
 // lock takes ws's lock, waiting at most timeout, and reads its state.
@@ -141,22 +142,29 @@ func (l *locker) lock(ctx context.Context, ws Workspace, timeout time.Duration) 
 		return nil, errs.Wrap(errs.KindOf(err), err, "workspace: lock")
 	}
 	h := &held{release: release, m: m, cli: l.cli, key: statePrefix + ws.Account + "/" + ws.User}
-	st, _, found, err := etcdx.GetJSON[state](ctx, l.cli, h.key)
+	st, modRev, found, err := etcdx.GetJSON[state](ctx, l.cli, h.key)
 	if err != nil {
 		h.unlock(ctx)
 		return nil, fmt.Errorf("workspace: read state: %w", err)
 	}
-	h.st, h.has = st, found
+	h.st, h.has, h.modRev = st, found, modRev
 	return h, nil
 }
 
 // peek reads ws's state without the lock.
 func (l *locker) peek(ctx context.Context, ws Workspace) (state, bool, error) {
-	st, _, found, err := etcdx.GetJSON[state](ctx, l.cli, statePrefix+ws.Account+"/"+ws.User)
+	st, _, found, err := l.peekAt(ctx, ws)
+	return st, found, err
+}
+
+// peekAt is peek that also returns the etcd revision of the state's last
+// write, which no other write of any key ever has.
+func (l *locker) peekAt(ctx context.Context, ws Workspace) (state, int64, bool, error) {
+	st, modRev, found, err := etcdx.GetJSON[state](ctx, l.cli, statePrefix+ws.Account+"/"+ws.User)
 	if err != nil {
-		return state{}, false, fmt.Errorf("workspace: read state: %w", err)
+		return state{}, 0, false, fmt.Errorf("workspace: read state: %w", err)
 	}
-	return st, found, nil
+	return st, modRev, found, nil
 }
 
 // put writes the state if the lock is still ours.
@@ -172,7 +180,7 @@ func (h *held) put(ctx context.Context, st state) error {
 	if !resp.Succeeded {
 		return errs.New(errs.Unavailable, "workspace: lost the workspace lock (etcd session expired); try again")
 	}
-	h.st, h.has = st, true
+	h.st, h.has, h.modRev = st, true, resp.Header.Revision
 	return nil
 }
 

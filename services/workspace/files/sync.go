@@ -252,12 +252,16 @@ func (s *Service) hydrateLarge(ctx context.Context, ws Workspace, info store.Inf
 // Every change goes through the lock and marks the state dirty before it
 // writes, so a clean state at the cached revision means the same content.
 func (s *Service) manifest(ctx context.Context, ws Workspace) ([]store.Info, int64, error) {
-	st, ok, err := s.locks.peek(ctx, ws)
+	st, stateRev, ok, err := s.locks.peekAt(ctx, ws)
 	if err != nil {
 		return nil, 0, err
 	}
 	if ok && !st.Dirty {
 		if infos, hit := s.cache.get(ws, st.Revision); hit {
+			return infos, st.Revision, nil
+		}
+		if infos, hit := s.loadManifest(ctx, ws, stateRev); hit {
+			s.cache.put(ws, st.Revision, infos)
 			return infos, st.Revision, nil
 		}
 	}
@@ -276,6 +280,9 @@ func (s *Service) manifest(ctx context.Context, ws Workspace) ([]store.Info, int
 	}
 	h.unlock(ctx)
 	s.cache.put(ws, rev, infos)
+	if h.has && !h.st.Dirty && len(infos) <= maxCachedEntries/4 {
+		s.keepManifestLater(ctx, ws, h.modRev, infos)
+	}
 	return infos, rev, nil
 }
 
