@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -198,23 +199,68 @@ func procCPU(b *testing.B, pid int) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The fields after the command name, which is in parentheses and
-	// may hold spaces: utime and stime are the 14th and 15th fields.
+	d, err := statCPU(stat)
+	if err != nil {
+		b.Fatalf("/proc/%d/stat: %v", pid, err)
+	}
+	return d
+}
+
+// statCPU reads utime and stime from the text of /proc/<pid>/stat. They
+// are the 14th and 15th fields, counted from the pid; the second, the
+// command name, is in parentheses and may hold spaces and parentheses.
+func statCPU(stat []byte) (time.Duration, error) {
 	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("no command name")
+	}
 	f := strings.Fields(string(stat[i+1:]))
 	if len(f) < 13 {
-		b.Fatalf("short /proc/%d/stat", pid)
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
 	}
 	var ticks int64
 	for _, v := range f[11:13] {
 		t, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			b.Fatal(err)
+			return 0, err
 		}
 		ticks += t
 	}
-	// Linux reports these in USER_HZ, 100 on every architecture Go supports.
-	return time.Duration(ticks) * 10 * time.Millisecond
+	// Linux reports them in USER_HZ, 100 on every architecture Go runs on.
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+func TestStatCPU(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		stat    string
+		want    time.Duration
+		wantErr bool
+	}{
+		{
+			name: "a plain command name",
+			stat: "4148 (conch) S 1 4148 4148 0 -1 4194560 1000 0 0 0 250 31 0 0 20 0 12 0 9000 1 2",
+			want: 2810 * time.Millisecond,
+		},
+		{
+			name: "a command name with spaces and parentheses",
+			stat: "77 (a) b (c)) R 1 77 77 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 1 1 1",
+			want: 100 * time.Millisecond,
+		},
+		{name: "no command name", stat: "77 a R 1", wantErr: true},
+		{name: "cut short", stat: "77 (a) R 1 77 77 0 -1 0 0 0 0 0 7", wantErr: true},
+		{name: "not a number", stat: "77 (a) R 1 77 77 0 -1 0 0 0 0 0 x 3 0", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := statCPU([]byte(tc.stat))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("statCPU(%q) = %v, %v; want %v, error %t", tc.stat, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
 }
 
 // selfCPU returns this process's user and system CPU time so far.
