@@ -3,19 +3,25 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
 // BenchmarkFilesTransfer uploads and downloads a 100 MB file through the
@@ -23,15 +29,30 @@ import (
 // conch dev's peak RSS over its resident size before the transfers. Its
 // anchors, minio-put and minio-get, then move the same bytes straight to
 // and from the same MinIO in one request each; minio-put-parts sends them
-// as parallel multipart parts, which on two cores is no faster.
+// as parallel multipart parts; store-stage is the workspace service's
+// store alone, staging the bytes from this process as an upload does.
 //
-// Where an upload's time goes (perf record -a on two cores): MinIO's own
-// work, its bitrot hashing and the buffered write to disk, is most of it,
-// and the upload cannot be faster than minio-put. conch streams the body
-// once, in 256 KiB messages, into one PUT of known size; its own share is
-// the SHA-256 that becomes the file's etag, the streaming signature's
-// SHA-256 that lets MinIO check every chunk on an unencrypted link, and
-// copying the messages through gRPC.
+// Where an upload's time goes: each transfer reports the CPU time per op
+// of conch dev, MinIO and this process, and cpu-bound-MB/s, the rate if
+// that work were spread evenly over every core with nothing else to run.
+// An upload cannot beat it, nor minio-put: MinIO takes about one core
+// for a single PUT, whoever sends it. On two cores the upload's work is
+// more than a second of CPU per 100 MB, so 200 MB/s is out of reach there.
+//
+// conch streams the body once, in 256 KiB messages, into one PUT of known
+// size. Its CPU (perf record -a, per 100 MB): a quarter is the two
+// SHA-256 the store cannot skip, the file's etag and the streaming
+// signature that lets MinIO check every chunk on an unencrypted link; a
+// quarter is the kernel moving the bytes over three sockets (client to
+// router, router to workspace service, workspace service to MinIO); the
+// rest is gRPC's copies of the messages, its clearing of each message's
+// pooled buffer, and the collection of the decoded messages. Messages of
+// 512 KiB or 1 MiB clear less but raised the peak RSS by 6 to 13 MiB;
+// hashing the file on a goroutine of its own, beside the request, made
+// no upload faster; two 5 MiB multipart parts in flight were slower still
+// and grew the RSS by 56 to 67 MiB: the collector lets the heap grow to
+// twice what is live, so every buffer held costs twice its size of the
+// 32 MiB the upload may grow by.
 func BenchmarkFilesTransfer(b *testing.B) {
 	m := miniotest.Start(b)
 	d := startDev(b, "CONCH_S3_ENDPOINT="+m.Endpoint, "CONCH_S3_ACCESS_KEY="+m.AccessKey, "CONCH_S3_SECRET_KEY="+m.SecretKey, "CONCH_S3_BUCKET="+miniotest.Bucket(), "CONCH_LOG_LEVEL=warn")
@@ -44,9 +65,13 @@ func BenchmarkFilesTransfer(b *testing.B) {
 		b.Fatalf("warm-up upload = %d %s", code, body)
 	}
 	base := procStatus(b, pid, "VmRSS")
+	// The direct transfers below leave conch dev idle; they count MinIO
+	// and this process only.
+	cpu, direct := cpuMeter{conch: pid, minio: m.Pid()}, cpuMeter{minio: m.Pid()}
 
 	b.Run("upload", func(b *testing.B) {
 		b.SetBytes(size)
+		defer cpu.report(b, size)()
 		for b.Loop() {
 			if code, body := c.upload("/big.bin", bytes.NewReader(data), size); code != http.StatusOK {
 				b.Fatalf("upload = %d %s", code, body)
@@ -86,6 +111,7 @@ func BenchmarkFilesTransfer(b *testing.B) {
 	}
 	b.Run("minio-put", func(b *testing.B) {
 		b.SetBytes(size)
+		defer direct.report(b, size)()
 		for b.Loop() {
 			// One streamed request, as the upload's is.
 			if _, err := mc.PutObject(b.Context(), bucket, "big.bin", bytes.NewReader(data), size, minio.PutObjectOptions{DisableMultipart: true}); err != nil {
@@ -97,8 +123,28 @@ func BenchmarkFilesTransfer(b *testing.B) {
 	// is) in parallel multipart parts of 8 MiB, two at a time.
 	b.Run("minio-put-parts", func(b *testing.B) {
 		b.SetBytes(size)
+		defer direct.report(b, size)()
 		for b.Loop() {
 			if _, err := mc.PutObject(b.Context(), bucket, "big.bin", io.MultiReader(bytes.NewReader(data)), size, minio.PutObjectOptions{PartSize: 8 << 20, NumThreads: 2, ConcurrentStreamParts: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The store's part of an upload alone, from this process: what the
+	// workspace service does with the bytes once they have arrived.
+	st, err := s3store.New(b.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: miniotest.Bucket()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("store-stage", func(b *testing.B) {
+		b.SetBytes(size)
+		defer direct.report(b, size)()
+		for b.Loop() {
+			staged, err := st.Stage(b.Context(), "bench/big.bin", io.MultiReader(bytes.NewReader(data)), store.PutOptions{Size: size})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := st.Discard(b.Context(), staged); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -117,6 +163,116 @@ func BenchmarkFilesTransfer(b *testing.B) {
 			}
 		}
 	})
+}
+
+// cpuMeter measures the CPU time conch dev, MinIO and this process spend
+// in a benchmark's loop. On a machine of few cores a transfer is bound by
+// the sum: its rate cannot exceed the bytes over that sum spread evenly on
+// every core, whatever else the machine runs.
+type cpuMeter struct{ conch, minio int }
+
+// report samples the CPU times now and returns the function that, after
+// the loop, reports each per op and the CPU-bound rate.
+func (c cpuMeter) report(b *testing.B, size int64) func() {
+	b.Helper()
+	conch, minio, self := procCPU(b, c.conch), procCPU(b, c.minio), selfCPU(b)
+	return func() {
+		conch, minio, self = procCPU(b, c.conch)-conch, procCPU(b, c.minio)-minio, selfCPU(b)-self
+		n := float64(b.N)
+		if c.conch != 0 {
+			b.ReportMetric(conch.Seconds()*1000/n, "conch-cpu-ms/op")
+		}
+		b.ReportMetric(minio.Seconds()*1000/n, "minio-cpu-ms/op")
+		b.ReportMetric(self.Seconds()*1000/n, "client-cpu-ms/op")
+		if total := (conch + minio + self).Seconds() / n; total > 0 {
+			b.ReportMetric(float64(size)/1e6/(total/float64(runtime.NumCPU())), "cpu-bound-MB/s")
+		}
+	}
+}
+
+// procCPU returns the user and system CPU time of a process so far; 0
+// for pid 0, no process.
+func procCPU(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	if pid == 0 {
+		return 0
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := statCPU(stat)
+	if err != nil {
+		b.Fatalf("/proc/%d/stat: %v", pid, err)
+	}
+	return d
+}
+
+// statCPU reads utime and stime from the text of /proc/<pid>/stat. They
+// are the 14th and 15th fields, counted from the pid; the second, the
+// command name, is in parentheses and may hold spaces and parentheses.
+func statCPU(stat []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("no command name")
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		t, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += t
+	}
+	// Linux reports them in USER_HZ, 100 on every architecture Go runs on.
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+func TestStatCPU(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		stat    string
+		want    time.Duration
+		wantErr bool
+	}{
+		{
+			name: "a plain command name",
+			stat: "4148 (conch) S 1 4148 4148 0 -1 4194560 1000 0 0 0 250 31 0 0 20 0 12 0 9000 1 2",
+			want: 2810 * time.Millisecond,
+		},
+		{
+			name: "a command name with spaces and parentheses",
+			stat: "77 (a) b (c)) R 1 77 77 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 1 1 1",
+			want: 100 * time.Millisecond,
+		},
+		{name: "no command name", stat: "77 a R 1", wantErr: true},
+		{name: "cut short", stat: "77 (a) R 1 77 77 0 -1 0 0 0 0 0 7", wantErr: true},
+		{name: "not a number", stat: "77 (a) R 1 77 77 0 -1 0 0 0 0 0 x 3 0", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := statCPU([]byte(tc.stat))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("statCPU(%q) = %v, %v; want %v, error %t", tc.stat, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// selfCPU returns this process's user and system CPU time so far.
+func selfCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // procStatus returns a size field of /proc/<pid>/status in bytes.

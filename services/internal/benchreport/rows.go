@@ -108,6 +108,28 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "direct MinIO put", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/minio-put", Unit: "MB/s"}},
 		Target: Target{Min: 200},
 	},
+	// Where an upload's time goes: the rate its CPU time allows on this
+	// machine's cores, and that time per process.
+	{
+		Service: "workspace", Metric: "upload 100 MB via REST, against the rate its CPU time allows", Unit: "MB/s",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/upload", Unit: "MB/s"},
+		Anchor: &Anchor{Name: "CPU-bound rate of the same uploads", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/upload", Unit: "cpu-bound-MB/s"}},
+	},
+	{
+		Service: "workspace", Metric: "upload: conch dev CPU per 100 MB", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/upload", Unit: "conch-cpu-ms/op"},
+		Anchor: &Anchor{Name: "the store staging the same bytes alone", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/store-stage", Unit: "client-cpu-ms/op"}},
+	},
+	{
+		Service: "workspace", Metric: "upload: MinIO CPU per 100 MB", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/upload", Unit: "minio-cpu-ms/op"},
+		Anchor: &Anchor{Name: "direct MinIO put", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/minio-put", Unit: "minio-cpu-ms/op"}},
+	},
+	{
+		Service: "workspace", Metric: "store stage 100 MB to MinIO, no REST or gRPC", Unit: "MB/s",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/store-stage", Unit: "MB/s"},
+		Anchor: &Anchor{Name: "direct MinIO put", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/minio-put", Unit: "MB/s"}},
+	},
 	{
 		Service: "workspace", Metric: "direct MinIO put in parallel 8 MiB parts", Unit: "MB/s",
 		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkFilesTransfer/minio-put-parts", Unit: "MB/s"},

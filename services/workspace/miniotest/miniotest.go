@@ -88,6 +88,10 @@ func Start(tb testing.TB) *Server {
 	return s
 }
 
+// Pid is the MinIO process's id, for benchmarks that measure its CPU time
+// or memory.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Launch starts MinIO with its data in dir, for a TestMain that shares one
 // server between tests; stop kills it.
 func Launch(dir string) (s *Server, stop func(), err error) {
