@@ -41,8 +41,8 @@ func BenchmarkBareForkExec(b *testing.B) {
 
 // BenchmarkCommandRoundTrip runs `true` through the executor's gRPC API in a
 // warm sandbox: p50-ms after an untimed pause (a model's turn, in which the
-// agent starts the next command's init ahead), burst-p50-ms as soon as the
-// command before it ended.
+// agent starts the next command's shells ahead), burst-p50-ms as soon as
+// the command before it ended.
 func BenchmarkCommandRoundTrip(b *testing.B) {
 	x := startExecutor(b)
 	id := createSandbox(b, x, "bench")

@@ -203,43 +203,86 @@ const (
 // the command finds OLDPWD as it would.
 const initPrelude = `echo 1000 >/proc/self/oom_score_adj 2>/dev/null; cd -P /proc/self && __conch_pid=${PWD#/proc/} && cd / || exit 1; `
 
-// initBody is the rest of the init's script, given the command's directory,
-// fallback and command in variables: it changes to the directory (or, if
-// that no longer exists and there is a fallback, to the fallback, saying so
-// on stderr), runs the command in a child shell, so that the command is an
-// ordinary process (pid 1 ignores signals it has no handler for), and exits
-// with its status, reading no further. Its own messages are conch's, the
-// same whichever way the init got its script.
-func initBody(track, fromFile bool) string {
-	return `if [ -n "$__conch_fallback" ] && ! [ -d "$__conch_dir" ]; then ` +
-		`printf 'conch: working directory %s no longer exists; starting in %s\n' "$__conch_dir" "$__conch_fallback" >&2; __conch_dir=$__conch_fallback; fi
-cd -- "$__conch_dir" 2>/dev/null || { printf 'conch: cannot change to the working directory %s\n' "$__conch_dir" >&2; exit 1; }
-` + shellPath + ` -c ` + shellQuote(childScript(track, fromFile)) + ` sh "$__conch_cmd" "/proc/$__conch_pid/fd"
-exit $?
+// chdir changes to the directory dir or, if that no longer exists and
+// fallback is not empty, to fallback, saying so on stderr; both are shell
+// words. It leaves no positional parameter. Its messages are conch's, the
+// same whichever shell runs it.
+func chdir(dir, fallback string) string {
+	return `if [ -n ` + fallback + ` ] && ! [ -d ` + dir + ` ]; then ` +
+		`printf 'conch: working directory %s no longer exists; starting in %s\n' ` + dir + ` ` + fallback + ` >&2; set -- ` + fallback + `; ` +
+		`else set -- ` + dir + `; fi
+cd -- "$1" 2>/dev/null || { printf 'conch: cannot change to the working directory %s\n' "$1" >&2; exit 1; }
+set --
 `
+}
+
+// runCommand is the end of the command's shell: it records the final
+// directory on exit when asked, and evaluates $__conch_cmd, or sources the
+// command from the memory file when fromFile.
+func runCommand(track, fromFile bool) string {
+	s := ""
+	if track {
+		s = `trap "pwd 2>/dev/null >$__conch_fds/` + strconv.Itoa(cwdFD) + `" EXIT; `
+	}
+	if fromFile {
+		return s + `. "$__conch_fds/` + strconv.Itoa(cmdFD) + `"`
+	}
+	return s + `eval "$__conch_cmd"`
 }
 
 // initArgs is the script of an init started for its command, which takes
 // the directory, fallback and command as $1, $2 and $3: an argv nothing
-// else can change.
+// else can change. It changes to the directory, runs the command in a
+// child shell, so that the command is an ordinary process (pid 1 ignores
+// signals it has no handler for), and exits with its status.
 func initArgs(m startMsg, fromFile bool) []string {
 	cmd := m.Command
 	if fromFile {
 		cmd = ""
 	}
 	return []string{"-c", initPrelude + `__conch_dir=$1 __conch_fallback=$2 __conch_cmd=$3
-` + initBody(m.TrackCwd, fromFile), "sh", m.Dir, m.FallbackDir, cmd}
+` + chdir(`"$__conch_dir"`, `"$__conch_fallback"`) +
+		shellPath + ` -c ` + shellQuote(childScript(m.TrackCwd, fromFile)) + ` sh "$__conch_cmd" "/proc/$__conch_pid/fd"
+exit $?
+`, "sh", m.Dir, m.FallbackDir, cmd}
 }
 
-// spareArgs is the script of a spare, an init started before its command:
-// it sources what the agent writes to the script pipe (spareScript).
-var spareArgs = []string{"-c", initPrelude + `. /proc/self/fd/` + strconv.Itoa(scriptFD), "sh"}
+// childScript is run by the command's shell, the init's child: it takes
+// the command and the path of the init's fds as $1 and $2, and runs the
+// command (runCommand).
+//
+// The command inherits only stdio: the child shell closes the init's other
+// fds at once, and reaches them through /proc/<init pid>/fd (a sourced file
+// is opened close-on-exec by the shell). A command can write there too,
+// but only to mislead about its own directory, which it can change anyway;
+// the agent validates what it reads.
+func childScript(track, fromFile bool) string {
+	// exec with redirections alone closes the fds for good; on a command
+	// the shell would keep them open aside, at fds of its choosing.
+	return `exec ` + strconv.Itoa(cwdFD) + `>&- ` + strconv.Itoa(scriptFD) + `<&- ` + strconv.Itoa(cmdFD) + `<&-; __conch_cmd=$1; __conch_fds=$2; shift 2; ` +
+		runCommand(track, fromFile)
+}
 
-// spareScript is what the agent writes to a spare for the command m: it
-// exports m's environment, which a spare started without, and sets the
-// variables initArgs takes as arguments.
+// spareArgs is the script of a spare, an init started with its child shell
+// before their command: the child sources what the agent writes to the
+// script pipe (spareScript), the init waits for it, so that starting the
+// command costs neither a fork nor an exec.
+var spareArgs = []string{"-c", initPrelude + shellPath + ` -c ` + shellQuote(spareChild) + ` sh "/proc/$__conch_pid/fd"
+exit $?
+`, "sh"}
+
+// spareChild is the child shell of a spare: it keeps the script pipe only
+// until it has opened it to read (close-on-exec), which the script's first
+// line closes.
+var spareChild = `exec ` + strconv.Itoa(cwdFD) + `>&- ` + strconv.Itoa(cmdFD) + `<&-; . /proc/self/fd/` + strconv.Itoa(scriptFD)
+
+// spareScript is what the agent writes to a spare for the command m: run by
+// the child shell, it does what an init started for m and its child
+// would: it exports m's environment, which a spare is started without,
+// changes to m's directory and runs m.
 func spareScript(m startMsg) string {
 	var b strings.Builder
+	b.WriteString(`exec ` + strconv.Itoa(scriptFD) + "<&-\n")
 	if len(m.Env) > 0 {
 		b.WriteString("export")
 		for _, kv := range m.Env {
@@ -247,32 +290,11 @@ func spareScript(m startMsg) string {
 		}
 		b.WriteByte('\n')
 	}
-	b.WriteString("__conch_dir=" + shellQuote(m.Dir) + " __conch_fallback=" + shellQuote(m.FallbackDir) +
-		" __conch_cmd=" + shellQuote(m.Command) + "\n")
-	b.WriteString(initBody(m.TrackCwd, false))
+	b.WriteString("__conch_fds=$1\n")
+	b.WriteString(chdir(shellQuote(m.Dir), shellQuote(m.FallbackDir)))
+	b.WriteString("__conch_cmd=" + shellQuote(m.Command) + "\n")
+	b.WriteString(runCommand(m.TrackCwd, false) + "\n")
 	return b.String()
-}
-
-// childScript is run by the command's shell, the init's child: it
-// evaluates the command ($1), or sources it from the memory file when
-// fromFile, and records its final directory on exit when asked.
-//
-// The command inherits only stdio: the child shell closes the init's other
-// fds at once, and reaches them through /proc/<init pid>/fd ($2; a sourced
-// file is opened close-on-exec by the shell). A command can write there
-// too, but only to mislead about its own directory, which it can change
-// anyway; the agent validates what it reads.
-func childScript(track, fromFile bool) string {
-	// exec with redirections alone closes the fds for good; on a command
-	// the shell would keep them open aside, at fds of its choosing.
-	s := `exec ` + strconv.Itoa(cwdFD) + `>&- ` + strconv.Itoa(scriptFD) + `<&- ` + strconv.Itoa(cmdFD) + `<&-; __conch_cmd=$1; __conch_fds=$2; shift 2; `
-	if track {
-		s += `trap "pwd 2>/dev/null >$__conch_fds/` + strconv.Itoa(cwdFD) + `" EXIT; `
-	}
-	if fromFile {
-		return s + `. "$__conch_fds/` + strconv.Itoa(cmdFD) + `"`
-	}
-	return s + `eval "$__conch_cmd"`
 }
 
 // shellQuote quotes s as one word for the shell; s holds no NUL.
@@ -490,8 +512,8 @@ func (in *initProc) discard() {
 	unix.Close(in.cwdR)
 }
 
-// A spare is an init started before its command, so that starting a
-// command costs the fork and exec of its shell alone. Every process of the
+// A spare is an init and its child shell started before their command, so
+// that starting a command costs neither a fork nor an exec. Every process of the
 // sandbox can reach an init's pipes (through /proc/<pid>/fd), so a spare is
 // started only while no command runs, and is given to a command only if no
 // other has started since: nothing that could have written to its script

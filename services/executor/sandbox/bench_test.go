@@ -163,7 +163,7 @@ func benchCreateCold(b *testing.B, r *Runtime) {
 
 // BenchmarkAgentRoundTrip runs `true` through the agent of a warm sandbox,
 // without the gRPC layer. An agent's commands come a model's turn apart,
-// which leaves the agent time to start the next command's init ahead:
+// which leaves the agent time to start the next command's shells ahead:
 // p50-ms is a command after an untimed pause, burst-p50-ms one started as
 // soon as the one before it ended.
 func BenchmarkAgentRoundTrip(b *testing.B) {
@@ -194,7 +194,7 @@ func BenchmarkAgentRoundTrip(b *testing.B) {
 const commandPause = 5 * time.Millisecond
 
 // BenchmarkTwoShells is a bare fork+exec of a shell running a shell, the
-// floor of the agent's design.
+// floor of a command started without a spare (in a burst).
 func BenchmarkTwoShells(b *testing.B) {
 	var ds []time.Duration
 	for b.Loop() {

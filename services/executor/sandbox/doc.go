@@ -10,9 +10,9 @@
 // a pid namespace of its own, so that ending that init ends everything the
 // command started; it keeps CAP_SYS_ADMIN of the sandbox's user namespace
 // for that alone, and no command inherits it. While no command runs, the
-// agent keeps the next init started (a spare), so that a command costs the
-// start of its own shell alone; a spare is handed only to a command that
-// no process of another command can have reached it before.
+// agent keeps the next command's init and shell started (a spare), so that
+// starting a command costs neither a fork nor an exec; a spare is handed
+// only to a command when no process of another command can have reached it.
 //
 // The agent is the sandbox's pid 1 and is not dumpable, so no command can
 // read or write its memory or fds, and it passes commands and their final

@@ -84,6 +84,8 @@ func TestSpareRunsLikeAFreshInit(t *testing.T) {
 		{"fallback", startMsg{Command: "pwd", Dir: dir + "/gone", FallbackDir: dir, Env: env, TrackCwd: true}},
 		{"no such directory", startMsg{Command: "pwd", Dir: dir + "/gone", Env: env}},
 		{"stdin is empty", startMsg{Command: "cat; echo end", Dir: dir, Env: env}},
+		{"return at the top", startMsg{Command: "echo a; return 3; echo b", Dir: dir, Env: env, TrackCwd: true}},
+		{"trap of its own", startMsg{Command: "trap 'echo bye' EXIT; cd /tmp", Dir: dir, Env: env, TrackCwd: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 // commandProcs lists the command lines of the sandbox's host processes
 // that are not its residents: bubblewrap, the agent (the pid 1 of its pid
-// namespace) and the agent's spare init, when it has one.
+// namespace) and the agent's spare init and its child, when it has them.
 func commandProcs(t *testing.T, sb *Sandbox) []string {
 	t.Helper()
 	pids, err := sb.HostPIDs()
@@ -20,6 +20,7 @@ func commandProcs(t *testing.T, sb *Sandbox) []string {
 		t.Fatal(err)
 	}
 	spare := strings.Join(append([]string{shellPath}, spareArgs...), " ")
+	spareChildAt := strings.Join([]string{shellPath, "-c", spareChild, "sh", "/proc/"}, " ")
 	var names []string
 	for _, p := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
@@ -27,7 +28,7 @@ func commandProcs(t *testing.T, sb *Sandbox) []string {
 			continue // ended since
 		}
 		name := strings.TrimSuffix(strings.ReplaceAll(string(b), "\x00", " "), " ")
-		if strings.HasSuffix(name, agentPath+" "+AgentCommand) || name == spare {
+		if strings.HasSuffix(name, agentPath+" "+AgentCommand) || name == spare || strings.HasPrefix(name, spareChildAt) {
 			continue
 		}
 		names = append(names, name)

@@ -43,7 +43,7 @@ var Rows = []Row{
 		Anchor: forkExec, Target: Target{MaxRatio: 1.5},
 	},
 	{
-		Service: "executor", Metric: "command `true` via gRPC, in a burst (no spare init), p50", Unit: "ms",
+		Service: "executor", Metric: "command `true` via gRPC, in a burst (no spare shells), p50", Unit: "ms",
 		Value:  Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTrip", Unit: "burst-p50-ms"},
 		Anchor: forkExec,
 	},
