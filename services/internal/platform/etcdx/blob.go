@@ -49,22 +49,39 @@ func PutBlob(ctx context.Context, cli *clientv3.Client, prefix string, v any, le
 	return putChunks(ctx, cli, prefix, data, lease)
 }
 
-// gzipWriters keeps gzip writers between blobs: a new one allocates and
+// blobEncoders keeps gzip writers between blobs: a new one allocates and
 // clears about a megabyte of compressor state, which costs more CPU than
 // compressing a typical blob.
-var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(nil) }}
+var blobEncoders = sync.Pool{New: func() any {
+	e := &blobEncoder{}
+	e.zw = gzip.NewWriter(e)
+	return e
+}}
+
+// blobEncoder is a kept gzip writer and the buffer of the blob it is
+// encoding; out is nil between blobs, so the pool keeps no blob alive.
+type blobEncoder struct {
+	zw  *gzip.Writer
+	out *bytes.Buffer
+}
+
+func (e *blobEncoder) Write(p []byte) (int, error) { return e.out.Write(p) }
 
 // encodeBlob is v as gzip-compressed JSON, refused when larger than
 // limit bytes.
 func encodeBlob(v any, limit int) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzipWriters.Get().(*gzip.Writer)
-	defer gzipWriters.Put(zw)
-	zw.Reset(&buf)
-	if err := json.NewEncoder(zw).Encode(v); err != nil {
+	e := blobEncoders.Get().(*blobEncoder)
+	defer func() {
+		e.out = nil
+		blobEncoders.Put(e)
+	}()
+	e.out = &buf
+	e.zw.Reset(e)
+	if err := json.NewEncoder(e.zw).Encode(v); err != nil {
 		return nil, fmt.Errorf("etcdx: encode: %w", err)
 	}
-	if err := zw.Close(); err != nil {
+	if err := e.zw.Close(); err != nil {
 		return nil, fmt.Errorf("etcdx: encode: %w", err)
 	}
 	if buf.Len() > limit {
