@@ -165,6 +165,11 @@ type Request struct {
 	// to sessions as text asking for /approve, for clients that show only
 	// text.
 	NoticesAsText bool
+	// Finish, when set, runs with a completion's result before its own
+	// sandbox is torn down: what the answer still waits for (storing a
+	// response) then does not compete with the teardown for etcd and the
+	// CPU. A completion that fails does not call it.
+	Finish func(ctx context.Context, res *Result)
 }
 
 // ShellTool is the limits a request sets on its shell tool; nil fields are
@@ -221,11 +226,13 @@ type Result struct {
 func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gateway, req *Request, ev loop.Events) (*Result, error) {
 	if text, ok := lastUserCommand(req, "/exec"); ok {
 		answer, err := s.execCommand(ctx, scope, g, text)
-		return reply(answer, err, ev)
+		res, err := reply(answer, err, ev)
+		return finish(ctx, req, res, err)
 	}
 	if text, ok := lastUserCommand(req, "/approve"); ok && s.opts.Approvals != nil {
 		answer, err := s.approve(ctx, scope, text)
-		return reply(answer, err, ev)
+		res, err := reply(answer, err, ev)
+		return finish(ctx, req, res, err)
 	}
 	var set *toolhost.Set
 	if hasServerTools(g) {
@@ -257,9 +264,9 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
 	}
 	// A completion's own sandbox ends with it, even when the client left;
-	// the client need not wait for the teardown. The loop has returned by
-	// then, so a completion that made no sandbox has none to end and
-	// starts no goroutine for it.
+	// the client need not wait for the teardown. The loop and Finish have
+	// returned by then, so a completion that made no sandbox has none to
+	// end and starts no goroutine for it.
 	defer func() {
 		if sb.Current() != "" {
 			go sb.Destroy(context.WithoutCancel(ctx))
@@ -305,7 +312,15 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		return nil, err
 	}
 	s.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
-	return &Result{Result: res, Sandbox: sb.Current()}, nil
+	return finish(ctx, req, &Result{Result: res, Sandbox: sb.Current()}, nil)
+}
+
+// finish runs req.Finish on a completion that succeeded.
+func finish(ctx context.Context, req *Request, res *Result, err error) (*Result, error) {
+	if err == nil && req.Finish != nil {
+		req.Finish(ctx, res)
+	}
+	return res, err
 }
 
 // keepTurn keeps a turn that ended on client tool calls after server tools

@@ -183,6 +183,54 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// Finish sees every completion that succeeded, before the completion's
+// own sandbox is torn down, and none that failed.
+func TestRunFinish(t *testing.T) {
+	t.Parallel()
+	run := func(text string) []upstream.Message { return []upstream.Message{{Role: "user", Content: text}} }
+	tests := []struct {
+		name        string
+		req         Request
+		wantCalled  bool
+		wantSandbox string
+	}{
+		{name: "with its own sandbox, still up", req: Request{Messages: run("run: ls"), Shell: &ShellTool{}}, wantCalled: true, wantSandbox: "sb-made"},
+		{name: "without a sandbox", req: Request{Messages: run("hello")}, wantCalled: true},
+		{name: "answered by the router", req: Request{Messages: run("/exec security=deny")}, wantCalled: true},
+		{name: "failed", req: Request{Messages: run("run: ls"), Shell: &ShellTool{}, Container: "sb-other"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			exec := &fakeExecutor{ran: map[string][]string{}}
+			s := newService(t, exec, 0)
+			g, err := s.Gateway(t.Context(), "acct", "scripted")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var called bool
+			var sandbox string
+			var destroyed int
+			tc.req.Finish = func(_ context.Context, res *Result) {
+				called, sandbox = true, res.Sandbox
+				exec.mu.Lock()
+				destroyed = len(exec.destroyed)
+				exec.mu.Unlock()
+			}
+			res, err := s.Run(t.Context(), tenant.Scope{Account: "acct"}, g, &tc.req, nil)
+			if (err == nil) != tc.wantCalled {
+				t.Fatalf("Run = %v, want an error only when Finish is not called", err)
+			}
+			if called != tc.wantCalled || sandbox != tc.wantSandbox || destroyed != 0 {
+				t.Fatalf("Finish called %v with sandbox %q after %d teardowns; want called %v with %q before any", called, sandbox, destroyed, tc.wantCalled, tc.wantSandbox)
+			}
+			if res != nil && res.Sandbox != sandbox {
+				t.Fatalf("Run's result has sandbox %q, Finish saw %q", res.Sandbox, sandbox)
+			}
+		})
+	}
+}
+
 func waitFor(t *testing.T, ok func() bool) {
 	t.Helper()
 	for range 500 {

@@ -208,6 +208,15 @@ func TestStore(t *testing.T) {
 		}
 	}
 	waitCached("prod", func(g *routerv1.Gateway, err error) bool { return err == nil && g.GetShell().GetTimeoutSeconds() == 45 })
+	// A name that makes a cached gateway's key through a "/" is no name.
+	if _, err := s.Create(ctx, "acme/x", valid()); err != nil {
+		t.Fatal(err)
+	}
+	waitCached("x/prod", func(_ *routerv1.Gateway, err error) bool {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.cache[key("acme/x", "prod")] != nil && errs.KindOf(err) == errs.NotFound
+	})
 	g2 := valid()
 	g2.Name = "staging"
 	if _, err := s.Create(ctx, "acme", g2); err != nil {

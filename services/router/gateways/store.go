@@ -76,14 +76,18 @@ func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway)
 // Get returns a gateway with its secrets, from the cache when it holds it.
 // The result may be shared: callers must not modify it.
 func (s *Store) Get(ctx context.Context, account, name string) (*routerv1.Gateway, error) {
-	if ValidName(name) != nil {
-		return nil, errs.New(errs.NotFound, "gateway %q not found", name)
-	}
 	s.mu.RLock()
 	g, synced := s.cache[key(account, name)], s.synced
 	s.mu.RUnlock()
-	if synced && g != nil {
+	// A cached gateway's name was checked when it was created, so a hit
+	// on that very name needs no check (a regular expression, on every
+	// completion); a name that only makes the same key, through a "/",
+	// is checked and refused.
+	if synced && g != nil && g.GetName() == name {
 		return g, nil
+	}
+	if ValidName(name) != nil {
+		return nil, errs.New(errs.NotFound, "gateway %q not found", name)
 	}
 	// A miss reads etcd: the gateway may have been created a moment ago,
 	// before the watch delivered it.

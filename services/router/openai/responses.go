@@ -122,8 +122,22 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := h.core.Run(ctx, scope, g, &req.Request, ev)
-	if err != nil {
+	// The response is rendered, and stored, before the completion's
+	// sandbox is torn down: the client waits for the store, the teardown
+	// runs in the background.
+	req.Finish = func(ctx context.Context, res *completion.Result) {
+		sh := newShellView(res, shellLimitsOf(g, req), req.ShellLocal)
+		finish(obj, res, outputItems(res, &itemIDs{response: id}, sh))
+		if !req.Store {
+			return
+		}
+		st := &storedResponse{Response: obj, Input: req.Input, Conversation: completion.StoreMessages(append(conv, res.Turn...))}
+		if err := h.storeResponse(ctx, scope.Account, id, st); err != nil {
+			obj["store"] = false
+			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)
+		}
+	}
+	if _, err := h.core.Run(ctx, scope, g, &req.Request, ev); err != nil {
 		e := h.errorOf(ctx, err, g.GetName())
 		if s == nil {
 			e.write(w)
@@ -131,16 +145,6 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 			s.fail(e)
 		}
 		return
-	}
-	sh := newShellView(res, shellLimitsOf(g, req), req.ShellLocal)
-	items := outputItems(res, &itemIDs{response: id}, sh)
-	finish(obj, res, items)
-	if req.Store {
-		st := &storedResponse{Response: obj, Input: req.Input, Conversation: completion.StoreMessages(append(conv, res.Turn...))}
-		if err := h.storeResponse(ctx, scope.Account, id, st); err != nil {
-			obj["store"] = false
-			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)
-		}
 	}
 	if s != nil {
 		s.complete(obj)

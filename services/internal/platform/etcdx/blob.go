@@ -42,18 +42,56 @@ func PutBlob(ctx context.Context, cli *clientv3.Client, prefix string, v any, le
 	if !strings.HasSuffix(prefix, "/") {
 		return fmt.Errorf("etcdx: blob prefix %q must end in /", prefix)
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(v); err != nil {
-		return fmt.Errorf("etcdx: encode: %w", err)
+	data, err := encodeBlob(v, limit)
+	if err != nil {
+		return err
 	}
-	if err := zw.Close(); err != nil {
-		return fmt.Errorf("etcdx: encode: %w", err)
+	return putChunks(ctx, cli, prefix, data, lease)
+}
+
+// blobEncoders keeps gzip writers between blobs: a new one allocates and
+// clears about a megabyte of compressor state, which costs more CPU than
+// compressing a typical blob.
+var blobEncoders = sync.Pool{New: func() any {
+	e := &blobEncoder{}
+	e.zw = gzip.NewWriter(e)
+	return e
+}}
+
+// blobEncoder is a kept gzip writer and the buffer of the blob it is
+// encoding; out is nil between blobs, so the pool keeps no blob alive.
+type blobEncoder struct {
+	zw  *gzip.Writer
+	out *bytes.Buffer
+}
+
+func (e *blobEncoder) Write(p []byte) (int, error) { return e.out.Write(p) }
+
+// encodeBlob is v as gzip-compressed JSON, refused when larger than
+// limit bytes.
+func encodeBlob(v any, limit int) ([]byte, error) {
+	var buf bytes.Buffer
+	e := blobEncoders.Get().(*blobEncoder)
+	defer func() {
+		e.out = nil
+		blobEncoders.Put(e)
+	}()
+	e.out = &buf
+	e.zw.Reset(e)
+	if err := json.NewEncoder(e.zw).Encode(v); err != nil {
+		return nil, fmt.Errorf("etcdx: encode: %w", err)
+	}
+	if err := e.zw.Close(); err != nil {
+		return nil, fmt.Errorf("etcdx: encode: %w", err)
 	}
 	if buf.Len() > limit {
-		return errs.New(errs.ResourceExhausted, "%d bytes compressed, more than the %d kept", buf.Len(), limit)
+		return nil, errs.New(errs.ResourceExhausted, "%d bytes compressed, more than the %d kept", buf.Len(), limit)
 	}
-	data := buf.Bytes()
+	return buf.Bytes(), nil
+}
+
+// putChunks writes an encoded blob's chunks and, with the last, its head.
+func putChunks(ctx context.Context, cli *clientv3.Client, prefix string, data []byte, lease clientv3.LeaseID) error {
 	n := (len(data) + BlobChunk - 1) / BlobChunk
 	for i := range n {
 		ops := []clientv3.Op{clientv3.OpPut(prefix+fmt.Sprintf("%03d", i), string(data[i*BlobChunk:min((i+1)*BlobChunk, len(data))]), clientv3.WithLease(lease))}
@@ -117,12 +155,19 @@ func (l *Leases) Forget(id clientv3.LeaseID) {
 // PutBlobLeased is PutBlob on the current lease of leases, granting a new
 // one once when etcd no longer knows the shared one.
 func PutBlobLeased(ctx context.Context, cli *clientv3.Client, leases *Leases, prefix string, v any, limit int) error {
+	if !strings.HasSuffix(prefix, "/") {
+		return fmt.Errorf("etcdx: blob prefix %q must end in /", prefix)
+	}
+	data, err := encodeBlob(v, limit)
+	if err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		lease, err := leases.Get(ctx)
 		if err != nil {
 			return err
 		}
-		err = PutBlob(ctx, cli, prefix, v, lease, limit)
+		err = putChunks(ctx, cli, prefix, data, lease)
 		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			leases.Forget(lease)
 			continue
