@@ -513,11 +513,11 @@ func (in *initProc) discard() {
 }
 
 // A spare is an init and its child shell started before their command, so
-// that starting a command costs neither a fork nor an exec. Every process of the
-// sandbox can reach an init's pipes (through /proc/<pid>/fd), so a spare is
-// started only while no command runs, and is given to a command only if no
-// other has started since: nothing that could have written to its script
-// or its input ever lived beside it.
+// that starting a command costs neither a fork nor an exec. Every process
+// of the sandbox can reach an init's pipes (through /proc/<pid>/fd), so a
+// spare is started only while no command runs, and is given to a command
+// only if no other has started since: nothing that could have written to
+// its script or its input ever lived beside it.
 type spare struct {
 	epoch uint64 // the commands started before it
 	ready chan struct{}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/store"
@@ -43,21 +45,11 @@ func TestKeptListingIsOnlyACache(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := &listCounter{Store: real}
 			cli := etcdxtest.StartForTest(t)
-			newService := func() *files.Service {
-				s, err := files.New(st, cli, files.Config{ContentCacheBytes: -1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(s.Close)
-				return s
-			}
+			newService := func() *files.Service { return uncachedService(t, st, cli, true) }
 			// hydrateNew hydrates with a new service and waits for the
 			// listing it keeps.
 			hydrateNew := func() hydrated {
-				s, err := files.New(st, cli, files.Config{ContentCacheBytes: -1})
-				if err != nil {
-					t.Fatal(err)
-				}
+				s := uncachedService(t, st, cli, false)
 				defer s.Close()
 				return hydrate(t, s, w, nil)
 			}
@@ -141,4 +133,19 @@ func TestKeptListingIsOnlyACache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// uncachedService is a service over st with no content cache, as a service
+// that has not served a workspace is; close, if true, closes it with the
+// test.
+func uncachedService(t *testing.T, st store.Store, cli *clientv3.Client, close bool) *files.Service {
+	t.Helper()
+	s, err := files.New(st, cli, files.Config{ContentCacheBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if close {
+		t.Cleanup(s.Close)
+	}
+	return s
 }

@@ -45,14 +45,7 @@ func TestPacksAreOnlyACache(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			cli := etcdxtest.StartForTest(t)
-			newService := func() *files.Service {
-				s, err := files.New(st, cli, files.Config{ContentCacheBytes: -1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(s.Close)
-				return s
-			}
+			newService := func() *files.Service { return uncachedService(t, st, cli, true) }
 			s := newService()
 			w := ws(t, "acme", "packs")
 			var ops []flushOp
