@@ -1,7 +1,10 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -169,5 +172,33 @@ func TestNoCommandWritesAnothersScript(t *testing.T) {
 	}
 	if r := sh(t, sb, "ls /tmp"); r.stdout != "" {
 		t.Fatalf("a payload ran: /tmp holds %q", r.stdout)
+	}
+}
+
+// A spare killed while it waits (the OOM killer picks it first) is
+// replaced: the next command runs as usual.
+func TestDeadSpareIsReplaced(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, Spec{})
+	sh(t, sb, "true")
+	child := strings.Join([]string{shellPath, "-c", spareChild, "sh", "/proc/"}, " ")
+	killed := false
+	for deadline := time.Now().Add(10 * time.Second); !killed && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		pids, err := sb.HostPIDs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range pids {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), child) {
+				killed = syscall.Kill(pid, syscall.SIGKILL) == nil
+			}
+		}
+	}
+	if !killed {
+		t.Fatal("no spare to kill")
+	}
+	if r := sh(t, sb, "echo ok"); r.stdout != "ok\n" || r.stderr != "" || r.exit.Code != 0 {
+		t.Fatalf("command after the spare died: %+v", r)
 	}
 }

@@ -227,8 +227,11 @@ func etcFingerprint(root string) (string, error) {
 		if !fi.IsDir() {
 			continue
 		}
-		err = filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || path == top {
+		// With a trailing slash, an entry that is a symlink to a
+		// directory is walked, as copyEtc copies what it leads to.
+		dir := top + string(filepath.Separator)
+		err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || path == dir {
 				return err
 			}
 			info, err := d.Info()

@@ -133,6 +133,22 @@ func TestEtcRefresh(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(first, "ssl/certs/ca.pem")); string(b) != "CERT" {
 		t.Fatalf("old copy holds %q", b)
 	}
+	// An entry that is a symlink to a directory is watched through it.
+	lib := filepath.Join(root, "usr/lib/python3")
+	must(t, os.MkdirAll(lib, 0o755))
+	must(t, os.WriteFile(filepath.Join(lib, "site.conf"), []byte("a"), 0o644))
+	must(t, os.Symlink(lib, filepath.Join(root, "etc/python3")))
+	if changed, err := e.refresh(); err != nil || !changed {
+		t.Fatalf("refresh after a new entry: %v %v", changed, err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	must(t, os.WriteFile(filepath.Join(lib, "site.conf"), []byte("b"), 0o644))
+	if changed, err := e.refresh(); err != nil || !changed {
+		t.Fatalf("refresh after a change behind a symlink: %v %v", changed, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.current(), "python3/site.conf")); string(b) != "b" {
+		t.Fatalf("new copy holds %q", b)
+	}
 	must(t, os.Remove(filepath.Join(root, "etc/mime.types")))
 	if changed, err := e.refresh(); err != nil || !changed {
 		t.Fatalf("refresh after a removal: %v %v", changed, err)
