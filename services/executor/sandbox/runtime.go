@@ -528,7 +528,7 @@ func commandPath(prepend []string) []string {
 // mount is one entry of a sandbox's mount table: a bubblewrap option and
 // its operands.
 type mount struct {
-	op string // --ro-bind, --ro-bind-try, --bind, --symlink, --proc, --dev, --tmpfs or --dir
+	op string // --ro-bind, --bind, --symlink, --proc, --dev, --tmpfs or --dir
 	// src is a bind's host source or a symlink's text.
 	src, dst string
 	size     int64 // of a tmpfs; 0 is bubblewrap's default
@@ -536,7 +536,7 @@ type mount struct {
 
 func (m mount) args() []string {
 	switch m.op {
-	case "--ro-bind", "--ro-bind-try", "--bind", "--symlink":
+	case "--ro-bind", "--bind", "--symlink":
 		return []string{m.op, m.src, m.dst}
 	case "--tmpfs":
 		if m.size > 0 {
@@ -549,7 +549,7 @@ func (m mount) args() []string {
 // view is the entry as the host resolves paths through it.
 func (m mount) view() fsview.Mount {
 	switch m.op {
-	case "--ro-bind", "--ro-bind-try", "--bind":
+	case "--ro-bind", "--bind":
 		return fsview.Mount{Target: m.dst, Source: m.src}
 	case "--symlink":
 		return fsview.Mount{Target: m.dst, Link: m.src}
