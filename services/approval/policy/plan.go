@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/conch-sh/conch/services/internal/shellquote"
 )
 
 // The plan: what runs is what was judged.
@@ -46,26 +48,10 @@ import (
 // exec-policy:evaluate shows. security full runs the command as written:
 // nothing was judged, so there is no plan.
 
-// quote appends s as one single-quoted shell word.
-func quote(b *strings.Builder, s string) {
-	b.WriteByte('\'')
-	for {
-		i := strings.IndexByte(s, '\'')
-		if i < 0 {
-			break
-		}
-		b.WriteString(s[:i])
-		b.WriteString(`'\''`)
-		s = s[i+1:]
-	}
-	b.WriteString(s)
-	b.WriteByte('\'')
-}
-
 // printWord appends w as the plan spells it.
 func printWord(b *strings.Builder, w word) {
 	if w.parts == nil || (!w.glob && !w.tilde && !w.quotedVar) {
-		quote(b, w.val)
+		shellquote.Append(b, w.val)
 		return
 	}
 	// Neighbouring literal parts are quoted together, so that a word has
@@ -73,7 +59,7 @@ func printWord(b *strings.Builder, w word) {
 	var text strings.Builder
 	flush := func() {
 		if text.Len() > 0 {
-			quote(b, text.String())
+			shellquote.Append(b, text.String())
 			text.Reset()
 		}
 	}
@@ -148,7 +134,7 @@ func assignments(env map[string]string) string {
 	for _, k := range keys {
 		// Names are the engine's own constants: plain identifiers.
 		b.WriteString(k + "=")
-		quote(&b, env[k])
+		shellquote.Append(&b, env[k])
 		b.WriteByte(' ')
 	}
 	return b.String()

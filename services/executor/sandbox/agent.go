@@ -19,6 +19,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/conch-sh/conch/services/internal/shellquote"
 )
 
 // AgentCommand is the hidden subcommand of the conch binary (and the only
@@ -242,7 +244,7 @@ func initArgs(m startMsg, fromFile bool) []string {
 	}
 	return []string{"-c", initPrelude + `__conch_dir=$1 __conch_fallback=$2 __conch_cmd=$3
 ` + chdir(`"$__conch_dir"`, `"$__conch_fallback"`) +
-		shellPath + ` -c ` + shellQuote(childScript(m.TrackCwd, fromFile)) + ` sh "$__conch_cmd" "/proc/$__conch_pid/fd"
+		shellPath + ` -c ` + shellquote.Quote(childScript(m.TrackCwd, fromFile)) + ` sh "$__conch_cmd" "/proc/$__conch_pid/fd"
 exit $?
 `, "sh", m.Dir, m.FallbackDir, cmd}
 }
@@ -267,7 +269,7 @@ func childScript(track, fromFile bool) string {
 // before their command: the child sources what the agent writes to the
 // script pipe (spareScript), the init waits for it, so that starting the
 // command costs neither a fork nor an exec.
-var spareArgs = []string{"-c", initPrelude + shellPath + ` -c ` + shellQuote(spareChild) + ` sh "/proc/$__conch_pid/fd"
+var spareArgs = []string{"-c", initPrelude + shellPath + ` -c ` + shellquote.Quote(spareChild) + ` sh "/proc/$__conch_pid/fd"
 exit $?
 `, "sh"}
 
@@ -286,20 +288,15 @@ func spareScript(m startMsg) string {
 	if len(m.Env) > 0 {
 		b.WriteString("export")
 		for _, kv := range m.Env {
-			b.WriteString(" " + shellQuote(kv))
+			b.WriteString(" " + shellquote.Quote(kv))
 		}
 		b.WriteByte('\n')
 	}
 	b.WriteString("__conch_fds=$1\n")
-	b.WriteString(chdir(shellQuote(m.Dir), shellQuote(m.FallbackDir)))
-	b.WriteString("__conch_cmd=" + shellQuote(m.Command) + "\n")
+	b.WriteString(chdir(shellquote.Quote(m.Dir), shellquote.Quote(m.FallbackDir)))
+	b.WriteString("__conch_cmd=" + shellquote.Quote(m.Command) + "\n")
 	b.WriteString(runCommand(m.TrackCwd, false) + "\n")
 	return b.String()
-}
-
-// shellQuote quotes s as one word for the shell; s holds no NUL.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // exportable reports whether a shell started with an empty environment
