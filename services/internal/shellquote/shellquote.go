@@ -1,8 +1,12 @@
 // Package shellquote owns how conch writes a string as one word of a POSIX
-// shell script: single-quoted, each ' written as '\” . Inside single
-// quotes no shell (dash, bash, busybox) interprets anything, so the word is
-// the string's bytes, whatever they are, except a NUL, which no shell word
-// can hold and which callers refuse before quoting.
+// shell script: between single quotes, with each single quote inside it
+// closing the quotes, escaped, and reopening them, as in
+//
+//	'it'\''s'
+//
+// Inside single quotes no shell (dash, bash, busybox) interprets anything,
+// so the word is the string's bytes, whatever they are, except a NUL,
+// which no shell word can hold and which callers refuse before quoting.
 package shellquote
 
 import "strings"
