@@ -75,24 +75,27 @@ func (e *etcCopy) current() string {
 
 // refresh makes a new copy if the entries changed since the last one, and
 // reports whether it did. Earlier copies stay: sandboxes started with them
-// still see them.
+// still see them. Only newEtcCopy and then watch call it, one at a time;
+// the lock is for current, which never waits for a copy being made.
 func (e *etcCopy) refresh() (bool, error) {
 	sum, err := etcFingerprint(e.root)
 	if err != nil {
 		return false, err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if sum == e.sum {
+	same, gen := sum == e.sum, e.gen+1
+	e.mu.Unlock()
+	if same {
 		return false, nil
 	}
-	e.gen++
-	dir := filepath.Join(e.state, "etc."+strconv.Itoa(e.gen))
+	dir := filepath.Join(e.state, "etc."+strconv.Itoa(gen))
 	if err := copyEtc(e.root, dir); err != nil {
 		_ = os.RemoveAll(dir)
 		return false, err
 	}
-	e.dir, e.sum = dir, sum
+	e.mu.Lock()
+	e.dir, e.sum, e.gen = dir, sum, gen
+	e.mu.Unlock()
 	return true, nil
 }
 
