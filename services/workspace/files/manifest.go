@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/conch-sh/conch/services/workspace/store"
@@ -55,7 +56,7 @@ func (s *Service) loadManifest(ctx context.Context, ws Workspace, stateRev int64
 	root := ws.root()
 	for _, e := range m.Entries {
 		// Every entry is the workspace's own.
-		if len(e.Key) <= len(root) || e.Key[:len(root)] != root {
+		if len(e.Key) <= len(root) || !strings.HasPrefix(e.Key, root) {
 			return nil, false
 		}
 	}
@@ -66,16 +67,17 @@ func (s *Service) loadManifest(ctx context.Context, ws Workspace, stateRev int64
 // stateRev, in the background, unless the state changed since; Close
 // waits for it.
 func (s *Service) keepManifestLater(ctx context.Context, ws Workspace, stateRev int64, infos []store.Info) {
-	b, err := json.Marshal(keptManifest{StateRev: stateRev, Entries: infos})
-	if err != nil || len(b) > manifestMaxBytes {
-		return
-	}
 	s.background.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		// A listing of a changed workspace is of no use, and one must not
 		// outlive a delete of "/", which drops the kept one.
 		if st, rev, ok, err := s.locks.peekAt(ctx, ws); err != nil || !ok || rev != stateRev || st.Dirty {
+			return
+		}
+		// Encoded here, off the hydration that listed: infos is only read.
+		b, err := json.Marshal(keptManifest{StateRev: stateRev, Entries: infos})
+		if err != nil || len(b) > manifestMaxBytes {
 			return
 		}
 		if _, err := s.store.Put(ctx, ws.manifestKey(), bytes.NewReader(b), store.PutOptions{Size: int64(len(b)), Mode: 0o600}); err != nil {
