@@ -181,7 +181,6 @@ func TestDeadSpareIsReplaced(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{})
 	sh(t, sb, "true")
-	child := strings.Join([]string{shellPath, "-c", spareChild, "sh", "/proc/"}, " ")
 	killed := false
 	for deadline := time.Now().Add(10 * time.Second); !killed && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		pids, err := sb.HostPIDs()
@@ -190,7 +189,7 @@ func TestDeadSpareIsReplaced(t *testing.T) {
 		}
 		for _, pid := range pids {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), child) {
+			if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), spareChildLine) {
 				killed = syscall.Kill(pid, syscall.SIGKILL) == nil
 			}
 		}

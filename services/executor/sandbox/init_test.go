@@ -3,60 +3,60 @@ package sandbox
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// runInit runs the init of m as the agent would, on the host, started for
-// its command or as a spare given its script, and returns what the command
-// printed, its exit code and the directory it reported.
-func runInit(t *testing.T, m startMsg, spare bool) (stdout, stderr string, code int, cwd string) {
+// hostAgent is an agent's spawner on the host, stopped at the end of the
+// test.
+func hostAgent(t *testing.T) *agent {
 	t.Helper()
-	cwdR, cwdW, err := cwdPipe()
+	a := &agent{spawn: make(chan spawnReq)}
+	go a.spawner()
+	t.Cleanup(func() { close(a.spawn) })
+	return a
+}
+
+// runInit runs the init of m through the agent's own newInit, on the host:
+// started for its command, or as a spare given its script. It returns what
+// the command printed, its exit code and the directory it reported.
+func runInit(t *testing.T, a *agent, m startMsg, spare bool) (stdout, stderr string, code int, cwd string) {
+	t.Helper()
+	sp := initSpec{args: initArgs(m, false), env: m.Env}
+	if spare {
+		sp = initSpec{args: spareArgs, env: []string{}, spare: true}
+	}
+	in, err := a.newInit(sp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(cwdR)
-	cmd := exec.Command(shellPath, initArgs(m, false)...)
-	cmd.Env = m.Env
-	cmd.ExtraFiles = []*os.File{cwdW}
-	var script *os.File
+	defer unix.Close(in.cwdR)
 	if spare {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		script = w
-		cmd = exec.Command(shellPath, spareArgs...)
-		cmd.Env = []string{}
-		cmd.ExtraFiles = []*os.File{cwdW, r}
-	}
-	cmd.Dir = "/"
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cwdW.Close()
-	if spare {
-		in := &initProc{script: script}
 		if err := in.send(spareScript(m)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err = cmd.Wait()
+	_ = in.stdin.Close()
+	var out [2][]byte
+	var wg sync.WaitGroup
+	for i, r := range in.readers {
+		wg.Go(func() { out[i], _ = io.ReadAll(r) })
+	}
+	wg.Wait()
+	err = in.cmd.Wait()
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatal(err)
 	}
 	if m.TrackCwd {
-		cwd = readCwd(cwdR)
+		cwd = readCwd(in.cwdR)
 	}
-	return out.String(), errb.String(), cmd.ProcessState.ExitCode(), cwd
+	return string(out[0]), string(out[1]), in.cmd.ProcessState.ExitCode(), cwd
 }
 
 // A spare, given its script through a pipe, runs a command exactly as an
@@ -85,15 +85,17 @@ func TestSpareRunsLikeAFreshInit(t *testing.T) {
 		{"no such directory", startMsg{Command: "pwd", Dir: dir + "/gone", Env: env}},
 		{"stdin is empty", startMsg{Command: "cat; echo end", Dir: dir, Env: env}},
 		{"return at the top", startMsg{Command: "echo a; return 3; echo b", Dir: dir, Env: env, TrackCwd: true}},
+		{"process ids", startMsg{Command: `echo "$$ $PPID"; sh -c 'echo $PPID'`, Dir: dir, Env: env}},
 		{"trap of its own", startMsg{Command: "trap 'echo bye' EXIT; cd /tmp", Dir: dir, Env: env, TrackCwd: true}},
 	}
+	a := hostAgent(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if !exportable(c.m.Env) {
 				t.Fatal("the environment is not exportable")
 			}
-			o1, e1, c1, d1 := runInit(t, c.m, false)
-			o2, e2, c2, d2 := runInit(t, c.m, true)
+			o1, e1, c1, d1 := runInit(t, a, c.m, false)
+			o2, e2, c2, d2 := runInit(t, a, c.m, true)
 			if o1 != o2 || e1 != e2 || c1 != c2 || d1 != d2 {
 				t.Fatalf("started for its command: %q %q %d %q\nspare: %q %q %d %q", o1, e1, c1, d1, o2, e2, c2, d2)
 			}

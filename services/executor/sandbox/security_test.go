@@ -20,7 +20,6 @@ func commandProcs(t *testing.T, sb *Sandbox) []string {
 		t.Fatal(err)
 	}
 	spare := strings.Join(append([]string{shellPath}, spareArgs...), " ")
-	spareChildAt := strings.Join([]string{shellPath, "-c", spareChild, "sh", "/proc/"}, " ")
 	var names []string
 	for _, p := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
@@ -28,13 +27,17 @@ func commandProcs(t *testing.T, sb *Sandbox) []string {
 			continue // ended since
 		}
 		name := strings.TrimSuffix(strings.ReplaceAll(string(b), "\x00", " "), " ")
-		if strings.HasSuffix(name, agentPath+" "+AgentCommand) || name == spare || strings.HasPrefix(name, spareChildAt) {
+		if strings.HasSuffix(name, agentPath+" "+AgentCommand) || name == spare || strings.HasPrefix(name, spareChildLine) {
 			continue
 		}
 		names = append(names, name)
 	}
 	return names
 }
+
+// spareChildLine starts the command line of a spare's child shell, which
+// ends with its init's fds.
+var spareChildLine = strings.Join([]string{shellPath, "-c", spareChild, "sh", "/proc/"}, " ")
 
 // waitIdle polls until the sandbox has only its residents.
 func waitIdle(t *testing.T, sb *Sandbox) {
