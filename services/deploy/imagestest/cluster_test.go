@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/conchtest"
 )
 
 // repo is the repository root, relative to this package.
@@ -89,7 +91,7 @@ func TestComposeCluster(t *testing.T) {
 	t.Run("approval answered over REST", func(t *testing.T) {
 		command := "touch /tmp/approved-" + rand.Text()[:8]
 		type answer struct {
-			r   shellResult
+			r   conchtest.ShellResult
 			err error
 		}
 		done := make(chan answer, 1)
@@ -406,20 +408,9 @@ func (c *cluster) must(ctx context.Context, router, method, path string, body an
 	return c.do(ctx, router, method, path, b, http.StatusOK)
 }
 
-// shellResult is the JSON the model receives for a shell call.
-type shellResult struct {
-	Stdout  string `json:"stdout"`
-	Stderr  string `json:"stderr"`
-	Error   string `json:"error"`
-	Outcome struct {
-		Type     string `json:"type"`
-		ExitCode int    `json:"exit_code"`
-	} `json:"outcome"`
-}
-
 // completion asks gateway, through router, to run command for user (none:
 // an in-memory workspace) and returns the one shell call's result.
-func (c *cluster) completion(ctx context.Context, router, gateway, user, command string) (shellResult, error) {
+func (c *cluster) completion(ctx context.Context, router, gateway, user, command string) (conchtest.ShellResult, error) {
 	req := map[string]any{
 		"model":    gateway,
 		"messages": []map[string]string{{"role": "user", "content": "run: " + command}},
@@ -429,11 +420,11 @@ func (c *cluster) completion(ctx context.Context, router, gateway, user, command
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return shellResult{}, err
+		return conchtest.ShellResult{}, err
 	}
 	b, err := c.request(ctx, router, "POST", "/v1/chat/completions", body, http.StatusOK)
 	if err != nil {
-		return shellResult{}, err
+		return conchtest.ShellResult{}, err
 	}
 	var out struct {
 		Conch struct {
@@ -443,11 +434,11 @@ func (c *cluster) completion(ctx context.Context, router, gateway, user, command
 		} `json:"conch"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil || len(out.Conch.Calls) != 1 {
-		return shellResult{}, fmt.Errorf("completion without exactly one shell call: %s", b)
+		return conchtest.ShellResult{}, fmt.Errorf("completion without exactly one shell call: %s", b)
 	}
-	var r shellResult
+	var r conchtest.ShellResult
 	if err := json.Unmarshal([]byte(out.Conch.Calls[0].Result), &r); err != nil {
-		return shellResult{}, fmt.Errorf("shell result: %w: %s", err, out.Conch.Calls[0].Result)
+		return conchtest.ShellResult{}, fmt.Errorf("shell result: %w: %s", err, out.Conch.Calls[0].Result)
 	}
 	if r.Outcome.Type != "exit" {
 		return r, fmt.Errorf("shell call did not run: %+v", r)
@@ -456,7 +447,7 @@ func (c *cluster) completion(ctx context.Context, router, gateway, user, command
 }
 
 // complete is completion for a call that has to succeed.
-func (c *cluster) complete(ctx context.Context, router, gateway, user, command string) shellResult {
+func (c *cluster) complete(ctx context.Context, router, gateway, user, command string) conchtest.ShellResult {
 	c.t.Helper()
 	r, err := c.completion(ctx, router, gateway, user, command)
 	if err != nil {

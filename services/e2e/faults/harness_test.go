@@ -256,18 +256,7 @@ func (e *env) gateway(name string, more map[string]any) {
 type completion struct {
 	response
 	// result is the shell tool's result, when the completion answered.
-	result shellResult
-}
-
-// shellResult is the JSON the model receives for a shell call.
-type shellResult struct {
-	Stdout  string `json:"stdout"`
-	Stderr  string `json:"stderr"`
-	Error   string `json:"error"`
-	Outcome struct {
-		Type     string `json:"type"`
-		ExitCode int    `json:"exit_code"`
-	} `json:"outcome"`
+	result conchtest.ShellResult
 }
 
 // ran reports a completion whose command ran and exited 0.

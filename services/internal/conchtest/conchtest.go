@@ -33,3 +33,15 @@ var Binary = sync.OnceValues(func() (string, error) {
 	}
 	return filepath.Join(dir, "conch"), nil
 })
+
+// ShellResult is the JSON a model receives for a shell call (SPEC §3), as
+// the suites read it back out of a completion.
+type ShellResult struct {
+	Stdout  string `json:"stdout"`
+	Stderr  string `json:"stderr"`
+	Error   string `json:"error"`
+	Outcome struct {
+		Type     string `json:"type"`
+		ExitCode int    `json:"exit_code"`
+	} `json:"outcome"`
+}
