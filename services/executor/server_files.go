@@ -8,12 +8,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
-
-// fileChunk is the bytes carried by one ReadFile message.
-const fileChunk = 256 << 10
 
 func filePB(f File) *executorv1.SandboxFile {
 	return &executorv1.SandboxFile{Path: f.Path, Size: f.Size, Modified: timestamppb.New(f.ModTime), WrittenByApi: f.WrittenByAPI}
@@ -78,7 +76,7 @@ func (s *Server) ReadFile(req *executorv1.ReadFileRequest, stream executorv1.Exe
 	}
 	// No more than the size announced: a file that grows meanwhile is
 	// read as it was.
-	buf := make([]byte, fileChunk)
+	buf := make([]byte, chunks.Size)
 	r := io.LimitReader(f, info.Size)
 	for {
 		n, err := r.Read(buf)

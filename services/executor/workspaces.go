@@ -14,6 +14,7 @@ import (
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/executor/wsync"
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
@@ -66,15 +67,14 @@ type Conflict struct {
 
 // workspaceClient is Workspaces over the workspace service's gRPC API.
 type workspaceClient struct {
-	c         workspacev1.WorkspaceServiceClient
-	maxBytes  int64 // a flush never sends more, whatever sparse files claim
-	chunkSize int
+	c        workspacev1.WorkspaceServiceClient
+	maxBytes int64 // a flush never sends more, whatever sparse files claim
 }
 
 // NewWorkspaceClient returns Workspaces over c; a flush sends at most
 // maxBytes of file content, or its sandbox's smaller quota.
 func NewWorkspaceClient(c workspacev1.WorkspaceServiceClient, maxBytes int64) Workspaces {
-	return &workspaceClient{c: c, maxBytes: maxBytes, chunkSize: 256 << 10}
+	return &workspaceClient{c: c, maxBytes: maxBytes}
 }
 
 func scoped(ctx context.Context, account, user string) context.Context {
@@ -231,7 +231,7 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, in Fl
 		}
 	}
 	res := FlushResult{ETags: map[string]string{}}
-	buf := make([]byte, w.chunkSize)
+	buf := make([]byte, chunks.Size)
 	for _, p := range c.Changed {
 		m := scan[p]
 		e := &workspacev1.Entry{Name: baseName(p), Path: p, Size: m.Size, Modified: timestamppb.New(m.ModTime), Mode: uint32(m.Mode), LinkTarget: m.Target}

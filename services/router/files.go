@@ -26,12 +26,6 @@ import (
 const MaxUploadBytes = 100 << 20
 
 const (
-	// fileChunk is the bytes carried by one upload message. gRPC puts
-	// every message of 32 KiB to 1 MiB in a pooled 1 MiB buffer that it
-	// clears whole, so larger messages would spend less CPU; measured on a
-	// 100 MB upload, 512 KiB and 1 MiB messages raised conch's peak RSS by
-	// 6 to 13 MiB, and 32 KiB ones cost a tenth more CPU.
-	fileChunk = 256 << 10
 	// DefaultUploadIdleTimeout bounds the wait for the next bytes of an
 	// upload, so a slow body cannot hold a connection forever.
 	DefaultUploadIdleTimeout = 30 * time.Second
@@ -258,7 +252,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxUploadBytes), rc: rc, idle: f.idle}
-	buf := make([]byte, fileChunk)
+	buf := make([]byte, chunks.Size)
 	for {
 		n, rerr := chunks.Fill(body, buf)
 		if rerr != nil && rerr != io.EOF {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/workspace/files"
@@ -103,15 +104,12 @@ func fromProto(e *workspacev1.Entry) files.Entry {
 	return out
 }
 
-// chunkSize is the content carried by one streamed message.
-const chunkSize = 256 << 10
-
 // sendContent streams r in chunks, the first message carrying the entry.
 func sendContent(r io.Reader, e files.Entry, send func(entry *workspacev1.Entry, data []byte) error) error {
 	if err := send(toProto(e), nil); err != nil {
 		return err
 	}
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, chunks.Size)
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {

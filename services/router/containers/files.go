@@ -17,9 +17,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
-// fileChunk is the bytes carried by one WriteFile message.
-const fileChunk = 256 << 10
-
 // file is OpenAI's container file object.
 type file struct {
 	ID          string `json:"id"`
@@ -183,7 +180,7 @@ func (h *Handler) upload(ctx context.Context, id, p string, src io.Reader) (*exe
 		return nil, err
 	}
 	msg := &executorv1.WriteFileRequest{SandboxId: id, Path: p}
-	buf := make([]byte, fileChunk)
+	buf := make([]byte, chunks.Size)
 	var total int64
 	for {
 		n, rerr := chunks.Fill(src, buf)

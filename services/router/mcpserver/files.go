@@ -19,6 +19,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/router/toolhost"
 )
@@ -34,8 +35,6 @@ const (
 	workspaceDir = "/home/workspace"
 	// resourcePrefix names a workspace file as an MCP resource.
 	resourcePrefix = "conch://workspace/"
-	// fileChunk is the bytes carried by one WriteFile message.
-	fileChunk = 256 << 10
 )
 
 const pathProp = `"path":{"type":"string","minLength":1,"description":"Workspace path, e.g. /notes/a.txt (also accepted: /home/workspace/notes/a.txt or notes/a.txt)."}`
@@ -250,12 +249,12 @@ func (s *session) writeFile(ctx context.Context, _ *mcp.CallToolRequest, raw jso
 		return errorResult(p + ": " + message(err))
 	}
 	first := &executorv1.WriteFileRequest{SandboxId: id, Path: sandboxPath(p)}
-	for i := 0; i == 0 || i < len(data); i += fileChunk {
+	for i := 0; i == 0 || i < len(data); i += chunks.Size {
 		msg := first
 		if i > 0 {
 			msg = &executorv1.WriteFileRequest{}
 		}
-		msg.Data = data[i:min(i+fileChunk, len(data))]
+		msg.Data = data[i:min(i+chunks.Size, len(data))]
 		if err := stream.Send(msg); err != nil {
 			break // CloseAndRecv says why
 		}

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -25,8 +26,6 @@ type HydrateMsg struct {
 }
 
 const (
-	// chunkSize is the content carried by one message.
-	chunkSize = 256 << 10
 	// prefetchMax is the largest file fetched ahead of its turn.
 	prefetchMax = 1 << 20
 	// prefetchWindow bounds the files fetched ahead.
@@ -208,7 +207,7 @@ func sendFile(send func(HydrateMsg) error, e *Entry, data []byte) error {
 		return err
 	}
 	for len(data) > 0 {
-		n := min(len(data), chunkSize)
+		n := min(len(data), chunks.Size)
 		if err := send(HydrateMsg{Data: data[:n]}); err != nil {
 			return err
 		}
@@ -230,7 +229,7 @@ func (s *Service) hydrateLarge(ctx context.Context, ws Workspace, info store.Inf
 	if err := send(HydrateMsg{Entry: &e}); err != nil {
 		return err
 	}
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, chunks.Size)
 	for {
 		n, err := io.ReadFull(rc, buf)
 		if n > 0 {

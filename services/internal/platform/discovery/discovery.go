@@ -24,6 +24,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	// Sets the buffer pool of gRPC that fits file messages.
+	_ "github.com/conch-sh/conch/services/internal/platform/chunks"
 )
 
 // Prefix is the etcd key prefix under which services register.

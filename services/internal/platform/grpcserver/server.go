@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	// Sets the buffer pool of gRPC that fits file messages.
+	_ "github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
