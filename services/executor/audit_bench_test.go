@@ -17,6 +17,13 @@ import (
 // both p50s and what the trail adds. A cluster's executors hand records to
 // an AuditForwarder, whose Write only appends; the Writer here also hashes
 // each record on the command's path, as the approval service does.
+//
+// Each command is timed after an untimed pause, as in
+// BenchmarkCommandRoundTrip: a model's turn comes between two commands.
+// Without it, on two cores, each side's command ran beside the other's
+// background work (the trail's write, the agent starting its next shells)
+// and the difference of the two p50s swung from -0.6 to +0.9 ms between
+// runs.
 func BenchmarkCommandRoundTripAudit(b *testing.B) {
 	st, err := fsstore.New(b.TempDir())
 	if err != nil {
@@ -46,6 +53,9 @@ func BenchmarkCommandRoundTripAudit(b *testing.B) {
 	}
 	for b.Loop() {
 		for _, s := range []*side{with, without} {
+			b.StopTimer()
+			time.Sleep(5 * time.Millisecond)
+			b.StartTimer()
 			start := time.Now()
 			res, err := s.x.client.RunCommand(ctx, s.req)
 			if err != nil || res.GetOutcome().GetExitCode() != 0 {
