@@ -271,4 +271,15 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "the same chat completion", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkShellResponseVsChat", Unit: "chat-p50-ms"}},
 		Target: Target{MaxRatio: 1.1},
 	},
+	{
+		Service: "router", Metric: "Responses API completion with one shell call, store false, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkShellResponseVsChat", Unit: "responses-unstored-p50-ms"},
+		Anchor: &Anchor{Name: "the same chat completion", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkShellResponseVsChat", Unit: "chat-p50-ms"}},
+	},
+	{
+		// The write a stored response waits for, alone.
+		Service: "router", Metric: "stored response's etcd write, fsync on, p50", Unit: "ms",
+		Value:  Ref{Pkg: "internal/platform/etcdx", Bench: "BenchmarkPutBlobDurable", Unit: "blob-p50-ms"},
+		Anchor: &Anchor{Name: "one small key put, same etcd", Ref: Ref{Pkg: "internal/platform/etcdx", Bench: "BenchmarkPutBlobDurable", Unit: "put-p50-ms"}},
+	},
 }
