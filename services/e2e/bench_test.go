@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -16,18 +17,46 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
-// bareProxyEnv, set to an upstream URL, makes the test binary a bare
-// httputil.ReverseProxy to it, printing its URL: the floor of a gateway
+// helperEnv, set to "<kind> <argument>", makes the test binary a server
+// of its own instead of running tests, printing its URL: a floor for a
 // hop that, like conch dev, runs as a process of its own.
-const bareProxyEnv = "E2E_BARE_PROXY_TARGET"
+//   - "proxy <url>": a bare httputil.ReverseProxy to url.
+//   - "store <endpoint> <access key> <secret key> <bucket>": a bare
+//     gateway that stages each PUT's body in the workspace store on that
+//     MinIO, as the workspace service does with an upload, and discards
+//     it: the store's work behind REST, without conch's gRPC hop between
+//     the router and the workspace service.
+const helperEnv = "E2E_HELPER"
 
 func init() {
-	target := os.Getenv(bareProxyEnv)
-	if target == "" {
+	kind, arg, ok := strings.Cut(os.Getenv(helperEnv), " ")
+	if !ok {
 		return
 	}
+	var h http.Handler
+	switch kind {
+	case "proxy":
+		h = bareProxy(arg)
+	case "store":
+		h = bareStore(arg)
+	default:
+		panic("unknown helper " + kind)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("http://" + lis.Addr().String())
+	_ = http.Serve(lis, h)
+	os.Exit(0)
+}
+
+func bareProxy(target string) http.Handler {
 	u, err := url.Parse(target)
 	if err != nil {
 		panic(err)
@@ -36,20 +65,34 @@ func init() {
 	// Writes of 256 KiB: with the default 4 KiB, a proxied upload made
 	// MinIO spend half as much CPU again on the same bytes.
 	p.Transport = &http.Transport{MaxIdleConnsPerHost: 64, WriteBufferSize: 256 << 10}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	return p
+}
+
+func bareStore(arg string) http.Handler {
+	f := strings.Fields(arg)
+	if len(f) != 4 {
+		panic("store helper: want endpoint, access key, secret key and bucket")
+	}
+	st, err := s3store.New(context.Background(), s3store.Options{Endpoint: f[0], AccessKey: f[1], SecretKey: f[2], Bucket: f[3]})
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("http://" + lis.Addr().String())
-	_ = http.Serve(lis, p)
-	os.Exit(0)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		staged, err := st.Stage(r.Context(), "bench/rest.bin", r.Body, store.PutOptions{Size: r.ContentLength})
+		if err == nil {
+			err = st.Discard(r.Context(), staged)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
 }
 
-// startBareProxy runs a bare reverse proxy to target in its own process
-// and returns its URL and its pid.
-func startBareProxy(b *testing.B, target string) (string, int) {
+// startHelper runs the helper "<kind> <argument>" in its own process and
+// returns its URL and its pid.
+func startHelper(b *testing.B, kind, arg string) (string, int) {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), bareProxyEnv+"="+target)
+	cmd.Env = append(os.Environ(), helperEnv+"="+kind+" "+arg)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -60,7 +103,7 @@ func startBareProxy(b *testing.B, target string) (string, int) {
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		b.Fatalf("bare proxy: %v", err)
+		b.Fatalf("%s helper: %v", kind, err)
 	}
 	return strings.TrimSpace(line), cmd.Process.Pid
 }
@@ -88,7 +131,7 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	bare.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
 	proxy := httptest.NewServer(bare)
 	b.Cleanup(proxy.Close)
-	proxyProcess, _ := startBareProxy(b, up.URL)
+	proxyProcess, _ := startHelper(b, "proxy", up.URL)
 	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
