@@ -15,6 +15,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
@@ -55,7 +56,11 @@ func newRuntime(t testing.TB) *sandbox.Runtime {
 	}
 	_ = os.Chmod(dir, 0o711)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	r, err := sandbox.NewRuntime(sandbox.Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir)})
+	prog, err := seccomp.Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sandbox.NewRuntime(sandbox.Config{Seccomp: prog, StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
@@ -89,9 +90,14 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			p.log.Warn("sweeping stale sandboxes failed", "error", err)
 		}
 		dir := filepath.Join(cfg.SandboxStateDir, name)
+		filter, err := seccomp.Program()
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
 		rt, err := sandbox.NewRuntime(sandbox.Config{
 			StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
 			CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, Logger: p.log,
+			Seccomp: filter, TracerProvider: p.tel.TracerProvider(),
 		})
 		if err != nil {
 			return fmt.Errorf("executor: %w", err)

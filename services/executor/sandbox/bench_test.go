@@ -6,11 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -69,28 +67,13 @@ func BenchmarkSandboxCreate(b *testing.B) {
 	reportP50(b, ds)
 }
 
-var (
-	spansOnce sync.Once
-	spans     *tracetest.SpanRecorder
-)
-
-// benchSpans records the package's spans from now on. The global tracer
-// provider can be set once only.
-func benchSpans() *tracetest.SpanRecorder {
-	spansOnce.Do(func() {
-		spans = tracetest.NewSpanRecorder()
-		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
-	})
-	return spans
-}
-
 // BenchmarkSandboxCreateCold builds a full sandbox (cgroups, workspace
 // tmpfs, bubblewrap, agent) without a pool; teardown is not timed. It says
 // where the time goes with the p50 of each step's span: the host state
 // (state dir, /etc, workspace tmpfs), the filesystem view, the cgroup, and
 // bubblewrap up to the agent's hello, which is nearly all of it.
 func BenchmarkSandboxCreateCold(b *testing.B) {
-	benchCreateCold(b, testRuntime(b))
+	benchCreateCold(b, "")
 }
 
 // BenchmarkSandboxCreateColdAgent is BenchmarkSandboxCreateCold with the
@@ -105,28 +88,30 @@ func BenchmarkSandboxCreateColdAgent(b *testing.B) {
 		b.Skip("CONCH_BIN names no conch binary (make bench sets it)")
 	}
 	for _, agent := range []string{filepath.Join(filepath.Dir(bin), AgentBinaryName), bin} {
-		b.Run(filepath.Base(agent), func(b *testing.B) {
-			dir, err := os.MkdirTemp("", "conch-sandbox-agent-")
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = os.Chmod(dir, 0o711)
-			r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() {
-				r.Close()
-				_ = os.RemoveAll(dir)
-			})
-			benchCreateCold(b, r)
-		})
+		b.Run(filepath.Base(agent), func(b *testing.B) { benchCreateCold(b, agent) })
 	}
 }
 
-func benchCreateCold(b *testing.B, r *Runtime) {
-	rec := benchSpans()
-	before := len(rec.Ended())
+// benchCreateCold times cold creates on a runtime of its own whose agent
+// is agent (this test binary when empty), recording its spans.
+func benchCreateCold(b *testing.B, agent string) {
+	dir, err := os.MkdirTemp("", "conch-sandbox-cold-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o711)
+	rec := tracetest.NewSpanRecorder()
+	r, err := NewRuntime(Config{
+		Seccomp: filter(b), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent,
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		r.Close()
+		_ = os.RemoveAll(dir)
+	})
 	var ds []time.Duration
 	i := 0
 	for b.Loop() {
@@ -145,7 +130,7 @@ func benchCreateCold(b *testing.B, r *Runtime) {
 	}
 	reportP50(b, ds)
 	steps := map[string][]time.Duration{}
-	for _, sp := range rec.Ended()[before:] {
+	for _, sp := range rec.Ended() {
 		steps[sp.Name()] = append(steps[sp.Name()], sp.EndTime().Sub(sp.StartTime()))
 	}
 	for _, step := range []struct{ span, unit string }{

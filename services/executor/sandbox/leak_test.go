@@ -28,7 +28,7 @@ func TestMountTableHoldsNoHostFacts(t *testing.T) {
 	}
 	stateDir := filepath.Join(root, instance)
 	var r *Runtime
-	r, err = NewRuntime(Config{StateDir: stateDir, CgroupParent: "conch-test/" + instance})
+	r, err = NewRuntime(Config{Seccomp: filter(t), StateDir: stateDir, CgroupParent: "conch-test/" + instance})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 )
 
 // TestMain lets the test binary serve as the sandbox agent, as the conch
@@ -41,6 +43,16 @@ var (
 	rtErr  error
 )
 
+// filter is the seccomp filter of the tests' runtimes.
+func filter(t testing.TB) []byte {
+	t.Helper()
+	prog, err := seccomp.Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
 // testRuntime returns one runtime shared by the package's tests.
 func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
@@ -51,7 +63,7 @@ func testRuntime(t testing.TB) *Runtime {
 			return
 		}
 		_ = os.Chmod(dir, 0o711)
-		rt, rtErr = NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir)})
+		rt, rtErr = NewRuntime(Config{Seccomp: filter(t), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir)})
 	})
 	if rtErr != nil {
 		t.Fatal(rtErr)
@@ -68,7 +80,7 @@ func poolRuntime(t testing.TB, size int) *Runtime {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o711)
-	r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir), PoolSize: size})
+	r, err := NewRuntime(Config{Seccomp: filter(t), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir), PoolSize: size})
 	if err != nil {
 		t.Fatal(err)
 	}

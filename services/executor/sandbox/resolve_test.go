@@ -98,7 +98,7 @@ func TestRuntimeResolverSeesTheRootFS(t *testing.T) {
 	if err := os.Chmod(state, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRuntime(Config{StateDir: filepath.Join(state, "state"), CgroupParent: "conch-test-" + filepath.Base(state), RootFS: root})
+	r, err := NewRuntime(Config{Seccomp: filter(t), StateDir: filepath.Join(state, "state"), CgroupParent: "conch-test-" + filepath.Base(state), RootFS: root})
 	if err != nil {
 		t.Fatal(err)
 	}

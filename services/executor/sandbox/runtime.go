@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
@@ -65,6 +67,12 @@ type Config struct {
 	// it starts in a fraction of the time the whole conch binary takes to
 	// initialise, which every cold sandbox pays.
 	AgentBinary, ToolBinary string
+	// Seccomp is the filter bubblewrap loads into every sandbox, as
+	// package seccomp builds it (seccomp.Program). Required: a runtime
+	// without it refuses to start. It is given rather than built here so
+	// that the agent binary, which links this package, does not link the
+	// filter's system call tables and build them at every start.
+	Seccomp []byte
 	// CgroupMount is where cgroups are mounted; CgroupParent the group
 	// under which sandboxes' groups are made.
 	CgroupMount, CgroupParent string
@@ -82,16 +90,21 @@ type Config struct {
 	PoolSize int
 	// Logger receives the runtime's logs.
 	Logger *slog.Logger
+	// TracerProvider receives the spans of each sandbox's build; none
+	// when nil. It is given, not taken from OpenTelemetry's global: the
+	// agent binary links this package, and the global's package links
+	// net/http and its TLS, which the agent would load at every start.
+	TracerProvider trace.TracerProvider
 }
 
 // Runtime builds sandboxes on this host.
 type Runtime struct {
 	cfg     Config
 	cgroups *cgroupRoot
-	seccomp []byte
 	agent   string // agent binary copy readable by sandbox uids
 	tool    string // tool binary copy, the same file when they are one
 	log     *slog.Logger
+	tracer  trace.Tracer
 
 	uids *uidClaims
 
@@ -110,8 +123,15 @@ var ErrUnsupported = errors.New("sandbox: unsupported")
 // NewRuntime checks the host (bubblewrap, cgroups, the state dir) and
 // returns a runtime.
 func NewRuntime(cfg Config) (*Runtime, error) {
+	// A filter is a whole number of 8-byte sock_filter instructions.
+	if len(cfg.Seccomp) == 0 || len(cfg.Seccomp)%8 != 0 {
+		return nil, errors.New("sandbox: no seccomp filter: Config.Seccomp must hold seccomp.Program()")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
 	}
 	if cfg.RootFS == "" {
 		cfg.RootFS = "/"
@@ -169,7 +189,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	if err := unix.Mount("tmpfs", cfg.StateDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711"); err != nil {
 		return nil, fmt.Errorf("sandbox: mount state dir: %w", err)
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer("github.com/conch-sh/conch/services/executor/sandbox"), stop: make(chan struct{})}
 	r.template = sync.OnceValues(r.newTemplate)
 	if r.etc, err = newEtcCopy(cfg.RootFS, cfg.StateDir); err != nil {
 		r.removeState()
@@ -189,10 +209,6 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 			r.removeState()
 			return nil, err
 		}
-	}
-	if r.seccomp, err = seccompProgram(); err != nil {
-		r.removeState()
-		return nil, err
 	}
 	if r.cgroups, err = detectCgroups(cfg.CgroupMount, cfg.CgroupParent); err != nil {
 		r.removeState()
@@ -325,7 +341,7 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 			}
 		}
 	}()
-	ctx, endBuild := span(ctx, "build")
+	ctx, endBuild := r.span(ctx, "build")
 	defer func() { endBuild(err) }()
 	if s.uid, err = r.uids.claim(); err != nil {
 		return nil, err
@@ -335,7 +351,7 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 	if err := s.prepare(ctx, spec, name, &cleanups); err != nil {
 		return nil, err
 	}
-	_, endCgroup := span(ctx, "cgroup")
+	_, endCgroup := r.span(ctx, "cgroup")
 	s.cg, err = r.cgroups.create("sb-"+name, spec.Limits)
 	endCgroup(err)
 	if err != nil {
@@ -343,7 +359,7 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 	}
 	cleanups = append(cleanups, func() { _ = s.cg.kill(5 * time.Second); _ = s.cg.remove() })
 
-	_, endStart := span(ctx, "start")
+	_, endStart := r.span(ctx, "start")
 	err = s.start(ctx)
 	endStart(err)
 	if err != nil {
@@ -364,7 +380,7 @@ func (s *Sandbox) prepare(ctx context.Context, spec Spec, name string, cleanups 
 // makeState makes a sandbox's state dir with /etc and tools, the
 // workspace tmpfs and the egress socket.
 func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanups *[]func()) (err error) {
-	_, end := span(ctx, "state")
+	_, end := s.rt.span(ctx, "state")
 	defer func() { end(err) }()
 	r := s.rt
 	s.dir = filepath.Join(r.cfg.StateDir, name)
@@ -404,7 +420,7 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 // makeView makes the view of the sandbox's filesystem the host resolves
 // its paths through.
 func (s *Sandbox) makeView(ctx context.Context) (err error) {
-	_, end := span(ctx, "view")
+	_, end := s.rt.span(ctx, "view")
 	defer func() { end(err) }()
 	s.mounts = s.rt.mounts(s)
 	ms := make([]fsview.Mount, len(s.mounts))
@@ -669,7 +685,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	}
 	defer prog.Close()
 	go func() {
-		_, _ = progW.Write(r.seccomp)
+		_, _ = progW.Write(r.cfg.Seccomp)
 		_ = progW.Close()
 	}()
 	// The arguments go through a pipe so that the sandbox's /proc/1/cmdline

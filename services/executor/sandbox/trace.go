@@ -3,17 +3,14 @@ package sandbox
 import (
 	"context"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 )
-
-var tracer = otel.Tracer("github.com/conch-sh/conch/services/executor/sandbox")
 
 // span starts a span of one step of building a sandbox; end records err.
 // A cold create is a few of them: state dir, workspace tmpfs, filesystem
 // view, cgroup, and bubblewrap up to the agent's hello.
-func span(ctx context.Context, name string) (context.Context, func(err error)) {
-	ctx, sp := tracer.Start(ctx, "sandbox."+name)
+func (r *Runtime) span(ctx context.Context, name string) (context.Context, func(err error)) {
+	ctx, sp := r.tracer.Start(ctx, "sandbox."+name)
 	return ctx, func(err error) {
 		if err != nil {
 			sp.RecordError(err)

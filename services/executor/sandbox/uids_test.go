@@ -53,7 +53,7 @@ func TestUIDsUniqueAcrossExecutors(t *testing.T) {
 		_ = os.Chmod(dir, 0o711)
 		// Both runtimes start at the same base, as two executors with the
 		// default config do.
-		r, err := NewRuntime(Config{StateDir: filepath.Join(dir, "state"), CgroupParent: fmt.Sprintf("conch-test/uids%d-%s", i, filepath.Base(dir))})
+		r, err := NewRuntime(Config{Seccomp: filter(t), StateDir: filepath.Join(dir, "state"), CgroupParent: fmt.Sprintf("conch-test/uids%d-%s", i, filepath.Base(dir))})
 		if err != nil {
 			t.Fatal(err)
 		}

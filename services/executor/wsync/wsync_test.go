@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 )
 
 // TestMain lets the test binary serve as the sandbox agent.
@@ -37,7 +38,11 @@ func newSandbox(t *testing.T) *sandbox.Sandbox {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o711)
-	rt, err := sandbox.NewRuntime(sandbox.Config{StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir)})
+	prog, err := seccomp.Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := sandbox.NewRuntime(sandbox.Config{Seccomp: prog, StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

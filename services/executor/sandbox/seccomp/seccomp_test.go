@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"encoding/binary"
@@ -197,7 +197,7 @@ func TestSeccompListsNameRealCalls(t *testing.T) {
 
 func TestSeccompProgramEncodes(t *testing.T) {
 	t.Parallel()
-	prog, err := seccompProgram()
+	prog, err := Program()
 	if err != nil {
 		t.Fatal(err)
 	}

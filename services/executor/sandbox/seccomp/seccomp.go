@@ -1,17 +1,5 @@
-package sandbox
-
-import (
-	"encoding/binary"
-	"fmt"
-	"runtime"
-	"slices"
-
-	"github.com/elastic/go-seccomp-bpf/arch"
-	"golang.org/x/net/bpf"
-	"golang.org/x/sys/unix"
-)
-
-// The sandbox's seccomp filter is an allowlist. It follows Docker's default
+// Package seccomp builds the seccomp filter bubblewrap loads into every
+// sandbox. The filter is an allowlist. It follows Docker's default
 // profile (moby/profiles, seccomp/default.json: the unconditional allow
 // group, the arch-specific groups for amd64 and arm64, and the argument
 // rules for clone, clone3, personality and socket), narrowed where a
@@ -35,6 +23,18 @@ import (
 // the call, so that libraries fall back to an older call instead of failing.
 // The calls known to be dangerous fail with EPERM, which tools report as
 // "Operation not permitted".
+package seccomp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"slices"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
 
 // allowedSyscalls are allowed whatever their arguments. Names missing from
 // the native table (the legacy calls arm64 never had) are skipped, as Docker
@@ -324,9 +324,9 @@ func allowValues(arg int, deny bpf.RetConstant, values ...uint32) []bpf.Instruct
 	return append(out, deny, retAllow)
 }
 
-// seccompProgram returns the sandbox's seccomp filter as the raw sock_filter
+// Program returns the sandbox's seccomp filter as the raw sock_filter
 // array bubblewrap loads with --seccomp.
-func seccompProgram() ([]byte, error) {
+func Program() ([]byte, error) {
 	insts, err := seccompFilter()
 	if err != nil {
 		return nil, err
