@@ -295,8 +295,8 @@ func BenchmarkShellResponseVsChat(b *testing.B) {
 	}
 	kinds := []func() time.Duration{chat, response, unstored}
 	for range 5 {
-		for _, run := range kinds {
-			run()
+		for _, kind := range kinds {
+			kind()
 		}
 	}
 	b.ResetTimer()

@@ -45,9 +45,9 @@ import (
 // minio-put: MinIO takes about one core for a single PUT, whoever sends
 // it. On two cores the upload's work is more than a second of CPU per
 // 100 MB, so 200 MB/s is out of reach there. The bare REST gateway
-// reaches about 195 MB/s with some 40% less CPU than conch: what it does
-// not do is the gRPC hop, which keeps the store's credentials out of the
-// router, the one service that faces clients.
+// reached 176 to 196 MB/s here with some 40% less CPU than conch: what
+// it does not do is the gRPC hop, which keeps the store's credentials out
+// of the router, the one service that faces clients.
 //
 // conch streams the body once, in 256 KiB messages, into one PUT of known
 // size. Its CPU (perf record -a, per 100 MB): a quarter is the two
@@ -220,10 +220,10 @@ func BenchmarkFilesTransfer(b *testing.B) {
 }
 
 // cpuMeter measures the CPU time MinIO, this process and the hop between
-// them (conch dev, or a bare proxy), if any, spend in a benchmark's loop.
-// On a machine of few cores a transfer is bound by the sum: its rate
-// cannot exceed the bytes over that sum spread evenly on every core,
-// whatever else the machine runs.
+// them (conch dev, or a helper standing in for it), if any, spend in a
+// benchmark's loop. On a machine of few cores a transfer is bound by the
+// sum: its rate cannot exceed the bytes over that sum spread evenly on
+// every core, whatever else the machine runs.
 type cpuMeter struct {
 	hop     int
 	hopUnit string // the unit the hop's CPU per op is reported in
