@@ -45,9 +45,10 @@ import (
 // minio-put: MinIO takes about one core for a single PUT, whoever sends
 // it. On two cores the upload's work is more than a second of CPU per
 // 100 MB, so 200 MB/s is out of reach there. The bare REST gateway
-// reached 176 to 196 MB/s here with some 40% less CPU than conch: what
-// it does not do is the gRPC hop, which keeps the store's credentials out
-// of the router, the one service that faces clients.
+// reached 176 to 208 MB/s here, about the target, with some 40% less CPU
+// than conch: what it does not do is the gRPC hop, which keeps the
+// store's credentials out of the router, the one service that faces
+// clients.
 //
 // conch streams the body once, in 256 KiB messages, into one PUT of known
 // size. Its CPU (perf record -a, per 100 MB): a quarter is the two
