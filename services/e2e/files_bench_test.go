@@ -257,7 +257,10 @@ func (c cpuMeter) report(b *testing.B, size int64) func() {
 // removes what was overwritten or deleted, and scans), and on two cores a
 // transfer timed meanwhile measured its rate and MinIO's CPU with that
 // work in them: the same put ran at 110 MB/s for 990 ms of MinIO's CPU
-// after another transfer, where it ran at 209 MB/s for 423 ms.
+// after another transfer, where it ran at 209 MB/s for 423 ms. This does
+// not catch every slow MinIO: in one run it spent 965 to 980 ms on every
+// transfer after the first though idle between them, so compare the
+// rows of a run with their minio-cpu-ms/op in view.
 func settle(b *testing.B, pid int) {
 	b.Helper()
 	const window = 500 * time.Millisecond
