@@ -123,13 +123,8 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	answer := openAIText("ok")
 	up := newFakeUpstream(b, func(int, map[string]any) (int, string) { return 200, answer })
 	createGateway(b, d, map[string]any{"name": "bench", "upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"}})
-	target, err := url.Parse(up.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bare := httputil.NewSingleHostReverseProxy(target)
-	bare.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
-	proxy := httptest.NewServer(bare)
+	// The same proxy as the process of its own below.
+	proxy := httptest.NewServer(bareProxy(up.URL))
 	b.Cleanup(proxy.Close)
 	proxyProcess, _ := startHelper(b, "proxy", up.URL)
 	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
