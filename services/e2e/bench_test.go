@@ -31,6 +31,11 @@ import (
 //     MinIO, as the workspace service does with an upload, and discards
 //     it: the store's work behind REST, without conch's gRPC hop between
 //     the router and the workspace service.
+//   - "split <endpoint> <access key> <secret key> <bucket>": the same
+//     gateway behind a bare proxy in the same process, on a loopback
+//     connection of its own: conch dev's shape (the process facing
+//     clients holds no store credentials and streams to the one that
+//     does) with the cheapest hop, raw bytes over HTTP/1.1.
 const helperEnv = "E2E_HELPER"
 
 func init() {
@@ -44,16 +49,24 @@ func init() {
 		h = bareProxy(arg)
 	case "store":
 		h = bareStore(arg)
+	case "split":
+		h = bareProxy("http://" + serve(bareStore(arg)))
 	default:
 		panic("unknown helper " + kind)
 	}
+	fmt.Println("http://" + serve(h))
+	select {}
+}
+
+// serve serves h on a loopback port in the background and returns its
+// address.
+func serve(h http.Handler) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("http://" + lis.Addr().String())
-	_ = http.Serve(lis, h)
-	os.Exit(0)
+	go func() { panic(http.Serve(lis, h)) }()
+	return lis.Addr().String()
 }
 
 func bareProxy(target string) http.Handler {
