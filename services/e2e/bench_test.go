@@ -33,9 +33,9 @@ import (
 //     the router and the workspace service.
 //   - "split <endpoint> <access key> <secret key> <bucket>": the same
 //     gateway behind a bare proxy in the same process, on a loopback
-//     connection of its own: conch dev's shape (the process facing
-//     clients holds no store credentials and streams to the one that
-//     does) with the cheapest hop, raw bytes over HTTP/1.1.
+//     connection of its own: conch dev's shape (the part facing clients
+//     holds no store credentials and streams to the part that does)
+//     with the cheapest hop, raw bytes over HTTP/1.1.
 const helperEnv = "E2E_HELPER"
 
 func init() {
