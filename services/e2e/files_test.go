@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +19,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/workspace/miniotest"
 )
 
@@ -172,6 +175,17 @@ func testFiles(t *testing.T, d *dev, staged func(t *testing.T) []string) {
 			if got := resp.Header.Get(k); got != want {
 				t.Errorf("download %s = %q, want %q", k, got, want)
 			}
+		}
+		// Many stream messages, each of other bytes, the last a short
+		// one: the workspace service receives every message into the
+		// buffer of the one before.
+		big := make([]byte, 4*chunks.Size+7)
+		_, _ = rand.Read(big)
+		if code, body := alice.upload("/notes/big.bin", bytes.NewReader(big), -1); code != http.StatusOK {
+			t.Fatalf("upload of %d bytes = %d %s", len(big), code, body)
+		}
+		if resp, body := alice.download("/notes/big.bin"); resp.StatusCode != http.StatusOK || !bytes.Equal(body, big) {
+			t.Fatalf("download of %d bytes = %d, %d bytes, equal %v", len(big), resp.StatusCode, len(body), bytes.Equal(body, big))
 		}
 		if code, body := alice.call("POST", "/api/v1/shell/io/mkdir", map[string]string{"path": "/empty/dir"}); code != http.StatusOK || !strings.Contains(string(body), `"type":"dir"`) {
 			t.Fatalf("mkdir = %d %s", code, body)

@@ -237,7 +237,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stream, err := f.ws.WriteFile(ctx)
+	stream, err := f.ws.WriteFile(ctx, chunks.CallOption())
 	if err != nil {
 		writeStatus(w, err)
 		return

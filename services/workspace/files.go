@@ -87,9 +87,12 @@ func (s *Server) WriteFile(stream workspacev1.WorkspaceService_WriteFileServer) 
 		}
 		o.ModTime = h.GetModified().AsTime()
 	}
+	// One message for every data message: with chunks.Codec, each one's
+	// content lands in the buffer of the one before, which dataReader is
+	// done with when it asks for more.
+	m := new(workspacev1.WriteFileRequest)
 	r := &dataReader{recv: func() ([]byte, error) {
-		m, err := stream.Recv()
-		if err != nil {
+		if err := stream.RecvMsg(m); err != nil {
 			return nil, err
 		}
 		if _, ok := m.GetMessage().(*workspacev1.WriteFileRequest_Data); !ok {
