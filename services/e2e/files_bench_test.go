@@ -48,16 +48,15 @@ import (
 // cpu-bound-MB/s, the rate if that work were spread evenly over every
 // core with nothing else to run. An upload cannot beat it, nor
 // minio-put: MinIO takes about one core for a single PUT, whoever sends
-// it. On two cores the upload's work is more than a second of CPU per
-// 100 MB, so 200 MB/s is out of reach there. The bare REST gateway
-// reached 166 to 208 MB/s here, about the target, with some 40% less CPU
-// than conch: what it does not do is the gRPC hop, which keeps the
-// store's credentials out of the router, the one service that faces
+// it. On two cores the upload's work is about a second of CPU per
+// 100 MB, so 200 MB/s is at the edge of reach there. The bare REST
+// gateway reached 166 to 208 MB/s here, about the target, with a third
+// less CPU than conch: what it does not do is the gRPC hop, which keeps
+// the store's credentials out of the router, the one service that faces
 // clients. Behind a bare proxy in its process (rest-store-stage-split),
-// it reached 167 to 192 MB/s for 378 to 406 ms of CPU per 100 MB, where
-// conch took 546 to 556 ms: conch's gRPC hop costs some 150 ms more per
-// 100 MB than the raw bytes over HTTP/1.1, and even that cheapest hop
-// leaves the split below 200 MB/s here.
+// it reached 160 to 192 MB/s for 378 to 420 ms of CPU per 100 MB, where
+// conch took 470 to 530 ms: even the cheapest hop, the raw bytes over
+// HTTP/1.1, leaves the split below 200 MB/s here.
 //
 // conch streams the body once, in 256 KiB messages, into one PUT of known
 // size. Its CPU (perf record -a, per 100 MB): a quarter is the two
@@ -65,23 +64,24 @@ import (
 // signature that lets MinIO check every chunk on an unencrypted link; a
 // quarter is the kernel moving the bytes over three sockets (client to
 // router, router to workspace service, workspace service to MinIO); the
-// rest is gRPC's copies of the messages and the collection of the
-// decoded messages. That rest is what the bare split does not pay: in
-// one profile, protobuf's and gRPC's copies and the clearing of their
-// pooled buffers took 12% of conch's CPU (marshalling on the router;
-// framing, gathering the frames of a message and copying its bytes out
-// on the workspace service), and the collector 9%, most of it for the
-// 256 KiB each decoded message allocates. gRPC zeroes each pooled buffer it marshals or reads a
-// message into; package chunks gives it buffers that fit a message where
-// the default pool took 1 MiB ones, which saved about 3% of conch's CPU
-// (five alternated runs). Messages of 512 KiB or 1 MiB raised the peak
-// RSS by 6 to 13 MiB; larger gRPC read and write buffers (256 KiB, 1 MiB)
-// and fixed 1 MiB flow-control windows on the server gave nothing
-// measurable; hashing the file on a goroutine of its own,
-// beside the request, made no upload faster; two 5 MiB multipart parts in
-// flight were slower still and grew the RSS by 56 to 67 MiB: the
-// collector lets the heap grow to twice what is live, so every buffer
-// held costs twice its size of the 32 MiB the upload may grow by.
+// rest is mostly gRPC's: what the bare split does not pay. Before the
+// workspace service received an upload's messages into one buffer
+// (chunks.Codec), protobuf's and gRPC's copies and the clearing of their
+// pooled buffers took 12% of conch's CPU and the collector 9%, most of
+// it for the 256 KiB each decoded message allocated; that buffer took
+// conch's CPU per 100 MB from 438-538 ms to 422-442 ms and its peak RSS
+// growth from 21-29 MiB to 14-15 MiB (three alternated pairs). gRPC
+// zeroes each pooled buffer it marshals or reads a message into; package
+// chunks gives it buffers that fit a message where the default pool took
+// 1 MiB ones, which saved about 3% of conch's CPU (five alternated
+// runs). Messages of 512 KiB or 1 MiB raised the peak RSS by 6 to 13 MiB;
+// larger gRPC read and write buffers (256 KiB, 1 MiB) and fixed 1 MiB
+// flow-control windows on the server gave nothing measurable; hashing
+// the file on a goroutine of its own, beside the request, made no upload
+// faster; two 5 MiB multipart parts in flight were slower still and grew
+// the RSS by 56 to 67 MiB: the collector lets the heap grow to twice what
+// is live, so every buffer held costs twice its size of the 32 MiB the
+// upload may grow by.
 func BenchmarkFilesTransfer(b *testing.B) {
 	m := miniotest.Start(b)
 	d := startDev(b, "CONCH_S3_ENDPOINT="+m.Endpoint, "CONCH_S3_ACCESS_KEY="+m.AccessKey, "CONCH_S3_SECRET_KEY="+m.SecretKey, "CONCH_S3_BUCKET="+miniotest.Bucket(), "CONCH_LOG_LEVEL=warn")
