@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -98,12 +99,14 @@ func (f *fileRoutes) download(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stream, err := f.ws.ReadFile(ctx, &workspacev1.ReadFileRequest{Path: p})
+	stream, err := f.ws.ReadFile(ctx, &workspacev1.ReadFileRequest{Path: p}, chunks.CallOption())
 	if err != nil {
 		writeStatus(w, err)
 		return
 	}
-	serveStream(w, r, stream.Recv, func(m *workspacev1.ReadFileResponse) (*workspacev1.Entry, []byte) { return m.GetEntry(), m.GetData() })
+	serveStream(w, r, recvInto(stream, new(workspacev1.ReadFileResponse)), func(m *workspacev1.ReadFileResponse) (*workspacev1.Entry, []byte) {
+		return m.GetEntry(), m.GetData()
+	})
 }
 
 // public serves a signed public URL: no auth, GET only, the exact URL.
@@ -120,16 +123,23 @@ func (f *fileRoutes) public(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stream, err := f.ws.ReadPublicFile(ctx, &workspacev1.ReadPublicFileRequest{Token: token})
+	stream, err := f.ws.ReadPublicFile(ctx, &workspacev1.ReadPublicFileRequest{Token: token}, chunks.CallOption())
 	if err != nil {
 		writeStatus(w, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "private, no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	serveStream(w, r, stream.Recv, func(m *workspacev1.ReadPublicFileResponse) (*workspacev1.Entry, []byte) {
+	serveStream(w, r, recvInto(stream, new(workspacev1.ReadPublicFileResponse)), func(m *workspacev1.ReadPublicFileResponse) (*workspacev1.Entry, []byte) {
 		return m.GetEntry(), m.GetData()
 	})
+}
+
+// recvInto receives every message of s into m: with chunks.Codec, each
+// one's content lands in the buffer of the one before, which serveStream
+// has written out when it asks for the next.
+func recvInto[M any](s grpc.ClientStream, m M) func() (M, error) {
+	return func() (M, error) { return m, s.RecvMsg(m) }
 }
 
 // serveStream writes a file stream: headers from the first message's entry,
