@@ -177,30 +177,24 @@ func BenchmarkFilesTransfer(b *testing.B) {
 			}
 		}
 	})
-	// The store's work behind a bare REST server in a process of its
-	// own: an upload through conch without its gRPC hop between the
-	// router and the workspace service.
-	storeArg := strings.Join([]string{m.Endpoint, m.AccessKey, m.SecretKey, miniotest.Bucket()}, " ")
-	storeURL, storePid := startHelper(b, "store", storeArg)
-	b.Run("rest-store-stage", func(b *testing.B) {
-		b.SetBytes(size)
-		defer cpuMeter{hop: storePid, hopUnit: "gateway-cpu-ms/op", minio: m.Pid()}.report(b, size)()
-		for b.Loop() {
-			restPut(b, storeURL, data)
-		}
-	})
-	// The same behind a bare reverse proxy in the same process: the floor
-	// of an upload that keeps the store's credentials out of the part
-	// facing clients, as conch does, with a hop cheaper than conch's
+	// The store's work behind a bare REST server in a process of its own
+	// (rest-store-stage): an upload through conch without its gRPC hop
+	// between the router and the workspace service. The same behind a
+	// bare reverse proxy in the same process (rest-store-stage-split): the
+	// floor of an upload that keeps the store's credentials out of the
+	// part facing clients, as conch does, with a hop cheaper than conch's
 	// (one HTTP/1.1 stream of the raw bytes, no messages).
-	splitURL, splitPid := startHelper(b, "split", storeArg)
-	b.Run("rest-store-stage-split", func(b *testing.B) {
-		b.SetBytes(size)
-		defer cpuMeter{hop: splitPid, hopUnit: "gateway-cpu-ms/op", minio: m.Pid()}.report(b, size)()
-		for b.Loop() {
-			restPut(b, splitURL, data)
-		}
-	})
+	storeArg := strings.Join([]string{m.Endpoint, m.AccessKey, m.SecretKey, miniotest.Bucket()}, " ")
+	for _, g := range []struct{ name, helper string }{{"rest-store-stage", "store"}, {"rest-store-stage-split", "split"}} {
+		addr, pid := startHelper(b, g.helper, storeArg)
+		b.Run(g.name, func(b *testing.B) {
+			b.SetBytes(size)
+			defer cpuMeter{hop: pid, hopUnit: "gateway-cpu-ms/op", minio: m.Pid()}.report(b, size)()
+			for b.Loop() {
+				restPut(b, addr, data)
+			}
+		})
+	}
 	// The store's part of an upload alone, from this process: what the
 	// workspace service does with the bytes once they have arrived.
 	st, err := s3store.New(b.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: miniotest.Bucket()})
