@@ -177,8 +177,8 @@ func testFiles(t *testing.T, d *dev, staged func(t *testing.T) []string) {
 			}
 		}
 		// Many stream messages, each of other bytes, the last a short
-		// one: the workspace service receives every message into the
-		// buffer of the one before.
+		// one: the receiving end of an upload or a download receives
+		// every message into the buffer of the one before.
 		big := make([]byte, 4*chunks.Size+7)
 		_, _ = rand.Read(big)
 		if code, body := alice.upload("/notes/big.bin", bytes.NewReader(big), -1); code != http.StatusOK {
