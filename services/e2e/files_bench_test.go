@@ -54,9 +54,9 @@ import (
 // less CPU than conch: what it does not do is the gRPC hop, which keeps
 // the store's credentials out of the router, the one service that faces
 // clients. Behind a bare proxy in its process (rest-store-stage-split),
-// it reached 160 to 192 MB/s for 378 to 420 ms of CPU per 100 MB, where
-// conch took 470 to 530 ms: even the cheapest hop, the raw bytes over
-// HTTP/1.1, leaves the split below 200 MB/s here.
+// it reached 144 to 192 MB/s for 370 to 420 ms of CPU per 100 MB: even
+// the cheapest hop, the raw bytes over HTTP/1.1, leaves the split below
+// 200 MB/s here. conch, at 390 to 530 ms, reached 137 to 189 MB/s.
 //
 // conch streams the body once, in 256 KiB messages, into one PUT of known
 // size. Its CPU (perf record -a, per 100 MB): a quarter is the two
