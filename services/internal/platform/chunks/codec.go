@@ -2,7 +2,6 @@ package chunks
 
 import (
 	"encoding/binary"
-	"io"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -52,13 +51,8 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return protobuf.Unmarshal(data, v)
 	}
-	if fd, n, ok := onlyBytes(data, m.ProtoReflect().Descriptor()); ok {
-		r := data.Reader()
-		defer r.Close()
-		// The tag and the length, read by onlyBytes.
-		if _, err := io.CopyN(io.Discard, r, int64(r.Remaining()-n)); err != nil {
-			return err
-		}
+	if fd, head, ok := onlyBytes(data, m.ProtoReflect().Descriptor()); ok {
+		n := data.Len() - head
 		// The current value's length, not its capacity: protoreflect
 		// keeps no capacity.
 		buf := m.ProtoReflect().Get(fd).Bytes()
@@ -66,9 +60,7 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 			buf = make([]byte, n)
 		}
 		buf = buf[:n]
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return err
-		}
+		copyAt(data, head, buf)
 		proto.Reset(m)
 		m.ProtoReflect().Set(fd, protoreflect.ValueOfBytes(buf))
 		return nil
@@ -77,11 +69,12 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // onlyBytes reports whether data is one field of md, of bytes, and
-// nothing else, and returns the field and the length of its content.
+// nothing else, and returns the field and the length of its tag and
+// length, which its content follows to the end.
 func onlyBytes(data mem.BufferSlice, md protoreflect.MessageDescriptor) (protoreflect.FieldDescriptor, int, bool) {
 	// A tag and a length are at most 2*binary.MaxVarintLen64 bytes.
 	var head [2 * binary.MaxVarintLen64]byte
-	h := head[:copyPrefix(data, head[:])]
+	h := head[:copyAt(data, 0, head[:])]
 	num, typ, n := protowire.ConsumeTag(h)
 	if n < 0 || typ != protowire.BytesType {
 		return nil, 0, false
@@ -94,14 +87,21 @@ func onlyBytes(data mem.BufferSlice, md protoreflect.MessageDescriptor) (protore
 	if m < 0 || size != uint64(data.Len()-n-m) {
 		return nil, 0, false
 	}
-	return fd, int(size), true
+	return fd, n + m, true
 }
 
-// copyPrefix copies the first bytes of data into p and returns how many.
-func copyPrefix(data mem.BufferSlice, p []byte) int {
+// copyAt copies into p the bytes of data from offset off, as many as p
+// holds or data has, and returns how many.
+func copyAt(data mem.BufferSlice, off int, p []byte) int {
 	n := 0
 	for _, b := range data {
-		n += copy(p[n:], b.ReadOnlyData())
+		d := b.ReadOnlyData()
+		if off >= len(d) {
+			off -= len(d)
+			continue
+		}
+		n += copy(p[n:], d[off:])
+		off = 0
 		if n == len(p) {
 			break
 		}
