@@ -905,6 +905,7 @@ func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
 		a.fail(err.Error())
 		return
 	}
+	seg := len(a.segs)
 	a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: b.real, Decision: Allow, Reason: base + " -c: judged by what it runs"})
 	n := len(a.segs)
 	a.depth++
@@ -916,8 +917,15 @@ func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
 	if a.innerPlans == nil {
 		a.innerPlans = map[*word]string{}
 	}
-	a.innerPlans[&words[i]] = a.p.b.String()
+	plan := a.p.b.String()
+	a.innerPlans[&words[i]] = plan
 	a.p = outer
+	// The segment shows the string the shell is given: the plan, not the
+	// text it replaced.
+	if seg < n {
+		a.segs[seg].Argv = slices.Clone(argv)
+		a.segs[seg].Argv[i] = plan
+	}
 	a.depth--
 	// allow-always records the inner program only when the inner command
 	// is one plain program call; a chain or pipeline records nothing.

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -39,7 +38,9 @@ func newShellLab(t testing.TB) *shellLab {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range []string{"env", "nice", "nohup", "timeout", "xargs", "stdbuf"} {
+	// The wrappers and shells are real, so that what they run is logged
+	// by the stubs too.
+	for _, n := range []string{"env", "nice", "nohup", "timeout", "xargs", "stdbuf", "sh", "bash", "dash"} {
 		real, err := exec.LookPath(n)
 		if err != nil {
 			continue
@@ -56,9 +57,19 @@ func newShellLab(t testing.TB) *shellLab {
 	return l
 }
 
-// profileAssignments match the assignments a plan sets for a program's
-// profile (safe bins' HOME, git's locked configuration).
-var profileAssignments = regexp.MustCompile(`(?:[A-Z_][A-Z0-9_]*='[^']*' )+`)
+// withoutProfiles removes from a plan the assignments the engine sets for
+// its programs' profiles (safe bins' HOME, git's locked configuration), at
+// every depth of sh -c: a command string nested k deep spells each single
+// quote of its plan as '\” once per level.
+func withoutProfiles(plan string) string {
+	for _, prefix := range []string{gitAssignments, safeBinAssignments} {
+		for range maxDepth + 1 {
+			plan = strings.ReplaceAll(plan, prefix, "")
+			prefix = strings.ReplaceAll(prefix, "'", `'\''`)
+		}
+	}
+	return plan
+}
 
 // judge evaluates cmd in the lab in allowlist mode.
 func (l *shellLab) judge(cmd string) Result {
@@ -80,8 +91,7 @@ func (l *shellLab) check(t *testing.T, cmd string) {
 	}
 	// The profiles' assignments are the engine's own; without them the
 	// plan must judge as the same command.
-	bare := profileAssignments.ReplaceAllString(res.Plan, "")
-	again := l.judge(bare)
+	again := l.judge(withoutProfiles(res.Plan))
 	if again.Decision != Allow || again.Plan != res.Plan || len(again.Segments) != len(res.Segments) {
 		t.Fatalf("the plan of %q judges differently: %q -> %s %q, plan %q", cmd, res.Plan, again.Decision, again.Reason, again.Plan)
 	}
@@ -148,6 +158,8 @@ var fuzzSeeds = []string{
 	"ok <<'E'\nE \nbad\nE", "ok <<'CONCH_EOF'\nCONCH_EOF_1\nCONCH_EOF", "! ok && ok", "ok\r\nbad", "ok;;bad",
 	"jq '$ENV'", "jq '$ ENV'", "jq '$#x\nENV'", "jq 'def f: env; f'", "jq 'include \"x\"; .'", "grep -e x -e y",
 	"sh -c 'sh -c \"ok #\\\\\\nbad\"'", "env ok '#' bad", "ok $'\\n'bad", "ok \\\n\\\n && ok",
+	// A nested shell's plan: its command string is replaced, profiles included.
+	"/bin/sh -c cd / ", "sh -c cd", "bash -c 'wc -l' && sh -c 'ok | grep x'", "sh -c 'sh -c \"cd; jq .\"'",
 }
 
 // fuzzPieces are the tokens the generator of FuzzEngineVersusShell builds
