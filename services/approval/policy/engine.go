@@ -278,6 +278,8 @@ type analyzer struct {
 	head string
 	// innerPlans are the plans of sh -c strings, by the word they replace.
 	innerPlans map[*word]string
+	// callStart is the first segment of the current simple command.
+	callStart int
 	// programs are the names resolved so far.
 	programs []Program
 }
@@ -529,8 +531,8 @@ func (a *analyzer) call(c *syntax.CallExpr, cwds []string) (succ, fail []string)
 		// the shell has.
 		words = append(words, lit(a.e.home))
 	}
-	outer, head := a.callEnv, a.head
-	a.callEnv, a.head = nil, ""
+	outer, head, start := a.callEnv, a.head, a.callStart
+	a.callEnv, a.head, a.callStart = nil, "", len(a.segs)
 	succ, fail = a.argv(words, cwds, true)
 	if a.head != "" {
 		words[0] = lit(a.head)
@@ -541,7 +543,7 @@ func (a *analyzer) call(c *syntax.CallExpr, cwds []string) (succ, fail []string)
 		}
 	}
 	a.p.call(a.callEnv, words)
-	a.callEnv, a.head = outer, head
+	a.callEnv, a.head, a.callStart = outer, head, start
 	return succ, fail
 }
 
@@ -905,7 +907,6 @@ func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
 		a.fail(err.Error())
 		return
 	}
-	seg := len(a.segs)
 	a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: b.real, Decision: Allow, Reason: base + " -c: judged by what it runs"})
 	n := len(a.segs)
 	a.depth++
@@ -920,11 +921,16 @@ func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
 	plan := a.p.b.String()
 	a.innerPlans[&words[i]] = plan
 	a.p = outer
-	// The segment shows the string the shell is given: the plan, not the
-	// text it replaced.
-	if seg < n {
-		a.segs[seg].Argv = slices.Clone(argv)
-		a.segs[seg].Argv[i] = plan
+	// The shell's segment, and those of the wrappers it runs under, show
+	// the string the shell is given: the plan, not the text it replaced.
+	// A wrapper's argv ends with the shell's (what it runs is the rest of
+	// its words).
+	for k := a.callStart; k < n; k++ {
+		if sa := a.segs[k].Argv; len(sa) >= len(argv) && slices.Equal(sa[len(sa)-len(argv):], argv) {
+			sa = slices.Clone(sa)
+			sa[len(sa)-len(argv)+i] = plan
+			a.segs[k].Argv = sa
+		}
 	}
 	a.depth--
 	// allow-always records the inner program only when the inner command

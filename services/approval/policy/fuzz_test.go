@@ -160,6 +160,7 @@ var fuzzSeeds = []string{
 	"sh -c 'sh -c \"ok #\\\\\\nbad\"'", "env ok '#' bad", "ok $'\\n'bad", "ok \\\n\\\n && ok",
 	// A nested shell's plan: its command string is replaced, profiles included.
 	"/bin/sh -c cd / ", "sh -c cd", "bash -c 'wc -l' && sh -c 'ok | grep x'", "sh -c 'sh -c \"cd; jq .\"'",
+	"nohup sh -c cd / ", "env nice -n 1 timeout 5 sh -c 'ok' x",
 }
 
 // fuzzPieces are the tokens the generator of FuzzEngineVersusShell builds
