@@ -279,14 +279,14 @@ func BenchmarkShellCompletion(b *testing.B) {
 // durable etcd write that keeps a response, which the client waits for.
 //
 // That write's floor is measured in the same run (durable-write-p50-ms):
-// the response the client got, written as a blob to an fsyncing etcd of
-// the test's own after each round, when that etcd has been idle for
-// completions as the router's has when a completion ends.
-// On a VM whose idle vCPUs sleep, an etcd that has been idle for a few
-// milliseconds takes two to three times as long for one write as one kept
-// busy (etcdx's BenchmarkPutBlobDurable writes back to back): each of the
-// goroutines a write passes through, from gRPC to raft to the WAL's fsync
-// and back, waits for a vCPU to wake.
+// after each round, the last stored response as the client got it is
+// written as a blob to an fsyncing etcd of the benchmark's own, which has
+// then been idle for the round, as the router's etcd has been idle for
+// the completion when it stores a response. On a VM whose idle vCPUs
+// sleep, such a write takes two to three times as long as one of writes
+// back to back (etcdx's BenchmarkPutBlobDurable): each goroutine it passes
+// through, from gRPC to raft to the WAL's fsync and back, waits for a
+// vCPU to wake.
 func BenchmarkShellResponseVsChat(b *testing.B) {
 	d := startDev(b)
 	floor := startBlobFloor(b)

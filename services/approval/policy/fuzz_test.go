@@ -59,8 +59,8 @@ func newShellLab(t testing.TB) *shellLab {
 
 // withoutProfiles removes from a plan the assignments the engine sets for
 // its programs' profiles (safe bins' HOME, git's locked configuration), at
-// every depth of sh -c: a command string nested k deep spells each single
-// quote of its plan as '\” once per level.
+// every depth of sh -c: each level of nesting quotes the plan inside it
+// once more, so each of its single quotes is escaped once more.
 func withoutProfiles(plan string) string {
 	for _, prefix := range []string{gitAssignments, safeBinAssignments} {
 		for range maxDepth + 1 {
