@@ -22,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/workspace/store"
 	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
@@ -365,16 +366,7 @@ type blobFloor struct {
 }
 
 func startBlobFloor(b *testing.B) *blobFloor {
-	e, err := etcdx.StartEmbedded(b.Context(), etcdx.EmbeddedOptions{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(e.Close)
-	cli, err := etcdx.NewClient(b.Context(), etcdx.ClientOptions{Endpoints: e.Endpoints()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cli.Close() })
+	cli := etcdxtest.StartDurableForTest(b)
 	return &blobFloor{cli: cli, leases: etcdx.NewLeases(cli, time.Hour, time.Minute)}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 )
 
 // BenchmarkPutBlobDurable writes a stored response of a few kilobytes to
@@ -15,16 +16,7 @@ import (
 // the same etcd (put-p50-ms), the floor of any write that must be on disk
 // before it is acknowledged.
 func BenchmarkPutBlobDurable(b *testing.B) {
-	e, err := etcdx.StartEmbedded(b.Context(), etcdx.EmbeddedOptions{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(e.Close)
-	cli, err := etcdx.NewClient(b.Context(), etcdx.ClientOptions{Endpoints: e.Endpoints()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cli.Close() })
+	cli := etcdxtest.StartDurableForTest(b)
 	leases := etcdx.NewLeases(cli, time.Hour, time.Minute)
 	items := make([]map[string]any, 20)
 	for i := range items {

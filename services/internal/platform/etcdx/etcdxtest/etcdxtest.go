@@ -14,8 +14,20 @@ import (
 // when the test ends. Use cli.Endpoints() to connect further clients.
 func StartForTest(t testing.TB) *clientv3.Client {
 	t.Helper()
+	return start(t, true)
+}
+
+// StartDurableForTest is StartForTest with fsync on, as conch dev's etcd
+// runs: for benchmarks of writes that must be on disk.
+func StartDurableForTest(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return start(t, false)
+}
+
+func start(t testing.TB, noFsync bool) *clientv3.Client {
+	t.Helper()
 	ctx := t.Context()
-	e, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: t.TempDir(), UnsafeNoFsync: true})
+	e, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: t.TempDir(), UnsafeNoFsync: noFsync})
 	if err != nil {
 		t.Fatalf("start embedded etcd: %v", err)
 	}
