@@ -40,7 +40,7 @@ func TestMountTableHoldsNoHostFacts(t *testing.T) {
 	t.Cleanup(func() { _ = sb.Destroy(context.WithoutCancel(t.Context())) })
 
 	out := sh(t, sb, "cat /proc/self/mountinfo /proc/self/mounts /proc/1/mountinfo /proc/self/cgroup 2>&1").stdout
-	if !strings.Contains(out, " /home/workspace ") || !strings.Contains(out, " /run/conch/agent ") {
+	if !strings.Contains(out, " /home/workspace ") || !strings.Contains(out, " /run/conch ") {
 		t.Fatalf("no mount table read: %q", out)
 	}
 	pid := strconv.Itoa(os.Getpid())

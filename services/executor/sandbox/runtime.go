@@ -388,8 +388,8 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 		return fmt.Errorf("sandbox: state dir: %w", err)
 	}
 	*cleanups = append(*cleanups, func() { _ = os.RemoveAll(s.dir) })
-	if err := os.Mkdir(filepath.Join(s.dir, "tools"), 0o755); err != nil {
-		return fmt.Errorf("sandbox: tools dir: %w", err)
+	if err := r.makeRunDir(s.dir); err != nil {
+		return err
 	}
 	// The workspace is a tmpfs of its own so that its size and file count
 	// are enforced by the kernel, and so that the host can hydrate and
@@ -404,12 +404,12 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 	}
 	*cleanups = append(*cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
 	if spec.Network {
-		if s.egress, err = listenEgress(s.dir, s.uid); err != nil {
+		if s.egress, err = listenEgress(runDir(s.dir), s.uid); err != nil {
 			return err
 		}
 		*cleanups = append(*cleanups, func() { _ = s.egress.Close() })
 		if spec.EgressCA != nil {
-			if err := writeTrust(filepath.Join(s.dir, "egress"), r.cfg.RootFS, spec.EgressCA); err != nil {
+			if err := writeTrust(filepath.Join(runDir(s.dir), "egress"), r.cfg.RootFS, spec.EgressCA); err != nil {
 				return err
 			}
 		}
@@ -596,10 +596,13 @@ func (r *Runtime) newTemplate() (*fsview.View, error) {
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{s.dir, 0o711}, {filepath.Join(s.dir, "tools"), 0o755}, {s.workspace, 0o700}} {
+	}{{s.dir, 0o711}, {s.workspace, 0o700}} {
 		if err := os.Mkdir(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("sandbox: template: %w", err)
 		}
+	}
+	if err := r.makeRunDir(s.dir); err != nil {
+		return nil, fmt.Errorf("sandbox: template: %w", err)
 	}
 	mounts := r.mounts(s)
 	ms := make([]fsview.Mount, len(mounts))
@@ -635,17 +638,37 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 		mount{op: "--proc", dst: "/proc"},
 		mount{op: "--dev", dst: "/dev"},
 		mount{op: "--tmpfs", dst: "/tmp", size: s.spec.Limits.TmpBytes},
-		mount{op: "--tmpfs", dst: "/run"},
-		mount{op: "--dir", dst: agentDir},
-		mount{op: "--ro-bind", src: r.agent, dst: agentPath},
-		mount{op: "--ro-bind", src: r.tool, dst: ToolPath},
-		mount{op: "--ro-bind", src: filepath.Join(s.dir, "tools"), dst: ToolsDir},
+		// The agent, the tool binary, the tools and the egress socket in
+		// one read-only bind: each mount is work for every cold create.
+		mount{op: "--ro-bind", src: runDir(s.dir), dst: agentDir},
 		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
 	)
-	if s.egress != nil {
-		ms = append(ms, mount{op: "--ro-bind", src: filepath.Join(s.dir, "egress"), dst: egressDir})
-	}
 	return ms
+}
+
+// runDir is the host directory a sandbox sees as agentDir (/run/conch):
+// the agent, the tool binary, the tools directory and, with network, the
+// egress directory.
+func runDir(stateDir string) string { return filepath.Join(stateDir, "run") }
+
+// makeRunDir makes the run directory of the sandbox whose state is in
+// stateDir: the runtime's agent and tool binaries linked in (hard links,
+// the same read-only files for every sandbox) and an empty tools
+// directory.
+func (r *Runtime) makeRunDir(stateDir string) error {
+	d := runDir(stateDir)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		return fmt.Errorf("sandbox: run dir: %w", err)
+	}
+	for _, l := range []struct{ src, name string }{{r.agent, filepath.Base(agentPath)}, {r.tool, filepath.Base(ToolPath)}} {
+		if err := os.Link(l.src, filepath.Join(d, l.name)); err != nil {
+			return fmt.Errorf("sandbox: run dir: %w", err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(d, filepath.Base(ToolsDir)), 0o755); err != nil {
+		return fmt.Errorf("sandbox: tools dir: %w", err)
+	}
+	return nil
 }
 
 // bwrapArgs builds the bubblewrap command line of a sandbox.
@@ -671,9 +694,10 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 	// command could speak for the agent. The agent makes itself
 	// non-dumpable, and commands live in pid namespaces below it.
 	a = append(a, "--as-pid-1")
-	// Nothing under /run is the commands' to write: the agent's files come
-	// from the host, read-only.
-	return append(a, "--remount-ro", "/run", "--chdir", WorkspaceDir, "--remount-ro", "/")
+	// Nothing under /run is the commands' to write: /run is a directory of
+	// the root, read-only with it, and the agent's files come from the
+	// host, read-only.
+	return append(a, "--chdir", WorkspaceDir, "--remount-ro", "/")
 }
 
 // start runs bubblewrap and waits for the agent's hello.
