@@ -19,8 +19,8 @@
 // links cross its mounts — from the workspace into /usr — so the walk
 // between mounts is done here.)
 //
-// Parts of a sandbox cannot be seen from the host at all: its /tmp, /run,
-// /proc and /dev are filesystems of its own. A path into one of them is
+// Parts of a sandbox cannot be seen from the host at all: its /tmp, /proc
+// and /dev are filesystems of its own. A path into one of them is
 // neither found nor missing but ErrPrivate, and a PATH search that meets
 // one stops there: guessing would let a program planted there run under
 // the name of one found later on PATH.
