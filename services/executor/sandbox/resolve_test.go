@@ -36,7 +36,8 @@ func TestResolverAgreesWithTheShell(t *testing.T) {
 	names := []string{
 		"sh", "env", "ls", "readlink", "python3", "mytool", "pretool", "nosuch", "dirprog", "loop1", "hostlink",
 		"bin/tool", "./bin/../bin/tool", "sub/../bin/tool", "up/workspace/bin/tool", "bin/envlink", "bin/shadow",
-		"bin/binlink/ls", "bin/agentlink", "bin/plain", "./loop1", "./hostlink", "/bin/sh", "/etc/shadow", "/usr/bin/env",
+		"bin/binlink/ls", "bin/agentlink", "bin/plain", "./loop1", "./hostlink", "/bin/sh", "/etc/shadow",
+		"/run/conch/agent", "/run/conch/tools/mytool", "/run/x", "/run/conch/x", "/usr/bin/env",
 	}
 	// The shell's answer: the real path of what it would run, or "-".
 	var script strings.Builder
