@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,84 @@ func TestCgroupV2KillsTheTree(t *testing.T) {
 	}
 	if err := cg.remove(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdoptTreePassesOverEndedProcesses moves a real process tree into a
+// real cgroup v1 group, as a v1 host's sandboxes are adopted after their
+// agent's hello, while processes below the root come and go: one that has
+// ended (here a pid no process has) is passed over, the root having ended
+// is an error.
+func TestAdoptTreePassesOverEndedProcesses(t *testing.T) {
+	root, err := detectCgroups("/sys/fs/cgroup", fmt.Sprintf("conch-test-adopt-%d", os.Getpid()))
+	if err != nil {
+		t.Skip(err)
+	}
+	if root.v2 {
+		t.Skip("cgroup v2 starts bubblewrap in the group: nothing is adopted")
+	}
+	cg, err := root.create("sb", Limits{MemoryBytes: 64 << 20, Pids: 32, CPUMillicores: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &Sandbox{cg: cg}
+	tree := exec.Command("/bin/sh", "-c", "sleep 30 & sleep 30 & wait")
+	if err := tree.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cg.kill(5 * time.Second)
+		_ = tree.Wait()
+		_ = cg.remove()
+		for _, c := range cgroupControllers {
+			_ = os.Remove(filepath.Join(root.mount, c, root.parent))
+		}
+	})
+	// A pid no process has: an ended process's own pid may already be
+	// another's, which adopting would move into the group.
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the shell has started both sleeps.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tree.Process.Pid, tree.Process.Pid))
+		if len(strings.Fields(string(b))) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shell started %q", b)
+		}
+	}
+
+	tests := []struct {
+		name         string
+		pid          int
+		top          bool
+		wantVanished bool
+		wantErr      bool
+	}{
+		{"a live tree", tree.Process.Pid, true, false, false},
+		{"an ended process below the root", dead, false, true, false},
+		{"the root ended", dead, true, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vanished, err := sb.adopt(tt.pid, tt.top)
+			if vanished != tt.wantVanished || (err != nil) != tt.wantErr {
+				t.Fatalf("adopt(%d, %v) = %v, %v; want vanished %v, an error %v", tt.pid, tt.top, vanished, err, tt.wantVanished, tt.wantErr)
+			}
+		})
+	}
+	pids, err := cg.pids()
+	if err != nil || len(pids) != 3 {
+		t.Fatalf("the group holds %v (%v), want the shell and its two sleeps", pids, err)
+	}
+	if err := sb.adoptTree(dead); err == nil {
+		t.Fatal("adoptTree of an ended process succeeded")
 	}
 }

@@ -811,25 +811,57 @@ func (s *Sandbox) abort() {
 	_ = s.cmd.Wait()
 }
 
-// adoptTree moves pid and all its descendants into the sandbox's cgroup.
+// adoptTree moves pid and every process below it into the sandbox's
+// groups (cgroup v1 has no clone-into-cgroup). The agent starts its spare
+// shells as soon as it has said hello, so processes start and end during
+// the walk: one that ended before it could be moved is passed over, and
+// the walk starts again, since what it had started may have been handed to
+// the sandbox's init after the init's children were listed. pid itself
+// ending is an error, and so is a tree that keeps changing.
 func (s *Sandbox) adoptTree(pid int) error {
+	for range adoptPasses {
+		vanished, err := s.adopt(pid, true)
+		if err != nil || !vanished {
+			return err
+		}
+	}
+	return fmt.Errorf("sandbox: the processes of %d kept ending while they were moved into its cgroups", pid)
+}
+
+// adoptPasses bounds adoptTree's walks.
+const adoptPasses = 8
+
+// adopt moves pid and the processes below it; vanished reports that one
+// below it ended before it was moved.
+func (s *Sandbox) adopt(pid int, top bool) (vanished bool, err error) {
+	gone := func(err error) bool {
+		return !top && (errors.Is(err, unix.ESRCH) || errors.Is(err, fs.ErrNotExist))
+	}
 	if err := s.cg.add(pid); err != nil {
-		return err
+		if gone(err) {
+			return true, nil
+		}
+		return false, err
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	if err != nil {
-		return fmt.Errorf("sandbox: list children of %d: %w", pid, err)
+		if gone(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("sandbox: list children of %d: %w", pid, err)
 	}
 	for _, f := range strings.Fields(string(b)) {
 		child, err := strconv.Atoi(f)
 		if err != nil {
 			continue
 		}
-		if err := s.adoptTree(child); err != nil {
-			return err
+		v, err := s.adopt(child, false)
+		if err != nil {
+			return false, err
 		}
+		vanished = vanished || v
 	}
-	return nil
+	return vanished, nil
 }
 
 // tailBuffer keeps the last max bytes written to it.
