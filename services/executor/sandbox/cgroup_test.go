@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -221,4 +222,70 @@ func TestAdoptTreePassesOverEndedProcesses(t *testing.T) {
 	if err := sb.adoptTree(dead); err == nil {
 		t.Fatal("adoptTree of an ended process succeeded")
 	}
+}
+
+// TestEveryProcessIsInTheSandboxGroups checks, from the host, that every
+// process of a new sandbox is in the sandbox's groups, once
+// the agent's spare shells have started: on cgroup v1 they are moved in
+// after the agent's hello, and the agent starts them, from a thread of its
+// own, as soon as it has said it. A spare left outside would run the first
+// command with no memory or pids limit.
+func TestEveryProcessIsInTheSandboxGroups(t *testing.T) {
+	t.Parallel()
+	for range 3 {
+		sb := newSandbox(t, Spec{})
+		var procs []int
+		// bubblewrap, the agent, and the spare's two shells.
+		for deadline := time.Now().Add(5 * time.Second); len(procs) < 4; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox runs %v, not yet the spare shells", procs)
+			}
+			procs = processesBelow(t, sb.cmd.Process.Pid)
+		}
+		in, err := sb.cg.pids()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range procs {
+			if !slices.Contains(in, p) {
+				t.Errorf("process %d of the sandbox's uid %d is not in its groups %v", p, sb.uid, in)
+			}
+		}
+	}
+}
+
+// processesBelow lists root and the processes descending from it, by
+// each process's parent as /proc/<pid>/stat gives it: not by the lists of
+// children the code under test walks.
+func processesBelow(t *testing.T, root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The parent is the second field after the command's ")".
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(f[1])
+		}
+	}
+	var out []int
+	for pid := range parent {
+		for p := pid; p > 1; p = parent[p] {
+			if p == root {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }

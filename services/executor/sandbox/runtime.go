@@ -784,6 +784,13 @@ func (s *Sandbox) start(ctx context.Context) error {
 			return err
 		}
 	}
+	// Only now may the agent start processes ahead of commands: on v1, one
+	// started before the tree was moved in would run outside the limits,
+	// and in a cgroup namespace that shows the host's group paths.
+	if err := s.in.write(frameSettled, 0, nil); err != nil {
+		s.abort()
+		return fmt.Errorf("sandbox: write to agent: %w", err)
+	}
 	go s.readLoop(out)
 	go func() {
 		_ = cmd.Wait()
@@ -828,6 +835,28 @@ func (s *Sandbox) adoptTree(pid int) error {
 	return fmt.Errorf("sandbox: the processes of %d kept ending while they were moved into its cgroups", pid)
 }
 
+// childrenOf lists the children of every thread of pid: a child belongs
+// to the thread that made it, and the agent starts commands from a thread
+// of their own, whose children the main thread's list does not hold.
+func childrenOf(pid int) ([]string, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+				continue // the thread ended
+			}
+			return nil, err
+		}
+		out = append(out, strings.Fields(string(b))...)
+	}
+	return out, nil
+}
+
 // adoptPasses bounds adoptTree's walks.
 const adoptPasses = 8
 
@@ -843,14 +872,14 @@ func (s *Sandbox) adopt(pid int, top bool) (vanished bool, err error) {
 		}
 		return false, err
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	children, err := childrenOf(pid)
 	if err != nil {
 		if gone(err) {
 			return true, nil
 		}
 		return false, fmt.Errorf("sandbox: list children of %d: %w", pid, err)
 	}
-	for _, f := range strings.Fields(string(b)) {
+	for _, f := range children {
 		child, err := strconv.Atoi(f)
 		if err != nil {
 			continue
