@@ -529,8 +529,8 @@ type spare struct {
 	err   error
 }
 
-// prepareSpare starts a spare if there is none and no command runs; a.mu
-// is held.
+// prepareSpare starts a spare if there is none, no command runs and the
+// host has settled the agent in the sandbox's cgroups; a.mu is held.
 func (a *agent) prepareSpare() {
 	if a.spare != nil || a.live > 0 || a.closed || !a.settled {
 		return

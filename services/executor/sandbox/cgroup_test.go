@@ -187,12 +187,12 @@ func TestAdoptTreePassesOverEndedProcesses(t *testing.T) {
 	}
 	// Wait until the shell has started both sleeps.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tree.Process.Pid, tree.Process.Pid))
-		if len(strings.Fields(string(b))) == 2 {
+		c, _ := childrenOf(tree.Process.Pid)
+		if len(c) == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the shell started %q", b)
+			t.Fatalf("the shell started %v", c)
 		}
 	}
 

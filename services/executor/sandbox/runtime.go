@@ -819,12 +819,13 @@ func (s *Sandbox) abort() {
 }
 
 // adoptTree moves pid and every process below it into the sandbox's
-// groups (cgroup v1 has no clone-into-cgroup). The agent starts its spare
-// shells as soon as it has said hello, so processes start and end during
-// the walk: one that ended before it could be moved is passed over, and
-// the walk starts again, since what it had started may have been handed to
-// the sandbox's init after the init's children were listed. pid itself
-// ending is an error, and so is a tree that keeps changing.
+// groups (cgroup v1 has no clone-into-cgroup). The agent starts nothing
+// ahead until it is told the walk is done, but bubblewrap's processes and
+// a failing start's (abort) may still end during it: one that ended before
+// it could be moved is passed over, and the walk starts again, since what
+// it had started may have been handed to the sandbox's init after the
+// init's children were listed. pid itself ending is an error, and so is a
+// tree that keeps changing.
 func (s *Sandbox) adoptTree(pid int) error {
 	for range adoptPasses {
 		vanished, err := s.adopt(pid, true)
