@@ -13,7 +13,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +25,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/router/accounts"
@@ -146,12 +146,12 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(statusErrors, h) }, gw)
-	// The tracer provider is given, not looked up on every request: the
-	// global one forwards to the process's once telemetry is set up.
-	api := otelhttp.NewHandler(recoverPanics(opts.Logger, mux), "router", otelhttp.WithTracerProvider(otel.GetTracerProvider()),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			return r.Method + " " + r.URL.Path
-		}))
+	// The global providers forward to the process's once telemetry is set
+	// up.
+	api, err := telemetry.NewHTTPHandler(recoverPanics(opts.Logger, mux), otel.GetTracerProvider(), otel.GetMeterProvider())
+	if err != nil {
+		return nil, err
+	}
 	// Paired nodes connect here over gRPC (HTTP/2): it is the one address
 	// they can reach.
 	nodeGRPC := newNodeGRPC(ctx, opts.Service.nodes, executorv1.NewExecutorServiceClient(opts.Conns["executor"]), opts.Logger)

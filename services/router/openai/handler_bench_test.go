@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -43,7 +42,7 @@ type noExecutor struct {
 }
 
 // BenchmarkChatCompletion runs chat completions without tools through the
-// /v1 handler in process, under the OpenTelemetry middleware with the
+// /v1 handler in process, under the router's HTTP telemetry with the
 // process's telemetry set up as conch does, against a local fake upstream:
 // the process's CPU time and allocations per completion, for -cpuprofile
 // and -memprofile (the end-to-end overhead is e2e's
@@ -72,9 +71,11 @@ func BenchmarkChatCompletion(b *testing.B) {
 	scoped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(tenant.With(r.Context(), tenant.Scope{Account: "acct"})))
 	})
-	srv := httptest.NewServer(otelhttp.NewHandler(scoped, "router", otelhttp.WithTracerProvider(otel.GetTracerProvider()), otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-		return r.Method + " " + r.URL.Path
-	})))
+	traced, err := telemetry.NewHTTPHandler(scoped, otel.GetTracerProvider(), otel.GetMeterProvider())
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(traced)
 	b.Cleanup(srv.Close)
 	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
