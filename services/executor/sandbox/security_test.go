@@ -125,8 +125,26 @@ func TestResourceBombsAreContained(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{Limits: Limits{MemoryBytes: 64 << 20, Pids: 64, WorkspaceBytes: 8 << 20, WorkspaceFiles: 1000, TmpBytes: 4 << 20}})
 	t.Run("fork bomb", func(t *testing.T) {
-		r, _ := run(t, sb, Options{Command: "bomb() { bomb | bomb & }; bomb; sleep 3; echo survived"}, 10*time.Second)
-		_ = r
+		// The host's view, not the sandbox's: a process of the sandbox
+		// outside its pids group would not show inside, but counts here.
+		stop, most := make(chan struct{}), make(chan int)
+		go func() {
+			n := 0
+			for {
+				n = max(n, processesOf(sb.uid))
+				select {
+				case <-stop:
+					most <- n
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
+		_, _ = run(t, sb, Options{Command: "bomb() { bomb | bomb & }; bomb; sleep 3; echo survived"}, 10*time.Second)
+		close(stop)
+		if n := <-most; n > 64 {
+			t.Errorf("the host saw %d processes of the sandbox's uid during the bomb, over its pids limit 64", n)
+		}
 		waitIdle(t, sb)
 		if got := sh(t, sb, "echo alive").stdout; got != "alive\n" {
 			t.Fatalf("sandbox unusable after fork bomb: %q", got)
@@ -351,4 +369,22 @@ func TestNoNamespacesMountsOrCgroups(t *testing.T) {
 			}
 		})
 	}
+}
+
+// processesOf counts the host's processes whose real uid is uid (from
+// their status: a process that is not dumpable shows its /proc directory
+// as root's).
+func processesOf(uid int) int {
+	entries, _ := os.ReadDir("/proc")
+	want := "Uid:\t" + strconv.Itoa(uid) + "\t"
+	n := 0
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/status"); err == nil && strings.Contains(string(b), want) {
+			n++
+		}
+	}
+	return n
 }
