@@ -135,12 +135,17 @@ func startHelper(b *testing.B, kind, arg string) (string, int) {
 // over direct at p50 and p99. conch dev is a process of its own, so each
 // completion crosses processes twice more than the direct call: the
 // out-of-process proxy pays those wake-ups too, the in-process one does
-// not.
+// not. conch dev also runs etcd and the other three services in the
+// router's process; the router of a cluster (one process per service, as
+// a deployment runs them) is measured beside it, as router-process.
 func BenchmarkCompletionOverhead(b *testing.B) {
 	d := startDev(b)
+	cluster := startCluster(b, 1).dev
 	answer := openAIText("ok")
 	up := newFakeUpstream(b, func(int, map[string]any) (int, string) { return 200, answer })
-	createGateway(b, d, map[string]any{"name": "bench", "upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"}})
+	for _, d := range []*dev{d, cluster} {
+		createGateway(b, d, map[string]any{"name": "bench", "upstream": map[string]any{"provider": "openai", "base_url": up.URL, "model": "m"}})
+	}
 	// The same proxy as the process of its own below.
 	proxy := httptest.NewServer(bareProxy(up.URL))
 	b.Cleanup(proxy.Close)
@@ -177,17 +182,20 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 		call(proxy.URL+"/chat/completions", "")
 		call(proxyProcess+"/chat/completions", "")
 		call(d.URL+"/v1/chat/completions", d.Key)
+		call(cluster.URL+"/v1/chat/completions", cluster.Key)
 	}
 	b.ResetTimer()
 	direct := make([]time.Duration, 0, b.N)
 	viaProxy := make([]time.Duration, 0, b.N)
 	viaProcess := make([]time.Duration, 0, b.N)
 	via := make([]time.Duration, 0, b.N)
+	viaRouter := make([]time.Duration, 0, b.N)
 	for range b.N {
 		direct = append(direct, call(up.URL+"/chat/completions", ""))
 		viaProxy = append(viaProxy, call(proxy.URL+"/chat/completions", ""))
 		viaProcess = append(viaProcess, call(proxyProcess+"/chat/completions", ""))
 		via = append(via, call(d.URL+"/v1/chat/completions", d.Key))
+		viaRouter = append(viaRouter, call(cluster.URL+"/v1/chat/completions", cluster.Key))
 	}
 	b.StopTimer()
 	dm, pm, vm := quantile(direct, 0.5), quantile(viaProxy, 0.5), quantile(via, 0.5)
@@ -201,6 +209,8 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	b.ReportMetric(ms(quantile(viaProcess, 0.5)), "proxy-process-p50-ms")
 	b.ReportMetric(ms(quantile(viaProcess, 0.5)-dm), "proxy-process-overhead-p50-ms")
 	b.ReportMetric(ms(quantile(viaProcess, 0.99)-quantile(direct, 0.99)), "proxy-process-overhead-p99-ms")
+	b.ReportMetric(ms(quantile(viaRouter, 0.5)-dm), "router-process-overhead-p50-ms")
+	b.ReportMetric(ms(quantile(viaRouter, 0.99)-quantile(direct, 0.99)), "router-process-overhead-p99-ms")
 }
 
 // BenchmarkCompletionThroughput measures completions per second through

@@ -62,7 +62,7 @@ type cluster struct {
 // startCluster starts a workspace, an approval service, n executors (with
 // executorArgs) and a router, each its own process, and waits until the
 // router is ready.
-func startCluster(t *testing.T, n int, executorArgs ...string) *cluster {
+func startCluster(t testing.TB, n int, executorArgs ...string) *cluster {
 	t.Helper()
 	bin, err := conchBin()
 	if err != nil {

@@ -285,6 +285,18 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p99-ms"}},
 	},
 	{
+		// conch dev runs etcd and the other services in the router's
+		// process; a cluster's router runs alone.
+		Service: "router", Metric: "router overhead, a cluster's router in its own process, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "router-process-overhead-p50-ms"},
+		Anchor: &Anchor{Name: "conch dev's", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p50-ms"}},
+	},
+	{
+		Service: "router", Metric: "router overhead, a cluster's router in its own process, p99", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "router-process-overhead-p99-ms"},
+		Anchor: &Anchor{Name: "conch dev's", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p99-ms"}},
+	},
+	{
 		Service: "router", Metric: "completions, 8 parallel clients", Unit: "op/s",
 		Value: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionThroughput", Unit: "completions/s"},
 	},
