@@ -43,7 +43,7 @@ type httpKey struct {
 
 // NewHTTPHandler wraps next with spans from tp and measurements from mp.
 func NewHTTPHandler(next http.Handler, tp trace.TracerProvider, mp metric.MeterProvider) (*HTTPHandler, error) {
-	duration, err := mp.Meter(httpInstrumentation).Float64Histogram("http.server.request.duration",
+	duration, err := mp.Meter(httpInstrumentation, metric.WithSchemaURL(semconv.SchemaURL)).Float64Histogram("http.server.request.duration",
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of HTTP server requests."),
 		// The semantic conventions' boundaries, and longer ones for
@@ -52,7 +52,8 @@ func NewHTTPHandler(next http.Handler, tp trace.TracerProvider, mp metric.MeterP
 	if err != nil {
 		return nil, err
 	}
-	return &HTTPHandler{next: next, tracer: tp.Tracer(httpInstrumentation), duration: duration}, nil
+	tracer := tp.Tracer(httpInstrumentation, trace.WithSchemaURL(semconv.SchemaURL))
+	return &HTTPHandler{next: next, tracer: tracer, duration: duration}, nil
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
