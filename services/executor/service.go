@@ -443,7 +443,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	if len(s.sandboxes)+s.creating >= s.max {
 		s.mu.Unlock()
-		return nil, "", errs.New(errs.ResourceExhausted, "executor %s is full (%d sandboxes); retry in a few seconds", s.name, s.max)
+		return nil, "", placement.Full(s.name, s.max)
 	}
 	s.creating++
 	s.mu.Unlock()

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,6 +30,49 @@ const MetaMaxSandboxes = "max_sandboxes"
 // createTries is how many executors a CreateSandbox tries, best first,
 // when one turns out to be full (its count here lagged).
 const createTries = 3
+
+// reasonFull marks an executor's refusal of a sandbox it has no room for.
+const reasonFull = "EXECUTOR_FULL"
+
+// Full is an executor's answer to a sandbox beyond the most it holds:
+// ResourceExhausted, marked so that the router tells it from a quota's,
+// tries the next executor and, when none has room, answers for all of
+// them (atCapacity) without naming any.
+func Full(name string, max int) error {
+	msg := fmt.Sprintf("executor %s is full (%d sandboxes); retry in a few seconds", name, max)
+	st, err := status.New(codes.ResourceExhausted, msg).WithDetails(&errdetails.ErrorInfo{Reason: reasonFull, Domain: "conch.sh"})
+	if err != nil {
+		return status.Error(codes.ResourceExhausted, msg)
+	}
+	return st.Err()
+}
+
+// isFull reports whether err is an executor's Full.
+func isFull(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonFull {
+			return true
+		}
+	}
+	return false
+}
+
+// atCapacity is the router's answer when no executor has room for a
+// sandbox; n is how many executors there are, 0 when unknown.
+func atCapacity(n int) error {
+	which := fmt.Sprintf("all %d executors are", n)
+	switch n {
+	case 0:
+		which = "the executors are"
+	case 1:
+		which = "the one executor is"
+	}
+	return status.Error(codes.ResourceExhausted, which+" at capacity; retry in a few seconds")
+}
 
 // load counts each executor's sandboxes from the placement records, kept
 // current by a watch.
@@ -117,16 +162,17 @@ func (l *load) watch(ctx context.Context, cli *clientv3.Client, log *slog.Logger
 }
 
 // candidates returns the executors with room for a sandbox, most room
-// first (ties in random order), or a ResourceExhausted error when every
-// executor is full. nil, nil means no basis to choose: balance as usual.
-func (r *Router) candidates(ctx context.Context) ([]string, error) {
+// first (ties in random order), and how many executors there are; or a
+// ResourceExhausted error when every executor is full. No candidates and
+// no error means no basis to choose: balance as usual.
+func (r *Router) candidates(ctx context.Context) (addrs []string, executors int, err error) {
 	count, ok := r.load.snapshot()
 	if !ok {
-		return nil, nil
+		return nil, 0, nil
 	}
 	ins, err := discovery.Instances(ctx, r.etcd, "executor")
 	if err != nil || len(ins) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	type cand struct {
 		addr string
@@ -142,37 +188,47 @@ func (r *Router) candidates(ctx context.Context) ([]string, error) {
 	}
 	rand.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
 	slices.SortStableFunc(cs, func(a, b cand) int { return b.free - a.free })
-	var out []string
 	for _, c := range cs {
-		if c.free > 0 && len(out) < createTries {
-			out = append(out, c.addr)
+		if c.free > 0 && len(addrs) < createTries {
+			addrs = append(addrs, c.addr)
 		}
 	}
-	if len(out) == 0 {
-		// A status, as the executor's own answer would be: callers see the
-		// interceptor's error as the call's.
-		return nil, status.Errorf(codes.ResourceExhausted, "all %d executors are at capacity; retry in a few seconds", len(cs))
+	if len(addrs) == 0 {
+		return nil, len(cs), atCapacity(len(cs))
 	}
-	return out, nil
+	return addrs, len(cs), nil
 }
 
 // create places a CreateSandbox on the executor with the most room,
-// moving on to the next when one is full after all.
+// moving on to the next when one is full after all (the counts here lag
+// the executors' own) or going away. When none made it, the answer is that
+// one went away or, when all were full, the cluster's, which names none.
 func (r *Router) create(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
-	addrs, err := r.candidates(ctx)
+	addrs, executors, err := r.candidates(ctx)
 	if err != nil {
 		return err
 	}
 	if len(addrs) == 0 {
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	for _, addr := range addrs {
-		err = invoker(discovery.Pin(ctx, addr), method, req, reply, cc, opts...)
-		switch status.Code(err) {
-		case codes.ResourceExhausted, codes.Unavailable:
-			continue // full, or going away: try the next
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if isFull(err) {
+			return atCapacity(0)
 		}
 		return err
 	}
-	return err
+	var gone error
+	for _, addr := range addrs {
+		err = invoker(discovery.Pin(ctx, addr), method, req, reply, cc, opts...)
+		switch {
+		case isFull(err):
+			continue
+		case status.Code(err) == codes.Unavailable:
+			gone = err // going away: try the next
+			continue
+		}
+		return err
+	}
+	if gone != nil {
+		return gone
+	}
+	return atCapacity(executors)
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -98,7 +100,7 @@ func TestCandidates(t *testing.T) {
 			count, ok := r.load.snapshot()
 			maps.DeleteFunc(count, func(_ string, n int) bool { return n == 0 })
 			if ok && maps.Equal(want, count) {
-				got, err := r.candidates(ctx)
+				got, _, err := r.candidates(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -142,7 +144,7 @@ func TestAllExecutorsFull(t *testing.T) {
 	r := NewRouter(ctx, cli, nil, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := r.candidates(ctx)
+		_, _, err := r.candidates(ctx)
 		if status.Code(err) == codes.ResourceExhausted {
 			return
 		}
@@ -180,6 +182,72 @@ func TestUnreachableRewords(t *testing.T) {
 			}
 			if status.Code(got) != codes.Unavailable || status.Convert(got).Message() != tt.want || len(status.Convert(got).Details()) != 0 {
 				t.Fatalf("got %v, want Unavailable %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCreateAnswersForTheCluster: a CreateSandbox moves past executors
+// that turn out to be full or are going away; when every one tried was
+// full the caller gets the cluster's answer, which names no executor, and
+// any other error (a quota's, say) is the caller's at once.
+func TestCreateAnswersForTheCluster(t *testing.T) {
+	cli := etcdxtest.StartForTest(t)
+	ctx := t.Context()
+	addrs := []string{"127.0.0.1:7001", "127.0.0.1:7002"}
+	for _, addr := range addrs {
+		reg, err := discovery.Register(ctx, cli, "executor", addr, discovery.RegisterOptions{Metadata: map[string]string{MetaMaxSandboxes: "4"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = reg.Close(context.WithoutCancel(ctx)) })
+	}
+	r := NewRouter(ctx, cli, nil, nil)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if got, _, _ := r.candidates(ctx); len(got) == len(addrs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the executors never became candidates")
+		}
+	}
+	quota := status.Error(codes.ResourceExhausted, "quota exceeded: 2 sandboxes")
+	gone := status.Error(codes.Unavailable, "draining")
+	tests := []struct {
+		name    string
+		answers map[string]error // by executor; nil is a sandbox made
+		want    error            // nil: made; else the code and message wanted
+		tries   int              // executors tried, when it failed
+	}{
+		{"first has room", map[string]error{}, nil, 0},
+		{"one full, the other has room", map[string]error{addrs[0]: Full("a", 4)}, nil, 0},
+		{"both full", map[string]error{addrs[0]: Full("a", 4), addrs[1]: Full("b", 4)},
+			status.Error(codes.ResourceExhausted, "all 2 executors are at capacity; retry in a few seconds"), 2},
+		{"one full, one going away", map[string]error{addrs[0]: Full("a", 4), addrs[1]: gone}, gone, 2},
+		{"a quota is not a full executor", map[string]error{addrs[0]: quota, addrs[1]: quota}, quota, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tries := 0
+			invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+				tries++
+				return tt.answers[discovery.Pinned(ctx)]
+			}
+			err := r.create(ctx, "/conch.executor.v1.ExecutorService/CreateSandbox", nil, nil, nil, invoker, nil)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("create = %v, want a sandbox", err)
+				}
+				return
+			}
+			if status.Code(err) != status.Code(tt.want) || status.Convert(err).Message() != status.Convert(tt.want).Message() {
+				t.Fatalf("create = %v, want %v", err, tt.want)
+			}
+			if tries != tt.tries {
+				t.Fatalf("%d executors tried, want %d", tries, tt.tries)
+			}
+			if strings.Contains(err.Error(), "executor a") || strings.Contains(err.Error(), "executor b") {
+				t.Fatalf("the answer names an executor: %v", err)
 			}
 		})
 	}
