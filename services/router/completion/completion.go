@@ -218,6 +218,21 @@ type Result struct {
 	*loop.Result
 	// Sandbox is the sandbox the shell ran in, "" when none was made.
 	Sandbox string
+	// end ends the completion's own sandbox; nil when there is none.
+	end func()
+}
+
+// End ends the completion's own sandbox, in the background. The caller
+// calls it once the answer is sent (written and flushed), so that the
+// teardown, which kills the sandbox's processes and tears down its
+// namespaces and mounts, takes no CPU from the answer on its way out. It
+// may be deferred right after Run returns: a handler's deferred calls run
+// after its writes. It does nothing the second time, or on nil.
+func (r *Result) End() {
+	if r != nil && r.end != nil {
+		r.end()
+		r.end = nil
+	}
 }
 
 // Run runs one completion of g for the caller in scope. ev receives what a
@@ -263,13 +278,20 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 	case scope.Session != "":
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
 	}
-	// A completion's own sandbox ends with it, even when the client left;
-	// the client need not wait for the teardown. The loop and Finish have
-	// returned by then, so a completion that made no sandbox has none to
-	// end and starts no goroutine for it.
-	defer func() {
+	// A completion's own sandbox ends with it, even when the client left,
+	// in the background: the client need not wait for the teardown. A
+	// completion that succeeds hands that to its caller (Result.End), to
+	// do once the answer is out; one that fails ends it here. The loop and
+	// Finish have returned by then, so a completion that made no sandbox
+	// has none to end and starts no goroutine for it.
+	end := func() {
 		if sb.Current() != "" {
 			go sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}
+	defer func() {
+		if end != nil {
+			end()
 		}
 	}()
 
@@ -312,7 +334,9 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		return nil, err
 	}
 	s.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
-	return finish(ctx, req, &Result{Result: res, Sandbox: sb.Current()}, nil)
+	out := &Result{Result: res, Sandbox: sb.Current(), end: end}
+	end = nil
+	return finish(ctx, req, out, nil)
 }
 
 // finish runs req.Finish on a completion that succeeded.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,8 @@ import (
 // text on stdout.
 type fakeExecutor struct {
 	executorv1.ExecutorServiceClient
+	// onExec, when set, runs at each command.
+	onExec func()
 
 	mu        sync.Mutex
 	created   int
@@ -61,6 +64,9 @@ func (f *fakeExecutor) Exec(_ context.Context, in *executorv1.ExecRequest, _ ...
 	f.mu.Lock()
 	f.ran[in.GetSandboxId()] = append(f.ran[in.GetSandboxId()], in.GetCommand())
 	f.mu.Unlock()
+	if f.onExec != nil {
+		f.onExec()
+	}
 	return &execStream{msgs: []*executorv1.ExecResponse{
 		{Event: &executorv1.ExecResponse_Output{Output: &executorv1.Output{Stream: executorv1.StreamName_STREAM_NAME_STDOUT, Data: []byte("ran: " + in.GetCommand())}}},
 		{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_EXIT, ExitCode: proto.Int32(0)}}}},
@@ -165,7 +171,16 @@ func TestRun(t *testing.T) {
 			if tc.req.ShellLocal && (len(res.ToolCalls) != 1 || res.ToolCalls[0].Name != "shell") {
 				t.Fatalf("a local shell call was not left to the client: %+v", res.ToolCalls)
 			}
-			// The completion's own sandbox is destroyed in the background.
+			// The completion's own sandbox lives until the caller has
+			// answered and ends it, then ends in the background, once.
+			exec.mu.Lock()
+			early := slices.Clone(exec.destroyed)
+			exec.mu.Unlock()
+			if len(early) != 0 {
+				t.Fatalf("destroyed %v before the caller ended the completion", early)
+			}
+			res.End()
+			res.End()
 			waitFor(t, func() bool {
 				exec.mu.Lock()
 				defer exec.mu.Unlock()
@@ -259,4 +274,28 @@ func TestAdmit(t *testing.T) {
 		t.Fatalf("admit after release: %v", err)
 	}
 	release()
+}
+
+// A completion that fails after making its sandbox ends it itself: there
+// is no result for a caller to end it with.
+func TestRunThatFailsEndsItsSandbox(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	// The client goes away while the command runs: the model's next call
+	// fails.
+	exec := &fakeExecutor{ran: map[string][]string{}, onExec: cancel}
+	s := newService(t, exec, 0)
+	g, err := s.Gateway(t.Context(), "acct", "scripted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{Messages: []upstream.Message{{Role: "user", Content: "run: ls"}}, Shell: &ShellTool{}}
+	if res, err := s.Run(ctx, tenant.Scope{Account: "acct"}, g, req, nil); err == nil {
+		t.Fatalf("Run = %+v, want the cancelled call's error", res)
+	}
+	waitFor(t, func() bool {
+		exec.mu.Lock()
+		defer exec.mu.Unlock()
+		return slices.Equal(exec.destroyed, []string{"sb-made"})
+	})
 }

@@ -5,6 +5,7 @@
 package openai
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
@@ -108,11 +110,18 @@ func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, modelOf(g))
 }
 
+// writeJSON answers v, whole and at once: with its length, and flushed,
+// so that the client has all of it before the handler goes on (to end the
+// completion's sandbox, say).
 func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+	_, _ = w.Write(b.Bytes())
+	_ = http.NewResponseController(w).Flush()
 }
 
 // admit takes one of the router's completion slots and reads the caller's
@@ -163,6 +172,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			h.errorOf(ctx, err, g.GetName()).write(w)
 			return
 		}
+		defer res.End()
 		writeJSON(w, chatCompletion(id, created, req.Model, res.Result))
 		return
 	}
@@ -176,6 +186,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(h.errorOf(ctx, err, g.GetName()))
 		return
 	}
+	defer res.End()
 	s.finish(res.Result)
 }
 

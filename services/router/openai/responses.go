@@ -137,7 +137,8 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)
 		}
 	}
-	if _, err := h.core.Run(ctx, scope, g, &req.Request, ev); err != nil {
+	res, err := h.core.Run(ctx, scope, g, &req.Request, ev)
+	if err != nil {
 		e := h.errorOf(ctx, err, g.GetName())
 		if s == nil {
 			e.write(w)
@@ -146,6 +147,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	defer res.End()
 	if s != nil {
 		s.complete(obj)
 		return
