@@ -72,7 +72,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	method := knownMethod(r.Method)
-	route := route(r.Pattern)
+	route := routeOf(r.Pattern)
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{
 			semconv.HTTPRequestMethodKey.String(method),
@@ -118,9 +118,9 @@ func knownMethod(m string) string {
 	return "_OTHER"
 }
 
-// route is the path of a ServeMux pattern ("POST /v1/{x}" → "/v1/{x}"),
+// routeOf is the path of a ServeMux pattern ("POST /v1/{x}" → "/v1/{x}"),
 // or "" when no pattern matched.
-func route(pattern string) string {
+func routeOf(pattern string) string {
 	if i := strings.IndexByte(pattern, '/'); i >= 0 {
 		return pattern[i:]
 	}
