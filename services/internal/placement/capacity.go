@@ -14,12 +14,12 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
 
@@ -39,27 +39,11 @@ const reasonFull = "EXECUTOR_FULL"
 // tries the next executor and, when none has room, answers for all of
 // them (atCapacity) without naming any.
 func Full(name string, max int) error {
-	msg := fmt.Sprintf("executor %s is full (%d sandboxes); retry in a few seconds", name, max)
-	st, err := status.New(codes.ResourceExhausted, msg).WithDetails(&errdetails.ErrorInfo{Reason: reasonFull, Domain: "conch.sh"})
-	if err != nil {
-		return status.Error(codes.ResourceExhausted, msg)
-	}
-	return st.Err()
+	return errs.WithReason(codes.ResourceExhausted, reasonFull, fmt.Sprintf("executor %s is full (%d sandboxes); retry in a few seconds", name, max), nil)
 }
 
 // isFull reports whether err is an executor's Full.
-func isFull(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.ResourceExhausted {
-		return false
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonFull {
-			return true
-		}
-	}
-	return false
-}
+func isFull(err error) bool { return errs.HasReason(err, codes.ResourceExhausted, reasonFull) }
 
 // atCapacity is the router's answer when no executor has room for a
 // sandbox; n is how many executors there are, 0 when unknown.

@@ -3,14 +3,14 @@ package discovery
 import (
 	"context"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/endpointsharding"
 	"google.golang.org/grpc/balancer/pickfirst"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	_ "google.golang.org/grpc/health" // client-side health checking
-	"google.golang.org/grpc/status"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
 // Policy is the load-balancing policy of connections made by Dial: a call
@@ -98,27 +98,10 @@ func (p *pinPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 const reasonUnreachable = "PINNED_INSTANCE_UNREACHABLE"
 
 func unreachable(addr string) error {
-	st, err := status.Newf(codes.Unavailable, "instance %s is not reachable", addr).WithDetails(&errdetails.ErrorInfo{
-		Reason: reasonUnreachable, Domain: "conch.sh", Metadata: map[string]string{"addr": addr},
-	})
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "instance %s is not reachable", addr)
-	}
-	return st.Err()
+	return errs.WithReason(codes.Unavailable, reasonUnreachable, "instance "+addr+" is not reachable", map[string]string{"addr": addr})
 }
 
 // Unreachable reports whether err is a pinned call's that was not sent:
 // its instance has left discovery, does not report SERVING or is not
 // connected.
-func Unreachable(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable {
-		return false
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonUnreachable {
-			return true
-		}
-	}
-	return false
-}
+func Unreachable(err error) bool { return errs.HasReason(err, codes.Unavailable, reasonUnreachable) }
