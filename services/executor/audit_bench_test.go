@@ -54,7 +54,7 @@ func BenchmarkCommandRoundTripAudit(b *testing.B) {
 	for b.Loop() {
 		for _, s := range []*side{with, without} {
 			b.StopTimer()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(commandPause)
 			b.StartTimer()
 			start := time.Now()
 			res, err := s.x.client.RunCommand(ctx, s.req)
