@@ -404,12 +404,12 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 	}
 	*cleanups = append(*cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
 	if spec.Network {
-		if s.egress, err = listenEgress(runDir(s.dir), s.uid); err != nil {
+		if s.egress, err = listenEgress(runPath(s.dir, egressDir), s.uid); err != nil {
 			return err
 		}
 		*cleanups = append(*cleanups, func() { _ = s.egress.Close() })
 		if spec.EgressCA != nil {
-			if err := writeTrust(filepath.Join(runDir(s.dir), "egress"), r.cfg.RootFS, spec.EgressCA); err != nil {
+			if err := writeTrust(runPath(s.dir, egressDir), r.cfg.RootFS, spec.EgressCA); err != nil {
 				return err
 			}
 		}
@@ -513,10 +513,9 @@ const (
 	egressSocket = "proxy.sock"
 )
 
-// listenEgress makes the sandbox's proxy socket in its state dir,
+// listenEgress makes the sandbox's proxy socket in the directory d,
 // connectable by the sandbox's uid alone.
-func listenEgress(dir string, uid int) (*net.UnixListener, error) {
-	d := filepath.Join(dir, "egress")
+func listenEgress(d string, uid int) (*net.UnixListener, error) {
 	if err := os.Mkdir(d, 0o750); err != nil {
 		return nil, fmt.Errorf("sandbox: egress dir: %w", err)
 	}
@@ -651,21 +650,26 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 // egress directory.
 func runDir(stateDir string) string { return filepath.Join(stateDir, "run") }
 
+// runPath is the host path of inside, a path under agentDir, for the
+// sandbox whose state is in stateDir.
+func runPath(stateDir, inside string) string {
+	return filepath.Join(runDir(stateDir), strings.TrimPrefix(inside, agentDir))
+}
+
 // makeRunDir makes the run directory of the sandbox whose state is in
 // stateDir: the runtime's agent and tool binaries linked in (hard links,
 // the same read-only files for every sandbox) and an empty tools
 // directory.
 func (r *Runtime) makeRunDir(stateDir string) error {
-	d := runDir(stateDir)
-	if err := os.Mkdir(d, 0o755); err != nil {
+	if err := os.Mkdir(runDir(stateDir), 0o755); err != nil {
 		return fmt.Errorf("sandbox: run dir: %w", err)
 	}
-	for _, l := range []struct{ src, name string }{{r.agent, filepath.Base(agentPath)}, {r.tool, filepath.Base(ToolPath)}} {
-		if err := os.Link(l.src, filepath.Join(d, l.name)); err != nil {
+	for _, l := range []struct{ src, dst string }{{r.agent, agentPath}, {r.tool, ToolPath}} {
+		if err := os.Link(l.src, runPath(stateDir, l.dst)); err != nil {
 			return fmt.Errorf("sandbox: run dir: %w", err)
 		}
 	}
-	if err := os.Mkdir(filepath.Join(d, filepath.Base(ToolsDir)), 0o755); err != nil {
+	if err := os.Mkdir(runPath(stateDir, ToolsDir), 0o755); err != nil {
 		return fmt.Errorf("sandbox: tools dir: %w", err)
 	}
 	return nil

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -71,7 +70,7 @@ func (s *Sandbox) WorkspacePath() string { return s.workspace }
 
 // ToolsPath returns the host directory seen inside the sandbox, read-only,
 // as ToolsDir.
-func (s *Sandbox) ToolsPath() string { return filepath.Join(runDir(s.dir), filepath.Base(ToolsDir)) }
+func (s *Sandbox) ToolsPath() string { return runPath(s.dir, ToolsDir) }
 
 // Egress returns the listener whose connections come from the sandbox's
 // programs through the agent, to be served by the host's egress proxy; nil
