@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -190,4 +191,147 @@ func BenchmarkTwoShells(b *testing.B) {
 		ds = append(ds, time.Since(start))
 	}
 	reportP50(b, ds)
+}
+
+// BenchmarkColdStartSteps says where a cold create's time goes beyond bare
+// bubblewrap, one step at a time, each round running every step once so
+// that the machine's drift falls on all of them alike:
+//
+//   - bare: bubblewrap with all namespaces running /bin/true (BenchmarkBareBwrap);
+//   - mounts: a real sandbox's bubblewrap arguments (its mounts, uid
+//     mapping, capabilities, pid 1), without the seccomp filter, running
+//     /bin/true;
+//   - seccomp: the same with the sandbox's seccomp filter;
+//   - cgroup: the same started into a cgroup of its own (made untimed;
+//     cgroup v2 only, as v1 has no clone into a cgroup);
+//   - agent: the same as seccomp, running the agent binary an executor
+//     runs (CONCH_BIN's conch-sandbox-agent) up to its first line and out:
+//     the Go runtime's start in place of /bin/true's;
+//   - create: a whole cold create, the agent's hello and the host state
+//     included, with that agent (else this test binary).
+func BenchmarkColdStartSteps(b *testing.B) {
+	agent := ""
+	if bin := os.Getenv("CONCH_BIN"); bin != "" {
+		agent = filepath.Join(filepath.Dir(bin), AgentBinaryName)
+	}
+	dir, err := os.MkdirTemp("", "conch-sandbox-steps-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o711)
+	r, err := NewRuntime(Config{Seccomp: filter(b), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		r.Close()
+		_ = os.RemoveAll(dir)
+	})
+
+	// One prepared sandbox, never started, lends its arguments to the
+	// middle steps.
+	s := &Sandbox{rt: r, spec: Spec{ID: "steps"}}
+	s.spec.withDefaults()
+	var cleanups []func()
+	b.Cleanup(func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	})
+	if s.uid, err = r.uids.claim(); err != nil {
+		b.Fatal(err)
+	}
+	cleanups = append(cleanups, func() { r.uids.release(s.uid) })
+	if err := s.prepare(b.Context(), s.spec, "steps"+hostName(), &cleanups); err != nil {
+		b.Fatal(err)
+	}
+	withFilter := r.bwrapArgs(s)
+	var noFilter []string
+	for i := 0; i < len(withFilter); i++ {
+		if withFilter[i] == "--seccomp" {
+			i++
+			continue
+		}
+		noFilter = append(noFilter, withFilter[i])
+	}
+	// bwrap runs prog in bubblewrap with args; an agent without its
+	// subcommand says so and exits 2.
+	bwrap := func(args []string, prog string, seccomp bool, cg *cgroup) time.Duration {
+		b.Helper()
+		cmd := exec.Command(r.cfg.Bwrap, append(slices.Clone(args), prog)...)
+		cmd.Env = []string{}
+		cmd.Dir = "/"
+		cmd.SysProcAttr = r.credential(s.uid)
+		if seccomp {
+			prog, w, err := os.Pipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() {
+				_, _ = w.Write(r.cfg.Seccomp)
+				_ = w.Close()
+			}()
+			defer prog.Close()
+			cmd.ExtraFiles = []*os.File{prog}
+		}
+		if cg != nil {
+			f, err := cg.fd()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(f.Fd())
+		}
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		d := time.Since(start)
+		if prog == agentPath && cmd.ProcessState.ExitCode() == 2 && bytes.Contains(out, []byte(AgentBinaryName)) {
+			err = nil
+		}
+		if err != nil {
+			b.Fatalf("bwrap %s: %v %s", prog, err, out)
+		}
+		return d
+	}
+	bare := []string{"--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev"}
+
+	steps := map[string][]time.Duration{}
+	i := 0
+	for b.Loop() {
+		i++
+		steps["bare-p50-ms"] = append(steps["bare-p50-ms"], bwrap(bare, "/bin/true", false, nil))
+		steps["mounts-p50-ms"] = append(steps["mounts-p50-ms"], bwrap(noFilter, "/bin/true", false, nil))
+		steps["seccomp-p50-ms"] = append(steps["seccomp-p50-ms"], bwrap(withFilter, "/bin/true", true, nil))
+		if agent != "" {
+			steps["agent-p50-ms"] = append(steps["agent-p50-ms"], bwrap(withFilter, agentPath, true, nil))
+		}
+		if r.cgroups.v2 {
+			b.StopTimer()
+			cg, err := r.cgroups.create(fmt.Sprintf("steps-%d", i), s.spec.Limits)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			steps["cgroup-p50-ms"] = append(steps["cgroup-p50-ms"], bwrap(withFilter, "/bin/true", true, cg))
+			b.StopTimer()
+			_ = cg.kill(5 * time.Second)
+			_ = cg.remove()
+			b.StartTimer()
+		}
+		start := time.Now()
+		sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("steps%d-%d", os.Getpid(), i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		steps["create-p50-ms"] = append(steps["create-p50-ms"], time.Since(start))
+		b.StopTimer()
+		if err := sb.Destroy(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	for unit, ds := range steps {
+		reportP50As(b, ds, unit)
+	}
 }

@@ -40,6 +40,33 @@ var Rows = []Row{
 		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateCold", Unit: "p50-ms"},
 		Anchor: bareBwrap,
 	},
+	// Where a cold create's time goes beyond bare bubblewrap, step by
+	// step, all steps interleaved in one benchmark.
+	{
+		Service: "executor", Metric: "cold start steps: a sandbox's bubblewrap arguments, /bin/true, p50", Unit: "ms",
+		Value:  coldStep("mounts"),
+		Anchor: &Anchor{Name: "bare bwrap /bin/true, interleaved", Ref: coldStep("bare")},
+	},
+	{
+		Service: "executor", Metric: "cold start steps: the same with the seccomp filter, p50", Unit: "ms",
+		Value:  coldStep("seccomp"),
+		Anchor: &Anchor{Name: "without the filter", Ref: coldStep("mounts")},
+	},
+	{
+		Service: "executor", Metric: "cold start steps: the same into a cgroup of its own (v2), p50", Unit: "ms",
+		Value:  coldStep("cgroup"),
+		Anchor: &Anchor{Name: "without the cgroup", Ref: coldStep("seccomp")},
+	},
+	{
+		Service: "executor", Metric: "cold start steps: the agent binary's start in place of /bin/true, p50", Unit: "ms",
+		Value:  coldStep("agent"),
+		Anchor: &Anchor{Name: "/bin/true", Ref: coldStep("seccomp")},
+	},
+	{
+		Service: "executor", Metric: "cold start steps: a whole cold create, p50", Unit: "ms",
+		Value:  coldStep("create"),
+		Anchor: &Anchor{Name: "the agent's start and exit alone", Ref: coldStep("agent")},
+	},
 	{
 		Service: "executor", Metric: "command `true` via gRPC, warm sandbox, p50", Unit: "ms",
 		// Measured after a pause (a model's turn), as its floor is.
@@ -329,4 +356,9 @@ var Rows = []Row{
 		Value:  Ref{Pkg: "internal/platform/etcdx", Bench: "BenchmarkPutBlobDurable", Unit: "blob-p50-ms"},
 		Anchor: &Anchor{Name: "one small key put, same etcd", Ref: Ref{Pkg: "internal/platform/etcdx", Bench: "BenchmarkPutBlobDurable", Unit: "put-p50-ms"}},
 	},
+}
+
+// coldStep is one step of BenchmarkColdStartSteps.
+func coldStep(step string) Ref {
+	return Ref{Pkg: "executor/sandbox", Bench: "BenchmarkColdStartSteps", Unit: step + "-p50-ms"}
 }
