@@ -68,13 +68,15 @@ func BenchmarkSandboxCreate(b *testing.B) {
 	reportP50(b, ds)
 }
 
-// BenchmarkSandboxCreateCold builds a full sandbox (cgroups, workspace
-// tmpfs, bubblewrap, agent) without a pool; teardown is not timed. It says
+// BenchmarkSandboxCreateCold builds a full sandbox (state, workspace
+// tmpfs, bubblewrap, agent) without a pool of warm sandboxes, from the
+// bubblewraps the runtime starts ahead; teardown is not timed. It says
 // where the time goes with the p50 of each step's span: the host state
-// (state dir, /etc, workspace tmpfs), the filesystem view, the cgroup, and
-// bubblewrap up to the agent's hello, which is nearly all of it.
+// (state dir, /etc, workspace tmpfs), the filesystem view, a launch
+// (uid, cgroup, bubblewrap started) when none was ready, and bubblewrap
+// from its arguments to the agent's hello, which is nearly all of it.
 func BenchmarkSandboxCreateCold(b *testing.B) {
-	benchCreateCold(b, "")
+	benchCreateCold(b, "", 0)
 }
 
 // BenchmarkSandboxCreateColdAgent is BenchmarkSandboxCreateCold with the
@@ -88,14 +90,18 @@ func BenchmarkSandboxCreateColdAgent(b *testing.B) {
 	if bin == "" {
 		b.Skip("CONCH_BIN names no conch binary (make bench sets it)")
 	}
-	for _, agent := range []string{filepath.Join(filepath.Dir(bin), AgentBinaryName), bin} {
-		b.Run(filepath.Base(agent), func(b *testing.B) { benchCreateCold(b, agent) })
+	agent := filepath.Join(filepath.Dir(bin), AgentBinaryName)
+	for _, agent := range []string{agent, bin} {
+		b.Run(filepath.Base(agent), func(b *testing.B) { benchCreateCold(b, agent, 0) })
 	}
+	// A burst beyond the launches kept ahead: each create starts its own.
+	b.Run("no-launch-ahead", func(b *testing.B) { benchCreateCold(b, agent, -1) })
 }
 
 // benchCreateCold times cold creates on a runtime of its own whose agent
-// is agent (this test binary when empty), recording its spans.
-func benchCreateCold(b *testing.B, agent string) {
+// is agent (this test binary when empty) and that keeps ahead launches
+// started ahead (Config.LaunchAhead), recording its spans.
+func benchCreateCold(b *testing.B, agent string, ahead int) {
 	dir, err := os.MkdirTemp("", "conch-sandbox-cold-")
 	if err != nil {
 		b.Fatal(err)
@@ -104,7 +110,7 @@ func benchCreateCold(b *testing.B, agent string) {
 	rec := tracetest.NewSpanRecorder()
 	r, err := NewRuntime(Config{
 		Seccomp: filter(b), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent,
-		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
+		LaunchAhead: ahead, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -136,7 +142,7 @@ func benchCreateCold(b *testing.B, agent string) {
 	}
 	for _, step := range []struct{ span, unit string }{
 		{"sandbox.state", "state-p50-ms"}, {"sandbox.view", "view-p50-ms"},
-		{"sandbox.cgroup", "cgroup-p50-ms"}, {"sandbox.start", "start-p50-ms"},
+		{"sandbox.launch", "launch-p50-ms"}, {"sandbox.start", "start-p50-ms"},
 	} {
 		d := steps[step.span]
 		if len(d) == 0 {
@@ -207,8 +213,9 @@ func BenchmarkTwoShells(b *testing.B) {
 //   - agent: the same as seccomp, running the agent binary an executor
 //     runs (CONCH_BIN's conch-sandbox-agent) up to its first line and out:
 //     the Go runtime's start in place of /bin/true's;
-//   - create: a whole cold create, the agent's hello and the host state
-//     included, with that agent (else this test binary).
+//   - create: a whole cold create with that agent (else this test
+//     binary): the host state, the agent's hello, and bubblewrap started
+//     ahead of it (Config.LaunchAhead) in its cgroup.
 func BenchmarkColdStartSteps(b *testing.B) {
 	agent := ""
 	if bin := os.Getenv("CONCH_BIN"); bin != "" {

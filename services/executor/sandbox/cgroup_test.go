@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,91 +147,11 @@ func TestCgroupV2KillsTheTree(t *testing.T) {
 	}
 }
 
-// TestAdoptTreePassesOverEndedProcesses moves a real process tree into a
-// real cgroup v1 group, as a v1 host's sandboxes are adopted after their
-// agent's hello, while processes below the root come and go: one that has
-// ended (here a pid no process has) is passed over, the root having ended
-// is an error.
-func TestAdoptTreePassesOverEndedProcesses(t *testing.T) {
-	root, err := detectCgroups("/sys/fs/cgroup", fmt.Sprintf("conch-test-adopt-%d", os.Getpid()))
-	if err != nil {
-		t.Skip(err)
-	}
-	if root.v2 {
-		t.Skip("cgroup v2 starts bubblewrap in the group: nothing is adopted")
-	}
-	cg, err := root.create("sb", Limits{MemoryBytes: 64 << 20, Pids: 32, CPUMillicores: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := &Sandbox{cg: cg}
-	tree := exec.Command("/bin/sh", "-c", "sleep 30 & sleep 30 & wait")
-	if err := tree.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cg.kill(5 * time.Second)
-		_ = tree.Wait()
-		_ = cg.remove()
-		for _, c := range cgroupControllers {
-			_ = os.Remove(filepath.Join(root.mount, c, root.parent))
-		}
-	})
-	// A pid no process has: an ended process's own pid may already be
-	// another's, which adopting would move into the group.
-	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Wait until the shell has started both sleeps.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, _ := childrenOf(tree.Process.Pid)
-		if len(c) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the shell started %v", c)
-		}
-	}
-
-	tests := []struct {
-		name         string
-		pid          int
-		top          bool
-		wantVanished bool
-		wantErr      bool
-	}{
-		{"a live tree", tree.Process.Pid, true, false, false},
-		{"an ended process below the root", dead, false, true, false},
-		{"the root ended", dead, true, false, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			vanished, err := sb.adopt(tt.pid, tt.top)
-			if vanished != tt.wantVanished || (err != nil) != tt.wantErr {
-				t.Fatalf("adopt(%d, %v) = %v, %v; want vanished %v, an error %v", tt.pid, tt.top, vanished, err, tt.wantVanished, tt.wantErr)
-			}
-		})
-	}
-	pids, err := cg.pids()
-	if err != nil || len(pids) != 3 {
-		t.Fatalf("the group holds %v (%v), want the shell and its two sleeps", pids, err)
-	}
-	if err := sb.adoptTree(dead); err == nil {
-		t.Fatal("adoptTree of an ended process succeeded")
-	}
-}
-
 // TestEveryProcessIsInTheSandboxGroups checks, from the host, that every
-// process of a new sandbox is in the sandbox's groups, once
-// the agent's spare shells have started: on cgroup v1 they are moved in
-// after the agent's hello, and the agent starts them, from a thread of its
-// own, as soon as it has said it. A spare left outside would run the first
-// command with no memory or pids limit.
+// process of a new sandbox is in the sandbox's groups, once the agent's
+// spare shells have started: on cgroup v1 bubblewrap is moved in while it
+// waits for its arguments, and all it starts must be born inside. A spare
+// left outside would run the first command with no memory or pids limit.
 func TestEveryProcessIsInTheSandboxGroups(t *testing.T) {
 	t.Parallel()
 	for range 3 {
@@ -288,4 +210,53 @@ func processesBelow(t *testing.T, root int) []int {
 		}
 	}
 	return out
+}
+
+// TestLaunchWaitsInItsCgroupAndEndsFirst checks a launch, bubblewrap
+// started ahead of its sandbox: it is in its cgroup, has made no namespace
+// and started nothing while its arguments have not come; closing it kills
+// it before its argument pipe closes (an empty argument list would still
+// run bubblewrap's command), and gives back its cgroup and uid.
+func TestLaunchWaitsInItsCgroupAndEndsFirst(t *testing.T) {
+	t.Parallel()
+	r := testRuntime(t)
+	l, err := r.launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := l.cmd.Process.Pid
+	time.Sleep(50 * time.Millisecond) // what it would do unasked, it has had time to
+	in, err := l.cg.pids()
+	if err != nil || !slices.Contains(in, pid) {
+		t.Fatalf("bubblewrap %d is not in its cgroup %v (%v)", pid, in, err)
+	}
+	if below := processesBelow(t, pid); len(below) != 1 {
+		t.Fatalf("a waiting bubblewrap runs %v", below)
+	}
+	for _, ns := range []string{"user", "mnt", "pid", "net"} {
+		mine, _ := os.Readlink("/proc/self/ns/" + ns)
+		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+		if err != nil || its != mine {
+			t.Fatalf("a waiting bubblewrap has its own %s namespace: %s (%v)", ns, its, err)
+		}
+	}
+	dir := l.cg.dirs[0]
+	l.close()
+	select {
+	case <-l.exit:
+	default:
+		t.Fatal("close returned before bubblewrap ended")
+	}
+	if st := l.cmd.ProcessState; st == nil || st.Success() || !strings.Contains(st.String(), "killed") {
+		t.Fatalf("bubblewrap ended %v, want killed", st)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("cgroup %s left behind: %v", dir, err)
+	}
+	r.uids.mu.Lock()
+	held := r.uids.held[l.uid] != nil
+	r.uids.mu.Unlock()
+	if held {
+		t.Fatalf("uid %d still claimed", l.uid)
+	}
 }

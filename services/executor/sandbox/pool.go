@@ -3,113 +3,137 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// pool keeps sandboxes built ahead of demand. A pooled sandbox has never run
-// anything; claiming one sets its limits and identity.
-type pool struct {
-	rt     *Runtime
-	size   int
+// spares keeps up to size values made ahead of demand by a goroutine of
+// its own: the warm sandboxes of the pool, and the launches (bubblewraps
+// parked in their cgroups) that cold creates start from.
+type spares[T any] struct {
+	what    string // for the log
+	size    int
+	make    func(ctx context.Context) (T, error)
+	dead    func(T) bool // one that died while waiting
+	discard func(T)
+	log     *slog.Logger
+
 	mu     sync.Mutex
-	ready  []*Sandbox
+	ready  []T
 	wake   chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func newPool(rt *Runtime, size int) *pool {
-	ctx, cancel := context.WithCancel(context.Background()) // lives as long as the runtime
-	p := &pool{rt: rt, size: size, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	if size <= 0 {
-		close(p.done)
-		return p
+func newSpares[T any](sp *spares[T]) *spares[T] {
+	sp.ctx, sp.cancel = context.WithCancel(context.Background()) // lives as long as the runtime
+	sp.wake, sp.done = make(chan struct{}, 1), make(chan struct{})
+	if sp.size <= 0 {
+		close(sp.done)
+		return sp
 	}
-	go p.fill()
-	p.poke()
-	return p
+	go sp.fill()
+	sp.poke()
+	return sp
 }
 
-func (p *pool) poke() {
+func (sp *spares[T]) poke() {
 	select {
-	case p.wake <- struct{}{}:
+	case sp.wake <- struct{}{}:
 	default:
 	}
 }
 
-// take returns a ready sandbox, or nil.
-func (p *pool) take() *Sandbox {
-	if p.size <= 0 {
-		return nil
+// take returns a ready value; ok is false when there is none.
+func (sp *spares[T]) take() (v T, ok bool) {
+	if sp.size <= 0 {
+		return v, false
 	}
-	defer p.poke()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.ready) > 0 {
-		s := p.ready[0]
-		p.ready = p.ready[1:]
-		select {
-		case <-s.done: // its agent died while waiting
-			go func() { _ = s.Destroy(context.Background()) }()
-		default:
-			return s
+	defer sp.poke()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for len(sp.ready) > 0 {
+		v = sp.ready[0]
+		sp.ready = sp.ready[1:]
+		if !sp.dead(v) {
+			return v, true
 		}
+		go sp.discard(v)
 	}
-	return nil
+	return v, false
 }
 
-func (p *pool) fill() {
-	defer close(p.done)
+func (sp *spares[T]) fill() {
+	defer close(sp.done)
 	for {
 		select {
-		case <-p.ctx.Done():
+		case <-sp.ctx.Done():
 			return
-		case <-p.wake:
+		case <-sp.wake:
 		}
 		for {
-			p.mu.Lock()
-			n := len(p.ready)
-			p.mu.Unlock()
-			name := "w" + hostName()
-			if n >= p.size || p.ctx.Err() != nil {
+			sp.mu.Lock()
+			n := len(sp.ready)
+			sp.mu.Unlock()
+			if n >= sp.size || sp.ctx.Err() != nil {
 				break
 			}
-			spec := Spec{ID: name}
-			spec.withDefaults()
-			s, err := p.rt.build(p.ctx, spec, name)
+			v, err := sp.make(sp.ctx)
 			if err != nil {
-				if p.ctx.Err() != nil {
+				if sp.ctx.Err() != nil {
 					return
 				}
-				p.rt.log.Warn("building a pooled sandbox failed", "error", err)
+				sp.log.Warn("making a spare "+sp.what+" failed", "error", err)
 				select {
-				case <-p.ctx.Done():
+				case <-sp.ctx.Done():
 					return
 				case <-time.After(time.Second): // do not spin on a broken host
 				}
 				continue
 			}
-			p.mu.Lock()
-			p.ready = append(p.ready, s)
-			p.mu.Unlock()
+			sp.mu.Lock()
+			sp.ready = append(sp.ready, v)
+			sp.mu.Unlock()
 		}
 	}
 }
 
-func (p *pool) close() {
-	p.cancel()
-	<-p.done
-	p.mu.Lock()
-	ready := p.ready
-	p.ready = nil
-	p.mu.Unlock()
-	for _, s := range ready {
-		_ = s.Destroy(context.Background())
+func (sp *spares[T]) close() {
+	sp.cancel()
+	<-sp.done
+	sp.mu.Lock()
+	ready := sp.ready
+	sp.ready = nil
+	sp.mu.Unlock()
+	for _, v := range ready {
+		sp.discard(v)
 	}
+}
+
+// newPool keeps size sandboxes built and waiting. A pooled sandbox has
+// never run anything; claiming one sets its limits and identity.
+func newPool(rt *Runtime, size int) *spares[*Sandbox] {
+	return newSpares(&spares[*Sandbox]{
+		what: "sandbox", size: size, log: rt.log,
+		make: func(ctx context.Context) (*Sandbox, error) {
+			spec := Spec{ID: "w" + hostName()}
+			spec.withDefaults()
+			return rt.build(ctx, spec)
+		},
+		dead: func(s *Sandbox) bool {
+			select {
+			case <-s.done: // its agent died while waiting
+				return true
+			default:
+				return false
+			}
+		},
+		discard: func(s *Sandbox) { _ = s.Destroy(context.Background()) },
+	})
 }
 
 // fit gives a pooled sandbox its identity and limits.

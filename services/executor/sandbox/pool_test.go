@@ -11,12 +11,15 @@ import (
 // a new one.
 func TestPooledSandboxGetsItsLimits(t *testing.T) {
 	r := poolRuntime(t, 1)
+	r.pool.mu.Lock()
+	pooled := r.pool.ready[0]
+	r.pool.mu.Unlock()
 	sb, err := r.Create(t.Context(), Spec{ID: fmt.Sprintf("pooled%d", os.Getpid()), Limits: Limits{WorkspaceBytes: 4 << 20, Pids: 32}, PathPrepend: []string{"/opt/tools"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sb.Destroy(t.Context()) })
-	if !strings.HasPrefix(sb.dir, r.cfg.StateDir+"/w") {
+	if sb != pooled {
 		t.Fatalf("sandbox at %s did not come from the pool", sb.dir)
 	}
 	r2 := sh(t, sb, "dd if=/dev/zero of=big bs=1M count=16 2>&1; echo $PATH; cat /sys/fs/cgroup/pids.max 2>&1; id -u")

@@ -37,6 +37,13 @@ type Limits struct {
 	TmpBytes       int64 // size of /tmp
 }
 
+// cgroupLimits are the limits a sandbox's cgroup enforces.
+type cgroupLimits struct{ memoryBytes, pids, cpuMillicores int64 }
+
+func (l Limits) cgroup() cgroupLimits {
+	return cgroupLimits{l.MemoryBytes, l.Pids, l.CPUMillicores}
+}
+
 // DefaultLimits are the limits of SPEC §4 for an in-memory workspace.
 var DefaultLimits = Limits{
 	MemoryBytes:    512 << 20,
@@ -88,6 +95,13 @@ type Config struct {
 	// PoolSize is how many sandboxes are kept built and waiting, so that
 	// creating one costs only fitting it to its limits.
 	PoolSize int
+	// LaunchAhead is how many bubblewraps are kept started ahead of cold
+	// creates, each as a sandbox uid in a cgroup of its own and blocked
+	// reading the arguments that will make it a sandbox: a cold create
+	// then waits for neither their fork and exec nor, on cgroup v1, the
+	// move into the cgroup (which stalls every fork on the host while it
+	// runs). Zero means DefaultLaunchAhead; negative, none.
+	LaunchAhead int
 	// Logger receives the runtime's logs.
 	Logger *slog.Logger
 	// TracerProvider receives the spans of each sandbox's build; none
@@ -108,7 +122,8 @@ type Runtime struct {
 
 	uids *uidClaims
 
-	pool *pool
+	pool     *spares[*Sandbox]
+	launches *spares[*launch]
 
 	// template is the view of a new sandbox, made on first use.
 	template func() (*fsview.View, error)
@@ -156,6 +171,9 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 20 * time.Second
+	}
+	if cfg.LaunchAhead == 0 {
+		cfg.LaunchAhead = DefaultLaunchAhead
 	}
 	bw, err := exec.LookPath(cfg.Bwrap)
 	if err != nil {
@@ -214,6 +232,12 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		r.removeState()
 		return nil, err
 	}
+	r.launches = newSpares(&spares[*launch]{
+		what: "launch", size: cfg.LaunchAhead, log: r.log,
+		make:    func(context.Context) (*launch, error) { return r.launch() },
+		dead:    (*launch).exited,
+		discard: (*launch).close,
+	})
 	r.pool = newPool(r, cfg.PoolSize)
 	go r.etc.watch(r.stop, func(err error) { r.log.Warn("sandbox: /etc not refreshed", "error", err) })
 	return r, nil
@@ -310,14 +334,14 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 	}
 	// Warm sandboxes have no egress socket.
 	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network {
-		if s := r.pool.take(); s != nil {
+		if s, ok := r.pool.take(); ok {
 			if err := s.fit(spec); err == nil {
 				return s, nil
 			}
 			_ = s.Destroy(context.WithoutCancel(ctx))
 		}
 	}
-	return r.build(ctx, spec, "c"+hostName())
+	return r.build(ctx, spec)
 }
 
 // hostName names a sandbox's state dir and cgroup on the host. It is
@@ -327,8 +351,9 @@ func hostName() string {
 	return strings.ToLower(rand.Text()[:16])
 }
 
-// build makes a new sandbox; name keeps its host state apart from others.
-func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox, err error) {
+// build makes a new sandbox from a launch started ahead, or one of its own
+// when none is ready.
+func (r *Runtime) build(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
 
@@ -343,26 +368,31 @@ func (r *Runtime) build(ctx context.Context, spec Spec, name string) (_ *Sandbox
 	}()
 	ctx, endBuild := r.span(ctx, "build")
 	defer func() { endBuild(err) }()
-	if s.uid, err = r.uids.claim(); err != nil {
+	l, ok := r.launches.take()
+	if !ok {
+		_, endLaunch := r.span(ctx, "launch")
+		l, err = r.launch()
+		endLaunch(err)
+		if err != nil {
+			return nil, err
+		}
+	}
+	cleanups = append(cleanups, l.close)
+	s.uid, s.cg = l.uid, l.cg
+	if err := s.prepare(ctx, spec, l.name, &cleanups); err != nil {
 		return nil, err
 	}
-	cleanups = append(cleanups, func() { r.uids.release(s.uid) })
-
-	if err := s.prepare(ctx, spec, name, &cleanups); err != nil {
-		return nil, err
+	// Its limits hold before bubblewrap reads a word of its arguments.
+	if spec.Limits.cgroup() != DefaultLimits.cgroup() {
+		if err := s.cg.setLimits(spec.Limits); err != nil {
+			return nil, err
+		}
 	}
-	_, endCgroup := r.span(ctx, "cgroup")
-	s.cg, err = r.cgroups.create("sb-"+name, spec.Limits)
-	endCgroup(err)
-	if err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, func() { _ = s.cg.kill(5 * time.Second); _ = s.cg.remove() })
-
 	_, endStart := r.span(ctx, "start")
-	err = s.start(ctx)
+	err = s.start(ctx, l)
 	endStart(err)
 	if err != nil {
+		l.close() // its processes end before its state goes
 		return nil, err
 	}
 	return s, nil
@@ -704,67 +734,157 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 	return append(a, "--chdir", WorkspaceDir, "--remount-ro", "/")
 }
 
-// start runs bubblewrap and waits for the agent's hello.
-func (s *Sandbox) start(ctx context.Context) error {
-	r := s.rt
-	prog, progW, err := os.Pipe()
+// DefaultLaunchAhead is how many launches a runtime keeps ready.
+const DefaultLaunchAhead = 2
+
+// A launch is a sandbox's bubblewrap started ahead of the sandbox: as the
+// sandbox's uid, already in its cgroup, and blocked reading the arguments
+// that say all it will do (bubblewrap reads them before anything else).
+// Until they come it has made no namespace and runs nothing; were its
+// argument pipe to end empty, it would still make its own empty root and
+// find no program to run there.
+type launch struct {
+	name   string // of its state dir and cgroup on the host
+	uid    int    // claimed from uids, -1 when not
+	uids   *uidClaims
+	cg     *cgroup
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	stderr *tailBuffer
+	// The write ends of the pipes bubblewrap reads its seccomp filter
+	// (fd 3) and its arguments (fd 4) from.
+	seccomp, args *os.File
+	exit          chan struct{} // closed when bubblewrap has ended
+	closeOnce     sync.Once
+}
+
+// launch starts a bubblewrap for a sandbox yet to be built, with a new
+// uid and cgroup (of the default limits, which build changes when its
+// spec's differ).
+func (r *Runtime) launch() (_ *launch, err error) {
+	l := &launch{name: "c" + hostName(), uid: -1, uids: r.uids, stderr: &tailBuffer{max: 4096}, exit: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			l.close()
+		}
+	}()
+	if l.uid, err = r.uids.claim(); err != nil {
+		l.uid = -1
+		return nil, err
+	}
+	if l.cg, err = r.cgroups.create("sb-"+l.name, DefaultLimits); err != nil {
+		return nil, err
+	}
+	prog, seccompW, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("sandbox: seccomp pipe: %w", err)
+		return nil, fmt.Errorf("sandbox: seccomp pipe: %w", err)
 	}
 	defer prog.Close()
-	go func() {
-		_, _ = progW.Write(r.cfg.Seccomp)
-		_ = progW.Close()
-	}()
+	l.seccomp = seccompW
 	// The arguments go through a pipe so that the sandbox's /proc/1/cmdline
 	// does not show the host's paths.
 	args, argsW, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("sandbox: args pipe: %w", err)
+		return nil, fmt.Errorf("sandbox: args pipe: %w", err)
 	}
 	defer args.Close()
-	go func() {
-		_, _ = argsW.Write([]byte(strings.Join(r.bwrapArgs(s), "\x00") + "\x00"))
-		_ = argsW.Close()
-	}()
+	l.args = argsW
 	cmd := exec.Command(r.cfg.Bwrap, "--args", "4", agentPath, AgentCommand)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{prog, args}
-	cmd.SysProcAttr = r.credential(s.uid)
+	cmd.SysProcAttr = r.credential(l.uid)
 	if r.cgroups.v2 {
-		f, err := s.cg.fd()
+		f, err := l.cg.fd()
 		if err != nil {
-			return fmt.Errorf("sandbox: open cgroup: %w", err)
+			return nil, fmt.Errorf("sandbox: open cgroup: %w", err)
 		}
 		defer f.Close()
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(f.Fd())
 	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return fmt.Errorf("sandbox: agent pipe: %w", err)
+	if l.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, fmt.Errorf("sandbox: agent pipe: %w", err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return fmt.Errorf("sandbox: agent pipe: %w", err)
+	if l.stdout, err = cmd.StdoutPipe(); err != nil {
+		return nil, fmt.Errorf("sandbox: agent pipe: %w", err)
 	}
-	stderr := &tailBuffer{max: 4096}
-	cmd.Stderr = stderr
+	cmd.Stderr = l.stderr
 	// A process of the sandbox holding stderr must not hold up Wait.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("sandbox: start bubblewrap: %w", err)
+		return nil, fmt.Errorf("sandbox: start bubblewrap: %w", err)
 	}
-	s.cmd = cmd
+	l.cmd = cmd
+	go func() {
+		_ = cmd.Wait()
+		close(l.exit)
+	}()
+	// cgroup v1 has no clone into a cgroup: bubblewrap moves in now, alone,
+	// while it waits for its arguments; all it starts will be born inside.
 	if !r.cgroups.v2 {
-		// v1 has no clone-into-cgroup: move bubblewrap now and, once the
-		// agent is up and before it runs anything, every process it made.
-		_ = s.cg.add(cmd.Process.Pid)
+		if err := l.cg.add(cmd.Process.Pid); err != nil {
+			return nil, err
+		}
 	}
-	s.in = newFrameWriter(stdin)
-	s.stdin = stdin
-	out := bufio.NewReaderSize(stdout, 64<<10)
+	return l, nil
+}
+
+// exited reports whether the launch's bubblewrap has ended.
+func (l *launch) exited() bool {
+	select {
+	case <-l.exit:
+		return true
+	default:
+		return false
+	}
+}
+
+// close ends a launch that did not become a sandbox: its processes are
+// killed before its argument pipe closes, and then its cgroup and uid go.
+func (l *launch) close() {
+	l.closeOnce.Do(func() {
+		if l.cmd != nil {
+			_ = l.cmd.Process.Kill()
+		}
+		if l.cg != nil {
+			_ = l.cg.kill(5 * time.Second)
+		}
+		if l.cmd != nil {
+			<-l.exit
+		}
+		for _, f := range []*os.File{l.seccomp, l.args} {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+		if l.stdin != nil {
+			_ = l.stdin.Close()
+		}
+		if l.cg != nil {
+			_ = l.cg.remove()
+		}
+		if l.uid >= 0 {
+			l.uids.release(l.uid)
+		}
+	})
+}
+
+// start gives the launch its filter and arguments and waits for the
+// agent's hello.
+func (s *Sandbox) start(ctx context.Context, l *launch) error {
+	go func() {
+		_, _ = l.seccomp.Write(s.rt.cfg.Seccomp)
+		_ = l.seccomp.Close()
+	}()
+	go func() {
+		_, _ = l.args.Write([]byte(strings.Join(s.rt.bwrapArgs(s), "\x00") + "\x00"))
+		_ = l.args.Close()
+	}()
+	s.cmd, s.stdin = l.cmd, l.stdin
+	s.in = newFrameWriter(l.stdin)
+	out := bufio.NewReaderSize(l.stdout, 64<<10)
 	hello := make(chan error, 1)
 	go func() {
 		f, err := readFrame(out, maxAgentFrame)
@@ -773,31 +893,22 @@ func (s *Sandbox) start(ctx context.Context) error {
 		}
 		hello <- err
 	}()
+	var err error
 	select {
 	case err = <-hello:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	if err != nil {
-		s.abort()
-		return fmt.Errorf("sandbox: agent did not start: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("sandbox: agent did not start: %w: %s", err, strings.TrimSpace(l.stderr.String()))
 	}
-	if !r.cgroups.v2 {
-		if err := s.adoptTree(cmd.Process.Pid); err != nil {
-			s.abort()
-			return err
-		}
-	}
-	// Only now may the agent start processes ahead of commands: on v1, one
-	// started before the tree was moved in would run outside the limits,
-	// and in a cgroup namespace that shows the host's group paths.
+	// Only now may the agent start processes ahead of commands.
 	if err := s.in.write(frameSettled, 0, nil); err != nil {
-		s.abort()
 		return fmt.Errorf("sandbox: write to agent: %w", err)
 	}
 	go s.readLoop(out)
 	go func() {
-		_ = cmd.Wait()
+		<-l.exit
 		s.markDead(errors.New("sandbox ended"))
 	}()
 	return nil
@@ -811,91 +922,6 @@ func (r *Runtime) credential(uid int) *syscall.SysProcAttr {
 		Pdeathsig:  syscall.SIGKILL,
 		Setpgid:    true,
 	}
-}
-
-// abort kills a sandbox that failed to start: whatever bubblewrap made is
-// gathered into the cgroup first, then the cgroup is emptied.
-func (s *Sandbox) abort() {
-	_ = s.adoptTree(s.cmd.Process.Pid)
-	_ = s.cmd.Process.Kill()
-	_ = s.cg.kill(5 * time.Second)
-	_ = s.cmd.Wait()
-}
-
-// adoptTree moves pid and every process below it into the sandbox's
-// groups (cgroup v1 has no clone-into-cgroup). The agent starts nothing
-// ahead until it is told the walk is done, but bubblewrap's processes and
-// a failing start's (abort) may still end during it: one that ended before
-// it could be moved is passed over, and the walk starts again, since what
-// it had started may have been handed to the sandbox's init after the
-// init's children were listed. pid itself ending is an error, and so is a
-// tree that keeps changing.
-func (s *Sandbox) adoptTree(pid int) error {
-	for range adoptPasses {
-		vanished, err := s.adopt(pid, true)
-		if err != nil || !vanished {
-			return err
-		}
-	}
-	return fmt.Errorf("sandbox: the processes of %d kept ending while they were moved into its cgroups", pid)
-}
-
-// childrenOf lists the children of every thread of pid: a child belongs
-// to the thread that made it, and the agent starts commands from a thread
-// of their own, whose children the main thread's list does not hold.
-func childrenOf(pid int) ([]string, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-				continue // the thread ended
-			}
-			return nil, err
-		}
-		out = append(out, strings.Fields(string(b))...)
-	}
-	return out, nil
-}
-
-// adoptPasses bounds adoptTree's walks.
-const adoptPasses = 8
-
-// adopt moves pid and the processes below it; vanished reports that one
-// below it ended before it was moved.
-func (s *Sandbox) adopt(pid int, top bool) (vanished bool, err error) {
-	gone := func(err error) bool {
-		return !top && (errors.Is(err, unix.ESRCH) || errors.Is(err, fs.ErrNotExist))
-	}
-	if err := s.cg.add(pid); err != nil {
-		if gone(err) {
-			return true, nil
-		}
-		return false, err
-	}
-	children, err := childrenOf(pid)
-	if err != nil {
-		if gone(err) {
-			return true, nil
-		}
-		return false, fmt.Errorf("sandbox: list children of %d: %w", pid, err)
-	}
-	for _, f := range children {
-		child, err := strconv.Atoi(f)
-		if err != nil {
-			continue
-		}
-		v, err := s.adopt(child, false)
-		if err != nil {
-			return false, err
-		}
-		vanished = vanished || v
-	}
-	return vanished, nil
 }
 
 // tailBuffer keeps the last max bytes written to it.
@@ -926,6 +952,7 @@ func (t *tailBuffer) String() string {
 func (r *Runtime) Close() {
 	close(r.stop)
 	r.pool.close()
+	r.launches.close()
 	r.uids.close()
 	r.removeState()
 	if r.cgroups.v2 {
