@@ -26,14 +26,17 @@ func reportP50As(b *testing.B, ds []time.Duration, unit string) {
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, unit)
 }
 
+// bareBwrapArgs are bubblewrap's arguments for the floor of a sandbox.
+var bareBwrapArgs = []string{"--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+	"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev"}
+
 // BenchmarkBareBwrap is the floor for sandbox creation: bubblewrap with all
 // namespaces running /bin/true as an unprivileged uid.
 func BenchmarkBareBwrap(b *testing.B) {
 	var ds []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		cmd := exec.Command("bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
-			"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true")
+		cmd := exec.Command("bwrap", append(slices.Clone(bareBwrapArgs), "/bin/true")...)
 		cmd.SysProcAttr = (&Runtime{}).credential(200999)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("bwrap: %v %s", err, out)
@@ -100,25 +103,10 @@ func BenchmarkSandboxCreateColdAgent(b *testing.B) {
 
 // benchCreateCold times cold creates on a runtime of its own whose agent
 // is agent (this test binary when empty) and that keeps ahead launches
-// started ahead (Config.LaunchAhead), recording its spans.
+// (Config.LaunchAhead), recording its spans.
 func benchCreateCold(b *testing.B, agent string, ahead int) {
-	dir, err := os.MkdirTemp("", "conch-sandbox-cold-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o711)
 	rec := tracetest.NewSpanRecorder()
-	r, err := NewRuntime(Config{
-		Seccomp: filter(b), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent,
-		LaunchAhead: ahead, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		r.Close()
-		_ = os.RemoveAll(dir)
-	})
+	r := ownRuntime(b, Config{AgentBinary: agent, LaunchAhead: ahead, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
 	var ds []time.Duration
 	i := 0
 	for b.Loop() {
@@ -221,19 +209,7 @@ func BenchmarkColdStartSteps(b *testing.B) {
 	if bin := os.Getenv("CONCH_BIN"); bin != "" {
 		agent = filepath.Join(filepath.Dir(bin), AgentBinaryName)
 	}
-	dir, err := os.MkdirTemp("", "conch-sandbox-steps-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o711)
-	r, err := NewRuntime(Config{Seccomp: filter(b), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test-" + filepath.Base(dir), AgentBinary: agent})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		r.Close()
-		_ = os.RemoveAll(dir)
-	})
+	r := ownRuntime(b, Config{AgentBinary: agent})
 
 	// One prepared sandbox, never started, lends its arguments to the
 	// middle steps.
@@ -245,6 +221,7 @@ func BenchmarkColdStartSteps(b *testing.B) {
 			cleanups[i]()
 		}
 	})
+	var err error
 	if s.uid, err = r.uids.claim(); err != nil {
 		b.Fatal(err)
 	}
@@ -300,14 +277,12 @@ func BenchmarkColdStartSteps(b *testing.B) {
 		}
 		return d
 	}
-	bare := []string{"--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
-		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev"}
 
 	steps := map[string][]time.Duration{}
 	i := 0
 	for b.Loop() {
 		i++
-		steps["bare-p50-ms"] = append(steps["bare-p50-ms"], bwrap(bare, "/bin/true", false, nil))
+		steps["bare-p50-ms"] = append(steps["bare-p50-ms"], bwrap(bareBwrapArgs, "/bin/true", false, nil))
 		steps["mounts-p50-ms"] = append(steps["mounts-p50-ms"], bwrap(noFilter, "/bin/true", false, nil))
 		steps["seccomp-p50-ms"] = append(steps["seccomp-p50-ms"], bwrap(withFilter, "/bin/true", true, nil))
 		if agent != "" {

@@ -75,12 +75,22 @@ func testRuntime(t testing.TB) *Runtime {
 // end of the test.
 func poolRuntime(t testing.TB, size int) *Runtime {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "conch-sandbox-pool-")
+	r := ownRuntime(t, Config{PoolSize: size})
+	waitPool(t, r, size)
+	return r
+}
+
+// ownRuntime returns a runtime of cfg with the package's filter, a state
+// dir and a cgroup parent of its own, closed at the end of the test.
+func ownRuntime(t testing.TB, cfg Config) *Runtime {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "conch-sandbox-own-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o711)
-	r, err := NewRuntime(Config{Seccomp: filter(t), StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir), PoolSize: size})
+	cfg.Seccomp, cfg.StateDir, cfg.CgroupParent = filter(t), filepath.Join(dir, "state"), "conch-test/"+filepath.Base(dir)
+	r, err := NewRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +98,6 @@ func poolRuntime(t testing.TB, size int) *Runtime {
 		r.Close()
 		_ = os.RemoveAll(dir)
 	})
-	waitPool(t, r, size)
 	return r
 }
 

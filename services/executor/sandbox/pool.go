@@ -124,14 +124,7 @@ func newPool(rt *Runtime, size int) *spares[*Sandbox] {
 			spec.withDefaults()
 			return rt.build(ctx, spec)
 		},
-		dead: func(s *Sandbox) bool {
-			select {
-			case <-s.done: // its agent died while waiting
-				return true
-			default:
-				return false
-			}
-		},
+		dead:    func(s *Sandbox) bool { return closed(s.done) }, // its agent died while waiting
 		discard: func(s *Sandbox) { _ = s.Destroy(context.Background()) },
 	})
 }

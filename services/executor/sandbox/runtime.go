@@ -745,7 +745,7 @@ const DefaultLaunchAhead = 2
 // find no program to run there.
 type launch struct {
 	name   string // of its state dir and cgroup on the host
-	uid    int    // claimed from uids, -1 when not
+	uid    int    // claimed from uids
 	uids   *uidClaims
 	cg     *cgroup
 	cmd    *exec.Cmd
@@ -763,16 +763,16 @@ type launch struct {
 // uid and cgroup (of the default limits, which build changes when its
 // spec's differ).
 func (r *Runtime) launch() (_ *launch, err error) {
-	l := &launch{name: "c" + hostName(), uid: -1, uids: r.uids, stderr: &tailBuffer{max: 4096}, exit: make(chan struct{})}
+	uid, err := r.uids.claim()
+	if err != nil {
+		return nil, err
+	}
+	l := &launch{name: "c" + hostName(), uid: uid, uids: r.uids, stderr: &tailBuffer{max: 4096}, exit: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			l.close()
 		}
 	}()
-	if l.uid, err = r.uids.claim(); err != nil {
-		l.uid = -1
-		return nil, err
-	}
 	if l.cg, err = r.cgroups.create("sb-"+l.name, DefaultLimits); err != nil {
 		return nil, err
 	}
@@ -832,9 +832,12 @@ func (r *Runtime) launch() (_ *launch, err error) {
 }
 
 // exited reports whether the launch's bubblewrap has ended.
-func (l *launch) exited() bool {
+func (l *launch) exited() bool { return closed(l.exit) }
+
+// closed reports whether c is closed, without waiting.
+func closed(c <-chan struct{}) bool {
 	select {
-	case <-l.exit:
+	case <-c:
 		return true
 	default:
 		return false
@@ -865,9 +868,7 @@ func (l *launch) close() {
 		if l.cg != nil {
 			_ = l.cg.remove()
 		}
-		if l.uid >= 0 {
-			l.uids.release(l.uid)
-		}
+		l.uids.release(l.uid)
 	})
 }
 

@@ -190,9 +190,9 @@ func FuzzAgentFrames(f *testing.F) {
 				p = ps.procs[fr.id-1]
 				before = [2]int{ps.out[fr.id-1][0].Len(), ps.out[fr.id-1][1].Len()}
 			}
-			wasRunning, wasDone := p != nil && p.running, p != nil && isClosed(p.Done())
+			wasRunning, wasDone := p != nil && p.running, p != nil && closed(p.Done())
 			if err := ps.dispatch(fr); err != nil {
-				if !isClosed(ps.Done()) {
+				if !closed(ps.Done()) {
 					ps.markDead(err)
 				}
 				break
@@ -213,13 +213,4 @@ func FuzzAgentFrames(f *testing.F) {
 			t.Fatalf("took directory %q", c)
 		}
 	})
-}
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
