@@ -260,3 +260,56 @@ func TestLaunchWaitsInItsCgroupAndEndsFirst(t *testing.T) {
 		t.Fatalf("uid %d still claimed", l.uid)
 	}
 }
+
+// TestFailedStartLeavesNothing builds a sandbox whose agent never says
+// hello: the create fails with the agent's end, and its processes, cgroup,
+// state dir and uid are all gone.
+func TestFailedStartLeavesNothing(t *testing.T) {
+	t.Parallel()
+	r := ownRuntime(t, Config{AgentBinary: "/bin/false", LaunchAhead: -1})
+	before, err := os.ReadDir(r.cfg.StateDir) // the runtime's own: agent, tool, /etc
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Create(t.Context(), Spec{ID: "nohello"})
+	if err == nil || !strings.Contains(err.Error(), "agent did not start") {
+		t.Fatalf("Create = %v, want the agent's failure", err)
+	}
+	var groups []string
+	for _, d := range cgroupDirs(r) {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if e.IsDir() {
+				groups = append(groups, filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	if len(groups) > 0 {
+		t.Errorf("cgroups left behind: %v", groups)
+	}
+	after, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("state dir holds %v, held %v before the create", after, before)
+	}
+	r.uids.mu.Lock()
+	held := len(r.uids.held)
+	r.uids.mu.Unlock()
+	if held != 0 {
+		t.Errorf("%d uids still claimed", held)
+	}
+}
+
+// cgroupDirs are the directories holding r's sandbox cgroups.
+func cgroupDirs(r *Runtime) []string {
+	if r.cgroups.v2 {
+		return []string{filepath.Join(r.cfg.CgroupMount, r.cfg.CgroupParent)}
+	}
+	var out []string
+	for _, c := range cgroupControllers {
+		out = append(out, filepath.Join(r.cfg.CgroupMount, c, r.cfg.CgroupParent))
+	}
+	return out
+}
