@@ -76,6 +76,11 @@ func RunAgent() error {
 	if err := a.out.write(frameReady, 0, nil); err != nil {
 		return fmt.Errorf("agent: announce: %w", err)
 	}
+	// The sandbox's cgroups held bubblewrap before it started anything,
+	// so a process started ahead of the first command is in them too.
+	a.mu.Lock()
+	a.prepareSpare()
+	a.mu.Unlock()
 	err := a.serve(bufio.NewReaderSize(os.Stdin, 64<<10))
 	a.killAll()
 	if errors.Is(err, io.EOF) {
@@ -94,11 +99,6 @@ type agent struct {
 	epoch  uint64 // commands ever started
 	spare  *spare
 	closed bool
-	// settled is set once the host has put the agent in the sandbox's
-	// cgroups: a process started before that would start outside them
-	// (cgroup v1 moves the tree in after the hello), so no spare is
-	// started ahead until then.
-	settled bool
 }
 
 type agentProc struct {
@@ -144,11 +144,6 @@ func (a *agent) serve(r *bufio.Reader) error {
 			return err
 		}
 		switch f.typ {
-		case frameSettled:
-			a.mu.Lock()
-			a.settled = true
-			a.prepareSpare()
-			a.mu.Unlock()
 		case frameStart:
 			var m startMsg
 			if err := json.Unmarshal(f.payload, &m); err != nil {
@@ -529,10 +524,10 @@ type spare struct {
 	err   error
 }
 
-// prepareSpare starts a spare if there is none, no command runs and the
-// host has settled the agent in the sandbox's cgroups; a.mu is held.
+// prepareSpare starts a spare if there is none and no command runs; a.mu
+// is held.
 func (a *agent) prepareSpare() {
-	if a.spare != nil || a.live > 0 || a.closed || !a.settled {
+	if a.spare != nil || a.live > 0 || a.closed {
 		return
 	}
 	s := &spare{epoch: a.epoch, ready: make(chan struct{})}

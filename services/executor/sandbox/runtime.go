@@ -903,10 +903,6 @@ func (s *Sandbox) start(ctx context.Context, l *launch) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: agent did not start: %w: %s", err, strings.TrimSpace(l.stderr.String()))
 	}
-	// Only now may the agent start processes ahead of commands.
-	if err := s.in.write(frameSettled, 0, nil); err != nil {
-		return fmt.Errorf("sandbox: write to agent: %w", err)
-	}
 	go s.readLoop(out)
 	go func() {
 		<-l.exit

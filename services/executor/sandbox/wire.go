@@ -18,7 +18,6 @@ const (
 	frameStdin   byte = 'I' // host → agent: bytes for stdin
 	frameEOF     byte = 'E' // host → agent: close stdin
 	frameKill    byte = 'K' // host → agent: kill the process and its tree
-	frameSettled byte = 'C' // host → agent: the sandbox's cgroups hold the agent
 	frameStdout  byte = 'O' // agent → host: stdout bytes
 	frameStderr  byte = 'e' // agent → host: stderr bytes
 	frameStarted byte = 's' // agent → host: the process started
