@@ -35,15 +35,22 @@ var bareBwrapArgs = []string{"--unshare-all", "--ro-bind", "/usr", "/usr", "--sy
 func BenchmarkBareBwrap(b *testing.B) {
 	var ds []time.Duration
 	for b.Loop() {
-		start := time.Now()
-		cmd := exec.Command("bwrap", append(slices.Clone(bareBwrapArgs), "/bin/true")...)
-		cmd.SysProcAttr = (&Runtime{}).credential(200999)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("bwrap: %v %s", err, out)
-		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, bareBwrap(b))
 	}
 	reportP50(b, ds)
+}
+
+// bareBwrap times one run of the floor, bubblewrap with all namespaces
+// running /bin/true as an unprivileged uid.
+func bareBwrap(b *testing.B) time.Duration {
+	b.Helper()
+	start := time.Now()
+	cmd := exec.Command("bwrap", append(slices.Clone(bareBwrapArgs), "/bin/true")...)
+	cmd.SysProcAttr = (&Runtime{}).credential(200999)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("bwrap: %v %s", err, out)
+	}
+	return time.Since(start)
 }
 
 // BenchmarkSandboxCreate takes a sandbox from a warm pool and fits it to
@@ -103,26 +110,50 @@ func BenchmarkSandboxCreateColdAgent(b *testing.B) {
 
 // benchCreateCold times cold creates on a runtime of its own whose agent
 // is agent (this test binary when empty) and that keeps ahead launches
-// (Config.LaunchAhead), recording its spans.
+// (Config.LaunchAhead), recording its spans. Each round also times the
+// floor, a bare bubblewrap, in the same state of the machine: once the
+// runtime has its launches again, before the create in one round and
+// after it in the next, so that neither the drift of a shared machine
+// between benchmarks nor what either leaves behind (a network namespace
+// is torn down after its last process exits) favours one of them.
+// bare-p50-ms is that floor.
 func benchCreateCold(b *testing.B, agent string, ahead int) {
 	rec := tracetest.NewSpanRecorder()
 	r := ownRuntime(b, Config{AgentBinary: agent, LaunchAhead: ahead, TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
-	var ds []time.Duration
-	i := 0
-	for b.Loop() {
-		i++
+	var ds, bare []time.Duration
+	var sb *Sandbox
+	create := func(i int) {
+		waitSpares(b, r.launches, r.launches.size)
+		b.StartTimer()
 		start := time.Now()
-		sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("bench%d-%d", os.Getpid(), i)})
-		if err != nil {
+		var err error
+		if sb, err = r.Create(b.Context(), Spec{ID: fmt.Sprintf("bench%d-%d", os.Getpid(), i)}); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(start))
 		b.StopTimer()
+	}
+	floor := func() {
+		waitSpares(b, r.launches, r.launches.size)
+		bare = append(bare, bareBwrap(b))
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		b.StopTimer()
+		if i%2 == 1 {
+			floor()
+			create(i)
+		} else {
+			create(i)
+			floor()
+		}
 		if err := sb.Destroy(b.Context()); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
+	reportP50As(b, bare, "bare-p50-ms")
 	reportP50(b, ds)
 	steps := map[string][]time.Duration{}
 	for _, sp := range rec.Ended() {

@@ -102,18 +102,21 @@ func ownRuntime(t testing.TB, cfg Config) *Runtime {
 }
 
 // waitPool polls until the runtime's pool holds n sandboxes.
-func waitPool(t testing.TB, r *Runtime, n int) {
+func waitPool(t testing.TB, r *Runtime, n int) { waitSpares(t, r.pool, n) }
+
+// waitSpares polls until sp holds n values made ahead.
+func waitSpares[T any](t testing.TB, sp *spares[T], n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r.pool.mu.Lock()
-		got := len(r.pool.ready)
-		r.pool.mu.Unlock()
+		sp.mu.Lock()
+		got := len(sp.ready)
+		sp.mu.Unlock()
 		if got >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pool holds %d sandboxes, want %d", got, n)
+			t.Fatalf("spare %s: %d ready, want %d", sp.what, got, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

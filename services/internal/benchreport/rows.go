@@ -22,30 +22,30 @@ var Rows = []Row{
 	},
 	{
 		Service: "executor", Metric: "sandbox create, cold, p50 (conch-sandbox-agent, as an executor runs it)", Unit: "ms",
-		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateColdAgent/conch-sandbox-agent", Unit: "p50-ms"},
-		Anchor: bareBwrap, Target: Target{MaxRatio: 1.5},
+		Value:  coldCreate("conch-sandbox-agent", "p50-ms"),
+		Anchor: coldFloor("conch-sandbox-agent"), Target: Target{MaxRatio: 1.5},
 	},
 	{
 		Service: "executor", Metric: "sandbox create, cold: bubblewrap's arguments to the agent's hello, p50", Unit: "ms",
-		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateColdAgent/conch-sandbox-agent", Unit: "start-p50-ms"},
-		Anchor: bareBwrap,
+		Value:  coldCreate("conch-sandbox-agent", "start-p50-ms"),
+		Anchor: coldFloor("conch-sandbox-agent"),
 	},
 	{
 		// A burst beyond the bubblewraps started ahead: each create
 		// starts its own.
 		Service: "executor", Metric: "sandbox create, cold, no bubblewrap started ahead, p50", Unit: "ms",
-		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateColdAgent/no-launch-ahead", Unit: "p50-ms"},
-		Anchor: bareBwrap,
+		Value:  coldCreate("no-launch-ahead", "p50-ms"),
+		Anchor: coldFloor("no-launch-ahead"),
 	},
 	{
 		Service: "executor", Metric: "sandbox create, cold, p50, the whole conch binary as the agent", Unit: "ms",
-		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateColdAgent/conch", Unit: "p50-ms"},
-		Anchor: bareBwrap,
+		Value:  coldCreate("conch", "p50-ms"),
+		Anchor: coldFloor("conch"),
 	},
 	{
 		Service: "executor", Metric: "sandbox create, cold, p50, the test binary as the agent", Unit: "ms",
 		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateCold", Unit: "p50-ms"},
-		Anchor: bareBwrap,
+		Anchor: &Anchor{Name: "bare bwrap /bin/true, alternated with the creates", Ref: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateCold", Unit: "bare-p50-ms"}},
 	},
 	// Where a cold create's time goes beyond bare bubblewrap, step by
 	// step, all steps interleaved in one benchmark.
@@ -330,6 +330,19 @@ var Rows = []Row{
 		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "router-process-overhead-p99-ms"},
 		Anchor: &Anchor{Name: "conch dev's", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p99-ms"}},
 	},
+	// conch's whole /v1 handler against a bare proxy, both in the
+	// benchmark's process: what conch's own work costs, without the wake-ups
+	// of a hop between processes.
+	{
+		Service: "router", Metric: "completion via conch's /v1 handler in process, p50", Unit: "ms",
+		Value:  Ref{Pkg: "router/openai", Bench: "BenchmarkChatCompletion/conch", Unit: "p50-ms"},
+		Anchor: &Anchor{Name: "a bare httputil.ReverseProxy in process", Ref: Ref{Pkg: "router/openai", Bench: "BenchmarkChatCompletion/bare-proxy", Unit: "p50-ms"}},
+	},
+	{
+		Service: "router", Metric: "completion via conch's /v1 handler in process, CPU per completion", Unit: "µs",
+		Value:  Ref{Pkg: "router/openai", Bench: "BenchmarkChatCompletion/conch", Unit: "cpu-us/op"},
+		Anchor: &Anchor{Name: "a bare httputil.ReverseProxy in process", Ref: Ref{Pkg: "router/openai", Bench: "BenchmarkChatCompletion/bare-proxy", Unit: "cpu-us/op"}},
+	},
 	{
 		Service: "router", Metric: "completions, 8 parallel clients", Unit: "op/s",
 		Value: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionThroughput", Unit: "completions/s"},
@@ -363,6 +376,18 @@ var Rows = []Row{
 		Value:  Ref{Pkg: "internal/platform/etcdx", Bench: "BenchmarkPutBlobDurable", Unit: "blob-p50-ms"},
 		Anchor: &Anchor{Name: "one small key put, same etcd", Ref: Ref{Pkg: "internal/platform/etcdx", Bench: "BenchmarkPutBlobDurable", Unit: "put-p50-ms"}},
 	},
+}
+
+// coldCreate is a result of a cold create benchmark with the agent (or
+// setting) sub.
+func coldCreate(sub, unit string) Ref {
+	return Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateColdAgent/" + sub, Unit: unit}
+}
+
+// coldFloor is the bare bubblewrap timed in the rounds of a cold create
+// benchmark, in the same state of the machine as its creates.
+func coldFloor(sub string) *Anchor {
+	return &Anchor{Name: "bare bwrap /bin/true, alternated with the creates", Ref: coldCreate(sub, "bare-p50-ms")}
 }
 
 // coldStep is one step of BenchmarkColdStartSteps.
