@@ -7,7 +7,10 @@ var (
 	bareBwrap        = &Anchor{Name: "bare bwrap /bin/true", Ref: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkBareBwrap", Unit: "p50-ms"}}
 	hydrateGets      = &Anchor{Name: "1,000 sequential GETs", Ref: Ref{Pkg: "workspace/files", Bench: "BenchmarkHydrate/s3/sequential-gets", Unit: "ns/op"}}
 	forkExec         = &Anchor{Name: "bare fork+exec sh -c true, back to back", Ref: Ref{Pkg: "executor", Bench: "BenchmarkBareForkExec", Unit: "p50-ms"}}
-	forkExecPaced    = &Anchor{Name: "bare fork+exec sh -c true after the same pause", Ref: Ref{Pkg: "executor", Bench: "BenchmarkBareForkExec", Unit: "paced-p50-ms"}}
+	// conch dev is a process of its own: so is the floor of its hop.
+	proxyProcessP50 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p50-ms"}}
+	proxyProcessP99 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p99-ms"}}
+	forkExecPaced   = &Anchor{Name: "bare fork+exec sh -c true after the same pause", Ref: Ref{Pkg: "executor", Bench: "BenchmarkBareForkExec", Unit: "paced-p50-ms"}}
 )
 
 // Rows is conch's benchmark report: the performance targets of the issues,
@@ -297,13 +300,13 @@ var Rows = []Row{
 	{
 		Service: "router", Metric: "router overhead, p50", Unit: "ms",
 		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p50-ms"},
-		Anchor: &Anchor{Name: "a bare reverse proxy's", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p50-ms"}},
+		Anchor: proxyProcessP50,
 		Target: Target{Max: 0.3},
 	},
 	{
 		Service: "router", Metric: "router overhead, p99", Unit: "ms",
 		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p99-ms"},
-		Anchor: &Anchor{Name: "a bare reverse proxy's", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p99-ms"}},
+		Anchor: proxyProcessP99,
 		Target: Target{Max: 1.5},
 	},
 	{
