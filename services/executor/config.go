@@ -21,6 +21,9 @@ type Config struct {
 	SandboxUIDLockDir string `flag:"sandbox-uid-lock-dir" env:"CONCH_SANDBOX_UID_LOCK_DIR" default:"/run/conch-sandbox-uids" usage:"host directory where every executor of the host claims its sandboxes' uids"`
 	SandboxCgroup     string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
 	SandboxPool       int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
+	// Each launch holds a sandbox uid, a cgroup and a waiting bubblewrap
+	// process (its default is sandbox.DefaultLaunchAhead).
+	SandboxLaunchAhead int `flag:"sandbox-launch-ahead" env:"CONCH_SANDBOX_LAUNCH_AHEAD" default:"2" usage:"bubblewraps kept started, each in its sandbox's cgroup, for creates beyond the pool (0: none)"`
 	// The gateway host: commands run on the executor's machine, outside
 	// any sandbox, only as the exec policy and approvals allow.
 	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
@@ -34,6 +37,15 @@ type Config struct {
 	// etcd's; these are refused besides (MinIO's, say, when it has a
 	// public address).
 	EgressDeny []string `flag:"egress-deny" env:"CONCH_EGRESS_DENY" usage:"extra addresses or CIDRs sandbox egress never reaches, comma separated"`
+}
+
+// LaunchAhead is SandboxLaunchAhead as the sandbox runtime takes it,
+// whose zero is its default.
+func (c *Config) LaunchAhead() int {
+	if c.SandboxLaunchAhead == 0 {
+		return -1
+	}
+	return c.SandboxLaunchAhead
 }
 
 // EgressDenyPrefixes is EgressDeny parsed; Validate has refused what does
@@ -73,6 +85,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SandboxPool < 0 || c.SandboxPool > 64 {
 		return config.Invalid("--sandbox-pool", "must be between 0 and 64")
+	}
+	if c.SandboxLaunchAhead < 0 || c.SandboxLaunchAhead > 64 {
+		return config.Invalid("--sandbox-launch-ahead", "must be between 0 and 64")
 	}
 	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
 		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")

@@ -17,6 +17,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{Name: "relative uid lock dir", Args: []string{"--sandbox-uid-lock-dir", "uids"}, WantField: "--sandbox-uid-lock-dir"},
 		{Name: "relative state dir", Args: []string{"--sandbox-state-dir", "state"}, WantField: "--sandbox-state-dir"},
 		{Name: "cgroup escaping its parent", Args: []string{"--sandbox-cgroup", "../x"}, WantField: "--sandbox-cgroup"},
+		{Name: "negative launch ahead", Args: []string{"--sandbox-launch-ahead", "-1"}, WantField: "--sandbox-launch-ahead"},
+		{Name: "too many launches ahead", Args: []string{"--sandbox-launch-ahead", "65"}, WantField: "--sandbox-launch-ahead"},
 		{Name: "bad egress deny", Args: []string{"--egress-deny", "10.0.0.0/8,nope"}, WantField: "--egress-deny"},
 	})
 }
@@ -31,6 +33,14 @@ func TestUIDLockDirDefault(t *testing.T) {
 	}
 	if c.SandboxUIDLockDir != sandbox.DefaultUIDLockDir {
 		t.Fatalf("--sandbox-uid-lock-dir defaults to %q, the runtime to %q", c.SandboxUIDLockDir, sandbox.DefaultUIDLockDir)
+	}
+	// And on how many launches are kept ahead; 0 is none, which the
+	// runtime spells -1.
+	if c.LaunchAhead() != sandbox.DefaultLaunchAhead {
+		t.Fatalf("--sandbox-launch-ahead defaults to %d, the runtime to %d", c.LaunchAhead(), sandbox.DefaultLaunchAhead)
+	}
+	if none := (executor.Config{}); none.LaunchAhead() >= 0 {
+		t.Fatalf("--sandbox-launch-ahead 0 gives the runtime %d, not none", none.LaunchAhead())
 	}
 	// And on how long a flush may take: the executor's own default is what
 	// an executor built without the flag gets.

@@ -96,7 +96,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 		}
 		rt, err := sandbox.NewRuntime(sandbox.Config{
 			StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
-			CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, Logger: p.log,
+			CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, LaunchAhead: cfg.LaunchAhead(), Logger: p.log,
 			Seccomp: filter, TracerProvider: p.tel.TracerProvider(),
 		})
 		if err != nil {
