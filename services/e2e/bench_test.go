@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,9 @@ import (
 // of its own instead of running tests, printing its URL: a floor for a
 // hop that, like conch dev, runs as a process of its own.
 //   - "proxy <url>": a bare httputil.ReverseProxy to url.
+//   - "json <url>": a forwarder to url that reads the JSON it forwards,
+//     as any gateway that checks requests must: it decodes the request's
+//     body and the answer's into generic trees and encodes them again.
 //   - "store <endpoint> <access key> <secret key> <bucket>": a bare
 //     gateway that stages each PUT's body in the workspace store on that
 //     MinIO, as the workspace service does with an upload, and discards
@@ -52,6 +56,8 @@ func init() {
 	switch kind {
 	case "proxy":
 		h = bareProxy(arg)
+	case "json":
+		h = jsonForwarder(arg)
 	case "store":
 		h = bareStore(arg)
 	case "split":
@@ -84,6 +90,50 @@ func bareProxy(target string) http.Handler {
 	// MinIO spend half as much CPU again on the same bytes.
 	p.Transport = &http.Transport{MaxIdleConnsPerHost: 64, WriteBufferSize: 256 << 10}
 	return p
+}
+
+// jsonForwarder posts each request's JSON body to target, at the same
+// path, and answers with the answer's, both decoded into generic trees
+// and encoded again.
+func jsonForwarder(target string) http.Handler {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in any
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body, err := json.Marshal(in)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), "POST", target+r.URL.Path, bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		var out any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		if body, err = json.Marshal(out); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(body)
+	})
 }
 
 func bareStore(arg string) http.Handler {
@@ -135,7 +185,9 @@ func startHelper(b *testing.B, kind, arg string) (string, int) {
 // over direct at p50 and p99. conch dev is a process of its own, so each
 // completion crosses processes twice more than the direct call: the
 // out-of-process proxy pays those wake-ups too, the in-process one does
-// not. conch dev also runs etcd and the other three services in the
+// not. json-process is the helper "json", the floor of a hop that reads
+// the JSON it forwards, as conch must to check a request and write its
+// answer. conch dev also runs etcd and the other three services in the
 // router's process; the router of a cluster (one process per service, as
 // a deployment runs them) is measured beside it, as router-process.
 func BenchmarkCompletionOverhead(b *testing.B) {
@@ -150,6 +202,7 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	proxy := httptest.NewServer(bareProxy(up.URL))
 	b.Cleanup(proxy.Close)
 	proxyProcess, _ := startHelper(b, "proxy", up.URL)
+	jsonProcess, _ := startHelper(b, "json", up.URL)
 	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
@@ -181,6 +234,7 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 		call(up.URL+"/chat/completions", "")
 		call(proxy.URL+"/chat/completions", "")
 		call(proxyProcess+"/chat/completions", "")
+		call(jsonProcess+"/chat/completions", "")
 		call(d.URL+"/v1/chat/completions", d.Key)
 		call(cluster.URL+"/v1/chat/completions", cluster.Key)
 	}
@@ -188,12 +242,14 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	direct := make([]time.Duration, 0, b.N)
 	viaProxy := make([]time.Duration, 0, b.N)
 	viaProcess := make([]time.Duration, 0, b.N)
+	viaJSON := make([]time.Duration, 0, b.N)
 	via := make([]time.Duration, 0, b.N)
 	viaRouter := make([]time.Duration, 0, b.N)
 	for range b.N {
 		direct = append(direct, call(up.URL+"/chat/completions", ""))
 		viaProxy = append(viaProxy, call(proxy.URL+"/chat/completions", ""))
 		viaProcess = append(viaProcess, call(proxyProcess+"/chat/completions", ""))
+		viaJSON = append(viaJSON, call(jsonProcess+"/chat/completions", ""))
 		via = append(via, call(d.URL+"/v1/chat/completions", d.Key))
 		viaRouter = append(viaRouter, call(cluster.URL+"/v1/chat/completions", cluster.Key))
 	}
@@ -209,6 +265,7 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	b.ReportMetric(ms(quantile(viaProcess, 0.5)), "proxy-process-p50-ms")
 	b.ReportMetric(ms(quantile(viaProcess, 0.5)-dm), "proxy-process-overhead-p50-ms")
 	b.ReportMetric(ms(quantile(viaProcess, 0.99)-quantile(direct, 0.99)), "proxy-process-overhead-p99-ms")
+	b.ReportMetric(ms(quantile(viaJSON, 0.5)-dm), "json-process-overhead-p50-ms")
 	b.ReportMetric(ms(quantile(viaRouter, 0.5)-dm), "router-process-overhead-p50-ms")
 	b.ReportMetric(ms(quantile(viaRouter, 0.99)-quantile(direct, 0.99)), "router-process-overhead-p99-ms")
 }

@@ -322,6 +322,17 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p99-ms"}},
 	},
 	{
+		// A gateway that checks what it forwards must read its JSON.
+		Service: "router", Metric: "overhead of a forwarder that decodes and encodes both JSON bodies, in its own process, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "json-process-overhead-p50-ms"},
+		Anchor: proxyProcessP50,
+	},
+	{
+		Service: "router", Metric: "router overhead, p50, against the JSON forwarder's", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p50-ms"},
+		Anchor: &Anchor{Name: "the JSON forwarder's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "json-process-overhead-p50-ms"}},
+	},
+	{
 		// conch dev runs etcd and the other services in the router's
 		// process; a cluster's router runs alone.
 		Service: "router", Metric: "router overhead, a cluster's router in its own process, p50", Unit: "ms",
