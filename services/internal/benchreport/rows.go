@@ -26,29 +26,29 @@ var Rows = []Row{
 	{
 		Service: "executor", Metric: "sandbox create, cold, p50 (conch-sandbox-agent, as an executor runs it)", Unit: "ms",
 		Value:  coldCreate("conch-sandbox-agent", "p50-ms"),
-		Anchor: coldFloor("conch-sandbox-agent"), Target: Target{MaxRatio: 1.5},
+		Anchor: coldFloor(coldAgent + "conch-sandbox-agent"), Target: Target{MaxRatio: 1.5},
 	},
 	{
 		Service: "executor", Metric: "sandbox create, cold: bubblewrap's arguments to the agent's hello, p50", Unit: "ms",
 		Value:  coldCreate("conch-sandbox-agent", "start-p50-ms"),
-		Anchor: coldFloor("conch-sandbox-agent"),
+		Anchor: coldFloor(coldAgent + "conch-sandbox-agent"),
 	},
 	{
 		// A burst beyond the bubblewraps started ahead: each create
 		// starts its own.
 		Service: "executor", Metric: "sandbox create, cold, no bubblewrap started ahead, p50", Unit: "ms",
 		Value:  coldCreate("no-launch-ahead", "p50-ms"),
-		Anchor: coldFloor("no-launch-ahead"),
+		Anchor: coldFloor(coldAgent + "no-launch-ahead"),
 	},
 	{
 		Service: "executor", Metric: "sandbox create, cold, p50, the whole conch binary as the agent", Unit: "ms",
 		Value:  coldCreate("conch", "p50-ms"),
-		Anchor: coldFloor("conch"),
+		Anchor: coldFloor(coldAgent + "conch"),
 	},
 	{
 		Service: "executor", Metric: "sandbox create, cold, p50, the test binary as the agent", Unit: "ms",
 		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateCold", Unit: "p50-ms"},
-		Anchor: &Anchor{Name: "bare bwrap /bin/true, alternated with the creates", Ref: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateCold", Unit: "bare-p50-ms"}},
+		Anchor: coldFloor("BenchmarkSandboxCreateCold"),
 	},
 	// Where a cold create's time goes beyond bare bubblewrap, step by
 	// step, all steps interleaved in one benchmark.
@@ -392,16 +392,19 @@ var Rows = []Row{
 	},
 }
 
-// coldCreate is a result of a cold create benchmark with the agent (or
-// setting) sub.
+// coldAgent prefixes the sub-benchmarks of the cold create benchmark with
+// the agents an executor runs.
+const coldAgent = "BenchmarkSandboxCreateColdAgent/"
+
+// coldCreate is a result of coldAgent's sub-benchmark sub.
 func coldCreate(sub, unit string) Ref {
-	return Ref{Pkg: "executor/sandbox", Bench: "BenchmarkSandboxCreateColdAgent/" + sub, Unit: unit}
+	return Ref{Pkg: "executor/sandbox", Bench: coldAgent + sub, Unit: unit}
 }
 
-// coldFloor is the bare bubblewrap timed in the rounds of a cold create
-// benchmark, in the same state of the machine as its creates.
-func coldFloor(sub string) *Anchor {
-	return &Anchor{Name: "bare bwrap /bin/true, alternated with the creates", Ref: coldCreate(sub, "bare-p50-ms")}
+// coldFloor is the bare bubblewrap timed in the rounds of the cold create
+// benchmark bench, in the same state of the machine as its creates.
+func coldFloor(bench string) *Anchor {
+	return &Anchor{Name: "bare bwrap /bin/true, alternated with the creates", Ref: Ref{Pkg: "executor/sandbox", Bench: bench, Unit: "bare-p50-ms"}}
 }
 
 // coldStep is one step of BenchmarkColdStartSteps.
