@@ -201,8 +201,8 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 	// The same proxy as the process of its own below.
 	proxy := httptest.NewServer(bareProxy(up.URL))
 	b.Cleanup(proxy.Close)
-	proxyProcess, _ := startHelper(b, "proxy", up.URL)
-	jsonProcess, _ := startHelper(b, "json", up.URL)
+	proxyProcess, proxyPid := startHelper(b, "proxy", up.URL)
+	jsonProcess, jsonPid := startHelper(b, "json", up.URL)
 	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
@@ -238,6 +238,11 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 		call(d.URL+"/v1/chat/completions", d.Key)
 		call(cluster.URL+"/v1/chat/completions", cluster.Key)
 	}
+	pids := map[string]int{"conch": d.cmd.Process.Pid, "proxy-process": proxyPid, "json-process": jsonPid}
+	cpu := map[string]time.Duration{}
+	for name, pid := range pids {
+		cpu[name] = procCPU(b, pid)
+	}
 	b.ResetTimer()
 	direct := make([]time.Duration, 0, b.N)
 	viaProxy := make([]time.Duration, 0, b.N)
@@ -254,6 +259,9 @@ func BenchmarkCompletionOverhead(b *testing.B) {
 		viaRouter = append(viaRouter, call(cluster.URL+"/v1/chat/completions", cluster.Key))
 	}
 	b.StopTimer()
+	for name, pid := range pids {
+		b.ReportMetric(float64((procCPU(b, pid)-cpu[name]).Microseconds())/float64(b.N), name+"-cpu-us/op")
+	}
 	dm, pm, vm := quantile(direct, 0.5), quantile(viaProxy, 0.5), quantile(via, 0.5)
 	b.ReportMetric(ms(dm), "direct-p50-ms")
 	b.ReportMetric(ms(pm), "proxy-p50-ms")
