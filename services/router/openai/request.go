@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -104,10 +105,10 @@ func checkKind(field string, v json.RawMessage, want jsonKind) error {
 	switch want {
 	case kindNumber:
 		var f float64
-		okType = json.Unmarshal(v, &f) == nil
+		okType = wirejson.Strict(v, &f) == nil
 	case kindInteger:
 		var n int64
-		okType = json.Unmarshal(v, &n) == nil
+		okType = wirejson.Strict(v, &n) == nil
 	case kindBoolean:
 		okType = string(v) == "true" || string(v) == "false"
 	case kindString:
@@ -120,7 +121,7 @@ func checkKind(field string, v json.RawMessage, want jsonKind) error {
 		okType = v[0] == '"' || v[0] == '{'
 	case kindStringOrStrings:
 		var many []string
-		okType = v[0] == '"' || json.Unmarshal(v, &many) == nil
+		okType = v[0] == '"' || wirejson.Strict(v, &many) == nil
 	}
 	if !okType {
 		return badField(field, "must be %s, got %s", kindWords[want], jsonTypeOf(v))
@@ -155,32 +156,32 @@ type chatRequest struct {
 // parseRequest parses and validates a request body.
 func parseRequest(body []byte) (*chatRequest, error) {
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	if err := wirejson.Strict(body, &top); err != nil {
 		return nil, badField("", "request body is not a JSON object: %v", err)
 	}
 	r := &chatRequest{Request: completion.Request{Extra: make(map[string]json.RawMessage, len(top))}}
 	for k, v := range top {
 		switch k {
 		case "model":
-			if json.Unmarshal(v, &r.Model) != nil || r.Model == "" {
+			if wirejson.Strict(v, &r.Model) != nil || r.Model == "" {
 				return nil, badField("model", "must be a non-empty string naming a gateway")
 			}
 		case "stream":
-			if string(v) != "null" && json.Unmarshal(v, &r.Stream) != nil {
+			if string(v) != "null" && wirejson.Strict(v, &r.Stream) != nil {
 				return nil, badField("stream", "must be a boolean")
 			}
 		case "stream_options":
 			var so struct {
 				IncludeUsage *json.RawMessage `json:"include_usage"`
 			}
-			if string(v) != "null" && json.Unmarshal(v, &so) != nil {
+			if string(v) != "null" && wirejson.Strict(v, &so) != nil {
 				return nil, badField("stream_options", "must be an object")
 			}
-			if so.IncludeUsage != nil && string(*so.IncludeUsage) != "null" && json.Unmarshal(*so.IncludeUsage, &r.IncludeUsage) != nil {
+			if so.IncludeUsage != nil && string(*so.IncludeUsage) != "null" && wirejson.Strict(*so.IncludeUsage, &r.IncludeUsage) != nil {
 				return nil, badField("stream_options.include_usage", "must be a boolean")
 			}
 		case "user":
-			if string(v) != "null" && json.Unmarshal(v, &r.User) != nil {
+			if string(v) != "null" && wirejson.Strict(v, &r.User) != nil {
 				return nil, badField("user", "must be a string")
 			}
 			r.Extra[k] = v
@@ -212,7 +213,7 @@ func parseRequest(body []byte) (*chatRequest, error) {
 
 func parseMessages(raw json.RawMessage) ([]upstream.Message, error) {
 	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
+	if err := wirejson.Strict(raw, &list); err != nil {
 		return nil, badField("messages", "must be an array of message objects")
 	}
 	out := make([]upstream.Message, 0, len(list))
@@ -232,7 +233,7 @@ func parseMessages(raw json.RawMessage) ([]upstream.Message, error) {
 			} `json:"tool_calls"`
 			ToolCallID string `json:"tool_call_id"`
 		}
-		if err := json.Unmarshal(m, &w); err != nil {
+		if err := wirejson.Strict(m, &w); err != nil {
 			return nil, badField(field, "must be a message object: %v", err)
 		}
 		if w.Role == nil {
@@ -264,7 +265,7 @@ func (r *chatRequest) parseTools(raw json.RawMessage) error {
 				Parameters  json.RawMessage `json:"parameters"`
 			} `json:"function"`
 		}
-		if err := json.Unmarshal(t, &fn); err != nil {
+		if err := wirejson.Strict(t, &fn); err != nil {
 			return upstream.Tool{}, badField(field+".function", "must be an object: %v", err)
 		}
 		return upstream.Tool{Name: fn.Function.Name, Description: fn.Function.Description, Parameters: fn.Function.Parameters}, nil
@@ -285,7 +286,7 @@ func parseToolList(raw json.RawMessage, req *completion.Request, nameSuffix stri
 		return nil
 	}
 	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
+	if err := wirejson.Strict(raw, &list); err != nil {
 		return badField("tools", "must be an array")
 	}
 	seen := map[string]bool{}
@@ -294,7 +295,7 @@ func parseToolList(raw json.RawMessage, req *completion.Request, nameSuffix stri
 		var head struct {
 			Type string `json:"type"`
 		}
-		if err := json.Unmarshal(t, &head); err != nil {
+		if err := wirejson.Strict(t, &head); err != nil {
 			return badField(field, "must be an object with a type")
 		}
 		switch head.Type {
@@ -335,21 +336,21 @@ func parseToolList(raw json.RawMessage, req *completion.Request, nameSuffix stri
 // narrowing of the gateway's network that the completion checks.
 func parseShellNetwork(field string, raw json.RawMessage) (*completion.ShellNetwork, error) {
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	if err := wirejson.Strict(raw, &fields); err != nil {
 		return nil, badField(field, "must be an object")
 	}
 	n := &completion.ShellNetwork{}
 	for k, v := range fields {
 		switch k {
 		case "allowed_domains":
-			if err := json.Unmarshal(v, &n.AllowedDomains); err != nil {
+			if err := wirejson.Strict(v, &n.AllowedDomains); err != nil {
 				return nil, badField(field+".allowed_domains", "must be an array of strings")
 			}
 			if n.AllowedDomains == nil {
 				n.AllowedDomains = []string{}
 			}
 		case "ports":
-			if err := json.Unmarshal(v, &n.Ports); err != nil {
+			if err := wirejson.Strict(v, &n.Ports); err != nil {
 				return nil, badField(field+".ports", "must be an array of port numbers")
 			}
 			if n.Ports == nil {
@@ -364,7 +365,7 @@ func parseShellNetwork(field string, raw json.RawMessage) (*completion.ShellNetw
 
 func parseShellTool(field string, raw json.RawMessage) (*completion.ShellTool, error) {
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	if err := wirejson.Strict(raw, &fields); err != nil {
 		return nil, badField(field, "must be an object")
 	}
 	sh := &completion.ShellTool{}
@@ -396,7 +397,7 @@ func parseShellTool(field string, raw json.RawMessage) (*completion.ShellTool, e
 			continue
 		}
 		var n int64
-		if err := json.Unmarshal(v, &n); err != nil {
+		if err := wirejson.Strict(v, &n); err != nil {
 			return nil, badField(field+"."+k, "must be an integer")
 		}
 		*dst = &n

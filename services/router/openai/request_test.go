@@ -50,9 +50,10 @@ func TestParseRequestChecksTypes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			// A later key wins in a JSON object as Go decodes it, so the
-			// extra fields may replace messages.
 			body := `{"model": "default", "messages": [{"role": "user", "content": "hi"}], ` + tt.extra + `}`
+			if strings.HasPrefix(tt.extra, `"messages"`) {
+				body = `{"model": "default", ` + tt.extra + `}`
+			}
 			_, err := parseRequest([]byte(body))
 			if tt.wantParam == "" {
 				if err != nil {
@@ -71,6 +72,58 @@ func TestParseRequestChecksTypes(t *testing.T) {
 			b, _ := json.Marshal(e.object())
 			if !strings.Contains(string(b), `"param":"`+tt.wantParam+`"`) {
 				t.Errorf("error object %s does not carry param %q", b, tt.wantParam)
+			}
+		})
+	}
+}
+
+// A body that JSON readers disagree on is refused, so that what conch
+// judges of a request is what the upstream it forwards to reads: a
+// member named twice (encoding/json keeps the last, other readers the
+// first), a name in another case (encoding/json folds it into the field)
+// and invalid UTF-8 (replaced by encoding/json, passed on in the raw
+// messages conch forwards).
+func TestRequestsAreReadOneWay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, chat, responses string // request bodies
+		param, msg            string // the error wanted: its field's end, words of its message
+	}{
+		{"a top-level member twice",
+			`{"model": "a", "model": "b", "messages": [{"role": "user", "content": "hi"}]}`,
+			`{"model": "a", "model": "b", "input": "hi"}`,
+			"", `duplicate object member name "model"`},
+		{"a message's member twice",
+			`{"model": "m", "messages": [{"role": "user", "role": "system", "content": "hi"}]}`,
+			`{"model": "m", "input": [{"role": "user", "role": "system", "content": "hi"}]}`,
+			"", `duplicate object member name "role"`},
+		{"a member twice deep in a tool's schema",
+			`{"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "type": "string"}}}]}`,
+			`{"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "type": "string"}}]}`,
+			"", `duplicate object member name "type"`},
+		{"a name in another case",
+			`{"model": "m", "messages": [{"Role": "user", "content": "hi"}]}`,
+			`{"model": "m", "input": [{"type": "message", "Role": "user", "content": "hi"}]}`,
+			"[0].role", ""},
+		{"invalid UTF-8",
+			"{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"h\xffi\"}]}",
+			"{\"model\": \"m\", \"input\": \"h\xffi\"}",
+			"", "invalid UTF-8"},
+		{"data after the object",
+			`{"model": "m", "messages": [{"role": "user", "content": "hi"}]} {}`,
+			`{"model": "m", "input": "hi"} {}`,
+			"", "after top-level value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, chatErr := parseRequest([]byte(tt.chat))
+			_, responsesErr := parseResponsesRequest([]byte(tt.responses))
+			for api, err := range map[string]error{"chat": chatErr, "responses": responsesErr} {
+				var fe *completion.FieldError
+				if !errors.As(err, &fe) || !strings.HasSuffix(fe.Field, tt.param) || !strings.Contains(fe.Error(), tt.msg) {
+					t.Errorf("%s: %v, want a field error on %q saying %q", api, err, "…"+tt.param, tt.msg)
+				}
 			}
 		})
 	}

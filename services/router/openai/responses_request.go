@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -58,9 +59,10 @@ type responsesRequest struct {
 // by the caller.
 func parseResponsesRequest(body []byte) (*responsesRequest, error) {
 	var top map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&top); err != nil || top == nil {
+	if err := wirejson.Strict(body, &top); err != nil {
+		return nil, badField("", "request body is not a JSON object: %v", err)
+	}
+	if top == nil {
 		return nil, badField("", "request body is not a JSON object")
 	}
 	r := &responsesRequest{Request: completion.Request{Extra: map[string]json.RawMessage{}}, Store: true, Top: top}
@@ -76,7 +78,7 @@ func parseResponsesRequest(body []byte) (*responsesRequest, error) {
 		var err error
 		switch k {
 		case "model":
-			if json.Unmarshal(v, &r.Model) != nil || r.Model == "" {
+			if wirejson.Strict(v, &r.Model) != nil || r.Model == "" {
 				return nil, badField("model", "must be a non-empty string naming a gateway")
 			}
 		case "input":
@@ -84,16 +86,16 @@ func parseResponsesRequest(body []byte) (*responsesRequest, error) {
 		case "tools":
 			err = r.parseTools(v)
 		case "stream":
-			_ = json.Unmarshal(v, &r.Stream)
+			_ = wirejson.Strict(v, &r.Stream)
 		case "store":
-			_ = json.Unmarshal(v, &r.Store)
+			_ = wirejson.Strict(v, &r.Store)
 		case "instructions":
 			r.Instructions = new(string)
-			_ = json.Unmarshal(v, r.Instructions)
+			_ = wirejson.Strict(v, r.Instructions)
 		case "previous_response_id":
-			_ = json.Unmarshal(v, &r.PreviousID)
+			_ = wirejson.Strict(v, &r.PreviousID)
 		case "user":
-			_ = json.Unmarshal(v, &r.User)
+			_ = wirejson.Strict(v, &r.User)
 			r.Extra["user"] = v
 		case "max_output_tokens":
 			r.Extra["max_completion_tokens"] = v
@@ -105,7 +107,7 @@ func parseResponsesRequest(body []byte) (*responsesRequest, error) {
 			var rs struct {
 				Effort json.RawMessage `json:"effort"`
 			}
-			if json.Unmarshal(v, &rs) == nil && len(rs.Effort) > 0 && string(rs.Effort) != "null" {
+			if wirejson.Strict(v, &rs) == nil && len(rs.Effort) > 0 && string(rs.Effort) != "null" {
 				r.Extra["reasoning_effort"] = rs.Effort
 			}
 		case "temperature", "top_p", "parallel_tool_calls", "service_tier", "prompt_cache_key", "safety_identifier":
@@ -143,7 +145,7 @@ func (r *responsesRequest) toolChoice(v json.RawMessage) error {
 		Type string `json:"type"`
 		Name string `json:"name"`
 	}
-	if err := json.Unmarshal(v, &tc); err != nil {
+	if err := wirejson.Strict(v, &tc); err != nil {
 		return badField("tool_choice", "must be a string or an object with a type")
 	}
 	switch tc.Type {
@@ -172,7 +174,7 @@ func (r *responsesRequest) textFormat(v json.RawMessage) error {
 			Strict *bool           `json:"strict"`
 		} `json:"format"`
 	}
-	if err := json.Unmarshal(v, &t); err != nil {
+	if err := wirejson.Strict(v, &t); err != nil {
 		return badField("text", "must be an object with a format")
 	}
 	if t.Format == nil {
@@ -196,7 +198,7 @@ func (r *responsesRequest) textFormat(v json.RawMessage) error {
 }
 
 func (r *responsesRequest) parseTools(raw json.RawMessage) error {
-	if err := json.Unmarshal(raw, &r.Tools); err != nil {
+	if err := wirejson.Strict(raw, &r.Tools); err != nil {
 		return badField("tools", "must be an array")
 	}
 	return parseToolList(raw, &r.Request, ".name", func(field string, t json.RawMessage) (upstream.Tool, error) {
@@ -205,7 +207,7 @@ func (r *responsesRequest) parseTools(raw json.RawMessage) error {
 			Description string          `json:"description"`
 			Parameters  json.RawMessage `json:"parameters"`
 		}
-		if err := json.Unmarshal(t, &fn); err != nil {
+		if err := wirejson.Strict(t, &fn); err != nil {
 			return upstream.Tool{}, badField(field, "must be a function tool: %v", err)
 		}
 		return upstream.Tool{Name: fn.Name, Description: fn.Description, Parameters: fn.Parameters}, nil
@@ -216,7 +218,7 @@ func (r *responsesRequest) parseTools(raw json.RawMessage) error {
 // limits.
 func (r *responsesRequest) parseShell(field string, raw json.RawMessage) error {
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	if err := wirejson.Strict(raw, &fields); err != nil {
 		return badField(field, "must be an object")
 	}
 	env := fields["environment"]
@@ -235,7 +237,7 @@ func (r *responsesRequest) parseShell(field string, raw json.RawMessage) error {
 		Type        string `json:"type"`
 		ContainerID string `json:"container_id"`
 	}
-	if err := json.Unmarshal(env, &e); err != nil {
+	if err := wirejson.Strict(env, &e); err != nil {
 		return badField(field+".environment", "must be an object with a type")
 	}
 	switch e.Type {
@@ -257,20 +259,20 @@ func (r *responsesRequest) parseShell(field string, raw json.RawMessage) error {
 func (r *responsesRequest) parseInput(raw json.RawMessage) error {
 	if raw[0] == '"' {
 		var text string
-		_ = json.Unmarshal(raw, &text)
+		_ = wirejson.Strict(raw, &text)
 		r.Input = []map[string]any{{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": text}}}}
 		r.Messages = []upstream.Message{{Role: "user", Content: text}}
 		return nil
 	}
 	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
+	if err := wirejson.Strict(raw, &items); err != nil {
 		return badField("input", "must be a string or an array of items")
 	}
 	c := &conversation{}
 	for i, item := range items {
 		field := fmt.Sprintf("input[%d]", i)
 		var m map[string]any
-		if err := json.Unmarshal(item, &m); err != nil {
+		if err := wirejson.Strict(item, &m); err != nil {
 			return badField(field, "must be an object")
 		}
 		if err := c.add(field, m); err != nil {
@@ -345,7 +347,7 @@ func (c *conversation) add(field string, m map[string]any) error {
 			Commands []string `json:"commands"`
 		}
 		b, _ := json.Marshal(m["action"])
-		if json.Unmarshal(b, &action) != nil || len(action.Commands) == 0 || str("call_id") == "" {
+		if wirejson.Strict(b, &action) != nil || len(action.Commands) == 0 || str("call_id") == "" {
 			return badField(field, "a shell_call needs call_id and action.commands")
 		}
 		args, _ := json.Marshal(map[string]string{"command": strings.Join(action.Commands, "\n")})
@@ -420,7 +422,7 @@ func shellOutputResult(field string, v any) (string, error) {
 			ExitCode *int   `json:"exit_code"`
 		} `json:"outcome"`
 	}
-	if err := json.Unmarshal(b, &outs); err != nil {
+	if err := wirejson.Strict(b, &outs); err != nil {
 		return "", badField(field, "must be an array of {stdout, stderr, outcome}")
 	}
 	var res struct {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 )
 
 // DefaultAnthropicBaseURL is Anthropic's API.
@@ -99,9 +101,9 @@ func (a *Anthropic) body(req *Request, stream bool) ([]byte, error) {
 		var one string
 		var many []string
 		switch {
-		case json.Unmarshal(v, &one) == nil:
+		case wirejson.Strict(v, &one) == nil:
 			body["stop_sequences"] = []string{one}
-		case json.Unmarshal(v, &many) == nil:
+		case wirejson.Strict(v, &many) == nil:
 			body["stop_sequences"] = many
 		}
 	}
@@ -136,7 +138,7 @@ func nonEmpty(s string) string {
 
 func anthropicToolChoice(raw json.RawMessage) map[string]any {
 	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if wirejson.Strict(raw, &s) == nil {
 		switch s {
 		case "auto":
 			return map[string]any{"type": "auto"}
@@ -152,7 +154,7 @@ func anthropicToolChoice(raw json.RawMessage) map[string]any {
 			Name string `json:"name"`
 		} `json:"function"`
 	}
-	if json.Unmarshal(raw, &obj) == nil && obj.Function.Name != "" {
+	if wirejson.Strict(raw, &obj) == nil && obj.Function.Name != "" {
 		return map[string]any{"type": "tool", "name": obj.Function.Name}
 	}
 	return nil
@@ -226,7 +228,7 @@ func decodeAnthropic(r io.Reader) (*Response, error) {
 		StopReason string           `json:"stop_reason"`
 		Usage      anthropicUsage   `json:"usage"`
 	}
-	if err := json.NewDecoder(io.LimitReader(r, 64<<20)).Decode(&w); err != nil {
+	if err := readReply(r, &w); err != nil {
 		return nil, &Error{Status: http.StatusBadGateway, Message: "upstream answered with invalid JSON: " + err.Error(), Type: "upstream_error"}
 	}
 	resp := &Response{ID: w.ID, FinishReason: finishReason(w.StopReason), Usage: w.Usage.usage()}
@@ -277,7 +279,7 @@ func decodeAnthropicStream(r io.Reader, onDelta func(string) error) (*Response, 
 				Message string `json:"message"`
 			} `json:"error"`
 		}
-		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &ev); err != nil {
+		if err := wirejson.Lenient([]byte(strings.TrimSpace(data)), &ev); err != nil {
 			return nil, &Error{Status: http.StatusBadGateway, Message: "upstream sent an invalid stream event: " + err.Error(), Type: "upstream_error"}
 		}
 		switch ev.Type {

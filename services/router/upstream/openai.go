@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 )
 
 // DefaultOpenAIBaseURL is OpenAI's API.
@@ -232,7 +234,7 @@ func readError(resp *http.Response, key string) error {
 	var v struct {
 		Error json.RawMessage `json:"error"`
 	}
-	if json.Unmarshal(b, &v) == nil && len(v.Error) > 0 {
+	if wirejson.Lenient(b, &v) == nil && len(v.Error) > 0 {
 		var obj struct {
 			Message string `json:"message"`
 			Type    string `json:"type"`
@@ -240,7 +242,7 @@ func readError(resp *http.Response, key string) error {
 		}
 		var s string
 		switch {
-		case json.Unmarshal(v.Error, &obj) == nil && obj.Message != "":
+		case wirejson.Lenient(v.Error, &obj) == nil && obj.Message != "":
 			e.Message = obj.Message
 			if obj.Type != "" {
 				e.Type = obj.Type
@@ -248,7 +250,7 @@ func readError(resp *http.Response, key string) error {
 			if obj.Code != nil {
 				e.Code = fmt.Sprint(obj.Code)
 			}
-		case json.Unmarshal(v.Error, &s) == nil:
+		case wirejson.Lenient(v.Error, &s) == nil:
 			e.Message = s
 		}
 	}
@@ -292,7 +294,9 @@ var replyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxReply bounds an upstream's answer.
 const maxReply = 64 << 20
 
-func decodeOpenAI(r io.Reader) (*Response, error) {
+// readReply reads an upstream's whole answer, up to maxReply, and decodes
+// it into v.
+func readReply(r io.Reader, v any) error {
 	buf := replyBuffers.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= 1<<20 { // keep no huge answer alive
@@ -300,12 +304,15 @@ func decodeOpenAI(r io.Reader) (*Response, error) {
 			replyBuffers.Put(buf)
 		}
 	}()
-	var w replyWire
-	_, err := buf.ReadFrom(io.LimitReader(r, maxReply))
-	if err == nil {
-		err = json.Unmarshal(buf.Bytes(), &w)
+	if _, err := buf.ReadFrom(io.LimitReader(r, maxReply)); err != nil {
+		return err
 	}
-	if err != nil {
+	return wirejson.Lenient(buf.Bytes(), v)
+}
+
+func decodeOpenAI(r io.Reader) (*Response, error) {
+	var w replyWire
+	if err := readReply(r, &w); err != nil {
 		return nil, &Error{Status: http.StatusBadGateway, Message: "upstream answered with invalid JSON: " + err.Error(), Type: "upstream_error"}
 	}
 	if len(w.Choices) == 0 {
@@ -344,7 +351,7 @@ func decodeOpenAIStream(r io.Reader, onDelta func(string) error) (*Response, err
 			break
 		}
 		var w wireResponse
-		if err := json.Unmarshal([]byte(data), &w); err != nil {
+		if err := wirejson.Lenient([]byte(data), &w); err != nil {
 			return nil, &Error{Status: http.StatusBadGateway, Message: "upstream sent an invalid stream chunk: " + err.Error(), Type: "upstream_error"}
 		}
 		if w.ID != "" {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 )
 
 // Message is one chat message in OpenAI's shape. Raw, when set, is the
@@ -193,14 +195,14 @@ func ContentText(raw json.RawMessage) string {
 		return ""
 	}
 	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if wirejson.Strict(raw, &s) == nil {
 		return s
 	}
 	var parts []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}
-	if json.Unmarshal(raw, &parts) != nil {
+	if wirejson.Strict(raw, &parts) != nil {
 		return ""
 	}
 	var b strings.Builder
