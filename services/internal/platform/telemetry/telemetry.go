@@ -31,6 +31,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures Setup.
@@ -39,15 +40,17 @@ type Options struct {
 	ServiceName string
 	// OTLPEndpoint is the OTLP/gRPC collector to export traces and log
 	// records to, as host:port (plaintext) or a URL (http:// plaintext,
-	// https:// TLS). Empty disables export; spans are still created and
-	// propagated so trace ids appear in logs and downstream calls.
+	// https:// TLS). Empty disables export; spans then record nothing but
+	// still get their IDs and are propagated, so trace ids appear in logs,
+	// audit records and downstream calls.
 	OTLPEndpoint string
 }
 
 // Telemetry owns the process's tracer and meter providers and its
 // Prometheus registry.
 type Telemetry struct {
-	tp      *sdktrace.TracerProvider
+	tp      trace.TracerProvider
+	sdk     *sdktrace.TracerProvider // tp with an OTLP endpoint, else nil
 	mp      *sdkmetric.MeterProvider
 	lp      *sdklog.LoggerProvider // nil without an OTLP endpoint
 	metrics http.Handler
@@ -82,33 +85,28 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(metricExp))
 
-	tpOpts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
-	}
-	var lp *sdklog.LoggerProvider
+	t := &Telemetry{tp: idsOnly{}, mp: mp, metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
 	if opts.OTLPEndpoint != "" {
 		traceExp, logExp, err := newExporters(ctx, opts.OTLPEndpoint)
 		if err != nil {
 			return nil, errors.Join(err, mp.Shutdown(ctx))
 		}
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(traceExp))
-		lp = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(logExp)))
-		otel.SetLoggerProvider(lp)
+		// idsOnly samples as this sampler does.
+		t.sdk = sdktrace.NewTracerProvider(
+			sdktrace.WithResource(res),
+			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+			sdktrace.WithBatcher(traceExp))
+		t.tp = t.sdk
+		t.lp = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(logExp)))
+		otel.SetLoggerProvider(t.lp)
 	}
-	tp := sdktrace.NewTracerProvider(tpOpts...)
 
-	otel.SetTracerProvider(tp)
+	otel.SetTracerProvider(t.tp)
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(
 		propagation.TraceContext{}, propagation.Baggage{},
 	))
-	return &Telemetry{
-		tp:      tp,
-		mp:      mp,
-		lp:      lp,
-		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-	}, nil
+	return t, nil
 }
 
 // newExporters returns the OTLP/gRPC exporters of spans and log records
@@ -142,14 +140,17 @@ func newExporters(ctx context.Context, endpoint string) (sdktrace.SpanExporter, 
 func (t *Telemetry) MetricsHandler() http.Handler { return t.metrics }
 
 // TracerProvider returns the process's tracer provider.
-func (t *Telemetry) TracerProvider() *sdktrace.TracerProvider { return t.tp }
+func (t *Telemetry) TracerProvider() trace.TracerProvider { return t.tp }
 
 // MeterProvider returns the process's meter provider.
 func (t *Telemetry) MeterProvider() *sdkmetric.MeterProvider { return t.mp }
 
 // Shutdown flushes pending spans and log records and stops the providers.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
-	err := errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx))
+	err := t.mp.Shutdown(ctx)
+	if t.sdk != nil {
+		err = errors.Join(err, t.sdk.Shutdown(ctx))
+	}
 	if t.lp != nil {
 		err = errors.Join(err, t.lp.Shutdown(ctx))
 	}
