@@ -333,6 +333,19 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "the JSON forwarder's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "json-process-overhead-p50-ms"}},
 	},
 	{
+		// The CPU each hop's process spends per completion, waking
+		// included: what the wall-clock rows above cannot split into
+		// work and waiting.
+		Service: "router", Metric: "conch dev's CPU per completion", Unit: "µs",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "conch-cpu-us/op"},
+		Anchor: &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-cpu-us/op"}},
+	},
+	{
+		Service: "router", Metric: "the JSON forwarder's CPU per completion", Unit: "µs",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "json-process-cpu-us/op"},
+		Anchor: &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-cpu-us/op"}},
+	},
+	{
 		// conch dev runs etcd and the other services in the router's
 		// process; a cluster's router runs alone.
 		Service: "router", Metric: "router overhead, a cluster's router in its own process, p50", Unit: "ms",
