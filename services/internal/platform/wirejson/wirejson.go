@@ -1,16 +1,18 @@
 // Package wirejson decodes the JSON that crosses conch's OpenAI-compatible
-// API: a client's requests, which conch judges and then forwards, and an
-// upstream model's answers.
+// API and MCP server: a client's requests, which conch judges and then
+// forwards; the arguments of the tool calls conch runs, which clients
+// show their users; and an upstream model's answers.
 //
-// A client's request is read strictly, so that conch and the upstream it
-// forwards to cannot read one body two ways: a member named twice in any
-// object, a member whose name matches a field only in another case, and
-// invalid UTF-8 are errors. encoding/json takes the last of two names,
-// folds case and replaces invalid bytes, while the raw messages and fields
-// conch forwards keep what it did not read; a strict reader refuses those
-// bodies instead. It reads in one pass, where encoding/json scans a value
-// once to check it and again to decode it, so it is also faster on the
-// completion's hot path.
+// A client's request and a tool call's arguments are read strictly, so
+// that conch and the upstream it forwards to, or the client that shows a
+// call, cannot read one text two ways: a member named twice in any
+// object and invalid UTF-8 are errors, and a member matches a field only
+// by its exact name ("Role" is not "role"). encoding/json takes the last of
+// two names, folds case and replaces invalid bytes, while the raw messages
+// and fields conch forwards keep what it did not read. The strict reader
+// reads in one pass, where encoding/json scans a value once to check it
+// and again to decode it, so it is also faster on the completion's hot
+// path.
 //
 // An upstream's answer is read as leniently as encoding/json reads it:
 // conch does not control the servers it calls, and what it reads of an
@@ -19,12 +21,8 @@ package wirejson
 
 import (
 	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 )
-
-// Value is a raw JSON value, as read.
-type Value = jsontext.Value
 
 // lenient are encoding/json's semantics, read in one pass.
 var lenient = jsonv1.DefaultOptionsV1()
