@@ -198,7 +198,7 @@ func TestChatRequestValidation(t *testing.T) {
 	msgs := []map[string]any{{"role": "user", "content": "hi"}}
 	tests := []struct {
 		name     string
-		body     map[string]any
+		body     any
 		wantCode int
 		wantMsg  string
 	}{
@@ -215,6 +215,9 @@ func TestChatRequestValidation(t *testing.T) {
 		{"unknown tool type", map[string]any{"model": "default", "messages": msgs, "tools": []any{map[string]any{"type": "browser"}}}, 400, "tools[0].type"},
 		{"reserved function", map[string]any{"model": "default", "messages": msgs, "tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "shell"}}}}, 400, "tools[0].function.name"},
 		{"not json", nil, 400, "not a JSON object"},
+		// Read one way: what conch judges is what the upstream reads.
+		{"a name twice", json.RawMessage(`{"model": "default", "model": "other", "messages": [{"role": "user", "content": "hi"}]}`), 400, `duplicate object member name "model"`},
+		{"a name in another case", json.RawMessage(`{"model": "default", "messages": [{"Role": "user", "content": "hi"}]}`), 400, "messages[0].role"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,6 +248,50 @@ func TestChatRequestValidation(t *testing.T) {
 			t.Fatalf("= %d %s, want 400 naming the gateway", code, body)
 		}
 	})
+}
+
+// A model's tool call is read as the client that shows it reads it: a
+// JavaScript or Python client takes "Command" for another argument than
+// "command", so conch must not run it as the command, and arguments that
+// name one twice are refused rather than read as the last.
+func TestToolArgumentsAreReadOneWay(t *testing.T) {
+	d := startDev(t)
+	calls := map[string]json.RawMessage{
+		"case":  json.RawMessage(`{"command": "echo shown", "Command": "echo hidden"}`),
+		"twice": json.RawMessage(`{"command": "echo shown", "command": "echo hidden"}`),
+	}
+	up := newFakeUpstream(t, func(_ int, req map[string]any) (int, string) {
+		if result := lastToolResult(req); result != "" {
+			return 200, openAIText("done")
+		}
+		msgs, _ := req["messages"].([]any)
+		first, _ := msgs[0].(map[string]any)
+		return 200, openAIToolCall("call_1", "shell", calls[first["content"].(string)])
+	})
+	createGateway(t, d, map[string]any{"name": "args", "shell": map[string]any{"enabled": true},
+		"upstream": map[string]any{"provider": "openai", "base_url": up.URL + "/v1", "model": "m"}})
+	result := func(t *testing.T, which string) string {
+		code, body := d.call("POST", "/v1/chat/completions", d.Key, map[string]any{
+			"model": "args", "messages": []map[string]any{{"role": "user", "content": which}},
+		})
+		var resp struct {
+			Conch struct {
+				ServerToolCalls []struct {
+					Result string `json:"result"`
+				} `json:"server_tool_calls"`
+			} `json:"conch"`
+		}
+		if err := json.Unmarshal(body, &resp); code != 200 || err != nil || len(resp.Conch.ServerToolCalls) != 1 {
+			t.Fatalf("= %d %s (%v), want one server tool call", code, body, err)
+		}
+		return resp.Conch.ServerToolCalls[0].Result
+	}
+	if r := result(t, "case"); !strings.Contains(r, "shown") || strings.Contains(r, "hidden") {
+		t.Errorf("with \"Command\" beside \"command\", the shell ran %s; want the command the client shows", r)
+	}
+	if r := result(t, "twice"); !strings.Contains(r, `duplicate object member name \"command\"`) || strings.Contains(r, "shown\\n") || strings.Contains(r, "hidden\\n") {
+		t.Errorf("with \"command\" twice, the shell gave %s; want the arguments refused", r)
+	}
 }
 
 func TestExecSessionOverrides(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -93,7 +94,10 @@ func execError(msg string) string {
 // runExec runs the exec tool.
 func (cfg *Config) runExec(ctx context.Context, call upstream.ToolCall, ev Events) string {
 	var a execArgs
-	if err := json.Unmarshal([]byte(call.Arguments), &a); err != nil || a.Command == nil {
+	if err := wirejson.Strict([]byte(call.Arguments), &a); err != nil {
+		return execError(`exec: arguments must be a JSON object with a string "command": ` + err.Error())
+	}
+	if a.Command == nil {
 		return execError(`exec: arguments must be a JSON object with a string "command"`)
 	}
 	if len(*a.Command) > MaxCommandBytes {
@@ -204,8 +208,8 @@ type processArgs struct {
 // runProcess runs the process tool.
 func (cfg *Config) runProcess(ctx context.Context, call upstream.ToolCall) string {
 	var a processArgs
-	if err := json.Unmarshal([]byte(call.Arguments), &a); err != nil {
-		return "Error: process: arguments must be a JSON object"
+	if err := wirejson.Strict([]byte(call.Arguments), &a); err != nil {
+		return "Error: process: arguments must be a JSON object: " + err.Error()
 	}
 	if a.Action != "list" && a.SessionID == "" {
 		return "Error: process: sessionId is required for action " + a.Action

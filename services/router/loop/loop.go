@@ -24,6 +24,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -350,7 +351,7 @@ func (cfg *Config) readSkill(arguments string) string {
 	var args struct {
 		Name string `json:"name"`
 	}
-	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+	if err := wirejson.Strict([]byte(arguments), &args); err != nil {
 		return `Error: arguments must be a JSON object with a string "name"`
 	}
 	content, ok := cfg.Skills[args.Name]
@@ -370,7 +371,10 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 	var args struct {
 		Command *string `json:"command"`
 	}
-	if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil || args.Command == nil {
+	if err := wirejson.Strict([]byte(call.Arguments), &args); err != nil {
+		return toolresult.Error(`shell: arguments must be a JSON object with a string "command": ` + err.Error())
+	}
+	if args.Command == nil {
 		return toolresult.Error(`shell: arguments must be a JSON object with a string "command"`)
 	}
 	cmd := *args.Command

@@ -21,6 +21,7 @@ import (
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
@@ -137,7 +138,7 @@ type pathArgs struct {
 // sandbox; a failure is the tool's error result.
 func (s *session) fileCall(ctx context.Context, raw json.RawMessage, needPath bool) (pathArgs, string, string, *mcp.CallToolResult) {
 	var a pathArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
+	if err := wirejson.Strict(raw, &a); err != nil {
 		return a, "", "", errorResult(err.Error())
 	}
 	p := "/"

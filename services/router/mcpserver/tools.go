@@ -15,6 +15,7 @@ import (
 	textmessage "golang.org/x/text/message"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/toolhost"
@@ -113,7 +114,7 @@ func (s *session) runShell(ctx context.Context, req *mcp.CallToolRequest, raw js
 		MaxOutputLength *int32 `json:"max_output_length"`
 		Workdir         string `json:"workdir"`
 	}
-	if err := json.Unmarshal(raw, &args); err != nil {
+	if err := wirejson.Strict(raw, &args); err != nil {
 		return errorResult("shell: " + err.Error())
 	}
 	sh := s.toolbox.Shell()
