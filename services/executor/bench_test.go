@@ -32,16 +32,18 @@ func reportP50As(b *testing.B, ds []time.Duration, unit string) {
 // after a pause pays for waking them, which one started back to back does
 // not.
 func BenchmarkBareForkExec(b *testing.B) {
-	run := func() time.Duration {
-		start := time.Now()
-		if err := exec.Command("/bin/sh", "-c", "true").Run(); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
-	paced, burst := pacedThenBurst(b, run)
+	paced, burst := pacedThenBurst(b, func() time.Duration { return bareForkExec(b) })
 	reportP50(b, burst)
 	reportP50As(b, paced, "paced-p50-ms")
+}
+
+// bareForkExec times one /bin/sh -c true started from Go.
+func bareForkExec(b *testing.B) time.Duration {
+	start := time.Now()
+	if err := exec.Command("/bin/sh", "-c", "true").Run(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 // commandPause stands for a model's turn between two commands; it is far
@@ -49,23 +51,32 @@ func BenchmarkBareForkExec(b *testing.B) {
 const commandPause = 5 * time.Millisecond
 
 // pacedThenBurst times run twice per iteration: after an untimed
-// commandPause, then at once. A command and its floor are timed by it
-// alike, so that their ratio compares the same rhythm.
+// commandPause, then at once.
 func pacedThenBurst(b *testing.B, run func() time.Duration) (paced, burst []time.Duration) {
 	for b.Loop() {
-		b.StopTimer()
-		time.Sleep(commandPause)
-		b.StartTimer()
-		paced = append(paced, run())
+		paced = append(paced, afterPause(b, run))
 		burst = append(burst, run())
 	}
 	return paced, burst
 }
 
+// afterPause times run after an untimed commandPause.
+func afterPause(b *testing.B, run func() time.Duration) time.Duration {
+	b.StopTimer()
+	time.Sleep(commandPause)
+	b.StartTimer()
+	return run()
+}
+
 // BenchmarkCommandRoundTrip runs `true` through the executor's gRPC API in a
 // warm sandbox: p50-ms after an untimed pause (a model's turn, in which the
 // agent starts the next command's shells ahead), burst-p50-ms as soon as
-// the command before it ended.
+// the command before it ended. Its floor, bare-paced-p50-ms, is a bare
+// fork+exec of the same after the same pause, timed in the same rounds:
+// before the command in one round and after it in the next, so that
+// neither always runs in the other's wake. Timed minutes apart, in
+// BenchmarkBareForkExec, the two had swung from 0.99x to 1.6x of each
+// other between runs on a shared VM.
 func BenchmarkCommandRoundTrip(b *testing.B) {
 	x := startExecutor(b)
 	id := createSandbox(b, x, "bench")
@@ -80,8 +91,24 @@ func BenchmarkCommandRoundTrip(b *testing.B) {
 		return time.Since(start)
 	}
 	run()
-	paced, burst := pacedThenBurst(b, run)
+	var paced, floor, burst []time.Duration
+	command := func() {
+		paced = append(paced, afterPause(b, run))
+		burst = append(burst, run())
+	}
+	bare := func() { floor = append(floor, afterPause(b, func() time.Duration { return bareForkExec(b) })) }
+	odd := false
+	for b.Loop() {
+		if odd = !odd; odd {
+			command()
+			bare()
+		} else {
+			bare()
+			command()
+		}
+	}
 	reportP50(b, paced)
+	reportP50As(b, floor, "bare-paced-p50-ms")
 	reportP50As(b, burst, "burst-p50-ms")
 }
 
