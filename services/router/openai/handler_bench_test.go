@@ -122,3 +122,15 @@ func BenchmarkChatCompletion(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkParseRequest reads BenchmarkChatCompletion's request body, as
+// each completion does before it calls the upstream.
+func BenchmarkParseRequest(b *testing.B) {
+	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -42,3 +42,15 @@ func TestAnswersAreReadLeniently(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDecodeOpenAI reads a chat completion without tools, as each
+// completion does with its upstream's answer.
+func BenchmarkDecodeOpenAI(b *testing.B) {
+	answer := `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeOpenAI(strings.NewReader(answer)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
