@@ -8,8 +8,9 @@ var (
 	hydrateGets      = &Anchor{Name: "1,000 sequential GETs", Ref: Ref{Pkg: "workspace/files", Bench: "BenchmarkHydrate/s3/sequential-gets", Unit: "ns/op"}}
 	forkExec         = &Anchor{Name: "bare fork+exec sh -c true, back to back", Ref: Ref{Pkg: "executor", Bench: "BenchmarkBareForkExec", Unit: "p50-ms"}}
 	// conch dev is a process of its own: so is the floor of its hop.
-	proxyProcessP50 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p50-ms"}}
-	proxyProcessP99 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p99-ms"}}
+	proxyProcessP50 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p50-ms")}
+	proxyProcessP99 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p99-ms")}
+	proxyProcessCPU = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-cpu-us/op")}
 )
 
 // Rows is conch's benchmark report: the performance targets of the issues,
@@ -291,23 +292,23 @@ var Rows = []Row{
 	},
 	{
 		Service: "router", Metric: "completion via conch, p50", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "conch-p50-ms"},
-		Anchor: &Anchor{Name: "direct upstream call", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "direct-p50-ms"}},
+		Value:  completionOverhead("conch-p50-ms"),
+		Anchor: &Anchor{Name: "direct upstream call", Ref: completionOverhead("direct-p50-ms")},
 	},
 	{
 		Service: "router", Metric: "completion via a bare httputil.ReverseProxy, p50", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-p50-ms"},
-		Anchor: &Anchor{Name: "direct upstream call", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "direct-p50-ms"}},
+		Value:  completionOverhead("proxy-p50-ms"),
+		Anchor: &Anchor{Name: "direct upstream call", Ref: completionOverhead("direct-p50-ms")},
 	},
 	{
 		Service: "router", Metric: "router overhead, p50", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p50-ms"},
+		Value:  completionOverhead("overhead-p50-ms"),
 		Anchor: proxyProcessP50,
 		Target: Target{Max: 0.3},
 	},
 	{
 		Service: "router", Metric: "router overhead, p99", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p99-ms"},
+		Value:  completionOverhead("overhead-p99-ms"),
 		Anchor: proxyProcessP99,
 		Target: Target{Max: 1.5},
 	},
@@ -315,49 +316,49 @@ var Rows = []Row{
 		// conch dev is a process of its own: a hop through any proxy
 		// process pays two more cross-process wake-ups than the direct call.
 		Service: "router", Metric: "overhead of a bare reverse proxy in its own process, p50", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p50-ms"},
-		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p50-ms"}},
+		Value:  completionOverhead("proxy-process-overhead-p50-ms"),
+		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: completionOverhead("proxy-overhead-p50-ms")},
 	},
 	{
 		Service: "router", Metric: "overhead of a bare reverse proxy in its own process, p99", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-overhead-p99-ms"},
-		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-overhead-p99-ms"}},
+		Value:  completionOverhead("proxy-process-overhead-p99-ms"),
+		Anchor: &Anchor{Name: "the same proxy in the client's process", Ref: completionOverhead("proxy-overhead-p99-ms")},
 	},
 	{
 		// A gateway that checks what it forwards must read its JSON.
 		Service: "router", Metric: "overhead of a forwarder that decodes and encodes both JSON bodies, in its own process, p50", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "json-process-overhead-p50-ms"},
+		Value:  completionOverhead("json-process-overhead-p50-ms"),
 		Anchor: proxyProcessP50,
 	},
 	{
 		Service: "router", Metric: "router overhead, p50, against the JSON forwarder's", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p50-ms"},
-		Anchor: &Anchor{Name: "the JSON forwarder's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "json-process-overhead-p50-ms"}},
+		Value:  completionOverhead("overhead-p50-ms"),
+		Anchor: &Anchor{Name: "the JSON forwarder's in its own process", Ref: completionOverhead("json-process-overhead-p50-ms")},
 	},
 	{
 		// The CPU each hop's process spends per completion, waking
 		// included: what the wall-clock rows above cannot split into
 		// work and waiting.
 		Service: "router", Metric: "conch dev's CPU per completion", Unit: "µs",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "conch-cpu-us/op"},
-		Anchor: &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-cpu-us/op"}},
+		Value:  completionOverhead("conch-cpu-us/op"),
+		Anchor: proxyProcessCPU,
 	},
 	{
 		Service: "router", Metric: "the JSON forwarder's CPU per completion", Unit: "µs",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "json-process-cpu-us/op"},
-		Anchor: &Anchor{Name: "a bare reverse proxy's in its own process", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "proxy-process-cpu-us/op"}},
+		Value:  completionOverhead("json-process-cpu-us/op"),
+		Anchor: proxyProcessCPU,
 	},
 	{
 		// conch dev runs etcd and the other services in the router's
 		// process; a cluster's router runs alone.
 		Service: "router", Metric: "router overhead, a cluster's router in its own process, p50", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "router-process-overhead-p50-ms"},
-		Anchor: &Anchor{Name: "conch dev's", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p50-ms"}},
+		Value:  completionOverhead("router-process-overhead-p50-ms"),
+		Anchor: &Anchor{Name: "conch dev's", Ref: completionOverhead("overhead-p50-ms")},
 	},
 	{
 		Service: "router", Metric: "router overhead, a cluster's router in its own process, p99", Unit: "ms",
-		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "router-process-overhead-p99-ms"},
-		Anchor: &Anchor{Name: "conch dev's", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: "overhead-p99-ms"}},
+		Value:  completionOverhead("router-process-overhead-p99-ms"),
+		Anchor: &Anchor{Name: "conch dev's", Ref: completionOverhead("overhead-p99-ms")},
 	},
 	// conch's whole /v1 handler against a bare proxy, both in the
 	// benchmark's process: what conch's own work costs, without the wake-ups
@@ -414,6 +415,11 @@ const coldAgent = "BenchmarkSandboxCreateColdAgent/"
 // coldCreate is a result of coldAgent's sub-benchmark sub.
 func coldCreate(sub, unit string) Ref {
 	return Ref{Pkg: "executor/sandbox", Bench: coldAgent + sub, Unit: unit}
+}
+
+// completionOverhead is a result of e2e's BenchmarkCompletionOverhead.
+func completionOverhead(unit string) Ref {
+	return Ref{Pkg: "e2e", Bench: "BenchmarkCompletionOverhead", Unit: unit}
 }
 
 // coldFloor is the bare bubblewrap timed in the rounds of the cold create
