@@ -326,15 +326,25 @@ func procCPU(b *testing.B, pid int) time.Duration {
 	return d
 }
 
-// statCPU reads utime and stime from the text of /proc/<pid>/stat. They
-// are the 14th and 15th fields, counted from the pid; the second, the
-// command name, is in parentheses and may hold spaces and parentheses.
+// procStat splits the text of /proc/<pid>/stat into the command name,
+// which is in parentheses after the pid and may hold spaces and
+// parentheses, and the fields after it (the state first, the parent's pid
+// second); ok is false when there is no command name.
+func procStat(stat []byte) (comm string, fields []string, ok bool) {
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return "", nil, false
+	}
+	return string(stat[open+1 : end]), strings.Fields(string(stat[end+1:])), true
+}
+
+// statCPU reads utime and stime from the text of /proc/<pid>/stat: the
+// 14th and 15th fields, counted from the pid.
 func statCPU(stat []byte) (time.Duration, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
+	_, f, ok := procStat(stat)
+	if !ok {
 		return 0, errors.New("no command name")
 	}
-	f := strings.Fields(string(stat[i+1:]))
 	if len(f) < 13 {
 		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
 	}

@@ -73,15 +73,8 @@ func bwrapChildren(t *testing.T, pid int) int {
 		if err != nil {
 			continue // it ended
 		}
-		// pid (comm) state ppid ...: comm may hold spaces, so read after
-		// its closing parenthesis.
-		s := string(stat)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		fields := strings.Fields(s[end+1:])
-		if len(fields) > 1 && s[open+1:end] == "bwrap" && fields[1] == strconv.Itoa(pid) {
+		comm, fields, ok := procStat(stat)
+		if ok && comm == "bwrap" && len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
 			n++
 		}
 	}
