@@ -44,6 +44,9 @@ type noExecutor struct {
 	executorv1.ExecutorServiceClient
 }
 
+// benchRequest is the benchmarks' chat completion request.
+var benchRequest = []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
+
 // BenchmarkChatCompletion runs chat completions without tools through the
 // /v1 handler in process (conch), under the router's HTTP telemetry with
 // the process's telemetry set up as conch does, against a local fake
@@ -86,7 +89,11 @@ func BenchmarkChatCompletion(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	for _, hop := range []struct {
 		name    string
 		handler http.Handler
@@ -95,17 +102,12 @@ func BenchmarkChatCompletion(b *testing.B) {
 			srv := httptest.NewServer(hop.handler)
 			defer srv.Close()
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-			cpu := func() time.Duration {
-				var ru syscall.Rusage
-				_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-			}
 			var ds []time.Duration
 			b.ReportAllocs()
 			c0 := cpu()
 			for b.Loop() {
 				start := time.Now()
-				resp, err := client.Post(srv.URL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+				resp, err := client.Post(srv.URL+"/v1/chat/completions", "application/json", bytes.NewReader(benchRequest))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -123,13 +125,12 @@ func BenchmarkChatCompletion(b *testing.B) {
 	}
 }
 
-// BenchmarkParseRequest reads BenchmarkChatCompletion's request body, as
+// BenchmarkParseRequest reads the request of BenchmarkChatCompletion, as
 // each completion does before it calls the upstream.
 func BenchmarkParseRequest(b *testing.B) {
-	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := parseRequest(body); err != nil {
+		if _, err := parseRequest(benchRequest); err != nil {
 			b.Fatal(err)
 		}
 	}
