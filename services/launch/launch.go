@@ -214,9 +214,6 @@ func (p *process) close(ctx context.Context) {
 	}
 }
 
-// streamWindow is the gRPC flow-control window of one stream.
-const streamWindow = 1 << 20
-
 // dial connects to a service through discovery, signing the call scope.
 func (p *process) dial(ctx context.Context, service string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
@@ -228,11 +225,6 @@ func (p *process) dial(ctx context.Context, service string, extra ...grpc.DialOp
 
 // callOptions tune every connection to a service.
 var callOptions = []grpc.DialOption{
-	// Fixed flow-control windows: gRPC's bandwidth-delay estimate
-	// otherwise grows them to many MiB on fast links, and a streamed
-	// download would sit in the router's memory that far ahead.
-	grpc.WithInitialWindowSize(streamWindow),
-	grpc.WithInitialConnWindowSize(4 * streamWindow),
 	// A directory listing is one response and may exceed gRPC's
 	// default 4 MiB; the workspace service bounds it below this.
 	grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32 << 20)),

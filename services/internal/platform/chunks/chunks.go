@@ -15,6 +15,20 @@ import (
 // peak RSS by 6 to 13 MiB, and 32 KiB ones cost a tenth more CPU.
 const Size = 256 << 10
 
+// Window is the flow-control window of one gRPC stream, in bytes: what a
+// sender may have in flight that its receiver has not read, four
+// messages of Size. ConnWindow is that of a whole connection. The
+// services' servers and clients set both (packages grpcserver and
+// discovery): fixed windows, because gRPC's bandwidth-delay estimate would otherwise
+//   - grow them to many MiB on a fast link, so that a streamed download
+//     or upload sits that far ahead in the receiver's memory;
+//   - send a PING and a WINDOW_UPDATE on almost every message it receives,
+//     since small unary calls never let its estimate settle.
+const (
+	Window     = 4 * Size
+	ConnWindow = 4 * Window
+)
+
 // pool is gRPC's default buffer pool in every process that links this
 // package, which every gRPC server and client of conch does: gRPC's own
 // tiers, and one that fits a message of Size bytes of content with its

@@ -25,8 +25,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
-	// Sets the buffer pool of gRPC that fits file messages.
-	_ "github.com/conch-sh/conch/services/internal/platform/chunks"
+	// Also sets the buffer pool of gRPC that fits file messages.
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 )
 
 // Prefix is the etcd key prefix under which services register.
@@ -47,8 +47,7 @@ func checkService(service string) error {
 // through etcd and balances round-robin across those that report SERVING,
 // unless a call is pinned to one (Pin). The connection is
 // lazy: it does not wait for an instance to exist; use CheckReady for
-// that. opts are appended to the defaults (plaintext, keepalive, OpenTelemetry
-// client instrumentation).
+// that. opts are appended to the defaults (transport).
 func Dial(ctx context.Context, cli *clientv3.Client, service string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if err := checkService(service); err != nil {
 		return nil, err
@@ -84,9 +83,12 @@ var reconnect = grpc.ConnectParams{
 }
 
 // transport are the dial options of every connection: plaintext,
-// keepalive, OpenTelemetry client instrumentation.
+// keepalive, fixed flow-control windows (chunks.Window), OpenTelemetry
+// client instrumentation.
 var transport = []grpc.DialOption{
 	grpc.WithTransportCredentials(insecure.NewCredentials()),
+	grpc.WithInitialWindowSize(chunks.Window),
+	grpc.WithInitialConnWindowSize(chunks.ConnWindow),
 	grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 	grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time:                20 * time.Second,

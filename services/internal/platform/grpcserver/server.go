@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	// Sets the buffer pool of gRPC that fits file messages.
-	_ "github.com/conch-sh/conch/services/internal/platform/chunks"
+	// Also sets the buffer pool of gRPC that fits file messages.
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -121,6 +121,8 @@ func New(opts Options) *Server {
 		grpc.MaxSendMsgSize(opts.MaxSendMsgSize),
 		grpc.KeepaliveParams(keepaliveParams),
 		grpc.KeepaliveEnforcementPolicy(keepalivePolicy),
+		grpc.InitialWindowSize(chunks.Window),
+		grpc.InitialConnWindowSize(chunks.ConnWindow),
 	)
 	hs := health.NewServer()
 	// Not serving until Serve is called.
