@@ -11,14 +11,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 	"github.com/conch-sh/conch/services/executor/toolshim"
-	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
@@ -88,13 +88,16 @@ func startExecutor(t testing.TB, opts ...Option) *testExecutor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(signer.UnaryServerInterceptor(), errs.UnaryServerInterceptor(nil)),
-		grpc.ChainStreamInterceptor(signer.StreamServerInterceptor(), errs.StreamServerInterceptor(nil)),
-	)
-	NewServer(svc).Register(g)
+	// The server and connection of a deployed executor and its router,
+	// less discovery.
+	g := grpcserver.New(grpcserver.Options{
+		Name:               "executor",
+		UnaryInterceptors:  []grpc.UnaryServerInterceptor{signer.UnaryServerInterceptor()},
+		StreamInterceptors: []grpc.StreamServerInterceptor{signer.StreamServerInterceptor()},
+	})
+	NewServer(svc).Register(g.GRPC())
 	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := discovery.DialAddr(lis.Addr().String(),
 		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(signer.StreamClientInterceptor()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
@@ -104,7 +107,7 @@ func startExecutor(t testing.TB, opts ...Option) *testExecutor {
 	// Runs before startService's cleanup, which ends the service.
 	t.Cleanup(func() {
 		_ = conn.Close()
-		g.Stop()
+		g.GRPC().Stop()
 	})
 	return &testExecutor{svc: svc, client: executorv1.NewExecutorServiceClient(conn)}
 }
