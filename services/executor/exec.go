@@ -294,8 +294,9 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 		s.procs.Add(r)
 		// Its tool calls join this trace for as long as it runs, in the
 		// background too.
-		done := e.commandRuns(sc)
-		go func() { <-proc.Done(); done() }()
+		if done := e.commandRuns(sc); done != nil {
+			go func() { <-proc.Done(); done() }()
+		}
 	}
 	if err := ev.Started(pid); err != nil {
 		_ = proc.Kill()

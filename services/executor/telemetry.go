@@ -39,10 +39,11 @@ func traceEnv(ctx context.Context, env map[string]string) (map[string]string, tr
 }
 
 // commandRuns records sc as the trace context of a command running in the
-// sandbox until the returned func is called.
+// sandbox until the returned func is called; without a valid sc, which
+// no tool call can name, it records nothing and returns nil.
 func (e *entry) commandRuns(sc trace.SpanContext) (done func()) {
 	if !sc.IsValid() {
-		return func() {}
+		return nil
 	}
 	k := spanKey{sc.TraceID(), sc.SpanID()}
 	e.mu.Lock()
