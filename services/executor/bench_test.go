@@ -72,11 +72,18 @@ func afterPause(b *testing.B, run func() time.Duration) time.Duration {
 // warm sandbox: p50-ms after an untimed pause (a model's turn, in which the
 // agent starts the next command's shells ahead), burst-p50-ms as soon as
 // the command before it ended. Its floor, bare-paced-p50-ms, is a bare
-// fork+exec of the same after the same pause, timed in the same rounds:
-// before the command in one round and after it in the next, so that
-// neither always runs in the other's wake. Timed minutes apart, in
-// BenchmarkBareForkExec, the two had swung from 0.99x to 1.6x of each
-// other between runs on a shared VM.
+// fork+exec of the same after the same pause, timed in the same rounds.
+// Two more steps of each round split the command in two:
+//   - exec-paced-p50-ms: the same command through the executor's Exec,
+//     without gRPC: policy, records, the sandbox and its agent;
+//   - noop-paced-p50-ms: a gRPC call to the same executor that runs
+//     nothing (GetSandbox): gRPC's own round trip.
+//
+// floor-plus-noop-p50-ms is the median of each round's bare fork+exec
+// plus its gRPC call that runs nothing. The four steps take turns at being
+// first in a round, so that none always runs in another's wake. Timed
+// minutes apart, in BenchmarkBareForkExec, the command and its floor had
+// swung from 0.99x to 1.6x of each other between runs on a shared VM.
 func BenchmarkCommandRoundTrip(b *testing.B) {
 	x := startExecutor(b)
 	id := createSandbox(b, x, "bench")
@@ -90,26 +97,46 @@ func BenchmarkCommandRoundTrip(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	run()
-	var paced, floor, burst []time.Duration
-	command := func() {
-		paced = append(paced, afterPause(b, run))
-		burst = append(burst, run())
-	}
-	bare := func() { floor = append(floor, afterPause(b, func() time.Duration { return bareForkExec(b) })) }
-	odd := false
-	for b.Loop() {
-		if odd = !odd; odd {
-			command()
-			bare()
-		} else {
-			bare()
-			command()
+	params := ExecParams{SandboxID: id, Command: "true", Timeout: DefaultRunTimeout, MaxOutput: DefaultOutputChars}
+	exec := func() time.Duration {
+		start := time.Now()
+		res, err := x.svc.Exec(ctx, "bench", params, discard{})
+		if err != nil || res.Outcome != OutcomeExit || res.ExitCode != 0 {
+			b.Fatal(res, err)
 		}
+		return time.Since(start)
+	}
+	get := &executorv1.GetSandboxRequest{Id: id}
+	noop := func() time.Duration {
+		start := time.Now()
+		if _, err := x.client.GetSandbox(ctx, get); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	run()
+	var paced, floor, burst, direct, grpcOnly, floorPlus []time.Duration
+	steps := []func(){
+		func() {
+			paced = append(paced, afterPause(b, run))
+			burst = append(burst, run())
+		},
+		func() { floor = append(floor, afterPause(b, func() time.Duration { return bareForkExec(b) })) },
+		func() { direct = append(direct, afterPause(b, exec)) },
+		func() { grpcOnly = append(grpcOnly, afterPause(b, noop)) },
+	}
+	for round := 0; b.Loop(); round++ {
+		for i := range steps {
+			steps[(round+i)%len(steps)]()
+		}
+		floorPlus = append(floorPlus, floor[round]+grpcOnly[round])
 	}
 	reportP50(b, paced)
 	reportP50As(b, floor, "bare-paced-p50-ms")
 	reportP50As(b, burst, "burst-p50-ms")
+	reportP50As(b, direct, "exec-paced-p50-ms")
+	reportP50As(b, grpcOnly, "noop-paced-p50-ms")
+	reportP50As(b, floorPlus, "floor-plus-noop-p50-ms")
 }
 
 // BenchmarkThroughput8Sandboxes runs `true` from 8 callers, each in its own

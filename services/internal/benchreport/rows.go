@@ -81,10 +81,26 @@ var Rows = []Row{
 		Service: "executor", Metric: "command `true` via gRPC, warm sandbox, p50", Unit: "ms",
 		// Measured after a pause (a model's turn), as its floor is, in
 		// the same rounds.
-		Value: Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTrip", Unit: "p50-ms"},
-		Anchor: &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds",
-			Ref: Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTrip", Unit: "bare-paced-p50-ms"}},
+		Value:  roundTrip("p50-ms"),
+		Anchor: &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")},
 		Target: Target{MaxRatio: 1.5},
+	},
+	// The same command in two parts, in the same rounds: the executor's
+	// Exec without gRPC, and gRPC's round trip alone.
+	{
+		Service: "executor", Metric: "command `true` through Exec, without gRPC, p50", Unit: "ms",
+		Value:  roundTrip("exec-paced-p50-ms"),
+		Anchor: &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")},
+	},
+	{
+		Service: "executor", Metric: "a gRPC call to the executor that runs nothing, after the same pause, p50", Unit: "ms",
+		Value:  roundTrip("noop-paced-p50-ms"),
+		Anchor: &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")},
+	},
+	{
+		Service: "executor", Metric: "command `true` via gRPC, against its floor plus a gRPC call that runs nothing, p50", Unit: "ms",
+		Value:  roundTrip("p50-ms"),
+		Anchor: &Anchor{Name: "bare fork+exec plus a gRPC call that runs nothing, each round", Ref: roundTrip("floor-plus-noop-p50-ms")},
 	},
 	{
 		Service: "executor", Metric: "bare fork+exec sh -c true after a 5 ms pause, p50", Unit: "ms",
@@ -93,7 +109,7 @@ var Rows = []Row{
 	},
 	{
 		Service: "executor", Metric: "command `true` via gRPC, in a burst (no spare shells), p50", Unit: "ms",
-		Value:  Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTrip", Unit: "burst-p50-ms"},
+		Value:  roundTrip("burst-p50-ms"),
 		Anchor: forkExec,
 	},
 	{
@@ -431,4 +447,9 @@ func coldFloor(bench string) *Anchor {
 // coldStep is one step of BenchmarkColdStartSteps.
 func coldStep(step string) Ref {
 	return Ref{Pkg: "executor/sandbox", Bench: "BenchmarkColdStartSteps", Unit: step + "-p50-ms"}
+}
+
+// roundTrip is a result of executor's BenchmarkCommandRoundTrip.
+func roundTrip(unit string) Ref {
+	return Ref{Pkg: "executor", Bench: "BenchmarkCommandRoundTrip", Unit: unit}
 }
