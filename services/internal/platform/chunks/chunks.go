@@ -19,11 +19,12 @@ const Size = 256 << 10
 // sender may have in flight that its receiver has not read, four
 // messages of Size. ConnWindow is that of a whole connection. The
 // services' servers and clients set both (packages grpcserver and
-// discovery): fixed windows, because gRPC's bandwidth-delay estimate would otherwise
+// discovery). They are fixed because gRPC's bandwidth-delay estimate
+// would otherwise:
 //   - grow them to many MiB on a fast link, so that a streamed download
 //     or upload sits that far ahead in the receiver's memory;
-//   - send a PING and a WINDOW_UPDATE on almost every message it receives,
-//     since small unary calls never let its estimate settle.
+//   - send a PING and a WINDOW_UPDATE on almost every message it
+//     receives, since small unary calls never let its estimate settle.
 const (
 	Window     = 4 * Size
 	ConnWindow = 4 * Window
