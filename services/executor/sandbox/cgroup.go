@@ -2,8 +2,10 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -97,6 +99,10 @@ func evacuate(from, to string) error {
 type cgroup struct {
 	root *cgroupRoot
 	dirs []string
+	// events is the memory controller's event counts, kept open: every
+	// command reads them when it starts and when it ends, and a read of an
+	// open file costs a small part of opening it.
+	events *os.File
 }
 
 func (r *cgroupRoot) create(name string, l Limits) (*cgroup, error) {
@@ -118,6 +124,16 @@ func (r *cgroupRoot) create(name string, l Limits) (*cgroup, error) {
 		_ = cg.remove()
 		return nil, err
 	}
+	events := filepath.Join(cg.dirs[0], "memory.oom_control")
+	if r.v2 {
+		events = filepath.Join(cg.dirs[0], "memory.events")
+	}
+	f, err := os.Open(events)
+	if err != nil {
+		_ = cg.remove()
+		return nil, fmt.Errorf("cgroups: open %s: %w", events, err)
+	}
+	cg.events = f
 	return cg, nil
 }
 
@@ -214,6 +230,9 @@ func (cg *cgroup) kill(timeout time.Duration) error {
 // remove deletes the group's directories; the group must be empty.
 func (cg *cgroup) remove() error {
 	var errs []error
+	if cg.events != nil {
+		_ = cg.events.Close()
+	}
 	for _, d := range cg.dirs {
 		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("cgroups: remove %s: %w", d, err))
@@ -224,18 +243,26 @@ func (cg *cgroup) remove() error {
 
 // oomKills returns how many processes the group's memory limit has killed.
 func (cg *cgroup) oomKills() int64 {
-	p := filepath.Join(cg.dirs[0], "memory.oom_control")
-	if cg.root.v2 {
-		p = filepath.Join(cg.dirs[0], "memory.events")
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
+	var buf [512]byte // either file is a few short lines
+	n, err := cg.events.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == "oom_kill" {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
+	return oomKillCount(buf[:n])
+}
+
+// oomKillCount reads the oom_kill line of memory.events (v2) or
+// memory.oom_control (v1); 0 if there is none.
+func oomKillCount(b []byte) int64 {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("oom_kill ")); ok {
+			n, _ := strconv.ParseInt(string(v), 10, 64)
 			return n
 		}
 	}

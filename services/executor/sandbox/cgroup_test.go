@@ -18,19 +18,21 @@ import (
 )
 
 // TestCgroupLimitFiles checks what each cgroup version is told for a
-// sandbox's limits, on a directory laid out like each cgroupfs.
+// sandbox's limits, and where its OOM kills are counted, on a directory
+// laid out like each cgroupfs.
 func TestCgroupLimitFiles(t *testing.T) {
 	l := Limits{MemoryBytes: 64 << 20, Pids: 32, CPUMillicores: 500}
 	tests := []struct {
-		name string
-		v2   bool
-		dirs []string
-		want map[string]string
+		name   string
+		v2     bool
+		dirs   []string
+		events string // the kernel's file of OOM kill counts
+		want   map[string]string
 	}{
-		{"v2", true, []string{"p"}, map[string]string{
+		{"v2", true, []string{"p"}, "p/sb/memory.events", map[string]string{
 			"p/sb/memory.max": "67108864", "p/sb/memory.swap.max": "0", "p/sb/pids.max": "32", "p/sb/cpu.max": "50000 100000",
 		}},
-		{"v1", false, []string{"memory/p", "pids/p", "cpu/p"}, map[string]string{
+		{"v1", false, []string{"memory/p", "pids/p", "cpu/p"}, "memory/p/sb/memory.oom_control", map[string]string{
 			"memory/p/sb/memory.limit_in_bytes": "67108864", "pids/p/sb/pids.max": "32",
 			"cpu/p/sb/cpu.cfs_period_us": "100000", "cpu/p/sb/cpu.cfs_quota_us": "50000",
 		}},
@@ -44,14 +46,56 @@ func TestCgroupLimitFiles(t *testing.T) {
 				}
 			}
 			r := &cgroupRoot{mount: mount, v2: tt.v2, parent: "p"}
-			if _, err := r.create("sb", l); err != nil {
+			if _, err := r.create("sb", l); err == nil {
+				t.Fatal("created a group with no file of OOM kills")
+			}
+			events := filepath.Join(mount, tt.events)
+			if err := os.MkdirAll(filepath.Dir(events), 0o755); err != nil {
 				t.Fatal(err)
 			}
+			if err := os.WriteFile(events, []byte("oom 3\noom_kill 2\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cg, err := r.create("sb", l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cg.events.Close()
 			for f, want := range tt.want {
 				b, err := os.ReadFile(filepath.Join(mount, f))
 				if err != nil || string(b) != want {
 					t.Errorf("%s = %q %v, want %q", f, b, err, want)
 				}
+			}
+			// The count is read again from the file kept open.
+			for _, want := range []int64{2, 5} {
+				if err := os.WriteFile(events, fmt.Appendf(nil, "oom %d\noom_kill %d\n", want, want), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if got := cg.oomKills(); got != want {
+					t.Errorf("oomKills() = %d, want %d", got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestOOMKillCount(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want int64
+	}{
+		{"v2 memory.events", "low 0\nhigh 0\nmax 12\noom 4\noom_kill 3\noom_group_kill 0\n", 3},
+		{"v1 memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n", 7},
+		{"no trailing newline", "oom_kill 9", 9},
+		{"no oom_kill line", "oom_kill_disable 1\nunder_oom 0\n", 0},
+		{"empty", "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := oomKillCount([]byte(tt.file)); got != tt.want {
+				t.Errorf("oomKillCount(%q) = %d, want %d", tt.file, got, tt.want)
 			}
 		})
 	}
