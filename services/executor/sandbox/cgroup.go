@@ -254,15 +254,9 @@ func (cg *cgroup) oomKills() int64 {
 // oomKillCount reads the oom_kill line of memory.events (v2) or
 // memory.oom_control (v1); 0 if there is none.
 func oomKillCount(b []byte) int64 {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range bytes.Lines(b) {
 		if v, ok := bytes.CutPrefix(line, []byte("oom_kill ")); ok {
-			n, _ := strconv.ParseInt(string(v), 10, 64)
+			n, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
 			return n
 		}
 	}
