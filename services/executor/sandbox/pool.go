@@ -19,7 +19,10 @@ type spares[T any] struct {
 	make    func(ctx context.Context) (T, error)
 	dead    func(T) bool // one that died while waiting
 	discard func(T)
-	log     *slog.Logger
+	// quiet, when set, holds the making of one back while another is
+	// ready and the runtime is busy.
+	quiet *quiet
+	log   *slog.Logger
 
 	mu     sync.Mutex
 	ready  []T
@@ -75,12 +78,27 @@ func (sp *spares[T]) fill() {
 			return
 		case <-sp.wake:
 		}
+		since := time.Now()
 		for {
-			sp.mu.Lock()
-			n := len(sp.ready)
-			sp.mu.Unlock()
+			n := sp.count()
 			if n >= sp.size || sp.ctx.Err() != nil {
 				break
+			}
+			if n > 0 && sp.quiet != nil {
+				// Another is ready for the next caller: this one can wait
+				// until the runtime is quiet, or until that one is taken.
+				if d := sp.quiet.delay(time.Now(), since); d > 0 {
+					t := time.NewTimer(d)
+					select {
+					case <-sp.ctx.Done():
+						t.Stop()
+						return
+					case <-sp.wake:
+						t.Stop()
+					case <-t.C:
+					}
+					continue
+				}
 			}
 			v, err := sp.make(sp.ctx)
 			if err != nil {
@@ -98,8 +116,16 @@ func (sp *spares[T]) fill() {
 			sp.mu.Lock()
 			sp.ready = append(sp.ready, v)
 			sp.mu.Unlock()
+			since = time.Now()
 		}
 	}
+}
+
+// count is how many are ready.
+func (sp *spares[T]) count() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return len(sp.ready)
 }
 
 func (sp *spares[T]) close() {
@@ -118,7 +144,7 @@ func (sp *spares[T]) close() {
 // never run anything; claiming one sets its limits and identity.
 func newPool(rt *Runtime, size int) *spares[*Sandbox] {
 	return newSpares(&spares[*Sandbox]{
-		what: "sandbox", size: size, log: rt.log,
+		what: "sandbox", size: size, quiet: &rt.quiet, log: rt.log,
 		make: func(ctx context.Context) (*Sandbox, error) {
 			spec := Spec{ID: "w" + hostName()}
 			spec.withDefaults()

@@ -124,6 +124,8 @@ type Runtime struct {
 
 	pool     *spares[*Sandbox]
 	launches *spares[*launch]
+	// quiet holds the making of spares back while commands run.
+	quiet quiet
 
 	// template is the view of a new sandbox, made on first use.
 	template func() (*fsview.View, error)
@@ -233,7 +235,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.launches = newSpares(&spares[*launch]{
-		what: "launch", size: cfg.LaunchAhead, log: r.log,
+		what: "launch", size: cfg.LaunchAhead, quiet: &r.quiet, log: r.log,
 		make:    func(context.Context) (*launch, error) { return r.launch() },
 		dead:    (*launch).exited,
 		discard: (*launch).close,
@@ -327,6 +329,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: invalid id %q", spec.ID)
 	}
 	spec.withDefaults()
+	r.quiet.mark()
 	for _, d := range spec.PathPrepend {
 		if !filepath.IsAbs(d) || strings.ContainsAny(d, ":\x00") {
 			return nil, fmt.Errorf("sandbox: path_prepend entry %q must be an absolute path without ':'", d)

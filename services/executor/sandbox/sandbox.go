@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -205,6 +204,7 @@ func (p *Process) finish(e Exit) {
 	p.exitOnce.Do(func() {
 		p.exit = e
 		close(p.done)
+		p.sb.rt.quiet.mark()
 	})
 }
 
@@ -228,6 +228,7 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 		return nil, ErrGone
 	}
 	s.nextID++
+	s.rt.quiet.mark()
 	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills()}
 	s.procs[p.id] = p
 	dir := startDir(s.cwd, opts.Workdir)
@@ -304,11 +305,7 @@ var ErrProtocol = errors.New("sandbox: agent protocol violation")
 // afterwards is read.
 func (s *Sandbox) violation(cause error) {
 	err := fmt.Errorf("%w: %w", ErrProtocol, cause)
-	log := slog.Default()
-	if s.rt != nil {
-		log = s.rt.log
-	}
-	log.Warn("sandbox agent broke the protocol; ending the sandbox", "sandbox", s.spec.ID, "err", err)
+	s.rt.log.Warn("sandbox agent broke the protocol; ending the sandbox", "sandbox", s.spec.ID, "err", err)
 	s.markDead(err)
 	if s.stdin != nil {
 		_ = s.stdin.Close()

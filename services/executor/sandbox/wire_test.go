@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,7 @@ type protoSandbox struct {
 func newProtoSandbox(n int, budget int64) *protoSandbox {
 	ps := &protoSandbox{
 		Sandbox: &Sandbox{
+			rt:    &Runtime{log: slog.New(slog.DiscardHandler)},
 			procs: map[uint32]*Process{},
 			cwd:   WorkspaceDir,
 			done:  make(chan struct{}),
