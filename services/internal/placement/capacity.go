@@ -149,13 +149,13 @@ func (l *load) watch(ctx context.Context, cli *clientv3.Client, log *slog.Logger
 // first (ties in random order), and how many executors there are; or a
 // ResourceExhausted error when every executor is full. No candidates and
 // no error means no basis to choose: balance as usual.
-func (r *Router) candidates(ctx context.Context) (addrs []string, executors int, err error) {
+func (r *Router) candidates() (addrs []string, executors int, err error) {
 	count, ok := r.load.snapshot()
 	if !ok {
 		return nil, 0, nil
 	}
-	ins, err := discovery.Instances(ctx, r.etcd, "executor")
-	if err != nil || len(ins) == 0 {
+	ins, ok := r.executors.Instances()
+	if !ok || len(ins) == 0 {
 		return nil, 0, nil
 	}
 	type cand struct {
@@ -188,7 +188,7 @@ func (r *Router) candidates(ctx context.Context) (addrs []string, executors int,
 // the executors' own) or going away. When none made it, the answer is that
 // one went away or, when all were full, the cluster's, which names none.
 func (r *Router) create(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
-	addrs, executors, err := r.candidates(ctx)
+	addrs, executors, err := r.candidates()
 	if err != nil {
 		return err
 	}

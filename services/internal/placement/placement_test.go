@@ -91,16 +91,17 @@ func TestCandidates(t *testing.T) {
 	put("sb-2", "127.0.0.1:7001")
 	put("sb-3", "127.0.0.1:7002")
 	r := NewRouter(ctx, cli, nil, nil)
-	// wait returns the candidates once the load counts want per executor
-	// (executors left out hold none).
+	// wait returns the candidates once the executors are listed and the
+	// load counts want per executor (executors left out hold none).
 	wait := func(want map[string]int) []string {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			count, ok := r.load.snapshot()
 			maps.DeleteFunc(count, func(_ string, n int) bool { return n == 0 })
-			if ok && maps.Equal(want, count) {
-				got, _, err := r.candidates(ctx)
+			_, listed := r.executors.Instances()
+			if ok && listed && maps.Equal(want, count) {
+				got, _, err := r.candidates()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -144,7 +145,7 @@ func TestAllExecutorsFull(t *testing.T) {
 	r := NewRouter(ctx, cli, nil, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, _, err := r.candidates(ctx)
+		_, _, err := r.candidates()
 		if status.Code(err) == codes.ResourceExhausted {
 			return
 		}
@@ -204,7 +205,7 @@ func TestCreateAnswersForTheCluster(t *testing.T) {
 	}
 	r := NewRouter(ctx, cli, nil, nil)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if got, _, _ := r.candidates(ctx); len(got) == len(addrs) {
+		if got, _, _ := r.candidates(); len(got) == len(addrs) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -27,10 +27,11 @@ var executorService = "/" + executorv1.ExecutorService_ServiceDesc.ServiceName +
 // and places new sandboxes on the executor with the most room. Install its
 // interceptors on the connection to the executor service.
 type Router struct {
-	etcd   *clientv3.Client
-	log    *slog.Logger
-	load   load
-	direct direct
+	etcd      *clientv3.Client
+	log       *slog.Logger
+	load      load
+	executors *discovery.Watched
+	direct    direct
 }
 
 // NewRouter returns a Router reading records from etcd; it follows the
@@ -40,7 +41,11 @@ func NewRouter(ctx context.Context, etcd *clientv3.Client, log *slog.Logger, dia
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Router{etcd: etcd, log: log, direct: direct{dial: dial}}
+	executors, err := discovery.Watch(ctx, etcd, "executor", log)
+	if err != nil {
+		panic(err) // "executor" is a valid service name
+	}
+	r := &Router{etcd: etcd, log: log, executors: executors, direct: direct{dial: dial}}
 	go r.load.watch(ctx, etcd, log)
 	go r.direct.closeAll(ctx)
 	return r

@@ -146,17 +146,9 @@ func Instances(ctx context.Context, cli *clientv3.Client, service string) ([]Ins
 	}
 	out := make([]Instance, 0, len(eps))
 	for _, ep := range eps {
-		in := Instance{Addr: ep.Addr, Metadata: map[string]string{}}
-		if md, ok := ep.Metadata.(map[string]any); ok {
-			for k, v := range md {
-				if s, ok := v.(string); ok {
-					in.Metadata[k] = s
-				}
-			}
-		}
-		out = append(out, in)
+		out = append(out, Instance{Addr: ep.Addr, Metadata: metadataOf(ep.Metadata)})
 	}
-	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.Addr, b.Addr) })
+	sortInstances(out)
 	return out, nil
 }
 
