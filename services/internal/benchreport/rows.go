@@ -11,6 +11,9 @@ var (
 	proxyProcessP50 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p50-ms")}
 	proxyProcessP99 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p99-ms")}
 	proxyProcessCPU = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-cpu-us/op")}
+	directUpstream  = &Anchor{Name: "direct upstream call", Ref: completionOverhead("direct-p50-ms")}
+	// The command round trip's floor, timed in its rounds.
+	forkExecRounds = &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")}
 )
 
 // Rows is conch's benchmark report: the performance targets of the issues,
@@ -82,7 +85,7 @@ var Rows = []Row{
 		// Measured after a pause (a model's turn), as its floor is, in
 		// the same rounds.
 		Value:  roundTrip("p50-ms"),
-		Anchor: &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")},
+		Anchor: forkExecRounds,
 		Target: Target{MaxRatio: 1.5},
 	},
 	// The same command in two parts, in the same rounds: the executor's
@@ -90,12 +93,12 @@ var Rows = []Row{
 	{
 		Service: "executor", Metric: "command `true` through Exec, without gRPC, p50", Unit: "ms",
 		Value:  roundTrip("exec-paced-p50-ms"),
-		Anchor: &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")},
+		Anchor: forkExecRounds,
 	},
 	{
 		Service: "executor", Metric: "a gRPC call to the executor that runs nothing, after the same pause, p50", Unit: "ms",
 		Value:  roundTrip("noop-paced-p50-ms"),
-		Anchor: &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")},
+		Anchor: forkExecRounds,
 	},
 	{
 		Service: "executor", Metric: "command `true` via gRPC, against its floor plus a gRPC call that runs nothing, p50", Unit: "ms",
@@ -309,12 +312,12 @@ var Rows = []Row{
 	{
 		Service: "router", Metric: "completion via conch, p50", Unit: "ms",
 		Value:  completionOverhead("conch-p50-ms"),
-		Anchor: &Anchor{Name: "direct upstream call", Ref: completionOverhead("direct-p50-ms")},
+		Anchor: directUpstream,
 	},
 	{
 		Service: "router", Metric: "completion via a bare httputil.ReverseProxy, p50", Unit: "ms",
 		Value:  completionOverhead("proxy-p50-ms"),
-		Anchor: &Anchor{Name: "direct upstream call", Ref: completionOverhead("direct-p50-ms")},
+		Anchor: directUpstream,
 	},
 	{
 		Service: "router", Metric: "router overhead, p50", Unit: "ms",
