@@ -16,7 +16,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/naming/endpoints"
 	"go.etcd.io/etcd/client/v3/naming/resolver"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -136,17 +135,16 @@ func Instances(ctx context.Context, cli *clientv3.Client, service string) ([]Ins
 	if err := checkService(service); err != nil {
 		return nil, err
 	}
-	em, err := endpoints.NewManager(cli, Target(service))
+	// As etcd's endpoints manager lists them: a serializable read.
+	resp, err := cli.Get(ctx, Target(service)+"/", clientv3.WithPrefix(), clientv3.WithSerializable())
 	if err != nil {
 		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
 	}
-	eps, err := em.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("discovery: list %s: %w", service, err)
-	}
-	out := make([]Instance, 0, len(eps))
-	for _, ep := range eps {
-		out = append(out, Instance{Addr: ep.Addr, Metadata: metadataOf(ep.Metadata)})
+	out := make([]Instance, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if in, ok := instanceOf(kv.Value); ok {
+			out = append(out, in)
+		}
 	}
 	sortInstances(out)
 	return out, nil

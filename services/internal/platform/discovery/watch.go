@@ -79,30 +79,26 @@ func (w *Watched) Instances() (ins []Instance, ok bool) {
 	return ins, true
 }
 
-// instanceOf reads a registration as etcd's endpoints manager writes it;
-// false for one it cannot read.
+// instanceOf reads a registration as etcd's endpoints manager writes it,
+// keeping the string values of its metadata; false for one it cannot
+// read, which the manager's own list skips too.
 func instanceOf(v []byte) (Instance, bool) {
 	var reg struct {
 		Addr     string
 		Metadata any
 	}
-	if err := json.Unmarshal(v, &reg); err != nil || reg.Addr == "" {
+	if err := json.Unmarshal(v, &reg); err != nil {
 		return Instance{}, false
 	}
-	return Instance{Addr: reg.Addr, Metadata: metadataOf(reg.Metadata)}, true
-}
-
-// metadataOf keeps the string values of a registration's metadata.
-func metadataOf(md any) map[string]string {
-	out := map[string]string{}
-	if m, ok := md.(map[string]any); ok {
+	in := Instance{Addr: reg.Addr, Metadata: map[string]string{}}
+	if m, ok := reg.Metadata.(map[string]any); ok {
 		for k, v := range m {
 			if s, ok := v.(string); ok {
-				out[k] = s
+				in.Metadata[k] = s
 			}
 		}
 	}
-	return out
+	return in, true
 }
 
 func sortInstances(ins []Instance) {
