@@ -3,7 +3,6 @@ package approval
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -12,6 +11,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
@@ -54,18 +54,19 @@ func (s *Server) GetForwarding(ctx context.Context, _ *approvalv1.GetForwardingR
 	return &approvalv1.GetForwardingResponse{Config: redacted(cfg)}, nil
 }
 
-func validHTTPURL(field, v string) error {
+// validURL checks a URL the approval service will call for the tenant
+// (package outbound owns the rule); empty is no URL.
+func validURL(guard *outbound.Guard, field, v string, kind outbound.URLKind) error {
 	if v == "" {
 		return nil
 	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errs.New(errs.InvalidArgument, "%s: want an http:// or https:// URL", field)
+	if _, err := guard.ParseURL(v, kind); err != nil {
+		return errs.New(errs.InvalidArgument, "%s: %v", field, err)
 	}
 	return nil
 }
 
-func validateForwarding(cfg *approvalv1.ForwardingConfig) error {
+func validateForwarding(cfg *approvalv1.ForwardingConfig, guard *outbound.Guard) error {
 	if _, ok := approvalv1.ForwardMode_name[int32(cfg.GetMode())]; !ok {
 		return errs.New(errs.InvalidArgument, "mode: want session, targets or both")
 	}
@@ -81,7 +82,7 @@ func validateForwarding(cfg *approvalv1.ForwardingConfig) error {
 		}
 		switch t.GetChannel() {
 		case approvalv1.Channel_CHANNEL_WEBHOOK:
-			if err := validHTTPURL(field+".to", t.GetTo()); err != nil {
+			if err := validURL(guard, field+".to", t.GetTo(), outbound.Endpoint); err != nil {
 				return err
 			}
 		case approvalv1.Channel_CHANNEL_SLACK, approvalv1.Channel_CHANNEL_TELEGRAM:
@@ -98,10 +99,10 @@ func validateForwarding(cfg *approvalv1.ForwardingConfig) error {
 		}
 	}
 	ch := cfg.GetChannels()
-	if err := validHTTPURL("channels.slack_base_url", ch.GetSlackBaseUrl()); err != nil {
+	if err := validURL(guard, "channels.slack_base_url", ch.GetSlackBaseUrl(), outbound.Base); err != nil {
 		return err
 	}
-	return validHTTPURL("channels.telegram_base_url", ch.GetTelegramBaseUrl())
+	return validURL(guard, "channels.telegram_base_url", ch.GetTelegramBaseUrl(), outbound.Base)
 }
 
 // PutForwarding implements ApprovalService.
@@ -114,7 +115,7 @@ func (s *Server) PutForwarding(ctx context.Context, req *approvalv1.PutForwardin
 	if cfg == nil {
 		cfg = &approvalv1.ForwardingConfig{}
 	}
-	if err := validateForwarding(cfg); err != nil {
+	if err := validateForwarding(cfg, s.cfg.Outbound); err != nil {
 		return nil, err
 	}
 	old, err := s.forwarding(ctx, account)

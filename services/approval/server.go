@@ -25,6 +25,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
@@ -65,7 +66,11 @@ type Options struct {
 	// Name identifies this replica in the notifier election; empty means
 	// a random id.
 	Name string
-	// Sender delivers chat notices; nil means the default HTTP sender.
+	// Outbound guards the connections forwarding makes for tenants (and
+	// judges the URLs they save); nil means a guard with no operator
+	// exceptions.
+	Outbound *outbound.Guard
+	// Sender delivers chat notices; nil means one through Outbound.
 	Sender *notify.Sender
 	// Audit receives the audit trail; nil records nothing.
 	Audit *audit.Writer
@@ -112,6 +117,12 @@ func New(st *store.Store, cfg Options) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Outbound == nil {
+		cfg.Outbound = outbound.Must(outbound.Options{})
+	}
+	if cfg.Sender == nil {
+		cfg.Sender = &notify.Sender{Client: cfg.Outbound.Client(notify.Timeout)}
 	}
 	return &Server{store: st, cfg: cfg, log: cfg.Logger}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -26,11 +27,16 @@ import (
 
 func newServer(t *testing.T) (*Server, context.Context) {
 	t.Helper()
+	return newServerWith(t, Options{})
+}
+
+func newServerWith(t *testing.T, opts Options) (*Server, context.Context) {
+	t.Helper()
 	st, err := store.New(etcdxtest.StartForTest(t), KeyPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(st, Options{})
+	s, err := New(st, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,6 +325,12 @@ func newFakeChat(t *testing.T) *fakeChat {
 	return f
 }
 
+// allowed is a guard that lets forwarding reach the fake on loopback, as
+// an operator's --outbound-allow would.
+func (f *fakeChat) allowed() *outbound.Guard {
+	return outbound.Must(outbound.Options{Allow: []string{f.srv.Listener.Addr().String()}})
+}
+
 func (f *fakeChat) count() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -331,8 +343,8 @@ func (f *fakeChat) count() map[string]int {
 
 func TestForwardingExactlyOnceAndChatCommands(t *testing.T) {
 	t.Parallel()
-	s, ctx := newServer(t)
 	chat := newFakeChat(t)
+	s, ctx := newServerWith(t, Options{Outbound: chat.allowed()})
 	cfg := &approvalv1.ForwardingConfig{
 		Enabled: true, Mode: approvalv1.ForwardMode_FORWARD_MODE_TARGETS, AgentFilter: []string{"default"}, SessionFilter: "/^s[0-9]$/",
 		Targets: []*approvalv1.ForwardTarget{
@@ -355,7 +367,7 @@ func TestForwardingExactlyOnceAndChatCommands(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range 3 {
-		n := &notify.Notifier{Store: s.store, Convert: approvalTo, Name: fmt.Sprintf("replica-%d", i), SessionTTL: 5}
+		n := &notify.Notifier{Store: s.store, Convert: approvalTo, Sender: s.cfg.Sender, Name: fmt.Sprintf("replica-%d", i), SessionTTL: 5}
 		wg.Go(func() { _ = n.Run(rctx) })
 	}
 	defer wg.Wait()
@@ -477,8 +489,8 @@ func TestConcurrentResolveThroughService(t *testing.T) {
 // the outcome of an approval answered while no replica led.
 func TestForwardingFailover(t *testing.T) {
 	t.Parallel()
-	s, ctx := newServer(t)
 	chat := newFakeChat(t)
+	s, ctx := newServerWith(t, Options{Outbound: chat.allowed()})
 	_, err := s.PutForwarding(ctx, &approvalv1.PutForwardingRequest{Config: &approvalv1.ForwardingConfig{
 		Enabled: true, Mode: approvalv1.ForwardMode_FORWARD_MODE_BOTH,
 		Targets:  []*approvalv1.ForwardTarget{{Channel: approvalv1.Channel_CHANNEL_TELEGRAM, To: "7"}},
@@ -513,7 +525,7 @@ func TestForwardingFailover(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "first", SessionTTL: 5}).Run(first)
+		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Sender: s.cfg.Sender, Name: "first", SessionTTL: 5}).Run(first)
 	}()
 	answered := ask()
 	waitCount(1)
@@ -525,7 +537,7 @@ func TestForwardingFailover(t *testing.T) {
 	second, stopSecond := context.WithCancel(ctx)
 	defer stopSecond()
 	go func() {
-		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Name: "second", SessionTTL: 5}).Run(second)
+		_ = (&notify.Notifier{Store: s.store, Convert: approvalTo, Sender: s.cfg.Sender, Name: "second", SessionTTL: 5}).Run(second)
 	}()
 	waitCount(2)
 	chat.mu.Lock()

@@ -69,10 +69,10 @@ func init() {
 	select {}
 }
 
-// serve serves h on a loopback port in the background and returns its
+// serve serves h on a port of modelHost in the background and returns its
 // address.
 func serve(h http.Handler) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", modelHost+":0")
 	if err != nil {
 		panic(err)
 	}

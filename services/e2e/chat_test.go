@@ -170,7 +170,7 @@ func TestChatCompletions(t *testing.T) {
 
 	t.Run("a gateway whose MCP server is down", func(t *testing.T) {
 		createGateway(t, d, map[string]any{"name": "badtools", "upstream": map[string]any{"provider": "scripted"},
-			"tools": map[string]any{"mcp_servers": []any{map[string]any{"name": "gone", "url": "http://127.0.0.1:1/mcp"}}}})
+			"tools": map[string]any{"mcp_servers": []any{map[string]any{"name": "gone", "url": "http://" + modelHost + ":1/mcp"}}}})
 		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 			Model: "badtools", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 		})
@@ -182,7 +182,7 @@ func TestChatCompletions(t *testing.T) {
 
 	t.Run("upstream down", func(t *testing.T) {
 		// Nothing listens on port 1: connections are refused at once.
-		createGateway(t, d, map[string]any{"name": "down", "upstream": map[string]any{"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}})
+		createGateway(t, d, map[string]any{"name": "down", "upstream": map[string]any{"provider": "openai", "base_url": "http://" + modelHost + ":1/v1", "model": "m"}})
 		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 			Model: "down", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 		})

@@ -46,7 +46,7 @@ func newFakeUpstream(t testing.TB, answer func(n int, req map[string]any) (int, 
 func newFakeUpstreamWithHeaders(t testing.TB, answer func(n int, req map[string]any) fakeAnswer) *fakeUpstream {
 	t.Helper()
 	f := &fakeUpstream{answer: answer}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f.Server = serveModel(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var req map[string]any
 		if err := json.Unmarshal(b, &req); err != nil {

@@ -33,7 +33,7 @@ func TestGateways(t *testing.T) {
 
 	gw := map[string]any{
 		"name":     "prod",
-		"upstream": map[string]any{"provider": "openai", "model": "gpt-4.1", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-very-secret"},
+		"upstream": map[string]any{"provider": "openai", "model": "gpt-4.1", "base_url": "http://" + modelHost + ":9/v1", "api_key": "sk-very-secret"},
 		"shell":    map[string]any{"enabled": true, "timeout_seconds": 30, "allowRequest": false},
 		"exec":     map[string]any{"security": "allowlist", "ask": "on-miss"},
 	}
@@ -111,7 +111,7 @@ func TestGatewayPatch(t *testing.T) {
 	d := startDev(t)
 	createGateway(t, d, map[string]any{
 		"name":     "patchme",
-		"upstream": map[string]any{"provider": "openai", "model": "gpt-4.1", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-very-secret"},
+		"upstream": map[string]any{"provider": "openai", "model": "gpt-4.1", "base_url": "http://" + modelHost + ":9/v1", "api_key": "sk-very-secret"},
 		"shell":    map[string]any{"enabled": true, "timeout_seconds": 30, "allow_request": false},
 		"exec":     map[string]any{"security": "allowlist", "ask": "on-miss"},
 		"skills":   []any{map[string]any{"name": "deploy", "content": "how to deploy"}},

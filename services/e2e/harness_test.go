@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +65,27 @@ func freeAddr(t testing.TB) string {
 	return addrs[0]
 }
 
+// modelHost is where the suite's model servers, webhooks and MCP servers
+// listen: a loopback address every dev cluster of the suite allows
+// (--outbound-allow), as an operator allows an on-premise model server.
+// 127.0.0.1, where conch itself listens, stays refused.
+const modelHost = "127.0.0.2"
+
+// serveModel serves h on a free port of modelHost.
+func serveModel(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", modelHost+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // startDev starts `conch dev` on a free port in a fresh data dir and waits
 // until /readyz answers 200. env adds to the environment.
 func startDev(t testing.TB, env ...string) *dev {
@@ -82,7 +105,7 @@ func startDevIn(t testing.TB, dataDir string, env ...string) *dev {
 	// Port 0: conch dev picks a free port and says which in its banner, so
 	// no other process can take it between a check and the bind.
 	d.cmd = exec.Command(bin, "dev", "--http-addr", "127.0.0.1:0", "--data-dir", d.DataDir)
-	d.cmd.Env = append(cleanEnv(), env...)
+	d.cmd.Env = append(append(cleanEnv(), "CONCH_OUTBOUND_ALLOW="+modelHost), env...)
 	d.cmd.Stderr = d.stderr
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {

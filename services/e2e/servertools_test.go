@@ -19,7 +19,7 @@ import (
 func startWebhook(t *testing.T) (*httptest.Server, *string) {
 	t.Helper()
 	var auth string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serveModel(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth = r.Header.Get("Authorization")
 		var args struct {
 			Filter string `json:"filter"`
@@ -36,7 +36,6 @@ func startWebhook(t *testing.T) (*httptest.Server, *string) {
 		}
 		fmt.Fprint(w, "id,name,status\n1,John Doe,active\n2,Jane Roe,active\n")
 	}))
-	t.Cleanup(srv.Close)
 	return srv, &auth
 }
 
@@ -54,8 +53,7 @@ func startMCP(t *testing.T) *httptest.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "add", Description: "Add two integers"}, func(_ context.Context, _ *mcp.CallToolRequest, i in) (*mcp.CallToolResult, out, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint(i.A + i.B)}}}, out{Sum: i.A + i.B}, nil
 	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	t.Cleanup(srv.Close)
+	srv := serveModel(t, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	return srv
 }
 

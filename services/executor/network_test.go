@@ -92,7 +92,7 @@ except urllib.error.HTTPError as e:
 		{"metadata literal", curl + "http://169.254.169.254/latest/meta-data/", true, "it is a link-local address"},
 		{"metadata IPv6 literal", curl + "-g http://[fd00:ec2::254]/", true, "is not allowed by gateway research: it is a private address"},
 		{"private literal", curl + "http://10.0.0.1/", true, "it is a private address"},
-		{"the executor host's own address", curl + "http://" + in.HostAddr.String() + "/", true, "it is an address of the executor's host"},
+		{"the executor host's own address", curl + "http://" + in.HostAddr.String() + "/", true, "it is an address of this node"},
 		{"no way around the proxy", "curl -sS --max-time 5 --noproxy '*' http://" + in.Addr.String() + "/ 2>&1; echo exit=$?", true, "exit=7"},
 		{"no raw sockets out", `python3 -c '
 import socket

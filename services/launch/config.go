@@ -2,10 +2,13 @@ package launch
 
 import (
 	"net"
+	"net/url"
+	"slices"
 	"time"
 
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/router"
@@ -29,6 +32,9 @@ type Common struct {
 	// that lost its quorum fails requests instead of holding them.
 	EtcdRequestTimeout time.Duration `flag:"etcd-request-timeout" env:"CONCH_ETCD_REQUEST_TIMEOUT" default:"5s" usage:"how long one etcd call may wait for an answer (longer than a leader election)"`
 	DrainDelay         time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
+	// The router and the approval service connect out for tenants
+	// through the guard these settings shape.
+	outbound.Config
 }
 
 // Validate checks the shared settings.
@@ -51,7 +57,30 @@ func (c *Common) Validate() error {
 	if c.EtcdRequestTimeout <= 0 {
 		return config.Invalid("--etcd-request-timeout", "must be positive")
 	}
-	return nil
+	return c.Config.Validate()
+}
+
+// controlPlane are the host:port endpoints no tenant's outbound
+// connection may reach, whatever the operator allows: etcd's, and the
+// object stores' named in extra.
+func (c *Common) controlPlane(extra ...string) []string {
+	return hostPorts(append(slices.Clone(c.EtcdEndpoints), extra...)...)
+}
+
+// hostPorts are endpoints (host:port or URLs) as host:port; empty ones
+// are left out.
+func hostPorts(endpoints ...string) []string {
+	var out []string
+	for _, e := range endpoints {
+		if e == "" {
+			continue
+		}
+		if u, err := url.Parse(e); err == nil && u.Host != "" {
+			e = u.Host
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // RouterConfig is the configuration of `conch router`.

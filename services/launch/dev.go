@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
@@ -48,6 +50,9 @@ type DevConfig struct {
 	QuotaBytes int64 `env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
 	QuotaFiles int64 `env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
 	router.HTTPConfig
+	// Outbound is the operator's say over tenants' outbound connections,
+	// as in every service.
+	outbound.Config
 	// AuditConfig keeps the audit trail under <data-dir>/audit unless it
 	// says otherwise.
 	approval.AuditConfig
@@ -79,6 +84,9 @@ func (c *DevConfig) Validate() error {
 		return config.Invalid("--log-level", "%v", err)
 	}
 	if err := c.HTTPConfig.Validate(); err != nil {
+		return err
+	}
+	if err := c.Config.Validate(); err != nil {
 		return err
 	}
 	if c.SigningKeys != "" {
@@ -114,9 +122,13 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}
 	defer emb.Close()
 
+	// The object stores are control plane too: no tenant's URL reaches
+	// them, whatever the operator allows.
+	ob := cfg.Config
+	ob.OutboundDeny = append(slices.Clone(ob.OutboundDeny), hostPorts(cfg.S3Endpoint, cfg.AuditS3Endpoint)...)
 	common := &Common{
 		LogLevel: cfg.LogLevel, EtcdEndpoints: emb.Endpoints(), InternalSecret: randomSecret(),
-		ShutdownTimeout: 5 * time.Second, EtcdRequestTimeout: etcdx.DefaultRequestTimeout,
+		ShutdownTimeout: 5 * time.Second, EtcdRequestTimeout: etcdx.DefaultRequestTimeout, Config: ob,
 	}
 	p, err := newProcess(ctx, "conch-dev", common)
 	if err != nil {

@@ -15,8 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +38,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
@@ -49,24 +48,19 @@ import (
 	"github.com/conch-sh/conch/services/router"
 )
 
-// egressDeny is the ranges the egress proxy refuses besides its own:
-// the configured ones and etcd's addresses.
-func egressDeny(ctx context.Context, c *executor.Config, etcd []string) []netip.Prefix {
-	out := c.EgressDenyPrefixes()
-	for _, ep := range etcd {
-		host := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			host = u.Host
+// egressGuard is the guard of sandbox egress: the executor's
+// --egress-deny, and etcd's hosts on every port. No --outbound-allow
+// applies: the operator's exceptions are for tenants' model servers and
+// tools, not for what a sandbox may reach.
+func egressGuard(c *executor.Config, common *Common) (*outbound.Guard, error) {
+	deny := slices.Clone(c.EgressDeny)
+	for _, ep := range common.controlPlane() {
+		if h, _, err := net.SplitHostPort(ep); err == nil {
+			ep = h
 		}
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		addrs, _ := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		for _, a := range addrs {
-			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-		}
+		deny = append(deny, ep)
 	}
-	return out
+	return outbound.New(outbound.Options{Deny: deny})
 }
 
 // RunExecutor runs `conch executor`.
@@ -125,7 +119,11 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			}
 			return resp.GetOutput(), resp.GetIsError(), nil
 		}
-		proxy := egressproxy.New(egressproxy.Config{Deny: egressDeny(ctx, &cfg, p.etcd.Endpoints()), Log: p.log})
+		guard, err := egressGuard(&cfg, p.common)
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
 		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy)}
 		if cfg.GatewayHost {
 			opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
@@ -171,10 +169,14 @@ func executorMeta(svc *executor.Service) map[string]string {
 // process is what every conch process sets up before its services: logging,
 // telemetry, an etcd client and the scope signer.
 type process struct {
-	log    *slog.Logger
-	tel    *telemetry.Telemetry
-	etcd   *clientv3.Client
-	signer *tenant.Signer
+	common *Common
+	// outbound guards the connections made for tenants (package
+	// outbound): the operator's settings, with etcd as control plane.
+	outbound *outbound.Guard
+	log      *slog.Logger
+	tel      *telemetry.Telemetry
+	etcd     *clientv3.Client
+	signer   *tenant.Signer
 }
 
 // newProcess sets up the process named name (its telemetry service name)
@@ -184,7 +186,7 @@ func newProcess(ctx context.Context, name string, c *Common) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &process{log: logging.New(os.Stderr, lvl)}
+	p := &process{common: c, outbound: c.Config.Guard(c.controlPlane()...), log: logging.New(os.Stderr, lvl)}
 	slog.SetDefault(p.log)
 	if p.tel, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: name, OTLPEndpoint: c.OTLPEndpoint}); err != nil {
 		return nil, err
@@ -269,7 +271,7 @@ func RunRouter(ctx context.Context, cfg RouterConfig) error {
 // API reads are the background work, and stay current while it drains.
 func buildRouter(cfg router.Config, ready chan<- string, setup func(context.Context, *router.Service) error) builder {
 	return func(ctx context.Context, p *process, c *component) error {
-		svc, err := router.New(ctx, p.etcd, cfg, p.log)
+		svc, err := router.New(ctx, p.etcd, cfg, p.outbound, p.log)
 		if err != nil {
 			return err
 		}
@@ -313,7 +315,10 @@ func buildApproval(ac approval.AuditConfig) builder {
 		c.onClose(func() { _ = routerConn.Close() })
 		// Named by its address, the replica that leads the notifier
 		// election is the one an operator can find.
-		opts := approval.Options{Logger: p.log, Name: c.addr, Reviewer: routerv1.NewReviewServiceClient(routerConn)}
+		// Forwarding connects out for tenants; the audit trail's object
+		// store is control plane besides etcd.
+		guard := p.common.Config.Guard(p.common.controlPlane(ac.AuditS3Endpoint)...)
+		opts := approval.Options{Logger: p.log, Name: c.addr, Reviewer: routerv1.NewReviewServiceClient(routerConn), Outbound: guard}
 		if trail != nil {
 			opts.Audit = trail.writer
 		}

@@ -30,7 +30,7 @@ func gatewayREST(t *testing.T) http.Handler {
 			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, errs.ToStatus(err))
 		}),
 	)
-	srv := &gatewayServer{store: gateways.New(etcdxtest.StartForTest(t), nil)}
+	srv := &gatewayServer{store: gateways.New(etcdxtest.StartForTest(t), nil, nil)}
 	if err := routerv1.RegisterGatewayServiceHandlerServer(t.Context(), mux, srv); err != nil {
 		t.Fatal(err)
 	}

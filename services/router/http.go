@@ -95,13 +95,14 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		return nil, err
 	}
 	core, err := completion.New(completion.Options{
-		Gateways:  opts.Service.Gateways(),
-		Executor:  executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
-		Approvals: approvalv1.NewApprovalServiceClient(opts.Conns["approval"]),
-		Etcd:      opts.Etcd,
-		Grants:    opts.Service.Grants(),
-		ToolDeps:  opts.Service.ToolDeps(),
-		Logger:    opts.Logger,
+		Gateways:   opts.Service.Gateways(),
+		Executor:   executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
+		Approvals:  approvalv1.NewApprovalServiceClient(opts.Conns["approval"]),
+		Etcd:       opts.Etcd,
+		Grants:     opts.Service.Grants(),
+		ToolDeps:   opts.Service.ToolDeps(),
+		HTTPClient: opts.Service.UpstreamClient(),
+		Logger:     opts.Logger,
 
 		MaxConcurrent: opts.MaxConcurrentCompletions,
 	})

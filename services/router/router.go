@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/gateways"
 	"github.com/conch-sh/conch/services/router/nodes"
@@ -29,14 +30,20 @@ type Service struct {
 	gateways *gateways.Store
 	nodes    *nodes.Store
 	grants   *toolhost.Grants
+	// Every outbound call made for a tenant goes through guard: upstream
+	// models (upstream), webhook and MCP tools (http), the built-ins
+	// (egress) and the reviewer.
+	guard    *outbound.Guard
+	upstream *http.Client
 	http     *http.Client
 	egress   *http.Client
 }
 
-// New returns the router service.
-func New(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger) (*Service, error) {
-	if cli == nil {
-		return nil, errors.New("router: nil etcd client")
+// New returns the router service, whose calls for tenants go through
+// guard.
+func New(ctx context.Context, cli *clientv3.Client, cfg Config, guard *outbound.Guard, log *slog.Logger) (*Service, error) {
+	if cli == nil || guard == nil {
+		return nil, errors.New("router: nil etcd client or outbound guard")
 	}
 	store, err := accounts.New(ctx, cli, cfg.AdminKey, cfg.AdminAccount)
 	if err != nil {
@@ -44,13 +51,38 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger
 	}
 	return &Service{
 		accounts: store,
-		gateways: gateways.New(cli, log),
+		gateways: gateways.New(cli, log, guard),
 		nodes:    nodes.New(cli),
 		grants:   toolhost.NewGrants(cli),
-		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 5 * time.Minute},
-		egress:   toolhost.NewEgressClient(),
+		guard:    guard,
+		upstream: upstreamClient(guard),
+		http:     guard.Client(5 * time.Minute),
+		egress:   builtinsClient(guard),
 	}, nil
 }
+
+// upstreamClient calls upstream models: many concurrent completions, so
+// enough idle connections per host that a busy gateway does not
+// reconnect; no overall timeout (a gateway's upstream.timeout_seconds
+// bounds each call).
+func upstreamClient(guard *outbound.Guard) *http.Client {
+	c := guard.Client(0)
+	tr := c.Transport.(*http.Transport)
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 256
+	return c
+}
+
+// builtinsClient calls the built-in tools' targets, with bounded time.
+func builtinsClient(guard *outbound.Guard) *http.Client {
+	c := guard.Client(60 * time.Second)
+	tr := c.Transport.(*http.Transport)
+	tr.TLSHandshakeTimeout, tr.ResponseHeaderTimeout = 10*time.Second, 30*time.Second
+	tr.MaxIdleConns, tr.IdleConnTimeout = 16, 30*time.Second
+	return c
+}
+
+// UpstreamClient calls upstream models through the outbound guard.
+func (s *Service) UpstreamClient() *http.Client { return s.upstream }
 
 // Grants returns the tool grants of sandboxes.
 func (s *Service) Grants() *toolhost.Grants { return s.grants }
@@ -76,7 +108,6 @@ func (s *Service) Register(g *grpc.Server) {
 	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways})
 	routerv1.RegisterNodeServiceServer(g, &nodeServer{store: s.nodes})
 	routerv1.RegisterToolHostServiceServer(g, &toolHostServer{gateways: s.gateways, grants: s.grants, deps: s.ToolDeps()})
-	// The reviewer calls a gateway's upstream as completions do, not
-	// through the tools' guarded client.
-	routerv1.RegisterReviewServiceServer(g, &review.Server{Gateways: s.gateways, Client: &http.Client{Timeout: review.Timeout}, Retry: upstream.DefaultRetry})
+	// The reviewer calls a gateway's upstream as completions do.
+	routerv1.RegisterReviewServiceServer(g, &review.Server{Gateways: s.gateways, Client: s.guard.Client(review.Timeout), Retry: upstream.DefaultRetry})
 }

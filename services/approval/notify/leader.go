@@ -40,8 +40,9 @@ type Notifier struct {
 	Store *store.Store
 	// Convert turns a stored approval into its API form.
 	Convert func(*store.Approval) *approvalv1.Approval
-	Sender  *Sender
-	Logger  *slog.Logger
+	// Sender delivers, through the outbound guard.
+	Sender *Sender
+	Logger *slog.Logger
 	// Name identifies this replica in the election.
 	Name string
 	// SessionTTL is the leader lease in seconds; 0 means 10.
@@ -51,11 +52,8 @@ type Notifier struct {
 // Run campaigns for leadership and, while leading, announces every new
 // pending approval, until ctx ends.
 func (n *Notifier) Run(ctx context.Context) error {
-	if n.Store == nil || n.Convert == nil {
-		return errors.New("notify: Store and Convert are required")
-	}
-	if n.Sender == nil {
-		n.Sender = &Sender{}
+	if n.Store == nil || n.Convert == nil || n.Sender == nil {
+		return errors.New("notify: Store, Convert and Sender are required")
 	}
 	if n.Logger == nil {
 		n.Logger = slog.Default()

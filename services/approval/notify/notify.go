@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/internal/display"
+	"github.com/conch-sh/conch/services/internal/outbound"
 )
 
 // Default API base URLs.
@@ -111,15 +113,19 @@ func SessionFilter(f string) (*regexp.Regexp, bool, error) {
 
 // Sender delivers messages over HTTP.
 type Sender struct {
-	// Client is the HTTP client; nil means one with a 10s timeout.
+	// Client is the HTTP client: one through the outbound guard, since
+	// every URL here is a tenant's. Nil refuses to send.
 	Client *http.Client
 }
 
-func (s *Sender) client() *http.Client {
-	if s.Client != nil {
-		return s.Client
+// Timeout bounds one delivery.
+const Timeout = 10 * time.Second
+
+func (s *Sender) client() (*http.Client, error) {
+	if s.Client == nil {
+		return nil, errors.New("notify: no outbound client")
 	}
-	return &http.Client{Timeout: 10 * time.Second}
+	return s.Client, nil
 }
 
 // OutcomeText is the chat message saying how an approval ended.
@@ -166,14 +172,20 @@ func (s *Sender) deliver(ctx context.Context, ch *approvalv1.ChannelSettings, t 
 		_, err := s.post(ctx, t.GetTo(), hdr, body)
 		return err
 	case approvalv1.Channel_CHANNEL_SLACK:
-		base := strings.TrimRight(orDefault(ch.GetSlackBaseUrl(), DefaultSlackBaseURL), "/")
+		u, err := outbound.JoinPath(orDefault(ch.GetSlackBaseUrl(), DefaultSlackBaseURL), "chat.postMessage")
+		if err != nil {
+			return fmt.Errorf("notify: slack_base_url: %w", err)
+		}
 		body, _ := json.Marshal(map[string]any{"channel": t.GetTo(), "text": text})
 		hdr := http.Header{"Authorization": {"Bearer " + ch.GetSlackToken()}}
-		return apiOK(s.post(ctx, base+"/chat.postMessage", hdr, body))
+		return apiOK(s.post(ctx, u, hdr, body))
 	case approvalv1.Channel_CHANNEL_TELEGRAM:
-		base := strings.TrimRight(orDefault(ch.GetTelegramBaseUrl(), DefaultTelegramBaseURL), "/")
+		u, err := outbound.JoinPath(orDefault(ch.GetTelegramBaseUrl(), DefaultTelegramBaseURL), "bot"+url.PathEscape(ch.GetTelegramToken()), "sendMessage")
+		if err != nil {
+			return fmt.Errorf("notify: telegram_base_url: %w", err)
+		}
 		body, _ := json.Marshal(map[string]any{"chat_id": t.GetTo(), "text": text})
-		return apiOK(s.post(ctx, base+"/bot"+url.PathEscape(ch.GetTelegramToken())+"/sendMessage", nil, body))
+		return apiOK(s.post(ctx, u, nil, body))
 	}
 	return fmt.Errorf("notify: unknown channel %v", t.GetChannel())
 }
@@ -194,7 +206,11 @@ func (s *Sender) post(ctx context.Context, u string, hdr http.Header, body []byt
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	resp, err := s.client().Do(req)
+	client, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("notify: post: %w", err)
 	}

@@ -41,7 +41,7 @@ func TestNotificationsEscapeTheSharedTable(t *testing.T) {
 		"/slack/chat.postMessage": {Channel: approvalv1.Channel_CHANNEL_SLACK, To: "C1"},
 		"/tg/botT/sendMessage":    {Channel: approvalv1.Channel_CHANNEL_TELEGRAM, To: "1"},
 	}
-	s := &Sender{}
+	s := &Sender{Client: srv.Client()}
 	for _, tc := range displaytest.Cases {
 		a := &approvalv1.Approval{Id: "A1", Command: tc.In, Cwd: tc.In, Agent: tc.In, ResolvedPaths: []string{tc.In}, Session: tc.In}
 		for path, target := range targets {
@@ -104,7 +104,7 @@ func TestSendFailuresAndSignature(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	s := &Sender{}
+	s := &Sender{Client: srv.Client()}
 	a := &approvalv1.Approval{Id: "A1", Command: "rm -rf x"}
 	ch := &approvalv1.ChannelSettings{WebhookSecret: "k", SlackBaseUrl: srv.URL + "/slack", SlackToken: "x", TelegramBaseUrl: srv.URL + "/tg", TelegramToken: "T"}
 	if err := s.Send(t.Context(), ch, &approvalv1.ForwardTarget{Channel: approvalv1.Channel_CHANNEL_WEBHOOK, To: srv.URL + "/hook"}, a); err != nil {

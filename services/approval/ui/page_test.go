@@ -19,6 +19,7 @@ import (
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/display/displaytest"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -70,7 +71,7 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	rsvc, err := router.New(ctx, cli, router.Config{AdminKey: apiKey, AdminAccount: "dev"}, nil)
+	rsvc, err := router.New(ctx, cli, router.Config{AdminKey: apiKey, AdminAccount: "dev"}, outbound.Must(outbound.Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/conch-sh/conch/services/internal/egress"
+	"github.com/conch-sh/conch/services/internal/outbound"
 )
 
 const instrumentationName = "github.com/conch-sh/conch/services/executor/egressproxy"
@@ -53,9 +54,10 @@ type Resolver interface {
 type Config struct {
 	// Resolver resolves the names clients ask for; nil is the system's.
 	Resolver Resolver
-	// Deny are ranges refused besides those package egress refuses:
-	// conch's own services, etcd and MinIO, and any the operator lists.
-	Deny []netip.Prefix
+	// Guard judges every address dialled; it refuses conch's own
+	// services, etcd and MinIO, and any the operator lists besides the
+	// internal ranges. Nil means a guard with no such list.
+	Guard *outbound.Guard
 	// DialTimeout bounds resolving and connecting; 0 means 10s.
 	DialTimeout time.Duration
 	// HandshakeTimeout bounds reading a client's request; 0 means 30s.
@@ -72,10 +74,6 @@ type Config struct {
 type Proxy struct {
 	cfg    Config
 	dialer net.Dialer
-
-	mu        sync.Mutex
-	local     []netip.Addr
-	localTime time.Time
 }
 
 // New returns a proxy.
@@ -91,6 +89,9 @@ func New(cfg Config) *Proxy {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = outbound.Must(outbound.Options{})
 	}
 	p := &Proxy{cfg: cfg}
 	p.dialer = net.Dialer{Timeout: cfg.DialTimeout, Control: p.control}
@@ -159,46 +160,11 @@ func (r *Refused) Error() string {
 	return msg
 }
 
-// localRefresh is how long the host's own addresses are cached.
-const localRefresh = 10 * time.Second
-
-// refusal says why the proxy never dials ip, or "".
-func (p *Proxy) refusal(ip netip.Addr) string {
-	ip = ip.Unmap()
-	if why := egress.Refusal(ip); why != "" {
-		return why
-	}
-	for _, d := range p.cfg.Deny {
-		if d.Contains(ip) {
-			return "an address of conch itself or one the operator refuses"
-		}
-	}
-	if slices.Contains(p.localAddrs(), ip) {
-		return "an address of the executor's host"
-	}
-	return ""
-}
-
-// localAddrs are the addresses of the executor host's interfaces, where
-// conch's services listen.
-func (p *Proxy) localAddrs() []netip.Addr {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if time.Since(p.localTime) < localRefresh {
-		return p.local
-	}
-	p.local = p.local[:0]
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					p.local = append(p.local, ip.Unmap())
-				}
-			}
-		}
-	}
-	p.localTime = time.Now()
-	return p.local
+// refusal says why the proxy never dials ap, or "": package outbound's
+// guard judges it, with no exception an operator allows for tenants'
+// outbound calls.
+func (p *Proxy) refusal(ap netip.AddrPort) string {
+	return outbound.Phrase(p.cfg.Guard.Judge("", ap))
 }
 
 // control refuses, at the socket, an address the proxy never dials: the
@@ -208,7 +174,7 @@ func (p *Proxy) control(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("egressproxy: dial %q: not an address", address)
 	}
-	if why := p.refusal(ap.Addr()); why != "" {
+	if why := p.refusal(ap); why != "" {
 		return fmt.Errorf("egressproxy: %s is %s", ap.Addr(), why)
 	}
 	return nil
@@ -276,7 +242,7 @@ func (p *Proxy) dial(ctx context.Context, pol *Policy, host string, port int) (n
 	var refused, failed error
 	for _, a := range addrs {
 		a = a.Unmap()
-		if why := p.refusal(a); why != "" {
+		if why := p.refusal(netip.AddrPortFrom(a, uint16(port))); why != "" {
 			if refused == nil {
 				w := "it is " + why
 				if a.String() != host {

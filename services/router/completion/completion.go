@@ -47,7 +47,8 @@ type Options struct {
 	Grants *toolhost.Grants
 	// ToolDeps are the HTTP clients of server tools.
 	ToolDeps toolhost.Deps
-	// HTTPClient calls upstreams; nil means a client with conch's defaults.
+	// HTTPClient calls upstreams, through the outbound guard (package
+	// outbound).
 	HTTPClient *http.Client
 	Retry      upstream.RetryPolicy
 	Logger     *slog.Logger
@@ -73,18 +74,8 @@ type Service struct {
 
 // New returns the service.
 func New(opts Options) (*Service, error) {
-	if opts.Gateways == nil || opts.Executor == nil || opts.Etcd == nil || opts.Grants == nil {
-		return nil, errors.New("completion: Gateways, Executor, Etcd and Grants are required")
-	}
-	if opts.ToolDeps.HTTP == nil {
-		opts.ToolDeps.HTTP = opts.HTTPClient
-	}
-	if opts.HTTPClient == nil {
-		// Upstreams take many concurrent completions: keep enough idle
-		// connections per host that a busy gateway does not reconnect.
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 256
-		opts.HTTPClient = &http.Client{Transport: tr}
+	if opts.Gateways == nil || opts.Executor == nil || opts.Etcd == nil || opts.Grants == nil || opts.HTTPClient == nil {
+		return nil, errors.New("completion: Gateways, Executor, Etcd, Grants and HTTPClient are required")
 	}
 	if opts.Retry.Attempts == 0 {
 		opts.Retry = upstream.DefaultRetry

@@ -120,7 +120,7 @@ func TestValidate(t *testing.T) {
 			t.Parallel()
 			g := valid()
 			tt.mutate(g)
-			err := Validate(g)
+			err := Validate(g, nil)
 			if tt.wantField == "" {
 				if err != nil {
 					t.Fatalf("Validate = %v, want nil", err)
@@ -137,7 +137,7 @@ func TestValidate(t *testing.T) {
 func TestStore(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := New(etcdxtest.StartForTest(t), nil)
+	s := New(etcdxtest.StartForTest(t), nil, nil)
 
 	created, err := s.Create(ctx, "acme", valid())
 	if err != nil {
@@ -249,7 +249,7 @@ func TestStore(t *testing.T) {
 func TestNetworkSecretsAreWriteOnly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := New(etcdxtest.StartForTest(t), nil)
+	s := New(etcdxtest.StartForTest(t), nil, nil)
 	g := valid()
 	g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"api.github.com"},
 		Secrets: []*executorv1.NetworkSecret{{Env: "GH_TOKEN", Value: "ghp-secret", Domains: []string{"api.github.com"}, Header: "Authorization"}}}

@@ -109,7 +109,7 @@ func TestMerged(t *testing.T) {
 func TestStoreUpdateWithMask(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := New(etcdxtest.StartForTest(t), nil)
+	s := New(etcdxtest.StartForTest(t), nil, nil)
 	created, err := s.Create(ctx, "acme", valid())
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
@@ -25,27 +26,29 @@ const prefix = "conch/gateways/" // <account>/<name> → Gateway (binary proto)
 
 // Store keeps gateways in etcd.
 type Store struct {
-	cli *clientv3.Client
-	log *slog.Logger
+	cli   *clientv3.Client
+	log   *slog.Logger
+	guard *outbound.Guard // judges the URLs a gateway saves
 
 	mu     sync.RWMutex
 	synced bool
 	cache  map[string]*routerv1.Gateway // key → gateway, with secrets
 }
 
-// New returns a Store. Call Watch to keep its cache.
-func New(cli *clientv3.Client, log *slog.Logger) *Store {
+// New returns a Store whose saves judge URLs with guard (nil: their form
+// alone). Call Watch to keep its cache.
+func New(cli *clientv3.Client, log *slog.Logger, guard *outbound.Guard) *Store {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{cli: cli, log: log, cache: map[string]*routerv1.Gateway{}}
+	return &Store{cli: cli, log: log, guard: guard, cache: map[string]*routerv1.Gateway{}}
 }
 
 func key(account, name string) string { return prefix + account + "/" + name }
 
 // Create stores a new gateway; the name must be new in the account.
 func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway) (*routerv1.Gateway, error) {
-	if err := Validate(g); err != nil {
+	if err := Validate(g, s.guard); err != nil {
 		return nil, err
 	}
 	if err := requireSecretValues(g); err != nil {
@@ -151,7 +154,7 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 	if replace {
 		// Checked before reading the stored gateway, so a bad
 		// replacement is refused as it would be on create.
-		if err := Validate(g); err != nil {
+		if err := Validate(g, s.guard); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +169,7 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 		next := proto.Clone(g).(*routerv1.Gateway)
 		if !replace {
 			next = merged(old, g, paths)
-			if err := Validate(next); err != nil {
+			if err := Validate(next, s.guard); err != nil {
 				return nil, err
 			}
 		}

@@ -2,7 +2,6 @@ package gateways
 
 import (
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -43,15 +43,17 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Validate checks a gateway, naming the first bad field.
-func Validate(g *routerv1.Gateway) error {
+// Validate checks a gateway, naming the first bad field. guard, when set,
+// judges the URLs whose host is an address now (names are judged when
+// dialled); nil checks their form alone.
+func Validate(g *routerv1.Gateway, guard *outbound.Guard) error {
 	if g == nil {
 		return invalid("gateway", "is required")
 	}
 	if err := ValidName(g.GetName()); err != nil {
 		return err
 	}
-	if err := validateUpstream(g.GetUpstream()); err != nil {
+	if err := validateUpstream(g.GetUpstream(), guard); err != nil {
 		return err
 	}
 	if err := validateShell(g.GetShell()); err != nil {
@@ -60,7 +62,7 @@ func Validate(g *routerv1.Gateway) error {
 	if err := validateExec(g.GetExec()); err != nil {
 		return err
 	}
-	if err := validateTools(g.GetTools()); err != nil {
+	if err := validateTools(g.GetTools(), guard); err != nil {
 		return err
 	}
 	if err := validateShellTools(g.GetShell().GetTools()); err != nil {
@@ -75,7 +77,7 @@ func Validate(g *routerv1.Gateway) error {
 	return nil
 }
 
-func validateUpstream(u *routerv1.Upstream) error {
+func validateUpstream(u *routerv1.Upstream, guard *outbound.Guard) error {
 	if u == nil {
 		return invalid("upstream", "is required")
 	}
@@ -89,7 +91,7 @@ func validateUpstream(u *routerv1.Upstream) error {
 		return invalid("upstream.provider", "must be openai, anthropic or scripted")
 	}
 	if u.GetBaseUrl() != "" {
-		if err := validHTTPURL(u.GetBaseUrl()); err != nil {
+		if err := validURL(guard, u.GetBaseUrl(), outbound.Base); err != nil {
 			return invalid("upstream.base_url", "%v", err)
 		}
 	}
@@ -304,7 +306,7 @@ func validateExec(e *approvalv1.ExecSettings) error {
 }
 
 // validateTools checks the server tools.
-func validateTools(t *routerv1.ServerTools) error {
+func validateTools(t *routerv1.ServerTools, guard *outbound.Guard) error {
 	names := map[string]bool{}
 	add := func(field, name string) error {
 		if !toolNamePattern.MatchString(name) {
@@ -326,7 +328,7 @@ func validateTools(t *routerv1.ServerTools) error {
 		if err := add(f+".name", w.GetName()); err != nil {
 			return err
 		}
-		if err := validHTTPURL(w.GetUrl()); err != nil {
+		if err := validURL(guard, w.GetUrl(), outbound.Endpoint); err != nil {
 			return invalid(f+".url", "%v", err)
 		}
 		if err := validSchema(w.GetParametersSchema()); err != nil {
@@ -341,7 +343,7 @@ func validateTools(t *routerv1.ServerTools) error {
 		if !toolNamePattern.MatchString(m.GetName()) {
 			return invalid(f+".name", "must be 1-64 characters of [A-Za-z0-9_-], starting with a letter")
 		}
-		if err := validHTTPURL(m.GetUrl()); err != nil {
+		if err := validURL(guard, m.GetUrl(), outbound.Endpoint); err != nil {
 			return invalid(f+".url", "%v", err)
 		}
 		if err := validHeaders(m.GetHeaders()); err != nil {
@@ -357,7 +359,7 @@ func validateTools(t *routerv1.ServerTools) error {
 		}
 	}
 	if b.GetWebSearch() {
-		if err := validHTTPURL(b.GetWebSearchUrl()); err != nil {
+		if err := validURL(guard, b.GetWebSearchUrl(), outbound.Endpoint); err != nil {
 			return invalid("tools.builtins.web_search_url", "%v", err)
 		}
 	}
@@ -407,12 +409,11 @@ func validateSkills(skills []*routerv1.Skill) error {
 	return nil
 }
 
-func validHTTPURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return fmt.Errorf("must be an absolute http:// or https:// URL without credentials, got %q", s)
-	}
-	return nil
+// validURL checks a URL conch will call for the tenant (package outbound
+// owns the rule).
+func validURL(guard *outbound.Guard, s string, kind outbound.URLKind) error {
+	_, err := guard.ParseURL(s, kind)
+	return err
 }
 
 func validHeaders(h map[string]string) error {

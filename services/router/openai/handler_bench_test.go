@@ -18,6 +18,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -71,8 +72,11 @@ func BenchmarkChatCompletion(b *testing.B) {
 	}))
 	b.Cleanup(up.Close)
 	g := &routerv1.Gateway{Name: "bench", Upstream: &routerv1.Upstream{Provider: routerv1.Provider_PROVIDER_OPENAI, BaseUrl: up.URL, Model: "m"}}
+	// The upstream is on loopback: the operator allows it, as for an
+	// on-premise model server.
+	guard := outbound.Must(outbound.Options{Allow: []string{up.Listener.Addr().String()}})
 	core, err := completion.New(completion.Options{
-		Gateways: oneGateway{g}, Executor: noExecutor{}, Etcd: &clientv3.Client{}, Grants: &toolhost.Grants{},
+		Gateways: oneGateway{g}, Executor: noExecutor{}, Etcd: &clientv3.Client{}, Grants: &toolhost.Grants{}, HTTPClient: guard.Client(0),
 	})
 	if err != nil {
 		b.Fatal(err)

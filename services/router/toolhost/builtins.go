@@ -5,13 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
-	"syscall"
-	"time"
 
 	"golang.org/x/net/html"
 
@@ -19,45 +15,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 )
-
-// NewEgressClient returns the HTTP client of the built-in tools: it connects
-// only to public addresses, checked after DNS resolution on every
-// connection (so a name that resolves to a private address, or a redirect to
-// one, is refused), with bounded time.
-func NewEgressClient() *http.Client {
-	dialer := &net.Dialer{
-		Timeout: 10 * time.Second,
-		Control: func(_, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
-			if err != nil {
-				return err
-			}
-			ip, err := netip.ParseAddr(host)
-			if err != nil {
-				return fmt.Errorf("egress: %q is not an IP address", host)
-			}
-			if !PublicAddr(ip) {
-				return fmt.Errorf("egress: %s is a private, loopback or otherwise non-public address", ip)
-			}
-			return nil
-		},
-	}
-	tr := &http.Transport{
-		DialContext:           dialer.DialContext,
-		Proxy:                 nil,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
-		MaxIdleConns:          16,
-		IdleConnTimeout:       30 * time.Second,
-	}
-	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
-}
-
-// PublicAddr reports whether ip is a public unicast address: one no
-// egress refuses, and not a documentation address.
-func PublicAddr(ip netip.Addr) bool {
-	return egress.Refusal(ip) == "" && !egress.Documentation(ip)
-}
 
 // allowedURL checks a built-in's target against the gateway's domain
 // allowlist ("example.com" or "*.example.com").
@@ -93,9 +50,6 @@ func withAllowlist(c *http.Client, domains []string) *http.Client {
 }
 
 func builtinTools(b *routerv1.BuiltinTools, egress *http.Client) []*Tool {
-	if egress == nil {
-		egress = NewEgressClient()
-	}
 	client := withAllowlist(egress, b.GetAllowedDomains())
 	domains := b.GetAllowedDomains()
 	var tools []*Tool

@@ -44,16 +44,20 @@ type Set struct {
 
 // Deps are what the tools need to reach the world.
 type Deps struct {
-	// HTTP calls webhooks and MCP servers, which the gateway's owner chose.
+	// HTTP calls webhooks and MCP servers, which the gateway's owner
+	// chose, through the outbound guard.
 	HTTP *http.Client
-	// Egress calls the built-ins' targets; it refuses private and loopback
-	// addresses.
+	// Egress calls the built-ins' targets, through the same guard with
+	// shorter timeouts.
 	Egress *http.Client
 }
 
 // Build assembles the tools of gateway g, listing the tools of its MCP
 // servers. Close the set when the completion ends.
 func Build(ctx context.Context, g *routerv1.Gateway, deps Deps) (*Set, error) {
+	if deps.HTTP == nil || deps.Egress == nil {
+		return nil, errors.New("toolhost: no outbound HTTP client")
+	}
 	s := &Set{byName: map[string]*Tool{}}
 	add := func(t *Tool) error {
 		if _, dup := s.byName[t.Name]; dup {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 )
 
@@ -166,13 +167,19 @@ func (a *Anthropic) Complete(ctx context.Context, req *Request, onDelta func(str
 	if err != nil {
 		return nil, err
 	}
-	base := strings.TrimRight(a.BaseURL, "/")
+	base := a.BaseURL
 	if base == "" {
 		base = DefaultAnthropicBaseURL
 	}
+	// Joined as a URL path: nothing in a base URL turns what conch
+	// appends into a query or another host.
+	endpoint, err := outbound.JoinPath(base, "v1/messages")
+	if err != nil {
+		return nil, fmt.Errorf("upstream: base_url: %w", err)
+	}
 	started := false
 	return withRetry(ctx, a.Retry, func() bool { return started }, func() (*Response, error) {
-		hreq, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/messages", bytes.NewReader(body))
+		hreq, err := http.NewRequestWithContext(ctx, "POST", endpoint, bytes.NewReader(body))
 		if err != nil {
 			return nil, err
 		}

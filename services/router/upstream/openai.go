@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 )
 
@@ -180,13 +181,19 @@ func (o *OpenAI) Complete(ctx context.Context, req *Request, onDelta func(string
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	base := strings.TrimRight(o.BaseURL, "/")
+	base := o.BaseURL
 	if base == "" {
 		base = DefaultOpenAIBaseURL
 	}
+	// Joined as a URL path: nothing in a base URL turns what conch
+	// appends into a query or another host.
+	endpoint, err := outbound.JoinPath(base, "chat/completions")
+	if err != nil {
+		return nil, fmt.Errorf("upstream: base_url: %w", err)
+	}
 	started := false
 	return withRetry(ctx, o.Retry, func() bool { return started }, func() (*Response, error) {
-		hreq, err := http.NewRequestWithContext(ctx, "POST", base+"/chat/completions", bytes.NewReader(body))
+		hreq, err := http.NewRequestWithContext(ctx, "POST", endpoint, bytes.NewReader(body))
 		if err != nil {
 			return nil, err
 		}
