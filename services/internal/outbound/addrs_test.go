@@ -50,4 +50,3 @@ func TestClass(t *testing.T) {
 		}
 	}
 }
-
