@@ -25,10 +25,14 @@ type Config struct {
 	// process (its default is sandbox.DefaultLaunchAhead).
 	SandboxLaunchAhead int `flag:"sandbox-launch-ahead" env:"CONCH_SANDBOX_LAUNCH_AHEAD" default:"2" usage:"bubblewraps kept started, each in its sandbox's cgroup, for creates beyond the pool (0: none)"`
 	// The gateway host: commands run on the executor's machine, outside
-	// any sandbox, only as the exec policy and approvals allow.
-	GatewayHost    bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" default:"true" usage:"allow exec host gateway: commands on this machine outside any sandbox, behind the exec policy"`
-	GatewayWorkdir string `flag:"gateway-workdir" env:"CONCH_GATEWAY_WORKDIR" default:"/tmp" usage:"where gateway-host commands start, and their HOME"`
-	MaxSandboxes   int    `flag:"max-sandboxes" env:"CONCH_MAX_SANDBOXES" default:"256" usage:"sandboxes this executor holds at most; beyond, creates are refused and the router places them elsewhere"`
+	// any sandbox, for the accounts an admin granted it to, as an
+	// unprivileged user of their own, only as the exec policy and
+	// approvals allow.
+	GatewayHost     bool   `flag:"gateway-host" env:"CONCH_GATEWAY_HOST" usage:"allow exec host gateway: commands on this machine outside any sandbox, as --gateway-uid, for accounts granted gateway_host, behind the exec policy"`
+	GatewayWorkdir  string `flag:"gateway-workdir" env:"CONCH_GATEWAY_WORKDIR" default:"/tmp/conch-gateway" usage:"where gateway-host commands start, and their HOME; made and owned by --gateway-uid, mode 0700"`
+	GatewayUID      int    `flag:"gateway-uid" env:"CONCH_GATEWAY_UID" default:"199999" usage:"the unprivileged uid (and gid) gateway-host commands run as; no other process should use it"`
+	GatewayHostFull bool   `flag:"gateway-host-full" env:"CONCH_GATEWAY_HOST_FULL" usage:"let gateways run gateway-host commands under security full (any command, no allowlist); off, they run under allowlist or deny only"`
+	MaxSandboxes    int    `flag:"max-sandboxes" env:"CONCH_MAX_SANDBOXES" default:"256" usage:"sandboxes this executor holds at most; beyond, creates are refused and the router places them elsewhere"`
 	// A hung workspace service must not hold a sandbox's commands: a
 	// flush that takes longer fails and its command says so.
 	FlushTimeout time.Duration `flag:"flush-timeout" env:"CONCH_FLUSH_TIMEOUT" default:"60s" usage:"how long saving a persistent workspace after a command may take before the command is answered with an error"`
@@ -97,6 +101,12 @@ func (c *Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.GatewayWorkdir) {
 		return config.Invalid("--gateway-workdir", "must be an absolute path")
+	}
+	if c.GatewayUID < 1000 || c.GatewayUID > 1<<31-2 {
+		return config.Invalid("--gateway-uid", "must be an unprivileged uid, 1000 or above")
+	}
+	if c.GatewayUID >= c.SandboxUIDBase && c.GatewayUID < c.SandboxUIDBase+1<<17 {
+		return config.Invalid("--gateway-uid", "must be outside the sandboxes' uids (--sandbox-uid-base and the 131072 after it)")
 	}
 	if c.FlushTimeout <= 0 {
 		return config.Invalid("--flush-timeout", "must be positive")

@@ -84,7 +84,8 @@ type Service struct {
 
 	ws      Workspaces       // nil: persistent workspaces are refused
 	tools   ToolCaller       // nil: tool commands are refused
-	gateway *hostexec.Runner // nil: the gateway host is turned off
+	gateway     *hostexec.Runner // nil: the gateway host is turned off
+	gatewayFull bool             // security full is allowed there
 	// flushTimeout bounds one flush to the workspace service: a hung
 	// service must not hold a sandbox's sync lock, and so its every later
 	// command, forever.
@@ -130,8 +131,11 @@ func WithMaxSandboxes(n int) Option { return func(s *Service) { s.max = n } }
 func (s *Service) MaxSandboxes() int { return s.max }
 
 // WithGatewayHost lets commands run on this executor's own machine, outside
-// any sandbox (host gateway), through r.
-func WithGatewayHost(r *hostexec.Runner) Option { return func(s *Service) { s.gateway = r } }
+// any sandbox (host gateway), through r, for the accounts granted it;
+// allowFull lets them run under security full.
+func WithGatewayHost(r *hostexec.Runner, allowFull bool) Option {
+	return func(s *Service) { s.gateway, s.gatewayFull = r, allowFull }
+}
 
 // gatewayDir is where a command with workdir starts on the gateway host.
 func (s *Service) gatewayDir(workdir string) string {

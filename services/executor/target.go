@@ -13,6 +13,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/router/accounts"
 )
 
 // target is where one command runs, built once per command: a sandbox,
@@ -48,8 +49,8 @@ func (s *Service) target(ctx context.Context, account string, p *ExecParams) (*t
 	}
 	switch p.Host {
 	case approvalv1.Host_HOST_GATEWAY:
-		if s.gateway == nil {
-			return nil, errGatewayOff
+		if err := s.gatewayAllowed(ctx, account, p.Settings); err != nil {
+			return nil, err
 		}
 		// The command runs on this machine: its programs are resolved,
 		// and bound by content, against this filesystem and the PATH the
@@ -142,4 +143,25 @@ func sandboxDigest(v *fsview.View) func(string) (string, error) {
 		}
 		return d, nil
 	}
+}
+
+// gatewayAllowed refuses a command on the gateway host unless the
+// operator turned the host on, an admin granted it to account, and the
+// command's security is one the operator allows there. The grant is read
+// now, so a revoked one holds from the next command.
+func (s *Service) gatewayAllowed(ctx context.Context, account string, settings *approvalv1.ExecSettings) error {
+	if s.gateway == nil {
+		return errGatewayOff
+	}
+	ok, err := accounts.HasGrant(ctx, s.etcd, account, accounts.GrantGatewayHost)
+	if err != nil {
+		return errs.Wrap(errs.Unavailable, err, "host gateway: reading the account's grants")
+	}
+	if !ok {
+		return accounts.ErrNotGranted(account, accounts.GrantGatewayHost)
+	}
+	if settings.GetSecurity() == approvalv1.Security_SECURITY_FULL && !s.gatewayFull {
+		return errs.New(errs.PermissionDenied, "host gateway: security full is not allowed on this executor's host (the operator's --gateway-host-full); use allowlist")
+	}
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/signing"
 )
@@ -155,13 +156,18 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 			if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
 				return fmt.Errorf("dev: default gateway: %w", err)
 			}
+			// The gateway host is this machine: the dev account, its
+			// admin, is the only one granted it.
+			if _, err := svc.Accounts().SetGrants(ctx, DevAccount, []string{accounts.GrantGatewayHost}); err != nil {
+				return fmt.Errorf("dev: grant the gateway host: %w", err)
+			}
 			return nil
 		})},
 		{"workspace", buildWorkspace(workspace.Config{
 			Dir: filepath.Join(cfg.DataDir, "workspaces"), S3Endpoint: cfg.S3Endpoint, S3AccessKey: cfg.S3AccessKey, S3SecretKey: cfg.S3SecretKey,
 			S3Bucket: cfg.S3Bucket, S3Secure: cfg.S3Secure, SigningKeys: signingKeys, QuotaBytes: cfg.QuotaBytes, QuotaFiles: cfg.QuotaFiles,
 		})},
-		{"executor", buildExecutor(cfg.Executor, ac.AuditFlush)},
+		{"executor", buildExecutor(devExecutor(cfg.Executor), ac.AuditFlush)},
 		{"approval", buildApproval(ac)},
 	}
 	var built []*component
@@ -191,6 +197,14 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// devExecutor is the executor of a dev cluster: the gateway host is on,
+// for the accounts granted it (the dev account alone, unless its admin
+// grants others).
+func devExecutor(c executor.Config) executor.Config {
+	c.GatewayHost = true
+	return c
 }
 
 // devGateway is the gateway every dev cluster has: the built-in scripted

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -126,7 +127,14 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
 		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy)}
 		if cfg.GatewayHost {
-			opts = append(opts, executor.WithGatewayHost(&hostexec.Runner{Dir: cfg.GatewayWorkdir}))
+			// Never as root: an unprivileged uid of its own, with no
+			// supplementary groups, whose home no one else reads.
+			uid := uint32(cfg.GatewayUID)
+			r := &hostexec.Runner{Dir: cfg.GatewayWorkdir, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+			if err := r.PrepareDir(); err != nil {
+				return fmt.Errorf("executor: gateway host: %w", err)
+			}
+			opts = append(opts, executor.WithGatewayHost(r, cfg.GatewayHostFull))
 		}
 		apConn, err := p.dial(ctx, "approval")
 		if err != nil {

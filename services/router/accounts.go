@@ -45,6 +45,17 @@ func (s *accountServer) ListAccounts(ctx context.Context, _ *routerv1.ListAccoun
 	return resp, nil
 }
 
+func (s *accountServer) UpdateAccount(ctx context.Context, req *routerv1.UpdateAccountRequest) (*routerv1.UpdateAccountResponse, error) {
+	if err := tenant.RequireAdmin(ctx); err != nil {
+		return nil, err
+	}
+	a, err := s.store.SetGrants(ctx, req.GetId(), req.GetGrants())
+	if err != nil {
+		return nil, err
+	}
+	return &routerv1.UpdateAccountResponse{Account: accountProto(a)}, nil
+}
+
 func (s *accountServer) CreateAPIKey(ctx context.Context, req *routerv1.CreateAPIKeyRequest) (*routerv1.CreateAPIKeyResponse, error) {
 	if err := tenant.RequireAdmin(ctx); err != nil {
 		return nil, err
@@ -82,5 +93,5 @@ func (s *accountServer) DeleteAPIKey(ctx context.Context, req *routerv1.DeleteAP
 }
 
 func accountProto(a accounts.Account) *routerv1.Account {
-	return &routerv1.Account{Id: a.ID, Name: a.Name, CreatedAt: timestamppb.New(a.CreatedAt)}
+	return &routerv1.Account{Id: a.ID, Name: a.Name, CreatedAt: timestamppb.New(a.CreatedAt), Grants: a.Grants}
 }

@@ -3,8 +3,10 @@ package router
 import (
 	"context"
 
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/gateways"
 )
 
@@ -13,6 +15,24 @@ import (
 type gatewayServer struct {
 	routerv1.UnsafeGatewayServiceServer
 	store *gateways.Store
+	// accounts answers whether the caller's account holds a grant a
+	// gateway asks for; nil refuses every grant.
+	accounts *accounts.Store
+}
+
+// checkGrants refuses a gateway that asks for what its account was not
+// granted: the gateway host is the operator's machine.
+func (s *gatewayServer) checkGrants(ctx context.Context, account string, g *routerv1.Gateway) error {
+	if g.GetExec().GetHost() != approvalv1.Host_HOST_GATEWAY {
+		return nil
+	}
+	if s.accounts != nil {
+		ok, err := s.accounts.HasGrant(ctx, account, accounts.GrantGatewayHost)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return accounts.ErrNotGranted(account, accounts.GrantGatewayHost)
 }
 
 var _ routerv1.GatewayServiceServer = (*gatewayServer)(nil)
@@ -20,6 +40,9 @@ var _ routerv1.GatewayServiceServer = (*gatewayServer)(nil)
 func (s *gatewayServer) CreateGateway(ctx context.Context, req *routerv1.CreateGatewayRequest) (*routerv1.CreateGatewayResponse, error) {
 	account, err := tenant.Account(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkGrants(ctx, account, req.GetGateway()); err != nil {
 		return nil, err
 	}
 	g, err := s.store.Create(ctx, account, req.GetGateway())
@@ -60,6 +83,9 @@ func (s *gatewayServer) ListGateways(ctx context.Context, _ *routerv1.ListGatewa
 func (s *gatewayServer) UpdateGateway(ctx context.Context, req *routerv1.UpdateGatewayRequest) (*routerv1.UpdateGatewayResponse, error) {
 	account, err := tenant.Account(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkGrants(ctx, account, req.GetGateway()); err != nil {
 		return nil, err
 	}
 	g, err := s.store.Update(ctx, account, req.GetName(), req.GetGateway(), req.GetUpdateMask())

@@ -105,7 +105,7 @@ func (s *Service) Accounts() *accounts.Store { return s.accounts }
 // Register registers the router's gRPC services on g.
 func (s *Service) Register(g *grpc.Server) {
 	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts})
-	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways})
+	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways, accounts: s.accounts})
 	routerv1.RegisterNodeServiceServer(g, &nodeServer{store: s.nodes})
 	routerv1.RegisterToolHostServiceServer(g, &toolHostServer{gateways: s.gateways, grants: s.grants, deps: s.ToolDeps()})
 	// The reviewer calls a gateway's upstream as completions do.

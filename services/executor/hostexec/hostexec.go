@@ -51,6 +51,28 @@ type Runner struct {
 	Shell string
 	// NoPidNamespace turns off the per-command pid namespace.
 	NoPidNamespace bool
+	// Credential, when set, is the user commands run as, with no
+	// supplementary groups: on the gateway host, an unprivileged uid of
+	// their own, never the executor's.
+	Credential *syscall.Credential
+}
+
+// PrepareDir makes Dir the home of Credential's user: a directory (never
+// a symlink) it owns, that no one else may read.
+func (r *Runner) PrepareDir() error {
+	if err := os.MkdirAll(r.Dir, 0o700); err != nil {
+		return fmt.Errorf("hostexec: %s: %w", r.Dir, err)
+	}
+	st, err := os.Lstat(r.Dir)
+	if err != nil || !st.IsDir() {
+		return fmt.Errorf("hostexec: %s is not a directory", r.Dir)
+	}
+	if c := r.Credential; c != nil {
+		if err := os.Lchown(r.Dir, int(c.Uid), int(c.Gid)); err != nil {
+			return fmt.Errorf("hostexec: %s: %w", r.Dir, err)
+		}
+	}
+	return os.Chmod(r.Dir, 0o700)
 }
 
 // Process is a running command.
@@ -153,7 +175,7 @@ func (r *Runner) Start(opts sandbox.Options) (*Process, error) {
 	cmd := exec.Command(shell, "-c", opts.Command)
 	cmd.Dir = dir
 	cmd.Env = r.Env(opts.Env, opts.PathPrepend)
-	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL, Credential: r.Credential}
 	pidNS := !r.NoPidNamespace && os.Geteuid() == 0
 	if pidNS {
 		attr.Cloneflags = syscall.CLONE_NEWPID

@@ -43,6 +43,8 @@ type Account struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	// Grants are what an admin gave the account (grants.go).
+	Grants []string `json:"grants,omitempty"`
 }
 
 // Key describes an API key without its secret.

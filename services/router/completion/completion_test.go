@@ -16,6 +16,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -104,6 +105,7 @@ func newService(t *testing.T, exec *fakeExecutor, maxConcurrent int) *Service {
 	s, err := New(Options{
 		Gateways: gatewayMap{"scripted": {Name: "scripted", Upstream: &routerv1.Upstream{Provider: routerv1.Provider_PROVIDER_SCRIPTED}}},
 		Executor: exec, Etcd: cli, Grants: toolhost.NewGrants(cli), MaxConcurrent: maxConcurrent,
+		HTTPClient: outbound.Must(outbound.Options{}).Client(0),
 	})
 	if err != nil {
 		t.Fatal(err)

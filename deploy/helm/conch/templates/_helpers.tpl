@@ -79,3 +79,13 @@ minio:9000
   {{- end }}
 {{- end -}}
 {{- end }}
+
+{{/* What tenants' outbound connections never reach besides the internal
+ranges (the object store, the operator's list), and what the operator
+allows them: the router's and the approval service's flags. */}}
+{{- define "conch.outboundArgs" -}}
+- --outbound-deny={{ include "conch.s3Endpoint" . }}{{ range .Values.outbound.deny }},{{ . }}{{ end }}
+{{- with .Values.outbound.allow }}
+- --outbound-allow={{ join "," . }}
+{{- end }}
+{{- end }}

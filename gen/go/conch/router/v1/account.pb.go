@@ -31,7 +31,11 @@ type Account struct {
 	// Display name.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// When it was created.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// What an admin granted the account beyond a sandbox: "gateway_host"
+	// lets its commands run on an executor's own machine (exec host
+	// gateway), where the operator turned that host on.
+	Grants        []string `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -83,6 +87,13 @@ func (x *Account) GetName() string {
 func (x *Account) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Account) GetGrants() []string {
+	if x != nil {
+		return x.Grants
 	}
 	return nil
 }
@@ -611,16 +622,119 @@ func (*DeleteAPIKeyResponse) Descriptor() ([]byte, []int) {
 	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
+// UpdateAccountRequest changes an account (admin only).
+type UpdateAccountRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The account's grants, replacing those it had; known grants:
+	// "gateway_host".
+	Grants        []string `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateAccountRequest) Reset() {
+	*x = UpdateAccountRequest{}
+	mi := &file_conch_router_v1_account_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAccountRequest) ProtoMessage() {}
+
+func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_account_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
+func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *UpdateAccountRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UpdateAccountRequest) GetGrants() []string {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// UpdateAccountResponse is the account as changed.
+type UpdateAccountResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account.
+	Account       *Account `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateAccountResponse) Reset() {
+	*x = UpdateAccountResponse{}
+	mi := &file_conch_router_v1_account_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAccountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAccountResponse) ProtoMessage() {}
+
+func (x *UpdateAccountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_account_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAccountResponse.ProtoReflect.Descriptor instead.
+func (*UpdateAccountResponse) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UpdateAccountResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
 var File_conch_router_v1_account_proto protoreflect.FileDescriptor
 
 const file_conch_router_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x1dconch/router/v1/account.proto\x12\x0fconch.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n" +
+	"\x1dconch/router/v1/account.proto\x12\x0fconch.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
 	"\n" +
-	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"r\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06grants\x18\x04 \x03(\tR\x06grants\"r\n" +
 	"\x06APIKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -649,7 +763,12 @@ const file_conch_router_v1_account_proto_rawDesc = "" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"\x16\n" +
-	"\x14DeleteAPIKeyResponseB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
+	"\x14DeleteAPIKeyResponse\">\n" +
+	"\x14UpdateAccountRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06grants\x18\x02 \x03(\tR\x06grants\"K\n" +
+	"\x15UpdateAccountResponse\x122\n" +
+	"\aaccount\x18\x01 \x01(\v2\x18.conch.router.v1.AccountR\aaccountB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
 
 var (
 	file_conch_router_v1_account_proto_rawDescOnce sync.Once
@@ -663,7 +782,7 @@ func file_conch_router_v1_account_proto_rawDescGZIP() []byte {
 	return file_conch_router_v1_account_proto_rawDescData
 }
 
-var file_conch_router_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_conch_router_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_conch_router_v1_account_proto_goTypes = []any{
 	(*Account)(nil),               // 0: conch.router.v1.Account
 	(*APIKey)(nil),                // 1: conch.router.v1.APIKey
@@ -677,19 +796,22 @@ var file_conch_router_v1_account_proto_goTypes = []any{
 	(*ListAPIKeysResponse)(nil),   // 9: conch.router.v1.ListAPIKeysResponse
 	(*DeleteAPIKeyRequest)(nil),   // 10: conch.router.v1.DeleteAPIKeyRequest
 	(*DeleteAPIKeyResponse)(nil),  // 11: conch.router.v1.DeleteAPIKeyResponse
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*UpdateAccountRequest)(nil),  // 12: conch.router.v1.UpdateAccountRequest
+	(*UpdateAccountResponse)(nil), // 13: conch.router.v1.UpdateAccountResponse
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_conch_router_v1_account_proto_depIdxs = []int32{
-	12, // 0: conch.router.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	12, // 1: conch.router.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	14, // 0: conch.router.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	14, // 1: conch.router.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: conch.router.v1.CreateAccountResponse.account:type_name -> conch.router.v1.Account
 	0,  // 3: conch.router.v1.ListAccountsResponse.accounts:type_name -> conch.router.v1.Account
 	1,  // 4: conch.router.v1.ListAPIKeysResponse.keys:type_name -> conch.router.v1.APIKey
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	0,  // 5: conch.router.v1.UpdateAccountResponse.account:type_name -> conch.router.v1.Account
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_conch_router_v1_account_proto_init() }
@@ -703,7 +825,7 @@ func file_conch_router_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_router_v1_account_proto_rawDesc), len(file_conch_router_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
