@@ -82,8 +82,8 @@ type Service struct {
 	creating int  // sandboxes being built, under mu
 	draining bool // no new sandboxes or nodes, under mu
 
-	ws      Workspaces       // nil: persistent workspaces are refused
-	tools   ToolCaller       // nil: tool commands are refused
+	ws          Workspaces       // nil: persistent workspaces are refused
+	tools       ToolCaller       // nil: tool commands are refused
 	gateway     *hostexec.Runner // nil: the gateway host is turned off
 	gatewayFull bool             // security full is allowed there
 	// flushTimeout bounds one flush to the workspace service: a hung
