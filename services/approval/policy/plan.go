@@ -63,6 +63,9 @@ func printWord(b *strings.Builder, w word) {
 			text.Reset()
 		}
 	}
+	// tilde is set after a leading ~: a tilde prefix ends at the first
+	// unquoted /, and ~'/x' (the / quoted) is one prefix no shell expands.
+	tilde := false
 	for _, p := range w.parts {
 		switch {
 		case p.kind == partGlob && w.glob:
@@ -72,12 +75,18 @@ func printWord(b *strings.Builder, w word) {
 		case p.kind == partTilde:
 			flush()
 			b.WriteByte('~')
+			tilde = true
+			continue
 		case p.kind == partVar:
 			flush()
 			b.WriteString(`"${` + p.text + `}"`)
+		case tilde && p.kind == partLit && strings.HasPrefix(p.text, "/"):
+			b.WriteByte('/')
+			text.WriteString(p.text[1:])
 		default:
 			text.WriteString(p.text)
 		}
+		tilde = false
 	}
 	flush()
 }

@@ -24,7 +24,7 @@ func TestPlan(t *testing.T) {
 		{"ls 'a b' \"c'd\"", "'/usr/bin/ls' 'a b' 'c'\\''d'\n"},
 		{"ls && cat x || ls; ls", "'/usr/bin/ls' && '/usr/bin/cat' 'x' || '/usr/bin/ls'\n'/usr/bin/ls'\n"},
 		{"! ls | wc -l", "! '/usr/bin/ls' | HOME='/dev/null' '/usr/bin/wc' '-l'\n"},
-		{"ls *.go ~/x a~b", "'/usr/bin/ls' *'.go' ~'/x' 'a~b'\n"},
+		{"ls *.go ~/x a~b", "'/usr/bin/ls' *'.go' ~/'x' 'a~b'\n"},
 		{"ls \"$X\" \"$UNSET\"", "'/usr/bin/ls' 'from env' \"${UNSET}\"\n"},
 		{"cd /tmp && ls", "'cd' '/tmp' && '/usr/bin/ls'\n"},
 		{"cd && ls", "'cd' '/home/u' && '/usr/bin/ls'\n"},
