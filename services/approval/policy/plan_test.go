@@ -37,6 +37,8 @@ func TestPlan(t *testing.T) {
 		{"ls \\\n-l", "'/usr/bin/ls' '-l'\n"},
 		{"ls #c\\\nls", "'/usr/bin/ls' 'ls'\n"},
 		{"ls \"$\\\n(id)\"", "'/usr/bin/ls' '$(id)'\n"},
+		// An unpaired backslash ends the command; the shells keep it.
+		{"ls a\\", "'/usr/bin/ls' 'a\\'\n"},
 	} {
 		res := judgeAllowlist(e, r, tc.cmd, map[string]string{"X": "from env"})
 		if res.Decision != Allow {
