@@ -147,6 +147,9 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 	if err != nil {
 		return deny(err.Error())
 	}
+	if tok, bad := continuation(req.Command, f); bad {
+		return deny(refuse(tok).Error())
+	}
 	resolver := req.Resolver
 	if resolver == nil {
 		resolver = PathResolver{Path: SplitPath(DefaultPath)}
@@ -232,8 +235,11 @@ func Fallback(res Result, fallback Security) Result {
 	return out
 }
 
-// parsers are reused: a parser allocates sizeable buffers.
-var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+// parsers are reused: a parser allocates sizeable buffers. They keep
+// comments, so that a line continuation in one can be found (continuation.go).
+var parsers = sync.Pool{New: func() any {
+	return syntax.NewParser(syntax.Variant(syntax.LangBash), syntax.KeepComments(true))
+}}
 
 // parse parses a command line as bash would read it.
 func parse(src string) (*syntax.File, error) {
@@ -905,6 +911,10 @@ func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
 	f, err := parse(inner)
 	if err != nil {
 		a.fail(err.Error())
+		return
+	}
+	if tok, bad := continuation(inner, f); bad {
+		a.refuse(refuse(tok))
 		return
 	}
 	a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: b.real, Decision: Allow, Reason: base + " -c: judged by what it runs"})
