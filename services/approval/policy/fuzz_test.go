@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,6 +290,37 @@ func TestShellAgreesWithEngine(t *testing.T) {
 		want := []labRun{{argv: filepath.Join(l.bin, "ok")}, {argv: filepath.Join(l.bin, "bad") + labArgSep + "x", input: "in\n"}}
 		if !slices.Equal(got, want) {
 			t.Fatalf("the lab logged %q under %s, want %q", got, sh, want)
+		}
+	}
+}
+
+// TestDenyRulePlansRunAsWritten: with deny rules, security full runs
+// plans holding redirections, echo and printf; under dash and under bash
+// each writes the files and runs the programs the command as written
+// does.
+func TestDenyRulePlansRunAsWritten(t *testing.T) {
+	l := newShellLab(t)
+	e := New(Config{Deny: []Entry{{ID: "no-bad", Pattern: filepath.Join(l.bin, "bad")}}, Home: l.home})
+	full := Settings{Security: SecurityFull, Ask: AskOff, AskFallback: SecurityDeny}
+	for _, cmd := range []string{
+		"echo hi > out", "echo -n 'a  b' >> out; echo c >> out", "printf '%s|' a 'b c' > 'my out'",
+		"printf 'x\\n' > in && ok y < in", "ok 2>&1 > out", "echo err 1>&2 2> err", "echo x 3> f >&3",
+		"echo a > f >| g", "echo a 3<> f 1>&3", "echo a >&- ; echo b > f", "ok <<'E' > f\nbody\nE",
+		"echo a > f | ok", "! echo a > f && ok",
+	} {
+		res := e.Evaluate(Request{Command: cmd, Cwd: l.work, Resolver: PathResolver{Path: []string{l.bin}}, Settings: full})
+		if res.Decision != Allow {
+			t.Fatalf("%q = %v %q, want allow", cmd, res.Decision, res.Reason)
+		}
+		for _, sh := range []string{"dash", "bash"} {
+			planRuns, planFiles := l.run(t, sh, res.Plan)
+			runs, files := l.run(t, sh, cmd)
+			if len(files) == 0 && !strings.Contains(cmd, "ok") {
+				t.Fatalf("%s: %q wrote nothing", sh, cmd)
+			}
+			if !maps.Equal(planFiles, files) || !slices.Equal(planRuns, runs) {
+				t.Fatalf("%s: %q wrote %q and ran %q, its plan %q wrote %q and ran %q", sh, cmd, files, runs, res.Plan, planFiles, planRuns)
+			}
 		}
 	}
 }
