@@ -22,9 +22,13 @@ func TestDenyRules(t *testing.T) {
 	if out := runCommand(t, d, "guarded", "shell", "", "rm -f /tmp/nothing-here"); !strings.Contains(out, `\"exit_code\":0`) {
 		t.Fatalf("arguments the rule does not match: %s", out)
 	}
-	// With deny rules, full mode runs what the policy can judge only.
-	if out := runCommand(t, d, "guarded", "shell", "", "uname -s > /tmp/out"); !strings.Contains(out, "Unsupported shell token: >") {
+	// With deny rules, full mode runs what the policy can judge only;
+	// redirections, echo and printf run no program and still run.
+	if out := runCommand(t, d, "guarded", "shell", "", "uname $(id -u)"); !strings.Contains(out, "Unsupported shell token: $(") {
 		t.Fatalf("an unjudgeable command under deny rules: %s", out)
+	}
+	if out := runCommand(t, d, "guarded", "shell", "", "uname -s > /tmp/out && echo x >> /tmp/out && printf '%s\\n' y 2>&1"); !strings.Contains(out, `\"exit_code\":0`) {
+		t.Fatalf("redirections, echo and printf under deny rules: %s", out)
 	}
 
 	createGateway(t, d, map[string]any{"name": "listed", "upstream": map[string]any{"provider": "scripted"},

@@ -36,10 +36,11 @@ func TestAllowlistRunsTheJudgedPlan(t *testing.T) {
 		// judged), refused one when it was refused.
 		ran, refused string
 	}{
-		{"parser", "ls -d / #\\\n" + payload, "ls: cannot access", ""},
-		{"parser", "ls -d / \"$\\\n(" + payload + ")\"", "ls: cannot access", ""},
-		{"parser", "sh -c 'ls -d / #\\\n" + payload + "'", "ls: cannot access", ""},
+		{"parser", "ls -d / #\\\n" + payload, "", "Unsupported shell token: backslash-newline in a comment"},
+		{"parser", "ls -d / \"$\\\n(" + payload + ")\"", "", "Unsupported shell token: backslash-newline after $"},
+		{"parser", "sh -c 'ls -d / #\\\n" + payload + "'", "", "Unsupported shell token: backslash-newline in a comment"},
 		{"parser", "ls -d / <<\\\n-'EOF'\n" + payload + "\nEOF\n" + payload, "", "here-document"},
+		{"parser", "ls -d / \\\n  /tmp", `\"exit_code\":0`, ""},
 		{"jq", "jq -n '$ ENV'", "", "Command not allowed by exec policy"},
 		{"jq", "jq -n 'def f: env; f'", "", "Command not allowed by exec policy"},
 		{"git", "sh -c 'git \"$1\" \"$2\"' sh -c 'alias.x=!" + payload + "'", "", "Unsupported shell token: $1"},
@@ -68,7 +69,7 @@ func TestAllowlistRunsTheJudgedPlan(t *testing.T) {
 
 	// evaluate shows the plan the executor would run.
 	code, body := d.call("POST", "/api/v1/exec-policy:evaluate", d.Key, map[string]any{
-		"command": "ls -la #\\\nid", "agent": gw, "host": "gateway", "cwd": "/tmp"})
+		"command": "ls -la \\\n  id #x", "agent": gw, "host": "gateway", "cwd": "/tmp"})
 	var ev struct {
 		Decision, Plan string
 	}

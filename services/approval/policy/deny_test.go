@@ -40,7 +40,21 @@ func TestDenyRules(t *testing.T) {
 		{"after another command", "ls && rm -fr /", full, Deny, denied("no-rm-root")},
 		{"by absolute path", "/usr/bin/curl x", full, Deny, denied("no-curl")},
 		{"full mode, what cannot be judged is refused", "$(echo curl) x", full, Deny, ErrUnsupportedToken + "$("},
-		{"full mode, a redirect cannot be run as judged", "ls > out", full, Deny, ErrUnsupportedToken + ">"},
+		// Full mode writes files and prints: redirections and the echo
+		// and printf builtins run no program, and run in the plan.
+		{"full mode, echo and printf", "echo hi && printf '%s\\n' x", full, Allow, "no deny rule matches"},
+		{"full mode, redirections", "ls > out 2>&1 < in", full, Allow, "no deny rule matches"},
+		{"full mode, output of echo", "echo x >> log", full, Allow, "no deny rule matches"},
+		{"full mode, a denied program with a redirection", "rm -rf / > log", full, Deny, denied("no-rm-root")},
+		{"full mode, printf -v sets a variable", "printf -v X '%s' y", full, Deny, ErrUnsupportedToken + "printf -v"},
+		{"full mode, echo of a variable", "echo $HOME", full, Deny, ErrUnsupportedToken + "$HOME"},
+		{"full mode, bash's &>", "ls &> out", full, Deny, ErrUnsupportedToken + "&>"},
+		{"full mode, a glob as a target", "ls > *.txt", full, Deny, ErrUnsupportedToken + ">"},
+		{"full mode, a two-digit descriptor", "ls 10> out", full, Deny, ErrUnsupportedToken + "10>"},
+		{"full mode, >& onto a file", "ls >&out", full, Deny, ErrUnsupportedToken + ">&"},
+		{"full mode, a redirection alone", "> out", full, Deny, ErrUnsupportedToken + ">"},
+		{"allowlist mode refuses echo", "echo hi", allowlist, Deny, ErrUnsupportedToken + "echo"},
+		{"allowlist mode refuses redirections", "git status > out", allowlist, Deny, ErrUnsupportedToken + ">"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,6 +80,27 @@ func TestDenyRules(t *testing.T) {
 	// Without deny rules, full mode is as before: no plan, anything runs.
 	if res := New(Config{}).Evaluate(Request{Command: "ls > out", Cwd: "/", Settings: full, Resolver: r}); res.Decision != Allow || res.Plan != "" {
 		t.Fatalf("full mode without deny rules: %+v", res)
+	}
+}
+
+// With deny rules, security full runs the plan: redirections, echo and
+// printf are in it in their order, programs by path, targets quoted.
+func TestDenyRulesPlanRedirections(t *testing.T) {
+	t.Parallel()
+	r := PathResolver{Path: []string{"/usr/bin", "/bin"}, Stat: testFS().stat}
+	engine := New(Config{Deny: []Entry{{ID: "no-curl", Pattern: "/usr/bin/curl"}}})
+	full := Settings{Security: SecurityFull, Ask: AskOff, AskFallback: SecurityDeny}
+	for _, tc := range []struct{ cmd, plan string }{
+		{"echo hi && printf '%s\\n' x", "'echo' 'hi' && 'printf' '%s\\n' 'x'\n"},
+		{"ls > 'my out' 2>&1 < in", "'/usr/bin/ls' > 'my out' 2>&1 < 'in'\n"},
+		{"ls 2>&1 >out", "'/usr/bin/ls' 2>&1 > 'out'\n"},
+		{"echo x >> log 3<> f >&- >| g", "'echo' 'x' >> 'log' 3<> 'f' >&- >| 'g'\n"},
+		{"cat <<'E' > out | wc -l\nx\nE", "'/usr/bin/cat' <<'CONCH_EOF' > 'out' | HOME='/dev/null' '/usr/bin/wc' '-l'\nx\nCONCH_EOF\n"},
+	} {
+		res := engine.Evaluate(Request{Command: tc.cmd, Cwd: "/", Settings: full, Resolver: r})
+		if res.Decision != Allow || res.Plan != tc.plan {
+			t.Errorf("%q = %v %q, plan\n%q, want allow with\n%q", tc.cmd, res.Decision, res.Reason, res.Plan, tc.plan)
+		}
 	}
 }
 

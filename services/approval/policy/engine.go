@@ -147,11 +147,14 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 	if err != nil {
 		return deny(err.Error())
 	}
+	if tok, bad := continuation(req.Command, f); bad {
+		return deny(refuse(tok).Error())
+	}
 	resolver := req.Resolver
 	if resolver == nil {
 		resolver = PathResolver{Path: SplitPath(DefaultPath)}
 	}
-	a := &analyzer{e: e, r: resolver, env: req.Env, p: &printer{}}
+	a := &analyzer{e: e, r: resolver, env: req.Env, p: &printer{}, full: s.Security == SecurityFull}
 	a.stmts(f.Stmts, []string{path.Clean(req.Cwd)})
 	res.Segments, res.Programs = a.segs, a.programs
 	if a.denied != "" {
@@ -232,8 +235,11 @@ func Fallback(res Result, fallback Security) Result {
 	return out
 }
 
-// parsers are reused: a parser allocates sizeable buffers.
-var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+// parsers are reused: a parser allocates sizeable buffers. They keep
+// comments, so that a line continuation in one can be found (continuation.go).
+var parsers = sync.Pool{New: func() any {
+	return syntax.NewParser(syntax.Variant(syntax.LangBash), syntax.KeepComments(true))
+}}
 
 // parse parses a command line as bash would read it.
 func parse(src string) (*syntax.File, error) {
@@ -282,6 +288,12 @@ type analyzer struct {
 	callStart int
 	// programs are the names resolved so far.
 	programs []Program
+	// full is set under security full, where the plan is judged for the
+	// deny rules only: writing files and printing are the mode's to
+	// allow, so the plan also carries the redirections and the echo and
+	// printf builtins allowlist mode refuses. None of them runs a program
+	// a rule could match.
+	full bool
 }
 
 // binary is a program name resolved: the path the shell runs and the file
@@ -371,7 +383,9 @@ func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
 		a.refuse(refuse("&|"))
 		return cwds, cwds
 	}
-	var bodies []string
+	// redirs are the statement's redirections as the plan prints them, in
+	// order: a here-document's body, or an operator and its target.
+	var redirs []planRedirect
 	for _, r := range st.Redirs {
 		if (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.N == nil && r.Word != nil && quotedHeredoc(r.Word) {
 			body, ok := heredocBody(r.Hdoc, r.Op == syntax.DashHdoc)
@@ -379,8 +393,14 @@ func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
 				a.refuse(refuse(r.Op.String()))
 				return cwds, cwds
 			}
-			bodies = append(bodies, body)
+			redirs = append(redirs, planRedirect{heredoc: true, text: body})
 			continue
+		}
+		if a.full {
+			if text, ok := fileRedirect(r); ok {
+				redirs = append(redirs, planRedirect{text: text})
+				continue
+			}
 		}
 		tok := r.Op.String()
 		if r.N != nil {
@@ -401,8 +421,12 @@ func (a *analyzer) stmt(st *syntax.Stmt, cwds []string) (succ, fail []string) {
 		a.p.b.WriteString("! ")
 	}
 	succ, fail = a.cmd(st.Cmd, cwds)
-	for _, body := range bodies {
-		a.p.heredoc(body)
+	for _, r := range redirs {
+		if r.heredoc {
+			a.p.heredoc(r.text)
+		} else {
+			a.p.b.WriteString(" " + r.text)
+		}
 	}
 	if st.Negated {
 		succ, fail = fail, succ
@@ -641,6 +665,24 @@ func (a *analyzer) builtin(name string, words []word, argv []string, cwds []stri
 	seg := Segment{Argv: argv, Decision: Allow, Reason: "builtin " + name}
 	switch name {
 	case "pwd", "true", "false", ":":
+		a.add(seg)
+		return cwds, cwds
+	case "echo", "printf":
+		if !a.full {
+			break
+		}
+		for _, w := range words[1:] {
+			if !w.literal() {
+				a.refuse(refuse(nonLiteralToken(w)))
+				return cwds, cwds
+			}
+		}
+		if name == "printf" && len(words) > 1 && strings.HasPrefix(words[1].val, "-") {
+			// bash's printf -v assigns a variable, which a "${NAME}"
+			// the plan leaves to the shell would then read.
+			a.refuse(refuse("printf " + words[1].val))
+			return cwds, cwds
+		}
 		a.add(seg)
 		return cwds, cwds
 	case "cd":
@@ -905,6 +947,10 @@ func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
 	f, err := parse(inner)
 	if err != nil {
 		a.fail(err.Error())
+		return
+	}
+	if tok, bad := continuation(inner, f); bad {
+		a.refuse(refuse(tok))
 		return
 	}
 	a.add(Segment{Argv: argv, ResolvedPath: p, RealPath: b.real, Decision: Allow, Reason: base + " -c: judged by what it runs"})

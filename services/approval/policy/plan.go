@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/conch-sh/conch/services/internal/shellquote"
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // The plan: what runs is what was judged.
@@ -37,7 +38,11 @@ import (
 //   - the command string of sh -c is replaced by the canonical plan of what
 //     the engine judged inside it;
 //   - variables a program's profile needs (git's locked configuration, the
-//     empty HOME of safe bins) are set as prefix assignments.
+//     empty HOME of safe bins) are set as prefix assignments;
+//   - under security full, where the plan is there for the deny rules,
+//     redirections of a one-digit descriptor to a quoted path or to
+//     another descriptor, and the echo and printf builtins, which write
+//     and print as the mode allows and run no program a rule could match.
 //
 // That subset of the shell language has one reading in dash, bash and
 // every other POSIX shell, so the shell cannot run anything but the judged
@@ -45,8 +50,8 @@ import (
 // without a shell, would need a second implementation of pipelines,
 // exit statuses, cd and here-documents on every host (sandbox, gateway,
 // node); the canonical script keeps one executor path and is what
-// exec-policy:evaluate shows. security full runs the command as written:
-// nothing was judged, so there is no plan.
+// exec-policy:evaluate shows. security full without deny rules runs the
+// command as written: nothing was judged, so there is no plan.
 
 // printWord appends w as the plan spells it.
 func printWord(b *strings.Builder, w word) {
@@ -63,6 +68,9 @@ func printWord(b *strings.Builder, w word) {
 			text.Reset()
 		}
 	}
+	// tilde is set after a leading ~: a tilde prefix ends at the first
+	// unquoted /, and ~'/x' (the / quoted) is one prefix no shell expands.
+	tilde := false
 	for _, p := range w.parts {
 		switch {
 		case p.kind == partGlob && w.glob:
@@ -72,12 +80,18 @@ func printWord(b *strings.Builder, w word) {
 		case p.kind == partTilde:
 			flush()
 			b.WriteByte('~')
+			tilde = true
+			continue
 		case p.kind == partVar:
 			flush()
 			b.WriteString(`"${` + p.text + `}"`)
+		case tilde && p.kind == partLit && strings.HasPrefix(p.text, "/"):
+			b.WriteByte('/')
+			text.WriteString(p.text[1:])
 		default:
 			text.WriteString(p.text)
 		}
+		tilde = false
 	}
 	flush()
 }
@@ -94,6 +108,49 @@ func heredocDelimiter(body string) string {
 			return d
 		}
 	}
+}
+
+// planRedirect is a redirection of a statement as the plan prints it:
+// a quoted here-document's body, or an operator with its target.
+type planRedirect struct {
+	heredoc bool
+	text    string
+}
+
+// fileRedirect returns r as the plan prints it when it only opens or
+// duplicates a file descriptor the way every POSIX shell reads alike: a
+// descriptor of one digit (dash reads "10>" as a word and ">"), one of
+// the POSIX operators (not bash's &> or <<<), and a target that means
+// exactly its value (bash expands a glob there, dash does not).
+func fileRedirect(r *syntax.Redirect) (string, bool) {
+	var b strings.Builder
+	if r.N != nil {
+		if len(r.N.Value) != 1 || r.N.Value[0] < '0' || r.N.Value[0] > '9' {
+			return "", false
+		}
+		b.WriteString(r.N.Value)
+	}
+	if r.Word == nil {
+		return "", false
+	}
+	w, bad := evalWord(r.Word)
+	if bad != nil || !w.literal() || w.val == "" {
+		return "", false
+	}
+	switch r.Op {
+	case syntax.RdrOut, syntax.AppOut, syntax.RdrIn, syntax.RdrInOut, syntax.RdrClob:
+		b.WriteString(r.Op.String() + " ")
+		shellquote.Append(&b, w.val)
+	case syntax.DplIn, syntax.DplOut:
+		// Only a descriptor or - (close); bash reads ">&file" as &>.
+		if w.val != "-" && (len(w.val) != 1 || w.val[0] < '0' || w.val[0] > '9') {
+			return "", false
+		}
+		b.WriteString(r.Op.String() + w.val)
+	default:
+		return "", false
+	}
+	return b.String(), true
 }
 
 // printer builds a plan as the analyzer walks the tree in execution order.

@@ -24,7 +24,7 @@ func TestPlan(t *testing.T) {
 		{"ls 'a b' \"c'd\"", "'/usr/bin/ls' 'a b' 'c'\\''d'\n"},
 		{"ls && cat x || ls; ls", "'/usr/bin/ls' && '/usr/bin/cat' 'x' || '/usr/bin/ls'\n'/usr/bin/ls'\n"},
 		{"! ls | wc -l", "! '/usr/bin/ls' | HOME='/dev/null' '/usr/bin/wc' '-l'\n"},
-		{"ls *.go ~/x a~b", "'/usr/bin/ls' *'.go' ~'/x' 'a~b'\n"},
+		{"ls *.go ~/x a~b", "'/usr/bin/ls' *'.go' ~/'x' 'a~b'\n"},
 		{"ls \"$X\" \"$UNSET\"", "'/usr/bin/ls' 'from env' \"${UNSET}\"\n"},
 		{"cd /tmp && ls", "'cd' '/tmp' && '/usr/bin/ls'\n"},
 		{"cd && ls", "'cd' '/home/u' && '/usr/bin/ls'\n"},
@@ -33,10 +33,11 @@ func TestPlan(t *testing.T) {
 		{"sh -c 'ls #x'", "'/usr/bin/sh' '-c' ''\\''/usr/bin/ls'\\''\n'\n"},
 		{"env ls", "'/usr/bin/env' 'ls'\n"},
 		// Line continuations and comments are gone: the plan says what
-		// the engine read.
-		{"ls \\\n-l", "'/usr/bin/ls' '-l'\n"},
-		{"ls #c\\\nls", "'/usr/bin/ls' 'ls'\n"},
-		{"ls \"$\\\n(id)\"", "'/usr/bin/ls' '$(id)'\n"},
+		// the engine read (continuation.go refuses those it could read
+		// otherwise than the shell).
+		{"ls \\\n-l #c", "'/usr/bin/ls' '-l'\n"},
+		// An unpaired backslash ends the command; the shells keep it.
+		{"ls a\\", "'/usr/bin/ls' 'a\\'\n"},
 	} {
 		res := judgeAllowlist(e, r, tc.cmd, map[string]string{"X": "from env"})
 		if res.Decision != Allow {
@@ -85,12 +86,14 @@ func TestBypassClasses(t *testing.T) {
 		want       Decision
 		reason     string // substring
 	}{
-		// 1. Parser differentials: whatever the engine read is what the
-		// plan says; a program it did not judge never appears.
-		{"parser", "ls #\\\nid", nil, allow, "allowlist"},
-		{"parser", "true #\\\nid", nil, allow, "allowlist"},
+		// 1. Parser differentials: what the engine may read otherwise
+		// than the shell is refused; a program it did not judge never
+		// appears.
+		{"parser", "ls #\\\nid", nil, deny, ErrUnsupportedToken + "backslash-newline in a comment"},
+		{"parser", "true #\\\nid", nil, deny, ErrUnsupportedToken + "backslash-newline in a comment"},
 		{"parser", "cat <<\\\n-'EOF'\nid\nEOF\nid", nil, deny, "unclosed here-document"},
-		{"parser", "sh -c 'ls #\\\nid'", nil, allow, ""},
+		{"parser", "sh -c 'ls #\\\nid'", nil, deny, ErrUnsupportedToken + "backslash-newline in a comment"},
+		{"parser", "ls \"$\\\n(id)\"", nil, deny, ErrUnsupportedToken + "backslash-newline after $"},
 		// 2. jq reading the environment or modules.
 		{"jq", "jq '$ ENV'", nil, ask, "$ not followed by a name"},
 		{"jq", "jq '$#x\nENV'", nil, ask, "$ not followed by a name"},

@@ -177,11 +177,15 @@ func (b *wordBuilder) unquoted(w *word, s string, first bool) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c == '\\' {
-			if i+1 < len(s) {
-				i++
-				if s[i] != '\n' {
-					b.add(partLit, s[i:i+1])
-				}
+			if i+1 == len(s) {
+				// Only the end of the command leaves a backslash
+				// unpaired, and the shells keep it.
+				b.add(partLit, `\`)
+				continue
+			}
+			i++
+			if s[i] != '\n' {
+				b.add(partLit, s[i:i+1])
 			}
 			continue
 		}
