@@ -44,6 +44,15 @@ func TestDenyRules(t *testing.T) {
 	if out := runCommand(t, d, "listed", "shell", "", "ls -d /"); !strings.Contains(out, `\"exit_code\":0`) {
 		t.Fatalf("an allowed command: %s", out)
 	}
+	// The document's rules hold in sandboxes under security full and ask
+	// off too, which ask no one otherwise: the executor learns from a
+	// watch that a rule applies to the agent.
+	if out := runCommand(t, d, "default", "shell", "", "uname -s"); !strings.Contains(out, "Command not allowed by exec policy (deny rule no-uname)") {
+		t.Fatalf("a document's deny rule under security full, ask off: %s", out)
+	}
+	if out := runCommand(t, d, "default", "shell", "", "ls -d / && echo ok"); !strings.Contains(out, `\"exit_code\":0`) {
+		t.Fatalf("a command no rule matches, under security full: %s", out)
+	}
 	_, body := d.call("GET", "/api/v1/approvals", d.Key, nil)
 	if strings.Contains(string(body), "uname") {
 		t.Fatalf("a denied command was put to a human: %s", body)

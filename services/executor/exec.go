@@ -137,7 +137,7 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	if p.MaxOutput <= 0 {
 		p.MaxOutput = DefaultOutputChars
 	}
-	plan, refusal, err := s.authorize(ctx, t, &p, ev)
+	plan, refusal, err := s.authorize(ctx, account, t, &p, ev)
 	if err != nil {
 		return nil, err
 	}

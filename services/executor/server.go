@@ -38,10 +38,19 @@ func NewServer(svc *Service) *Server { return &Server{svc: svc} }
 
 // WithApprovals makes Exec ask the approval service before running a
 // command whose exec policy is not the sandbox's full/off default (SPEC
-// §7); without it such commands are refused.
-func (s *Server) WithApprovals(c gate.Client) *Server {
-	s.svc.approvals = c
+// §7), or whose account's exec-approvals document holds deny rules for
+// its agent, which rules tells from a watch; without c such commands are
+// refused. A nil rules asks c about every command.
+func (s *Server) WithApprovals(c gate.Client, rules DenyRules) *Server {
+	s.svc.approvals, s.svc.denyRules = c, rules
 	return s
+}
+
+// DenyRules tells whether an account's exec-approvals document holds deny
+// rules for an agent (the defaults' or the agent's own), from memory; ok
+// is false while it cannot tell (package approval/store keeps one).
+type DenyRules interface {
+	HasDenyRules(account, agent string) (has, ok bool)
 }
 
 // ResolveCommand implements ExecutorService.

@@ -95,6 +95,9 @@ type Service struct {
 	// approvals judges commands whose exec policy is not the sandbox's
 	// full/off default (SPEC §7); nil refuses them.
 	approvals gate.Client
+	// denyRules tells which sandbox commands under the full/off default
+	// an exec-approvals document's deny rules still hold for.
+	denyRules DenyRules
 	// audit records how commands ended; nil records nothing.
 	audit AuditSink
 }

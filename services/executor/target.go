@@ -94,8 +94,8 @@ func (s *Service) target(ctx context.Context, account string, p *ExecParams) (*t
 // while a human decides. It returns the refusal, with the policy's exact
 // error string, or the plan that runs in place of the command ("" runs it
 // as written).
-func (s *Service) authorize(ctx context.Context, t *target, p *ExecParams, ev ExecEvents) (plan, refusal string, err error) {
-	if !execpolicy.Needed(p.Host, p.Settings) {
+func (s *Service) authorize(ctx context.Context, account string, t *target, p *ExecParams, ev ExecEvents) (plan, refusal string, err error) {
+	if !execpolicy.Needed(p.Host, p.Settings) && !s.documentMayDeny(account, p.Agent) {
 		return "", "", nil
 	}
 	if s.approvals == nil {
@@ -117,6 +117,21 @@ func (s *Service) authorize(ctx context.Context, t *target, p *ExecParams, ev Ex
 		return "", v.Reason, nil
 	}
 	return v.Plan, "", nil
+}
+
+// documentMayDeny reports whether the account's exec-approvals document
+// may hold deny rules for agent: the sandbox's full/off default skips the
+// approval service only when a watch of the documents says none applies.
+// Without an approval service there is no document to hold any.
+func (s *Service) documentMayDeny(account, agent string) bool {
+	if s.approvals == nil {
+		return false
+	}
+	if s.denyRules == nil {
+		return true
+	}
+	has, ok := s.denyRules.HasDenyRules(account, agent)
+	return has || !ok
 }
 
 // sandboxDigest binds an approval to the content of a sandbox's file, read

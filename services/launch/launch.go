@@ -157,7 +157,21 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 		if err != nil {
 			return err
 		}
-		srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn))
+		// The sandbox's full/off default asks no one, unless the account's
+		// exec-approvals document holds deny rules for the agent: a watch
+		// of the documents tells which.
+		docs, err := approvalstore.New(p.etcd, approval.KeyPrefix)
+		if err != nil {
+			return err
+		}
+		wctx, stopDocs := context.WithCancel(context.WithoutCancel(ctx))
+		docsDone := make(chan struct{})
+		go func() { _ = docs.WatchDocuments(wctx); close(docsDone) }()
+		c.onClose(func() {
+			stopDocs()
+			<-docsDone
+		})
+		srv := executor.NewServer(svc).WithApprovals(approvalv1.NewApprovalServiceClient(apConn), docs)
 		c.register = srv.Register
 		c.meta = executorMeta(svc)
 		c.run = svc.Run

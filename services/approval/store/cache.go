@@ -70,6 +70,17 @@ func (s *Store) DocumentsCached() bool {
 	return s.cache.ready
 }
 
+// HasDenyRules reports whether the account's document holds deny rules
+// for agent, the defaults' or the agent's own, from memory; ok is false
+// while WatchDocuments has not loaded the documents.
+func (s *Store) HasDenyRules(account, agent string) (has, ok bool) {
+	d, ok := s.cache.get(account)
+	if !ok {
+		return false, false
+	}
+	return len(d.doc.Denylist(agent)) > 0, true
+}
+
 // CachedDocument returns the account's document for reading only: from
 // memory while WatchDocuments runs, else from etcd. The caller must not
 // modify it.
