@@ -135,6 +135,8 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
+	// A revoked key ends the MCP sessions it opened, on every router.
+	go opts.Service.Accounts().WatchRevocations(ctx, mcpHandler.EndKey)
 	mux.Handle("/mcp", a.wrap(openAIErrors, mcpHandler))
 	mux.Handle("/mcp/{gateway}", a.wrap(openAIErrors, mcpHandler))
 	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))

@@ -191,6 +191,27 @@ func (s *Store) Watch(ctx context.Context) {
 	}, etcdx.KeysOnly())
 }
 
+// WatchRevocations calls revoked with the account and id of every key
+// deleted from now until ctx ends, so that what a key holds open (an MCP
+// session) ends with it.
+func (s *Store) WatchRevocations(ctx context.Context, revoked func(account, keyID string)) {
+	etcdx.ListWatch(ctx, s.cli, indexPrefix, etcdx.Handler{
+		Reset: func([]*mvccpb.KeyValue, int64) error { return nil },
+		Events: func(evs []*clientv3.Event) error {
+			for _, ev := range evs {
+				if ev.Type != clientv3.EventTypeDelete {
+					continue
+				}
+				account, id, ok := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), indexPrefix), "/")
+				if ok {
+					revoked(account, id)
+				}
+			}
+			return nil
+		},
+	}, etcdx.KeysOnly())
+}
+
 // validName reports whether name is 1-128 printable characters.
 func validName(name string) bool {
 	if name == "" || utf8.RuneCountInString(name) > 128 || !utf8.ValidString(name) {

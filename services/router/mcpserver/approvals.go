@@ -14,6 +14,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/loop"
 )
 
@@ -158,7 +159,13 @@ func (e *callEvents) ask(a *approvalv1.Approval) {
 		// Dismissed without an answer: the other surfaces may still answer.
 		return
 	}
-	if _, err := e.approvals.ResolveApproval(e.ctx, &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: decision}); err != nil {
+	// The approver recorded is the key of the request that carried the
+	// answer, not the one that made the call.
+	by, ok := e.s.answerer()
+	if !ok {
+		return
+	}
+	if _, err := e.approvals.ResolveApproval(tenant.With(e.ctx, by), &approvalv1.ResolveApprovalRequest{Id: a.GetId(), Decision: decision}); err != nil {
 		k := errs.KindOf(err)
 		if k != errs.FailedPrecondition && k != errs.NotFound {
 			e.s.opts.Logger.WarnContext(e.ctx, "approval answer not recorded", "approval", a.GetId(), "error", err)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -60,7 +61,7 @@ type Options struct {
 // context.
 type Handler struct {
 	opts Options
-	sdk  *mcp.StreamableHTTPHandler
+	sdk  http.Handler
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -78,7 +79,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		opts.Logger = slog.Default()
 	}
 	h := &Handler{opts: opts, sessions: map[string]*session{}}
-	h.sdk = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	sdk := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		if s, ok := r.Context().Value(sessionKey{}).(*session); ok {
 			return s.server
 		}
@@ -89,7 +90,31 @@ func NewHandler(opts Options) (*Handler, error) {
 		// the Host header, guards it.
 		DisableLocalhostProtection: true,
 	})
+	// Every request carries the scope the router authenticated it with to
+	// the session's handlers (mcp.RequestExtra.TokenInfo): a session acts
+	// as the key of each request, not of the one that opened it, and the
+	// SDK refuses a request of another account on the session.
+	h.sdk = auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+		scope, ok := tenant.From(r.Context())
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: scope.Account, Expiration: time.Now().Add(time.Hour), Extra: map[string]any{scopeExtra: scope}}, nil
+	}, nil)(sdk)
 	return h, nil
+}
+
+// scopeExtra is the key of a request's scope in its TokenInfo.
+const scopeExtra = "conch.scope"
+
+// requestScope is the scope of the HTTP request that carried an MCP
+// request.
+func requestScope(extra *mcp.RequestExtra) (tenant.Scope, bool) {
+	if extra == nil || extra.TokenInfo == nil {
+		return tenant.Scope{}, false
+	}
+	sc, ok := extra.TokenInfo.Extra[scopeExtra].(tenant.Scope)
+	return sc, ok
 }
 
 type sessionKey struct{}
@@ -143,6 +168,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
+// EndKey ends the sessions opened with the key keyID of account, when it
+// is revoked: the sandbox they hold goes with them, and their next
+// request finds no session.
+func (h *Handler) EndKey(account, keyID string) {
+	h.mu.Lock()
+	var ended []*session
+	for _, s := range h.sessions {
+		if s.scope.Account == account && s.scope.Key == keyID {
+			ended = append(ended, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range ended {
+		if ss := s.live(); ss != nil {
+			_ = ss.Close()
+		}
+		h.end(context.Background(), s)
+	}
+}
+
 // end forgets a session and releases what it holds.
 func (h *Handler) end(ctx context.Context, s *session) {
 	h.mu.Lock()
@@ -165,8 +210,17 @@ func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request, s *sessio
 			return
 		}
 		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
-			if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && req.Method == "tools/call" {
-				call = req.ID
+			switch m := msg.(type) {
+			case *jsonrpc.Request:
+				if m.IsCall() && m.Method == "tools/call" {
+					call = m.ID
+				}
+			case *jsonrpc.Response:
+				// An answer to the server's question (an elicitation):
+				// its key is who answered.
+				if sc, ok := tenant.From(r.Context()); ok {
+					s.answeredBy(sc)
+				}
 			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -189,7 +243,7 @@ func (h *Handler) cancelCall(r *http.Request, id jsonrpc.ID) {
 	if err != nil {
 		return
 	}
-	for _, k := range []string{"Mcp-Session-Id", "Mcp-Protocol-Version"} {
+	for _, k := range []string{"Mcp-Session-Id", "Mcp-Protocol-Version", "Authorization"} {
 		if v := r.Header.Get(k); v != "" {
 			req.Header.Set(k, v)
 		}
@@ -252,6 +306,19 @@ func (h *Handler) open(ctx context.Context, scope tenant.Scope, gateway string) 
 	})
 	s.addTools()
 	s.addResources()
+	// Added last, so it runs first: each request acts as the key that
+	// sent it. A key revoked since the session opened is refused by the
+	// router's auth before it gets here, and what a request does is
+	// recorded against its own key.
+	s.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			sc, ok := s.actAs(req.GetExtra())
+			if !ok {
+				return nil, errors.New("mcpserver: the request carries no credentials of the session's account")
+			}
+			return next(tenant.With(ctx, sc), method, req)
+		}
+	})
 	return s, 0, nil
 }
 
@@ -275,6 +342,30 @@ type session struct {
 	mu         sync.Mutex
 	subscribed map[string]fileState // resource URI → what the client last heard
 	closed     bool
+	// responder is the scope of the request that last carried an answer
+	// to a question the server asked the client.
+	responder tenant.Scope
+}
+
+func (s *session) answeredBy(sc tenant.Scope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.responder = sc
+}
+
+// answerer is the scope an answer to the server's question acts as: the
+// session's account and conversation with the key of the request that
+// carried the answer.
+func (s *session) answerer() (tenant.Scope, bool) {
+	s.mu.Lock()
+	r := s.responder
+	s.mu.Unlock()
+	if r.Account != s.scope.Account || r.Key == "" {
+		return tenant.Scope{}, false
+	}
+	sc := s.scope
+	sc.Key, sc.Admin = r.Key, r.Admin
+	return sc, true
 }
 
 // live is the session's initialized MCP session, nil when there is none.
@@ -299,9 +390,29 @@ func (s *session) close(ctx context.Context) {
 	s.toolbox.Close(tenant.With(ctx, s.scope))
 }
 
-// ctx is ctx with the session's caller as the scope of the calls it
-// makes to the services.
-func (s *session) ctx(ctx context.Context) context.Context { return tenant.With(ctx, s.scope) }
+// ctx is ctx with the caller of the request being served (put there by
+// the session's receiving middleware) as the scope of the calls it makes
+// to the services, else the session's opener.
+func (s *session) ctx(ctx context.Context) context.Context {
+	if _, ok := tenant.From(ctx); ok {
+		return ctx
+	}
+	return tenant.With(ctx, s.scope)
+}
+
+// actAs is the scope calls made for a request carried by extra run as:
+// the session's account, conversation and user, with the key (and
+// admin flag and surface) of that request. ok is false when the request
+// carries no scope of the session's account.
+func (s *session) actAs(extra *mcp.RequestExtra) (tenant.Scope, bool) {
+	r, ok := requestScope(extra)
+	if !ok || r.Account != s.scope.Account {
+		return tenant.Scope{}, false
+	}
+	sc := s.scope
+	sc.Key, sc.Admin = r.Key, r.Admin
+	return sc, true
+}
 
 // log sends a log message to the client, which chose the least level it
 // hears.
