@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"crypto/tls"
 	"net"
 	"net/url"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
+	"github.com/conch-sh/conch/services/internal/platform/pki"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/workspace"
 )
@@ -20,7 +22,13 @@ import (
 // which lives beside the service (router.Config, executor.Config,
 // approval.Config, workspace.Config).
 type Common struct {
-	EtcdEndpoints   []string      `flag:"etcd-endpoints" env:"CONCH_ETCD_ENDPOINTS" default:"127.0.0.1:2379" usage:"etcd endpoints, comma separated"`
+	EtcdEndpoints []string `flag:"etcd-endpoints" env:"CONCH_ETCD_ENDPOINTS" default:"127.0.0.1:2379" usage:"etcd endpoints, comma separated"`
+	// etcd accepts only clients holding a certificate its CA signed
+	// (mTLS); with its auth on, the certificate's common name is the
+	// service's etcd user, whose role limits it to its key prefixes.
+	EtcdCAFile      string        `flag:"etcd-ca-file" env:"CONCH_ETCD_CA_FILE" usage:"CA certificate etcd's server certificate is verified with (set: etcd is reached over TLS)"`
+	EtcdCertFile    string        `flag:"etcd-cert-file" env:"CONCH_ETCD_CERT_FILE" usage:"client certificate this service authenticates to etcd with"`
+	EtcdKeyFile     string        `flag:"etcd-key-file" env:"CONCH_ETCD_KEY_FILE" usage:"key of --etcd-cert-file"`
 	GRPCAddr        string        `flag:"grpc-addr" env:"CONCH_GRPC_ADDR" default:"127.0.0.1:0" usage:"gRPC listen address"`
 	AdvertiseAddr   string        `flag:"advertise-addr" env:"CONCH_ADVERTISE_ADDR" usage:"address registered in etcd for other services to dial (default: the listen address)"`
 	InternalSecret  string        `env:"CONCH_INTERNAL_SECRET" usage:"secret shared by the cluster's services to sign call scopes (at least 16 bytes)"`
@@ -42,6 +50,12 @@ func (c *Common) Validate() error {
 	if len(c.EtcdEndpoints) == 0 {
 		return config.Invalid("--etcd-endpoints", "at least one endpoint is required")
 	}
+	if (c.EtcdCertFile == "") != (c.EtcdKeyFile == "") {
+		return config.Invalid("--etcd-cert-file", "--etcd-cert-file and --etcd-key-file go together")
+	}
+	if c.EtcdCertFile != "" && c.EtcdCAFile == "" {
+		return config.Invalid("--etcd-ca-file", "required with --etcd-cert-file")
+	}
 	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
 		return config.Invalid("--grpc-addr", "%v", err)
 	}
@@ -58,6 +72,15 @@ func (c *Common) Validate() error {
 		return config.Invalid("--etcd-request-timeout", "must be positive")
 	}
 	return c.Config.Validate()
+}
+
+// etcdTLS is the TLS configuration of the service's etcd client, nil when
+// etcd is reached without TLS.
+func (c *Common) etcdTLS() (*tls.Config, error) {
+	if c.EtcdCAFile == "" {
+		return nil, nil
+	}
+	return pki.ClientConfig(c.EtcdCAFile, pki.Pair{CertFile: c.EtcdCertFile, KeyFile: c.EtcdKeyFile})
 }
 
 // controlPlane are the host:port endpoints no tenant's outbound

@@ -24,6 +24,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
+	"github.com/conch-sh/conch/services/internal/platform/pki"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace"
@@ -117,7 +118,11 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return err
 	}
 	lvl, _ := logging.ParseLevel(cfg.LogLevel)
-	emb, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: filepath.Join(cfg.DataDir, "etcd"), Logger: logging.New(os.Stderr, lvl)})
+	etcdTLS, client, err := devEtcdTLS(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	emb, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: filepath.Join(cfg.DataDir, "etcd"), Logger: logging.New(os.Stderr, lvl), TLS: etcdTLS})
 	if err != nil {
 		return fmt.Errorf("dev: start etcd: %w", err)
 	}
@@ -130,6 +135,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	common := &Common{
 		LogLevel: cfg.LogLevel, EtcdEndpoints: emb.Endpoints(), InternalSecret: randomSecret(),
 		ShutdownTimeout: 5 * time.Second, EtcdRequestTimeout: etcdx.DefaultRequestTimeout, Config: ob,
+		EtcdCAFile: etcdTLS.CAFile, EtcdCertFile: client.CertFile, EtcdKeyFile: client.KeyFile,
 	}
 	p, err := newProcess(ctx, "conch-dev", common)
 	if err != nil {
@@ -197,6 +203,31 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// devEtcdTLS makes (or reuses) the certificates of the dev cluster's etcd
+// in <data-dir>/pki: a CA of its own, etcd's server certificate, and the
+// client certificate of the cluster's services, whose user is root. etcd
+// then serves on loopback over TLS to holders of those certificates
+// alone, with its auth on.
+func devEtcdTLS(dataDir string) (*etcdx.ServerTLS, pki.Pair, error) {
+	ca, err := pki.LoadOrCreateCA(filepath.Join(dataDir, "pki"), "conch dev etcd CA")
+	if err != nil {
+		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
+	}
+	server, err := ca.Issue("etcd", "etcd", "127.0.0.1", "localhost")
+	if err != nil {
+		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
+	}
+	client, err := ca.Issue("conch-dev", "root")
+	if err != nil {
+		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
+	}
+	root, err := pki.ClientConfig(ca.CAFile(), client)
+	if err != nil {
+		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
+	}
+	return &etcdx.ServerTLS{CAFile: ca.CAFile(), CertFile: server.CertFile, KeyFile: server.KeyFile, Root: root}, client, nil
 }
 
 // devExecutor is the executor of a dev cluster: the gateway host is on,

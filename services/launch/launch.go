@@ -217,8 +217,13 @@ func newProcess(ctx context.Context, name string, c *Common) (*process, error) {
 		p.close(ctx)
 		return nil, err
 	}
+	etcdTLS, err := c.etcdTLS()
+	if err != nil {
+		p.close(ctx)
+		return nil, err
+	}
 	if p.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{
-		Endpoints: c.EtcdEndpoints, DialTimeout: 5 * time.Second, RequestTimeout: c.EtcdRequestTimeout, Logger: p.log,
+		Endpoints: c.EtcdEndpoints, DialTimeout: 5 * time.Second, RequestTimeout: c.EtcdRequestTimeout, Logger: p.log, TLS: etcdTLS,
 	}); err != nil {
 		p.close(ctx)
 		return nil, err

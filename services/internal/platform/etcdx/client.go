@@ -2,6 +2,7 @@ package etcdx
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +53,10 @@ type ClientOptions struct {
 	RequestTimeout time.Duration
 	// Logger receives the etcd client's error logs; nil discards them.
 	Logger *slog.Logger
+	// TLS, when set, is how the client authenticates to etcd and
+	// verifies it (a client certificate: mTLS); endpoints are then
+	// https.
+	TLS *tls.Config
 }
 
 // NewClient connects to etcd and checks that the cluster answers a read
@@ -77,6 +82,7 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 		MaxCallRecvMsgSize:   maxCallRecvMsgSize,
 		Logger:               zapLogger(opts.Logger, zapcore.ErrorLevel, new(atomic.Bool)),
 		DialOptions:          []grpc.DialOption{grpc.WithChainUnaryInterceptor(boundCalls(opts.RequestTimeout))},
+		TLS:                  opts.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdx: connect to etcd at %s: %w", eps, err)

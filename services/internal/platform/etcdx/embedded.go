@@ -2,6 +2,7 @@ package etcdx
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
 )
@@ -33,6 +37,25 @@ type EmbeddedOptions struct {
 	UnsafeNoFsync bool
 	// Logger receives etcd's error logs; nil discards them.
 	Logger *slog.Logger
+	// TLS, when set, makes etcd serve clients and its peer over TLS and
+	// accept only clients holding a certificate its CA signed; with auth
+	// on, each client's user is its certificate's common name.
+	TLS *ServerTLS
+}
+
+// ServerTLS are the files of an etcd member's TLS: the CA that signs the
+// clients it accepts, and its own certificate.
+type ServerTLS struct {
+	CAFile, CertFile, KeyFile string
+	// Root, when set, is a client of the user root (a certificate whose
+	// common name is root): with it the member turns etcd's
+	// authentication on once it serves, so that every request is checked
+	// against the permissions of its certificate's user.
+	Root *tls.Config
+}
+
+func (t *ServerTLS) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
 }
 
 // Embedded is a single-member etcd running inside the process, listening
@@ -74,9 +97,15 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 	if err != nil {
 		return nil, err
 	}
+	if opts.TLS != nil {
+		clientURL.Scheme, peerURL.Scheme = "https", "https"
+	}
 
 	cfg := newConfig("conch", opts.Dir, *clientURL, *peerURL, opts.UnsafeNoFsync)
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if opts.TLS != nil {
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = opts.TLS.info(), opts.TLS.info()
+	}
 	e, mute, err := start(cfg, opts.Logger)
 	if err != nil {
 		return nil, err
@@ -85,7 +114,45 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 		e.Close()
 		return nil, err
 	}
-	return &Embedded{etcd: e, endpoints: []string{clientURL.String()}, mute: mute}, nil
+	emb := &Embedded{etcd: e, endpoints: []string{clientURL.String()}, mute: mute}
+	if opts.TLS != nil && opts.TLS.Root != nil {
+		if err := EnableAuth(ctx, emb.endpoints, opts.TLS.Root); err != nil {
+			emb.Close()
+			return nil, err
+		}
+	}
+	return emb, nil
+}
+
+// EnableAuth turns etcd's authentication on, as the user root of the
+// client certificate in root: it makes the root user and role when they
+// are missing. Already on, it changes nothing.
+func EnableAuth(ctx context.Context, endpoints []string, root *tls.Config) error {
+	cli, err := NewClient(ctx, ClientOptions{Endpoints: endpoints, TLS: root})
+	if err != nil {
+		return fmt.Errorf("etcdx: enable auth: %w", err)
+	}
+	defer cli.Close()
+	st, err := cli.AuthStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("etcdx: enable auth: %w", err)
+	}
+	if st.Enabled {
+		return nil
+	}
+	if _, err := cli.RoleAdd(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+		return fmt.Errorf("etcdx: enable auth: add role root: %w", err)
+	}
+	if _, err := cli.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true}); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+		return fmt.Errorf("etcdx: enable auth: add user root: %w", err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("etcdx: enable auth: grant root: %w", err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("etcdx: enable auth: %w", err)
+	}
+	return nil
 }
 
 // newConfig is the configuration every embedded etcd of conch shares:
