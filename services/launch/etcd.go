@@ -20,8 +20,14 @@ type EtcdConfig struct {
 	ListenPeer     string `flag:"listen-peer" env:"CONCH_ETCD_LISTEN_PEER" default:"http://127.0.0.1:2380" usage:"peer URL, advertised and listened on as --listen-client is; must be this member's URL in --initial-cluster"`
 	InitialCluster string `flag:"initial-cluster" env:"CONCH_ETCD_INITIAL_CLUSTER" usage:"every member as name=peerURL, comma separated"`
 	ClusterToken   string `flag:"initial-cluster-token" env:"CONCH_ETCD_CLUSTER_TOKEN" default:"conch" usage:"token the members of one cluster share"`
-	UnsafeNoFsync  bool   `flag:"unsafe-no-fsync" env:"CONCH_ETCD_UNSAFE_NO_FSYNC" usage:"skip fsync (a machine crash may lose data; for tests and throwaway clusters)"`
-	LogLevel       string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
+	// With a CA, the member serves clients and peers over TLS and
+	// accepts only certificates that CA signed (mTLS); its URLs are
+	// https.
+	TrustedCAFile string `flag:"trusted-ca-file" env:"CONCH_ETCD_TRUSTED_CA_FILE" usage:"CA whose certificates alone this member accepts from clients and peers (set: TLS, https URLs)"`
+	CertFile      string `flag:"cert-file" env:"CONCH_ETCD_CERT_FILE" usage:"this member's certificate, for its clients and peers"`
+	KeyFile       string `flag:"key-file" env:"CONCH_ETCD_KEY_FILE" usage:"key of --cert-file"`
+	UnsafeNoFsync bool   `flag:"unsafe-no-fsync" env:"CONCH_ETCD_UNSAFE_NO_FSYNC" usage:"skip fsync (a machine crash may lose data; for tests and throwaway clusters)"`
+	LogLevel      string `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
 }
 
 // memberFlags names the flag of each field of etcdx.MemberOptions.
@@ -35,7 +41,16 @@ func (c *EtcdConfig) memberOptions() etcdx.MemberOptions {
 	return etcdx.MemberOptions{
 		Name: c.Name, Dir: c.DataDir, ClientURL: c.ListenClient, PeerURL: c.ListenPeer,
 		InitialCluster: c.InitialCluster, ClusterToken: c.ClusterToken, UnsafeNoFsync: c.UnsafeNoFsync,
+		TLS: c.tls(),
 	}
+}
+
+// tls is the member's TLS, nil without a CA.
+func (c *EtcdConfig) tls() *etcdx.ServerTLS {
+	if c.TrustedCAFile == "" {
+		return nil
+	}
+	return &etcdx.ServerTLS{CAFile: c.TrustedCAFile, CertFile: c.CertFile, KeyFile: c.KeyFile}
 }
 
 // Validate checks the member's settings.
@@ -45,6 +60,9 @@ func (c *EtcdConfig) Validate() error {
 	}
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return config.Invalid("--log-level", "%v", err)
+	}
+	if c.TrustedCAFile != "" && (c.CertFile == "" || c.KeyFile == "") {
+		return config.Invalid("--cert-file", "--cert-file and --key-file are required with --trusted-ca-file")
 	}
 	var bad *etcdx.OptionError
 	if err := c.memberOptions().Validate(); errors.As(err, &bad) {

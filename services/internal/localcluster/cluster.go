@@ -27,6 +27,7 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/pki"
 )
 
 // Member kinds.
@@ -160,7 +161,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startAll(ctx, c.Members(KindEtcd)); err != nil {
 		return nil, err
 	}
-	if c.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: c.state.EtcdEndpoints}); err != nil {
+	root, err := c.state.EtcdTLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
+	// Every request to etcd is checked against its certificate's user.
+	if err := etcdx.EnableAuth(ctx, c.state.EtcdEndpoints, root); err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
+	if c.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: c.state.EtcdEndpoints, TLS: root}); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
 	if err := c.Start(ctx, "minio"); err != nil {
@@ -211,7 +220,7 @@ func prepareDir(dir string) error {
 		return fmt.Errorf("localcluster: %w", err)
 	}
 	for _, e := range entries {
-		if name := e.Name(); name == "logs" || name == StateFile || name == KindMinIO || strings.HasPrefix(name, KindEtcd+"-") {
+		if name := e.Name(); name == "logs" || name == "pki" || name == StateFile || name == KindMinIO || strings.HasPrefix(name, KindEtcd+"-") {
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 				return fmt.Errorf("localcluster: clear %s: %w", dir, err)
 			}
@@ -235,11 +244,25 @@ func (c *Cluster) plan() error {
 	s.S3 = S3{Endpoint: next(), AccessKey: "conch", SecretKey: randomHex(16), Bucket: "conch"}
 	signingKeys := "k1:" + randomHex(32)
 
+	// etcd accepts only certificates of the cluster's own CA (mTLS).
+	ca, err := pki.LoadOrCreateCA(filepath.Join(o.Dir, "pki"), "conch local cluster etcd CA")
+	if err != nil {
+		return err
+	}
+	member, err := ca.Issue("etcd", "etcd", "127.0.0.1", "localhost")
+	if err != nil {
+		return err
+	}
+	client, err := ca.Issue("root", "root")
+	if err != nil {
+		return err
+	}
+	s.EtcdTLS = EtcdTLS{CAFile: ca.CAFile(), CertFile: client.CertFile, KeyFile: client.KeyFile}
 	var initial []string
 	etcdPeers := make([]string, o.EtcdMembers)
 	for i := range o.EtcdMembers {
-		s.EtcdEndpoints = append(s.EtcdEndpoints, "http://"+next())
-		etcdPeers[i] = "http://" + next()
+		s.EtcdEndpoints = append(s.EtcdEndpoints, "https://"+next())
+		etcdPeers[i] = "https://" + next()
 		initial = append(initial, fmt.Sprintf("%s-%d=%s", KindEtcd, i, etcdPeers[i]))
 	}
 	base := baseEnv()
@@ -247,7 +270,8 @@ func (c *Cluster) plan() error {
 	for i := range o.EtcdMembers {
 		name := fmt.Sprintf("%s-%d", KindEtcd, i)
 		args := []string{"etcd", "--name", name, "--data-dir", filepath.Join(o.Dir, name),
-			"--listen-client", s.EtcdEndpoints[i], "--listen-peer", etcdPeers[i], "--initial-cluster", strings.Join(initial, ",")}
+			"--listen-client", s.EtcdEndpoints[i], "--listen-peer", etcdPeers[i], "--initial-cluster", strings.Join(initial, ","),
+			"--trusted-ca-file", ca.CAFile(), "--cert-file", member.CertFile, "--key-file", member.KeyFile}
 		if o.UnsafeNoFsync {
 			args = append(args, "--unsafe-no-fsync")
 		}
@@ -262,6 +286,7 @@ func (c *Cluster) plan() error {
 
 	serviceEnv := append(slices.Clone(conchEnv),
 		"CONCH_ETCD_ENDPOINTS="+strings.Join(s.EtcdEndpoints, ","),
+		"CONCH_ETCD_CA_FILE="+s.EtcdTLS.CAFile, "CONCH_ETCD_CERT_FILE="+s.EtcdTLS.CertFile, "CONCH_ETCD_KEY_FILE="+s.EtcdTLS.KeyFile,
 		"CONCH_INTERNAL_SECRET="+s.InternalSecret,
 		// Instances leave discovery and report NOT_SERVING a moment
 		// before they stop taking calls, so that a rolling restart
@@ -663,7 +688,11 @@ func (c *Cluster) ready(ctx context.Context, st MemberState, rev int64) error {
 	case KindEtcd:
 		// A client of this member alone, which NewClient checks with a
 		// linearizable read.
-		cli, err := etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: []string{st.Addr}, DialTimeout: time.Second})
+		root, err := c.State().EtcdTLS.Config()
+		if err != nil {
+			return err
+		}
+		cli, err := etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: []string{st.Addr}, DialTimeout: time.Second, TLS: root})
 		if err != nil {
 			return err
 		}

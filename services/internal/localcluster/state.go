@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/pki"
 )
 
 // StateFile is the name of the state file in a cluster's directory.
@@ -28,10 +31,25 @@ type State struct {
 	Routers []string `json:"routers"`
 	// EtcdEndpoints are the etcd members' client URLs.
 	EtcdEndpoints []string `json:"etcd_endpoints"`
+	// EtcdTLS are the files of the certificate clients reach etcd with
+	// (user root), and of the CA that signed it and the members'.
+	EtcdTLS EtcdTLS `json:"etcd_tls"`
 	// S3 is where the workspace service keeps files.
 	S3 S3 `json:"s3"`
 	// Members are the cluster's processes.
 	Members []MemberState `json:"members"`
+}
+
+// EtcdTLS names the files of a client of the cluster's etcd.
+type EtcdTLS struct {
+	CAFile   string `json:"ca_file"`
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
+}
+
+// Config is the TLS configuration of a client of the cluster's etcd.
+func (t EtcdTLS) Config() (*tls.Config, error) {
+	return pki.ClientConfig(t.CAFile, pki.Pair{CertFile: t.CertFile, KeyFile: t.KeyFile})
 }
 
 // S3 is the MinIO server's endpoint, credentials and the workspaces'

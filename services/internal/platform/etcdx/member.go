@@ -39,6 +39,10 @@ type MemberOptions struct {
 	ClusterToken string
 	// UnsafeNoFsync skips fsync, as in EmbeddedOptions.
 	UnsafeNoFsync bool
+	// TLS, when set, serves clients and peers over TLS to holders of a
+	// certificate its CA signed, as in EmbeddedOptions; the URLs are
+	// then https.
+	TLS *ServerTLS
 	// Logger receives etcd's error logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -71,10 +75,14 @@ func (o MemberOptions) Validate() error {
 	if o.Dir == "" {
 		return optionErr("Dir", "required")
 	}
-	if _, err := memberURL(o.ClientURL); err != nil {
+	scheme := "http"
+	if o.TLS != nil {
+		scheme = "https"
+	}
+	if _, err := memberURL(o.ClientURL, scheme); err != nil {
 		return optionErr("ClientURL", "%w", err)
 	}
-	peer, err := memberURL(o.PeerURL)
+	peer, err := memberURL(o.PeerURL, scheme)
 	if err != nil {
 		return optionErr("PeerURL", "%w", err)
 	}
@@ -92,14 +100,15 @@ func (o MemberOptions) Validate() error {
 	return nil
 }
 
-// memberURL parses an http://host:port URL with nothing else in it.
-func memberURL(s string) (*url.URL, error) {
+// memberURL parses a scheme://host:port URL with nothing else in it:
+// https with TLS, http without.
+func memberURL(s, scheme string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return nil, err
 	}
-	if u.Scheme != "http" || u.Port() == "" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return nil, fmt.Errorf("%q: want http://host:port", s)
+	if u.Scheme != scheme || u.Port() == "" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, fmt.Errorf("%q: want %s://host:port", s, scheme)
 	}
 	u.Path = ""
 	return u, nil
@@ -123,12 +132,19 @@ func StartMember(opts MemberOptions) (*Embedded, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("etcdx: start member: %w", err)
 	}
-	clientURL, _ := memberURL(opts.ClientURL)
-	peerURL, _ := memberURL(opts.PeerURL)
+	scheme := "http"
+	if opts.TLS != nil {
+		scheme = "https"
+	}
+	clientURL, _ := memberURL(opts.ClientURL, scheme)
+	peerURL, _ := memberURL(opts.PeerURL, scheme)
 	cfg := newConfig(opts.Name, opts.Dir, *clientURL, *peerURL, opts.UnsafeNoFsync)
 	cfg.ListenClientUrls = []url.URL{bindURL(*clientURL)}
 	cfg.ListenPeerUrls = []url.URL{bindURL(*peerURL)}
 	cfg.InitialCluster = opts.InitialCluster
+	if opts.TLS != nil {
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = opts.TLS.info(), opts.TLS.info()
+	}
 	cfg.InitialClusterToken = opts.ClusterToken
 	if cfg.InitialClusterToken == "" {
 		cfg.InitialClusterToken = DefaultClusterToken
