@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -199,7 +200,7 @@ var outcomeID = regexp.MustCompile(`^Exec approval ([^\s:]+)`)
 
 func newWebhook(t *testing.T) *webhook {
 	h := &webhook{notices: map[string]int{}, outcomes: map[string]int{}}
-	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var msg struct {
 			Type     string `json:"type"`
@@ -222,9 +223,21 @@ func newWebhook(t *testing.T) *webhook {
 			h.outcomes[m[1]]++
 		}
 	}))
+	l, err := net.Listen("tcp", hookHost+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Listener.Close()
+	h.Listener = l
+	h.Start()
 	t.Cleanup(h.Close)
 	return h
 }
+
+// hookHost is where the tests' webhook receivers listen: a loopback
+// address the cluster's operator allows (--outbound-allow), as for an
+// internal service; conch's own loopback addresses stay refused.
+const hookHost = "127.0.0.2"
 
 // announced checks that each approval of ids was announced exactly once,
 // and, with outcomes, that its outcome was too.

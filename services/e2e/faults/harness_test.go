@@ -59,6 +59,9 @@ func start(t *testing.T) *env {
 	c, err := localcluster.Start(t.Context(), localcluster.Options{
 		Dir: t.TempDir(), Conch: bin, MinIO: minio, UnsafeNoFsync: true,
 		ExecutorFlags: []string{"--sandbox-pool", "1"},
+		// The tests' webhook receivers listen on hookHost, which the
+		// operator allows as for an internal service.
+		Env:    []string{"CONCH_OUTBOUND_ALLOW=" + hookHost},
 		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/pki"
+	"github.com/conch-sh/conch/services/launch"
 )
 
 // Member kinds.
@@ -165,8 +166,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
-	// Every request to etcd is checked against its certificate's user.
+	// Every request to etcd is checked against its certificate's user:
+	// each service's is limited to its own key prefixes.
 	if err := etcdx.EnableAuth(ctx, c.state.EtcdEndpoints, root); err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
+	if err := etcdx.EnsureUsers(ctx, c.state.EtcdEndpoints, root, launch.EtcdUsers); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
 	if c.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: c.state.EtcdEndpoints, TLS: root}); err != nil {
@@ -286,7 +291,7 @@ func (c *Cluster) plan() error {
 
 	serviceEnv := append(slices.Clone(conchEnv),
 		"CONCH_ETCD_ENDPOINTS="+strings.Join(s.EtcdEndpoints, ","),
-		"CONCH_ETCD_CA_FILE="+s.EtcdTLS.CAFile, "CONCH_ETCD_CERT_FILE="+s.EtcdTLS.CertFile, "CONCH_ETCD_KEY_FILE="+s.EtcdTLS.KeyFile,
+		"CONCH_ETCD_CA_FILE="+s.EtcdTLS.CAFile,
 		"CONCH_INTERNAL_SECRET="+s.InternalSecret,
 		// Instances leave discovery and report NOT_SERVING a moment
 		// before they stop taking calls, so that a rolling restart
@@ -296,6 +301,12 @@ func (c *Cluster) plan() error {
 	)
 	for _, kind := range ServiceKinds {
 		env := slices.Clone(serviceEnv)
+		// The service's own etcd user (launch.EtcdUsers).
+		cert, err := ca.Issue(kind, kind)
+		if err != nil {
+			return err
+		}
+		env = append(env, "CONCH_ETCD_CERT_FILE="+cert.CertFile, "CONCH_ETCD_KEY_FILE="+cert.KeyFile)
 		switch kind {
 		case KindWorkspace:
 			env = append(env, "CONCH_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_S3_ACCESS_KEY="+s.S3.AccessKey,

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -90,8 +91,9 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 	checkCtx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
 	// A linearizable read needs a leader, so it proves the cluster is
-	// usable, not just that a socket opened.
-	if _, err := cli.Get(checkCtx, "conch/", clientv3.WithCountOnly()); err != nil {
+	// usable, not just that a socket opened. A user whose role may not
+	// read all of conch/ is refused that read, which proves it as well.
+	if _, err := cli.Get(checkCtx, "conch/", clientv3.WithCountOnly()); err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		return nil, errors.Join(
 			fmt.Errorf("etcdx: etcd at %s did not answer within %v: %w", eps, opts.DialTimeout, err),
 			cli.Close(),

@@ -235,3 +235,44 @@ func (e *Embedded) Close() {
 	e.mute.Store(true)
 	e.etcd.Close()
 }
+
+// Permission is one key range an etcd user may read, or read and write:
+// every key that starts with Prefix.
+type Permission struct {
+	Prefix string
+	Write  bool
+}
+
+// EnsureUsers makes each user of users (a name and its permissions) an
+// etcd user of a role of the same name holding exactly those
+// permissions, as the user root of the client certificate in root. A user
+// authenticates with a client certificate whose common name is its name;
+// it has no password.
+func EnsureUsers(ctx context.Context, endpoints []string, root *tls.Config, users map[string][]Permission) error {
+	cli, err := NewClient(ctx, ClientOptions{Endpoints: endpoints, TLS: root})
+	if err != nil {
+		return fmt.Errorf("etcdx: users: %w", err)
+	}
+	defer cli.Close()
+	for name, perms := range users {
+		if _, err := cli.RoleAdd(ctx, name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+			return fmt.Errorf("etcdx: add role %s: %w", name, err)
+		}
+		for _, p := range perms {
+			kind := clientv3.PermissionType(clientv3.PermRead)
+			if p.Write {
+				kind = clientv3.PermissionType(clientv3.PermReadWrite)
+			}
+			if _, err := cli.RoleGrantPermission(ctx, name, p.Prefix, clientv3.GetPrefixRangeEnd(p.Prefix), kind); err != nil {
+				return fmt.Errorf("etcdx: grant %s %s: %w", name, p.Prefix, err)
+			}
+		}
+		if _, err := cli.UserAddWithOptions(ctx, name, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+			return fmt.Errorf("etcdx: add user %s: %w", name, err)
+		}
+		if _, err := cli.UserGrantRole(ctx, name, name); err != nil {
+			return fmt.Errorf("etcdx: grant role %s: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package launch
+
+import (
+	"github.com/conch-sh/conch/services/approval"
+	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/platform/discovery"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+)
+
+// EtcdUsers are the etcd users of the services, each limited to the key
+// prefixes it owns (read and write) and those it only reads, for an etcd
+// with its auth on: a service authenticates with a client certificate
+// whose common name is its name. Every service registers itself under
+// its own discovery prefix and reads the others'.
+var EtcdUsers = map[string][]etcdx.Permission{
+	"router": withDiscovery("router",
+		rw("conch/accounts/"), rw("conch/account-keys/"), rw("conch/apikeys/"), rw("conch/gateways/"),
+		rw("conch/nodes/"), rw("conch/responses/"), rw("conch/sessions/"), rw("conch/toolgrants/"), rw("conch/turns/"),
+		// Where sandboxes and nodes are, to place calls.
+		read("conch/executor/")),
+	"executor": withDiscovery("executor",
+		rw("conch/executor/"),
+		// The grants of accounts (the gateway host), and whether an
+		// exec-approvals document holds deny rules.
+		read("conch/accounts/"), read(approval.KeyPrefix+"doc/")),
+	"approval":  withDiscovery("approval", rw(approval.KeyPrefix), rw(audit.DefaultEtcdPrefix)),
+	"workspace": withDiscovery("workspace", rw("/conch/workspace/")),
+}
+
+func rw(prefix string) etcdx.Permission   { return etcdx.Permission{Prefix: prefix, Write: true} }
+func read(prefix string) etcdx.Permission { return etcdx.Permission{Prefix: prefix} }
+
+func withDiscovery(service string, perms ...etcdx.Permission) []etcdx.Permission {
+	return append(perms, rw(discovery.Target(service)+"/"), read(discovery.Prefix))
+}
