@@ -62,7 +62,7 @@ func start(t *testing.T) *env {
 		// The tests' webhook receivers listen on hookHost, which the
 		// operator allows as for an internal service.
 		Env:    []string{"CONCH_OUTBOUND_ALLOW=" + hookHost},
-		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
