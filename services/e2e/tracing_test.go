@@ -239,6 +239,7 @@ func startTracedCluster(t *testing.T) *tracedCluster {
 		"CONCH_ETCD_ENDPOINTS="+strings.Join(cli.Endpoints(), ","),
 		"CONCH_INTERNAL_SECRET=tracing-secret-0123456789",
 		"CONCH_ADMIN_KEY="+adminKey,
+		"CONCH_OUTBOUND_ALLOW="+modelHost,
 		"CONCH_LOG_LEVEL=warn",
 		"CONCH_WORKSPACE_DIR="+t.TempDir(),
 		"CONCH_SIGNING_KEYS=k1:tracing-signing-key-0123456789abcdef",

@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	approvalstore "github.com/conch-sh/conch/services/approval/store"
+
 	"google.golang.org/grpc"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/approval"
+	"github.com/conch-sh/conch/services/approval/document"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 )
 
@@ -37,7 +41,28 @@ func (v *verdicts) AbandonApproval(context.Context, *approvalv1.AbandonApprovalR
 // an allowlist verdict without a plan is refused; and that the policy is
 // asked about the directory the command then runs in.
 func TestExecRunsThePlan(t *testing.T) {
-	svc := startService(t, "127.0.0.1:1", etcdxtest.StartForTest(t))
+	cli := etcdxtest.StartForTest(t)
+	svc := startService(t, "127.0.0.1:1", cli)
+	// The documents, watched as the executor watches them: acme's holds
+	// a deny rule for the agent guarded alone.
+	docs, err := approvalstore.New(cli, approval.KeyPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := document.Parse([]byte(`{"version": 1, "agents": {"guarded": {"denylist": [{"id": "no-rm", "pattern": "/usr/bin/rm"}]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := docs.PutDocument(t.Context(), "acme", doc, 0); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go func() { _ = docs.WatchDocuments(wctx) }()
+	for !docs.DocumentsCached() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	svc.denyRules = docs
 	_, id, err := svc.Create(t.Context(), "acme", CreateParams{})
 	if err != nil {
 		t.Fatal(err)
@@ -53,20 +78,24 @@ func TestExecRunsThePlan(t *testing.T) {
 		stdout   string // "" with refused set
 		refused  string
 		asked    bool
+		agent    string
 	}{
-		{"plan", allowlist, allow("echo from-the-plan\n", approvalv1.Security_SECURITY_ALLOWLIST), "from-the-plan\n", "", true},
-		{"no plan", allowlist, allow("", approvalv1.Security_SECURITY_ALLOWLIST), "", "sent no plan to run", true},
+		{"plan", allowlist, allow("echo from-the-plan\n", approvalv1.Security_SECURITY_ALLOWLIST), "from-the-plan\n", "", true, ""},
+		{"no plan", allowlist, allow("", approvalv1.Security_SECURITY_ALLOWLIST), "", "sent no plan to run", true, ""},
 		{"full", &approvalv1.ExecSettings{Security: approvalv1.Security_SECURITY_FULL, Ask: approvalv1.Ask_ASK_ALWAYS},
-			allow("", approvalv1.Security_SECURITY_FULL), "from-the-command\n", "", true},
+			allow("", approvalv1.Security_SECURITY_FULL), "from-the-command\n", "", true, ""},
 		{"denied", allowlist, &approvalv1.AuthorizeResponse{Decision: approvalv1.PolicyDecision_POLICY_DECISION_DENY, Reason: "Unsupported shell token: $("},
-			"", "Unsupported shell token: $(", true},
-		{"sandbox default", nil, nil, "from-the-command\n", "", false},
+			"", "Unsupported shell token: $(", true, ""},
+		{"sandbox default", nil, nil, "from-the-command\n", "", false, ""},
+		{"sandbox default, another agent", nil, nil, "from-the-command\n", "", false, "other"},
+		// The fast path does not skip a document's deny rules.
+		{"sandbox default, an agent with deny rules", nil, allow("", approvalv1.Security_SECURITY_FULL), "from-the-command\n", "", true, "guarded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &verdicts{resp: tc.resp}
 			svc.approvals = v
 			res, err := svc.Exec(t.Context(), "acme", ExecParams{SandboxID: id, Command: "/bin/echo from-the-command", Workdir: "/tmp",
-				Timeout: 30 * time.Second, MaxOutput: 1000, Settings: tc.settings}, discard{})
+				Timeout: 30 * time.Second, MaxOutput: 1000, Settings: tc.settings, Agent: tc.agent}, discard{})
 			if err != nil {
 				t.Fatal(err)
 			}

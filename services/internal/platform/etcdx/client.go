@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -82,8 +83,11 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 		MaxCallSendMsgSize:   maxCallSendMsgSize,
 		MaxCallRecvMsgSize:   maxCallRecvMsgSize,
 		Logger:               zapLogger(opts.Logger, zapcore.ErrorLevel, new(atomic.Bool)),
-		DialOptions:          []grpc.DialOption{grpc.WithChainUnaryInterceptor(boundCalls(opts.RequestTimeout))},
-		TLS:                  opts.TLS,
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(etcdMetadataOnlyUnary, boundCalls(opts.RequestTimeout)),
+			grpc.WithChainStreamInterceptor(etcdMetadataOnlyStream),
+		},
+		TLS: opts.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdx: connect to etcd at %s: %w", eps, err)
@@ -100,6 +104,35 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 		)
 	}
 	return cli, nil
+}
+
+// etcdMetadata are the only outgoing metadata an etcd call carries.
+var etcdMetadata = []string{rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataClientAPIVersionKey}
+
+// etcdMetadataOnly drops every outgoing metadata key of ctx but etcd's
+// own. A call made while serving a request would otherwise carry the
+// request's metadata to etcd: grpc-gateway's "authorization" (a tenant's
+// API key, which etcd reads as an auth token of its own) among them.
+func etcdMetadataOnly(ctx context.Context) context.Context {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		return ctx
+	}
+	keep := metadata.MD{}
+	for _, k := range etcdMetadata {
+		if v := md.Get(k); len(v) > 0 {
+			keep.Set(k, v...)
+		}
+	}
+	return metadata.NewOutgoingContext(ctx, keep)
+}
+
+func etcdMetadataOnlyUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(etcdMetadataOnly(ctx), method, req, reply, cc, opts...)
+}
+
+func etcdMetadataOnlyStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return streamer(etcdMetadataOnly(ctx), desc, cc, method, opts...)
 }
 
 // boundCalls gives each unary etcd call at most timeout. Without a bound, a

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/conch-sh/conch/services/internal/platform/pki"
 )
 
@@ -56,6 +58,13 @@ func TestEmbeddedTLSAndAuth(t *testing.T) {
 	defer cli.Close()
 	if _, err := cli.Put(t.Context(), "conch/gateways/acct/secret", "sk-secret"); err != nil {
 		t.Fatalf("root put: %v", err)
+	}
+	// A call made while serving a request carries none of its metadata:
+	// grpc-gateway's authorization (a tenant's API key) would reach etcd,
+	// which reads it as an auth token of its own.
+	served := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer conch_tenant_key", "conch-account", "acct")
+	if _, err := cli.Get(served, "conch/gateways/acct/secret"); err != nil {
+		t.Fatalf("a read while serving a request: %v", err)
 	}
 
 	// etcd's JSON gateway, as an SSRF would reach it.
