@@ -61,10 +61,15 @@ func TestSeccompInsideSandbox(t *testing.T) {
 		t.Fatalf("probe on the host: %v", err)
 	}
 	hres := probeResults(t, string(host))
-	for _, k := range []string{"x86_64 getpid", "i386 getpid", "i386 write"} {
-		if !strings.HasPrefix(hres[k], "ok ") {
-			t.Fatalf("on the host %s: %q, want ok (output %q)", k, hres[k], host)
-		}
+	if !strings.HasPrefix(hres["x86_64 getpid"], "ok ") {
+		t.Fatalf("on the host x86_64 getpid: %q, want ok (output %q)", hres["x86_64 getpid"], host)
+	}
+	// A kernel without IA-32 emulation kills every i386 call itself: there
+	// the entry is no way around the filter, and the filter cannot be told
+	// apart from the kernel.
+	i386 := strings.HasPrefix(hres["i386 getpid"], "ok ") && strings.HasPrefix(hres["i386 write"], "ok ")
+	if !i386 {
+		t.Logf("this kernel has no i386 system call entry (the host's probe: %q); only the 64-bit entry is checked", hres["i386 getpid"])
 	}
 
 	sb := newSandbox(t, Spec{})
@@ -108,6 +113,9 @@ func TestSeccompInsideSandbox(t *testing.T) {
 		want["i386 "+c] = sigsys
 	}
 	for k, w := range want {
+		if strings.HasPrefix(k, "i386 ") && !i386 {
+			continue
+		}
 		g, ok := got[k]
 		switch {
 		case !ok:
