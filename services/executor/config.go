@@ -1,11 +1,11 @@
 package executor
 
 import (
-	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 )
 
@@ -40,7 +40,7 @@ type Config struct {
 	// other non-public ranges, the executor host's own addresses or
 	// etcd's; these are refused besides (MinIO's, say, when it has a
 	// public address).
-	EgressDeny []string `flag:"egress-deny" env:"CONCH_EGRESS_DENY" usage:"extra addresses or CIDRs sandbox egress never reaches, comma separated"`
+	EgressDeny []string `flag:"egress-deny" env:"CONCH_EGRESS_DENY" usage:"extra CIDRs, addresses or host names (each with an optional :port) sandbox egress never reaches, comma separated"`
 }
 
 // LaunchAhead is SandboxLaunchAhead as the sandbox runtime takes it,
@@ -50,27 +50,6 @@ func (c *Config) LaunchAhead() int {
 		return -1
 	}
 	return c.SandboxLaunchAhead
-}
-
-// EgressDenyPrefixes is EgressDeny parsed; Validate has refused what does
-// not parse.
-func (c *Config) EgressDenyPrefixes() []netip.Prefix {
-	var out []netip.Prefix
-	for _, d := range c.EgressDeny {
-		if p, err := parsePrefix(d); err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// parsePrefix reads "10.1.2.3" or "10.1.0.0/16".
-func parsePrefix(s string) (netip.Prefix, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	return p.Masked(), err
 }
 
 // Validate checks the executor's settings.
@@ -111,10 +90,8 @@ func (c *Config) Validate() error {
 	if c.FlushTimeout <= 0 {
 		return config.Invalid("--flush-timeout", "must be positive")
 	}
-	for _, d := range c.EgressDeny {
-		if _, err := parsePrefix(d); err != nil {
-			return config.Invalid("--egress-deny", "%q is not an address or CIDR", d)
-		}
+	if err := outbound.ValidateRules("egress deny", c.EgressDeny); err != nil {
+		return config.Invalid("--egress-deny", "%v", err)
 	}
 	return nil
 }

@@ -98,7 +98,7 @@ func New(o Options) (*Guard, error) {
 			return fmt.Errorf("conch: outbound to %s refused: not an address", address)
 		}
 		name, _ := ctx.Value(nameKey{}).(string)
-		if why := g.judgeAddr(ap, name); why != "" {
+		if why := g.Judge(name, ap); why != "" {
 			return &RefusedError{Addr: ap.String(), Why: why}
 		}
 		return nil
@@ -204,11 +204,6 @@ func (e *RefusedError) Error() string {
 // an address literal), is refused, or "" when it is allowed.
 func (g *Guard) Judge(name string, ap netip.AddrPort) string {
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	return g.judgeAddr(ap, name)
-}
-
-func (g *Guard) judgeAddr(ap netip.AddrPort, name string) string {
-	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	if g.hit(g.control, name, ap) {
 		return ReasonControlPlane
 	}
@@ -307,7 +302,7 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 	var refused, failed error
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a.Unmap(), uint16(pn))
-		if why := g.judgeAddr(ap, name); why != "" {
+		if why := g.Judge(name, ap); why != "" {
 			if refused == nil {
 				refused = &RefusedError{Addr: ap.String(), Why: why}
 			}
