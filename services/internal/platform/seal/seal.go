@@ -184,3 +184,10 @@ func gcm(key []byte) (cipher.AEAD, error) {
 	}
 	return cipher.NewGCM(block)
 }
+
+// Pass counts what one re-sealing pass over a kind of record did.
+type Pass struct {
+	// Records were read; Resealed of them were rewritten with the
+	// active key.
+	Records, Resealed int
+}
