@@ -13,6 +13,8 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/pki"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 )
 
 // A dump of conch dev's etcd shows none of the secrets given to it: the
@@ -79,6 +81,17 @@ func TestDevSealsSecretsAtRest(t *testing.T) {
 	}
 }
 
+// newKeyText is a keyring of one new key named id, as CONCH_SECRETS_KEY
+// holds it.
+func newKeyText(t *testing.T, id string) string {
+	t.Helper()
+	k, err := seal.GenerateKey(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seal.FormatKey(k)
+}
+
 // stoppedEtcd is every key and value in the etcd of the stopped conch dev
 // whose data dir is dir, read as dev reads it: over mTLS, with the
 // certificates dev keeps in <data-dir>/pki.
@@ -120,4 +133,40 @@ func stoppedEtcd(t *testing.T, dir string) map[string][]byte {
 		out[string(kv.Key)] = kv.Value
 	}
 	return out
+}
+
+// Given a keyring whose first key is new, conch dev re-seals at start what
+// the old key sealed, as conch secrets rotate does for a cluster.
+func TestDevResealsAtStart(t *testing.T) {
+	dir := t.TempDir()
+	k1, k2 := sealtest.KeyText(t), newKeyText(t, "k2")
+	d := startDevIn(t, dir, "CONCH_SECRETS_KEY="+k1)
+	createGateway(t, d, map[string]any{
+		"name": "rotated", "upstream": map[string]any{"provider": "openai", "model": "m", "api_key": "sk-rotated-0123456789"},
+	})
+	if _, err := d.stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "secrets-key")); !os.IsNotExist(err) {
+		t.Fatalf("dev made a key file beside CONCH_SECRETS_KEY: %v", err)
+	}
+	d = startDevIn(t, dir, "CONCH_SECRETS_KEY="+k2+","+k1)
+	if _, err := d.stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	etcd := stoppedEtcd(t, dir)
+	for k, v := range etcd {
+		if bytes.Contains(v, []byte("sealed:v1:test:")) || bytes.Contains(v, []byte("sk-rotated")) {
+			t.Errorf("etcd key %s still holds the secret under the old key, or plain", k)
+		}
+	}
+	if !bytes.Contains(etcd["conch/gateways/dev/rotated"], []byte("sealed:v1:k2:")) {
+		t.Errorf("the gateway is not sealed with the new key: %q", etcd["conch/gateways/dev/rotated"])
+	}
+	// The old key can go.
+	d = startDevIn(t, dir, "CONCH_SECRETS_KEY="+k2)
+	code, body := d.call("GET", "/api/v1/gateways/rotated", d.Key, nil)
+	if code != http.StatusOK || !strings.Contains(string(body), `"api_key_set":true`) {
+		t.Fatalf("gateway with the new key alone = %d %s", code, body)
+	}
 }

@@ -45,6 +45,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"service missing secrets key", serviceConfig, nil, []string{secret}, "CONCH_SECRETS_KEY"},
 		{"service unknown flag", serviceConfig, []string{"--http-addr", "x:1"}, []string{secret, keys}, "http-addr"},
 		{"executor needs no secrets key", executorConfig, nil, []string{secret}, ""},
+		{"secrets rotate valid", rotateConfig, []string{"--etcd-endpoints", "a:2379"}, []string{keys}, ""},
+		{"secrets rotate without keys", rotateConfig, nil, nil, "CONCH_SECRETS_KEY"},
+		{"secrets rotate empty etcd", rotateConfig, []string{"--etcd-endpoints", ""}, []string{keys}, "--etcd-endpoints"},
 		{"dev bad signing keys", devConfig, nil, []string{"CONCH_SIGNING_KEYS=k1:short"}, "CONCH_SIGNING_KEYS"},
 		{"workspace valid on disk", workspaceConfig, []string{"--dir", "/tmp/ws"}, []string{secret, signingKeys}, ""},
 		{"workspace without storage", workspaceConfig, nil, []string{secret, signingKeys}, "CONCH_S3_ENDPOINT"},
@@ -77,6 +80,7 @@ func devConfig() any      { return &DevConfig{} }
 func routerConfig() any   { return &RouterConfig{} }
 func serviceConfig() any  { return &ApprovalConfig{} }
 func executorConfig() any { return &ExecutorConfig{} }
+func rotateConfig() any   { return &SecretsRotateConfig{} }
 
 func workspaceConfig() any { return &WorkspaceConfig{} }
 func etcdConfig() any      { return &EtcdConfig{} }

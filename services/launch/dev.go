@@ -146,9 +146,11 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	ob := cfg.Config
 	ob.OutboundDeny = append(slices.Clone(ob.OutboundDeny), hostPorts(cfg.S3Endpoint, cfg.AuditS3Endpoint)...)
 	common := &Common{
-		LogLevel: cfg.LogLevel, EtcdEndpoints: emb.Endpoints(), InternalSecret: randomSecret(),
-		ShutdownTimeout: 5 * time.Second, EtcdRequestTimeout: etcdx.DefaultRequestTimeout, Config: ob,
-		EtcdCAFile: etcdTLS.CAFile, EtcdCertFile: client.CertFile, EtcdKeyFile: client.KeyFile,
+		EtcdClientConfig: EtcdClientConfig{
+			EtcdEndpoints: emb.Endpoints(), EtcdRequestTimeout: etcdx.DefaultRequestTimeout,
+			EtcdCAFile: etcdTLS.CAFile, EtcdCertFile: client.CertFile, EtcdKeyFile: client.KeyFile,
+		},
+		LogLevel: cfg.LogLevel, InternalSecret: randomSecret(), ShutdownTimeout: 5 * time.Second, Config: ob,
 	}
 	p, err := newProcess(ctx, "conch-dev", common)
 	if err != nil {
@@ -202,6 +204,21 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 			return err
 		}
 		built = append(built, c)
+	}
+	// One process holds every key a dev cluster uses, so it re-seals at
+	// start what `conch secrets rotate` would: secrets stored by an older
+	// conch, or under a key that is no longer first.
+	keys, err := sealing.Keyring()
+	if err != nil {
+		return err
+	}
+	err = reseal(ctx, p.etcd, keys, func(what string, pass seal.Pass) {
+		if pass.Resealed > 0 {
+			p.log.Info("stored secrets re-sealed", "records", what, "count", pass.Resealed, "key", keys.ActiveID())
+		}
+	})
+	if err != nil {
+		p.log.Warn("some stored secrets are not re-sealed", "error", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range built {
