@@ -6,6 +6,9 @@
 #
 #   internal.env   CONCH_INTERNAL_SECRET            every conch service
 #   router.env     CONCH_ADMIN_KEY                  routers: the admin's API key
+#   sealing.env    CONCH_SECRETS_KEY                routers, approval: the key that
+#                                                   seals stored secrets (id:base64key;
+#                                                   losing it loses them, see the README)
 #   storage.env    MinIO's root user and password,  MinIO, workspace, approval
 #                  the S3 keys of the services that
 #                  use it, and CONCH_SIGNING_KEYS
@@ -20,6 +23,9 @@ CONCH_INTERNAL_SECRET=$(rand 32)
 END
 write router.env <<END
 CONCH_ADMIN_KEY=$(rand 24)
+END
+write sealing.env <<END
+CONCH_SECRETS_KEY=k1:$(head -c 32 /dev/urandom | base64)
 END
 s3=$(rand 32)
 write storage.env <<END

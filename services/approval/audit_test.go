@@ -11,6 +11,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
@@ -21,7 +22,7 @@ import (
 func TestAuditRecordsVerdictsAndApprovalEvents(t *testing.T) {
 	t.Parallel()
 	cli := etcdxtest.StartForTest(t)
-	st, err := store.New(cli, KeyPrefix)
+	st, err := store.New(cli, KeyPrefix, sealtest.Keyring(t))
 	if err != nil {
 		t.Fatal(err)
 	}

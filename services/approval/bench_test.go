@@ -10,6 +10,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
@@ -17,7 +18,7 @@ import (
 // learn a decision: from the start of ResolveApproval to the waiter's
 // watch delivering the allowed state, over a real embedded etcd.
 func BenchmarkResolveToWaiter(b *testing.B) {
-	st, err := store.New(etcdxtest.StartForTest(b), KeyPrefix)
+	st, err := store.New(etcdxtest.StartForTest(b), KeyPrefix, sealtest.Keyring(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func BenchmarkResolveToWaiter(b *testing.B) {
 // BenchmarkEvaluateService is Evaluate as the service answers it: the
 // document read from etcd, the engine built and the command judged.
 func BenchmarkEvaluateService(b *testing.B) {
-	st, err := store.New(etcdxtest.StartForTest(b), KeyPrefix)
+	st, err := store.New(etcdxtest.StartForTest(b), KeyPrefix, sealtest.Keyring(b))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
 )
 
 // Config is the approval service's own configuration: the settings of
@@ -11,11 +12,17 @@ import (
 // service keeps the audit trail (executors forward their records to it).
 type Config struct {
 	AuditConfig
+	// KeyConfig holds the keys that seal the forwarding configs' chat
+	// tokens in etcd.
+	seal.KeyConfig
 }
 
 // Validate checks the approval service's settings.
 func (c *Config) Validate() error {
-	return c.AuditConfig.Validate()
+	if err := c.AuditConfig.Validate(); err != nil {
+		return err
+	}
+	return c.KeyConfig.Validate()
 }
 
 // AuditConfig says where the audit trail is kept and how it is written, in

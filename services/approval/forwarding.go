@@ -16,18 +16,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
-func (s *Server) forwarding(ctx context.Context, account string) (*approvalv1.ForwardingConfig, error) {
-	b, err := s.store.Forwarding(ctx, account)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := notify.DecodeConfig(b)
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "stored forwarding config")
-	}
-	return cfg, nil
-}
-
 // redacted removes the secrets of cfg, saying which are set.
 func redacted(cfg *approvalv1.ForwardingConfig) *approvalv1.ForwardingConfig {
 	out := proto.Clone(cfg).(*approvalv1.ForwardingConfig)
@@ -47,7 +35,7 @@ func (s *Server) GetForwarding(ctx context.Context, _ *approvalv1.GetForwardingR
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := s.forwarding(ctx, account)
+	cfg, err := s.store.Forwarding(ctx, account)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +106,7 @@ func (s *Server) PutForwarding(ctx context.Context, req *approvalv1.PutForwardin
 	if err := validateForwarding(cfg, s.cfg.Outbound); err != nil {
 		return nil, err
 	}
-	old, err := s.forwarding(ctx, account)
+	old, err := s.store.Forwarding(ctx, account)
 	if err != nil {
 		return nil, err
 	}
@@ -137,11 +125,7 @@ func (s *Server) PutForwarding(ctx context.Context, req *approvalv1.PutForwardin
 		ch.WebhookSecret = oldCh.GetWebhookSecret()
 	}
 	ch.SlackTokenSet, ch.TelegramTokenSet, ch.WebhookSecretSet = false, false, false
-	b, err := notify.EncodeConfig(cfg)
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "encode forwarding config")
-	}
-	if err := s.store.PutForwarding(ctx, account, b); err != nil {
+	if err := s.store.PutForwarding(ctx, account, cfg); err != nil {
 		return nil, err
 	}
 	return &approvalv1.PutForwardingResponse{Config: redacted(cfg)}, nil
@@ -158,7 +142,7 @@ func (s *Server) HandleChatCommand(ctx context.Context, req *approvalv1.HandleCh
 	if req.GetChannel() == approvalv1.Channel_CHANNEL_UNSPECIFIED || req.GetFrom() == "" {
 		return nil, errs.New(errs.InvalidArgument, "channel and from: required")
 	}
-	cfg, err := s.forwarding(ctx, account)
+	cfg, err := s.store.Forwarding(ctx, account)
 	if err != nil {
 		return nil, err
 	}

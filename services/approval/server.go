@@ -100,6 +100,9 @@ func New(st *store.Store, cfg Options) (*Server, error) {
 	if st == nil {
 		return nil, errors.New("approval: no store")
 	}
+	if !st.Seals() {
+		return nil, errors.New("approval: the store has no keys to seal the forwarding configs' secrets with")
+	}
 	if cfg.Path == "" {
 		cfg.Path = policy.DefaultPath
 	}

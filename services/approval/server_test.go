@@ -22,6 +22,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
@@ -32,7 +33,7 @@ func newServer(t *testing.T) (*Server, context.Context) {
 
 func newServerWith(t *testing.T, opts Options) (*Server, context.Context) {
 	t.Helper()
-	st, err := store.New(etcdxtest.StartForTest(t), KeyPrefix)
+	st, err := store.New(etcdxtest.StartForTest(t), KeyPrefix, sealtest.Keyring(t))
 	if err != nil {
 		t.Fatal(err)
 	}

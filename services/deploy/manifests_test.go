@@ -420,6 +420,7 @@ var operatorSecrets = map[string]map[string]string{
 		"internal-secret": "an-internal-secret-of-32-bytes!!",
 		"admin-key":       "an-admin-key-of-at-least-16-chars",
 		"signing-keys":    "k1:a-signing-secret-of-at-least-32-bytes",
+		"secrets-key":     "k1:YS1zZWNyZXRzLWtleS1vZi0zMi1ieXRlcy1vayEhISE=",
 	},
 	"conch-s3": {
 		"access-key": "conch",

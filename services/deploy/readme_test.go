@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"bytes"
+	"encoding/base64"
 	"os"
 	"regexp"
 	"slices"
@@ -49,7 +51,7 @@ func readmeDeploy(t *testing.T) []string {
 }
 
 // shellSubst stands for the $(…) substitutions of the README's commands.
-var shellSubst = regexp.MustCompile(`\$\(openssl rand -hex (\d+)\)`)
+var shellSubst = regexp.MustCompile(`\$\(openssl rand -(hex|base64) (\d+)\)`)
 
 // TestReadmeDeployCommands holds each command of the README's Deploy
 // section to what the tests check: the kustomizations it applies are
@@ -138,7 +140,12 @@ func checkReadmeHelm(t *testing.T, cmd string, f []string) {
 			continue
 		}
 		set := shellSubst.ReplaceAllStringFunc(f[i+1], func(m string) string {
-			return strings.Repeat("ab", int(atoi(shellSubst.FindStringSubmatch(m)[1])))
+			sub := shellSubst.FindStringSubmatch(m)
+			n := int(atoi(sub[2]))
+			if sub[1] == "base64" {
+				return base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xfb}, n))
+			}
+			return strings.Repeat("ab", n)
 		})
 		if err := strvals.ParseInto(set, values); err != nil {
 			t.Errorf("README: %q: --set %s: %v", cmd, f[i+1], err)

@@ -44,6 +44,7 @@ var chartSecrets = map[string]any{
 	"internalSecret": "an-internal-secret-of-32-bytes!!",
 	"adminKey":       "an-admin-key-of-at-least-16-chars",
 	"signingKeys":    "k1:a-signing-secret-of-at-least-32-bytes",
+	"secretsKey":     "k1:YS1zZWNyZXRzLWtleS1vZi0zMi1ieXRlcy1vayEhISE=",
 	"s3SecretKey":    "an-s3-secret-key",
 }
 

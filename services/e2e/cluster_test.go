@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 )
 
 // TestSingleServiceCommands runs each service as its own process against one
@@ -77,6 +78,7 @@ func startCluster(t testing.TB, n int, executorArgs ...string) *cluster {
 		"CONCH_LOG_LEVEL=warn",
 		"CONCH_WORKSPACE_DIR="+t.TempDir(),
 		"CONCH_SIGNING_KEYS=k1:cluster-signing-key-0123456789abcdef",
+		"CONCH_SECRETS_KEY="+sealtest.KeyText(t),
 	)
 	c := &cluster{etcd: cli}
 	c.start = func(args ...string) *exec.Cmd {

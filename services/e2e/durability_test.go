@@ -17,6 +17,7 @@ import (
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/workspace/miniotest"
 )
@@ -43,6 +44,7 @@ func TestWorkspaceDurability(t *testing.T) {
 		"CONCH_S3_SECRET_KEY="+m.SecretKey,
 		"CONCH_S3_BUCKET="+miniotest.Bucket(),
 		"CONCH_SIGNING_KEYS=k1:durability-signing-key-0123456789abcdef",
+		"CONCH_SECRETS_KEY="+sealtest.KeyText(t),
 	)
 	start := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, args...)

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 )
 
 // The RPCs one chat completion with a persistent workspace and an approved
@@ -243,6 +244,7 @@ func startTracedCluster(t *testing.T) *tracedCluster {
 		"CONCH_LOG_LEVEL=warn",
 		"CONCH_WORKSPACE_DIR="+t.TempDir(),
 		"CONCH_SIGNING_KEYS=k1:tracing-signing-key-0123456789abcdef",
+		"CONCH_SECRETS_KEY="+sealtest.KeyText(t),
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+c.col.addr,
 		// Export each batch at once rather than every 5s, so the test
 		// sees the spans it waits for soon after they end.

@@ -22,13 +22,7 @@ import (
 // which lives beside the service (router.Config, executor.Config,
 // approval.Config, workspace.Config).
 type Common struct {
-	EtcdEndpoints []string `flag:"etcd-endpoints" env:"CONCH_ETCD_ENDPOINTS" default:"127.0.0.1:2379" usage:"etcd endpoints, comma separated"`
-	// etcd accepts only clients holding a certificate its CA signed
-	// (mTLS); with its auth on, the certificate's common name is the
-	// service's etcd user, whose role limits it to its key prefixes.
-	EtcdCAFile      string        `flag:"etcd-ca-file" env:"CONCH_ETCD_CA_FILE" usage:"CA certificate etcd's server certificate is verified with (set: etcd is reached over TLS)"`
-	EtcdCertFile    string        `flag:"etcd-cert-file" env:"CONCH_ETCD_CERT_FILE" usage:"client certificate this service authenticates to etcd with"`
-	EtcdKeyFile     string        `flag:"etcd-key-file" env:"CONCH_ETCD_KEY_FILE" usage:"key of --etcd-cert-file"`
+	EtcdClientConfig
 	GRPCAddr        string        `flag:"grpc-addr" env:"CONCH_GRPC_ADDR" default:"127.0.0.1:0" usage:"gRPC listen address"`
 	AdvertiseAddr   string        `flag:"advertise-addr" env:"CONCH_ADVERTISE_ADDR" usage:"address registered in etcd for other services to dial (default: the listen address)"`
 	InternalSecret  string        `env:"CONCH_INTERNAL_SECRET" usage:"secret shared by the cluster's services to sign call scopes (at least 16 bytes)"`
@@ -36,17 +30,29 @@ type Common struct {
 	LogLevel        string        `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
 	OTLPEndpoint    string        `flag:"otlp-endpoint" env:"OTEL_EXPORTER_OTLP_ENDPOINT" usage:"OTLP gRPC endpoint for traces (empty: no export)"`
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" env:"CONCH_SHUTDOWN_TIMEOUT" default:"10s" usage:"hard deadline for draining on shutdown"`
-	// EtcdRequestTimeout bounds each call to etcd, so that a cluster
-	// that lost its quorum fails requests instead of holding them.
-	EtcdRequestTimeout time.Duration `flag:"etcd-request-timeout" env:"CONCH_ETCD_REQUEST_TIMEOUT" default:"5s" usage:"how long one etcd call may wait for an answer (longer than a leader election)"`
-	DrainDelay         time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
+	DrainDelay      time.Duration `flag:"drain-delay" env:"CONCH_DRAIN_DELAY" default:"0s" usage:"time to keep serving after leaving discovery and reporting NOT_SERVING"`
 	// The router and the approval service connect out for tenants
 	// through the guard these settings shape.
 	outbound.Config
 }
 
-// Validate checks the shared settings.
-func (c *Common) Validate() error {
+// EtcdClientConfig says how a conch process reaches etcd: every service,
+// and `conch secrets rotate`.
+type EtcdClientConfig struct {
+	EtcdEndpoints []string `flag:"etcd-endpoints" env:"CONCH_ETCD_ENDPOINTS" default:"127.0.0.1:2379" usage:"etcd endpoints, comma separated"`
+	// etcd accepts only clients holding a certificate its CA signed
+	// (mTLS); with its auth on, the certificate's common name is the
+	// service's etcd user, whose role limits it to its key prefixes.
+	EtcdCAFile   string `flag:"etcd-ca-file" env:"CONCH_ETCD_CA_FILE" usage:"CA certificate etcd's server certificate is verified with (set: etcd is reached over TLS)"`
+	EtcdCertFile string `flag:"etcd-cert-file" env:"CONCH_ETCD_CERT_FILE" usage:"client certificate this service authenticates to etcd with"`
+	EtcdKeyFile  string `flag:"etcd-key-file" env:"CONCH_ETCD_KEY_FILE" usage:"key of --etcd-cert-file"`
+	// EtcdRequestTimeout bounds each call to etcd, so that a cluster
+	// that lost its quorum fails requests instead of holding them.
+	EtcdRequestTimeout time.Duration `flag:"etcd-request-timeout" env:"CONCH_ETCD_REQUEST_TIMEOUT" default:"5s" usage:"how long one etcd call may wait for an answer (longer than a leader election)"`
+}
+
+// Validate checks the etcd settings.
+func (c *EtcdClientConfig) Validate() error {
 	if len(c.EtcdEndpoints) == 0 {
 		return config.Invalid("--etcd-endpoints", "at least one endpoint is required")
 	}
@@ -55,6 +61,17 @@ func (c *Common) Validate() error {
 	}
 	if c.EtcdCertFile != "" && c.EtcdCAFile == "" {
 		return config.Invalid("--etcd-ca-file", "required with --etcd-cert-file")
+	}
+	if c.EtcdRequestTimeout <= 0 {
+		return config.Invalid("--etcd-request-timeout", "must be positive")
+	}
+	return nil
+}
+
+// Validate checks the shared settings.
+func (c *Common) Validate() error {
+	if err := c.EtcdClientConfig.Validate(); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
 		return config.Invalid("--grpc-addr", "%v", err)
@@ -68,15 +85,12 @@ func (c *Common) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return config.Invalid("--shutdown-timeout", "must be positive")
 	}
-	if c.EtcdRequestTimeout <= 0 {
-		return config.Invalid("--etcd-request-timeout", "must be positive")
-	}
 	return c.Config.Validate()
 }
 
-// etcdTLS is the TLS configuration of the service's etcd client, nil when
+// etcdTLS is the TLS configuration of the process's etcd client, nil when
 // etcd is reached without TLS.
-func (c *Common) etcdTLS() (*tls.Config, error) {
+func (c *EtcdClientConfig) etcdTLS() (*tls.Config, error) {
 	if c.EtcdCAFile == "" {
 		return nil, nil
 	}

@@ -12,6 +12,7 @@ import (
 func TestConfigErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	const secret = "CONCH_INTERNAL_SECRET=0123456789abcdef"
+	const keys = "CONCH_SECRETS_KEY=k1:YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE="
 	tests := []struct {
 		name      string
 		newConfig func() any
@@ -29,16 +30,24 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"dev bad log level", devConfig, []string{"--log-level", "loud"}, nil, "--log-level"},
 		{"dev relative uid lock dir", devConfig, []string{"--sandbox-uid-lock-dir", "uids"}, nil, "--sandbox-uid-lock-dir"},
 		{"dev bad public url", devConfig, []string{"--public-url", "conch.example"}, nil, "--public-url"},
-		{"router valid", routerConfig, nil, []string{secret}, ""},
-		{"router missing secret", routerConfig, nil, nil, "CONCH_INTERNAL_SECRET"},
-		{"router bad grpc addr", routerConfig, []string{"--grpc-addr", "x"}, []string{secret}, "--grpc-addr"},
-		{"router empty etcd", routerConfig, []string{"--etcd-endpoints", ""}, []string{secret}, "--etcd-endpoints"},
-		{"router bad shutdown timeout", routerConfig, []string{"--shutdown-timeout", "soon"}, []string{secret}, "--shutdown-timeout"},
-		{"router zero shutdown timeout", routerConfig, []string{"--shutdown-timeout", "0s"}, []string{secret}, "--shutdown-timeout"},
-		{"router zero etcd request timeout", routerConfig, []string{"--etcd-request-timeout", "0s"}, []string{secret}, "--etcd-request-timeout"},
-		{"service valid", serviceConfig, []string{"--etcd-endpoints", "a:2379,b:2379"}, []string{secret}, ""},
-		{"service missing secret", serviceConfig, nil, nil, "CONCH_INTERNAL_SECRET"},
-		{"service unknown flag", serviceConfig, []string{"--http-addr", "x:1"}, []string{secret}, "http-addr"},
+		{"dev secrets key", devConfig, nil, []string{keys}, ""},
+		{"dev bad secrets key", devConfig, nil, []string{"CONCH_SECRETS_KEY=k1:short"}, "CONCH_SECRETS_KEY"},
+		{"router valid", routerConfig, nil, []string{secret, keys}, ""},
+		{"router missing secret", routerConfig, nil, []string{keys}, "CONCH_INTERNAL_SECRET"},
+		{"router missing secrets key", routerConfig, nil, []string{secret}, "CONCH_SECRETS_KEY"},
+		{"router bad grpc addr", routerConfig, []string{"--grpc-addr", "x"}, []string{secret, keys}, "--grpc-addr"},
+		{"router empty etcd", routerConfig, []string{"--etcd-endpoints", ""}, []string{secret, keys}, "--etcd-endpoints"},
+		{"router bad shutdown timeout", routerConfig, []string{"--shutdown-timeout", "soon"}, []string{secret, keys}, "--shutdown-timeout"},
+		{"router zero shutdown timeout", routerConfig, []string{"--shutdown-timeout", "0s"}, []string{secret, keys}, "--shutdown-timeout"},
+		{"router zero etcd request timeout", routerConfig, []string{"--etcd-request-timeout", "0s"}, []string{secret, keys}, "--etcd-request-timeout"},
+		{"service valid", serviceConfig, []string{"--etcd-endpoints", "a:2379,b:2379"}, []string{secret, keys}, ""},
+		{"service missing secret", serviceConfig, nil, []string{keys}, "CONCH_INTERNAL_SECRET"},
+		{"service missing secrets key", serviceConfig, nil, []string{secret}, "CONCH_SECRETS_KEY"},
+		{"service unknown flag", serviceConfig, []string{"--http-addr", "x:1"}, []string{secret, keys}, "http-addr"},
+		{"executor needs no secrets key", executorConfig, nil, []string{secret}, ""},
+		{"secrets rotate valid", rotateConfig, []string{"--etcd-endpoints", "a:2379"}, []string{keys}, ""},
+		{"secrets rotate without keys", rotateConfig, nil, nil, "CONCH_SECRETS_KEY"},
+		{"secrets rotate empty etcd", rotateConfig, []string{"--etcd-endpoints", ""}, []string{keys}, "--etcd-endpoints"},
 		{"dev bad signing keys", devConfig, nil, []string{"CONCH_SIGNING_KEYS=k1:short"}, "CONCH_SIGNING_KEYS"},
 		{"workspace valid on disk", workspaceConfig, []string{"--dir", "/tmp/ws"}, []string{secret, signingKeys}, ""},
 		{"workspace without storage", workspaceConfig, nil, []string{secret, signingKeys}, "CONCH_S3_ENDPOINT"},
@@ -67,9 +76,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
-func devConfig() any     { return &DevConfig{} }
-func routerConfig() any  { return &RouterConfig{} }
-func serviceConfig() any { return &ApprovalConfig{} }
+func devConfig() any      { return &DevConfig{} }
+func routerConfig() any   { return &RouterConfig{} }
+func serviceConfig() any  { return &ApprovalConfig{} }
+func executorConfig() any { return &ExecutorConfig{} }
+func rotateConfig() any   { return &SecretsRotateConfig{} }
 
 func workspaceConfig() any { return &WorkspaceConfig{} }
 func etcdConfig() any      { return &EtcdConfig{} }

@@ -25,6 +25,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/internal/platform/pki"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace"
@@ -58,6 +59,9 @@ type DevConfig struct {
 	// AuditConfig keeps the audit trail under <data-dir>/audit unless it
 	// says otherwise.
 	approval.AuditConfig
+	// KeyConfig seals stored secrets; unset, with a key kept in
+	// <data-dir>/secrets-key, made on first start.
+	seal.KeyConfig
 	// Executor holds the sandboxes' settings, as in `conch executor`.
 	Executor executor.Config
 }
@@ -102,6 +106,11 @@ func (c *DevConfig) Validate() error {
 	if err := c.AuditConfig.Validate(); err != nil {
 		return err
 	}
+	if c.KeyConfig.Given() {
+		if err := c.KeyConfig.Validate(); err != nil {
+			return err
+		}
+	}
 	return router.ValidatePublicURL(c.PublicURL)
 }
 
@@ -114,6 +123,10 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return fmt.Errorf("dev: data dir: %w", err)
 	}
 	key, err := devAPIKey(cfg)
+	if err != nil {
+		return err
+	}
+	sealing, err := devSecretsKey(cfg)
 	if err != nil {
 		return err
 	}
@@ -133,9 +146,11 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	ob := cfg.Config
 	ob.OutboundDeny = append(slices.Clone(ob.OutboundDeny), hostPorts(cfg.S3Endpoint, cfg.AuditS3Endpoint)...)
 	common := &Common{
-		LogLevel: cfg.LogLevel, EtcdEndpoints: emb.Endpoints(), InternalSecret: randomSecret(),
-		ShutdownTimeout: 5 * time.Second, EtcdRequestTimeout: etcdx.DefaultRequestTimeout, Config: ob,
-		EtcdCAFile: etcdTLS.CAFile, EtcdCertFile: client.CertFile, EtcdKeyFile: client.KeyFile,
+		EtcdClientConfig: EtcdClientConfig{
+			EtcdEndpoints: emb.Endpoints(), EtcdRequestTimeout: etcdx.DefaultRequestTimeout,
+			EtcdCAFile: etcdTLS.CAFile, EtcdCertFile: client.CertFile, EtcdKeyFile: client.KeyFile,
+		},
+		LogLevel: cfg.LogLevel, InternalSecret: randomSecret(), ShutdownTimeout: 5 * time.Second, Config: ob,
 	}
 	p, err := newProcess(ctx, "conch-dev", common)
 	if err != nil {
@@ -158,6 +173,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	}{
 		{"router", buildRouter(router.Config{
 			HTTPAddr: cfg.HTTPAddr, PublicURL: cfg.PublicURL, AdminKey: key, AdminAccount: DevAccount, HTTPConfig: cfg.HTTPConfig,
+			KeyConfig: sealing,
 		}, ready, func(ctx context.Context, svc *router.Service) error {
 			if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
 				return fmt.Errorf("dev: default gateway: %w", err)
@@ -174,7 +190,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 			S3Bucket: cfg.S3Bucket, S3Secure: cfg.S3Secure, SigningKeys: signingKeys, QuotaBytes: cfg.QuotaBytes, QuotaFiles: cfg.QuotaFiles,
 		})},
 		{"executor", buildExecutor(devExecutor(cfg.Executor), ac.AuditFlush)},
-		{"approval", buildApproval(ac)},
+		{"approval", buildApproval(approval.Config{AuditConfig: ac, KeyConfig: sealing})},
 	}
 	var built []*component
 	defer func() {
@@ -188,6 +204,21 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 			return err
 		}
 		built = append(built, c)
+	}
+	// One process holds every key a dev cluster uses, so it re-seals at
+	// start what `conch secrets rotate` would: secrets stored by an older
+	// conch, or under a key that is no longer first.
+	keys, err := sealing.Keyring()
+	if err != nil {
+		return err
+	}
+	err = reseal(ctx, p.etcd, keys, func(what string, pass seal.Pass) {
+		if pass.Resealed > 0 {
+			p.log.Info("stored secrets re-sealed", "records", what, "count", pass.Resealed, "key", keys.ActiveID())
+		}
+	})
+	if err != nil {
+		p.log.Warn("some stored secrets are not re-sealed", "error", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range built {
@@ -236,6 +267,43 @@ func devEtcdTLS(dataDir string) (*etcdx.ServerTLS, pki.Pair, error) {
 func devExecutor(c executor.Config) executor.Config {
 	c.GatewayHost = true
 	return c
+}
+
+// devSecretsKey returns where conch dev's keyring is: the one configured,
+// else <data-dir>/secrets-key, made with one random key on first start and
+// kept (mode 0600), so that what dev stored stays readable.
+func devSecretsKey(cfg DevConfig) (seal.KeyConfig, error) {
+	if cfg.KeyConfig.Given() {
+		return cfg.KeyConfig, nil
+	}
+	path := filepath.Join(cfg.DataDir, "secrets-key")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		k, err := seal.GenerateKey("dev")
+		if err != nil {
+			return seal.KeyConfig{}, err
+		}
+		text := "# The keys that seal the secrets conch dev stores in etcd (id:base64key,\n" +
+			"# the first seals). Without this file they cannot be read.\n" + seal.FormatKey(k) + "\n"
+		// O_EXCL: a key is never overwritten, whatever raced to make it.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return seal.KeyConfig{}, fmt.Errorf("dev: secrets key: %w", err)
+		}
+		_, err = f.WriteString(text)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return seal.KeyConfig{}, fmt.Errorf("dev: secrets key: %w", err)
+		}
+	} else if err != nil {
+		return seal.KeyConfig{}, fmt.Errorf("dev: secrets key: %w", err)
+	}
+	kc := seal.KeyConfig{SecretsKeyFile: path}
+	if _, err := kc.Keyring(); err != nil {
+		return seal.KeyConfig{}, err
+	}
+	return kc, nil
 }
 
 // devGateway is the gateway every dev cluster has: the built-in scripted

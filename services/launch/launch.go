@@ -160,7 +160,9 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 		// The sandbox's full/off default asks no one, unless the account's
 		// exec-approvals document holds deny rules for the agent: a watch
 		// of the documents tells which.
-		docs, err := approvalstore.New(p.etcd, approval.KeyPrefix)
+		// It reads documents alone, so it holds no keys to the approval
+		// service's sealed secrets.
+		docs, err := approvalstore.New(p.etcd, approval.KeyPrefix, nil)
 		if err != nil {
 			return err
 		}
@@ -318,18 +320,23 @@ func buildRouter(cfg router.Config, ready chan<- string, setup func(context.Cont
 
 // RunApproval runs `conch approval`.
 func RunApproval(ctx context.Context, cfg ApprovalConfig) error {
-	return runService(ctx, "approval", &cfg.Common, buildApproval(cfg.AuditConfig))
+	return runService(ctx, "approval", &cfg.Common, buildApproval(cfg.Config))
 }
 
-// buildApproval builds the approval service, with the audit trail ac
-// describes (none when it sets no storage) and the trail's API.
-func buildApproval(ac approval.AuditConfig) builder {
+// buildApproval builds the approval service, sealing the secrets it
+// stores with the keys cfg names, with the audit trail cfg describes (none
+// when it sets no storage) and the trail's API.
+func buildApproval(cfg approval.Config) builder {
 	return func(ctx context.Context, p *process, c *component) error {
-		st, err := approvalstore.New(p.etcd, approval.KeyPrefix)
+		keys, err := cfg.Keyring()
 		if err != nil {
 			return err
 		}
-		trail, err := p.newAudit(ctx, ac, "approval-"+c.addr)
+		st, err := approvalstore.New(p.etcd, approval.KeyPrefix, keys)
+		if err != nil {
+			return err
+		}
+		trail, err := p.newAudit(ctx, cfg.AuditConfig, "approval-"+c.addr)
 		if err != nil {
 			return err
 		}
@@ -344,7 +351,7 @@ func buildApproval(ac approval.AuditConfig) builder {
 		// election is the one an operator can find.
 		// Forwarding connects out for tenants; the audit trail's object
 		// store is control plane besides etcd.
-		guard := p.common.Config.Guard(p.common.controlPlane(ac.AuditS3Endpoint)...)
+		guard := p.common.Config.Guard(p.common.controlPlane(cfg.AuditS3Endpoint)...)
 		opts := approval.Options{Logger: p.log, Name: c.addr, Reviewer: routerv1.NewReviewServiceClient(routerConn), Outbound: guard}
 		if trail != nil {
 			opts.Audit = trail.writer

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
 )
 
 // Config is the router's own configuration: the settings of `conch router`
@@ -21,6 +22,8 @@ type Config struct {
 	// AdminAccount is the account of the admin key.
 	AdminAccount string `flag:"admin-account" env:"CONCH_ADMIN_ACCOUNT" default:"admin" usage:"account id of the admin key"`
 	HTTPConfig
+	// KeyConfig holds the keys that seal the gateways' secrets in etcd.
+	seal.KeyConfig
 }
 
 // Validate checks the router's settings.
@@ -32,6 +35,9 @@ func (c *Config) Validate() error {
 		return config.Invalid("CONCH_ADMIN_KEY", "must be at least 16 characters")
 	}
 	if err := c.HTTPConfig.Validate(); err != nil {
+		return err
+	}
+	if err := c.KeyConfig.Validate(); err != nil {
 		return err
 	}
 	return ValidatePublicURL(c.PublicURL)

@@ -15,6 +15,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/gateways"
 )
@@ -30,7 +31,11 @@ func gatewayREST(t *testing.T) http.Handler {
 			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, errs.ToStatus(err))
 		}),
 	)
-	srv := &gatewayServer{store: gateways.New(etcdxtest.StartForTest(t), nil, nil)}
+	store, err := gateways.New(etcdxtest.StartForTest(t), sealtest.Keyring(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &gatewayServer{store: store}
 	if err := routerv1.RegisterGatewayServiceHandlerServer(t.Context(), mux, srv); err != nil {
 		t.Fatal(err)
 	}

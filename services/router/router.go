@@ -49,9 +49,17 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config, guard *outbound.
 	if err != nil {
 		return nil, err
 	}
+	keys, err := cfg.Keyring()
+	if err != nil {
+		return nil, err
+	}
+	gws, err := gateways.New(cli, keys, log, guard)
+	if err != nil {
+		return nil, err
+	}
 	return &Service{
 		accounts: store,
-		gateways: gateways.New(cli, log, guard),
+		gateways: gws,
 		nodes:    nodes.New(cli),
 		grants:   toolhost.NewGrants(cli),
 		guard:    guard,

@@ -20,6 +20,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
@@ -52,7 +53,7 @@ func (s *service) start() {
 
 func setup(t *testing.T) (*service, approvalv1.ApprovalServiceClient, context.Context) {
 	t.Helper()
-	st, err := store.New(etcdxtest.StartForTest(t), approval.KeyPrefix)
+	st, err := store.New(etcdxtest.StartForTest(t), approval.KeyPrefix, sealtest.Keyring(t))
 	if err != nil {
 		t.Fatal(err)
 	}

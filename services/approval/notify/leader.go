@@ -3,7 +3,6 @@ package notify
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,29 +10,11 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 )
-
-// DecodeConfig reads a stored forwarding config.
-func DecodeConfig(b []byte) (*approvalv1.ForwardingConfig, error) {
-	cfg := &approvalv1.ForwardingConfig{}
-	if len(b) == 0 {
-		return cfg, nil
-	}
-	if err := protojson.Unmarshal(b, cfg); err != nil {
-		return nil, fmt.Errorf("notify: decode forwarding config: %w", err)
-	}
-	return cfg, nil
-}
-
-// EncodeConfig writes a forwarding config for storage.
-func EncodeConfig(cfg *approvalv1.ForwardingConfig) ([]byte, error) {
-	return protojson.Marshal(cfg)
-}
 
 // Notifier announces new approvals while it leads.
 type Notifier struct {
@@ -174,12 +155,7 @@ func (n *Notifier) afterReview(ctx context.Context, a *store.Approval) {
 
 // announce sends a's request to the account's targets, once.
 func (n *Notifier) announce(ctx context.Context, a *store.Approval) {
-	b, err := n.Store.Forwarding(ctx, a.Account)
-	if err != nil {
-		n.Logger.WarnContext(ctx, "forwarding config unreadable", "account", a.Account, "error", err)
-		return
-	}
-	cfg, err := DecodeConfig(b)
+	cfg, err := n.Store.Forwarding(ctx, a.Account)
 	if err != nil {
 		n.Logger.WarnContext(ctx, "forwarding config unreadable", "account", a.Account, "error", err)
 		return
@@ -202,11 +178,7 @@ func (n *Notifier) announce(ctx context.Context, a *store.Approval) {
 // announceOutcome tells the targets that were asked how an approval ended,
 // once.
 func (n *Notifier) announceOutcome(ctx context.Context, a *store.Approval) {
-	b, err := n.Store.Forwarding(ctx, a.Account)
-	if err != nil {
-		return
-	}
-	cfg, err := DecodeConfig(b)
+	cfg, err := n.Store.Forwarding(ctx, a.Account)
 	if err != nil || !Matches(cfg, n.Convert(a)) {
 		return
 	}

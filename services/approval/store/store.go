@@ -14,6 +14,7 @@ import (
 
 	"github.com/conch-sh/conch/services/approval/document"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
 )
 
 // States of an approval.
@@ -141,19 +142,24 @@ func (a *Approval) Allows() bool {
 type Store struct {
 	cli    *clientv3.Client
 	prefix string
+	keys   *seal.Keyring
 	now    func() time.Time
 	cache  docCache
 }
 
-// New returns a store keeping its keys under prefix (e.g. "/conch/approval/").
-func New(cli *clientv3.Client, prefix string) (*Store, error) {
+// New returns a store keeping its keys under prefix (e.g. "/conch/approval/")
+// and sealing the secrets of forwarding configs with keys. A store given
+// no keys (an executor's, which reads the exec-approvals documents alone)
+// refuses to read or write forwarding configs: the keys stay with the
+// approval service.
+func New(cli *clientv3.Client, prefix string, keys *seal.Keyring) (*Store, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("approval store: no etcd client")
 	}
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &Store{cli: cli, prefix: prefix, now: time.Now}, nil
+	return &Store{cli: cli, prefix: prefix, keys: keys, now: time.Now}, nil
 }
 
 func esc(s string) string { return url.PathEscape(s) }
@@ -164,6 +170,10 @@ func (s *Store) recPrefix(account string) string {
 }
 func (s *Store) recKey(account, id string) string  { return s.recPrefix(account) + esc(id) }
 func (s *Store) liveKey(account, id string) string { return s.recKey(account, id) + "/live" }
+
+// Seals reports whether the store holds the keys that seal forwarding
+// configs' secrets, without which it cannot read or write those configs.
+func (s *Store) Seals() bool { return s.keys != nil }
 
 // Client returns the etcd client, for leader election.
 func (s *Store) Client() *clientv3.Client { return s.cli }

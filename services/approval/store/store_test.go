@@ -14,6 +14,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 )
 
 var seq atomic.Int64
@@ -29,7 +30,7 @@ func newApproval(account string) *Approval {
 
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := New(etcdxtest.StartForTest(t), fmt.Sprintf("/test/%s/", t.Name()))
+	s, err := New(etcdxtest.StartForTest(t), fmt.Sprintf("/test/%s/", t.Name()), sealtest.Keyring(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,8 @@ func TestWatchResumesAfterEtcdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	s, _ := New(cli, "/restart/")
+	keys := sealtest.Keyring(t)
+	s, _ := New(cli, "/restart/", keys)
 	a := newApproval("acct")
 	if err := s.Create(ctx, a, time.Minute); err != nil {
 		t.Fatal(err)
@@ -225,7 +227,7 @@ func TestWatchResumesAfterEtcdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli2.Close() })
-	s2, _ := New(cli2, "/restart/")
+	s2, _ := New(cli2, "/restart/", keys)
 	// Compact past the resolution too, so a watcher resuming from its old
 	// revision must re-read.
 	if _, err := s2.Resolve(ctx, "acct", a.ID, DecisionAllowOnce, "me"); err != nil {
@@ -309,8 +311,9 @@ func TestDocumentCache(t *testing.T) {
 	t.Parallel()
 	cli := etcdxtest.StartForTest(t)
 	prefix := "/cache/"
-	a, _ := New(cli, prefix)
-	b, _ := New(cli, prefix)
+	keys := sealtest.Keyring(t)
+	a, _ := New(cli, prefix, keys)
+	b, _ := New(cli, prefix, keys)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- a.WatchDocuments(ctx) }()

@@ -22,6 +22,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/grpcserver"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router"
 )
@@ -45,7 +47,7 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New(cli, approval.KeyPrefix)
+	st, err := store.New(cli, approval.KeyPrefix, sealtest.Keyring(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	rsvc, err := router.New(ctx, cli, router.Config{AdminKey: apiKey, AdminAccount: "dev"}, outbound.Must(outbound.Options{}), nil)
+	rsvc, err := router.New(ctx, cli, router.Config{AdminKey: apiKey, AdminAccount: "dev", KeyConfig: seal.KeyConfig{SecretsKey: sealtest.KeyText(t)}}, outbound.Must(outbound.Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ Commands:
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
   etcd        run one member of a static etcd cluster (embedded etcd)
+  secrets     rotate: re-seal every stored secret with the first key of the keyring
   node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
@@ -139,6 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunApproval(ctx, cfg)
+	case "secrets":
+		return runSecrets(ctx, args, stdout, stderr)
 	case "node":
 		var cfg launch.NodeConfig
 		if err := load(cmd, args, &cfg, stderr); err != nil {
@@ -171,6 +174,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, cmd)
 	}
+}
+
+const secretsUsage = `usage: conch secrets rotate [--etcd-endpoints ...] [--secrets-key-file FILE]
+
+rotate re-seals, with the first key of the keyring (CONCH_SECRETS_KEY or
+--secrets-key-file, as the router and approval service read it), every
+stored secret sealed with another key or stored before secrets were sealed.
+Run it once every service has the new keyring; then the older keys may go.
+`
+
+// runSecrets runs `conch secrets <subcommand>`; rotate is the one there is.
+func runSecrets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "rotate" {
+		fmt.Fprint(stderr, secretsUsage)
+		return cli.ErrUsage
+	}
+	var cfg launch.SecretsRotateConfig
+	if err := load("secrets rotate", args[1:], &cfg, stderr); err != nil {
+		return err
+	}
+	return launch.RunSecretsRotate(ctx, cfg, stdout)
 }
 
 // load parses a command's flags and environment into cfg and validates it.

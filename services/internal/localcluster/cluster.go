@@ -28,6 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/pki"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
 	"github.com/conch-sh/conch/services/launch"
 )
 
@@ -248,6 +249,10 @@ func (c *Cluster) plan() error {
 	s.InternalSecret = randomHex(24)
 	s.S3 = S3{Endpoint: next(), AccessKey: "conch", SecretKey: randomHex(16), Bucket: "conch"}
 	signingKeys := "k1:" + randomHex(32)
+	secretsKey, err := seal.GenerateKey("k1")
+	if err != nil {
+		return err
+	}
 
 	// etcd accepts only certificates of the cluster's own CA (mTLS).
 	ca, err := pki.LoadOrCreateCA(filepath.Join(o.Dir, "pki"), "conch local cluster etcd CA")
@@ -312,11 +317,11 @@ func (c *Cluster) plan() error {
 			env = append(env, "CONCH_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_S3_ACCESS_KEY="+s.S3.AccessKey,
 				"CONCH_S3_SECRET_KEY="+s.S3.SecretKey, "CONCH_S3_BUCKET="+s.S3.Bucket, "CONCH_SIGNING_KEYS="+signingKeys)
 		case KindRouter:
-			env = append(env, "CONCH_ADMIN_KEY="+s.AdminKey)
+			env = append(env, "CONCH_ADMIN_KEY="+s.AdminKey, "CONCH_SECRETS_KEY="+seal.FormatKey(secretsKey))
 		case KindApproval:
 			// The audit trail, in its own bucket of the same MinIO;
 			// executors send their records through the approval service.
-			env = append(env, "CONCH_AUDIT_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_AUDIT_S3_ACCESS_KEY="+s.S3.AccessKey,
+			env = append(env, "CONCH_SECRETS_KEY="+seal.FormatKey(secretsKey), "CONCH_AUDIT_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_AUDIT_S3_ACCESS_KEY="+s.S3.AccessKey,
 				"CONCH_AUDIT_S3_SECRET_KEY="+s.S3.SecretKey, "CONCH_AUDIT_S3_BUCKET="+s.S3.Bucket+"-audit")
 		}
 		env = append(env, o.Env...)

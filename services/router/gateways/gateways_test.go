@@ -14,6 +14,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 )
 
 func valid() *routerv1.Gateway {
@@ -137,7 +138,7 @@ func TestValidate(t *testing.T) {
 func TestStore(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := New(etcdxtest.StartForTest(t), nil, nil)
+	s := newStore(t, etcdxtest.StartForTest(t), sealtest.Keyring(t))
 
 	created, err := s.Create(ctx, "acme", valid())
 	if err != nil {
@@ -249,7 +250,7 @@ func TestStore(t *testing.T) {
 func TestNetworkSecretsAreWriteOnly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := New(etcdxtest.StartForTest(t), nil, nil)
+	s := newStore(t, etcdxtest.StartForTest(t), sealtest.Keyring(t))
 	g := valid()
 	g.Shell.Network = &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"api.github.com"},
 		Secrets: []*executorv1.NetworkSecret{{Env: "GH_TOKEN", Value: "ghp-secret", Domains: []string{"api.github.com"}, Header: "Authorization"}}}

@@ -13,6 +13,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 )
 
 func TestUpdatePaths(t *testing.T) {
@@ -109,7 +110,7 @@ func TestMerged(t *testing.T) {
 func TestStoreUpdateWithMask(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := New(etcdxtest.StartForTest(t), nil, nil)
+	s := newStore(t, etcdxtest.StartForTest(t), sealtest.Keyring(t))
 	created, err := s.Create(ctx, "acme", valid())
 	if err != nil {
 		t.Fatal(err)

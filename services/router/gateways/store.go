@@ -1,9 +1,11 @@
 // Package gateways stores the named gateway configurations of each account
 // in etcd (SPEC §4) and keeps a watched cache of them for the agent loop.
+// Secrets are sealed in etcd (see secrets.go) and plain everywhere else.
 package gateways
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -20,6 +22,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/seal"
 )
 
 const prefix = "conch/gateways/" // <account>/<name> → Gateway (binary proto)
@@ -27,6 +30,7 @@ const prefix = "conch/gateways/" // <account>/<name> → Gateway (binary proto)
 // Store keeps gateways in etcd.
 type Store struct {
 	cli   *clientv3.Client
+	keys  *seal.Keyring
 	log   *slog.Logger
 	guard *outbound.Guard // judges the URLs a gateway saves
 
@@ -35,13 +39,19 @@ type Store struct {
 	cache  map[string]*routerv1.Gateway // key → gateway, with secrets
 }
 
-// New returns a Store whose saves judge URLs with guard (nil: their form
-// alone). Call Watch to keep its cache.
-func New(cli *clientv3.Client, log *slog.Logger, guard *outbound.Guard) *Store {
+// New returns a Store that seals secrets with keys and whose saves judge
+// URLs with guard (nil: their form alone). Call Watch to keep its cache.
+func New(cli *clientv3.Client, keys *seal.Keyring, log *slog.Logger, guard *outbound.Guard) (*Store, error) {
+	if cli == nil {
+		return nil, errors.New("gateways: no etcd client")
+	}
+	if keys == nil {
+		return nil, errors.New("gateways: no keyring to seal secrets with")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{cli: cli, log: log, guard: guard, cache: map[string]*routerv1.Gateway{}}
+	return &Store{cli: cli, keys: keys, log: log, guard: guard, cache: map[string]*routerv1.Gateway{}}, nil
 }
 
 func key(account, name string) string { return prefix + account + "/" + name }
@@ -58,11 +68,11 @@ func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway)
 	now := timestamppb.Now()
 	g.CreatedAt, g.UpdatedAt = now, now
 	clearOutputOnly(g)
-	b, err := proto.Marshal(g)
-	if err != nil {
-		return nil, fmt.Errorf("gateways: encode: %w", err)
-	}
 	k := key(account, g.GetName())
+	b, err := s.encode(k, g)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, string(b))).
@@ -106,9 +116,9 @@ func (s *Store) get(ctx context.Context, account, name string) (*routerv1.Gatewa
 	if len(resp.Kvs) == 0 {
 		return nil, 0, errs.New(errs.NotFound, "gateway %q not found", name)
 	}
-	g := &routerv1.Gateway{}
-	if err := proto.Unmarshal(resp.Kvs[0].Value, g); err != nil {
-		return nil, 0, fmt.Errorf("gateways: decode %s: %w", name, err)
+	g, err := s.decode(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if err != nil {
+		return nil, 0, err
 	}
 	return g, resp.Kvs[0].ModRevision, nil
 }
@@ -121,9 +131,9 @@ func (s *Store) List(ctx context.Context, account string) ([]*routerv1.Gateway, 
 	}
 	out := make([]*routerv1.Gateway, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		g := &routerv1.Gateway{}
-		if err := proto.Unmarshal(kv.Value, g); err != nil {
-			return nil, fmt.Errorf("gateways: decode %s: %w", kv.Key, err)
+		g, err := s.decode(string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, g)
 	}
@@ -179,11 +189,11 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 		}
 		clearOutputOnly(next)
 		next.CreatedAt, next.UpdatedAt = old.GetCreatedAt(), timestamppb.Now()
-		b, err := proto.Marshal(next)
-		if err != nil {
-			return nil, fmt.Errorf("gateways: encode: %w", err)
-		}
 		k := key(account, name)
+		b, err := s.encode(k, next)
+		if err != nil {
+			return nil, err
+		}
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
 			Then(clientv3.OpPut(k, string(b))).
@@ -241,12 +251,17 @@ func (s *Store) unsync() {
 	s.mu.Unlock()
 }
 
+// load replaces the cache. A gateway that does not decode, or whose
+// secrets do not open (a key removed too early), is left out rather than
+// failing the list, which a retry would not mend: a read of it goes to
+// etcd and reports why.
 func (s *Store) load(kvs []*mvccpb.KeyValue, _ int64) error {
 	cache := make(map[string]*routerv1.Gateway, len(kvs))
 	for _, kv := range kvs {
-		g := &routerv1.Gateway{}
-		if err := proto.Unmarshal(kv.Value, g); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		g, err := s.decode(string(kv.Key), kv.Value)
+		if err != nil {
+			s.log.Warn("unreadable gateway ignored", "key", string(kv.Key), "error", err)
+			continue
 		}
 		cache[string(kv.Key)] = g
 	}
@@ -265,9 +280,9 @@ func (s *Store) apply(ctx context.Context, evs []*clientv3.Event) {
 			delete(s.cache, k)
 			continue
 		}
-		g := &routerv1.Gateway{}
-		if err := proto.Unmarshal(ev.Kv.Value, g); err != nil {
-			s.log.WarnContext(ctx, "undecodable gateway ignored", "key", k, "error", err)
+		g, err := s.decode(k, ev.Kv.Value)
+		if err != nil {
+			s.log.WarnContext(ctx, "unreadable gateway ignored", "key", k, "error", err)
 			delete(s.cache, k)
 			continue
 		}
@@ -275,32 +290,19 @@ func (s *Store) apply(ctx context.Context, evs []*clientv3.Event) {
 	}
 }
 
-// Redact returns a copy of g without its secrets, for output.
+// Redact returns a copy of g without its secrets, for output: the fields
+// eachSecret visits, with the flags that say which are set.
 func Redact(g *routerv1.Gateway) *routerv1.Gateway {
 	g = proto.Clone(g).(*routerv1.Gateway)
 	if u := g.GetUpstream(); u != nil {
 		u.ApiKeySet = u.GetApiKey() != ""
-		u.ApiKey = ""
-	}
-	for _, w := range g.GetTools().GetWebhooks() {
-		redactHeaders(w.Headers)
-	}
-	for _, m := range g.GetTools().GetMcpServers() {
-		redactHeaders(m.Headers)
 	}
 	for _, sec := range g.GetShell().GetNetwork().GetSecrets() {
 		sec.ValueSet = sec.GetValue() != ""
-		sec.Value = ""
 	}
+	// Header names stay, so that clients see which headers are set.
+	_ = eachSecret(g, func(string, string) (string, error) { return "", nil })
 	return g
-}
-
-// redactHeaders keeps header names (so clients see what is set) but not
-// their values.
-func redactHeaders(h map[string]string) {
-	for k := range h {
-		h[k] = ""
-	}
 }
 
 func clearOutputOnly(g *routerv1.Gateway) {

@@ -1,8 +1,9 @@
 // Package etcdx connects conch services to etcd, runs an embedded etcd
 // for conch dev and for integration tests, and holds the patterns every
 // service repeats on etcd: ListWatch keeps a view of a prefix current
-// (listing again after compaction, backing off when etcd fails), and
-// GetJSON and PutJSON read and write JSON values.
+// (listing again after compaction, backing off when etcd fails), GetJSON
+// and PutJSON read and write JSON values, and Rewrite changes every value
+// under a prefix without losing a concurrent write.
 //
 // etcd's own zap logging is routed into slog at error level only, so a
 // healthy cluster stays quiet in service logs.
