@@ -45,7 +45,7 @@ func TestExecRunsThePlan(t *testing.T) {
 	svc := startService(t, "127.0.0.1:1", cli)
 	// The documents, watched as the executor watches them: acme's holds
 	// a deny rule for the agent guarded alone.
-	docs, err := approvalstore.New(cli, approval.KeyPrefix)
+	docs, err := approvalstore.New(cli, approval.KeyPrefix, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
