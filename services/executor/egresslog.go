@@ -40,7 +40,9 @@ func (l *egressLog) opened() {
 func (l *egressLog) add(r egressproxy.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r.Decision == "allowed" && l.open > 0 {
+	// A connection the proxy made ends with its address, allowed or
+	// given up after (failed).
+	if r.Address != "" && l.open > 0 {
 		l.open--
 	}
 	l.seq++

@@ -167,10 +167,18 @@ func TestSandboxSecrets(t *testing.T) {
 		}
 		return r.GetStdout() + r.GetStderr()
 	}
+	const cleartext = "conch: the secret for api.conch.test is only sent over https"
 	cases := []struct{ name, cmd, want string }{
 		{"curl over https, the proxy's CA trusted", `curl -sS -H "Authorization: Bearer $API_TOKEN" https://api.conch.test/headers`, "Authorization: Bearer " + secret},
 		{"python over https", `python3 -c 'import os, urllib.request; print(urllib.request.urlopen(urllib.request.Request("https://api.conch.test/headers", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})).read().decode())'`, "Authorization: Bearer " + secret},
-		{"plain http", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`, "Authorization: Bearer " + secret},
+		{"plain http is refused", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers; curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`, cleartext + "\n403"},
+		{"plain http to the https port is refused", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test:443/headers`, cleartext},
+		{"python over plain http sees the refusal", `python3 -c '
+import os, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(urllib.request.Request("http://api.conch.test/headers", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}))
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())'`, "403 " + cleartext},
 		{"git over https verifies the proxy's CA", `git -c http.extraHeader="Authorization: Bearer $API_TOKEN" ls-remote https://api.conch.test/git/repo.git`, head + "\trefs/heads/main"},
 		{"another host", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://other.conch.test/headers`, "conch: egress to other.conch.test:80 is not allowed by gateway research: the request carries a secret's placeholder (header Authorization) that is not bound to this host"},
 		{"another header", `curl -sS -H "X-Token: $API_TOKEN" https://api.conch.test/headers`, "(header X-Token) that is not bound"},
@@ -188,5 +196,29 @@ func TestSandboxSecrets(t *testing.T) {
 				t.Fatalf("%s:\n%s\nwant %q", c.cmd, out, c.want)
 			}
 		})
+	}
+	t.Run("the refusal is in the command's record", func(t *testing.T) {
+		s, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := collect(t, s)
+		eg := ev.finished.GetEgress()
+		if len(eg) != 1 || eg[0].GetDecision() != "refused" || eg[0].GetReason() != cleartext || eg[0].GetHost() != "api.conch.test" || eg[0].GetAddress() != "" {
+			t.Fatalf("egress %v", eg)
+		}
+	})
+	// What reached the internet: the secret only ever over TLS.
+	delivered := false
+	for _, r := range in.Requests() {
+		if strings.Contains(r.Head, secret) {
+			if !r.TLS {
+				t.Fatalf("the internet read the secret in cleartext:\n%s", r.Head)
+			}
+			delivered = true
+		}
+	}
+	if !delivered {
+		t.Fatal("the secret never reached its domain")
 	}
 }
