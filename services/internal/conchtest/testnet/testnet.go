@@ -18,6 +18,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -51,8 +52,10 @@ type Internet struct {
 	// HostAddr is the host's end of the link: an address of the host.
 	HostAddr netip.Addr
 	// Roots verify the HTTPS server, whose certificate names every
-	// conch.test name and Addr.
-	Roots *x509.CertPool
+	// conch.test name and Addr; RootPEM is that certificate, for a
+	// process that reads its roots from a file (SSL_CERT_FILE).
+	Roots   *x509.CertPool
+	RootPEM []byte
 
 	git atomic.Pointer[cgi.Handler]
 
@@ -195,7 +198,7 @@ func Start(t testing.TB) *Internet {
 	s.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	s.StartTLS()
 	t.Cleanup(s.Close)
-	in.Roots = roots
+	in.Roots, in.RootPEM = roots, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
 	return in
 }
 
