@@ -190,9 +190,10 @@ func canonical(host string) string {
 // verified for name against its upstream roots. It is the only thing a
 // secret's value is written to, and only for secrets bound to name.
 type verifiedTLS struct {
-	conn  *tls.Conn
-	name  string
-	taken atomic.Bool
+	conn    *tls.Conn
+	counted *countedConn
+	name    string
+	taken   atomic.Bool
 }
 
 // tlsHandshakeTimeout bounds the handshake with a secret's host.
@@ -217,7 +218,7 @@ func (s *session) dialVerified(ctx context.Context, host string, port int) (*ver
 		_ = tc.Close()
 		return nil, err
 	}
-	return &verifiedTLS{conn: tc, name: name}, nil
+	return &verifiedTLS{conn: tc, counted: cc, name: name}, nil
 }
 
 // placeSecrets puts in h the values of the secrets whose placeholders it
@@ -267,6 +268,7 @@ func (s *session) sendSecrets(ctx context.Context, req *http.Request, host strin
 		return nil, err
 	}
 	if err := v.placeSecrets(s.pol, port, req.Header); err != nil {
+		v.counted.fail(err)
 		_ = v.conn.Close()
 		return nil, err
 	}

@@ -65,6 +65,8 @@ func TestSecretsTravelOnlyOnVerifiedTLS(t *testing.T) {
 			code: http.StatusForbidden, want: "not bound to this host", decision: "refused"},
 		{name: "https to a host it is not bound to", send: absolute("https://other.conch.test/headers", "Authorization"),
 			code: http.StatusForbidden, want: "not bound to this host", decision: "refused"},
+		{name: "a tunnel to a host it is not bound to carries the placeholder as it is", send: tunnelled("other.conch.test:443", in.Roots),
+			code: http.StatusOK, want: "Authorization: Bearer conch-secret-", decision: "allowed"},
 		{name: "https in absolute form", send: absolute("https://api.conch.test/headers", "Authorization"),
 			code: http.StatusOK, want: "Authorization: Bearer ", delivered: true, decision: "allowed"},
 		{name: "https through an intercepted tunnel", send: intercepted("api.conch.test:443"),
@@ -151,6 +153,16 @@ func intercepted(target string) func(t *testing.T, sock, p string, ca *x509.Cert
 		defer tc.Close()
 		fmt.Fprintf(tc, "GET /headers HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", host, p)
 		return readResponse(t, bufio.NewReader(tc))
+	}
+}
+
+// tunnelled opens a tunnel to target, whose TLS the proxy does not
+// terminate, and sends a GET with the placeholder in Authorization inside
+// it, trusting roots.
+func tunnelled(target string, roots *x509.CertPool) func(t *testing.T, sock, p string, _ *x509.CertPool) (int, string) {
+	return func(t *testing.T, sock, p string, _ *x509.CertPool) (int, string) {
+		t.Helper()
+		return intercepted(target)(t, sock, p, roots)
 	}
 }
 
