@@ -427,8 +427,10 @@ func TestAuditEgress(t *testing.T) {
 	d := startDev(t, "CONCH_AUDIT_FLUSH=200ms")
 	site := in.Addr.String()
 	id := newSandbox(t, d, map[string]any{"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site}}})
-	for _, c := range []string{"curl -sS http://" + site + "/audit", "curl -sS http://denied.conch.test/"} {
-		if code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": c, "timeout_seconds": 30}); code != http.StatusOK {
+	// The last command's one delivery follows 70 refusals.
+	flood := "for i in $(seq 70); do curl -s -o /dev/null http://flood$i.conch.test/; done; curl -sS http://" + site + "/delivered"
+	for _, c := range []string{"curl -sS http://" + site + "/audit", "curl -sS http://denied.conch.test/", flood} {
+		if code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": c, "timeout_seconds": 120}); code != http.StatusOK {
 			t.Fatalf("%s = %d %s", c, code, body)
 		}
 	}
@@ -439,23 +441,30 @@ func TestAuditEgress(t *testing.T) {
 			Port          int
 			BytesReceived int64 `json:"bytes_received"`
 		}
+		Outcome *struct {
+			EgressOmitted int `json:"egress_omitted"`
+		}
 	}
 	var recs []egressRecord
+	floodOmitted := -1
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		_, body := d.call("GET", "/api/v1/audit?q=curl", d.Key, nil)
+		_, body := d.call("GET", "/api/v1/audit?q=curl&page_size=1000", d.Key, nil)
 		var page struct{ Records []egressRecord }
 		_ = json.Unmarshal(body, &page)
 		recs = recs[:0]
 		for _, r := range page.Records {
-			if r.Kind == "egress" {
+			switch {
+			case r.Kind == "egress":
 				recs = append(recs, r)
+			case r.Kind == "outcome" && r.Command == flood && r.Outcome != nil:
+				floodOmitted = r.Outcome.EgressOmitted
 			}
 		}
-		if len(recs) >= 2 {
+		if len(recs) >= 2+65 && floodOmitted >= 0 {
 			break
 		}
 	}
-	var allowed, denied bool
+	var allowed, denied, delivered bool
 	for _, r := range recs {
 		if r.Egress == nil || r.Sandbox != id {
 			t.Fatalf("egress record without its connection or sandbox: %+v", r)
@@ -465,9 +474,11 @@ func TestAuditEgress(t *testing.T) {
 			allowed = true
 		case r.Decision == "refused" && r.Egress.Host == "denied.conch.test" && r.Egress.Port == 80:
 			denied = true
+		case r.Decision == "allowed" && r.Command == flood && r.Egress.BytesReceived > 0:
+			delivered = true
 		}
 	}
-	if !allowed || !denied {
-		t.Fatalf("egress records: %+v", recs)
+	if !allowed || !denied || !delivered || floodOmitted != 6 {
+		t.Fatalf("egress records: %d, the flood's delivery kept %v, its outcome says %d omitted: %+v", len(recs), delivered, floodOmitted, recs)
 	}
 }

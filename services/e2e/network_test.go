@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,7 +19,9 @@ import (
 // else; a request narrows the gateway's allowlist but cannot widen it.
 func TestNetworkEgress(t *testing.T) {
 	in := testnet.Start(t)
-	d := startDev(t)
+	// The proxy verifies a secret's host against the system's roots: here
+	// the test internet's, beside the machine's own.
+	d := startDev(t, "SSL_CERT_FILE="+trustBundle(t, in))
 	site := in.Addr.String()
 	router, _ := url.Parse(d.URL)
 
@@ -48,6 +52,21 @@ func TestNetworkEgress(t *testing.T) {
 		code, body := d.call("GET", "/api/v1/sandboxes/"+id, d.Key, nil)
 		if code != http.StatusOK || !strings.Contains(string(body), `"mode":"allowlist"`) {
 			t.Errorf("sandbox = %d %s", code, body)
+		}
+		// A delivery after many refusals stays in the result, and what is
+		// left out is counted.
+		flood := "for i in $(seq 70); do curl -s -o /dev/null http://denied$i.conch.test/; done; curl -sS http://" + site + "/flood"
+		code, body = d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": flood, "timeout_seconds": 120})
+		var r struct {
+			Stdout        string
+			Egress        []struct{ Host, Decision string }
+			EgressOmitted int `json:"egress_omitted"`
+		}
+		if err := json.Unmarshal(body, &r); code != http.StatusOK || err != nil {
+			t.Fatalf("flood = %d %s", code, body)
+		}
+		if n := len(r.Egress); !strings.Contains(r.Stdout, testnet.Greeting) || n != 65 || r.Egress[n-1].Host != site || r.Egress[n-1].Decision != "allowed" || r.EgressOmitted != 6 {
+			t.Errorf("flood: %d connections listed, %d omitted: %s", n, r.EgressOmitted, body)
 		}
 	})
 
@@ -159,22 +178,56 @@ func TestNetworkEgress(t *testing.T) {
 		}
 	})
 
-	t.Run("a secret reaches its domain, never the sandbox", func(t *testing.T) {
+	t.Run("a secret reaches its domain over verified TLS, never the sandbox", func(t *testing.T) {
 		const secret = "tok-e2e-9731"
 		createGateway(t, d, map[string]any{"name": "egress-secret", "shell": map[string]any{"enabled": true,
 			"network": map[string]any{"mode": "allowlist", "allowed_domains": []string{site, "api.example.com"},
 				"secrets": []any{map[string]any{"env": "SITE_TOKEN", "value": secret, "domains": []string{site}, "header": "Authorization"}}}},
 			"upstream": map[string]any{"provider": "openai", "base_url": shellScript(t,
+				`curl -sS -H "Authorization: Bearer $SITE_TOKEN" https://`+site+`/headers`,
 				`curl -sS -H "Authorization: Bearer $SITE_TOKEN" http://`+site+`/headers`,
 				`env | grep -c tok-e2e-973[1]; echo "$SITE_TOKEN"`).URL, "model": "m"}})
 		code, body := d.call("GET", "/api/v1/gateways/egress-secret", d.Key, nil)
 		if code != http.StatusOK || strings.Contains(string(body), secret) || !strings.Contains(string(body), `"value_set":true`) {
 			t.Fatalf("gateway = %d %s", code, body)
 		}
-		res, _ := completeShell(t, d, "egress-secret", nil)
-		if len(res) != 2 || !strings.Contains(res[0].Stdout, "Authorization: Bearer "+secret) ||
-			!strings.HasPrefix(res[1].Stdout, "0\nconch-secret-") {
+		cleartext := "conch: the secret for " + site + " is only sent over https"
+		res, resp := completeShell(t, d, "egress-secret", nil)
+		if len(res) != 3 || !strings.Contains(res[0].Stdout, "Authorization: Bearer "+secret) ||
+			strings.TrimSpace(res[1].Stdout) != cleartext || !strings.HasPrefix(res[2].Stdout, "0\nconch-secret-") {
 			t.Fatalf("results = %+v", res)
 		}
+		var conch struct {
+			Egress []struct{ Host, Decision, Reason string }
+		}
+		if err := json.Unmarshal([]byte(resp.JSON.ExtraFields["conch"].Raw()), &conch); err != nil {
+			t.Fatal(err)
+		}
+		if e := conch.Egress; len(e) != 2 || e[0].Decision != "allowed" || e[1].Host != site || e[1].Decision != "refused" || e[1].Reason != cleartext {
+			t.Fatalf("conch.egress = %+v", e)
+		}
+		for _, r := range in.Requests() {
+			if strings.Contains(r.Head, secret) && !r.TLS {
+				t.Fatalf("the internet read the secret in cleartext:\n%s", r.Head)
+			}
+		}
 	})
+}
+
+// trustBundle writes the machine's root certificates and the test
+// internet's to a file, and returns its path.
+func trustBundle(t *testing.T, in *testnet.Internet) string {
+	t.Helper()
+	var bundle []byte
+	for _, f := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"} {
+		if b, err := os.ReadFile(f); err == nil {
+			bundle = append(b, '\n')
+			break
+		}
+	}
+	path := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(path, append(bundle, in.RootPEM...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

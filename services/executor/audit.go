@@ -26,34 +26,35 @@ var (
 // service's record of its verdict (linked by the trace id).
 func WithAudit(w AuditSink) Option { return func(s *Service) { s.audit = w } }
 
-// auditOutcome records the end of a command that ran, or could not. In
-// sync mode (exec.audit) the record is written before the result returns,
-// and a record that cannot be written is an error.
-func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParams, res *Result, err error) error {
+// auditOutcome records the end of a command that ran, or could not, and
+// the connections seen while it ran. In sync mode (exec.audit) the records
+// are written before the result returns, and a record that cannot be
+// written is an error.
+func (s *Service) auditOutcome(ctx context.Context, account string, p *ExecParams, res *Result, err error, seen egressSeen) error {
 	if s.audit == nil || (res == nil && err == nil) {
 		return nil // moved to the background: recorded by auditBackground when it ends
 	}
 	r := outcomeRecord(ctx, account, p)
 	if err != nil {
 		r.Outcome.Error = err.Error()
-		return s.writeAudit(ctx, p, r, nil)
+		return s.writeAudit(ctx, p, r, seen)
 	}
-	r.Outcome.DurationMs = res.Duration.Milliseconds()
+	setOutcome(r.Outcome, res)
 	r.Outcome.StdoutBytes, r.Outcome.StderrBytes = int64(len(res.Stdout)), int64(len(res.Stderr))
 	r.Outcome.Truncated = res.StdoutTruncated || res.StderrTruncated
-	return s.writeAudit(ctx, p, r, res)
+	return s.writeAudit(ctx, p, r, seen)
 }
 
 // auditBackground records the end of a command that moved to the
 // background: proc is its process as it ended.
-func (s *Service) auditBackground(ctx context.Context, account string, p *ExecParams, res *Result, proc process.Snapshot) error {
+func (s *Service) auditBackground(ctx context.Context, account string, p *ExecParams, res *Result, proc process.Snapshot, seen egressSeen) error {
 	if s.audit == nil {
 		return nil
 	}
 	r := outcomeRecord(ctx, account, p)
-	r.Outcome.DurationMs = res.Duration.Milliseconds()
+	setOutcome(r.Outcome, res)
 	r.Outcome.ProcessID, r.Outcome.OutputBytes = proc.ID, proc.OutputBytes
-	return s.writeAudit(ctx, p, r, res)
+	return s.writeAudit(ctx, p, r, seen)
 }
 
 func outcomeRecord(ctx context.Context, account string, p *ExecParams) audit.Record {
@@ -68,24 +69,26 @@ func outcomeRecord(ctx context.Context, account string, p *ExecParams) audit.Rec
 	return r
 }
 
-// writeAudit writes r, completed from res when the command ran, and each
-// connection res lists after it, with the same context.
-func (s *Service) writeAudit(ctx context.Context, p *ExecParams, r audit.Record, res *Result) error {
-	if res != nil {
-		r.Outcome.Error = res.Error
-		r.Outcome.TimedOut = res.Outcome == OutcomeTimeout
-		if res.Outcome == OutcomeExit {
-			r.Outcome.ExitCode = res.ExitCode
-		}
+// setOutcome completes o from the result of a command that ran.
+func setOutcome(o *audit.Outcome, res *Result) {
+	o.DurationMs = res.Duration.Milliseconds()
+	o.Error = res.Error
+	o.TimedOut = res.Outcome == OutcomeTimeout
+	if res.Outcome == OutcomeExit {
+		o.ExitCode = res.ExitCode
 	}
+}
+
+// writeAudit writes r, then a record of each connection seen kept, with
+// the same context; r's outcome says how many more there were.
+func (s *Service) writeAudit(ctx context.Context, p *ExecParams, r audit.Record, seen egressSeen) error {
+	r.Outcome.EgressOmitted = seen.omitted
 	recs := []audit.Record{r}
-	if res != nil {
-		for _, c := range res.Egress {
-			e := r
-			e.Kind, e.Outcome, e.Decision, e.Reason = audit.KindEgress, nil, c.GetDecision(), c.GetReason()
-			e.Egress = &audit.Egress{Host: c.GetHost(), Port: c.GetPort(), Address: c.GetAddress(), BytesSent: c.GetBytesSent(), BytesReceived: c.GetBytesReceived(), DurationMs: c.GetDurationMs()}
-			recs = append(recs, e)
-		}
+	for _, c := range seen.conns {
+		e := r
+		e.Kind, e.Outcome, e.Decision, e.Reason = audit.KindEgress, nil, c.GetDecision(), c.GetReason()
+		e.Egress = &audit.Egress{Host: c.GetHost(), Port: c.GetPort(), Address: c.GetAddress(), BytesSent: c.GetBytesSent(), BytesReceived: c.GetBytesReceived(), DurationMs: c.GetDurationMs()}
+		recs = append(recs, e)
 	}
 	last := len(recs) - 1
 	for _, x := range recs[:last] {

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/internal/audit"
@@ -81,6 +82,37 @@ func (f *AuditForwarder) Run(ctx context.Context) error {
 	})
 }
 
+// Bounds of one RecordRuns call: the approval service takes at most 1000
+// records a call, and a gRPC message of 4 MiB is one every server takes
+// (THREATS D.25). Every connection of a command is a record that repeats
+// its command, up to 1 MiB, so the count alone does not bound the bytes.
+const (
+	maxRunRecords = 1000
+	maxRunBytes   = 4<<20 - 64<<10
+)
+
+// nextRuns is the records at the head of recs that one call carries:
+// those of the first record's account, within the bounds above; the first
+// record goes even when it alone is larger.
+func nextRuns(recs []audit.Record) []*approvalv1.AuditRecord {
+	var out []*approvalv1.AuditRecord
+	size := 0
+	for _, r := range recs {
+		if len(out) == maxRunRecords || r.Account != recs[0].Account {
+			break
+		}
+		p := audit.ToProto(r)
+		// A repeated field's element costs its size and a few bytes of
+		// tag and length.
+		n := proto.Size(p) + 8
+		if len(out) > 0 && size+n > maxRunBytes {
+			break
+		}
+		out, size = append(out, p), size+n
+	}
+	return out
+}
+
 // flush sends every buffered record, a call per account in order; what
 // was not sent stays buffered for the next try.
 func (f *AuditForwarder) flush(ctx context.Context, sync bool) error {
@@ -93,19 +125,11 @@ func (f *AuditForwarder) flush(ctx context.Context, sync bool) error {
 	done := 0
 	var err error
 	for done < len(batch) {
-		acc := batch[done].Account
-		n := 1
-		for done+n < len(batch) && batch[done+n].Account == acc && n < 1000 {
-			n++
-		}
-		req := &approvalv1.RecordRunsRequest{Sync: sync}
-		for _, r := range batch[done : done+n] {
-			req.Records = append(req.Records, audit.ToProto(r))
-		}
-		if _, err = f.client.RecordRuns(tenant.With(ctx, tenant.Scope{Account: acc}), req); err != nil {
+		req := &approvalv1.RecordRunsRequest{Sync: sync, Records: nextRuns(batch[done:])}
+		if _, err = f.client.RecordRuns(tenant.With(ctx, tenant.Scope{Account: batch[done].Account}), req); err != nil {
 			break
 		}
-		done += n
+		done += len(req.Records)
 	}
 	if done < len(batch) {
 		f.mu.Lock()

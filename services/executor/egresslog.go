@@ -1,34 +1,35 @@
 package executor
 
 import (
+	"math"
 	"sync"
 	"time"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
+	"github.com/conch-sh/conch/services/internal/egress"
 )
 
-// Bounds of what a sandbox's egress log keeps and a command reports.
-const (
-	maxEgressLog      = 256
-	maxEgressReported = 64
-	// egressSettle is how long a finished command waits for the proxy to
-	// see its connections end: they close as its processes exit.
-	egressSettle = 250 * time.Millisecond
-)
+// egressSettle is how long a finished command waits for the proxy to see
+// its connections end: they close as its processes exit.
+const egressSettle = 250 * time.Millisecond
 
-// egressLog keeps the last connections a sandbox's proxy reported, so that
-// each command can say which ended while it ran (SPEC §4 network,
-// visibility).
+// egressLog hands the connections a sandbox's proxy reports, as they end,
+// to the report of every command running in the sandbox meanwhile (SPEC
+// §4 network, visibility): a command reports the connections that ended
+// while it ran, by any of the sandbox's processes, as egress.Report keeps
+// them — every delivery before any refusal, and the exact count of what
+// it leaves out.
 type egressLog struct {
 	mu      sync.Mutex
-	seq     int64 // records ever added
-	open    int   // connections opened and not ended
-	recs    []egressproxy.Record
+	open    int // connections opened and not ended
+	watches map[*egressWatch]struct{}
 	changed chan struct{} // closed and replaced on every change
 }
 
-func newEgressLog() *egressLog { return &egressLog{changed: make(chan struct{})} }
+func newEgressLog() *egressLog {
+	return &egressLog{watches: map[*egressWatch]struct{}{}, changed: make(chan struct{})}
+}
 
 func (l *egressLog) opened() {
 	l.mu.Lock()
@@ -40,13 +41,19 @@ func (l *egressLog) opened() {
 func (l *egressLog) add(r egressproxy.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r.Decision == "allowed" && l.open > 0 {
+	// A connection the proxy made ends with its address, allowed or
+	// given up after (failed).
+	if r.Address != "" && l.open > 0 {
 		l.open--
 	}
-	l.seq++
-	l.recs = append(l.recs, r)
-	if len(l.recs) > maxEgressLog {
-		l.recs = append(l.recs[:0], l.recs[len(l.recs)-maxEgressLog:]...)
+	if len(l.watches) > 0 {
+		c := &executorv1.EgressConnection{
+			Host: r.Host, Port: int32(r.Port), Address: r.Address, Decision: r.Decision, Reason: r.Reason,
+			BytesSent: r.BytesSent, BytesReceived: r.BytesReceived, DurationMs: r.Duration.Milliseconds(),
+		}
+		for w := range l.watches {
+			w.report.Add(c, r.Decision == "allowed")
+		}
 	}
 	l.notify()
 }
@@ -56,17 +63,37 @@ func (l *egressLog) notify() {
 	l.changed = make(chan struct{})
 }
 
-// mark is where a command's records start.
-func (l *egressLog) mark() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.seq
+// egressWatch is one command's report of its sandbox's connections, from
+// watch until take.
+type egressWatch struct {
+	l      *egressLog
+	report egress.Report[*executorv1.EgressConnection] // guarded by l.mu
 }
 
-// since waits up to settle for the sandbox's open connections to end,
-// then returns the records added after mark, at most maxEgressReported,
-// and how many more there were.
-func (l *egressLog) since(mark int64, settle time.Duration) ([]*executorv1.EgressConnection, int32) {
+// watch starts a command's report; take ends it.
+func (l *egressLog) watch() *egressWatch {
+	w := &egressWatch{l: l}
+	l.mu.Lock()
+	l.watches[w] = struct{}{}
+	l.mu.Unlock()
+	return w
+}
+
+// egressSeen is what a command reports of its sandbox's connections: those
+// kept, and how many more ended while it ran.
+type egressSeen struct {
+	conns   []*executorv1.EgressConnection
+	omitted int32
+}
+
+// take waits up to settle for the sandbox's open connections to end, then
+// ends the report and returns it. A nil watch (a command outside any
+// sandbox with network) reports nothing.
+func (w *egressWatch) take(settle time.Duration) egressSeen {
+	if w == nil {
+		return egressSeen{}
+	}
+	l := w.l
 	deadline := time.NewTimer(settle)
 	defer deadline.Stop()
 	for {
@@ -85,14 +112,6 @@ func (l *egressLog) since(mark int64, settle time.Duration) ([]*executorv1.Egres
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := int(l.seq - mark)
-	recs := l.recs[max(len(l.recs)-n, 0):]
-	out := make([]*executorv1.EgressConnection, 0, min(len(recs), maxEgressReported))
-	for _, r := range recs[:min(len(recs), maxEgressReported)] {
-		out = append(out, &executorv1.EgressConnection{
-			Host: r.Host, Port: int32(r.Port), Address: r.Address, Decision: r.Decision, Reason: r.Reason,
-			BytesSent: r.BytesSent, BytesReceived: r.BytesReceived, DurationMs: r.Duration.Milliseconds(),
-		})
-	}
-	return out, int32(n - len(out))
+	delete(l.watches, w)
+	return egressSeen{conns: w.report.Kept(), omitted: int32(min(w.report.Omitted(), math.MaxInt32))}
 }

@@ -78,7 +78,9 @@ type Result struct {
 	ExitCode                         int
 	Error                            string
 	Duration                         time.Duration
-	// Egress are the sandbox's connections that ended while it ran.
+	// Egress are the sandbox's connections that ended while it ran, as
+	// egress.Report keeps them; EgressOmitted counts exactly those left
+	// out.
 	Egress        []*executorv1.EgressConnection
 	EgressOmitted int32
 }
@@ -150,28 +152,41 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 		t.e.touch()
 		defer t.e.touch()
 	}
-	var egressMark int64
+	var watch *egressWatch
 	if inSandbox && t.e.egress != nil {
-		egressMark = t.e.egress.mark()
+		watch = t.e.egress.watch()
 	}
 	// A command moved to the background is recorded when it ends, with the
-	// connections it made until then.
-	ended := func(ctx context.Context, res *Result, proc process.Snapshot) {
-		if inSandbox && t.e.egress != nil {
-			res.Egress, res.EgressOmitted = t.e.egress.since(egressMark, egressSettle)
-		}
-		if err := s.auditBackground(ctx, account, &p, res, proc); err != nil {
-			s.log.WarnContext(ctx, "audit record of a background command not written", "sandbox", p.SandboxID, "process", proc.ID, "error", err)
+	// connections that ended until then; the others are recorded here.
+	moved := false
+	background := func() backgroundEnd {
+		moved = true
+		return func(ctx context.Context, res *Result, proc process.Snapshot) {
+			seen := watch.take(egressSettle)
+			res.Egress, res.EgressOmitted = seen.conns, seen.omitted
+			if err := s.auditBackground(ctx, account, &p, res, proc, seen); err != nil {
+				s.log.WarnContext(ctx, "audit record of a background command not written", "sandbox", p.SandboxID, "process", proc.ID, "error", err)
+			}
 		}
 	}
-	res, err = s.run(ctx, t.e, t.start, p, ev, ended)
+	res, err = s.run(ctx, t.e, t.start, p, ev, background)
+	var seen egressSeen
+	if !moved {
+		// A command that failed is recorded with the connections that
+		// ended until now, without waiting for the rest.
+		settle := egressSettle
+		if err != nil || res == nil {
+			settle = 0
+		}
+		seen = watch.take(settle)
+	}
 	defer func() {
-		if aerr := s.auditOutcome(ctx, account, &p, res, err); aerr != nil && err == nil {
+		if aerr := s.auditOutcome(ctx, account, &p, res, err, seen); aerr != nil && err == nil {
 			res, err = nil, aerr
 		}
 	}()
-	if err == nil && res != nil && inSandbox && t.e.egress != nil {
-		res.Egress, res.EgressOmitted = t.e.egress.since(egressMark, egressSettle)
+	if err == nil && res != nil {
+		res.Egress, res.EgressOmitted = seen.conns, seen.omitted
 	}
 	if err == nil && res != nil && inSandbox && t.e.persistent {
 		// A result is only returned once its writes are durable.
@@ -233,9 +248,9 @@ func (q *pending) stop() {
 }
 
 // run runs one command started by start; e, when not nil, keeps its
-// process records. A command moved to the background calls ended when its
-// process has ended.
-func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options) (proc, error), p ExecParams, ev ExecEvents, ended backgroundEnd) (*Result, error) {
+// process records. A command moved to the background asks background,
+// as it moves, for what receives its end when its process has ended.
+func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options) (proc, error), p ExecParams, ev ExecEvents, background func() backgroundEnd) (*Result, error) {
 	stdout, stderr := newCapture(p.MaxOutput), newCapture(p.MaxOutput)
 	q := &pending{notify: make(chan struct{}, 1), live: !p.Background}
 	budget := budgetFor(p.MaxOutput)
@@ -356,7 +371,7 @@ func (s *Service) run(ctx context.Context, e *entry, start func(sandbox.Options)
 				_ = proc.Kill()
 				return nil, err
 			}
-			go s.finishInBackground(trace.LinkFromContext(ctx), e, proc, r, !p.outside() && e.persistent, time.Until(started.Add(p.Timeout)), ended)
+			go s.finishInBackground(trace.LinkFromContext(ctx), e, proc, r, !p.outside() && e.persistent, time.Until(started.Add(p.Timeout)), background())
 			return nil, ev.Backgrounded(pid)
 		case <-ctx.Done():
 			// A caller that goes away stops the work it started.

@@ -8,7 +8,11 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
+	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/conchtest/testnet"
+	"github.com/conch-sh/conch/services/internal/egress"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
 // TestSandboxEgress checks, from inside real sandboxes, that the proxy is
@@ -167,10 +171,18 @@ func TestSandboxSecrets(t *testing.T) {
 		}
 		return r.GetStdout() + r.GetStderr()
 	}
+	const cleartext = "conch: the secret for api.conch.test is only sent over https"
 	cases := []struct{ name, cmd, want string }{
 		{"curl over https, the proxy's CA trusted", `curl -sS -H "Authorization: Bearer $API_TOKEN" https://api.conch.test/headers`, "Authorization: Bearer " + secret},
 		{"python over https", `python3 -c 'import os, urllib.request; print(urllib.request.urlopen(urllib.request.Request("https://api.conch.test/headers", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})).read().decode())'`, "Authorization: Bearer " + secret},
-		{"plain http", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`, "Authorization: Bearer " + secret},
+		{"plain http is refused", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers; curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`, cleartext + "\n403"},
+		{"plain http to the https port is refused", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test:443/headers`, cleartext},
+		{"python over plain http sees the refusal", `python3 -c '
+import os, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(urllib.request.Request("http://api.conch.test/headers", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}))
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())'`, "403 " + cleartext},
 		{"git over https verifies the proxy's CA", `git -c http.extraHeader="Authorization: Bearer $API_TOKEN" ls-remote https://api.conch.test/git/repo.git`, head + "\trefs/heads/main"},
 		{"another host", `curl -sS -H "Authorization: Bearer $API_TOKEN" http://other.conch.test/headers`, "conch: egress to other.conch.test:80 is not allowed by gateway research: the request carries a secret's placeholder (header Authorization) that is not bound to this host"},
 		{"another header", `curl -sS -H "X-Token: $API_TOKEN" https://api.conch.test/headers`, "(header X-Token) that is not bound"},
@@ -188,5 +200,106 @@ func TestSandboxSecrets(t *testing.T) {
 				t.Fatalf("%s:\n%s\nwant %q", c.cmd, out, c.want)
 			}
 		})
+	}
+	t.Run("the refusal is in the command's record", func(t *testing.T) {
+		s, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: `curl -sS -H "Authorization: Bearer $API_TOKEN" http://api.conch.test/headers`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := collect(t, s)
+		eg := ev.finished.GetEgress()
+		if len(eg) != 1 || eg[0].GetDecision() != "refused" || eg[0].GetReason() != cleartext || eg[0].GetHost() != "api.conch.test" || eg[0].GetAddress() != "" {
+			t.Fatalf("egress %v", eg)
+		}
+	})
+	// What reached the internet: the secret only ever over TLS.
+	delivered := false
+	for _, r := range in.Requests() {
+		if strings.Contains(r.Head, secret) {
+			if !r.TLS {
+				t.Fatalf("the internet read the secret in cleartext:\n%s", r.Head)
+			}
+			delivered = true
+		}
+	}
+	if !delivered {
+		t.Fatal("the secret never reached its domain")
+	}
+}
+
+// TestEgressRecordKeepsDeliveries checks that a command's record keeps
+// the connection that delivered data however many refused ones came
+// before it, and says exactly how many it left out, in the result and in
+// the audit trail.
+func TestEgressRecordKeepsDeliveries(t *testing.T) {
+	in := testnet.Start(t)
+	st, err := fsstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := audit.NewWriter(audit.Config{Store: st, Etcd: etcdxtest.StartForTest(t), Name: "egress-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := startExecutor(t, WithAudit(w), WithEgress(egressproxy.New(egressproxy.Config{Resolver: &testnet.Resolver{Internet: in}})))
+	ctx := as(t, "acme")
+	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{
+		Network: &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"api.conch.test"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetId()
+	t.Cleanup(func() { _, _ = x.client.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}) })
+	const refusals = 70
+	cmd := fmt.Sprintf("for i in $(seq %d); do curl -s -o /dev/null http://denied$i.conch.test/; done; curl -sS http://api.conch.test/delivered", refusals)
+	s, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: cmd, TimeoutSeconds: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := collect(t, s)
+	if !strings.Contains(ev.stdout.String(), testnet.Greeting+" api.conch.test/delivered") {
+		t.Fatalf("output %q %q", ev.stdout.String(), ev.stderr.String())
+	}
+	wantOmitted := refusals - egress.MaxOtherReported
+	delivered := func(host string, decision string, received int64) bool {
+		return host == "api.conch.test" && decision == "allowed" && received > 0
+	}
+	found := false
+	for _, c := range ev.finished.GetEgress() {
+		found = found || delivered(c.GetHost(), c.GetDecision(), c.GetBytesReceived())
+	}
+	if !found || int(ev.finished.GetEgressOmitted()) != wantOmitted || len(ev.finished.GetEgress()) != egress.MaxOtherReported+1 {
+		t.Fatalf("result: %d connections, delivery kept %v, %d omitted (want %d)", len(ev.finished.GetEgress()), found, ev.finished.GetEgressOmitted(), wantOmitted)
+	}
+
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := audit.Read(ctx, st, audit.Query{Accounts: []string{"acme"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, egressRecs, omitted := false, 0, -1
+	for _, r := range recs {
+		switch r.Kind {
+		case audit.KindEgress:
+			egressRecs++
+			found = found || delivered(r.Egress.Host, r.Decision, r.Egress.BytesReceived)
+		case audit.KindOutcome:
+			omitted = int(r.Outcome.EgressOmitted)
+		}
+	}
+	if !found || egressRecs != egress.MaxOtherReported+1 || omitted != wantOmitted {
+		t.Fatalf("audit: %d egress records, delivery kept %v, outcome says %d omitted (want %d)", egressRecs, found, omitted, wantOmitted)
+	}
+
+	// The REST form of a command shows its connections too.
+	r, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "curl -s http://denied.conch.test/; curl -s http://api.conch.test/rest", TimeoutSeconds: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eg := r.GetEgress(); len(eg) != 2 || eg[0].GetDecision() != "refused" || !delivered(eg[1].GetHost(), eg[1].GetDecision(), eg[1].GetBytesReceived()) || r.GetEgressOmitted() != 0 {
+		t.Fatalf("RunCommand egress %v, %d omitted", eg, r.GetEgressOmitted())
 	}
 }

@@ -12,4 +12,17 @@
 // connection, so that a name re-pointed between two lookups gains nothing.
 // A refusal is an answer, never a hang: HTTP 403 with a message naming the
 // host, port and gateway, or SOCKS5 "not allowed by ruleset".
+//
+// A secret (Policy.Secrets) is bound to domains; the sandbox holds only
+// its placeholder. The proxy puts the value in a request's headers only
+// for a domain the secret is bound to, and only on a connection it made
+// itself for that request and whose TLS it verified for that very name
+// against its upstream roots (sendSecrets), after the handshake: the
+// request goes on that connection and no other. A placeholder in a
+// request to any other host is refused; one in a request that would
+// travel in cleartext (absolute-form http://, any port) is refused with
+// 403 "conch: the secret for <domain> is only sent over https"; a
+// connection whose TLS is not verified is closed before anything is sent
+// (502, recorded failed). Placeholders elsewhere than in headers are never
+// replaced.
 package egressproxy

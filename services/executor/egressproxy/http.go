@@ -11,9 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 )
 
 type roundTripper interface {
@@ -37,16 +34,19 @@ func (s *session) newTransport() *http.Transport {
 			}
 			return s.counted(up, done), nil
 		},
-		TLSHandshakeTimeout: 10 * time.Second,
+		TLSHandshakeTimeout: tlsHandshakeTimeout,
 		// One upstream connection per request: a connection is reported
 		// (Policy.OnConnection) with the command that made it, not when
 		// an idle pool lets it go.
 		DisableKeepAlives:     true,
-		ResponseHeaderTimeout: 5 * time.Minute,
+		ResponseHeaderTimeout: responseHeaderTimeout,
 	}
 	s.rt = t
 	return t
 }
+
+// responseHeaderTimeout bounds the wait for an upstream's answer.
+const responseHeaderTimeout = 5 * time.Minute
 
 // hopHeaders are a proxy's own, never forwarded.
 var hopHeaders = []string{
@@ -71,6 +71,7 @@ func (s *session) http(ctx context.Context, c net.Conn, br *bufio.Reader) {
 			}
 			if s.pol.CA != nil && len(s.secretsFor(host)) > 0 {
 				if err := s.check(ctx, host, port); err != nil {
+					s.refuse(ctx, host, port, err)
 					writeDialError(c, err)
 					return
 				}
@@ -88,12 +89,12 @@ func (s *session) http(ctx context.Context, c net.Conn, br *bufio.Reader) {
 			s.track(up)
 			if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 				s.untrack(up)
-				done(0, 0)
+				done(0, 0, nil)
 				return
 			}
 			sent, received := s.tunnel(c, br, up)
 			s.untrack(up)
-			done(sent, received)
+			done(sent, received, nil)
 			return
 		}
 		if !s.forward(ctx, c, req) {
@@ -120,26 +121,37 @@ func (s *session) forward(ctx context.Context, c net.Conn, req *http.Request) bo
 	}
 	// Refuse before reading the body or touching the transport.
 	if err := s.check(ctx, host, port); err != nil {
-		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "refused")))
-		s.record(Record{Host: host, Port: port, Decision: "refused", Reason: err.Error(), Start: time.Now()})
+		s.refuse(ctx, host, port, err)
 		writeDialError(c, err)
 		return !req.Close && drain(req)
 	}
-	if err := s.placeSecrets(host, port, req.Header); err != nil {
-		s.record(Record{Host: host, Port: port, Decision: "refused", Reason: err.Error(), Start: time.Now()})
+	for _, h := range hopHeaders {
+		req.Header.Del(h)
+	}
+	// A secret's value goes only where TLS verified for its domain
+	// takes it: never in cleartext, and never on a connection that
+	// anything but sendSecrets made.
+	secrets, err := carriesSecrets(s.pol, host, port, req.Header)
+	if err == nil && secrets && req.URL.Scheme != "https" {
+		err = &Cleartext{Domain: canonical(host)}
+	}
+	if err != nil {
+		s.refuse(ctx, host, port, err)
 		writeDialError(c, err)
 		return false
 	}
 	// The answer may have taken a human's time; the body is read now.
 	_ = c.SetReadDeadline(time.Now().Add(s.p.cfg.HandshakeTimeout))
-	for _, h := range hopHeaders {
-		req.Header.Del(h)
-	}
 	req.RequestURI = ""
 	// The host that was judged is the host asked: a different Host
 	// header would reach another site behind the same address.
 	req.Host = req.URL.Host
-	resp, err := s.rt.RoundTrip(req.WithContext(ctx))
+	var resp *http.Response
+	if secrets {
+		resp, err = s.sendSecrets(ctx, req, host, port)
+	} else {
+		resp, err = s.rt.RoundTrip(req.WithContext(ctx))
+	}
 	if err != nil {
 		writeDialError(c, err)
 		return false
@@ -170,13 +182,19 @@ func drain(req *http.Request) bool {
 }
 
 // writeDialError answers a connection that was not made: 403 for a
-// refusal, 502 for a failure.
+// refusal (a secret in cleartext among them), 502 for a failure.
 func writeDialError(c net.Conn, err error) {
 	var r *Refused
 	if errors.As(err, &r) {
 		writeError(c, http.StatusForbidden, r.Error())
 		return
 	}
+	var clear *Cleartext
+	if errors.As(err, &clear) {
+		writeError(c, http.StatusForbidden, clear.Error())
+		return
+	}
+
 	var l *Limited
 	if errors.As(err, &l) {
 		writeError(c, http.StatusTooManyRequests, l.Error())

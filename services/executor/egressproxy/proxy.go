@@ -376,9 +376,11 @@ func (s *session) handle(ctx context.Context, c net.Conn) {
 }
 
 // connect decides on and dials one connection of the sandbox, with a span
-// and metrics; done reports its bytes when it ends. Every connection,
-// allowed or not, ends as one Record.
-func (s *session) connect(ctx context.Context, kind, host string, port int) (net.Conn, func(sent, received int64), error) {
+// and metrics; done reports its bytes when it ends, and why it failed
+// when something the proxy requires of it after the dial did not hold
+// (its TLS not verified). Every connection, allowed or not, ends as one
+// Record.
+func (s *session) connect(ctx context.Context, kind, host string, port int) (net.Conn, func(sent, received int64, err error), error) {
 	start := time.Now()
 	ctx, span := tracer.Start(ctx, "executor.egress")
 	span.SetAttributes(attribute.String("conch.egress.kind", kind), attribute.String("conch.egress.host", host),
@@ -401,7 +403,8 @@ func (s *session) connect(ctx context.Context, kind, host string, port int) (net
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
 		connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", rec.Decision)))
-		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", host, "port", port, "decision", rec.Decision, "err", err)
+		s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", egress.Clip(host, egress.MaxHostReported),
+			"port", port, "decision", rec.Decision, "err", egress.Clip(err.Error(), egress.MaxReasonReported))
 		s.record(rec)
 		return nil, nil, err
 	}
@@ -412,10 +415,15 @@ func (s *session) connect(ctx context.Context, kind, host string, port int) (net
 	span.SetAttributes(attribute.String("conch.egress.decision", "allowed"), attribute.String("conch.egress.address", rec.Address))
 	connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "allowed")))
 	var once sync.Once
-	return up, func(sent, received int64) {
+	return up, func(sent, received int64, err error) {
 		once.Do(func() {
 			<-s.upstreams
 			rec.BytesSent, rec.BytesReceived, rec.Duration = sent, received, time.Since(start)
+			if err != nil {
+				rec.Decision, rec.Reason = "failed", err.Error()
+				span.SetAttributes(attribute.String("conch.egress.decision", rec.Decision))
+				span.SetStatus(codes.Error, err.Error())
+			}
 			egressBytes.Add(ctx, sent, metric.WithAttributes(attribute.String("direction", "sent")))
 			egressBytes.Add(ctx, received, metric.WithAttributes(attribute.String("direction", "received")))
 			span.SetAttributes(attribute.Int64("conch.egress.bytes_sent", sent), attribute.Int64("conch.egress.bytes_received", received),
@@ -449,7 +457,19 @@ func (s *session) open(ctx context.Context, host string, port int) (net.Conn, ne
 	return up, addr, nil
 }
 
+// refuse records a request refused before any connection was made for
+// it.
+func (s *session) refuse(ctx context.Context, host string, port int, err error) {
+	connections.Add(ctx, 1, metric.WithAttributes(attribute.String("decision", "refused")))
+	s.p.cfg.Log.InfoContext(ctx, "egress not connected", "gateway", s.pol.Gateway, "host", egress.Clip(host, egress.MaxHostReported),
+		"port", port, "decision", "refused", "err", egress.Clip(err.Error(), egress.MaxReasonReported))
+	s.record(Record{Host: host, Port: port, Decision: "refused", Reason: err.Error(), Start: time.Now()})
+}
+
+// record reports r, its host and reason cut to what a report keeps: a
+// host the sandbox wrote may be any length.
 func (s *session) record(r Record) {
+	r.Host, r.Reason = egress.Clip(r.Host, egress.MaxHostReported), egress.Clip(r.Reason, egress.MaxReasonReported)
 	if s.pol.OnConnection != nil {
 		s.pol.OnConnection(r)
 	}
@@ -457,12 +477,16 @@ func (s *session) record(r Record) {
 
 // Record is one connection a sandbox asked for, as it ended.
 type Record struct {
+	// Host is as the client asked for it, cut to
+	// egress.MaxHostReported bytes.
 	Host string
 	Port int
 	// Address is what the proxy connected to; empty when it did not.
 	Address string
 	// Decision is allowed, refused, failed or limited; Reason says why
-	// for all but allowed.
+	// for all but allowed (cut to egress.MaxReasonReported bytes). A
+	// connection made and then given up, as one to a secret's host whose
+	// TLS is not verified, is failed with an Address.
 	Decision, Reason string
 	// BytesSent from the sandbox and BytesReceived by it.
 	BytesSent, BytesReceived int64
@@ -554,13 +578,17 @@ type countedConn struct {
 	s              *session
 	sent, received atomic.Int64
 	once           sync.Once
-	done           func(sent, received int64)
+	done           func(sent, received int64, err error)
+	failed         atomic.Pointer[error]
 }
 
-func (s *session) counted(c net.Conn, done func(sent, received int64)) net.Conn {
+func (s *session) counted(c net.Conn, done func(sent, received int64, err error)) *countedConn {
 	s.track(c)
 	return &countedConn{Conn: c, s: s, done: done}
 }
+
+// fail makes err the connection's end, recorded when it is closed.
+func (c *countedConn) fail(err error) { c.failed.Store(&err) }
 
 func (c *countedConn) Read(b []byte) (int, error) {
 	if c.s.budget.Load() <= 0 {
@@ -586,7 +614,11 @@ func (c *countedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.s.untrack(c.Conn)
-		c.done(c.sent.Load(), c.received.Load())
+		var failed error
+		if p := c.failed.Load(); p != nil {
+			failed = *p
+		}
+		c.done(c.sent.Load(), c.received.Load(), failed)
 	})
 	return err
 }

@@ -17,6 +17,12 @@ import (
 // serve runs a proxy for pol on a unix socket and returns its path.
 func serve(t *testing.T, pol Policy) string {
 	t.Helper()
+	return serveWith(t, Config{}, pol)
+}
+
+// serveWith is serve with a proxy of cfg.
+func serveWith(t *testing.T, cfg Config, pol Policy) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "proxy.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -25,7 +31,7 @@ func serve(t *testing.T, pol Policy) string {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = New(Config{}).Serve(t.Context(), l, pol)
+		_ = New(cfg).Serve(t.Context(), l, pol)
 	}()
 	t.Cleanup(func() { _ = l.Close(); <-done })
 	return sock
@@ -180,6 +186,42 @@ func TestSOCKSRefusal(t *testing.T) {
 		c.Close()
 		if n < 4 || reply[0] != socksVersion || reply[1] != socksNoAuth || reply[3] != repNotAllowed {
 			t.Errorf("target %v: reply % x", target, reply[:n])
+		}
+	}
+}
+
+// TestRecordsAreBounded checks that what a sandbox writes in a request
+// reaches its connection's record cut to the bounds of a report, however
+// long it is.
+func TestRecordsAreBounded(t *testing.T) {
+	t.Parallel()
+	allow, err := egress.NewAllowlist([]string{"allowed.conch.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make(chan Record, 4)
+	sock := serve(t, Policy{Gateway: "g", Allow: allow, OnConnection: func(r Record) { recs <- r }})
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 100<<10) + ".example"
+	cases := []struct{ name, request string }{
+		{"absolute form", "GET http://" + long + "/ HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"CONNECT", "CONNECT " + long + ":443 HTTP/1.1\r\nHost: x\r\n\r\n"},
+	}
+	for _, c := range cases {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, c.request); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: %v %v", c.name, resp, err)
+		}
+		r := <-recs
+		if len(r.Host) > egress.MaxHostReported || len(r.Reason) > egress.MaxReasonReported || !strings.HasPrefix(r.Host, "aaaa") || r.Decision != "refused" {
+			t.Errorf("%s: record of %d bytes of host, %d of reason, %s", c.name, len(r.Host), len(r.Reason), r.Decision)
 		}
 	}
 }

@@ -106,11 +106,11 @@ func (s *session) socks(ctx context.Context, c net.Conn, br *bufio.Reader) {
 	s.track(up)
 	defer s.untrack(up)
 	if !socksReply(c, repSucceeded) {
-		done(0, 0)
+		done(0, 0, nil)
 		return
 	}
 	sent, received := s.tunnel(c, br, up)
-	done(sent, received)
+	done(sent, received, nil)
 }
 
 func socksReply(c net.Conn, rep byte) bool {

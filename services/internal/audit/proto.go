@@ -21,7 +21,7 @@ func ToProto(r Record) *approvalv1.AuditRecord {
 		out.Outcome = &approvalv1.AuditOutcome{
 			ExitCode: int32(o.ExitCode), TimedOut: o.TimedOut, Error: o.Error, DurationMs: o.DurationMs,
 			StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes, Truncated: o.Truncated,
-			ProcessId: o.ProcessID, OutputBytes: o.OutputBytes,
+			ProcessId: o.ProcessID, OutputBytes: o.OutputBytes, EgressOmitted: o.EgressOmitted,
 		}
 	}
 	if e := r.Egress; e != nil {
@@ -44,7 +44,7 @@ func FromProto(p *approvalv1.AuditRecord) Record {
 	if o := p.GetOutcome(); o != nil {
 		r.Outcome = &Outcome{ExitCode: int(o.GetExitCode()), TimedOut: o.GetTimedOut(), Error: o.GetError(), DurationMs: o.GetDurationMs(),
 			StdoutBytes: o.GetStdoutBytes(), StderrBytes: o.GetStderrBytes(), Truncated: o.GetTruncated(),
-			ProcessID: o.GetProcessId(), OutputBytes: o.GetOutputBytes()}
+			ProcessID: o.GetProcessId(), OutputBytes: o.GetOutputBytes(), EgressOmitted: o.GetEgressOmitted()}
 	}
 	if e := p.GetEgress(); e != nil {
 		r.Egress = &Egress{Host: e.GetHost(), Port: e.GetPort(), Address: e.GetAddress(), BytesSent: e.GetBytesSent(),

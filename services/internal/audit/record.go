@@ -89,6 +89,12 @@ type Outcome struct {
 	// wrote, stdout and stderr together.
 	ProcessID   string `json:"process_id,omitempty"`
 	OutputBytes int64  `json:"output_bytes,omitempty"`
+	// EgressOmitted counts the sandbox's connections that ended while the
+	// command ran and have no egress record of their own: the records
+	// after the outcome keep every allowed connection up to a bound and
+	// the first refused ones (package egress, Report), and this says
+	// exactly how many more there were.
+	EgressOmitted int32 `json:"egress_omitted,omitempty"`
 }
 
 // Egress is one connection of a sandbox; its Decision and Reason are the

@@ -1,7 +1,8 @@
 // Package egress holds what every egress path of conch agrees on (SPEC §4:
 // a sandbox's network allowlist, the built-in request tools): how an
 // allowlist entry is written and matched, when one list only narrows
-// another, and which addresses no egress may reach.
+// another, which addresses no egress may reach, and how much of a run's
+// connections its report keeps (Report).
 //
 // Names are matched as the client asked for them, case-insensitive,
 // IDNA-normalised, exactly or by a "*." suffix; an IP literal matches only

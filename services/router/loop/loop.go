@@ -22,6 +22,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
@@ -150,19 +151,16 @@ type EgressConnection struct {
 	DurationMs    int64  `json:"duration_ms"`
 }
 
-// maxEgressReported bounds conch.egress of one completion.
-const maxEgressReported = 256
-
-// takeEgress moves the connections the last command reported into res.
+// takeEgress moves the connections the last command reported into res,
+// which keeps them within the bounds of one report for the whole
+// completion (egress.Report): no command's refusals push a later
+// command's delivery out.
 func (cfg *Config) takeEgress(res *Result) {
 	for _, c := range cfg.egress {
-		if len(res.Egress) < maxEgressReported {
-			res.Egress = append(res.Egress, c)
-		} else {
-			res.EgressOmitted++
-		}
+		res.egress.Add(c, c.Decision == "allowed")
 	}
-	res.EgressOmitted += cfg.egressOmitted
+	res.egress.Omit(cfg.egressOmitted)
+	res.Egress, res.EgressOmitted = res.egress.Kept(), res.egress.Omitted()
 	cfg.egress, cfg.egressOmitted = nil, 0
 }
 
@@ -176,9 +174,12 @@ type Result struct {
 	ShellCommands   int
 	ServerToolCalls []ServerToolCall
 	// Egress are the sandbox's connections that ended while the
-	// completion's commands ran; EgressOmitted counts those left out.
+	// completion's commands ran, as egress.Report keeps them;
+	// EgressOmitted counts exactly those left out, here and by the
+	// executor.
 	Egress        []EgressConnection
 	EgressOmitted int
+	egress        egress.Report[EgressConnection]
 	// Turn are the messages the loop added to the conversation, in order:
 	// its assistant turns with every tool call, the server tools'
 	// results, and the final answer (or the loop limit's notice) as the

@@ -3,7 +3,9 @@
 // veth pair with addresses from a documentation range (RFC 5737), with an
 // HTTP server on port 80, an HTTPS one on 443 and a plain one on 8080;
 // /bytes/N answers N zero bytes, /headers the request's headers, /simple/
-// is a package index (PEP 503) holding one wheel, conchdemo 1.0.
+// is a package index (PEP 503) holding one wheel, conchdemo 1.0. Every
+// request the servers read is kept (Requests), so that a test can say
+// what reached the internet, and how.
 // Traffic to it is real routing, and reaches nothing but that namespace.
 // It needs root.
 package testnet
@@ -16,6 +18,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -27,8 +30,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,10 +52,39 @@ type Internet struct {
 	// HostAddr is the host's end of the link: an address of the host.
 	HostAddr netip.Addr
 	// Roots verify the HTTPS server, whose certificate names every
-	// conch.test name and Addr.
-	Roots *x509.CertPool
+	// conch.test name and Addr; RootPEM is that certificate, for a
+	// process that reads its roots from a file (SSL_CERT_FILE).
+	Roots   *x509.CertPool
+	RootPEM []byte
 
 	git atomic.Pointer[cgi.Handler]
+
+	mu       sync.Mutex
+	requests []Request
+}
+
+// Request is what a server of the internet read of one request.
+type Request struct {
+	// TLS is set for a request read over TLS (port 443).
+	TLS bool
+	// Head is its request line and headers, Host among them.
+	Head string
+}
+
+// Requests returns the requests the servers have read so far.
+func (in *Internet) Requests() []Request {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.requests)
+}
+
+func (in *Internet) keep(r *http.Request) {
+	var head strings.Builder
+	fmt.Fprintf(&head, "%s %s %s\r\nHost: %s\r\n", r.Method, r.RequestURI, r.Proto, r.Host)
+	_ = r.Header.Write(&head)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.requests = append(in.requests, Request{TLS: r.TLS != nil, Head: head.String()})
 }
 
 // ServeGit makes a bare repository with one commit on main, served by
@@ -126,6 +160,7 @@ func Start(t testing.TB) *Internet {
 
 	in := &Internet{Addr: ns, HostAddr: host}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in.keep(r)
 		if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && strings.HasPrefix(r.URL.Path, "/bytes/") {
 			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 			buf := make([]byte, 256<<10)
@@ -163,7 +198,7 @@ func Start(t testing.TB) *Internet {
 	s.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	s.StartTLS()
 	t.Cleanup(s.Close)
-	in.Roots = roots
+	in.Roots, in.RootPEM = roots, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
 	return in
 }
 

@@ -639,7 +639,12 @@ type AuditOutcome struct {
 	// For a command moved to the background: the bytes of output it wrote
 	// over its life, stdout and stderr together (its record leaves the two
 	// counts above at zero).
-	OutputBytes   int64 `protobuf:"varint,9,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	OutputBytes int64 `protobuf:"varint,9,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	// The sandbox's connections that ended while the command ran and have no
+	// egress record of their own: the records after the outcome keep every
+	// allowed connection up to 256 and the first 64 of the others (refused,
+	// failed, limited), and this counts exactly the rest.
+	EgressOmitted int32 `protobuf:"varint,10,opt,name=egress_omitted,json=egressOmitted,proto3" json:"egress_omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -733,6 +738,13 @@ func (x *AuditOutcome) GetProcessId() string {
 func (x *AuditOutcome) GetOutputBytes() int64 {
 	if x != nil {
 		return x.OutputBytes
+	}
+	return 0
+}
+
+func (x *AuditOutcome) GetEgressOmitted() int32 {
+	if x != nil {
+		return x.EgressOmitted
 	}
 	return 0
 }
@@ -1492,7 +1504,7 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\vduration_ms\x18\x06 \x01(\x03R\n" +
 	"durationMs\"\x1f\n" +
 	"\tAuditArgv\x12\x12\n" +
-	"\x04args\x18\x01 \x03(\tR\x04args\"\xa5\x02\n" +
+	"\x04args\x18\x01 \x03(\tR\x04args\"\xcc\x02\n" +
 	"\fAuditOutcome\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x1b\n" +
 	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\x12\x14\n" +
@@ -1504,7 +1516,9 @@ const file_conch_approval_v1_audit_proto_rawDesc = "" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\b \x01(\tR\tprocessId\x12!\n" +
-	"\foutput_bytes\x18\t \x01(\x03R\voutputBytes\".\n" +
+	"\foutput_bytes\x18\t \x01(\x03R\voutputBytes\x12%\n" +
+	"\x0eegress_omitted\x18\n" +
+	" \x01(\x05R\regressOmitted\".\n" +
 	"\x12VerifyAuditRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\"e\n" +
 	"\x13VerifyAuditResponse\x12\x0e\n" +
