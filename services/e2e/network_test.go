@@ -53,21 +53,6 @@ func TestNetworkEgress(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(string(body), `"mode":"allowlist"`) {
 			t.Errorf("sandbox = %d %s", code, body)
 		}
-		// A delivery after many refusals stays in the result, and what is
-		// left out is counted.
-		flood := "for i in $(seq 70); do curl -s -o /dev/null http://denied$i.conch.test/; done; curl -sS http://" + site + "/flood"
-		code, body = d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": flood, "timeout_seconds": 120})
-		var r struct {
-			Stdout        string
-			Egress        []struct{ Host, Decision string }
-			EgressOmitted int `json:"egress_omitted"`
-		}
-		if err := json.Unmarshal(body, &r); code != http.StatusOK || err != nil {
-			t.Fatalf("flood = %d %s", code, body)
-		}
-		if n := len(r.Egress); !strings.Contains(r.Stdout, testnet.Greeting) || n != 65 || r.Egress[n-1].Host != site || r.Egress[n-1].Decision != "allowed" || r.EgressOmitted != 6 {
-			t.Errorf("flood: %d connections listed, %d omitted: %s", n, r.EgressOmitted, body)
-		}
 	})
 
 	createGateway(t, d, map[string]any{"name": "egress", "shell": map[string]any{"enabled": true,

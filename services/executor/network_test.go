@@ -294,12 +294,4 @@ func TestEgressRecordKeepsDeliveries(t *testing.T) {
 		t.Fatalf("audit: %d egress records, delivery kept %v, outcome says %d omitted (want %d)", egressRecs, found, omitted, wantOmitted)
 	}
 
-	// The REST form of a command shows its connections too.
-	r, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "curl -s http://denied.conch.test/; curl -s http://api.conch.test/rest", TimeoutSeconds: 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if eg := r.GetEgress(); len(eg) != 2 || eg[0].GetDecision() != "refused" || !delivered(eg[1].GetHost(), eg[1].GetDecision(), eg[1].GetBytesReceived()) || r.GetEgressOmitted() != 0 {
-		t.Fatalf("RunCommand egress %v, %d omitted", eg, r.GetEgressOmitted())
-	}
 }

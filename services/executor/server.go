@@ -367,7 +367,7 @@ func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandReque
 	if err != nil {
 		return nil, err
 	}
-	out := &executorv1.RunCommandResponse{Stdout: res.Stdout, Stderr: res.Stderr, Outcome: outcomePB(res), Egress: res.Egress, EgressOmitted: res.EgressOmitted}
+	out := &executorv1.RunCommandResponse{Stdout: res.Stdout, Stderr: res.Stderr, Outcome: outcomePB(res)}
 	if res.Outcome == OutcomeError {
 		out.Stdout, out.Stderr = "", ""
 		out.Error = &res.Error

@@ -976,12 +976,7 @@ type RunCommandResponse struct {
 	// How it ended.
 	Outcome *Outcome `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// For an error outcome, what went wrong.
-	Error *string `protobuf:"bytes,4,opt,name=error,proto3,oneof" json:"error,omitempty"`
-	// The sandbox's egress connections that ended while the command ran, as
-	// Finished lists them.
-	Egress []*EgressConnection `protobuf:"bytes,5,rep,name=egress,proto3" json:"egress,omitempty"`
-	// Exactly how many more ended than egress lists.
-	EgressOmitted int32 `protobuf:"varint,6,opt,name=egress_omitted,json=egressOmitted,proto3" json:"egress_omitted,omitempty"`
+	Error         *string `protobuf:"bytes,4,opt,name=error,proto3,oneof" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1042,20 +1037,6 @@ func (x *RunCommandResponse) GetError() string {
 		return *x.Error
 	}
 	return ""
-}
-
-func (x *RunCommandResponse) GetEgress() []*EgressConnection {
-	if x != nil {
-		return x.Egress
-	}
-	return nil
-}
-
-func (x *RunCommandResponse) GetEgressOmitted() int32 {
-	if x != nil {
-		return x.EgressOmitted
-	}
-	return 0
 }
 
 // ResolveCommandRequest names a command whose programs to find.
@@ -1248,14 +1229,12 @@ const file_conch_executor_v1_exec_proto_rawDesc = "" +
 	"\x03env\x18\x06 \x03(\v2-.conch.executor.v1.RunCommandRequest.EnvEntryR\x03env\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x01\n" +
 	"\x12RunCommandResponse\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\tR\x06stderr\x124\n" +
 	"\aoutcome\x18\x03 \x01(\v2\x1a.conch.executor.v1.OutcomeR\aoutcome\x12\x19\n" +
-	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01\x12;\n" +
-	"\x06egress\x18\x05 \x03(\v2#.conch.executor.v1.EgressConnectionR\x06egress\x12%\n" +
-	"\x0eegress_omitted\x18\x06 \x01(\x05R\regressOmittedB\b\n" +
+	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01B\b\n" +
 	"\x06_error\"f\n" +
 	"\x15ResolveCommandRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
@@ -1327,13 +1306,12 @@ var file_conch_executor_v1_exec_proto_depIdxs = []int32{
 	7,  // 12: conch.executor.v1.ExecResponse.finished:type_name -> conch.executor.v1.Finished
 	15, // 13: conch.executor.v1.RunCommandRequest.env:type_name -> conch.executor.v1.RunCommandRequest.EnvEntry
 	2,  // 14: conch.executor.v1.RunCommandResponse.outcome:type_name -> conch.executor.v1.Outcome
-	8,  // 15: conch.executor.v1.RunCommandResponse.egress:type_name -> conch.executor.v1.EgressConnection
-	20, // 16: conch.executor.v1.ResolveCommandResponse.segments:type_name -> conch.approval.v1.Segment
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	20, // 15: conch.executor.v1.ResolveCommandResponse.segments:type_name -> conch.approval.v1.Segment
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_exec_proto_init() }
