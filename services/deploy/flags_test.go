@@ -32,6 +32,8 @@ var commandConfigs = map[string]func() any{
 	"workspace": func() any { return &launch.WorkspaceConfig{} },
 	"executor":  func() any { return &launch.ExecutorConfig{} },
 	"etcd":      func() any { return &launch.EtcdConfig{} },
+	"etcd-pki":  func() any { return &launch.EtcdPKIConfig{} },
+	"etcd-auth": func() any { return &launch.EtcdAuthConfig{} },
 }
 
 // conchImages are the images whose entrypoint is the conch binary, by the
