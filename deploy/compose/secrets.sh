@@ -12,6 +12,9 @@
 #   storage.env    MinIO's root user and password,  MinIO, workspace, approval
 #                  the S3 keys of the services that
 #                  use it, and CONCH_SIGNING_KEYS
+#
+# etcd's certificates are not here: the Compose file's etcd-pki service
+# makes them into a volume of their own.
 set -eu
 dir=${1:-$(dirname "$0")/secrets}
 mkdir -p "$dir"

@@ -3,7 +3,9 @@ package deploy
 import (
 	"flag"
 	"io"
+	"maps"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/launch"
 )
 
 // composeFile is deploy/compose/compose.yaml, relative to this package.
@@ -29,6 +32,9 @@ type composeService struct {
 	EnvFile     []string          `json:"env_file"`
 	Privileged  bool              `json:"privileged"`
 	Volumes     []string          `json:"volumes"`
+	DependsOn   map[string]struct {
+		Condition string `json:"condition"`
+	} `json:"depends_on"`
 }
 
 // composeVar is Compose's ${VAR:-default} interpolation.
@@ -125,18 +131,19 @@ func TestComposeFlagsAreAccepted(t *testing.T) {
 				t.Errorf("service %s: --advertise-addr=%s, want %s:%s (its hostname and --grpc-addr's port)", name, adv, name, listen)
 			}
 		}
-		if cmd == "etcd" {
+		if cmd == "etcd" || cmd == "etcd-pki" {
 			continue
 		}
 		for _, ep := range strings.Split(env["CONCH_ETCD_ENDPOINTS"], ",") {
-			host, port, _ := net.SplitHostPort(ep)
+			hostPort, _ := strings.CutPrefix(ep, "https://")
+			host, _, _ := net.SplitHostPort(hostPort)
 			member, ok := loadCompose(t)[host]
-			if !ok || len(member.Command) == 0 || member.Command[0] != "etcd" || !slices.Contains(member.Command, "--listen-client=http://"+host+":"+port) {
-				t.Errorf("service %s: etcd endpoint %s is not a member's client address", name, ep)
+			if !ok || len(member.Command) == 0 || member.Command[0] != "etcd" || !slices.Contains(member.Command, "--listen-client="+ep) {
+				t.Errorf("service %s: etcd endpoint %s is not a member's https client URL", name, ep)
 			}
 		}
 	}
-	want := map[string]int{"etcd": 3, "router": 2, "executor": 2, "approval": 1, "workspace": 1}
+	want := map[string]int{"etcd": 3, "router": 2, "executor": 2, "approval": 1, "workspace": 1, "etcd-pki": 1, "etcd-auth": 1}
 	for cmd, n := range want {
 		if ran[cmd] != n {
 			t.Errorf("%d services run `conch %s`, want %d", ran[cmd], cmd, n)
@@ -162,15 +169,17 @@ func TestComposeImagesAreBuilt(t *testing.T) {
 // another's sandboxes dead).
 func TestComposeVolumes(t *testing.T) {
 	t.Parallel()
-	data := map[string]string{}
+	data := map[string][]string{} // service → where its writable volumes are
 	for name, svc := range loadCompose(t) {
 		for _, v := range svc.Volumes {
 			src, dst, _ := strings.Cut(v, ":")
-			dst, _, _ = strings.Cut(dst, ":")
+			dst, mode, _ := strings.Cut(dst, ":")
 			if strings.HasPrefix(src, "/") || strings.HasPrefix(src, ".") || strings.HasPrefix(src, "~") {
 				t.Errorf("service %s mounts host path %s", name, src)
 			}
-			data[name] = dst
+			if mode != "ro" {
+				data[name] = append(data[name], dst)
+			}
 		}
 		if len(svc.Command) > 0 && svc.Command[0] == "etcd" {
 			dir := ""
@@ -179,12 +188,156 @@ func TestComposeVolumes(t *testing.T) {
 					dir = d
 				}
 			}
-			if data[name] == "" || !strings.HasPrefix(dir, data[name]+"/") {
-				t.Errorf("etcd service %s keeps --data-dir=%s outside its volume (%q)", name, dir, data[name])
+			if !slices.ContainsFunc(data[name], func(v string) bool { return strings.HasPrefix(dir, v+"/") }) {
+				t.Errorf("etcd service %s keeps --data-dir=%s outside its volumes %q", name, dir, data[name])
 			}
 		}
 	}
-	if minio := loadCompose(t)["minio"]; data["minio"] == "" || !slices.Contains(minio.Command, data["minio"]) {
+	if minio := loadCompose(t)["minio"]; len(data["minio"]) != 1 || !slices.Contains(minio.Command, data["minio"][0]) {
 		t.Errorf("minio serves %v, not its volume %q", minio.Command, data["minio"])
 	}
+}
+
+// TestComposeEtcdTLS: the etcd-pki service makes the certificates into a
+// volume before the members start; every member serves clients and peers
+// over TLS only, with the member certificate valid for its names; every
+// other conch process reaches etcd over https with its own certificate,
+// read-only from that volume, whose user is its own; etcd-auth runs as
+// root once the members run, and the services start only after it.
+func TestComposeEtcdTLS(t *testing.T) {
+	t.Parallel()
+	svcs := loadCompose(t)
+	pkiSvc, ok := svcs["etcd-pki"]
+	if !ok || len(pkiSvc.Command) == 0 || pkiSvc.Command[0] != "etcd-pki" {
+		t.Fatal("no service etcd-pki runs `conch etcd-pki`")
+	}
+	pkiFlags := composeFlags(pkiSvc.Command[1:])
+	var volume string
+	for _, v := range pkiSvc.Volumes {
+		if src, dst, _ := strings.Cut(v, ":"); dst == pkiFlags["dir"] {
+			volume = src
+		}
+	}
+	if volume == "" {
+		t.Fatalf("etcd-pki writes --dir=%s, which is not a volume of its own", pkiFlags["dir"])
+	}
+	// The files, made as the service makes them.
+	made := t.TempDir()
+	if err := launch.RunEtcdPKI(launch.EtcdPKIConfig{Dir: made, Hosts: strings.Split(pkiFlags["hosts"], ",")}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	// file reads what a service finds at path: a file of the volume,
+	// mounted read-only.
+	file := func(name string, svc composeService, path string) []byte {
+		t.Helper()
+		for _, v := range svc.Volumes {
+			src, rest, _ := strings.Cut(v, ":")
+			dst, mode, _ := strings.Cut(rest, ":")
+			rel, ok := strings.CutPrefix(path, dst+"/")
+			if src != volume || !ok {
+				continue
+			}
+			if mode != "ro" {
+				t.Errorf("service %s mounts %s writable", name, volume)
+			}
+			b, err := os.ReadFile(filepath.Join(made, rel))
+			if err != nil {
+				t.Errorf("service %s: %s is no file etcd-pki makes: %v", name, path, err)
+			}
+			return b
+		}
+		t.Errorf("service %s: %s is not in volume %s", name, path, volume)
+		return nil
+	}
+	setting := func(svc composeService, flagName, env string) string {
+		if v, ok := composeFlags(svc.Command[1:])[flagName]; ok {
+			return v
+		}
+		return svc.Environment[env]
+	}
+	completed := func(name string, svc composeService, dep string) {
+		if svc.DependsOn[dep].Condition != "service_completed_successfully" {
+			t.Errorf("service %s does not wait for %s to complete successfully", name, dep)
+		}
+	}
+	members, seen := 0, map[string]bool{}
+	for name, svc := range svcs {
+		if !conchImages[imageName(svc.Image)] || len(svc.Command) == 0 {
+			continue
+		}
+		switch cmd := svc.Command[0]; cmd {
+		case "etcd-pki":
+		case "etcd":
+			members++
+			completed(name, svc, "etcd-pki")
+			var hosts []string
+			for _, f := range []string{"listen-client", "listen-peer"} {
+				u, err := url.Parse(setting(svc, f, ""))
+				if err != nil || u.Scheme != "https" {
+					t.Errorf("etcd member %s: --%s=%s, want https", name, f, setting(svc, f, ""))
+					continue
+				}
+				hosts = append(hosts, u.Hostname())
+			}
+			for _, a := range append(slices.Clone(svc.Command), slices.Collect(maps.Values(svc.Environment))...) {
+				if strings.Contains(a, "http://") {
+					t.Errorf("etcd member %s: %s is plain http", name, a)
+				}
+			}
+			ca := file(name, svc, setting(svc, "trusted-ca-file", "CONCH_ETCD_TRUSTED_CA_FILE"))
+			cert := file(name, svc, setting(svc, "cert-file", "CONCH_ETCD_CERT_FILE"))
+			key := file(name, svc, setting(svc, "key-file", "CONCH_ETCD_KEY_FILE"))
+			if err := etcdCert(ca, cert, key, "", hosts...); err != nil {
+				t.Errorf("etcd member %s: %v", name, err)
+			}
+		default:
+			user, ok := etcdTLSUsers[cmd]
+			if !ok {
+				t.Errorf("service %s: conch %s has no etcd user", name, cmd)
+				continue
+			}
+			seen[cmd] = true
+			if cmd == "etcd-auth" {
+				completed(name, svc, "etcd-pki")
+				for m, s := range svcs {
+					if len(s.Command) > 0 && s.Command[0] == "etcd" && svc.DependsOn[m].Condition == "" {
+						t.Errorf("etcd-auth does not start after member %s", m)
+					}
+				}
+			} else {
+				completed(name, svc, "etcd-auth")
+			}
+			for _, ep := range strings.Split(setting(svc, "etcd-endpoints", "CONCH_ETCD_ENDPOINTS"), ",") {
+				if !strings.HasPrefix(ep, "https://") {
+					t.Errorf("service %s: etcd endpoint %q is not https", name, ep)
+				}
+			}
+			ca := file(name, svc, setting(svc, "etcd-ca-file", "CONCH_ETCD_CA_FILE"))
+			cert := file(name, svc, setting(svc, "etcd-cert-file", "CONCH_ETCD_CERT_FILE"))
+			key := file(name, svc, setting(svc, "etcd-key-file", "CONCH_ETCD_KEY_FILE"))
+			if err := etcdCert(ca, cert, key, user); err != nil {
+				t.Errorf("service %s: %v", name, err)
+			}
+		}
+	}
+	if members != 3 {
+		t.Errorf("%d etcd members, want 3", members)
+	}
+	if err := etcdUsersSeen(seen); err != nil {
+		t.Error(err)
+	}
+	if users := slices.Sorted(maps.Keys(launch.EtcdUsers)); !slices.Equal(users, []string{"approval", "executor", "router", "workspace"}) {
+		t.Errorf("launch.EtcdUsers are %v: give each new user its certificate in every deployment and etcdTLSUsers", users)
+	}
+}
+
+// composeFlags are a command's --name=value arguments.
+func composeFlags(args []string) map[string]string {
+	out := map[string]string{}
+	for _, a := range args {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -32,6 +32,8 @@ var commandConfigs = map[string]func() any{
 	"workspace": func() any { return &launch.WorkspaceConfig{} },
 	"executor":  func() any { return &launch.ExecutorConfig{} },
 	"etcd":      func() any { return &launch.EtcdConfig{} },
+	"etcd-pki":  func() any { return &launch.EtcdPKIConfig{} },
+	"etcd-auth": func() any { return &launch.EtcdAuthConfig{} },
 }
 
 // conchImages are the images whose entrypoint is the conch binary, by the
@@ -209,6 +211,9 @@ func TestConchFlagsAreAccepted(t *testing.T) {
 func TestConchPortsMatchFlags(t *testing.T) {
 	eachOverlay(t, func(t *testing.T, m *manifests) {
 		for _, cc := range conchCommands(t, m) {
+			if cc.w.kind == "Job" {
+				continue // serves nothing
+			}
 			where := fmt.Sprintf("%s container %s", cc.w, cc.c.Name)
 			port := func(flagName string) string {
 				_, p, err := net.SplitHostPort(cc.flags[flagName])
@@ -308,7 +313,7 @@ func TestEtcdEndpointsAreMembers(t *testing.T) {
 			pod := fmt.Sprintf("%s-%d", etcd.name, i)
 			host := pod + "." + serviceName
 			members[net.JoinHostPort(host, fmt.Sprint(client.ContainerPort))] = true
-			initial = append(initial, fmt.Sprintf("%s=http://%s.$(POD_NAMESPACE).svc:%d", pod, host, peer.ContainerPort))
+			initial = append(initial, fmt.Sprintf("%s=https://%s.$(POD_NAMESPACE).svc:%d", pod, host, peer.ContainerPort))
 		}
 		// The bootstrap member list must name exactly the StatefulSet's pods.
 		want := "--initial-cluster=" + strings.Join(initial, ",")
@@ -321,7 +326,8 @@ func TestEtcdEndpointsAreMembers(t *testing.T) {
 				t.Errorf("%s: --etcd-endpoints lists %d members, etcd has %d", cc.w, len(eps), etcd.replicas)
 			}
 			for _, ep := range eps {
-				if !members[ep] {
+				ep, ok := strings.CutPrefix(ep, "https://")
+				if !ok || !members[ep] {
 					t.Errorf("%s: --etcd-endpoints entry %q is not an etcd member's client address", cc.w, ep)
 				}
 			}

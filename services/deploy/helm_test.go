@@ -97,7 +97,7 @@ func TestHelmExternalStores(t *testing.T) {
 	endpoints := []any{"etcd-a.db:2379", "etcd-b.db:2379", "etcd-c.db:2379"}
 	m, err := render(overlay{name: "helm/external", chartValues: map[string]any{
 		"secrets": chartSecrets,
-		"etcd":    map[string]any{"bundled": false, "endpoints": endpoints},
+		"etcd":    map[string]any{"bundled": false, "endpoints": endpoints, "tls": map[string]any{"existingSecret": "external-etcd-tls"}},
 		"minio":   map[string]any{"bundled": false, "endpoint": "s3.example:443"},
 		"ingress": map[string]any{"enabled": true, "host": "conch.example.org", "className": "nginx", "tlsSecret": "conch-tls"},
 		"serviceMonitor": map[string]any{
@@ -129,8 +129,8 @@ func TestHelmExternalStores(t *testing.T) {
 			}
 		}
 	}
-	if ran != len(services) {
-		t.Errorf("%d conch containers, want one per service", ran)
+	if ran != len(services)+1 {
+		t.Errorf("%d conch containers, want one per service and etcd-auth's", ran)
 	}
 	// Services still reach the stores: an egress rule for each port.
 	for _, w := range m.workloads {

@@ -28,6 +28,7 @@ var requiredFlows = []flow{
 	{"executor", "router", 9090}, {"executor", "approval", 9090}, {"executor", "workspace", 9090},
 	{"workspace", "minio", 9000},
 	{"etcd", "etcd", 2380}, {"etcd", "etcd", 2379},
+	{"etcd-auth", "etcd", 2379},
 }
 
 // executorPeers are the only workloads executors may reach (besides DNS).

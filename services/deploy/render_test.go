@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -59,6 +60,7 @@ var overlays = []overlay{
 	{name: "helm", chartValues: map[string]any{"secrets": chartSecrets}},
 	{name: "helm/operator-secrets", operatorSecrets: true, chartValues: map[string]any{
 		"secrets": map[string]any{"create": false},
+		"etcd":    map[string]any{"tls": map[string]any{"existingSecret": "conch-etcd-tls"}},
 		"image":   map[string]any{"tag": "v1.2.3"},
 		"router":  map[string]any{"replicas": 3, "autoscaling": map[string]any{"minReplicas": 3, "maxReplicas": 8}},
 		"executor": map[string]any{
@@ -68,11 +70,12 @@ var overlays = []overlay{
 	}},
 }
 
-// workload is a Deployment or a StatefulSet, seen through what the checks
-// need.
+// workload is a Deployment, a StatefulSet or a Job, seen through what the
+// checks need. A Job has no selector of its own.
 type workload struct {
-	kind, name string
-	replicas   int32
+	kind, name  string
+	annotations map[string]string
+	replicas    int32
 	// serviceName is a StatefulSet's governing Service.
 	serviceName string
 	selector    *metav1.LabelSelector
@@ -143,7 +146,7 @@ func scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme,
-		autoscalingv2.AddToScheme, networkingv1.AddToScheme,
+		autoscalingv2.AddToScheme, networkingv1.AddToScheme, batchv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, err
@@ -188,6 +191,8 @@ func render(o overlay) (*manifests, error) {
 			m.workloads = append(m.workloads, &workload{kind: "Deployment", name: v.Name, replicas: replicas(v.Spec.Replicas), selector: v.Spec.Selector, template: &v.Spec.Template})
 		case *appsv1.StatefulSet:
 			m.workloads = append(m.workloads, &workload{kind: "StatefulSet", name: v.Name, serviceName: v.Spec.ServiceName, replicas: replicas(v.Spec.Replicas), selector: v.Spec.Selector, template: &v.Spec.Template})
+		case *batchv1.Job:
+			m.workloads = append(m.workloads, &workload{kind: "Job", name: v.Name, annotations: v.Annotations, replicas: 1, template: &v.Spec.Template})
 		case *corev1.Service:
 			m.services = append(m.services, v)
 		case *corev1.Secret:

@@ -58,6 +58,16 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"etcd bad peer URL", etcdConfig, etcdArgs("--listen-peer", "http://127.0.0.1"), nil, "--listen-peer"},
 		{"etcd member missing from the cluster", etcdConfig, etcdArgs("--name", "e9"), nil, "--initial-cluster"},
 		{"etcd peer URL not the member's", etcdConfig, etcdArgs("--listen-peer", "http://127.0.0.1:2480"), nil, "--initial-cluster"},
+		{"etcd-pki valid", etcdPKIConfig, []string{"--dir", "pki", "--hosts", "etcd-0,etcd-1"}, nil, ""},
+		{"etcd-pki from env", etcdPKIConfig, nil, []string{"CONCH_ETCD_PKI_DIR=pki", "CONCH_ETCD_PKI_HOSTS=etcd-0"}, ""},
+		{"etcd-pki without dir", etcdPKIConfig, []string{"--hosts", "etcd-0"}, nil, "--dir"},
+		{"etcd-pki without hosts", etcdPKIConfig, []string{"--dir", "pki"}, nil, "--hosts"},
+		{"etcd-auth valid", etcdAuthConfig, etcdAuthArgs(), nil, ""},
+		{"etcd-auth without a certificate", etcdAuthConfig, []string{"--etcd-ca-file", "ca.pem"}, nil, "--etcd-cert-file"},
+		{"etcd-auth certificate without CA", etcdAuthConfig, []string{"--etcd-cert-file", "root.pem", "--etcd-key-file", "root-key.pem"}, nil, "--etcd-ca-file"},
+		{"etcd-auth certificate without key", etcdAuthConfig, []string{"--etcd-ca-file", "ca.pem", "--etcd-cert-file", "root.pem"}, nil, "--etcd-cert-file"},
+		{"etcd-auth zero wait", etcdAuthConfig, append(etcdAuthArgs(), "--wait", "0s"), nil, "--wait"},
+		{"etcd-auth bad log level", etcdAuthConfig, append(etcdAuthArgs(), "--log-level", "loud"), nil, "--log-level"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +94,13 @@ func rotateConfig() any   { return &SecretsRotateConfig{} }
 
 func workspaceConfig() any { return &WorkspaceConfig{} }
 func etcdConfig() any      { return &EtcdConfig{} }
+func etcdPKIConfig() any   { return &EtcdPKIConfig{} }
+func etcdAuthConfig() any  { return &EtcdAuthConfig{} }
+
+// etcdAuthArgs are the flags of a valid `conch etcd-auth`.
+func etcdAuthArgs() []string {
+	return []string{"--etcd-endpoints", "https://etcd-0:2379", "--etcd-ca-file", "ca.pem", "--etcd-cert-file", "root.pem", "--etcd-key-file", "root-key.pem"}
+}
 
 // etcdArgs are the flags of a valid member e0, with overrides appended
 // (the last of a repeated flag wins).

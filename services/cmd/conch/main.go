@@ -30,6 +30,8 @@ Commands:
   approval    run the approval service (exec policy, approvals)
   workspace   run the workspace service (persistent workspaces)
   etcd        run one member of a static etcd cluster (embedded etcd)
+  etcd-pki    make the etcd CA and the members', root's and each service's certificates (--dir --hosts)
+  etcd-auth   make each service an etcd user limited to its keys, then turn etcd's auth on (as root)
   secrets     rotate: re-seal every stored secret with the first key of the keyring
   node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
@@ -131,6 +133,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunEtcd(ctx, cfg)
+	case "etcd-pki":
+		var cfg launch.EtcdPKIConfig
+		if err := loadDoc(cmd, etcdPKIUsage, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunEtcdPKI(cfg, stdout)
+	case "etcd-auth":
+		var cfg launch.EtcdAuthConfig
+		if err := loadDoc(cmd, etcdAuthUsage, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunEtcdAuth(ctx, cfg, stdout)
 	case sandbox.AgentCommand:
 		// Hidden: the resident agent inside each sandbox.
 		return sandbox.RunAgent()
@@ -195,6 +209,41 @@ func runSecrets(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return launch.RunSecretsRotate(ctx, cfg, stdout)
+}
+
+const etcdPKIUsage = `usage: conch etcd-pki --dir DIR --hosts HOST[,HOST...]
+
+etcd-pki makes, in DIR, what etcd's mutual TLS needs: a CA (ca.pem,
+ca-key.pem), the certificate every etcd member serves and dials its peers
+with (etcd.pem, etcd-key.pem; valid for --hosts, localhost and 127.0.0.1),
+the client certificate of etcd's root user (root.pem, root-key.pem) and one
+client certificate per service, whose common name is the service's etcd
+user (router, executor, approval, workspace: NAME.pem, NAME-key.pem).
+Files that are there and still valid are kept: delete one and run again to
+make it anew; delete ca.pem to make them all anew. ca-key.pem signs
+certificates only; no member or service needs it.
+
+`
+
+const etcdAuthUsage = `usage: conch etcd-auth --etcd-endpoints URL,... --etcd-ca-file ca.pem --etcd-cert-file root.pem --etcd-key-file root-key.pem
+
+etcd-auth makes each service an etcd user whose role holds only its key
+prefixes, then turns etcd's authentication on, as the root user of the
+certificate given (made by conch etcd-pki). It waits up to --wait for etcd
+to answer and changes nothing that is already right: run it on every
+install and upgrade.
+
+`
+
+// loadDoc is load for a command whose -h opens with doc.
+func loadDoc(cmd, doc string, args []string, cfg any, stderr io.Writer) error {
+	fs := flag.NewFlagSet("conch "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, doc)
+		fs.PrintDefaults()
+	}
+	return config.Load(fs, args, cfg)
 }
 
 // load parses a command's flags and environment into cfg and validates it.

@@ -230,11 +230,14 @@ func up(t *testing.T) *cluster {
 	}
 	t.Cleanup(c.down)
 
-	// The sandboxes' root filesystem first: compose implementations that
-	// ignore depends_on conditions would start the executors without it.
-	c.run(c.compose[0], append(c.compose[1:], "up", "-d", "rootfs")...)
-	if code := strings.TrimSpace(c.run(c.engine, "wait", c.container("rootfs"))); code != "0" {
-		t.Fatalf("rootfs exited %s", code)
+	// The sandboxes' root filesystem and etcd's certificates first:
+	// compose implementations that ignore depends_on conditions would
+	// start the executors without the one and etcd without the other.
+	c.run(c.compose[0], append(c.compose[1:], "up", "-d", "rootfs", "etcd-pki")...)
+	for _, svc := range []string{"rootfs", "etcd-pki"} {
+		if code := strings.TrimSpace(c.run(c.engine, "wait", c.container(svc))); code != "0" {
+			t.Fatalf("%s exited %s", svc, code)
+		}
 	}
 	c.run(c.compose[0], append(c.compose[1:], "up", "-d")...)
 	for _, r := range c.routers {

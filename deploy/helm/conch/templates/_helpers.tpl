@@ -23,7 +23,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* The etcd members the services dial. */}}
 {{- define "conch.etcdEndpoints" -}}
 {{- if .Values.etcd.bundled -}}
-etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379
+https://etcd-0.etcd:2379,https://etcd-1.etcd:2379,https://etcd-2.etcd:2379
 {{- else -}}
 {{- required "etcd.endpoints is required when etcd.bundled is false" .Values.etcd.endpoints | join "," -}}
 {{- end -}}
@@ -88,4 +88,15 @@ allows them: the router's and the approval service's flags. */}}
 {{- with .Values.outbound.allow }}
 - --outbound-allow={{ join "," . }}
 {{- end }}
+{{- end }}
+
+{{/* The Secret of etcd's CA and certificates: the operator's, or the chart's. */}}
+{{- define "conch.etcdTLSSecret" -}}
+{{- if .Values.etcd.tls.existingSecret -}}
+{{ .Values.etcd.tls.existingSecret }}
+{{- else if .Values.etcd.bundled -}}
+conch-etcd-tls
+{{- else -}}
+{{ fail "etcd.tls.existingSecret is required when etcd.bundled is false: the external etcd's CA and the services' certificates" }}
+{{- end -}}
 {{- end }}

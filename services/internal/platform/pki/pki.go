@@ -85,12 +85,14 @@ func LoadOrCreateCA(dir, name string) (*CA, error) {
 type Pair struct{ CertFile, KeyFile string }
 
 // Issue returns the certificate named name in the CA's directory, making
-// it if it is missing or was signed by another CA: for a server when
-// hosts (names and addresses) are given, for a client otherwise, with
-// commonName as its subject (etcd takes a client's user name from it).
+// it if it is missing, was signed by another CA, names another subject or
+// does not cover every one of hosts: for a server when hosts (names and
+// addresses) are given, for a client otherwise, with commonName as its
+// subject (etcd takes a client's user name from it).
 func (ca *CA) Issue(name, commonName string, hosts ...string) (Pair, error) {
 	p := Pair{CertFile: filepath.Join(ca.Dir, name+".pem"), KeyFile: filepath.Join(ca.Dir, name+"-key.pem")}
-	if cert, _, err := load(p.CertFile, p.KeyFile); err == nil && cert.CheckSignatureFrom(ca.cert) == nil && cert.Subject.CommonName == commonName {
+	if cert, _, err := load(p.CertFile, p.KeyFile); err == nil && cert.CheckSignatureFrom(ca.cert) == nil &&
+		cert.Subject.CommonName == commonName && covers(cert, hosts) {
 		return p, nil
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -145,6 +147,17 @@ func ClientConfig(caFile string, p Pair) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{c}
 	}
 	return cfg, nil
+}
+
+// covers reports whether cert is valid for every one of hosts: a member
+// added to the list needs a certificate that names it.
+func covers(cert *x509.Certificate, hosts []string) bool {
+	for _, h := range hosts {
+		if cert.VerifyHostname(h) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func serial() *big.Int {
