@@ -240,24 +240,29 @@ func (g *Guard) hit(rules []rule, name string, ap netip.AddrPort) bool {
 }
 
 // resolve returns the addresses of a rule's name, looked up at most once
-// per refreshEvery.
+// per refreshEvery; the lookup runs outside the lock, so that a slow DNS
+// answer holds no other connection's verdict.
 func (g *Guard) resolve(name string) []netip.Addr {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if time.Since(g.resTime) > refreshEvery {
 		clear(g.resolved)
 		g.resTime = time.Now()
 	}
-	if addrs, ok := g.resolved[name]; ok {
+	addrs, ok := g.resolved[name]
+	g.mu.Unlock()
+	if ok {
 		return addrs
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	addrs, _ := g.resolver.LookupNetIP(ctx, "ip", name)
-	for i := range addrs {
-		addrs[i] = addrs[i].Unmap()
+	found, _ := g.resolver.LookupNetIP(ctx, "ip", name)
+	addrs = make([]netip.Addr, len(found))
+	for i, a := range found {
+		addrs[i] = a.Unmap()
 	}
+	g.mu.Lock()
 	g.resolved[name] = addrs
+	g.mu.Unlock()
 	return addrs
 }
 
