@@ -237,28 +237,22 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 }
 
 // devEtcdTLS makes (or reuses) the certificates of the dev cluster's etcd
-// in <data-dir>/pki: a CA of its own, etcd's server certificate, and the
-// client certificate of the cluster's services, whose user is root. etcd
-// then serves on loopback over TLS to holders of those certificates
-// alone, with its auth on.
+// in <data-dir>/pki, as `conch etcd-pki` makes them: a CA of its own,
+// etcd's server certificate, and root's client certificate, which the
+// cluster's services share (they run in one process). etcd then serves on
+// loopback over TLS to holders of those certificates alone, with its auth
+// on.
 func devEtcdTLS(dataDir string) (*etcdx.ServerTLS, pki.Pair, error) {
-	ca, err := pki.LoadOrCreateCA(filepath.Join(dataDir, "pki"), "conch dev etcd CA")
+	certs, err := MakeEtcdPKI(filepath.Join(dataDir, "pki"), nil)
 	if err != nil {
 		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
 	}
-	server, err := ca.Issue("etcd", "etcd", "127.0.0.1", "localhost")
+	server, client := certs.Pairs[EtcdMemberCert], certs.Pairs[EtcdRootCert]
+	root, err := pki.ClientConfig(certs.CAFile, client)
 	if err != nil {
 		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
 	}
-	client, err := ca.Issue("conch-dev", "root")
-	if err != nil {
-		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
-	}
-	root, err := pki.ClientConfig(ca.CAFile(), client)
-	if err != nil {
-		return nil, pki.Pair{}, fmt.Errorf("dev: %w", err)
-	}
-	return &etcdx.ServerTLS{CAFile: ca.CAFile(), CertFile: server.CertFile, KeyFile: server.KeyFile, Root: root}, client, nil
+	return &etcdx.ServerTLS{CAFile: certs.CAFile, CertFile: server.CertFile, KeyFile: server.KeyFile, Root: root}, client, nil
 }
 
 // devExecutor is the executor of a dev cluster: the gateway host is on,

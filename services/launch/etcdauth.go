@@ -69,7 +69,7 @@ func RunEtcdAuth(ctx context.Context, cfg EtcdAuthConfig, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Wait)
 	defer cancel()
 	for {
-		err := enableEtcdAuth(ctx, cfg.EtcdEndpoints, root)
+		err := EnableEtcdAuth(ctx, cfg.EtcdEndpoints, root)
 		if err == nil {
 			break
 		}
@@ -84,8 +84,10 @@ func RunEtcdAuth(ctx context.Context, cfg EtcdAuthConfig, out io.Writer) error {
 	return nil
 }
 
-// enableEtcdAuth is one attempt of RunEtcdAuth.
-func enableEtcdAuth(ctx context.Context, endpoints []string, root *tls.Config) error {
+// EnableEtcdAuth makes each service of EtcdUsers an etcd user limited to
+// its key prefixes, then turns etcd's authentication on, as root: one
+// attempt of RunEtcdAuth, and the local cluster's step.
+func EnableEtcdAuth(ctx context.Context, endpoints []string, root *tls.Config) error {
 	if err := etcdx.EnsureUsers(ctx, endpoints, root, EtcdUsers); err != nil {
 		return err
 	}

@@ -66,21 +66,44 @@ func EtcdPKIFiles(hosts []string) []EtcdPKIFile {
 	return out
 }
 
-// RunEtcdPKI runs `conch etcd-pki`: it makes the CA and every certificate
-// of EtcdPKIFiles in cfg.Dir, keeping those that are there and still
-// valid, and lists the files on out. Run again after deleting a file, it
-// makes that one anew; after deleting the CA, all of them.
+// EtcdPKI is what MakeEtcdPKI made: the CA's certificate, and each
+// certificate of EtcdPKIFiles by name.
+type EtcdPKI struct {
+	CAFile string
+	Pairs  map[string]pki.Pair
+}
+
+// MakeEtcdPKI makes the CA and every certificate of EtcdPKIFiles(hosts)
+// in dir, keeping those that are there and still valid: the one maker of
+// etcd's certificates, for `conch etcd-pki`, `conch dev` and the local
+// cluster.
+func MakeEtcdPKI(dir string, hosts []string) (*EtcdPKI, error) {
+	ca, err := pki.LoadOrCreateCA(dir, "conch etcd CA")
+	if err != nil {
+		return nil, err
+	}
+	made := &EtcdPKI{CAFile: ca.CAFile(), Pairs: map[string]pki.Pair{}}
+	for _, f := range EtcdPKIFiles(hosts) {
+		p, err := ca.Issue(f.Name, f.User, f.Hosts...)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name, err)
+		}
+		made.Pairs[f.Name] = p
+	}
+	return made, nil
+}
+
+// RunEtcdPKI runs `conch etcd-pki`: MakeEtcdPKI in cfg.Dir, then a list
+// of the files on out. Run again after deleting a file, it makes that one
+// anew; after deleting the CA, all of them.
 func RunEtcdPKI(cfg EtcdPKIConfig, out io.Writer) error {
-	ca, err := pki.LoadOrCreateCA(cfg.Dir, "conch etcd CA")
+	made, err := MakeEtcdPKI(cfg.Dir, cfg.Hosts)
 	if err != nil {
 		return fmt.Errorf("etcd-pki: %w", err)
 	}
-	fmt.Fprintf(out, "%s\tCA: what members and clients trust\n", ca.CAFile())
+	fmt.Fprintf(out, "%s\tCA: what members and clients trust\n", made.CAFile)
 	for _, f := range EtcdPKIFiles(cfg.Hosts) {
-		p, err := ca.Issue(f.Name, f.User, f.Hosts...)
-		if err != nil {
-			return fmt.Errorf("etcd-pki: %s: %w", f.Name, err)
-		}
+		p := made.Pairs[f.Name]
 		what := "client, etcd user " + f.User
 		if len(f.Hosts) > 0 {
 			what = "etcd members"

@@ -27,7 +27,6 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
-	"github.com/conch-sh/conch/services/internal/platform/pki"
 	"github.com/conch-sh/conch/services/internal/platform/seal"
 	"github.com/conch-sh/conch/services/launch"
 )
@@ -169,10 +168,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	// Every request to etcd is checked against its certificate's user:
 	// each service's is limited to its own key prefixes.
-	if err := etcdx.EnableAuth(ctx, c.state.EtcdEndpoints, root); err != nil {
-		return nil, fmt.Errorf("localcluster: %w", err)
-	}
-	if err := etcdx.EnsureUsers(ctx, c.state.EtcdEndpoints, root, launch.EtcdUsers); err != nil {
+	if err := launch.EnableEtcdAuth(ctx, c.state.EtcdEndpoints, root); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
 	if c.etcd, err = etcdx.NewClient(ctx, etcdx.ClientOptions{Endpoints: c.state.EtcdEndpoints, TLS: root}); err != nil {
@@ -255,19 +251,12 @@ func (c *Cluster) plan() error {
 	}
 
 	// etcd accepts only certificates of the cluster's own CA (mTLS).
-	ca, err := pki.LoadOrCreateCA(filepath.Join(o.Dir, "pki"), "conch local cluster etcd CA")
+	certs, err := launch.MakeEtcdPKI(filepath.Join(o.Dir, "pki"), nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("localcluster: %w", err)
 	}
-	member, err := ca.Issue("etcd", "etcd", "127.0.0.1", "localhost")
-	if err != nil {
-		return err
-	}
-	client, err := ca.Issue("root", "root")
-	if err != nil {
-		return err
-	}
-	s.EtcdTLS = EtcdTLS{CAFile: ca.CAFile(), CertFile: client.CertFile, KeyFile: client.KeyFile}
+	member, root := certs.Pairs[launch.EtcdMemberCert], certs.Pairs[launch.EtcdRootCert]
+	s.EtcdTLS = EtcdTLS{CAFile: certs.CAFile, CertFile: root.CertFile, KeyFile: root.KeyFile}
 	var initial []string
 	etcdPeers := make([]string, o.EtcdMembers)
 	for i := range o.EtcdMembers {
@@ -281,7 +270,7 @@ func (c *Cluster) plan() error {
 		name := fmt.Sprintf("%s-%d", KindEtcd, i)
 		args := []string{"etcd", "--name", name, "--data-dir", filepath.Join(o.Dir, name),
 			"--listen-client", s.EtcdEndpoints[i], "--listen-peer", etcdPeers[i], "--initial-cluster", strings.Join(initial, ","),
-			"--trusted-ca-file", ca.CAFile(), "--cert-file", member.CertFile, "--key-file", member.KeyFile}
+			"--trusted-ca-file", certs.CAFile, "--cert-file", member.CertFile, "--key-file", member.KeyFile}
 		if o.UnsafeNoFsync {
 			args = append(args, "--unsafe-no-fsync")
 		}
@@ -307,10 +296,7 @@ func (c *Cluster) plan() error {
 	for _, kind := range ServiceKinds {
 		env := slices.Clone(serviceEnv)
 		// The service's own etcd user (launch.EtcdUsers).
-		cert, err := ca.Issue(kind, kind)
-		if err != nil {
-			return err
-		}
+		cert := certs.Pairs[kind]
 		env = append(env, "CONCH_ETCD_CERT_FILE="+cert.CertFile, "CONCH_ETCD_KEY_FILE="+cert.KeyFile)
 		switch kind {
 		case KindWorkspace:
