@@ -87,14 +87,27 @@ var etcdPKIHosts = []string{
 	"etcd-0.etcd.conch.svc", "etcd-1.etcd.conch.svc", "etcd-2.etcd.conch.svc",
 }
 
-// operatorPKI is the directory `conch etcd-pki` filled as the README says.
+// operatorPKI is the directory `conch etcd-pki` filled as the README says,
+// shared by the package's tests; TestMain removes it, CA key and all.
 var operatorPKI = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "conch-deploy-pki-")
 	if err != nil {
 		return "", err
 	}
+	operatorPKIDir = dir
 	return dir, launch.RunEtcdPKI(launch.EtcdPKIConfig{Dir: dir, Hosts: etcdPKIHosts}, io.Discard)
 })
+
+// operatorPKIDir is operatorPKI's directory once made.
+var operatorPKIDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if operatorPKIDir != "" {
+		_ = os.RemoveAll(operatorPKIDir)
+	}
+	os.Exit(code)
+}
 
 // operatorEtcdTLS is a key of the operator's Secret conch-etcd-tls: a
 // file `conch etcd-pki` makes. The CA's key is never one.
