@@ -9,9 +9,15 @@
 #   sealing.env    CONCH_SECRETS_KEY                routers, approval: the key that
 #                                                   seals stored secrets (id:base64key;
 #                                                   losing it loses them, see the README)
-#   storage.env    MinIO's root user and password,  MinIO, workspace, approval
-#                  the S3 keys of the services that
-#                  use it, and CONCH_SIGNING_KEYS
+#   minio.env      MinIO's root user and password   MinIO, minio-auth
+#   workspace-s3.env  the workspace service's own   workspace, minio-auth
+#                  MinIO user and CONCH_SIGNING_KEYS
+#   audit-s3.env   the approval service's own       approval, minio-auth
+#                  MinIO user (the audit trail)
+#
+# minio-auth makes each service's user, limited to its own bucket; no
+# service holds MinIO's root password. A storage.env of an older version
+# (one key for all) gives minio.env its root user and the signing keys.
 #
 # etcd's certificates are not here: the Compose file's etcd-pki service
 # makes them into a volume of their own.
@@ -30,14 +36,19 @@ END
 write sealing.env <<END
 CONCH_SECRETS_KEY=k1:$(head -c 32 /dev/urandom | base64)
 END
-s3=$(rand 32)
-write storage.env <<END
-MINIO_ROOT_USER=conch
-MINIO_ROOT_PASSWORD=$s3
-CONCH_S3_ACCESS_KEY=conch
-CONCH_S3_SECRET_KEY=$s3
-CONCH_AUDIT_S3_ACCESS_KEY=conch
-CONCH_AUDIT_S3_SECRET_KEY=$s3
-CONCH_SIGNING_KEYS=k1:$(rand 32)
+old=$dir/storage.env
+carry() { [ -e "$old" ] && grep "^$1=" "$old" || echo "$1=$2"; }
+write minio.env <<END
+$(carry MINIO_ROOT_USER conch)
+$(carry MINIO_ROOT_PASSWORD "$(rand 32)")
+END
+write workspace-s3.env <<END
+CONCH_S3_ACCESS_KEY=workspace
+CONCH_S3_SECRET_KEY=$(rand 20)
+$(carry CONCH_SIGNING_KEYS "k1:$(rand 32)")
+END
+write audit-s3.env <<END
+CONCH_AUDIT_S3_ACCESS_KEY=approval
+CONCH_AUDIT_S3_SECRET_KEY=$(rand 20)
 END
 echo "$dir"

@@ -131,7 +131,7 @@ func TestComposeFlagsAreAccepted(t *testing.T) {
 				t.Errorf("service %s: --advertise-addr=%s, want %s:%s (its hostname and --grpc-addr's port)", name, adv, name, listen)
 			}
 		}
-		if cmd == "etcd" || cmd == "etcd-pki" {
+		if cmd == "etcd" || cmd == "etcd-pki" || cmd == "minio-auth" {
 			continue
 		}
 		for _, ep := range strings.Split(env["CONCH_ETCD_ENDPOINTS"], ",") {
@@ -143,7 +143,7 @@ func TestComposeFlagsAreAccepted(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int{"etcd": 3, "router": 2, "executor": 2, "approval": 1, "workspace": 1, "etcd-pki": 1, "etcd-auth": 1}
+	want := map[string]int{"etcd": 3, "router": 2, "executor": 2, "approval": 1, "workspace": 1, "etcd-pki": 1, "etcd-auth": 1, "minio-auth": 1}
 	for cmd, n := range want {
 		if ran[cmd] != n {
 			t.Errorf("%d services run `conch %s`, want %d", ran[cmd], cmd, n)
@@ -266,7 +266,7 @@ func TestComposeEtcdTLS(t *testing.T) {
 			continue
 		}
 		switch cmd := svc.Command[0]; cmd {
-		case "etcd-pki":
+		case "etcd-pki", "minio-auth":
 		case "etcd":
 			members++
 			completed(name, svc, "etcd-pki")
@@ -328,6 +328,62 @@ func TestComposeEtcdTLS(t *testing.T) {
 	}
 	if users := slices.Sorted(maps.Keys(launch.EtcdUsers)); !slices.Equal(users, []string{"approval", "executor", "router", "workspace"}) {
 		t.Errorf("launch.EtcdUsers are %v: give each new user its certificate in every deployment and etcdTLSUsers", users)
+	}
+}
+
+// TestComposeMinIOUsers: only MinIO and minio-auth hold MinIO's root
+// password; the workspace and approval services each hold keys of their
+// own, which minio-auth makes into users limited to their buckets (as
+// TestMinIOAuth shows), and start only once it has.
+func TestComposeMinIOUsers(t *testing.T) {
+	t.Parallel()
+	secrets := t.TempDir()
+	if out, err := exec.Command("../../deploy/compose/secrets.sh", secrets).CombinedOutput(); err != nil {
+		t.Fatalf("secrets.sh: %v\n%s", err, out)
+	}
+	svcs := loadCompose(t)
+	env := func(svc composeService) map[string]string {
+		out := map[string]string{}
+		for _, f := range svc.EnvFile {
+			b, err := os.ReadFile(filepath.Join(secrets, filepath.Base(f)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(line, "="); ok {
+					out[k] = v
+				}
+			}
+		}
+		maps.Copy(out, svc.Environment)
+		return out
+	}
+	auth := env(svcs["minio-auth"])
+	root := auth["MINIO_ROOT_USER"]
+	if root == "" || auth["MINIO_ROOT_PASSWORD"] != env(svcs["minio"])["MINIO_ROOT_PASSWORD"] {
+		t.Fatal("minio-auth does not hold MinIO's root user and password")
+	}
+	for name, svc := range svcs {
+		if _, ok := env(svc)["MINIO_ROOT_PASSWORD"]; ok && name != "minio" && name != "minio-auth" {
+			t.Errorf("service %s holds MinIO's root password", name)
+		}
+	}
+	for _, c := range []struct{ svc, key, secret, bucket string }{
+		{"workspace", "CONCH_S3_ACCESS_KEY", "CONCH_S3_SECRET_KEY", "CONCH_S3_BUCKET"},
+		{"approval", "CONCH_AUDIT_S3_ACCESS_KEY", "CONCH_AUDIT_S3_SECRET_KEY", "CONCH_AUDIT_S3_BUCKET"},
+	} {
+		e := env(svcs[c.svc])
+		if e[c.key] == "" || e[c.key] == root {
+			t.Errorf("service %s: %s=%q, want a user of its own", c.svc, c.key, e[c.key])
+		}
+		for _, k := range []string{c.key, c.secret, c.bucket} {
+			if e[k] != auth[k] {
+				t.Errorf("service %s: %s is not the one minio-auth makes", c.svc, k)
+			}
+		}
+		if svcs[c.svc].DependsOn["minio-auth"].Condition != "service_completed_successfully" {
+			t.Errorf("service %s does not wait for minio-auth to complete successfully", c.svc)
+		}
 	}
 }
 

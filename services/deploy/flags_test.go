@@ -27,13 +27,24 @@ import (
 // configuration it loads, as services/cmd/conch/main.go does;
 // TestCommandConfigsMatchMain keeps the two in step.
 var commandConfigs = map[string]func() any{
-	"router":    func() any { return &launch.RouterConfig{} },
-	"approval":  func() any { return &launch.ApprovalConfig{} },
-	"workspace": func() any { return &launch.WorkspaceConfig{} },
-	"executor":  func() any { return &launch.ExecutorConfig{} },
-	"etcd":      func() any { return &launch.EtcdConfig{} },
-	"etcd-pki":  func() any { return &launch.EtcdPKIConfig{} },
-	"etcd-auth": func() any { return &launch.EtcdAuthConfig{} },
+	"router":     func() any { return &launch.RouterConfig{} },
+	"approval":   func() any { return &launch.ApprovalConfig{} },
+	"workspace":  func() any { return &launch.WorkspaceConfig{} },
+	"executor":   func() any { return &launch.ExecutorConfig{} },
+	"etcd":       func() any { return &launch.EtcdConfig{} },
+	"etcd-pki":   func() any { return &launch.EtcdPKIConfig{} },
+	"etcd-auth":  func() any { return &launch.EtcdAuthConfig{} },
+	"minio-auth": func() any { return &launch.MinIOAuthConfig{} },
+}
+
+// sidecars are the commands that run beside another program in its pod
+// to keep it set up: they serve nothing (no port, no probe) and use no
+// etcd.
+var sidecars = map[string]bool{"minio-auth": true}
+
+// isSidecar reports whether c runs one of the sidecars.
+func isSidecar(c *corev1.Container) bool {
+	return conchImages[path.Base(imageName(c.Image))] && len(c.Args) > 0 && sidecars[c.Args[0]]
 }
 
 // conchImages are the images whose entrypoint is the conch binary, by the
@@ -211,7 +222,7 @@ func TestConchFlagsAreAccepted(t *testing.T) {
 func TestConchPortsMatchFlags(t *testing.T) {
 	eachOverlay(t, func(t *testing.T, m *manifests) {
 		for _, cc := range conchCommands(t, m) {
-			if cc.w.kind == "Job" {
+			if cc.w.kind == "Job" || sidecars[cc.cmd] {
 				continue // serves nothing
 			}
 			where := fmt.Sprintf("%s container %s", cc.w, cc.c.Name)
@@ -321,6 +332,9 @@ func TestEtcdEndpointsAreMembers(t *testing.T) {
 			t.Errorf("etcd args lack %s", want)
 		}
 		for _, cc := range conchCommands(t, m) {
+			if sidecars[cc.cmd] {
+				continue
+			}
 			eps := strings.Split(cc.flags["etcd-endpoints"], ",")
 			if len(eps) != int(etcd.replicas) {
 				t.Errorf("%s: --etcd-endpoints lists %d members, etcd has %d", cc.w, len(eps), etcd.replicas)

@@ -368,6 +368,9 @@ func TestProbesUseDeclaredPorts(t *testing.T) {
 				continue // runs to completion; nothing routes to it
 			}
 			for _, c := range w.template.Spec.Containers {
+				if isSidecar(&c) {
+					continue // serves nothing
+				}
 				if c.ReadinessProbe == nil || c.LivenessProbe == nil {
 					t.Errorf("%s container %s: readiness and liveness probes are required", w, c.Name)
 				}
@@ -431,6 +434,14 @@ var operatorSecrets = map[string]map[string]string{
 	"conch-s3": {
 		"access-key": "conch",
 		"secret-key": "an-s3-secret-key",
+	},
+	"conch-s3-workspace": {
+		"access-key": "workspace",
+		"secret-key": "a-workspace-s3-secret",
+	},
+	"conch-s3-audit": {
+		"access-key": "approval",
+		"secret-key": "an-audit-s3-secret",
 	},
 }
 
@@ -535,4 +546,46 @@ func TestEveryKustomizationIsChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMinIOUsers: MinIO's root password reaches MinIO's pods alone; the
+// minio-auth container beside MinIO makes the users the workspace and
+// approval services hold (the same Secrets' keys), each with a bucket and
+// keys of its own (TestMinIOAuth shows what such a user can reach).
+func TestMinIOUsers(t *testing.T) {
+	eachOverlay(t, func(t *testing.T, m *manifests) {
+		var auth map[string]string
+		services := map[string]map[string]string{}
+		for _, w := range m.workloads {
+			for i := range w.template.Spec.Containers {
+				c := &w.template.Spec.Containers[i]
+				env := containerEnv(t, m, c)
+				if _, ok := env["MINIO_ROOT_PASSWORD"]; ok && w.name != "minio" {
+					t.Errorf("%s container %s holds MinIO's root password", w, c.Name)
+				}
+				switch {
+				case isSidecar(c) && c.Args[0] == "minio-auth":
+					auth = env
+				case w.name == "workspace" || w.name == "approval":
+					services[w.name] = env
+				}
+			}
+		}
+		if auth == nil {
+			t.Fatal("no container runs conch minio-auth beside MinIO")
+		}
+		for svc, keys := range map[string][]string{
+			"workspace": {"CONCH_S3_ACCESS_KEY", "CONCH_S3_SECRET_KEY", "CONCH_S3_BUCKET"},
+			"approval":  {"CONCH_AUDIT_S3_ACCESS_KEY", "CONCH_AUDIT_S3_SECRET_KEY", "CONCH_AUDIT_S3_BUCKET"},
+		} {
+			for _, k := range keys {
+				if v := services[svc][k]; v == "" || v != auth[k] {
+					t.Errorf("%s's %s is %q, minio-auth makes %q", svc, k, v, auth[k])
+				}
+			}
+			if services[svc][keys[0]] == auth["MINIO_ROOT_USER"] {
+				t.Errorf("%s's access key is MinIO's root user", svc)
+			}
+		}
+	})
 }

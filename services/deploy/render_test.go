@@ -42,11 +42,13 @@ func (o overlay) isChart() bool { return o.chartValues != nil }
 
 // chartSecrets are values that satisfy the chart's required secrets.
 var chartSecrets = map[string]any{
-	"internalSecret": "an-internal-secret-of-32-bytes!!",
-	"adminKey":       "an-admin-key-of-at-least-16-chars",
-	"signingKeys":    "k1:a-signing-secret-of-at-least-32-bytes",
-	"secretsKey":     "k1:YS1zZWNyZXRzLWtleS1vZi0zMi1ieXRlcy1vayEhISE=",
-	"s3SecretKey":    "an-s3-secret-key",
+	"internalSecret":       "an-internal-secret-of-32-bytes!!",
+	"adminKey":             "an-admin-key-of-at-least-16-chars",
+	"signingKeys":          "k1:a-signing-secret-of-at-least-32-bytes",
+	"secretsKey":           "k1:YS1zZWNyZXRzLWtleS1vZi0zMi1ieXRlcy1vayEhISE=",
+	"s3SecretKey":          "an-s3-secret-key",
+	"workspaceS3SecretKey": "a-workspace-s3-secret",
+	"auditS3SecretKey":     "an-audit-s3-secret",
 }
 
 // overlays are every kustomization of deploy/k8s and the chart's

@@ -31,14 +31,19 @@ func openStore(ctx context.Context, c objectStorage) (store.Store, error) {
 	if c.endpoint == "" {
 		return fsstore.New(c.dir)
 	}
-	// Accept "host:port" as well as a URL, whose scheme decides TLS.
-	endpoint, secure := c.endpoint, c.secure
-	if rest, ok := strings.CutPrefix(endpoint, "https://"); ok {
-		endpoint, secure = rest, true
-	} else if rest, ok := strings.CutPrefix(endpoint, "http://"); ok {
-		endpoint = rest
+	endpoint, secure := s3Endpoint(c.endpoint, c.secure)
+	return s3store.New(ctx, s3store.Options{Endpoint: endpoint, AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: secure})
+}
+
+// s3Endpoint splits an endpoint written as host:port or as a URL, whose
+// scheme decides TLS, into host:port and whether to use TLS.
+func s3Endpoint(endpoint string, secure bool) (string, bool) {
+	for _, scheme := range []string{"https://", "http://"} {
+		if rest, ok := strings.CutPrefix(endpoint, scheme); ok {
+			return strings.TrimRight(rest, "/"), scheme == "https://"
+		}
 	}
-	return s3store.New(ctx, s3store.Options{Endpoint: strings.TrimRight(endpoint, "/"), AccessKey: c.access, SecretKey: c.secret, Bucket: c.bucket, Secure: secure})
+	return strings.TrimRight(endpoint, "/"), secure
 }
 
 // RunWorkspace runs `conch workspace`.

@@ -32,6 +32,7 @@ Commands:
   etcd        run one member of a static etcd cluster (embedded etcd)
   etcd-pki    make the etcd CA and the members', root's and each service's certificates (--dir --hosts)
   etcd-auth   make each service an etcd user limited to its keys, then turn etcd's auth on (as root)
+  minio-auth  make each service a MinIO user limited to its own bucket (as root)
   secrets     rotate: re-seal every stored secret with the first key of the keyring
   node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
@@ -145,6 +146,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunEtcdAuth(ctx, cfg, stdout)
+	case "minio-auth":
+		var cfg launch.MinIOAuthConfig
+		if err := loadDoc(cmd, minioAuthUsage, args, &cfg, stderr); err != nil {
+			return err
+		}
+		return launch.RunMinIOAuth(ctx, cfg, stdout)
 	case sandbox.AgentCommand:
 		// Hidden: the resident agent inside each sandbox.
 		return sandbox.RunAgent()
@@ -232,6 +239,20 @@ prefixes, then turns etcd's authentication on, as the root user of the
 certificate given (made by conch etcd-pki). It waits up to --wait for etcd
 to answer and changes nothing that is already right: run it on every
 install and upgrade.
+
+`
+
+const minioAuthUsage = `usage: conch minio-auth [--endpoint host:port]
+
+minio-auth makes, as MinIO's root user (MINIO_ROOT_USER, MINIO_ROOT_PASSWORD),
+each service's bucket, a policy limited to that bucket and a MinIO user that
+holds only that policy: the workspace service's (CONCH_S3_ACCESS_KEY,
+CONCH_S3_SECRET_KEY, CONCH_S3_BUCKET) and the approval service's, for the
+audit trail (CONCH_AUDIT_S3_ACCESS_KEY, CONCH_AUDIT_S3_SECRET_KEY,
+CONCH_AUDIT_S3_BUCKET): the variables the services read. No service needs
+root's keys. It waits up to --wait for MinIO to answer, puts back what was
+changed by hand and changes nothing that is right: run it on every install
+and upgrade, and again after changing a service's secret.
 
 `
 

@@ -230,11 +230,14 @@ func up(t *testing.T) *cluster {
 	}
 	t.Cleanup(c.down)
 
-	// The sandboxes' root filesystem and etcd's certificates first:
-	// compose implementations that ignore depends_on conditions would
-	// start the executors without the one and etcd without the other.
-	c.run(c.compose[0], append(c.compose[1:], "up", "-d", "rootfs", "etcd-pki")...)
-	for _, svc := range []string{"rootfs", "etcd-pki"} {
+	// The sandboxes' root filesystem, etcd's certificates and the
+	// services' MinIO users first: compose implementations that ignore
+	// depends_on conditions would start the executors without the
+	// first, etcd without the second and the workspace and approval
+	// services before their users.
+	first := []string{"rootfs", "etcd-pki", "minio", "minio-auth"}
+	c.run(c.compose[0], append(c.compose[1:], append([]string{"up", "-d"}, first...)...)...)
+	for _, svc := range []string{"rootfs", "etcd-pki", "minio-auth"} {
 		if code := strings.TrimSpace(c.run(c.engine, "wait", c.container(svc))); code != "0" {
 			t.Fatalf("%s exited %s", svc, code)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -177,6 +178,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.Start(ctx, "minio"); err != nil {
 		return nil, err
 	}
+	// Each service that uses MinIO is a MinIO user limited to its bucket.
+	if err := launch.EnsureMinIOUsers(ctx, c.state.S3.Endpoint, false, c.state.S3.AccessKey, c.state.S3.SecretKey, slices.Collect(maps.Values(c.state.S3.Users))); err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
 	var services []string
 	for _, kind := range ServiceKinds {
 		services = append(services, c.Members(kind)...)
@@ -243,7 +248,10 @@ func (c *Cluster) plan() error {
 	s := &c.state
 	s.AdminKey = "ck-admin-" + randomHex(16)
 	s.InternalSecret = randomHex(24)
-	s.S3 = S3{Endpoint: next(), AccessKey: "conch", SecretKey: randomHex(16), Bucket: "conch"}
+	s.S3 = S3{Endpoint: next(), AccessKey: "conch", SecretKey: randomHex(16), Bucket: "conch", Users: map[string]launch.MinIOUser{
+		KindWorkspace: {Service: KindWorkspace, AccessKey: KindWorkspace, SecretKey: randomHex(16), Bucket: "conch"},
+		KindApproval:  {Service: KindApproval, AccessKey: KindApproval, SecretKey: randomHex(16), Bucket: "conch-audit"},
+	}}
 	signingKeys := "k1:" + randomHex(32)
 	secretsKey, err := seal.GenerateKey("k1")
 	if err != nil {
@@ -300,15 +308,17 @@ func (c *Cluster) plan() error {
 		env = append(env, "CONCH_ETCD_CERT_FILE="+cert.CertFile, "CONCH_ETCD_KEY_FILE="+cert.KeyFile)
 		switch kind {
 		case KindWorkspace:
-			env = append(env, "CONCH_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_S3_ACCESS_KEY="+s.S3.AccessKey,
-				"CONCH_S3_SECRET_KEY="+s.S3.SecretKey, "CONCH_S3_BUCKET="+s.S3.Bucket, "CONCH_SIGNING_KEYS="+signingKeys)
+			u := s.S3.Users[kind]
+			env = append(env, "CONCH_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_S3_ACCESS_KEY="+u.AccessKey,
+				"CONCH_S3_SECRET_KEY="+u.SecretKey, "CONCH_S3_BUCKET="+u.Bucket, "CONCH_SIGNING_KEYS="+signingKeys)
 		case KindRouter:
 			env = append(env, "CONCH_ADMIN_KEY="+s.AdminKey, "CONCH_SECRETS_KEY="+seal.FormatKey(secretsKey))
 		case KindApproval:
 			// The audit trail, in its own bucket of the same MinIO;
 			// executors send their records through the approval service.
-			env = append(env, "CONCH_SECRETS_KEY="+seal.FormatKey(secretsKey), "CONCH_AUDIT_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_AUDIT_S3_ACCESS_KEY="+s.S3.AccessKey,
-				"CONCH_AUDIT_S3_SECRET_KEY="+s.S3.SecretKey, "CONCH_AUDIT_S3_BUCKET="+s.S3.Bucket+"-audit")
+			u := s.S3.Users[kind]
+			env = append(env, "CONCH_SECRETS_KEY="+seal.FormatKey(secretsKey), "CONCH_AUDIT_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_AUDIT_S3_ACCESS_KEY="+u.AccessKey,
+				"CONCH_AUDIT_S3_SECRET_KEY="+u.SecretKey, "CONCH_AUDIT_S3_BUCKET="+u.Bucket)
 		}
 		env = append(env, o.Env...)
 		for i := range o.Replicas {

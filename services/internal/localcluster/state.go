@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/pki"
+	"github.com/conch-sh/conch/services/launch"
 )
 
 // StateFile is the name of the state file in a cluster's directory.
@@ -52,13 +53,15 @@ func (t EtcdTLS) Config() (*tls.Config, error) {
 	return pki.ClientConfig(t.CAFile, pki.Pair{CertFile: t.CertFile, KeyFile: t.KeyFile})
 }
 
-// S3 is the MinIO server's endpoint, credentials and the workspaces'
-// bucket.
+// S3 is the MinIO server's endpoint, its root credentials, the
+// workspaces' bucket, and the MinIO users of the services that use it
+// (launch.MinIOUser), each limited to its own bucket.
 type S3 struct {
-	Endpoint  string `json:"endpoint"`
-	AccessKey string `json:"access_key"`
-	SecretKey string `json:"secret_key"`
-	Bucket    string `json:"bucket"`
+	Endpoint  string                      `json:"endpoint"`
+	AccessKey string                      `json:"access_key"`
+	SecretKey string                      `json:"secret_key"`
+	Bucket    string                      `json:"bucket"`
+	Users     map[string]launch.MinIOUser `json:"users"`
 }
 
 // MemberState is one process of the cluster.
