@@ -273,6 +273,43 @@ func EnsureUsers(ctx context.Context, endpoints []string, root *tls.Config, user
 		if _, err := cli.UserGrantRole(ctx, name, name); err != nil {
 			return fmt.Errorf("etcdx: grant role %s: %w", name, err)
 		}
+		if err := revokeOthers(ctx, cli, name, perms); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// revokeOthers takes from user name's role every permission perms does
+// not hold, and from the user every other role (root's, granted by hand):
+// a permission dropped from a service's list, or given beside it, does
+// not outlive the next run.
+func revokeOthers(ctx context.Context, cli *clientv3.Client, name string, perms []Permission) error {
+	want := map[string]bool{}
+	for _, p := range perms {
+		want[p.Prefix+"\x00"+clientv3.GetPrefixRangeEnd(p.Prefix)] = true
+	}
+	role, err := cli.RoleGet(ctx, name)
+	if err != nil {
+		return fmt.Errorf("etcdx: get role %s: %w", name, err)
+	}
+	for _, p := range role.Perm {
+		if !want[string(p.Key)+"\x00"+string(p.RangeEnd)] {
+			if _, err := cli.RoleRevokePermission(ctx, name, string(p.Key), string(p.RangeEnd)); err != nil {
+				return fmt.Errorf("etcdx: revoke %s %q: %w", name, p.Key, err)
+			}
+		}
+	}
+	user, err := cli.UserGet(ctx, name)
+	if err != nil {
+		return fmt.Errorf("etcdx: get user %s: %w", name, err)
+	}
+	for _, r := range user.Roles {
+		if r != name {
+			if _, err := cli.UserRevokeRole(ctx, name, r); err != nil {
+				return fmt.Errorf("etcdx: revoke role %s from %s: %w", r, name, err)
+			}
+		}
 	}
 	return nil
 }
