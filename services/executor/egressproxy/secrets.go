@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/egress"
+	"github.com/conch-sh/conch/services/internal/platform/pki"
 )
 
 // Secret is a value the sandbox uses without holding it: its programs see
@@ -61,7 +61,7 @@ func NewCA() (*CA, error) {
 		return nil, fmt.Errorf("egressproxy: CA key: %w", err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          pki.Serial(),
 		Subject:               pkix.Name{CommonName: "conch sandbox egress CA"},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(30 * 24 * time.Hour),
@@ -81,11 +81,6 @@ func NewCA() (*CA, error) {
 	return &CA{cert: cert, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leaves: map[string]*tls.Certificate{}}, nil
 }
 
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	return n
-}
-
 // leaf returns the certificate the proxy shows for host.
 func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 	ca.mu.Lock()
@@ -98,7 +93,7 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: pki.Serial(),
 		Subject:      pkix.Name{CommonName: host},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     ca.cert.NotAfter,

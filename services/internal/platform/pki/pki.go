@@ -58,7 +58,7 @@ func LoadOrCreateCA(dir, name string) (*CA, error) {
 		return nil, fmt.Errorf("pki: %w", err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          Serial(),
 		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(validity),
@@ -100,7 +100,7 @@ func (ca *CA) Issue(name, commonName string, hosts ...string) (Pair, error) {
 		return Pair{}, fmt.Errorf("pki: %w", err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: Serial(),
 		Subject:      pkix.Name{CommonName: commonName},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(validity),
@@ -160,7 +160,9 @@ func covers(cert *x509.Certificate, hosts []string) bool {
 	return true
 }
 
-func serial() *big.Int {
+// Serial is a random serial number for a new certificate: 127 bits, as
+// RFC 5280 asks (positive, at most 20 octets) with room to spare.
+func Serial() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127)) // crypto/rand does not fail
 	return n
 }
