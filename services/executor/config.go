@@ -20,7 +20,11 @@ type Config struct {
 	// sandbox.DefaultUIDLockDir).
 	SandboxUIDLockDir string `flag:"sandbox-uid-lock-dir" env:"CONCH_SANDBOX_UID_LOCK_DIR" default:"/run/conch-sandbox-uids" usage:"host directory where every executor of the host claims its sandboxes' uids"`
 	SandboxCgroup     string `flag:"sandbox-cgroup" env:"CONCH_SANDBOX_CGROUP" default:"conch" usage:"cgroup under which sandboxes' groups are made"`
-	SandboxPool       int    `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
+	// All the sandboxes of this executor together, whatever each asks
+	// for: no set of them takes the host (sandbox.ParentLimits).
+	SandboxesMemoryBytes int64 `flag:"sandboxes-memory-bytes" env:"CONCH_SANDBOXES_MEMORY_BYTES" usage:"memory all this executor's sandboxes may use together, in bytes (0: three quarters of the host's); with several executors on one host, make their sum fit it"`
+	SandboxesPids        int64 `flag:"sandboxes-pids" env:"CONCH_SANDBOXES_PIDS" usage:"processes all this executor's sandboxes may run together (0: half of the kernel's pid_max)"`
+	SandboxPool          int   `flag:"sandbox-pool" env:"CONCH_SANDBOX_POOL" default:"2" usage:"sandboxes kept built ahead of demand (0: none)"`
 	// Each launch holds a sandbox uid, a cgroup and a waiting bubblewrap
 	// process (its default is sandbox.DefaultLaunchAhead).
 	SandboxLaunchAhead int `flag:"sandbox-launch-ahead" env:"CONCH_SANDBOX_LAUNCH_AHEAD" default:"2" usage:"bubblewraps kept started, each in its sandbox's cgroup, for creates beyond the pool (0: none)"`
@@ -54,6 +58,12 @@ func (c *Config) LaunchAhead() int {
 
 // Validate checks the executor's settings.
 func (c *Config) Validate() error {
+	if c.SandboxesMemoryBytes < 0 || (c.SandboxesMemoryBytes > 0 && c.SandboxesMemoryBytes < 64<<20) {
+		return config.Invalid("--sandboxes-memory-bytes", "must be 0 (the default) or at least 64 MiB")
+	}
+	if c.SandboxesPids < 0 || (c.SandboxesPids > 0 && c.SandboxesPids < 64) {
+		return config.Invalid("--sandboxes-pids", "must be 0 (the default) or at least 64")
+	}
 	if !filepath.IsAbs(c.SandboxStateDir) {
 		return config.Invalid("--sandbox-state-dir", "must be an absolute path")
 	}

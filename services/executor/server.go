@@ -20,6 +20,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/toolshim"
+	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/toolresult"
@@ -70,28 +71,14 @@ func (s *Server) Register(g *grpc.Server) {
 	executorv1.RegisterExecutorServiceServer(g, s)
 }
 
-const maxLimit = int64(1) << 40
-
-func limitsFrom(l *executorv1.Limits) (sandbox.Limits, error) {
+// limitsFrom checks the limits a tenant asked for against the floors and
+// the operator's ceilings c.
+func limitsFrom(l *executorv1.Limits, c ceiling.Config) (sandbox.Limits, error) {
 	if l == nil {
 		return sandbox.Limits{}, nil
 	}
-	checks := []struct {
-		name string
-		v    int64
-		min  int64
-	}{
-		{"limits.memory_bytes", l.GetMemoryBytes(), 32 << 20},
-		{"limits.pids", l.GetPids(), 16},
-		{"limits.cpu_millicores", l.GetCpuMillicores(), 10},
-		{"limits.workspace_bytes", l.GetWorkspaceBytes(), 1 << 20},
-		{"limits.workspace_files", l.GetWorkspaceFiles(), 100},
-		{"limits.ephemeral_workspace_bytes", l.GetEphemeralWorkspaceBytes(), 1 << 20},
-	}
-	for _, c := range checks {
-		if c.v != 0 && (c.v < c.min || c.v > maxLimit) {
-			return sandbox.Limits{}, errs.New(errs.InvalidArgument, "%s: must be 0 (default) or between %d and %d", c.name, c.min, maxLimit)
-		}
+	if err := ceiling.CheckLimits("limits.", l, c); err != nil {
+		return sandbox.Limits{}, err
 	}
 	return sandbox.Limits{
 		MemoryBytes: l.GetMemoryBytes(), Pids: l.GetPids(), CPUMillicores: l.GetCpuMillicores(),
@@ -105,7 +92,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 	if err != nil {
 		return nil, err
 	}
-	limits, err := limitsFrom(req.GetLimits())
+	limits, err := limitsFrom(req.GetLimits(), s.svc.ceil)
 	if err != nil {
 		return nil, err
 	}
@@ -113,8 +100,9 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 		// A persistent workspace has its own quota.
 		limits.WorkspaceBytes = req.GetLimits().GetWorkspaceBytes()
 	}
-	if req.GetIdleTimeoutSeconds() < 0 {
-		return nil, errs.New(errs.InvalidArgument, "idle_timeout_seconds: must not be negative")
+	idle, err := s.svc.ceil.Idle("idle_timeout_seconds", int64(req.GetIdleTimeoutSeconds()))
+	if err != nil {
+		return nil, err
 	}
 	var tools []toolshim.Tool
 	for i, t := range req.GetTools() {
@@ -132,7 +120,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 		User:  req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
 		Network:     network,
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
-		Idle: time.Duration(req.GetIdleTimeoutSeconds()) * time.Second,
+		Idle: idle,
 		Name: req.GetName(),
 	})
 	if err != nil {
@@ -270,11 +258,11 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	default:
 		return errs.New(errs.InvalidArgument, "host: must be sandbox, gateway or node")
 	}
-	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultExecTimeout, MaxExecTimeout)
+	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultExecTimeout, MaxExecTimeout, s.svc.ceil)
 	if err != nil {
 		return err
 	}
-	maxOut, err := outputLimit(req.GetMaxOutputLength())
+	maxOut, err := outputLimit(req.GetMaxOutputLength(), s.svc.ceil)
 	if err != nil {
 		return err
 	}
@@ -316,22 +304,32 @@ func outcomePB(r *Result) *executorv1.Outcome {
 	return &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR}
 }
 
-func seconds(field string, v int32, def, maxD time.Duration) (time.Duration, error) {
-	if v == 0 {
-		return def, nil
+// seconds is a command's timeout: def for 0, else v seconds at most
+// maxD (the protocol's bound) and the operator's ceiling c.
+func seconds(field string, v int32, def, maxD time.Duration, c ceiling.Config) (time.Duration, error) {
+	if v < 0 {
+		return 0, errs.New(errs.InvalidArgument, "%s: must not be negative", field)
 	}
-	if v < 1 || time.Duration(v)*time.Second > maxD {
-		return 0, errs.New(errs.InvalidArgument, "%s: must be between 1 and %d", field, int(maxD/time.Second))
+	if err := ceiling.CheckSeconds(field, int64(v), min(maxD, c.CommandTimeout)); err != nil {
+		return 0, err
+	}
+	if v == 0 {
+		return min(def, c.CommandTimeout), nil
 	}
 	return time.Duration(v) * time.Second, nil
 }
 
-func outputLimit(v int32) (int, error) {
-	if v == 0 {
-		return DefaultOutputChars, nil
+// outputLimit is a command's output bound: the default for 0, else v at
+// most the operator's ceiling c.
+func outputLimit(v int32, c ceiling.Config) (int, error) {
+	if v < 0 {
+		return 0, errs.New(errs.InvalidArgument, "max_output_length: must not be negative")
 	}
-	if v < 1 || v > MaxOutputChars {
-		return 0, errs.New(errs.InvalidArgument, "max_output_length: must be between 1 and %d", MaxOutputChars)
+	if err := ceiling.Check("max_output_length", int64(v), 1, min(MaxOutputChars, c.OutputLength)); err != nil {
+		return 0, err
+	}
+	if v == 0 {
+		return int(min(DefaultOutputChars, c.OutputLength)), nil
 	}
 	return int(v), nil
 }
@@ -352,11 +350,11 @@ func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandReque
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultRunTimeout, MaxRunTimeout)
+	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultRunTimeout, MaxRunTimeout, s.svc.ceil)
 	if err != nil {
 		return nil, err
 	}
-	maxOut, err := outputLimit(req.GetMaxOutputLength())
+	maxOut, err := outputLimit(req.GetMaxOutputLength(), s.svc.ceil)
 	if err != nil {
 		return nil, err
 	}

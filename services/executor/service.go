@@ -29,6 +29,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
+	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -100,6 +101,8 @@ type Service struct {
 	denyRules DenyRules
 	// audit records how commands ended; nil records nothing.
 	audit AuditSink
+	// ceil bounds what tenants ask of sandboxes and commands.
+	ceil ceiling.Config
 }
 
 // Option configures a Service.
@@ -124,6 +127,10 @@ type ToolCaller func(ctx context.Context, account, sandboxID, tool, arguments st
 // DefaultMaxSandboxes is how many sandboxes an executor holds at most
 // unless WithMaxSandboxes says otherwise.
 const DefaultMaxSandboxes = 256
+
+// WithCeilings bounds what tenants ask of sandboxes and commands by the
+// operator's ceilings; without it, ceiling.Defaults.
+func WithCeilings(c ceiling.Config) Option { return func(s *Service) { s.ceil = c } }
 
 // WithMaxSandboxes bounds the sandboxes this executor holds; a create
 // beyond it is refused with ResourceExhausted, and the router places new
@@ -220,7 +227,7 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}, max: DefaultMaxSandboxes, flushTimeout: DefaultFlushTimeout}
+	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}, max: DefaultMaxSandboxes, flushTimeout: DefaultFlushTimeout, ceil: ceiling.Defaults}
 	for _, o := range opts {
 		o(s)
 	}
@@ -323,19 +330,25 @@ func (s *Service) recordOwnership(ctx context.Context, id string, e *entry) erro
 	return nil
 }
 
+// endIdle ends the sandboxes idle longer than their idle timeout, and
+// those older than the operator's lifetime ceiling, busy or not; a
+// persistent workspace is saved first, as on every teardown.
 func (s *Service) endIdle(ctx context.Context, now time.Time) {
 	s.mu.Lock()
-	var idle []string
+	ending := map[string]string{}
 	for id, e := range s.sandboxes {
-		if e.idle > 0 && now.Sub(e.idleSince()) > e.idle {
-			idle = append(idle, id)
+		switch {
+		case e.idle > 0 && now.Sub(e.idleSince()) > e.idle:
+			ending[id] = "idle"
+		case s.ceil.SandboxLifetime > 0 && now.Sub(e.created) > s.ceil.SandboxLifetime:
+			ending[id] = "lifetime"
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range idle {
-		s.log.Info("ending idle sandbox", "sandbox", id)
+	for id, why := range ending {
+		s.log.Info("ending sandbox", "sandbox", id, "reason", why)
 		if err := s.destroy(ctx, id); err != nil {
-			s.log.Warn("idle sandbox teardown failed", "sandbox", id, "error", err)
+			s.log.Warn("sandbox teardown failed", "sandbox", id, "reason", why, "error", err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
@@ -34,6 +35,9 @@ type Common struct {
 	// The router and the approval service connect out for tenants
 	// through the guard these settings shape.
 	outbound.Config
+	// Ceilings bound what tenants set; the router refuses on save what
+	// the executor would refuse on use.
+	Ceilings ceiling.Config
 }
 
 // EtcdClientConfig says how a conch process reaches etcd: every service,
@@ -84,6 +88,9 @@ func (c *Common) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return config.Invalid("--shutdown-timeout", "must be positive")
+	}
+	if err := c.Ceilings.Validate(); err != nil {
+		return err
 	}
 	return c.Config.Validate()
 }

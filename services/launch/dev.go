@@ -20,6 +20,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/executor"
+	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
@@ -62,6 +63,8 @@ type DevConfig struct {
 	// KeyConfig seals stored secrets; unset, with a key kept in
 	// <data-dir>/secrets-key, made on first start.
 	seal.KeyConfig
+	// Ceilings bound what tenants set, as in every service.
+	Ceilings ceiling.Config
 	// Executor holds the sandboxes' settings, as in `conch executor`.
 	Executor executor.Config
 }
@@ -90,6 +93,9 @@ func (c *DevConfig) Validate() error {
 		return config.Invalid("--log-level", "%v", err)
 	}
 	if err := c.HTTPConfig.Validate(); err != nil {
+		return err
+	}
+	if err := c.Ceilings.Validate(); err != nil {
 		return err
 	}
 	if err := c.Config.Validate(); err != nil {
@@ -150,7 +156,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 			EtcdEndpoints: emb.Endpoints(), EtcdRequestTimeout: etcdx.DefaultRequestTimeout,
 			EtcdCAFile: etcdTLS.CAFile, EtcdCertFile: client.CertFile, EtcdKeyFile: client.KeyFile,
 		},
-		LogLevel: cfg.LogLevel, InternalSecret: randomSecret(), ShutdownTimeout: 5 * time.Second, Config: ob,
+		LogLevel: cfg.LogLevel, InternalSecret: randomSecret(), ShutdownTimeout: 5 * time.Second, Config: ob, Ceilings: cfg.Ceilings,
 	}
 	p, err := newProcess(ctx, "conch-dev", common)
 	if err != nil {

@@ -91,7 +91,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 		}
 		rt, err := sandbox.NewRuntime(sandbox.Config{
 			StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
-			CgroupParent: cfg.SandboxCgroup + "/" + name, PoolSize: cfg.SandboxPool, LaunchAhead: cfg.LaunchAhead(), Logger: p.log,
+			CgroupParent: cfg.SandboxCgroup + "/" + name, ParentLimits: sandbox.ParentLimits{MemoryBytes: cfg.SandboxesMemoryBytes, Pids: cfg.SandboxesPids}, PoolSize: cfg.SandboxPool, LaunchAhead: cfg.LaunchAhead(), Logger: p.log,
 			Seccomp: filter, TracerProvider: p.tel.TracerProvider(),
 		})
 		if err != nil {
@@ -125,7 +125,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			return fmt.Errorf("executor: %w", err)
 		}
 		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
-		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy)}
+		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings)}
 		if cfg.GatewayHost {
 			// Never as root: an unprivileged uid of its own, with no
 			// supplementary groups, whose home no one else reads.
@@ -304,6 +304,7 @@ func buildRouter(cfg router.Config, ready chan<- string, setup func(context.Cont
 		if err != nil {
 			return err
 		}
+		svc.Gateways().SetCeilings(p.common.Ceilings)
 		if setup != nil {
 			if err := setup(ctx, svc); err != nil {
 				return err

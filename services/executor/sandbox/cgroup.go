@@ -28,9 +28,76 @@ type cgroupRoot struct {
 	parent string
 }
 
-// detectCgroups finds the cgroup version mounted at mount and prepares the
+// ParentLimits bound all the sandboxes under one parent group together.
+type ParentLimits struct {
+	MemoryBytes, Pids int64
+}
+
+// orHost returns l with its unset fields at the host's defaults: three
+// quarters of its memory, half of the kernel's pid_max.
+func (l ParentLimits) orHost() (ParentLimits, error) {
+	if l.MemoryBytes == 0 {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return l, fmt.Errorf("cgroups: host memory: %w", err)
+		}
+		l.MemoryBytes = int64(si.Totalram) * int64(si.Unit) / 4 * 3
+	}
+	if l.Pids == 0 {
+		b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+		if err != nil {
+			return l, fmt.Errorf("cgroups: pid_max: %w", err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return l, fmt.Errorf("cgroups: pid_max: %w", err)
+		}
+		l.Pids = n / 2
+	}
+	return l, nil
+}
+
+// detectCgroups finds the cgroup version mounted at mount, prepares the
+// parent group and bounds it by limits.
+func detectCgroups(mount, parent string, limits ParentLimits) (*cgroupRoot, error) {
+	r, err := prepareCgroups(mount, parent)
+	if err != nil {
+		return nil, err
+	}
+	if limits, err = limits.orHost(); err != nil {
+		return nil, err
+	}
+	return r, r.limitParent(limits)
+}
+
+// limitParent writes l to the parent group. Memory is bounded without
+// swap; a bound below what the sandboxes already use fails.
+func (r *cgroupRoot) limitParent(l ParentLimits) error {
+	files := [][2]string{
+		{filepath.Join(r.mount, r.parent, "pids.max"), strconv.FormatInt(l.Pids, 10)},
+		{filepath.Join(r.mount, r.parent, "memory.max"), strconv.FormatInt(l.MemoryBytes, 10)},
+		{filepath.Join(r.mount, r.parent, "memory.swap.max"), "0"},
+	}
+	if !r.v2 {
+		files = [][2]string{
+			{filepath.Join(r.mount, "pids", r.parent, "pids.max"), strconv.FormatInt(l.Pids, 10)},
+			{filepath.Join(r.mount, "memory", r.parent, "memory.limit_in_bytes"), strconv.FormatInt(l.MemoryBytes, 10)},
+		}
+	}
+	for _, f := range files {
+		if err := os.WriteFile(f[0], []byte(f[1]), 0); err != nil {
+			if strings.HasSuffix(f[0], "memory.swap.max") && errors.Is(err, fs.ErrNotExist) {
+				continue // no swap accounting on this host
+			}
+			return fmt.Errorf("cgroups: bound the sandboxes together: set %s to %s: %w", f[0], f[1], err)
+		}
+	}
+	return nil
+}
+
+// prepareCgroups finds the cgroup version mounted at mount and makes the
 // parent group.
-func detectCgroups(mount, parent string) (*cgroupRoot, error) {
+func prepareCgroups(mount, parent string) (*cgroupRoot, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(mount, &st); err != nil {
 		return nil, fmt.Errorf("cgroups: stat %s: %w", mount, err)

@@ -83,6 +83,11 @@ type Config struct {
 	// CgroupMount is where cgroups are mounted; CgroupParent the group
 	// under which sandboxes' groups are made.
 	CgroupMount, CgroupParent string
+	// ParentLimits bound all the sandboxes of CgroupParent together, so
+	// that no set of sandboxes, each within its own limits, takes the
+	// host: their memory (0: three quarters of the host's) and their
+	// processes (0: half the kernel's pid_max). CPU is shared by weight.
+	ParentLimits ParentLimits
 	// UIDBase is the first host uid given to sandboxes; each live sandbox
 	// gets its own uid in [UIDBase, UIDBase+UIDCount).
 	UIDBase, UIDCount int
@@ -230,7 +235,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	if r.cgroups, err = detectCgroups(cfg.CgroupMount, cfg.CgroupParent); err != nil {
+	if r.cgroups, err = detectCgroups(cfg.CgroupMount, cfg.CgroupParent, cfg.ParentLimits); err != nil {
 		r.removeState()
 		return nil, err
 	}

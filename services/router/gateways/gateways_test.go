@@ -12,6 +12,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
@@ -121,7 +122,7 @@ func TestValidate(t *testing.T) {
 			t.Parallel()
 			g := valid()
 			tt.mutate(g)
-			err := Validate(g, nil)
+			err := Validate(g, nil, ceiling.Defaults)
 			if tt.wantField == "" {
 				if err != nil {
 					t.Fatalf("Validate = %v, want nil", err)

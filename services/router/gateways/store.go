@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
@@ -33,6 +34,7 @@ type Store struct {
 	keys  *seal.Keyring
 	log   *slog.Logger
 	guard *outbound.Guard // judges the URLs a gateway saves
+	ceil  ceiling.Config  // bounds the numbers it saves
 
 	mu     sync.RWMutex
 	synced bool
@@ -51,14 +53,18 @@ func New(cli *clientv3.Client, keys *seal.Keyring, log *slog.Logger, guard *outb
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{cli: cli, keys: keys, log: log, guard: guard, cache: map[string]*routerv1.Gateway{}}, nil
+	return &Store{cli: cli, keys: keys, log: log, guard: guard, ceil: ceiling.Defaults, cache: map[string]*routerv1.Gateway{}}, nil
 }
+
+// SetCeilings makes saves refuse numbers above the operator's ceilings c
+// (ceiling.Defaults until called). Call it before the store is used.
+func (s *Store) SetCeilings(c ceiling.Config) { s.ceil = c }
 
 func key(account, name string) string { return prefix + account + "/" + name }
 
 // Create stores a new gateway; the name must be new in the account.
 func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway) (*routerv1.Gateway, error) {
-	if err := Validate(g, s.guard); err != nil {
+	if err := Validate(g, s.guard, s.ceil); err != nil {
 		return nil, err
 	}
 	if err := requireSecretValues(g); err != nil {
@@ -164,7 +170,7 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 	if replace {
 		// Checked before reading the stored gateway, so a bad
 		// replacement is refused as it would be on create.
-		if err := Validate(g, s.guard); err != nil {
+		if err := Validate(g, s.guard, s.ceil); err != nil {
 			return nil, err
 		}
 	}
@@ -179,7 +185,7 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 		next := proto.Clone(g).(*routerv1.Gateway)
 		if !replace {
 			next = merged(old, g, paths)
-			if err := Validate(next, s.guard); err != nil {
+			if err := Validate(next, s.guard, s.ceil); err != nil {
 				return nil, err
 			}
 		}

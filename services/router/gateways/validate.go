@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -11,6 +12,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/outbound"
@@ -46,7 +48,10 @@ func ValidName(name string) error {
 // Validate checks a gateway, naming the first bad field. guard, when set,
 // judges the URLs whose host is an address now (names are judged when
 // dialled); nil checks their form alone.
-func Validate(g *routerv1.Gateway, guard *outbound.Guard) error {
+//
+// Numbers are held to their floors and to the operator's ceilings c, as
+// the executor holds them when it acts on them.
+func Validate(g *routerv1.Gateway, guard *outbound.Guard, c ceiling.Config) error {
 	if g == nil {
 		return invalid("gateway", "is required")
 	}
@@ -56,7 +61,7 @@ func Validate(g *routerv1.Gateway, guard *outbound.Guard) error {
 	if err := validateUpstream(g.GetUpstream(), guard); err != nil {
 		return err
 	}
-	if err := validateShell(g.GetShell()); err != nil {
+	if err := validateShell(g.GetShell(), c); err != nil {
 		return err
 	}
 	if err := validateExec(g.GetExec()); err != nil {
@@ -108,47 +113,35 @@ func providerWord(p routerv1.Provider) string {
 	return strings.ToLower(strings.TrimPrefix(p.String(), "PROVIDER_"))
 }
 
-func validateShell(s *routerv1.ShellSettings) error {
+func validateShell(s *routerv1.ShellSettings, c ceiling.Config) error {
 	if s == nil {
 		return nil
 	}
-	if t := s.GetTimeoutSeconds(); t < 0 || t > 300 {
-		return invalid("shell.timeout_seconds", "must be 1 to 300 (0 means the default, %d), got %d", DefaultShellTimeoutSeconds, t)
+	if t := s.GetTimeoutSeconds(); t < 0 {
+		return invalid("shell.timeout_seconds", "must not be negative (0 means the default, %d), got %d", DefaultShellTimeoutSeconds, t)
 	}
-	if n := s.GetMaxOutputLength(); n < 0 || n > 1<<20 {
-		return invalid("shell.max_output_length", "must be 1 to 1048576 (0 means the default, %d), got %d", DefaultMaxOutputLength, n)
-	}
-	if n := s.GetSessionIdleSeconds(); n < 0 || n > 7*24*3600 {
-		return invalid("shell.session_idle_seconds", "must be 0 (default %d) to 604800, got %d", DefaultSessionIdleSeconds, n)
-	}
-	if err := validateLimits(s.GetLimits()); err != nil {
+	// The model's commands run through the REST command bound (300s).
+	if err := ceiling.CheckSeconds("shell.timeout_seconds", int64(s.GetTimeoutSeconds()), min(300*time.Second, c.CommandTimeout)); err != nil {
 		return err
 	}
-	return validateNetwork(s.GetNetwork())
-}
-
-func validateLimits(l *executorv1.Limits) error {
-	if l == nil {
-		return nil
+	if n := s.GetMaxOutputLength(); n < 0 {
+		return invalid("shell.max_output_length", "must not be negative (0 means the default, %d), got %d", DefaultMaxOutputLength, n)
 	}
-	checks := []struct {
-		field string
-		v     int64
-		min   int64
-	}{
-		{"memory_bytes", l.GetMemoryBytes(), 16 << 20},
-		{"pids", l.GetPids(), 8},
-		{"cpu_millicores", l.GetCpuMillicores(), 10},
-		{"workspace_bytes", l.GetWorkspaceBytes(), 1 << 20},
-		{"workspace_files", l.GetWorkspaceFiles(), 10},
-		{"ephemeral_workspace_bytes", l.GetEphemeralWorkspaceBytes(), 1 << 20},
+	if err := ceiling.Check("shell.max_output_length", int64(s.GetMaxOutputLength()), 1, min(1<<20, c.OutputLength)); err != nil {
+		return err
 	}
-	for _, c := range checks {
-		if c.v != 0 && c.v < c.min {
-			return invalid("shell.limits."+c.field, "must be 0 (the default) or at least %d, got %d", c.min, c.v)
+	if n := s.GetSessionIdleSeconds(); n < 0 {
+		return invalid("shell.session_idle_seconds", "must not be negative (0 means the default, %d), got %d", DefaultSessionIdleSeconds, n)
+	}
+	if err := ceiling.CheckSeconds("shell.session_idle_seconds", int64(s.GetSessionIdleSeconds()), c.IdleTimeout); err != nil {
+		return err
+	}
+	if s.GetLimits() != nil {
+		if err := ceiling.CheckLimits("shell.limits.", s.GetLimits(), c); err != nil {
+			return err
 		}
 	}
-	return nil
+	return validateNetwork(s.GetNetwork())
 }
 
 func validateNetwork(n *executorv1.Network) error {

@@ -579,7 +579,8 @@ type Sandbox struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When it last ran a command.
 	LastUsedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
-	// Idle time after which it ends; 0 means it ends only when destroyed.
+	// Idle time after which it ends; 0 means it ends only when destroyed
+	// (where the operator allows that).
 	IdleTimeoutSeconds int32 `protobuf:"varint,12,opt,name=idle_timeout_seconds,json=idleTimeoutSeconds,proto3" json:"idle_timeout_seconds,omitempty"`
 	// Paths of a persistent workspace that the workspace service cannot
 	// hold and that were left out of its flushes (the rest was saved),
@@ -801,7 +802,8 @@ type CreateSandboxRequest struct {
 	PathPrepend []string `protobuf:"bytes,6,rep,name=path_prepend,json=pathPrepend,proto3" json:"path_prepend,omitempty"`
 	// Conversation to keep it for.
 	Session string `protobuf:"bytes,7,opt,name=session,proto3" json:"session,omitempty"`
-	// Idle time after which it ends; 0 means it ends only when destroyed.
+	// Idle time after which it ends, at most the operator's ceiling; 0 asks
+	// for none, which is the ceiling unless the operator allows none.
 	IdleTimeoutSeconds int32 `protobuf:"varint,8,opt,name=idle_timeout_seconds,json=idleTimeoutSeconds,proto3" json:"idle_timeout_seconds,omitempty"`
 	// Agent (gateway name) whose policy judges its commands.
 	Agent string `protobuf:"bytes,9,opt,name=agent,proto3" json:"agent,omitempty"`

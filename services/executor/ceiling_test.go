@@ -1,0 +1,121 @@
+package executor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/ceiling"
+)
+
+// TestCeilings: every number a tenant sets on a sandbox or a command is
+// held to the operator's ceiling, with a 400 naming the field and the
+// ceiling; a sandbox that asks for no idle timeout gets the ceiling's
+// unless the operator allows none.
+func TestCeilings(t *testing.T) {
+	c := ceiling.Defaults
+	c.MemoryBytes, c.Pids, c.CPUMillicores = 1<<30, 512, 2000
+	c.EphemeralWorkspaceBytes, c.WorkspaceFiles = 64<<20, 5000
+	c.CommandTimeout, c.OutputLength, c.IdleTimeout = 10*time.Second, 1000, time.Hour
+	x := startExecutor(t, WithCeilings(c))
+	ctx := as(t, "acme")
+	for _, tc := range []struct {
+		name   string
+		limits *executorv1.Limits
+		idle   int32
+		want   string
+	}{
+		{"memory of a TiB", &executorv1.Limits{MemoryBytes: 1 << 40}, 0, "limits.memory_bytes: 1099511627776 is above the ceiling of 1073741824"},
+		{"a million pids", &executorv1.Limits{Pids: 1_000_000}, 0, "limits.pids: 1000000 is above the ceiling of 512"},
+		{"all the CPUs", &executorv1.Limits{CpuMillicores: 64_000}, 0, "limits.cpu_millicores: 64000 is above the ceiling of 2000"},
+		{"a large in-memory workspace", &executorv1.Limits{EphemeralWorkspaceBytes: 1 << 30}, 0, "limits.ephemeral_workspace_bytes: 1073741824 is above the ceiling of 67108864"},
+		{"many files", &executorv1.Limits{WorkspaceFiles: 1 << 20}, 0, "limits.workspace_files: 1048576 is above the ceiling of 5000"},
+		{"a day idle", nil, 86400, "idle_timeout_seconds: 86400 is above the ceiling of 3600"},
+		{"tiny pids", &executorv1.Limits{Pids: 2}, 0, "limits.pids: must be 0 (the default) or at least 16, got 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Limits: tc.limits, IdleTimeoutSeconds: tc.idle})
+			wantCode(t, err, codes.InvalidArgument, tc.want)
+		})
+	}
+
+	// At the ceiling is allowed; no idle timeout is the ceiling's.
+	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Limits: &executorv1.Limits{MemoryBytes: 1 << 30, Pids: 512}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetSandbox().GetIdleTimeoutSeconds(); got != 3600 {
+		t.Errorf("idle_timeout_seconds 0 became %d, want the ceiling, 3600", got)
+	}
+	id := resp.GetId()
+	for _, tc := range []struct {
+		name    string
+		timeout int32
+		output  int32
+		want    string
+	}{
+		{"a long command", 60, 0, "timeout_seconds: 60 is above the ceiling of 10"},
+		{"a long output", 0, 5000, "max_output_length: 5000 is above the ceiling of 1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "true", TimeoutSeconds: tc.timeout, MaxOutputLength: tc.output})
+			wantCode(t, err, codes.InvalidArgument, tc.want)
+			stream, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: "true", TimeoutSeconds: tc.timeout, MaxOutputLength: tc.output})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			wantCode(t, err, codes.InvalidArgument, tc.want)
+		})
+	}
+	// The default output bound is within the ceiling.
+	out, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "head -c 3000 /dev/zero | tr '\\0' a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.GetStdout(), strings.Repeat("a", 1001)) {
+		t.Errorf("default output of %d characters, want at most the ceiling of 1000", len(out.GetStdout()))
+	}
+}
+
+// TestNeverIdleWhereAllowed: an operator may let sandboxes without an
+// idle timeout live until destroyed.
+func TestNeverIdleWhereAllowed(t *testing.T) {
+	c := ceiling.Defaults
+	c.NeverIdle = true
+	x := startExecutor(t, WithCeilings(c))
+	resp, err := x.client.CreateSandbox(as(t, "acme"), &executorv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetSandbox().GetIdleTimeoutSeconds(); got != 0 {
+		t.Errorf("idle_timeout_seconds %d, want 0 (never)", got)
+	}
+}
+
+// TestSandboxLifetime: a sandbox busy all the time still ends at the
+// operator's lifetime ceiling.
+func TestSandboxLifetime(t *testing.T) {
+	c := ceiling.Defaults
+	c.SandboxLifetime = 2 * time.Second
+	x := startExecutor(t, WithCeilings(c))
+	ctx := as(t, "acme")
+	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		// Busy: a command every 200ms keeps it from being idle.
+		_, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: resp.GetId(), Command: "true"})
+		if status.Code(err) == codes.NotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a sandbox past its lifetime still runs commands: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
