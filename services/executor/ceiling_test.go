@@ -10,6 +10,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/ceiling"
+	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
 // TestCeilings: every number a tenant sets on a sandbox or a command is
@@ -117,5 +118,47 @@ func TestSandboxLifetime(t *testing.T) {
 			t.Fatalf("a sandbox past its lifetime still runs commands: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestFairShare: past three quarters of its capacity, an executor keeps
+// the rest for accounts holding less than their share; and sandboxes
+// count against their account's quota across its creates.
+func TestFairShare(t *testing.T) {
+	x := startExecutor(t, WithMaxSandboxes(4), WithQuotas(quotas.Defaults))
+	create := func(account string) error {
+		_, err := x.client.CreateSandbox(as(t, account), &executorv1.CreateSandboxRequest{})
+		return err
+	}
+	for _, a := range []string{"big", "big", "small"} {
+		if err := create(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three of four taken: "big" holds its share (4 / 2 accounts).
+	wantCode(t, create("big"), codes.ResourceExhausted, "fair share (2 of 4 sandboxes)")
+	if err := create("small"); err != nil {
+		t.Fatalf("the account below its share: %v", err)
+	}
+}
+
+// TestSandboxQuota: an account's sandboxes count against its quota, and
+// a destroyed one makes room.
+func TestSandboxQuota(t *testing.T) {
+	q := quotas.Defaults
+	q.Sandboxes = 1
+	x := startExecutor(t, WithQuotas(q))
+	ctx := as(t, "acme")
+	first, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{})
+	wantCode(t, err, codes.ResourceExhausted, "quota sandboxes exceeded (1 of 1)")
+	if _, err := x.client.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: first.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{}); err != nil {
+		t.Fatalf("after a destroy: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -34,6 +35,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/quota"
+	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace/files"
 )
 
@@ -103,6 +106,8 @@ type Service struct {
 	audit AuditSink
 	// ceil bounds what tenants ask of sandboxes and commands.
 	ceil ceiling.Config
+	// quota is the operator's default quotas; nil counts nothing.
+	quota *quotas.Config
 }
 
 // Option configures a Service.
@@ -131,6 +136,10 @@ const DefaultMaxSandboxes = 256
 // WithCeilings bounds what tenants ask of sandboxes and commands by the
 // operator's ceilings; without it, ceiling.Defaults.
 func WithCeilings(c ceiling.Config) Option { return func(s *Service) { s.ceil = c } }
+
+// WithQuotas counts every sandbox against its account's quotas, whose
+// defaults c holds (an admin may give an account its own).
+func WithQuotas(c quotas.Config) Option { return func(s *Service) { s.quota = &c } }
 
 // WithMaxSandboxes bounds the sandboxes this executor holds; a create
 // beyond it is refused with ResourceExhausted, and the router places new
@@ -176,6 +185,8 @@ type entry struct {
 	egress     *egressLog // nil: loopback only
 	idle       time.Duration
 	created    time.Time
+	// claim is what it takes of its account's quotas; nil: not counted.
+	claim quotas.Usage
 
 	name string
 
@@ -309,6 +320,11 @@ func (s *Service) renewLease(ctx context.Context) (<-chan *clientv3.LeaseKeepAli
 	for id, e := range entries {
 		if err := s.recordOwnership(ctx, id, e); err != nil {
 			return nil, err
+		}
+		if e.claim != nil {
+			if err := quotas.Restore(ctx, s.etcd, quotas.Sandboxes, e.account, id, e.claim, clientv3.WithLease(lease.ID)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, c := range nodes {
@@ -465,7 +481,12 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		s.mu.Unlock()
 		return nil, "", placement.Full(s.name, s.max)
 	}
+	if err := s.fairShare(account); err != nil {
+		s.mu.Unlock()
+		return nil, "", err
+	}
 	s.creating++
+	lease := s.lease
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -473,6 +494,18 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		s.mu.Unlock()
 	}()
 	id := "sb-" + randomID()
+	// The account's quotas, counted across every executor; the claim
+	// goes with this executor's lease, so that its end frees it.
+	claim, err := s.claim(ctx, account, id, p.Limits, lease)
+	if err != nil {
+		return nil, "", err
+	}
+	created := false
+	defer func() {
+		if !created {
+			_ = quotas.Release(context.WithoutCancel(ctx), s.etcd, quotas.Sandboxes, account, id)
+		}
+	}()
 	spec := sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil, Env: secretEnv}
 	if egressPolicy != nil && egressPolicy.CA != nil {
 		spec.EgressCA = egressPolicy.CA.PEM
@@ -485,7 +518,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now, network: p.Network}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now, network: p.Network, claim: claim}
 	if egressApprovals != nil {
 		egressPolicy.Ask = func(ctx context.Context, host string, port int) (bool, string) {
 			v, err := gate.CheckEgress(ctx, egressApprovals, &approvalv1.AuthorizeEgressRequest{
@@ -546,7 +579,50 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		}
 	}()
 	s.log.Info("sandbox created", "sandbox", id, "account", account)
+	created = true
 	return e, id, nil
+}
+
+// claim counts a new sandbox with limits l against account's quotas of
+// sandboxes and of their memory, pids and CPU in total.
+func (s *Service) claim(ctx context.Context, account, id string, l sandbox.Limits, lease clientv3.LeaseID) (quotas.Usage, error) {
+	if s.quota == nil {
+		return nil, nil
+	}
+	limits, err := accounts.Limits(ctx, s.etcd, s.quota, account)
+	if err != nil {
+		return nil, err
+	}
+	d := sandbox.DefaultLimits
+	amounts := quotas.Usage{
+		quotas.Sandboxes:          1,
+		quotas.SandboxMemoryBytes: cmp.Or(l.MemoryBytes, d.MemoryBytes),
+		quotas.SandboxPids:        cmp.Or(l.Pids, d.Pids),
+		quotas.SandboxCPU:         cmp.Or(l.CPUMillicores, d.CPUMillicores),
+	}
+	var opts []clientv3.OpOption
+	if lease != 0 {
+		opts = append(opts, clientv3.WithLease(lease))
+	}
+	return amounts, quotas.Claim(ctx, s.etcd, quotas.Sandboxes, account, id, amounts, limits, opts)
+}
+
+// fairShare refuses a create by an account that already holds its share
+// of this executor while the executor is three quarters full: the last
+// quarter is kept for the accounts that hold less. Called under s.mu.
+func (s *Service) fairShare(account string) error {
+	if len(s.sandboxes)+s.creating < s.max*3/4 {
+		return nil
+	}
+	held := map[string]int{account: 0}
+	for _, e := range s.sandboxes {
+		held[e.account]++
+	}
+	share := max(1, s.max/len(held))
+	if held[account] >= share {
+		return errs.New(errs.ResourceExhausted, "executor is at capacity: this account holds its fair share (%d of %d sandboxes); others are waiting", held[account], s.max)
+	}
+	return nil
 }
 
 // lookup returns account's sandbox id, or NotFound; a sandbox of another
@@ -625,6 +701,9 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	s.procs.DropSandbox(id)
 	if _, derr := s.etcd.Delete(ctx, placement.SandboxKey(id)); derr != nil {
 		err = errors.Join(err, fmt.Errorf("executor: forget sandbox %s: %w", id, derr))
+	}
+	if derr := quotas.Release(ctx, s.etcd, quotas.Sandboxes, e.account, id); derr != nil {
+		err = errors.Join(err, derr)
 	}
 	if err != nil {
 		return fmt.Errorf("executor: destroy %s: %w", id, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/internal/platform/pki"
+	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/workspace"
 )
@@ -38,6 +39,9 @@ type Common struct {
 	// Ceilings bound what tenants set; the router refuses on save what
 	// the executor would refuse on use.
 	Ceilings ceiling.Config
+	// Quotas are the default quotas of every account; an admin may give
+	// an account its own.
+	Quotas quotas.Config
 }
 
 // EtcdClientConfig says how a conch process reaches etcd: every service,
@@ -90,6 +94,9 @@ func (c *Common) Validate() error {
 		return config.Invalid("--shutdown-timeout", "must be positive")
 	}
 	if err := c.Ceilings.Validate(); err != nil {
+		return err
+	}
+	if err := c.Quotas.Validate(); err != nil {
 		return err
 	}
 	return c.Config.Validate()

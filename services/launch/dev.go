@@ -27,6 +27,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/internal/platform/pki"
 	"github.com/conch-sh/conch/services/internal/platform/seal"
+	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace"
@@ -63,8 +64,10 @@ type DevConfig struct {
 	// KeyConfig seals stored secrets; unset, with a key kept in
 	// <data-dir>/secrets-key, made on first start.
 	seal.KeyConfig
-	// Ceilings bound what tenants set, as in every service.
+	// Ceilings bound what tenants set, and Quotas what each account
+	// holds, as in every service.
 	Ceilings ceiling.Config
+	Quotas   quotas.Config
 	// Executor holds the sandboxes' settings, as in `conch executor`.
 	Executor executor.Config
 }
@@ -96,6 +99,9 @@ func (c *DevConfig) Validate() error {
 		return err
 	}
 	if err := c.Ceilings.Validate(); err != nil {
+		return err
+	}
+	if err := c.Quotas.Validate(); err != nil {
 		return err
 	}
 	if err := c.Config.Validate(); err != nil {
@@ -156,7 +162,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 			EtcdEndpoints: emb.Endpoints(), EtcdRequestTimeout: etcdx.DefaultRequestTimeout,
 			EtcdCAFile: etcdTLS.CAFile, EtcdCertFile: client.CertFile, EtcdKeyFile: client.KeyFile,
 		},
-		LogLevel: cfg.LogLevel, InternalSecret: randomSecret(), ShutdownTimeout: 5 * time.Second, Config: ob, Ceilings: cfg.Ceilings,
+		LogLevel: cfg.LogLevel, InternalSecret: randomSecret(), ShutdownTimeout: 5 * time.Second, Config: ob, Ceilings: cfg.Ceilings, Quotas: cfg.Quotas,
 	}
 	p, err := newProcess(ctx, "conch-dev", common)
 	if err != nil {

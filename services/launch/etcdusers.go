@@ -5,6 +5,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
 // EtcdUsers are the etcd users of the services, each limited to the key
@@ -16,14 +17,19 @@ var EtcdUsers = map[string][]etcdx.Permission{
 	"router": withDiscovery("router",
 		rw("conch/accounts/"), rw("conch/account-keys/"), rw("conch/apikeys/"), rw("conch/gateways/"),
 		rw("conch/nodes/"), rw("conch/responses/"), rw("conch/sessions/"), rw("conch/toolgrants/"), rw("conch/turns/"),
-		// Where sandboxes and nodes are, to place calls.
-		read("conch/executor/")),
+		rw(quotas.ClaimPrefix(quotas.StoredResponses)),
+		// Where sandboxes and nodes are, to place calls; what every
+		// account holds, for its quotas.
+		read("conch/executor/"), read("conch/claims/")),
 	"executor": withDiscovery("executor",
-		rw("conch/executor/"),
+		rw("conch/executor/"), rw(quotas.ClaimPrefix(quotas.Sandboxes)),
 		// The grants of accounts (the gateway host), and whether an
 		// exec-approvals document holds deny rules.
 		read("conch/accounts/"), read(approval.KeyPrefix+"doc/")),
-	"approval":  withDiscovery("approval", rw(approval.KeyPrefix), rw(audit.DefaultEtcdPrefix)),
+	"approval": withDiscovery("approval", rw(approval.KeyPrefix), rw(audit.DefaultEtcdPrefix),
+		// Pending approvals count against their account's quota, which
+		// the account's record may set.
+		rw(quotas.ClaimPrefix(quotas.PendingApprovals)), read("conch/accounts/")),
 	"workspace": withDiscovery("workspace", rw("/conch/workspace/")),
 }
 

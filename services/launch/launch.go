@@ -46,7 +46,9 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/router/accounts"
 )
 
 // egressGuard is the guard of sandbox egress: the executor's
@@ -125,7 +127,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			return fmt.Errorf("executor: %w", err)
 		}
 		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
-		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings)}
+		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
 		if cfg.GatewayHost {
 			// Never as root: an unprivileged uid of its own, with no
 			// supplementary groups, whose home no one else reads.
@@ -305,6 +307,7 @@ func buildRouter(cfg router.Config, ready chan<- string, setup func(context.Cont
 			return err
 		}
 		svc.Gateways().SetCeilings(p.common.Ceilings)
+		svc.Accounts().SetQuotaDefaults(p.common.Quotas)
 		if setup != nil {
 			if err := setup(ctx, svc); err != nil {
 				return err
@@ -337,6 +340,9 @@ func buildApproval(cfg approval.Config) builder {
 		if err != nil {
 			return err
 		}
+		st.SetQuotaLimits(func(ctx context.Context, account string) (quotas.Limits, error) {
+			return accounts.Limits(ctx, p.etcd, &p.common.Quotas, account)
+		})
 		trail, err := p.newAudit(ctx, cfg.AuditConfig, "approval-"+c.addr)
 		if err != nil {
 			return err

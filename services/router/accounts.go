@@ -2,19 +2,25 @@ package router
 
 import (
 	"context"
+	"fmt"
+	"maps"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/gateways"
 )
 
 // accountServer serves AccountService: thin handlers over accounts.Store,
-// each of which needs the admin key.
+// each of which needs the admin key but GetQuotas.
 type accountServer struct {
 	routerv1.UnsafeAccountServiceServer
 	store *accounts.Store
+	etcd  *clientv3.Client // reads what accounts hold, for GetQuotas
 }
 
 var _ routerv1.AccountServiceServer = (*accountServer)(nil)
@@ -93,5 +99,68 @@ func (s *accountServer) DeleteAPIKey(ctx context.Context, req *routerv1.DeleteAP
 }
 
 func accountProto(a accounts.Account) *routerv1.Account {
-	return &routerv1.Account{Id: a.ID, Name: a.Name, CreatedAt: timestamppb.New(a.CreatedAt), Grants: a.Grants}
+	return &routerv1.Account{Id: a.ID, Name: a.Name, CreatedAt: timestamppb.New(a.CreatedAt), Grants: a.Grants, Quotas: a.Quotas}
+}
+
+func (s *accountServer) SetAccountQuotas(ctx context.Context, req *routerv1.SetAccountQuotasRequest) (*routerv1.SetAccountQuotasResponse, error) {
+	if err := tenant.RequireAdmin(ctx); err != nil {
+		return nil, err
+	}
+	a, err := s.store.SetQuotas(ctx, req.GetId(), req.GetQuotas())
+	if err != nil {
+		return nil, err
+	}
+	return &routerv1.SetAccountQuotasResponse{Account: accountProto(a)}, nil
+}
+
+// GetQuotas answers the caller's quotas, or, for the admin, those of the
+// account it names.
+func (s *accountServer) GetQuotas(ctx context.Context, req *routerv1.GetQuotasRequest) (*routerv1.GetQuotasResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if id := req.GetAccountId(); id != "" && id != account {
+		if err := tenant.RequireAdmin(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := s.store.GetAccount(ctx, id); err != nil {
+			return nil, err
+		}
+		account = id
+	}
+	limits, err := s.store.Limits(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	used, err := usage(ctx, s.etcd, account)
+	if err != nil {
+		return nil, err
+	}
+	resp := &routerv1.GetQuotasResponse{AccountId: account}
+	for _, k := range quotas.Kinds {
+		resp.Quotas = append(resp.Quotas, &routerv1.Quota{Name: string(k), Limit: limits[k], Used: used[k]})
+	}
+	return resp, nil
+}
+
+// usage is how much of each quota account holds: its claims, and the
+// gateways and keys it has.
+func usage(ctx context.Context, kv clientv3.KV, account string) (quotas.Usage, error) {
+	used := quotas.Usage{}
+	for _, kind := range []quotas.Kind{quotas.Sandboxes, quotas.StoredResponses, quotas.PendingApprovals} {
+		u, _, err := quotas.Read(ctx, kv, kind, account)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(used, u)
+	}
+	for kind, prefix := range map[quotas.Kind]string{quotas.Gateways: gateways.AccountPrefix(account), quotas.APIKeys: accounts.KeysPrefix(account)} {
+		resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return nil, fmt.Errorf("router: count %s: %w", kind, err)
+		}
+		used[kind] = resp.Count
+	}
+	return used, nil
 }

@@ -109,7 +109,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
-	v1 := openai.NewHandler(core, openai.ResponsesOptions{Etcd: opts.Etcd, Retention: opts.ResponseRetention}, opts.Logger)
+	v1 := openai.NewHandler(core, openai.ResponsesOptions{Etcd: opts.Etcd, Retention: opts.ResponseRetention, Limits: opts.Service.Accounts().Limits}, opts.Logger)
 	a := &authMiddleware{auth: opts.Service.Accounts(), publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()

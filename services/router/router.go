@@ -26,6 +26,7 @@ import (
 
 // Service is the router's gRPC side.
 type Service struct {
+	etcd     *clientv3.Client
 	accounts *accounts.Store
 	gateways *gateways.Store
 	nodes    *nodes.Store
@@ -57,7 +58,9 @@ func New(ctx context.Context, cli *clientv3.Client, cfg Config, guard *outbound.
 	if err != nil {
 		return nil, err
 	}
+	gws.SetQuotaLimits(store.Limits)
 	return &Service{
+		etcd:     cli,
 		accounts: store,
 		gateways: gws,
 		nodes:    nodes.New(cli),
@@ -112,7 +115,7 @@ func (s *Service) Accounts() *accounts.Store { return s.accounts }
 
 // Register registers the router's gRPC services on g.
 func (s *Service) Register(g *grpc.Server) {
-	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts})
+	routerv1.RegisterAccountServiceServer(g, &accountServer{store: s.accounts, etcd: s.etcd})
 	routerv1.RegisterGatewayServiceServer(g, &gatewayServer{store: s.gateways, accounts: s.accounts})
 	routerv1.RegisterNodeServiceServer(g, &nodeServer{store: s.nodes})
 	routerv1.RegisterToolHostServiceServer(g, &toolHostServer{gateways: s.gateways, grants: s.grants, deps: s.ToolDeps()})

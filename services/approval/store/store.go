@@ -15,6 +15,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/document"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/seal"
+	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
 // States of an approval.
@@ -145,6 +146,15 @@ type Store struct {
 	keys   *seal.Keyring
 	now    func() time.Time
 	cache  docCache
+	// limits returns an account's quotas, against which pending
+	// approvals count; nil counts nothing.
+	limits func(ctx context.Context, account string) (quotas.Limits, error)
+}
+
+// SetQuotaLimits makes pending approvals count against their account's
+// quota, which limits returns. Call it before the store is used.
+func (s *Store) SetQuotaLimits(limits func(ctx context.Context, account string) (quotas.Limits, error)) {
+	s.limits = limits
 }
 
 // New returns a store keeping its keys under prefix (e.g. "/conch/approval/")
@@ -296,10 +306,24 @@ func (s *Store) Create(ctx context.Context, a *Approval, ttl time.Duration) erro
 		return errs.Wrap(errs.Internal, err, "approval store: encode approval")
 	}
 	rk, lk := s.recKey(a.Account, a.ID), s.liveKey(a.Account, a.ID)
+	if s.limits != nil {
+		// The claim lives as long as the approval waits: the live
+		// key's lease, or until it is answered.
+		limits, err := s.limits(ctx, a.Account)
+		if err != nil {
+			return err
+		}
+		if err := quotas.Claim(ctx, s.cli, quotas.PendingApprovals, a.Account, a.ID, quotas.Usage{quotas.PendingApprovals: 1}, limits, []clientv3.OpOption{clientv3.WithLease(live.ID)}); err != nil {
+			return err
+		}
+	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(rk), "=", 0)).
 		Then(clientv3.OpPut(rk, string(b), clientv3.WithLease(keep.ID)), clientv3.OpPut(lk, "", clientv3.WithLease(live.ID))).
 		Commit()
+	if err != nil || !resp.Succeeded {
+		_ = quotas.Release(context.WithoutCancel(ctx), s.cli, quotas.PendingApprovals, a.Account, a.ID)
+	}
 	if err != nil {
 		return unavailable(err, "create approval")
 	}
@@ -386,7 +410,8 @@ func (s *Store) swapThen(ctx context.Context, old, next *Approval, extra []clien
 	}
 	rk := s.recKey(old.Account, old.ID)
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(rk), "=", old.rev)}, extra...)
-	then := append([]clientv3.Op{clientv3.OpPut(rk, string(b), clientv3.WithIgnoreLease()), clientv3.OpDelete(s.liveKey(old.Account, old.ID))}, ops...)
+	then := append([]clientv3.Op{clientv3.OpPut(rk, string(b), clientv3.WithIgnoreLease()), clientv3.OpDelete(s.liveKey(old.Account, old.ID)),
+		clientv3.OpDelete(quotas.ClaimKey(quotas.PendingApprovals, old.Account, old.ID))}, ops...)
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Commit()
 	if err != nil {
 		return false, unavailable(err, "update approval")

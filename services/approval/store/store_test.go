@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
+	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
 var seq atomic.Int64
@@ -399,5 +401,51 @@ func TestArgShape(t *testing.T) {
 	}
 	if GrantDigest(scope, "/usr/bin/rm", nil) == GrantDigest(GrantScope{Account: "a", Session: "t"}, "/usr/bin/rm", nil) {
 		t.Error("two sessions share a grant")
+	}
+}
+
+// TestPendingApprovalsQuota: an account has at most its quota of
+// approvals waiting; an answered, abandoned or expired one makes room.
+func TestPendingApprovalsQuota(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	s.SetQuotaLimits(func(context.Context, string) (quotas.Limits, error) {
+		return quotas.Limits{quotas.PendingApprovals: 2}, nil
+	})
+	ctx := t.Context()
+	a, b, c := newApproval("acct"), newApproval("acct"), newApproval("acct")
+	for _, x := range []*Approval{a, b} {
+		if err := s.Create(ctx, x, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Create(ctx, c, time.Minute); errs.KindOf(err) != errs.ResourceExhausted || !strings.Contains(err.Error(), "quota pending_approvals exceeded (2 of 2)") {
+		t.Fatalf("third pending approval: %v", err)
+	}
+	if err := s.Create(ctx, newApproval("other"), time.Minute); err != nil {
+		t.Fatalf("another account's approval: %v", err)
+	}
+	if _, err := s.Resolve(ctx, "acct", a.ID, DecisionAllowOnce, "me"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, c, time.Minute); err != nil {
+		t.Fatalf("after one was answered: %v", err)
+	}
+	if _, err := s.Abandon(ctx, "acct", b.ID, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	// One that expires makes room once its lease ends.
+	d := newApproval("acct")
+	if err := s.Create(ctx, d, time.Second); err != nil {
+		t.Fatalf("after one was abandoned: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := s.Create(ctx, newApproval("acct"), time.Minute)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an expired approval still counts: %v", err)
+		}
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
 // Grants are what an admin gives an account beyond a sandbox.
@@ -35,6 +37,12 @@ func (s *Store) SetGrants(ctx context.Context, id string, grants []string) (Acco
 		}
 	}
 	slices.Sort(clean)
+	return s.update(ctx, id, func(a *Account) { a.Grants = clean })
+}
+
+// update changes account id with edit, in a transaction that holds while
+// no one else changed it.
+func (s *Store) update(ctx context.Context, id string, edit func(*Account)) (Account, error) {
 	if err := validAccountID(id); err != nil {
 		return Account{}, errs.New(errs.NotFound, "account %q not found", id)
 	}
@@ -47,7 +55,7 @@ func (s *Store) SetGrants(ctx context.Context, id string, grants []string) (Acco
 		if !found {
 			return Account{}, errs.New(errs.NotFound, "account %q not found", id)
 		}
-		a.Grants = clean
+		edit(&a)
 		b, err := json.Marshal(a)
 		if err != nil {
 			return Account{}, err
@@ -85,4 +93,32 @@ func (s *Store) HasGrant(ctx context.Context, account, grant string) (bool, erro
 // and how an admin gives it.
 func ErrNotGranted(account, grant string) error {
 	return errs.New(errs.PermissionDenied, "account %s has no grant %q: an admin grants it per account (PATCH /api/v1/accounts/%s {\"grants\": [%q]})", account, grant, account, grant)
+}
+
+// SetQuotas replaces the quotas an admin gave an account over the
+// operator's defaults (quota name → limit; an empty map returns it to the
+// defaults), and returns the account.
+func (s *Store) SetQuotas(ctx context.Context, id string, overrides map[string]int64) (Account, error) {
+	if err := quotas.CheckOverrides(overrides); err != nil {
+		return Account{}, err
+	}
+	return s.update(ctx, id, func(a *Account) {
+		a.Quotas = nil
+		if len(overrides) > 0 {
+			a.Quotas = maps.Clone(overrides)
+		}
+	})
+}
+
+// Limits returns an account's quotas: the operator's defaults in cfg with
+// the overrides an admin gave it, read from etcd now.
+func Limits(ctx context.Context, kv clientv3.KV, cfg *quotas.Config, account string) (quotas.Limits, error) {
+	if validAccountID(account) != nil {
+		return cfg.Limits(), nil
+	}
+	a, _, _, err := etcdx.GetJSON[Account](ctx, kv, accountsPrefix+account)
+	if err != nil {
+		return nil, fmt.Errorf("accounts: get %s: %w", account, err)
+	}
+	return cfg.With(a.Quotas), nil
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
 // KeyPrefix starts every API key, so leaked keys are easy to recognise.
@@ -45,6 +46,9 @@ type Account struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Grants are what an admin gave the account (grants.go).
 	Grants []string `json:"grants,omitempty"`
+	// Quotas are an admin's overrides of the operator's default quotas
+	// (package quotas), by quota name.
+	Quotas map[string]int64 `json:"quotas,omitempty"`
 }
 
 // Key describes an API key without its secret.
@@ -73,6 +77,9 @@ type Store struct {
 	cli          *clientv3.Client
 	adminHash    [sha256.Size]byte
 	adminAccount string
+	// quota is the operator's default quotas (quotas.Defaults until
+	// SetQuotaDefaults).
+	quota quotas.Config
 
 	// The key cache spares an etcd read per request. It is used only while
 	// a watch on the keys runs, which evicts revoked keys at once; deleted
@@ -89,7 +96,7 @@ func New(ctx context.Context, cli *clientv3.Client, adminKey, adminAccount strin
 	if cli == nil {
 		return nil, fmt.Errorf("accounts: nil etcd client")
 	}
-	s := &Store{cli: cli, adminAccount: adminAccount, cache: map[string]Principal{}, deleted: map[string]int64{}}
+	s := &Store{cli: cli, adminAccount: adminAccount, quota: quotas.Defaults, cache: map[string]Principal{}, deleted: map[string]int64{}}
 	if adminKey != "" {
 		if err := validAccountID(adminAccount); err != nil {
 			return nil, fmt.Errorf("accounts: admin account: %w", err)
@@ -283,18 +290,46 @@ func (s *Store) CreateKey(ctx context.Context, accountID string) (string, Key, e
 		return "", Key{}, err
 	}
 	acct := accountsPrefix + accountID
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(acct), ">", 0)).
-		Then(clientv3.OpPut(keysPrefix+hash, string(b)), clientv3.OpPut(indexPrefix+accountID+"/"+k.ID, hash)).
-		Commit()
-	if err != nil {
-		return "", Key{}, fmt.Errorf("accounts: store key: %w", err)
+	for {
+		limits, err := s.Limits(ctx, accountID)
+		if err != nil {
+			return "", Key{}, err
+		}
+		held, err := quotas.Count(ctx, s.cli, quotas.APIKeys, KeysPrefix(accountID), limits[quotas.APIKeys])
+		if err != nil {
+			return "", Key{}, err
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(acct), ">", 0), held).
+			Then(clientv3.OpPut(keysPrefix+hash, string(b)), clientv3.OpPut(indexPrefix+accountID+"/"+k.ID, hash)).
+			Commit()
+		if err != nil {
+			return "", Key{}, fmt.Errorf("accounts: store key: %w", err)
+		}
+		if resp.Succeeded {
+			return secret, k, nil
+		}
+		// The account is gone, or another key was made meanwhile.
+		if _, err := s.GetAccount(ctx, accountID); err != nil {
+			return "", Key{}, err
+		}
 	}
-	if !resp.Succeeded {
-		return "", Key{}, errs.New(errs.NotFound, "account %q not found", accountID)
-	}
-	return secret, k, nil
 }
+
+// KeysPrefix is where an account's keys are indexed, one key each.
+func KeysPrefix(account string) string { return indexPrefix + account + "/" }
+
+// SetQuotaDefaults sets the operator's default quotas (quotas.Defaults
+// until called). Call it before the store is used.
+func (s *Store) SetQuotaDefaults(c quotas.Config) { s.quota = c }
+
+// Limits returns an account's quotas, read from etcd now.
+func (s *Store) Limits(ctx context.Context, account string) (quotas.Limits, error) {
+	return Limits(ctx, s.cli, &s.quota, account)
+}
+
+// QuotaDefaults is the operator's default quotas.
+func (s *Store) QuotaDefaults() *quotas.Config { return &s.quota }
 
 // ListKeys lists an account's keys.
 func (s *Store) ListKeys(ctx context.Context, accountID string) ([]Key, error) {

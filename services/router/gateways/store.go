@@ -24,6 +24,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/seal"
+	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
 const prefix = "conch/gateways/" // <account>/<name> → Gateway (binary proto)
@@ -35,6 +36,8 @@ type Store struct {
 	log   *slog.Logger
 	guard *outbound.Guard // judges the URLs a gateway saves
 	ceil  ceiling.Config  // bounds the numbers it saves
+	// limits returns an account's quotas; nil counts nothing.
+	limits func(ctx context.Context, account string) (quotas.Limits, error)
 
 	mu     sync.RWMutex
 	synced bool
@@ -60,7 +63,10 @@ func New(cli *clientv3.Client, keys *seal.Keyring, log *slog.Logger, guard *outb
 // (ceiling.Defaults until called). Call it before the store is used.
 func (s *Store) SetCeilings(c ceiling.Config) { s.ceil = c }
 
-func key(account, name string) string { return prefix + account + "/" + name }
+func key(account, name string) string { return AccountPrefix(account) + name }
+
+// AccountPrefix is where an account's gateways are kept, one key each.
+func AccountPrefix(account string) string { return prefix + account + "/" }
 
 // Create stores a new gateway; the name must be new in the account.
 func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway) (*routerv1.Gateway, error) {
@@ -79,17 +85,45 @@ func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(b))).
-		Commit()
-	if err != nil {
-		return nil, fmt.Errorf("gateways: create %s: %w", g.GetName(), err)
+	for {
+		var held []clientv3.Cmp
+		if s.limits != nil {
+			limits, err := s.limits(ctx, account)
+			if err != nil {
+				return nil, err
+			}
+			cmp, err := quotas.Count(ctx, s.cli, quotas.Gateways, AccountPrefix(account), limits[quotas.Gateways])
+			if err != nil {
+				return nil, err
+			}
+			held = append(held, cmp)
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(append(held, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))...).
+			Then(clientv3.OpPut(k, string(b))).
+			Commit()
+		if err != nil {
+			return nil, fmt.Errorf("gateways: create %s: %w", g.GetName(), err)
+		}
+		if resp.Succeeded {
+			return g, nil
+		}
+		// Taken, or another gateway was made meanwhile: count again.
+		got, err := s.cli.Get(ctx, k, clientv3.WithCountOnly())
+		if err != nil {
+			return nil, fmt.Errorf("gateways: create %s: %w", g.GetName(), err)
+		}
+		if got.Count > 0 {
+			return nil, errs.New(errs.AlreadyExists, "gateway %q already exists", g.GetName())
+		}
 	}
-	if !resp.Succeeded {
-		return nil, errs.New(errs.AlreadyExists, "gateway %q already exists", g.GetName())
-	}
-	return g, nil
+}
+
+// SetQuotaLimits makes creates count an account's gateways against its
+// quota, which limits returns (none until called). Call it before the
+// store is used.
+func (s *Store) SetQuotaLimits(limits func(ctx context.Context, account string) (quotas.Limits, error)) {
+	s.limits = limits
 }
 
 // Get returns a gateway with its secrets, from the cache when it holds it.

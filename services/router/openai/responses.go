@@ -14,6 +14,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -43,6 +44,9 @@ type ResponsesOptions struct {
 	// Retention is how long a stored response is kept; zero means
 	// DefaultResponseRetention.
 	Retention time.Duration
+	// Limits returns an account's quotas, which stored responses count
+	// against (their number and bytes); nil counts nothing.
+	Limits func(ctx context.Context, account string) (quotas.Limits, error)
 }
 
 // storedResponse is a response as kept for GET and previous_response_id.
@@ -89,6 +93,14 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
+	}
+	if req.Store {
+		// Refused before the model runs when the account has no room
+		// left for one more stored response.
+		if err := h.roomToStore(ctx, scope.Account); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
 	}
 	var history []upstream.Message
 	if req.PreviousID != "" {
@@ -167,7 +179,34 @@ func shellLimitsOf(g *routerv1.Gateway, req *responsesRequest) *loop.Shell {
 func (h *Handler) storeResponse(ctx context.Context, account, id string, st *storedResponse) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	return etcdx.PutBlobLeased(ctx, h.responses.Etcd, h.leases, responseKey(account, id), st, maxStoredResponse)
+	var claim func(ctx context.Context, size int, lease clientv3.LeaseID) error
+	if h.responses.Limits != nil {
+		// The claim shares the response's lease: it ends when the
+		// response expires.
+		claim = func(ctx context.Context, size int, lease clientv3.LeaseID) error {
+			limits, err := h.responses.Limits(ctx, account)
+			if err != nil {
+				return err
+			}
+			return quotas.Claim(ctx, h.responses.Etcd, quotas.StoredResponses, account, id,
+				quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: int64(size)}, limits, []clientv3.OpOption{clientv3.WithLease(lease)})
+		}
+	}
+	return etcdx.PutBlobClaimed(ctx, h.responses.Etcd, h.leases, responseKey(account, id), st, maxStoredResponse, claim)
+}
+
+// roomToStore is the Exceeded error when account holds as many stored
+// responses, or bytes of them, as its quotas allow.
+func (h *Handler) roomToStore(ctx context.Context, account string) error {
+	if h.responses.Limits == nil {
+		return nil
+	}
+	limits, err := h.responses.Limits(ctx, account)
+	if err != nil {
+		return err
+	}
+	return quotas.Check(ctx, h.responses.Etcd, quotas.StoredResponses, account,
+		quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: 0}, limits)
 }
 
 // checkCallIDs refuses a tool result whose call is nowhere in the
@@ -247,6 +286,10 @@ func (h *Handler) deleteResponse(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	found, err := etcdx.DeleteBlob(r.Context(), h.responses.Etcd, responseKey(account, id))
 	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if err := quotas.Release(r.Context(), h.responses.Etcd, quotas.StoredResponses, account, id); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}

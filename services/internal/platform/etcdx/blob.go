@@ -155,6 +155,13 @@ func (l *Leases) Forget(id clientv3.LeaseID) {
 // PutBlobLeased is PutBlob on the current lease of leases, granting a new
 // one once when etcd no longer knows the shared one.
 func PutBlobLeased(ctx context.Context, cli *clientv3.Client, leases *Leases, prefix string, v any, limit int) error {
+	return PutBlobClaimed(ctx, cli, leases, prefix, v, limit, nil)
+}
+
+// PutBlobClaimed is PutBlobLeased that first calls claim, when not nil,
+// with the blob's size, compressed, and its lease: an error of claim
+// (a quota) stores nothing.
+func PutBlobClaimed(ctx context.Context, cli *clientv3.Client, leases *Leases, prefix string, v any, limit int, claim func(ctx context.Context, size int, lease clientv3.LeaseID) error) error {
 	if !strings.HasSuffix(prefix, "/") {
 		return fmt.Errorf("etcdx: blob prefix %q must end in /", prefix)
 	}
@@ -167,7 +174,12 @@ func PutBlobLeased(ctx context.Context, cli *clientv3.Client, leases *Leases, pr
 		if err != nil {
 			return err
 		}
-		err = putChunks(ctx, cli, prefix, data, lease)
+		if claim != nil {
+			err = claim(ctx, len(data), lease)
+		}
+		if err == nil {
+			err = putChunks(ctx, cli, prefix, data, lease)
+		}
 		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			leases.Forget(lease)
 			continue

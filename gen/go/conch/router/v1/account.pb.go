@@ -35,7 +35,10 @@ type Account struct {
 	// What an admin granted the account beyond a sandbox: "gateway_host"
 	// lets its commands run on an executor's own machine (exec host
 	// gateway), where the operator turned that host on.
-	Grants        []string `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
+	Grants []string `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
+	// Quotas an admin gave the account over the operator's defaults, by
+	// quota name (GetQuotas lists the names).
+	Quotas        map[string]int64 `protobuf:"bytes,5,rep,name=quotas,proto3" json:"quotas,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -94,6 +97,13 @@ func (x *Account) GetCreatedAt() *timestamppb.Timestamp {
 func (x *Account) GetGrants() []string {
 	if x != nil {
 		return x.Grants
+	}
+	return nil
+}
+
+func (x *Account) GetQuotas() map[string]int64 {
+	if x != nil {
+		return x.Quotas
 	}
 	return nil
 }
@@ -724,17 +734,291 @@ func (x *UpdateAccountResponse) GetAccount() *Account {
 	return nil
 }
 
+// SetAccountQuotasRequest gives an account its own quotas (admin only).
+type SetAccountQuotasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Quota name to limit, replacing those it had; the quotas it does not
+	// name take the operator's defaults.
+	Quotas        map[string]int64 `protobuf:"bytes,2,rep,name=quotas,proto3" json:"quotas,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAccountQuotasRequest) Reset() {
+	*x = SetAccountQuotasRequest{}
+	mi := &file_conch_router_v1_account_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAccountQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAccountQuotasRequest) ProtoMessage() {}
+
+func (x *SetAccountQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_account_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAccountQuotasRequest.ProtoReflect.Descriptor instead.
+func (*SetAccountQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetAccountQuotasRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetAccountQuotasRequest) GetQuotas() map[string]int64 {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+// SetAccountQuotasResponse is the account as changed.
+type SetAccountQuotasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account.
+	Account       *Account `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAccountQuotasResponse) Reset() {
+	*x = SetAccountQuotasResponse{}
+	mi := &file_conch_router_v1_account_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAccountQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAccountQuotasResponse) ProtoMessage() {}
+
+func (x *SetAccountQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_account_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAccountQuotasResponse.ProtoReflect.Descriptor instead.
+func (*SetAccountQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetAccountQuotasResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
+// GetQuotasRequest names whose quotas to show.
+type GetQuotasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account; empty: the caller's. Another account's needs the admin
+	// key.
+	AccountId     string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQuotasRequest) Reset() {
+	*x = GetQuotasRequest{}
+	mi := &file_conch_router_v1_account_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQuotasRequest) ProtoMessage() {}
+
+func (x *GetQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_account_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQuotasRequest.ProtoReflect.Descriptor instead.
+func (*GetQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetQuotasRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+// Quota is one of an account's quotas.
+type Quota struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its name: sandboxes, sandbox_memory_bytes, sandbox_pids,
+	// sandbox_cpu_millicores, stored_responses, stored_response_bytes,
+	// pending_approvals, gateways, api_keys.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// How much the account may hold.
+	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// How much it holds now.
+	Used          int64 `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quota) Reset() {
+	*x = Quota{}
+	mi := &file_conch_router_v1_account_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quota) ProtoMessage() {}
+
+func (x *Quota) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_account_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quota.ProtoReflect.Descriptor instead.
+func (*Quota) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Quota) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Quota) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Quota) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+// GetQuotasResponse is an account's quotas.
+type GetQuotasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account.
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Its quotas, in a fixed order.
+	Quotas        []*Quota `protobuf:"bytes,2,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQuotasResponse) Reset() {
+	*x = GetQuotasResponse{}
+	mi := &file_conch_router_v1_account_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQuotasResponse) ProtoMessage() {}
+
+func (x *GetQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_account_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQuotasResponse.ProtoReflect.Descriptor instead.
+func (*GetQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_account_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetQuotasResponse) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *GetQuotasResponse) GetQuotas() []*Quota {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
 var File_conch_router_v1_account_proto protoreflect.FileDescriptor
 
 const file_conch_router_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x1dconch/router/v1/account.proto\x12\x0fconch.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n" +
+	"\x1dconch/router/v1/account.proto\x12\x0fconch.router.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x01\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
-	"\x06grants\x18\x04 \x03(\tR\x06grants\"r\n" +
+	"\x06grants\x18\x04 \x03(\tR\x06grants\x12<\n" +
+	"\x06quotas\x18\x05 \x03(\v2$.conch.router.v1.Account.QuotasEntryR\x06quotas\x1a9\n" +
+	"\vQuotasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"r\n" +
 	"\x06APIKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -768,7 +1052,26 @@ const file_conch_router_v1_account_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06grants\x18\x02 \x03(\tR\x06grants\"K\n" +
 	"\x15UpdateAccountResponse\x122\n" +
-	"\aaccount\x18\x01 \x01(\v2\x18.conch.router.v1.AccountR\aaccountB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
+	"\aaccount\x18\x01 \x01(\v2\x18.conch.router.v1.AccountR\aaccount\"\xb2\x01\n" +
+	"\x17SetAccountQuotasRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12L\n" +
+	"\x06quotas\x18\x02 \x03(\v24.conch.router.v1.SetAccountQuotasRequest.QuotasEntryR\x06quotas\x1a9\n" +
+	"\vQuotasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"N\n" +
+	"\x18SetAccountQuotasResponse\x122\n" +
+	"\aaccount\x18\x01 \x01(\v2\x18.conch.router.v1.AccountR\aaccount\"1\n" +
+	"\x10GetQuotasRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\"E\n" +
+	"\x05Quota\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\"b\n" +
+	"\x11GetQuotasResponse\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12.\n" +
+	"\x06quotas\x18\x02 \x03(\v2\x16.conch.router.v1.QuotaR\x06quotasB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
 
 var (
 	file_conch_router_v1_account_proto_rawDescOnce sync.Once
@@ -782,36 +1085,47 @@ func file_conch_router_v1_account_proto_rawDescGZIP() []byte {
 	return file_conch_router_v1_account_proto_rawDescData
 }
 
-var file_conch_router_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_conch_router_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_conch_router_v1_account_proto_goTypes = []any{
-	(*Account)(nil),               // 0: conch.router.v1.Account
-	(*APIKey)(nil),                // 1: conch.router.v1.APIKey
-	(*CreateAccountRequest)(nil),  // 2: conch.router.v1.CreateAccountRequest
-	(*CreateAccountResponse)(nil), // 3: conch.router.v1.CreateAccountResponse
-	(*ListAccountsRequest)(nil),   // 4: conch.router.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),  // 5: conch.router.v1.ListAccountsResponse
-	(*CreateAPIKeyRequest)(nil),   // 6: conch.router.v1.CreateAPIKeyRequest
-	(*CreateAPIKeyResponse)(nil),  // 7: conch.router.v1.CreateAPIKeyResponse
-	(*ListAPIKeysRequest)(nil),    // 8: conch.router.v1.ListAPIKeysRequest
-	(*ListAPIKeysResponse)(nil),   // 9: conch.router.v1.ListAPIKeysResponse
-	(*DeleteAPIKeyRequest)(nil),   // 10: conch.router.v1.DeleteAPIKeyRequest
-	(*DeleteAPIKeyResponse)(nil),  // 11: conch.router.v1.DeleteAPIKeyResponse
-	(*UpdateAccountRequest)(nil),  // 12: conch.router.v1.UpdateAccountRequest
-	(*UpdateAccountResponse)(nil), // 13: conch.router.v1.UpdateAccountResponse
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*Account)(nil),                  // 0: conch.router.v1.Account
+	(*APIKey)(nil),                   // 1: conch.router.v1.APIKey
+	(*CreateAccountRequest)(nil),     // 2: conch.router.v1.CreateAccountRequest
+	(*CreateAccountResponse)(nil),    // 3: conch.router.v1.CreateAccountResponse
+	(*ListAccountsRequest)(nil),      // 4: conch.router.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),     // 5: conch.router.v1.ListAccountsResponse
+	(*CreateAPIKeyRequest)(nil),      // 6: conch.router.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),     // 7: conch.router.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),       // 8: conch.router.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),      // 9: conch.router.v1.ListAPIKeysResponse
+	(*DeleteAPIKeyRequest)(nil),      // 10: conch.router.v1.DeleteAPIKeyRequest
+	(*DeleteAPIKeyResponse)(nil),     // 11: conch.router.v1.DeleteAPIKeyResponse
+	(*UpdateAccountRequest)(nil),     // 12: conch.router.v1.UpdateAccountRequest
+	(*UpdateAccountResponse)(nil),    // 13: conch.router.v1.UpdateAccountResponse
+	(*SetAccountQuotasRequest)(nil),  // 14: conch.router.v1.SetAccountQuotasRequest
+	(*SetAccountQuotasResponse)(nil), // 15: conch.router.v1.SetAccountQuotasResponse
+	(*GetQuotasRequest)(nil),         // 16: conch.router.v1.GetQuotasRequest
+	(*Quota)(nil),                    // 17: conch.router.v1.Quota
+	(*GetQuotasResponse)(nil),        // 18: conch.router.v1.GetQuotasResponse
+	nil,                              // 19: conch.router.v1.Account.QuotasEntry
+	nil,                              // 20: conch.router.v1.SetAccountQuotasRequest.QuotasEntry
+	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
 }
 var file_conch_router_v1_account_proto_depIdxs = []int32{
-	14, // 0: conch.router.v1.Account.created_at:type_name -> google.protobuf.Timestamp
-	14, // 1: conch.router.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 2: conch.router.v1.CreateAccountResponse.account:type_name -> conch.router.v1.Account
-	0,  // 3: conch.router.v1.ListAccountsResponse.accounts:type_name -> conch.router.v1.Account
-	1,  // 4: conch.router.v1.ListAPIKeysResponse.keys:type_name -> conch.router.v1.APIKey
-	0,  // 5: conch.router.v1.UpdateAccountResponse.account:type_name -> conch.router.v1.Account
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	21, // 0: conch.router.v1.Account.created_at:type_name -> google.protobuf.Timestamp
+	19, // 1: conch.router.v1.Account.quotas:type_name -> conch.router.v1.Account.QuotasEntry
+	21, // 2: conch.router.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: conch.router.v1.CreateAccountResponse.account:type_name -> conch.router.v1.Account
+	0,  // 4: conch.router.v1.ListAccountsResponse.accounts:type_name -> conch.router.v1.Account
+	1,  // 5: conch.router.v1.ListAPIKeysResponse.keys:type_name -> conch.router.v1.APIKey
+	0,  // 6: conch.router.v1.UpdateAccountResponse.account:type_name -> conch.router.v1.Account
+	20, // 7: conch.router.v1.SetAccountQuotasRequest.quotas:type_name -> conch.router.v1.SetAccountQuotasRequest.QuotasEntry
+	0,  // 8: conch.router.v1.SetAccountQuotasResponse.account:type_name -> conch.router.v1.Account
+	17, // 9: conch.router.v1.GetQuotasResponse.quotas:type_name -> conch.router.v1.Quota
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_conch_router_v1_account_proto_init() }
@@ -825,7 +1139,7 @@ func file_conch_router_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_router_v1_account_proto_rawDesc), len(file_conch_router_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

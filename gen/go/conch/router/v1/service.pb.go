@@ -31,11 +31,13 @@ const file_conch_router_v1_service_proto_rawDesc = "" +
 	"GetGateway\x12\".conch.router.v1.GetGatewayRequest\x1a#.conch.router.v1.GetGatewayResponse\x12[\n" +
 	"\fListGateways\x12$.conch.router.v1.ListGatewaysRequest\x1a%.conch.router.v1.ListGatewaysResponse\x12^\n" +
 	"\rUpdateGateway\x12%.conch.router.v1.UpdateGatewayRequest\x1a&.conch.router.v1.UpdateGatewayResponse\x12^\n" +
-	"\rDeleteGateway\x12%.conch.router.v1.DeleteGatewayRequest\x1a&.conch.router.v1.DeleteGatewayResponse2\xc1\x04\n" +
+	"\rDeleteGateway\x12%.conch.router.v1.DeleteGatewayRequest\x1a&.conch.router.v1.DeleteGatewayResponse2\xfe\x05\n" +
 	"\x0eAccountService\x12^\n" +
 	"\rCreateAccount\x12%.conch.router.v1.CreateAccountRequest\x1a&.conch.router.v1.CreateAccountResponse\x12[\n" +
 	"\fListAccounts\x12$.conch.router.v1.ListAccountsRequest\x1a%.conch.router.v1.ListAccountsResponse\x12^\n" +
-	"\rUpdateAccount\x12%.conch.router.v1.UpdateAccountRequest\x1a&.conch.router.v1.UpdateAccountResponse\x12[\n" +
+	"\rUpdateAccount\x12%.conch.router.v1.UpdateAccountRequest\x1a&.conch.router.v1.UpdateAccountResponse\x12g\n" +
+	"\x10SetAccountQuotas\x12(.conch.router.v1.SetAccountQuotasRequest\x1a).conch.router.v1.SetAccountQuotasResponse\x12R\n" +
+	"\tGetQuotas\x12!.conch.router.v1.GetQuotasRequest\x1a\".conch.router.v1.GetQuotasResponse\x12[\n" +
 	"\fCreateAPIKey\x12$.conch.router.v1.CreateAPIKeyRequest\x1a%.conch.router.v1.CreateAPIKeyResponse\x12X\n" +
 	"\vListAPIKeys\x12#.conch.router.v1.ListAPIKeysRequest\x1a$.conch.router.v1.ListAPIKeysResponse\x12[\n" +
 	"\fDeleteAPIKey\x12$.conch.router.v1.DeleteAPIKeyRequest\x1a%.conch.router.v1.DeleteAPIKeyResponse2\x8f\x02\n" +
@@ -51,38 +53,42 @@ const file_conch_router_v1_service_proto_rawDesc = "" +
 	"\x06Review\x12\x1e.conch.router.v1.ReviewRequest\x1a\x1f.conch.router.v1.ReviewResponseB;Z9github.com/conch-sh/conch/gen/go/conch/router/v1;routerv1b\x06proto3"
 
 var file_conch_router_v1_service_proto_goTypes = []any{
-	(*CreateGatewayRequest)(nil),  // 0: conch.router.v1.CreateGatewayRequest
-	(*GetGatewayRequest)(nil),     // 1: conch.router.v1.GetGatewayRequest
-	(*ListGatewaysRequest)(nil),   // 2: conch.router.v1.ListGatewaysRequest
-	(*UpdateGatewayRequest)(nil),  // 3: conch.router.v1.UpdateGatewayRequest
-	(*DeleteGatewayRequest)(nil),  // 4: conch.router.v1.DeleteGatewayRequest
-	(*CreateAccountRequest)(nil),  // 5: conch.router.v1.CreateAccountRequest
-	(*ListAccountsRequest)(nil),   // 6: conch.router.v1.ListAccountsRequest
-	(*UpdateAccountRequest)(nil),  // 7: conch.router.v1.UpdateAccountRequest
-	(*CreateAPIKeyRequest)(nil),   // 8: conch.router.v1.CreateAPIKeyRequest
-	(*ListAPIKeysRequest)(nil),    // 9: conch.router.v1.ListAPIKeysRequest
-	(*DeleteAPIKeyRequest)(nil),   // 10: conch.router.v1.DeleteAPIKeyRequest
-	(*CreateNodeRequest)(nil),     // 11: conch.router.v1.CreateNodeRequest
-	(*ListNodesRequest)(nil),      // 12: conch.router.v1.ListNodesRequest
-	(*DeleteNodeRequest)(nil),     // 13: conch.router.v1.DeleteNodeRequest
-	(*CallToolRequest)(nil),       // 14: conch.router.v1.CallToolRequest
-	(*ReviewRequest)(nil),         // 15: conch.router.v1.ReviewRequest
-	(*CreateGatewayResponse)(nil), // 16: conch.router.v1.CreateGatewayResponse
-	(*GetGatewayResponse)(nil),    // 17: conch.router.v1.GetGatewayResponse
-	(*ListGatewaysResponse)(nil),  // 18: conch.router.v1.ListGatewaysResponse
-	(*UpdateGatewayResponse)(nil), // 19: conch.router.v1.UpdateGatewayResponse
-	(*DeleteGatewayResponse)(nil), // 20: conch.router.v1.DeleteGatewayResponse
-	(*CreateAccountResponse)(nil), // 21: conch.router.v1.CreateAccountResponse
-	(*ListAccountsResponse)(nil),  // 22: conch.router.v1.ListAccountsResponse
-	(*UpdateAccountResponse)(nil), // 23: conch.router.v1.UpdateAccountResponse
-	(*CreateAPIKeyResponse)(nil),  // 24: conch.router.v1.CreateAPIKeyResponse
-	(*ListAPIKeysResponse)(nil),   // 25: conch.router.v1.ListAPIKeysResponse
-	(*DeleteAPIKeyResponse)(nil),  // 26: conch.router.v1.DeleteAPIKeyResponse
-	(*CreateNodeResponse)(nil),    // 27: conch.router.v1.CreateNodeResponse
-	(*ListNodesResponse)(nil),     // 28: conch.router.v1.ListNodesResponse
-	(*DeleteNodeResponse)(nil),    // 29: conch.router.v1.DeleteNodeResponse
-	(*CallToolResponse)(nil),      // 30: conch.router.v1.CallToolResponse
-	(*ReviewResponse)(nil),        // 31: conch.router.v1.ReviewResponse
+	(*CreateGatewayRequest)(nil),     // 0: conch.router.v1.CreateGatewayRequest
+	(*GetGatewayRequest)(nil),        // 1: conch.router.v1.GetGatewayRequest
+	(*ListGatewaysRequest)(nil),      // 2: conch.router.v1.ListGatewaysRequest
+	(*UpdateGatewayRequest)(nil),     // 3: conch.router.v1.UpdateGatewayRequest
+	(*DeleteGatewayRequest)(nil),     // 4: conch.router.v1.DeleteGatewayRequest
+	(*CreateAccountRequest)(nil),     // 5: conch.router.v1.CreateAccountRequest
+	(*ListAccountsRequest)(nil),      // 6: conch.router.v1.ListAccountsRequest
+	(*UpdateAccountRequest)(nil),     // 7: conch.router.v1.UpdateAccountRequest
+	(*SetAccountQuotasRequest)(nil),  // 8: conch.router.v1.SetAccountQuotasRequest
+	(*GetQuotasRequest)(nil),         // 9: conch.router.v1.GetQuotasRequest
+	(*CreateAPIKeyRequest)(nil),      // 10: conch.router.v1.CreateAPIKeyRequest
+	(*ListAPIKeysRequest)(nil),       // 11: conch.router.v1.ListAPIKeysRequest
+	(*DeleteAPIKeyRequest)(nil),      // 12: conch.router.v1.DeleteAPIKeyRequest
+	(*CreateNodeRequest)(nil),        // 13: conch.router.v1.CreateNodeRequest
+	(*ListNodesRequest)(nil),         // 14: conch.router.v1.ListNodesRequest
+	(*DeleteNodeRequest)(nil),        // 15: conch.router.v1.DeleteNodeRequest
+	(*CallToolRequest)(nil),          // 16: conch.router.v1.CallToolRequest
+	(*ReviewRequest)(nil),            // 17: conch.router.v1.ReviewRequest
+	(*CreateGatewayResponse)(nil),    // 18: conch.router.v1.CreateGatewayResponse
+	(*GetGatewayResponse)(nil),       // 19: conch.router.v1.GetGatewayResponse
+	(*ListGatewaysResponse)(nil),     // 20: conch.router.v1.ListGatewaysResponse
+	(*UpdateGatewayResponse)(nil),    // 21: conch.router.v1.UpdateGatewayResponse
+	(*DeleteGatewayResponse)(nil),    // 22: conch.router.v1.DeleteGatewayResponse
+	(*CreateAccountResponse)(nil),    // 23: conch.router.v1.CreateAccountResponse
+	(*ListAccountsResponse)(nil),     // 24: conch.router.v1.ListAccountsResponse
+	(*UpdateAccountResponse)(nil),    // 25: conch.router.v1.UpdateAccountResponse
+	(*SetAccountQuotasResponse)(nil), // 26: conch.router.v1.SetAccountQuotasResponse
+	(*GetQuotasResponse)(nil),        // 27: conch.router.v1.GetQuotasResponse
+	(*CreateAPIKeyResponse)(nil),     // 28: conch.router.v1.CreateAPIKeyResponse
+	(*ListAPIKeysResponse)(nil),      // 29: conch.router.v1.ListAPIKeysResponse
+	(*DeleteAPIKeyResponse)(nil),     // 30: conch.router.v1.DeleteAPIKeyResponse
+	(*CreateNodeResponse)(nil),       // 31: conch.router.v1.CreateNodeResponse
+	(*ListNodesResponse)(nil),        // 32: conch.router.v1.ListNodesResponse
+	(*DeleteNodeResponse)(nil),       // 33: conch.router.v1.DeleteNodeResponse
+	(*CallToolResponse)(nil),         // 34: conch.router.v1.CallToolResponse
+	(*ReviewResponse)(nil),           // 35: conch.router.v1.ReviewResponse
 }
 var file_conch_router_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.router.v1.GatewayService.CreateGateway:input_type -> conch.router.v1.CreateGatewayRequest
@@ -93,32 +99,36 @@ var file_conch_router_v1_service_proto_depIdxs = []int32{
 	5,  // 5: conch.router.v1.AccountService.CreateAccount:input_type -> conch.router.v1.CreateAccountRequest
 	6,  // 6: conch.router.v1.AccountService.ListAccounts:input_type -> conch.router.v1.ListAccountsRequest
 	7,  // 7: conch.router.v1.AccountService.UpdateAccount:input_type -> conch.router.v1.UpdateAccountRequest
-	8,  // 8: conch.router.v1.AccountService.CreateAPIKey:input_type -> conch.router.v1.CreateAPIKeyRequest
-	9,  // 9: conch.router.v1.AccountService.ListAPIKeys:input_type -> conch.router.v1.ListAPIKeysRequest
-	10, // 10: conch.router.v1.AccountService.DeleteAPIKey:input_type -> conch.router.v1.DeleteAPIKeyRequest
-	11, // 11: conch.router.v1.NodeService.CreateNode:input_type -> conch.router.v1.CreateNodeRequest
-	12, // 12: conch.router.v1.NodeService.ListNodes:input_type -> conch.router.v1.ListNodesRequest
-	13, // 13: conch.router.v1.NodeService.DeleteNode:input_type -> conch.router.v1.DeleteNodeRequest
-	14, // 14: conch.router.v1.ToolHostService.CallTool:input_type -> conch.router.v1.CallToolRequest
-	15, // 15: conch.router.v1.ReviewService.Review:input_type -> conch.router.v1.ReviewRequest
-	16, // 16: conch.router.v1.GatewayService.CreateGateway:output_type -> conch.router.v1.CreateGatewayResponse
-	17, // 17: conch.router.v1.GatewayService.GetGateway:output_type -> conch.router.v1.GetGatewayResponse
-	18, // 18: conch.router.v1.GatewayService.ListGateways:output_type -> conch.router.v1.ListGatewaysResponse
-	19, // 19: conch.router.v1.GatewayService.UpdateGateway:output_type -> conch.router.v1.UpdateGatewayResponse
-	20, // 20: conch.router.v1.GatewayService.DeleteGateway:output_type -> conch.router.v1.DeleteGatewayResponse
-	21, // 21: conch.router.v1.AccountService.CreateAccount:output_type -> conch.router.v1.CreateAccountResponse
-	22, // 22: conch.router.v1.AccountService.ListAccounts:output_type -> conch.router.v1.ListAccountsResponse
-	23, // 23: conch.router.v1.AccountService.UpdateAccount:output_type -> conch.router.v1.UpdateAccountResponse
-	24, // 24: conch.router.v1.AccountService.CreateAPIKey:output_type -> conch.router.v1.CreateAPIKeyResponse
-	25, // 25: conch.router.v1.AccountService.ListAPIKeys:output_type -> conch.router.v1.ListAPIKeysResponse
-	26, // 26: conch.router.v1.AccountService.DeleteAPIKey:output_type -> conch.router.v1.DeleteAPIKeyResponse
-	27, // 27: conch.router.v1.NodeService.CreateNode:output_type -> conch.router.v1.CreateNodeResponse
-	28, // 28: conch.router.v1.NodeService.ListNodes:output_type -> conch.router.v1.ListNodesResponse
-	29, // 29: conch.router.v1.NodeService.DeleteNode:output_type -> conch.router.v1.DeleteNodeResponse
-	30, // 30: conch.router.v1.ToolHostService.CallTool:output_type -> conch.router.v1.CallToolResponse
-	31, // 31: conch.router.v1.ReviewService.Review:output_type -> conch.router.v1.ReviewResponse
-	16, // [16:32] is the sub-list for method output_type
-	0,  // [0:16] is the sub-list for method input_type
+	8,  // 8: conch.router.v1.AccountService.SetAccountQuotas:input_type -> conch.router.v1.SetAccountQuotasRequest
+	9,  // 9: conch.router.v1.AccountService.GetQuotas:input_type -> conch.router.v1.GetQuotasRequest
+	10, // 10: conch.router.v1.AccountService.CreateAPIKey:input_type -> conch.router.v1.CreateAPIKeyRequest
+	11, // 11: conch.router.v1.AccountService.ListAPIKeys:input_type -> conch.router.v1.ListAPIKeysRequest
+	12, // 12: conch.router.v1.AccountService.DeleteAPIKey:input_type -> conch.router.v1.DeleteAPIKeyRequest
+	13, // 13: conch.router.v1.NodeService.CreateNode:input_type -> conch.router.v1.CreateNodeRequest
+	14, // 14: conch.router.v1.NodeService.ListNodes:input_type -> conch.router.v1.ListNodesRequest
+	15, // 15: conch.router.v1.NodeService.DeleteNode:input_type -> conch.router.v1.DeleteNodeRequest
+	16, // 16: conch.router.v1.ToolHostService.CallTool:input_type -> conch.router.v1.CallToolRequest
+	17, // 17: conch.router.v1.ReviewService.Review:input_type -> conch.router.v1.ReviewRequest
+	18, // 18: conch.router.v1.GatewayService.CreateGateway:output_type -> conch.router.v1.CreateGatewayResponse
+	19, // 19: conch.router.v1.GatewayService.GetGateway:output_type -> conch.router.v1.GetGatewayResponse
+	20, // 20: conch.router.v1.GatewayService.ListGateways:output_type -> conch.router.v1.ListGatewaysResponse
+	21, // 21: conch.router.v1.GatewayService.UpdateGateway:output_type -> conch.router.v1.UpdateGatewayResponse
+	22, // 22: conch.router.v1.GatewayService.DeleteGateway:output_type -> conch.router.v1.DeleteGatewayResponse
+	23, // 23: conch.router.v1.AccountService.CreateAccount:output_type -> conch.router.v1.CreateAccountResponse
+	24, // 24: conch.router.v1.AccountService.ListAccounts:output_type -> conch.router.v1.ListAccountsResponse
+	25, // 25: conch.router.v1.AccountService.UpdateAccount:output_type -> conch.router.v1.UpdateAccountResponse
+	26, // 26: conch.router.v1.AccountService.SetAccountQuotas:output_type -> conch.router.v1.SetAccountQuotasResponse
+	27, // 27: conch.router.v1.AccountService.GetQuotas:output_type -> conch.router.v1.GetQuotasResponse
+	28, // 28: conch.router.v1.AccountService.CreateAPIKey:output_type -> conch.router.v1.CreateAPIKeyResponse
+	29, // 29: conch.router.v1.AccountService.ListAPIKeys:output_type -> conch.router.v1.ListAPIKeysResponse
+	30, // 30: conch.router.v1.AccountService.DeleteAPIKey:output_type -> conch.router.v1.DeleteAPIKeyResponse
+	31, // 31: conch.router.v1.NodeService.CreateNode:output_type -> conch.router.v1.CreateNodeResponse
+	32, // 32: conch.router.v1.NodeService.ListNodes:output_type -> conch.router.v1.ListNodesResponse
+	33, // 33: conch.router.v1.NodeService.DeleteNode:output_type -> conch.router.v1.DeleteNodeResponse
+	34, // 34: conch.router.v1.ToolHostService.CallTool:output_type -> conch.router.v1.CallToolResponse
+	35, // 35: conch.router.v1.ReviewService.Review:output_type -> conch.router.v1.ReviewResponse
+	18, // [18:36] is the sub-list for method output_type
+	0,  // [0:18] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -289,12 +289,14 @@ var GatewayService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	AccountService_CreateAccount_FullMethodName = "/conch.router.v1.AccountService/CreateAccount"
-	AccountService_ListAccounts_FullMethodName  = "/conch.router.v1.AccountService/ListAccounts"
-	AccountService_UpdateAccount_FullMethodName = "/conch.router.v1.AccountService/UpdateAccount"
-	AccountService_CreateAPIKey_FullMethodName  = "/conch.router.v1.AccountService/CreateAPIKey"
-	AccountService_ListAPIKeys_FullMethodName   = "/conch.router.v1.AccountService/ListAPIKeys"
-	AccountService_DeleteAPIKey_FullMethodName  = "/conch.router.v1.AccountService/DeleteAPIKey"
+	AccountService_CreateAccount_FullMethodName    = "/conch.router.v1.AccountService/CreateAccount"
+	AccountService_ListAccounts_FullMethodName     = "/conch.router.v1.AccountService/ListAccounts"
+	AccountService_UpdateAccount_FullMethodName    = "/conch.router.v1.AccountService/UpdateAccount"
+	AccountService_SetAccountQuotas_FullMethodName = "/conch.router.v1.AccountService/SetAccountQuotas"
+	AccountService_GetQuotas_FullMethodName        = "/conch.router.v1.AccountService/GetQuotas"
+	AccountService_CreateAPIKey_FullMethodName     = "/conch.router.v1.AccountService/CreateAPIKey"
+	AccountService_ListAPIKeys_FullMethodName      = "/conch.router.v1.AccountService/ListAPIKeys"
+	AccountService_DeleteAPIKey_FullMethodName     = "/conch.router.v1.AccountService/DeleteAPIKey"
 )
 
 // AccountServiceClient is the client API for AccountService service.
@@ -309,6 +311,12 @@ type AccountServiceClient interface {
 	ListAccounts(ctx context.Context, in *ListAccountsRequest, opts ...grpc.CallOption) (*ListAccountsResponse, error)
 	// UpdateAccount replaces an account's grants.
 	UpdateAccount(ctx context.Context, in *UpdateAccountRequest, opts ...grpc.CallOption) (*UpdateAccountResponse, error)
+	// SetAccountQuotas replaces the quotas an admin gave an account over
+	// the operator's defaults.
+	SetAccountQuotas(ctx context.Context, in *SetAccountQuotasRequest, opts ...grpc.CallOption) (*SetAccountQuotasResponse, error)
+	// GetQuotas shows the caller's quotas and how much of each it holds; an
+	// admin may name another account. It needs no admin key.
+	GetQuotas(ctx context.Context, in *GetQuotasRequest, opts ...grpc.CallOption) (*GetQuotasResponse, error)
 	// CreateAPIKey issues a key; the secret is returned once and stored hashed.
 	CreateAPIKey(ctx context.Context, in *CreateAPIKeyRequest, opts ...grpc.CallOption) (*CreateAPIKeyResponse, error)
 	// ListAPIKeys lists an account's keys without their secrets.
@@ -349,6 +357,26 @@ func (c *accountServiceClient) UpdateAccount(ctx context.Context, in *UpdateAcco
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateAccountResponse)
 	err := c.cc.Invoke(ctx, AccountService_UpdateAccount_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *accountServiceClient) SetAccountQuotas(ctx context.Context, in *SetAccountQuotasRequest, opts ...grpc.CallOption) (*SetAccountQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetAccountQuotasResponse)
+	err := c.cc.Invoke(ctx, AccountService_SetAccountQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *accountServiceClient) GetQuotas(ctx context.Context, in *GetQuotasRequest, opts ...grpc.CallOption) (*GetQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetQuotasResponse)
+	err := c.cc.Invoke(ctx, AccountService_GetQuotas_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -397,6 +425,12 @@ type AccountServiceServer interface {
 	ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error)
 	// UpdateAccount replaces an account's grants.
 	UpdateAccount(context.Context, *UpdateAccountRequest) (*UpdateAccountResponse, error)
+	// SetAccountQuotas replaces the quotas an admin gave an account over
+	// the operator's defaults.
+	SetAccountQuotas(context.Context, *SetAccountQuotasRequest) (*SetAccountQuotasResponse, error)
+	// GetQuotas shows the caller's quotas and how much of each it holds; an
+	// admin may name another account. It needs no admin key.
+	GetQuotas(context.Context, *GetQuotasRequest) (*GetQuotasResponse, error)
 	// CreateAPIKey issues a key; the secret is returned once and stored hashed.
 	CreateAPIKey(context.Context, *CreateAPIKeyRequest) (*CreateAPIKeyResponse, error)
 	// ListAPIKeys lists an account's keys without their secrets.
@@ -421,6 +455,12 @@ func (UnimplementedAccountServiceServer) ListAccounts(context.Context, *ListAcco
 }
 func (UnimplementedAccountServiceServer) UpdateAccount(context.Context, *UpdateAccountRequest) (*UpdateAccountResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateAccount not implemented")
+}
+func (UnimplementedAccountServiceServer) SetAccountQuotas(context.Context, *SetAccountQuotasRequest) (*SetAccountQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetAccountQuotas not implemented")
+}
+func (UnimplementedAccountServiceServer) GetQuotas(context.Context, *GetQuotasRequest) (*GetQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetQuotas not implemented")
 }
 func (UnimplementedAccountServiceServer) CreateAPIKey(context.Context, *CreateAPIKeyRequest) (*CreateAPIKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateAPIKey not implemented")
@@ -506,6 +546,42 @@ func _AccountService_UpdateAccount_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_SetAccountQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetAccountQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).SetAccountQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_SetAccountQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).SetAccountQuotas(ctx, req.(*SetAccountQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AccountService_GetQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).GetQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_GetQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).GetQuotas(ctx, req.(*GetQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AccountService_CreateAPIKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateAPIKeyRequest)
 	if err := dec(in); err != nil {
@@ -578,6 +654,14 @@ var AccountService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateAccount",
 			Handler:    _AccountService_UpdateAccount_Handler,
+		},
+		{
+			MethodName: "SetAccountQuotas",
+			Handler:    _AccountService_SetAccountQuotas_Handler,
+		},
+		{
+			MethodName: "GetQuotas",
+			Handler:    _AccountService_GetQuotas_Handler,
 		},
 		{
 			MethodName: "CreateAPIKey",
