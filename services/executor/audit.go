@@ -14,7 +14,7 @@ import (
 // hands them to the approval service, or an audit.Writer of its own.
 type AuditSink interface {
 	Write(ctx context.Context, r audit.Record)
-	WriteSync(ctx context.Context, r audit.Record) error
+	WriteSync(ctx context.Context, recs ...audit.Record) error
 }
 
 var (

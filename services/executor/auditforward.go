@@ -64,8 +64,10 @@ func (f *AuditForwarder) Write(ctx context.Context, r audit.Record) {
 
 // WriteSync implements AuditSink: r, and what waited before it, are
 // stored before it returns.
-func (f *AuditForwarder) WriteSync(ctx context.Context, r audit.Record) error {
-	f.Write(ctx, r)
+func (f *AuditForwarder) WriteSync(ctx context.Context, recs ...audit.Record) error {
+	for _, r := range recs {
+		f.Write(ctx, r)
+	}
 	return f.flush(ctx, true)
 }
 

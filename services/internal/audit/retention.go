@@ -32,8 +32,7 @@ func Sweep(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefix
 		var old []string
 		prefix := accountPrefix(acc)
 		for _, k := range keys {
-			h, err := time.Parse("2006-01-02/15", strings.TrimPrefix(k, prefix)[:13])
-			if err == nil && !h.Add(time.Hour).After(cutoff) {
+			if h, ok := segmentHour(prefix, k); ok && !h.Add(time.Hour).After(cutoff) {
 				old = append(old, k)
 			}
 		}
@@ -62,4 +61,14 @@ func Sweep(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefix
 		}
 	}
 	return removed, nil
+}
+
+// segmentHour is the hour of the segment key below an account's prefix.
+func segmentHour(prefix, key string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok || len(rest) < 13 {
+		return time.Time{}, false
+	}
+	h, err := time.Parse("2006-01-02/15", rest[:13])
+	return h, err == nil
 }
