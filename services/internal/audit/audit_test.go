@@ -247,6 +247,35 @@ func TestWriterBoundAndRetry(t *testing.T) {
 	}
 }
 
+// A segment whose write failed is written again as it was, never with
+// records that came after: its pending anchor may already name its last
+// hash, and what is stored under its key must end on that hash.
+func TestFailedSegmentIsRetriedAsItWas(t *testing.T) {
+	ctx := t.Context()
+	cli := etcdxtest.StartForTest(t)
+	st := newDisk(t)
+	w := newTestWriter(t, st, cli, "/retry/", 0)
+	w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "one"})
+	w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "two"})
+	st.down(t)
+	if err := w.Flush(ctx); err == nil {
+		t.Fatal("flush to a store that is down succeeded")
+	}
+	st.up(t)
+	// Its anchor is pending and names nothing stored: not a problem.
+	if rep, err := Verify(ctx, st, cli, "/retry/", "acme"); err != nil || rep.Problem != nil || rep.Records != 0 {
+		t.Fatalf("verify after a failed flush: %+v %v", rep, err)
+	}
+	w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "three"})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(ctx, st, cli, "/retry/", "acme")
+	if err != nil || rep.Problem != nil || rep.Records != 3 || rep.Segments != 2 {
+		t.Fatalf("verify: %+v %v; want 3 records in 2 segments", rep, err)
+	}
+}
+
 func TestRunFlushesEveryInterval(t *testing.T) {
 	ctx := t.Context()
 	cli := etcdxtest.StartForTest(t)

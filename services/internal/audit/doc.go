@@ -9,7 +9,9 @@
 //
 //	audit/<account>/<YYYY-MM-DD>/<HH>/<writer>-<first seq, 20 digits>.jsonl.gz
 //
-// and in etcd, one anchor per segment:
+// and in etcd, one anchor per segment, put (pending) before the segment
+// is stored and marked done after, so that a crash between the two never
+// leaves a segment without its anchor:
 //
 //	<prefix>anchors/<account>/<writer>/<first seq, 20 digits>
 //

@@ -36,27 +36,28 @@ func Sweep(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefix
 				old = append(old, k)
 			}
 		}
-		if len(old) == 0 {
-			continue
+		if len(old) > 0 {
+			if err := st.Delete(ctx, old); err != nil {
+				return removed, fmt.Errorf("audit: remove segments: %w", err)
+			}
+			removed += len(old)
 		}
-		if err := st.Delete(ctx, old); err != nil {
-			return removed, fmt.Errorf("audit: remove segments: %w", err)
-		}
-		removed += len(old)
-		gone := map[string]bool{}
-		for _, k := range old {
-			gone[k] = true
-		}
+		// Anchors go by their segment's hour, so that a pending anchor
+		// whose segment was never stored goes with the others.
 		resp, err := cli.Get(ctx, etcdPrefix+"anchors/"+strings.TrimSuffix(strings.TrimPrefix(prefix, "audit/"), "/")+"/", clientv3.WithPrefix())
 		if err != nil {
 			return removed, fmt.Errorf("audit: read anchors: %w", err)
 		}
 		for _, kv := range resp.Kvs {
 			var a Anchor
-			if json.Unmarshal(kv.Value, &a) == nil && gone[a.Key] {
-				if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
-					return removed, fmt.Errorf("audit: remove anchor: %w", err)
-				}
+			if json.Unmarshal(kv.Value, &a) != nil {
+				continue
+			}
+			if h, ok := segmentHour(prefix, a.Key); !ok || h.Add(time.Hour).After(cutoff) {
+				continue
+			}
+			if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
+				return removed, fmt.Errorf("audit: remove anchor: %w", err)
 			}
 		}
 	}

@@ -44,7 +44,9 @@ type Report struct {
 // Verify checks every chain of account: each record's hash, that it
 // follows the one before (prev hash and seq), and that each segment ends
 // on the hash etcd anchored for it. Segments removed by retention take
-// their anchors with them; a chain may start after them. Its work is
+// their anchors with them; a chain may start after them. A pending
+// anchor (Anchor.Pending) whose segment is absent is not a problem: its
+// writer is writing it, or stopped before it stored it. Its work is
 // linear in the segments and records it reads.
 func Verify(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefix, account string) (Report, error) {
 	if etcdPrefix == "" {
@@ -84,7 +86,9 @@ func checkChains(account string, anchors []Anchor, keys []string, read func(key 
 		byWriter[n.writer] = append(byWriter[n.writer], n)
 	}
 	for _, a := range anchors {
-		if !stored[a.Key] {
+		// A pending anchor without its segment names records being
+		// written, or never stored by a writer that stopped.
+		if !stored[a.Key] && !a.Pending {
 			n := splitSegmentName(a.Key)
 			rep.Problem = &Problem{Account: account, Writer: n.writer, Segment: a.Key, Seq: n.seq, Reason: fmt.Sprintf("segment is missing (anchored records %d-%d)", a.First, a.Last)}
 			return rep

@@ -83,8 +83,11 @@ type Writer struct {
 	mu     sync.Mutex
 	buf    []Record
 	chains map[string]chain
-	// waiting counts records sealed and not yet written, buffered or
-	// being written; it is what MaxBuffered bounds.
+	// held are segments a flush tried and failed to write, retried as
+	// they are: their anchors in etcd may already name their content.
+	held []segment
+	// waiting counts records sealed and not yet written: buffered, held
+	// or being written; it is what MaxBuffered bounds.
 	waiting int
 	dropped int64
 
@@ -283,6 +286,12 @@ type Anchor struct {
 	First int64  `json:"first"`
 	Last  int64  `json:"last"`
 	Hash  string `json:"hash"`
+	// Pending is set while the segment is being written: the anchor is put
+	// before the segment, and Pending cleared once the segment is stored.
+	// A pending anchor whose segment is absent names records a writer was
+	// still writing, or never stored because it stopped; one whose segment
+	// is there is checked as any other.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // segment is the records of one segment: consecutive records of one
@@ -290,14 +299,14 @@ type Anchor struct {
 type segment []Record
 
 // Flush writes every buffered record, one segment per account and hour,
-// and anchors each segment's last hash in etcd. Records not written stay
-// buffered, each chain in order, for the next flush.
+// each anchored in etcd. A segment that fails is kept as it is, with
+// those after it, and tried again first by the next flush.
 func (w *Writer) Flush(ctx context.Context) error {
 	w.flushing.Lock()
 	defer w.flushing.Unlock()
 	w.mu.Lock()
-	segs := segments(w.buf)
-	w.buf = nil
+	segs := append(w.held, segments(w.buf)...)
+	w.held, w.buf = nil, nil
 	w.mu.Unlock()
 	done, n := 0, 0
 	var err error
@@ -311,11 +320,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	w.waiting -= n
 	if done < len(segs) {
-		var rest []Record
-		for _, seg := range segs[done:] {
-			rest = append(rest, seg...)
-		}
-		w.buf = append(rest, w.buf...)
+		w.held = segs[done:]
 	}
 	w.mu.Unlock()
 	return err
@@ -353,6 +358,10 @@ func segments(buf []Record) []segment {
 	return out
 }
 
+// writeSegment anchors recs as pending, stores them, then marks the
+// anchor done. A crash at any point leaves the trail verifiable: before
+// the segment is stored its pending anchor names nothing stored, after it
+// the anchor holds its last hash.
 func (w *Writer) writeSegment(ctx context.Context, recs segment) error {
 	var buf, line bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -376,11 +385,16 @@ func (w *Writer) writeSegment(ctx context.Context, recs segment) error {
 	}
 	first, last := recs[0], recs[len(recs)-1]
 	key := SegmentKey(first.Account, first.Time, w.id, first.Seq)
+	ak := anchorKey(w.cfg.EtcdPrefix, first.Account, w.id, first.Seq)
+	a := Anchor{Key: key, First: first.Seq, Last: last.Seq, Hash: last.Hash, Pending: true}
+	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, ak, a); err != nil {
+		return fmt.Errorf("audit: anchor segment %s: %w", key, err)
+	}
 	if _, err := w.cfg.Store.Put(ctx, key, &buf, store.PutOptions{Size: int64(buf.Len()), Mode: 0o600, ModTime: w.cfg.Now()}); err != nil {
 		return fmt.Errorf("audit: write segment %s: %w", key, err)
 	}
-	a := Anchor{Key: key, First: first.Seq, Last: last.Seq, Hash: last.Hash}
-	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, anchorKey(w.cfg.EtcdPrefix, first.Account, w.id, first.Seq), a); err != nil {
+	a.Pending = false
+	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, ak, a); err != nil {
 		return fmt.Errorf("audit: anchor segment %s: %w", key, err)
 	}
 	if exporting {
