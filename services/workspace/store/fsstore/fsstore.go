@@ -15,7 +15,8 @@
 // A Put returns once its object survives a crash: the file is synced
 // before its rename, each directory created on its way is synced into
 // its parent, and the directory it is renamed into is synced after. A
-// sync that fails fails the Put.
+// sync that fails fails the Put; when it is that last one, the object is
+// in place but may not survive a crash.
 package fsstore
 
 import (
