@@ -62,7 +62,7 @@ func (s *Server) auditAuthorize(ctx context.Context, account string, req *approv
 	}
 	if req.GetSettings().GetAudit() == audit.Sync {
 		if err := s.cfg.Audit.WriteSync(ctx, r); err != nil {
-			return errs.Wrap(errs.Unavailable, err, "the command's audit record could not be written (exec.audit is sync)")
+			return errs.Wrap(errs.Unavailable, err, "audit trail: the command's record could not be stored, so it does not run (exec.audit is sync)")
 		}
 		return nil
 	}

@@ -3,6 +3,8 @@ package approval
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -171,5 +174,107 @@ func TestRecordRunsTakesOnlyTheCallersRuns(t *testing.T) {
 	recs, _, err := audit.Read(ctx, objs, audit.Query{Accounts: []string{"acct"}})
 	if err != nil || len(recs) != 1 || recs[0].Seq != 1 || recs[0].Hash == "forged" {
 		t.Fatalf("stored: %+v %v", recs, err)
+	}
+}
+
+// In sync mode (exec.audit) a call succeeds only once its records are
+// stored: a full buffer is written to make room, every record of a call
+// is stored or none is reported, and a store that is down fails the call
+// with an error naming the audit trail.
+func TestSyncAuditFailsTheCallNotTheTrail(t *testing.T) {
+	t.Parallel()
+	cli := etcdxtest.StartForTest(t)
+	st, err := store.New(cli, KeyPrefix, sealtest.Keyring(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced := &approvalv1.ExecSettings{Host: approvalv1.Host_HOST_GATEWAY, Audit: audit.Sync}
+	outcome := func(cmd string) *approvalv1.AuditRecord {
+		return &approvalv1.AuditRecord{Kind: audit.KindOutcome, Account: "acct", Command: cmd, Outcome: &approvalv1.AuditOutcome{}}
+	}
+	egress := func(cmd string) *approvalv1.AuditRecord {
+		return &approvalv1.AuditRecord{Kind: audit.KindEgress, Account: "acct", Command: cmd, Egress: &approvalv1.AuditEgress{Host: "example.org", Port: 443}}
+	}
+	tests := []struct {
+		name      string
+		storeDown bool
+		// call makes the call in sync mode; want is the commands of the
+		// records it must have stored when it returns nil.
+		call func(ctx context.Context, s *Server, a *AuditServer) error
+		want []string
+	}{
+		{name: "a verdict, buffer full", call: func(ctx context.Context, s *Server, _ *AuditServer) error {
+			_, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("ls"), Segments: segs("ls", "/usr/bin/ls"), Settings: synced})
+			return err
+		}, want: []string{"ls"}},
+		{name: "an outcome and its connections, buffer full", call: func(ctx context.Context, _ *Server, a *AuditServer) error {
+			_, err := a.RecordRuns(ctx, &approvalv1.RecordRunsRequest{Sync: true, Records: []*approvalv1.AuditRecord{outcome("curl"), egress("curl"), egress("curl")}})
+			return err
+		}, want: []string{"curl", "curl", "curl"}},
+		{name: "a verdict, store down", storeDown: true, call: func(ctx context.Context, s *Server, _ *AuditServer) error {
+			_, err := s.Authorize(ctx, &approvalv1.AuthorizeRequest{Binding: binding("ls"), Segments: segs("ls", "/usr/bin/ls"), Settings: synced})
+			return err
+		}},
+		{name: "an outcome, store down", storeDown: true, call: func(ctx context.Context, _ *Server, a *AuditServer) error {
+			_, err := a.RecordRuns(ctx, &approvalv1.RecordRunsRequest{Sync: true, Records: []*approvalv1.AuditRecord{outcome("true")}})
+			return err
+		}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "trail")
+			objs, err := fsstore.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefix := fmt.Sprintf("/sync%d/", i)
+			w, err := audit.NewWriter(audit.Config{Store: objs, Etcd: cli, EtcdPrefix: prefix, Name: "test", MaxBuffered: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := New(st, Options{Audit: w})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := NewAuditServer(objs, cli, prefix, s, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := tenant.With(t.Context(), tenant.Scope{Account: "acct", Session: "s1"})
+			// Three connections of asynchronous commands fill the buffer.
+			if _, err := a.RecordRuns(ctx, &approvalv1.RecordRunsRequest{Records: []*approvalv1.AuditRecord{egress("async"), egress("async"), egress("async")}}); err != nil {
+				t.Fatal(err)
+			}
+			if w.Buffered() != 3 {
+				t.Fatalf("%d records buffered, want 3", w.Buffered())
+			}
+			if tc.storeDown {
+				if err := os.Rename(dir, dir+".away"); err != nil {
+					t.Fatal(err)
+				}
+				err := tc.call(ctx, s, a)
+				if err == nil || errs.KindOf(err) != errs.Unavailable || !strings.Contains(err.Error(), "audit trail") {
+					t.Fatalf("a sync call with the store down = %v, want Unavailable naming the audit trail", err)
+				}
+				return
+			}
+			if err := tc.call(ctx, s, a); err != nil {
+				t.Fatal(err)
+			}
+			recs, _, err := audit.Read(ctx, objs, audit.Query{Accounts: []string{"acct"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range recs {
+				if r.Command != "async" {
+					got = append(got, r.Command)
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("stored when the call returned: %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -71,13 +71,15 @@ func (a *AuditServer) RecordRuns(ctx context.Context, req *approvalv1.RecordRuns
 		}
 		recs = append(recs, r)
 	}
-	for i, r := range recs {
-		if req.GetSync() && i == len(recs)-1 {
-			if err := a.writer.WriteSync(ctx, r); err != nil {
-				return nil, errs.Wrap(errs.Unavailable, err, "audit: write")
-			}
-			break
+	if req.GetSync() {
+		// All of them are stored, or the call fails: an outcome is not
+		// reported recorded while its connections were dropped.
+		if err := a.writer.WriteSync(ctx, recs...); err != nil {
+			return nil, errs.Wrap(errs.Unavailable, err, "audit trail: records not stored")
 		}
+		return &approvalv1.RecordRunsResponse{}, nil
+	}
+	for _, r := range recs {
 		a.writer.Write(ctx, r)
 	}
 	return &approvalv1.RecordRunsResponse{}, nil

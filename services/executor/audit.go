@@ -13,8 +13,11 @@ import (
 // AuditSink receives the executor's records: an AuditForwarder, which
 // hands them to the approval service, or an audit.Writer of its own.
 type AuditSink interface {
+	// Write buffers r and never blocks on the store; a full buffer drops
+	// it, counted.
 	Write(ctx context.Context, r audit.Record)
-	WriteSync(ctx context.Context, r audit.Record) error
+	// WriteSync returns nil only once recs are stored (exec.audit sync).
+	WriteSync(ctx context.Context, recs ...audit.Record) error
 }
 
 var (
@@ -80,7 +83,8 @@ func setOutcome(o *audit.Outcome, res *Result) {
 }
 
 // writeAudit writes r, then a record of each connection seen kept, with
-// the same context; r's outcome says how many more there were.
+// the same context; r's outcome says how many more there were. In sync
+// mode they are one write: all stored, or an error.
 func (s *Service) writeAudit(ctx context.Context, p *ExecParams, r audit.Record, seen egressSeen) error {
 	r.Outcome.EgressOmitted = seen.omitted
 	recs := []audit.Record{r}
@@ -90,17 +94,15 @@ func (s *Service) writeAudit(ctx context.Context, p *ExecParams, r audit.Record,
 		e.Egress = &audit.Egress{Host: c.GetHost(), Port: c.GetPort(), Address: c.GetAddress(), BytesSent: c.GetBytesSent(), BytesReceived: c.GetBytesReceived(), DurationMs: c.GetDurationMs()}
 		recs = append(recs, e)
 	}
-	last := len(recs) - 1
-	for _, x := range recs[:last] {
-		s.audit.Write(ctx, x)
-	}
 	if p.Settings.GetAudit() == audit.Sync {
-		if err := s.audit.WriteSync(ctx, recs[last]); err != nil {
-			return errs.Wrap(errs.Unavailable, err, "the command ran, but its audit record could not be written (exec.audit is sync)")
+		if err := s.audit.WriteSync(ctx, recs...); err != nil {
+			return errs.Wrap(errs.Unavailable, err, "audit trail: the command ran, but its records could not be stored (exec.audit is sync)")
 		}
 		return nil
 	}
-	s.audit.Write(ctx, recs[last])
+	for _, r := range recs {
+		s.audit.Write(ctx, r)
+	}
 	return nil
 }
 

@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -18,11 +20,19 @@ import (
 var auditDropped, _ = otel.Meter("github.com/conch-sh/conch/services/executor").Int64Counter("conch.executor.audit.dropped",
 	metric.WithDescription("Audit records of runs dropped because the approval service could not take them in time"))
 
+// errForwardBufferFull means records could not wait to be sent: the
+// forwarder already holds its bound of them, because the approval service
+// is slow or down.
+var errForwardBufferFull = errors.New("buffer full: earlier records still wait for the approval service")
+
 // AuditForwarder hands the executor's records to the approval service,
 // which chains and stores them: executors never reach the object store.
 // Records wait in a bounded buffer and are sent every interval; a slow or
 // absent approval service never blocks a command, and what exceeds the
-// bound is dropped, counted and logged.
+// bound is dropped, counted and logged. Records of sync mode are sent at
+// once, in calls that ask the approval service to store them before it
+// answers, and never dropped: they are stored or their caller hears why
+// not.
 type AuditForwarder struct {
 	client approvalv1.AuditServiceClient
 	every  time.Duration
@@ -32,7 +42,9 @@ type AuditForwarder struct {
 	mu      sync.Mutex
 	buf     []audit.Record
 	dropped int64
-	// sending serializes calls, keeping each account's records in order.
+	// sending serializes calls, keeping each account's records in order,
+	// and is held by a sync write from buffering its records to their
+	// last call.
 	sending sync.Mutex
 }
 
@@ -42,7 +54,7 @@ func NewAuditForwarder(c approvalv1.AuditServiceClient, every time.Duration, max
 	return &AuditForwarder{client: c, every: every, max: max, log: log}
 }
 
-// Write implements AuditSink.
+// Write implements AuditSink: r waits for the next send.
 func (f *AuditForwarder) Write(ctx context.Context, r audit.Record) {
 	f.mu.Lock()
 	if len(f.buf) >= f.max {
@@ -62,17 +74,53 @@ func (f *AuditForwarder) Write(ctx context.Context, r audit.Record) {
 	f.mu.Unlock()
 }
 
-// WriteSync implements AuditSink: r, and what waited before it, are
-// stored before it returns.
-func (f *AuditForwarder) WriteSync(ctx context.Context, r audit.Record) error {
-	f.Write(ctx, r)
-	return f.flush(ctx, true)
+// WriteSync implements AuditSink: recs, and what waited before them, are
+// stored by the approval service when it returns nil. recs are buffered
+// while this holds the right to send, so the periodic send, which asks
+// for no sync write, can never take them; when the buffer is full, what
+// waits is sent first to make room, and recs are refused if it cannot be.
+func (f *AuditForwarder) WriteSync(ctx context.Context, recs ...audit.Record) error {
+	f.sending.Lock()
+	defer f.sending.Unlock()
+	if !f.buffer(recs) {
+		if err := f.flushLocked(ctx, true); err != nil {
+			return fmt.Errorf("audit: records not sent: %w (%w)", errForwardBufferFull, err)
+		}
+		if !f.buffer(recs) {
+			return fmt.Errorf("audit: records not sent: %w", errForwardBufferFull)
+		}
+	}
+	if err := f.flushLocked(ctx, true); err != nil {
+		return fmt.Errorf("audit: records not sent: %w", err)
+	}
+	return nil
+}
+
+// buffer appends recs, all of them or, when they do not fit, none.
+func (f *AuditForwarder) buffer(recs []audit.Record) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.buf)+len(recs) > f.max {
+		return false
+	}
+	now := time.Now()
+	for _, r := range recs {
+		if r.Time.IsZero() {
+			r.Time = now
+		}
+		f.buf = append(f.buf, r)
+	}
+	return true
 }
 
 // Run sends buffered records every interval until ctx ends, then once
 // more.
 func (f *AuditForwarder) Run(ctx context.Context) error {
-	send := func(ctx context.Context) error { return f.flush(ctx, false) }
+	send := func(ctx context.Context) error {
+		f.sending.Lock()
+		defer f.sending.Unlock()
+		return f.flushLocked(ctx, false)
+	}
 	return audit.FlushEvery(ctx, f.every, send, func(ctx context.Context, err error, last bool) {
 		msg := "audit records of runs not sent"
 		if last {
@@ -113,11 +161,9 @@ func nextRuns(recs []audit.Record) []*approvalv1.AuditRecord {
 	return out
 }
 
-// flush sends every buffered record, a call per account in order; what
-// was not sent stays buffered for the next try.
-func (f *AuditForwarder) flush(ctx context.Context, sync bool) error {
-	f.sending.Lock()
-	defer f.sending.Unlock()
+// flushLocked sends every buffered record, a call per account in order,
+// under f.sending; what was not sent stays buffered for the next try.
+func (f *AuditForwarder) flushLocked(ctx context.Context, sync bool) error {
 	f.mu.Lock()
 	batch := f.buf
 	f.buf = nil

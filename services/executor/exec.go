@@ -161,12 +161,14 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	moved := false
 	background := func() backgroundEnd {
 		moved = true
-		return func(ctx context.Context, res *Result, proc process.Snapshot) {
+		return func(ctx context.Context, res *Result, proc process.Snapshot) error {
 			seen := watch.take(egressSettle)
 			res.Egress, res.EgressOmitted = seen.conns, seen.omitted
-			if err := s.auditBackground(ctx, account, &p, res, proc, seen); err != nil {
+			err := s.auditBackground(ctx, account, &p, res, proc, seen)
+			if err != nil {
 				s.log.WarnContext(ctx, "audit record of a background command not written", "sandbox", p.SandboxID, "process", proc.ID, "error", err)
 			}
+			return err
 		}
 	}
 	res, err = s.run(ctx, t.e, t.start, p, ev, background)
@@ -411,8 +413,9 @@ var closedTime = func() <-chan time.Time {
 }()
 
 // backgroundEnd receives the end of a command moved to the background,
-// under a context that carries the trace of the Exec that started it.
-type backgroundEnd func(ctx context.Context, res *Result, proc process.Snapshot)
+// under a context that carries the trace of the Exec that started it; an
+// error says its audit records could not be stored (exec.audit sync).
+type backgroundEnd func(ctx context.Context, res *Result, proc process.Snapshot) error
 
 // finishInBackground enforces the timeout of a backgrounded process and
 // records its end; flush saves its sandbox's persistent workspace after.
@@ -466,7 +469,10 @@ func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r 
 	if ended != nil {
 		snap := r.Snapshot()
 		res.Duration = snap.EndedAt.Sub(snap.StartedAt)
-		ended(trace.ContextWithSpanContext(context.Background(), started.SpanContext), res, snap)
+		if err := ended(trace.ContextWithSpanContext(context.Background(), started.SpanContext), res, snap); err != nil {
+			// No call waits for this end: its notice says so.
+			msg += "; its audit records could not be stored"
+		}
 	}
 	if r.Notify {
 		s.procs.Notify(r.SandboxID, process.Event{Process: r.Snapshot(), Message: fmt.Sprintf("process %s (%s) %s", r.ID, abbreviate(r.Command, 80), msg)})

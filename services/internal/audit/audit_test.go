@@ -5,9 +5,10 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -171,23 +172,43 @@ func TestVerifyFindsFirstBadRecord(t *testing.T) {
 	}
 }
 
-// failing is a store whose writes fail while down is set.
-type failing struct {
-	store.Store
-	down bool
+// diskStore is a real local store whose directory can be taken away and
+// put back: while it is away, its writes fail as they do on a disk that
+// is gone.
+type diskStore struct {
+	*fsstore.Store
+	dir string
 }
 
-func (f *failing) Put(ctx context.Context, key string, r io.Reader, o store.PutOptions) (store.Info, error) {
-	if f.down {
-		return store.Info{}, errors.New("store down")
+func newDisk(t *testing.T) *diskStore {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "store")
+	st, err := fsstore.New(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return f.Store.Put(ctx, key, r, o)
+	return &diskStore{Store: st, dir: dir}
+}
+
+func (d *diskStore) down(t *testing.T) {
+	t.Helper()
+	if err := os.Rename(d.dir, d.dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d *diskStore) up(t *testing.T) {
+	t.Helper()
+	if err := os.Rename(d.dir+".away", d.dir); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestWriterBoundAndRetry(t *testing.T) {
 	ctx := t.Context()
 	cli := etcdxtest.StartForTest(t)
-	st := &failing{Store: newFS(t), down: true}
+	st := newDisk(t)
+	st.down(t)
 	w := newTestWriter(t, st, cli, "/bound/", 3)
 	start := time.Now()
 	for range 5 {
@@ -205,7 +226,7 @@ func TestWriterBoundAndRetry(t *testing.T) {
 	if w.Buffered() != 3 {
 		t.Fatalf("a failed flush lost records: %d buffered", w.Buffered())
 	}
-	st.down = false
+	st.up(t)
 	w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "dropped: still full"})
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -223,6 +244,35 @@ func TestWriterBoundAndRetry(t *testing.T) {
 	recs, _, err := Read(ctx, st, Query{Accounts: []string{"acme"}})
 	if err != nil || len(recs) != 4 || recs[0].Command != "after" {
 		t.Fatalf("read: %d records, %v", len(recs), err)
+	}
+}
+
+// A segment whose write failed is written again as it was, never with
+// records that came after: its pending anchor may already name its last
+// hash, and what is stored under its key must end on that hash.
+func TestFailedSegmentIsRetriedAsItWas(t *testing.T) {
+	ctx := t.Context()
+	cli := etcdxtest.StartForTest(t)
+	st := newDisk(t)
+	w := newTestWriter(t, st, cli, "/retry/", 0)
+	w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "one"})
+	w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "two"})
+	st.down(t)
+	if err := w.Flush(ctx); err == nil {
+		t.Fatal("flush to a store that is down succeeded")
+	}
+	st.up(t)
+	// Its anchor is pending and names nothing stored: not a problem.
+	if rep, err := Verify(ctx, st, cli, "/retry/", "acme"); err != nil || rep.Problem != nil || rep.Records != 0 {
+		t.Fatalf("verify after a failed flush: %+v %v", rep, err)
+	}
+	w.Write(ctx, Record{Kind: KindCommand, Account: "acme", Command: "three"})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(ctx, st, cli, "/retry/", "acme")
+	if err != nil || rep.Problem != nil || rep.Records != 3 || rep.Segments != 2 {
+		t.Fatalf("verify: %+v %v; want 3 records in 2 segments", rep, err)
 	}
 }
 
@@ -349,25 +399,5 @@ func BenchmarkWrite(b *testing.B) {
 		Argv: [][]string{{"git", "status", "--short"}}, ResolvedPaths: []string{"/usr/bin/git"}}
 	for b.Loop() {
 		w.Write(b.Context(), r)
-	}
-}
-
-func TestWriteSyncFailsWhenTheStoreIsDown(t *testing.T) {
-	ctx := t.Context()
-	cli := etcdxtest.StartForTest(t)
-	st := &failing{Store: newFS(t), down: true}
-	w := newTestWriter(t, st, cli, "/sync/", 0)
-	if err := w.WriteSync(ctx, Record{Kind: KindCommand, Account: "acme", Command: "ls"}); err == nil {
-		t.Fatal("a sync write to a store that is down succeeded")
-	}
-	st.down = false
-	if err := w.WriteSync(ctx, Record{Kind: KindCommand, Account: "acme", Command: "ls -l"}); err != nil {
-		t.Fatal(err)
-	}
-	if w.Buffered() != 0 {
-		t.Fatalf("%d records still buffered after a sync write", w.Buffered())
-	}
-	if rep, err := Verify(ctx, st, cli, "/sync/", "acme"); err != nil || rep.Problem != nil || rep.Records != 2 {
-		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }

@@ -32,34 +32,44 @@ func Sweep(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefix
 		var old []string
 		prefix := accountPrefix(acc)
 		for _, k := range keys {
-			h, err := time.Parse("2006-01-02/15", strings.TrimPrefix(k, prefix)[:13])
-			if err == nil && !h.Add(time.Hour).After(cutoff) {
+			if h, ok := segmentHour(prefix, k); ok && !h.Add(time.Hour).After(cutoff) {
 				old = append(old, k)
 			}
 		}
-		if len(old) == 0 {
-			continue
+		if len(old) > 0 {
+			if err := st.Delete(ctx, old); err != nil {
+				return removed, fmt.Errorf("audit: remove segments: %w", err)
+			}
+			removed += len(old)
 		}
-		if err := st.Delete(ctx, old); err != nil {
-			return removed, fmt.Errorf("audit: remove segments: %w", err)
-		}
-		removed += len(old)
-		gone := map[string]bool{}
-		for _, k := range old {
-			gone[k] = true
-		}
+		// Anchors go by their segment's hour, so that a pending anchor
+		// whose segment was never stored goes with the others.
 		resp, err := cli.Get(ctx, etcdPrefix+"anchors/"+strings.TrimSuffix(strings.TrimPrefix(prefix, "audit/"), "/")+"/", clientv3.WithPrefix())
 		if err != nil {
 			return removed, fmt.Errorf("audit: read anchors: %w", err)
 		}
 		for _, kv := range resp.Kvs {
 			var a Anchor
-			if json.Unmarshal(kv.Value, &a) == nil && gone[a.Key] {
-				if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
-					return removed, fmt.Errorf("audit: remove anchor: %w", err)
-				}
+			if json.Unmarshal(kv.Value, &a) != nil {
+				continue
+			}
+			if h, ok := segmentHour(prefix, a.Key); !ok || h.Add(time.Hour).After(cutoff) {
+				continue
+			}
+			if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
+				return removed, fmt.Errorf("audit: remove anchor: %w", err)
 			}
 		}
 	}
 	return removed, nil
+}
+
+// segmentHour is the hour of the segment key below an account's prefix.
+func segmentHour(prefix, key string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok || len(rest) < 13 {
+		return time.Time{}, false
+	}
+	h, err := time.Parse("2006-01-02/15", rest[:13])
+	return h, err == nil
 }

@@ -1,11 +1,13 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,40 +44,54 @@ type Report struct {
 // Verify checks every chain of account: each record's hash, that it
 // follows the one before (prev hash and seq), and that each segment ends
 // on the hash etcd anchored for it. Segments removed by retention take
-// their anchors with them; a chain may start after them.
+// their anchors with them; a chain may start after them. A pending
+// anchor (Anchor.Pending) whose segment is absent is not a problem: its
+// writer is writing it, or stopped before it stored it. Its work is
+// linear in the segments and records it reads.
 func Verify(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefix, account string) (Report, error) {
 	if etcdPrefix == "" {
 		etcdPrefix = DefaultEtcdPrefix
 	}
-	rep := Report{Account: account}
-	anchorPrefix := etcdPrefix + "anchors/" + url.PathEscape(account) + "/"
-	resp, err := cli.Get(ctx, anchorPrefix, clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, etcdPrefix+"anchors/"+url.PathEscape(account)+"/", clientv3.WithPrefix())
 	if err != nil {
-		return rep, fmt.Errorf("audit: read anchors: %w", err)
+		return Report{Account: account}, fmt.Errorf("audit: read anchors: %w", err)
 	}
-	anchors := map[string]Anchor{} // by segment key
-	for _, kv := range resp.Kvs {
-		var a Anchor
-		if err := json.Unmarshal(kv.Value, &a); err != nil {
-			return rep, fmt.Errorf("audit: anchor %s: %w", kv.Key, err)
+	anchors := make([]Anchor, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		if err := json.Unmarshal(kv.Value, &anchors[i]); err != nil {
+			return Report{Account: account}, fmt.Errorf("audit: anchor %s: %w", kv.Key, err)
 		}
-		anchors[a.Key] = a
 	}
 	keys, err := segmentKeys(ctx, st, account, zeroTime, zeroTime)
 	if err != nil {
-		return rep, err
+		return Report{Account: account}, err
+	}
+	return checkChains(account, anchors, keys, func(key string) Segment { return readSegment(ctx, st, key) }), nil
+}
+
+// checkChains is Verify's check of account's anchors against its stored
+// segment keys, each read once with read.
+func checkChains(account string, anchors []Anchor, keys []string, read func(key string) Segment) Report {
+	rep := Report{Account: account}
+	bySegment := make(map[string]Anchor, len(anchors))
+	for _, a := range anchors {
+		bySegment[a.Key] = a
 	}
 	// Chains by writer, segments in order of their first seq.
-	byWriter := map[string][]string{}
+	stored := make(map[string]bool, len(keys))
+	byWriter := map[string][]segmentName{}
 	for _, k := range keys {
-		w, _ := splitSegmentName(k)
-		byWriter[w] = append(byWriter[w], k)
+		n := splitSegmentName(k)
+		stored[k] = true
+		byWriter[n.writer] = append(byWriter[n.writer], n)
 	}
-	for k, a := range anchors {
-		if !slices.Contains(keys, k) {
-			w, seq := splitSegmentName(k)
-			rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Seq: seq, Reason: fmt.Sprintf("segment is missing (anchored records %d-%d)", a.First, a.Last)}
-			return rep, nil
+	for _, a := range anchors {
+		// A pending anchor without its segment names records being
+		// written, or never stored by a writer that stopped.
+		if !stored[a.Key] && !a.Pending {
+			n := splitSegmentName(a.Key)
+			rep.Problem = &Problem{Account: account, Writer: n.writer, Segment: a.Key, Seq: n.seq, Reason: fmt.Sprintf("segment is missing (anchored records %d-%d)", a.First, a.Last)}
+			return rep
 		}
 	}
 	writers := make([]string, 0, len(byWriter))
@@ -85,26 +101,23 @@ func Verify(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefi
 	slices.Sort(writers)
 	for _, w := range writers {
 		segs := byWriter[w]
-		slices.SortFunc(segs, func(a, b string) int {
-			_, x := splitSegmentName(a)
-			_, y := splitSegmentName(b)
-			return int(x - y)
-		})
+		slices.SortFunc(segs, func(a, b segmentName) int { return cmp.Compare(a.seq, b.seq) })
 		var prevHash string
 		var prevSeq int64
-		for i, k := range segs {
+		for i, n := range segs {
+			k := n.key
 			rep.Segments++
-			a, anchored := anchors[k]
+			a, anchored := bySegment[k]
 			if !anchored {
 				rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Reason: "segment has no anchor in etcd"}
-				return rep, nil
+				return rep
 			}
-			seg := readSegment(ctx, st, k)
+			seg := read(k)
 			first := i == 0 && a.First > 1 // older segments expired
 			for j, r := range seg.Records {
-				bad := func(reason string) (Report, error) {
+				bad := func(reason string) Report {
 					rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Line: j + 1, Seq: r.Seq, Reason: reason}
-					return rep, nil
+					return rep
 				}
 				h, err := r.digest()
 				switch {
@@ -126,28 +139,35 @@ func Verify(ctx context.Context, st store.Store, cli *clientv3.Client, etcdPrefi
 			}
 			if seg.Bad != nil {
 				rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Line: seg.BadLine, Seq: prevSeq + 1, Reason: seg.Bad.Error()}
-				return rep, nil
+				return rep
 			}
 			if prevHash != a.Hash || prevSeq != a.Last {
 				rep.Problem = &Problem{Account: account, Writer: w, Segment: k, Line: len(seg.Records) + 1, Seq: prevSeq + 1,
 					Reason: fmt.Sprintf("records missing at the end: segment ends at seq %d, anchored up to %d", prevSeq, a.Last)}
-				return rep, nil
+				return rep
 			}
 		}
 	}
-	return rep, nil
+	return rep
 }
 
-// splitSegmentName returns the writer and first seq in a segment's key.
-func splitSegmentName(key string) (writer string, seq int64) {
+// segmentName is a segment's key and the writer and first seq it names.
+type segmentName struct {
+	key    string
+	writer string
+	seq    int64
+}
+
+// splitSegmentName reads the writer and first seq in a segment's key.
+func splitSegmentName(key string) segmentName {
 	name := key[strings.LastIndex(key, "/")+1:]
 	name = strings.TrimSuffix(name, ".jsonl.gz")
 	i := strings.LastIndex(name, "-")
 	if i < 0 {
-		return name, 0
+		return segmentName{key: key, writer: name}
 	}
-	_, _ = fmt.Sscanf(name[i+1:], "%d", &seq)
-	return name[:i], seq
+	seq, _ := strconv.ParseInt(name[i+1:], 10, 64)
+	return segmentName{key: key, writer: name[:i], seq: seq}
 }
 
 var zeroTime time.Time

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"sync"
 	"time"
@@ -69,20 +70,30 @@ type chain struct {
 	hash string
 }
 
+// ErrBufferFull means records could not wait to be written: the writer
+// already holds MaxBuffered of them, because the object store or etcd is
+// slow or down.
+var ErrBufferFull = errors.New("buffer full: earlier records still wait for the object store or etcd")
+
 // Writer appends records to the audit trail.
 type Writer struct {
 	cfg Config
 	id  string
 
-	mu      sync.Mutex
-	buf     []Record
-	chains  map[string]chain
+	mu     sync.Mutex
+	buf    []Record
+	chains map[string]chain
+	// held are segments a flush tried and failed to write, retried as
+	// they are: their anchors in etcd may already name their content.
+	held []segment
+	// waiting counts records sealed and not yet written: buffered, held
+	// or being written; it is what MaxBuffered bounds.
+	waiting int
 	dropped int64
 
 	// flushing serializes writes of segments, which keeps each chain's
 	// segments in order.
 	flushing sync.Mutex
-	kick     chan struct{}
 }
 
 // NewWriter returns a Writer; Run writes what it buffers.
@@ -114,7 +125,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 	if name == "" {
 		name = "w"
 	}
-	return &Writer{cfg: cfg, id: url.PathEscape(name) + "." + hex.EncodeToString(b), chains: map[string]chain{}, kick: make(chan struct{}, 1)}, nil
+	return &Writer{cfg: cfg, id: url.PathEscape(name) + "." + hex.EncodeToString(b), chains: map[string]chain{}}, nil
 }
 
 // ID is the writer's name in the records it writes.
@@ -127,12 +138,10 @@ func (w *Writer) Write(ctx context.Context, r Record) {
 	if w == nil {
 		return
 	}
-	if r.Time.IsZero() {
-		r.Time = w.cfg.Now()
-	}
-	r.Time = r.Time.UTC()
-	w.mu.Lock()
-	if len(w.buf) >= w.cfg.MaxBuffered {
+	err := w.buffer([]Record{r})
+	switch {
+	case errors.Is(err, ErrBufferFull):
+		w.mu.Lock()
 		w.dropped++
 		n := w.dropped
 		w.mu.Unlock()
@@ -140,33 +149,82 @@ func (w *Writer) Write(ctx context.Context, r Record) {
 		if n == 1 || n%1000 == 0 {
 			w.cfg.Logger.WarnContext(ctx, "audit records dropped: buffer full", "dropped", n, "account", r.Account)
 		}
-		return
-	}
-	c := w.chains[r.Account]
-	if err := r.seal(w.id, c.seq+1, c.hash); err != nil {
-		w.mu.Unlock()
+	case err != nil:
 		w.cfg.Logger.ErrorContext(ctx, "audit record not sealed", "error", err)
-		return
 	}
-	w.chains[r.Account] = chain{seq: r.Seq, hash: r.Hash}
-	w.buf = append(w.buf, r)
-	w.mu.Unlock()
+}
+
+// buffer seals recs into the buffer, each chained after its account's
+// last record: all of them, or none when they do not fit or one does not
+// seal.
+func (w *Writer) buffer(recs []Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting+len(recs) > w.cfg.MaxBuffered {
+		return ErrBufferFull
+	}
+	// The chains' tails move only once every record is sealed.
+	var tails map[string]chain
+	if len(recs) > 1 {
+		tails = make(map[string]chain)
+	}
+	n := len(w.buf)
+	for _, r := range recs {
+		if r.Time.IsZero() {
+			r.Time = w.cfg.Now()
+		}
+		r.Time = r.Time.UTC()
+		c, ok := tails[r.Account]
+		if !ok {
+			c = w.chains[r.Account]
+		}
+		if err := r.seal(w.id, c.seq+1, c.hash); err != nil {
+			clear(w.buf[n:])
+			w.buf = w.buf[:n]
+			return err
+		}
+		if tails == nil {
+			w.chains[r.Account] = chain{seq: r.Seq, hash: r.Hash}
+		} else {
+			tails[r.Account] = chain{seq: r.Seq, hash: r.Hash}
+		}
+		w.buf = append(w.buf, r)
+	}
+	maps.Copy(w.chains, tails)
+	w.waiting += len(recs)
+	return nil
 }
 
 // Sync is the exec settings' audit mode that writes a command's records
 // before its verdict or result returns.
 const Sync = "sync"
 
-// WriteSync writes r and everything buffered before it to the store now,
-// for gateways in sync mode. An error means r may not be stored: the
-// caller fails the command rather than run it unrecorded.
-func (w *Writer) WriteSync(ctx context.Context, r Record) error {
+// WriteSync writes recs, and everything buffered before them, to the
+// store now, for gateways in sync mode. It returns nil only once every
+// one of recs is stored and anchored; an error means they may not be,
+// and the caller fails the command rather than report it recorded. When
+// the buffer is full, what waits is written first to make room; if that
+// fails, recs are not chained at all (ErrBufferFull). Records buffered
+// whose write failed stay buffered and go with the next flush, so the
+// trail may yet hold them.
+func (w *Writer) WriteSync(ctx context.Context, recs ...Record) error {
 	if w == nil {
 		return nil
 	}
-	w.Write(ctx, r)
+	err := w.buffer(recs)
+	if errors.Is(err, ErrBufferFull) {
+		if ferr := w.Flush(ctx); ferr != nil {
+			return fmt.Errorf("audit: records not stored: %w (%w)", err, ferr)
+		}
+		err = w.buffer(recs)
+	}
+	if err != nil {
+		return fmt.Errorf("audit: records not stored: %w", err)
+	}
+	// recs were buffered before this flush began: it writes them, or a
+	// flush before it did.
 	if err := w.Flush(ctx); err != nil {
-		return fmt.Errorf("audit: sync write: %w", err)
+		return fmt.Errorf("audit: records not stored: %w", err)
 	}
 	return nil
 }
@@ -182,7 +240,7 @@ func (w *Writer) Dropped() int64 {
 func (w *Writer) Buffered() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.buf)
+	return w.waiting
 }
 
 // Run writes buffered records every FlushEvery until ctx ends, then once
@@ -228,53 +286,83 @@ type Anchor struct {
 	First int64  `json:"first"`
 	Last  int64  `json:"last"`
 	Hash  string `json:"hash"`
+	// Pending is set while the segment is being written: the anchor is put
+	// before the segment, and Pending cleared once the segment is stored.
+	// A pending anchor whose segment is absent names records a writer was
+	// still writing, or never stored because it stopped; one whose segment
+	// is there is checked as any other.
+	Pending bool `json:"pending,omitempty"`
 }
 
+// segment is the records of one segment: consecutive records of one
+// account's chain, of one hour.
+type segment []Record
+
 // Flush writes every buffered record, one segment per account and hour,
-// and anchors each segment's last hash in etcd. Records not written stay
-// buffered, in order, for the next flush.
+// each anchored in etcd. A segment that fails is kept as it is, with
+// those after it, and tried again first by the next flush.
 func (w *Writer) Flush(ctx context.Context) error {
 	w.flushing.Lock()
 	defer w.flushing.Unlock()
 	w.mu.Lock()
-	batch := w.buf
-	w.buf = nil
+	segs := append(w.held, segments(w.buf)...)
+	w.held, w.buf = nil, nil
 	w.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
-	}
-	done := 0
+	done, n := 0, 0
 	var err error
-	for done < len(batch) {
-		n := segmentLen(batch[done:])
-		if err = w.writeSegment(ctx, batch[done:done+n]); err != nil {
+	for ; done < len(segs); done++ {
+		if err = w.writeSegment(ctx, segs[done]); err != nil {
 			break
 		}
-		done += n
+		n += len(segs[done])
 	}
-	written.Add(ctx, int64(done))
-	if done < len(batch) {
-		w.mu.Lock()
-		w.buf = append(batch[done:len(batch):len(batch)], w.buf...)
-		w.mu.Unlock()
+	written.Add(ctx, int64(n))
+	w.mu.Lock()
+	w.waiting -= n
+	if done < len(segs) {
+		w.held = segs[done:]
 	}
+	w.mu.Unlock()
 	return err
 }
 
-// segmentLen is how many records at the head of b go in one segment: those
-// of the first record's account and hour. Other accounts' records in
-// between wait for their own segment; each chain's order is kept since a
-// chain belongs to one account.
-func segmentLen(b []Record) int {
-	acc, hour := b[0].Account, b[0].Time.Truncate(time.Hour)
-	n := 1
-	for n < len(b) && b[n].Account == acc && b[n].Time.Truncate(time.Hour).Equal(hour) {
-		n++
+// segments splits buffered records into the segments they are written
+// as: one per account and hour, in the order of each account's first
+// record. A segment holds consecutive records of its chain, so records an
+// account has from several hours out of order (executors time their
+// records where they run) make a segment for each run of one hour.
+func segments(buf []Record) []segment {
+	index := map[string]int{}
+	var byAccount [][]Record
+	for _, r := range buf {
+		i, ok := index[r.Account]
+		if !ok {
+			i = len(byAccount)
+			index[r.Account] = i
+			byAccount = append(byAccount, nil)
+		}
+		byAccount[i] = append(byAccount[i], r)
 	}
-	return n
+	var out []segment
+	for _, recs := range byAccount {
+		for len(recs) > 0 {
+			hour := recs[0].Time.Truncate(time.Hour)
+			n := 1
+			for n < len(recs) && recs[n].Time.Truncate(time.Hour).Equal(hour) {
+				n++
+			}
+			out = append(out, segment(recs[:n:n]))
+			recs = recs[n:]
+		}
+	}
+	return out
 }
 
-func (w *Writer) writeSegment(ctx context.Context, recs []Record) error {
+// writeSegment anchors recs as pending, stores them, then marks the
+// anchor done. A crash at any point leaves the trail verifiable: before
+// the segment is stored its pending anchor names nothing stored, after it
+// the anchor holds its last hash.
+func (w *Writer) writeSegment(ctx context.Context, recs segment) error {
 	var buf, line bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	enc := json.NewEncoder(&line)
@@ -297,11 +385,16 @@ func (w *Writer) writeSegment(ctx context.Context, recs []Record) error {
 	}
 	first, last := recs[0], recs[len(recs)-1]
 	key := SegmentKey(first.Account, first.Time, w.id, first.Seq)
+	ak := anchorKey(w.cfg.EtcdPrefix, first.Account, w.id, first.Seq)
+	a := Anchor{Key: key, First: first.Seq, Last: last.Seq, Hash: last.Hash, Pending: true}
+	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, ak, a); err != nil {
+		return fmt.Errorf("audit: anchor segment %s: %w", key, err)
+	}
 	if _, err := w.cfg.Store.Put(ctx, key, &buf, store.PutOptions{Size: int64(buf.Len()), Mode: 0o600, ModTime: w.cfg.Now()}); err != nil {
 		return fmt.Errorf("audit: write segment %s: %w", key, err)
 	}
-	a := Anchor{Key: key, First: first.Seq, Last: last.Seq, Hash: last.Hash}
-	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, anchorKey(w.cfg.EtcdPrefix, first.Account, w.id, first.Seq), a); err != nil {
+	a.Pending = false
+	if err := etcdx.PutJSON(ctx, w.cfg.Etcd, ak, a); err != nil {
 		return fmt.Errorf("audit: anchor segment %s: %w", key, err)
 	}
 	if exporting {

@@ -6,7 +6,10 @@
 //   - keys are '/'-separated relative paths without empty, "." or ".."
 //     segments; a key ending in '/' is a directory marker;
 //   - a Put is atomic: the object is visible whole, with its metadata, or
-//     not at all, and a failed Put leaves nothing behind;
+//     not at all, and a failed Put leaves nothing behind (but one whose
+//     last step, making its rename durable, failed: fsstore then reports
+//     the error with the object in place);
+//   - a Put that returned nil survives a crash of the machine;
 //   - a key and keys below it ("a" and "a/b") must not be stored together:
 //     MinIO cannot list both, so callers keep files and directories apart;
 //   - listings are sorted by key and page through any number of keys.

@@ -11,6 +11,12 @@
 // hold, up to 255 bytes, is stored. Each object file starts with a fixed-size header holding its
 // metadata, so a rename makes content and metadata visible together. The
 // store never creates, follows or serves symbolic links or special files.
+//
+// A Put returns once its object survives a crash: the file is synced
+// before its rename, each directory created on its way is synced into
+// its parent, and the directory it is renamed into is synced after. A
+// sync that fails fails the Put; when it is that last one, the object is
+// in place but may not survive a crash.
 package fsstore
 
 import (
@@ -64,18 +70,24 @@ func segment(seg string, dir bool) []string {
 type Store struct {
 	root string // objects
 	tmp  string // uploads in progress
+	// syncDir makes a directory's entries durable.
+	syncDir func(dir string) error
 }
 
 var _ store.Store = (*Store)(nil)
 
 // New returns a store under dir, creating it.
 func New(dir string) (*Store, error) {
+	return newStore(dir, syncDir)
+}
+
+func newStore(dir string, sync func(string) error) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("fsstore: empty directory")
 	}
-	s := &Store{root: filepath.Join(dir, "objects"), tmp: filepath.Join(dir, "tmp")}
+	s := &Store{root: filepath.Join(dir, "objects"), tmp: filepath.Join(dir, "tmp"), syncDir: sync}
 	for _, d := range []string{s.root, s.tmp} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		if err := s.mkdirAll(d); err != nil {
 			return nil, fmt.Errorf("fsstore: %w", err)
 		}
 	}
@@ -287,10 +299,11 @@ func (s *Store) publish(key, dst, tmp string, hd header) (store.Info, error) {
 	if err := f.Close(); err != nil {
 		return fail(err)
 	}
-	// A concurrent Delete may remove an emptied parent between MkdirAll
+	// A concurrent Delete may remove an emptied parent between mkdirAll
 	// and Rename; retry a few times.
+	dir := filepath.Dir(dst)
 	for attempt := 0; ; attempt++ {
-		if err = os.MkdirAll(filepath.Dir(dst), 0o700); err == nil {
+		if err = s.mkdirAll(dir); err == nil {
 			if err = os.Rename(tmp, dst); err == nil {
 				break
 			}
@@ -299,7 +312,11 @@ func (s *Store) publish(key, dst, tmp string, hd header) (store.Info, error) {
 			return fail(err)
 		}
 	}
-	syncDir(filepath.Dir(dst))
+	// Synced, the rename survives a crash. A directory gone already went
+	// with the object, removed by a Delete that came after this Put.
+	if err := s.syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return store.Info{}, fmt.Errorf("fsstore: put %s: %w", key, err)
+	}
 	return infoOf(key, hd), nil
 }
 
@@ -539,11 +556,55 @@ func infoOf(key string, h header) store.Info {
 	return store.Info{Key: key, Size: h.Size, Mode: h.Mode, ModTime: time.Unix(0, h.Mtime), SHA256: h.SHA256, LinkTarget: h.Link}
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
+// mkdirAll creates dir and its missing parents, syncing each parent once
+// a directory is created in it, so that a crash loses neither the new
+// directories nor what is later renamed into them.
+func (s *Store) mkdirAll(dir string) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err == nil {
+			if !fi.IsDir() {
+				return &fs.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
 	}
+	for _, d := range slices.Backward(missing) {
+		// Created by a concurrent Put, it may not be synced yet: sync
+		// its parent all the same.
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := s.syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir syncs a directory: its entries, created or renamed into it,
+// survive a crash once it returns nil.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	if err := d.Sync(); err != nil {
+		_ = d.Close()
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	if err := d.Close(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 type ctxReader struct {
