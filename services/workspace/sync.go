@@ -48,8 +48,8 @@ func (s *Server) Hydrate(req *workspacev1.HydrateRequest, stream workspacev1.Wor
 // that ends another way applies nothing; a conflict (a file where a
 // directory is, or below a file) or a quota overrun refuses the whole flush.
 // The quota is the service's, or the smaller one begin asks for. A removal
-// naming the file the caller last synced keeps a file changed since, and
-// the response lists it as a conflict.
+// naming the file (or kind of entry) the caller last synced keeps what was
+// written there since, and the response lists it as a conflict.
 func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 	ctx := stream.Context()
 	first, err := stream.Recv()
@@ -99,7 +99,7 @@ func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 				return err
 			}
 		case *workspacev1.FlushRequest_Removal:
-			if err := f.RemoveSynced(msg.Removal.GetPath(), msg.Removal.GetEtag()); err != nil {
+			if err := f.RemoveSynced(msg.Removal.GetPath(), typeFromProto(msg.Removal.GetType()), msg.Removal.GetEtag()); err != nil {
 				return err
 			}
 		case *workspacev1.FlushRequest_Commit:

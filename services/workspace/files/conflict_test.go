@@ -2,6 +2,8 @@ package files_test
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,8 +69,12 @@ func TestStaleRemovalKept(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				for _, r := range []struct{ p, etag string }{{"/d/replaced", old.ETag}, {"/d/seen", seen.ETag}, {"/d", ""}, {"/nowdir", gone.ETag}} {
-					if err := f.RemoveSynced(r.p, r.etag); err != nil {
+				for _, r := range []struct {
+					p    string
+					had  files.Type
+					etag string
+				}{{"/d/replaced", files.File, old.ETag}, {"/d/seen", files.File, seen.ETag}, {"/d", files.Dir, ""}, {"/nowdir", files.File, gone.ETag}} {
+					if err := f.RemoveSynced(r.p, r.had, r.etag); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -104,7 +110,7 @@ func TestRemovalOfOwnFile(t *testing.T) {
 		f := s.BeginFlush(w)
 		defer f.Abort(t.Context())
 		f.ExactRemovals()
-		if err := f.RemoveSynced("/f", e.ETag); err != nil {
+		if err := f.RemoveSynced("/f", files.File, e.ETag); err != nil {
 			t.Fatal(err)
 		}
 		res, err := f.Commit(t.Context())
@@ -114,5 +120,156 @@ func TestRemovalOfOwnFile(t *testing.T) {
 		if got := names(t, s, w, "/"); len(got) != 0 {
 			t.Fatalf("after the removal: %v", got)
 		}
+	})
+}
+
+// before is an entry the workspace holds before a flush: a file with
+// content, a directory, or a link (written by an earlier flush).
+type before struct {
+	path, content string
+	dir           bool
+	link          string
+}
+
+// step is one operation of a flush: an entry to put, or a removal of
+// what the sender last synced (had, and for a file the content it saw).
+type step struct {
+	put     files.Entry
+	content string
+	remove  string
+	had     files.Type
+	saw     string
+}
+
+func putFile(p, content string) step {
+	return step{put: files.Entry{Path: p, Type: files.File}, content: content}
+}
+
+// conflictCase is a flush against a workspace that changed since the
+// sender loaded it.
+type conflictCase struct {
+	name   string
+	before []before
+	steps  []step
+	// want is every file and link after the flush, path → content or
+	// "-> target".
+	want map[string]string
+	// conflict is the one path reported, as changed since.
+	conflict string
+}
+
+// checkConflicts runs each case on each store, with the flush writing a
+// file of its own (/other) that is always saved, on the one-stat-per-key
+// path and on the whole-listing path (more than 16 operations) alike,
+// and checks the files, the conflict reported and the recorded usage.
+func checkConflicts(t *testing.T, user string, tests []conflictCase) {
+	forEachStore(t, files.Config{}, func(t *testing.T, s *files.Service) {
+		for i, tt := range tests {
+			for _, extra := range []int{0, 20} {
+				t.Run(fmt.Sprintf("%s/%d more ops", tt.name, extra), func(t *testing.T) {
+					w := ws(t, "acme", fmt.Sprintf("%s%d-%d", user, i, extra))
+					for _, b := range tt.before {
+						switch {
+						case b.dir:
+							if _, err := s.Mkdir(t.Context(), w, b.path); err != nil {
+								t.Fatal(err)
+							}
+						case b.link != "":
+							if _, err := flush(t, s, w, flushOp{e: files.Entry{Path: b.path, Type: files.Symlink, LinkTarget: b.link}}); err != nil {
+								t.Fatal(err)
+							}
+						default:
+							write(t, s, w, b.path, b.content)
+						}
+					}
+					f := s.BeginFlush(w)
+					defer f.Abort(t.Context())
+					f.ExactRemovals()
+					steps := append(slices.Clone(tt.steps), putFile("/other", "other"))
+					for j := range extra {
+						steps = append(steps, putFile(fmt.Sprintf("/x/%d", j), "x"))
+					}
+					for _, st := range steps {
+						var err error
+						if st.remove != "" {
+							saw := ""
+							if st.saw != "" {
+								saw = etag([]byte(st.saw))
+							}
+							err = f.RemoveSynced(st.remove, st.had, saw)
+						} else {
+							err = f.Put(t.Context(), st.put, strings.NewReader(st.content))
+						}
+						if err != nil {
+							t.Fatal(err)
+						}
+					}
+					res, err := f.Commit(t.Context())
+					if err != nil {
+						t.Fatalf("flush: %v", err)
+					}
+					if len(res.Conflicts) != 1 || res.Conflicts[0].Path != tt.conflict {
+						t.Fatalf("conflicts = %q, want one at %s", res.Conflicts, tt.conflict)
+					}
+					if reason := res.Conflicts[0].Reason; reason != files.ChangedSince {
+						t.Errorf("reason = %q, want %q", reason, files.ChangedSince)
+					}
+					want := map[string]string{"/other": "other"}
+					maps.Copy(want, tt.want)
+					for j := range extra {
+						want[fmt.Sprintf("/x/%d", j)] = "x"
+					}
+					h := hydrate(t, s, w, nil)
+					got := map[string]string{}
+					var bytes int64
+					for p, e := range h.entries {
+						switch e.Type {
+						case files.File:
+							got[p] = string(h.content[p])
+							bytes += e.Size
+						case files.Symlink:
+							got[p] = "-> " + e.LinkTarget
+						}
+					}
+					if !maps.Equal(got, want) {
+						t.Errorf("files after the flush:\n got %q\nwant %q", got, want)
+					}
+					u, err := s.Usage(t.Context(), w)
+					if err != nil || u.Bytes != bytes || u.Files != int64(len(h.entries)) {
+						t.Errorf("usage = %+v, %v; the workspace holds %d bytes in %d entries", u, err, bytes, len(h.entries))
+					}
+				})
+			}
+		}
+	})
+}
+
+// TestRemovalKeepsAnotherKind: a removal names the kind of entry the
+// sender had, so an entry of another kind written there since (a file
+// where the sender had a directory or a link, a directory where it had
+// a file) is kept and reported rather than deleted with the sender's.
+func TestRemovalKeepsAnotherKind(t *testing.T) {
+	checkConflicts(t, "kind", []conflictCase{
+		{
+			name:     "the sender's directory, a file written there since",
+			before:   []before{{path: "/d", content: "api"}},
+			steps:    []step{{remove: "/d", had: files.Dir}},
+			want:     map[string]string{"/d": "api"},
+			conflict: "/d",
+		},
+		{
+			name:     "the sender's link, a file written there since",
+			before:   []before{{path: "/l", content: "api"}},
+			steps:    []step{{remove: "/l", had: files.Symlink}},
+			want:     map[string]string{"/l": "api"},
+			conflict: "/l",
+		},
+		{
+			name:     "the sender's file, a directory written there since",
+			before:   []before{{path: "/f/x", content: "api"}},
+			steps:    []step{{remove: "/f", had: files.File, saw: "shell"}},
+			want:     map[string]string{"/f/x": "api"},
+			conflict: "/f",
+		},
 	})
 }

@@ -38,6 +38,7 @@ type Flush struct {
 
 type flushOp struct {
 	remove string // path to remove, or
+	had    Type   // what the sender last synced at remove, or 0
 	etag   string // of the file the sender last synced at remove, or ""
 	e      Entry  // an entry to create or replace
 	st     *staged
@@ -172,19 +173,23 @@ func (f *Flush) overQuota(p string, need int64) error {
 
 // Remove adds the removal of a path (recursively for a directory); a path
 // that does not exist is fine.
-func (f *Flush) Remove(path string) error { return f.RemoveSynced(path, "") }
+func (f *Flush) Remove(path string) error { return f.RemoveSynced(path, 0, "") }
 
-// RemoveSynced adds the removal of a path whose file the sender last
-// synced with etag (empty: whatever is there). A file stored under
-// another etag, or a directory where the sender had a file, was changed
-// since, e.g. replaced through the file API: it is kept and reported in
+// RemoveSynced adds the removal of a path where the sender last synced
+// an entry of type had, a file with etag (0 and empty: whatever is
+// there). A file stored under another etag, or an entry of another kind
+// (a directory where the sender had a file, or the reverse), was
+// written since, e.g. through the file API: it is kept and reported in
 // the result's conflicts rather than lost to a delete of an older copy.
-func (f *Flush) RemoveSynced(path, etag string) error {
+func (f *Flush) RemoveSynced(path string, had Type, etag string) error {
 	p, err := f.ws.cleanPath("removed", path)
 	if err != nil {
 		return err
 	}
-	f.ops = append(f.ops, flushOp{remove: p, etag: etag})
+	if had < 0 || had > Symlink {
+		return errs.New(errs.InvalidArgument, "removal %s: type must be file, dir or symlink", p)
+	}
+	f.ops = append(f.ops, flushOp{remove: p, had: had, etag: etag})
 	return nil
 }
 
@@ -235,9 +240,9 @@ func (f *Flush) Commit(ctx context.Context) (_ FlushResult, err error) {
 		for i, op := range f.ops {
 			var err error
 			switch {
-			case op.remove != "" && (f.exact || op.etag != ""):
+			case op.remove != "" && (f.exact || op.etag != "" || op.had != 0):
 				var kept bool
-				plans[i], kept, err = sim.removeEntry(op.remove, op.etag)
+				plans[i], kept, err = sim.removeEntry(op.remove, op.had, op.etag)
 				if kept && !reportedBelow(conflicts, op.remove) {
 					conflicts = append(conflicts, Conflict{Path: op.remove, Reason: ChangedSince})
 				}
@@ -501,10 +506,13 @@ func (s *simulation) remove(p string) ([]string, error) {
 
 // removeEntry removes the file or link at p, or p's directory marker
 // when nothing is left below it. With etag (the sender had a file at p)
-// only a file with that content goes. kept says an entry stayed that the
-// sender deleted: a directory still holding entries, or what replaced
-// the sender's file.
-func (s *simulation) removeEntry(p, etag string) (keys []string, kept bool, err error) {
+// only a file with that content goes; with had, only an entry of that
+// kind. kept says an entry stayed that the sender deleted: a directory
+// still holding entries, or what replaced the sender's entry.
+func (s *simulation) removeEntry(p string, had Type, etag string) (keys []string, kept bool, err error) {
+	if etag != "" && had == 0 {
+		had = File
+	}
 	ws := s.c.ws
 	if p == "/" {
 		return nil, false, nil
@@ -519,6 +527,9 @@ func (s *simulation) removeEntry(p, etag string) (keys []string, kept bool, err 
 		if etag != "" && info.SHA256 != "" && info.SHA256 != etag {
 			return nil, true, nil
 		}
+		if link := info.LinkTarget != ""; had == Dir || had == File && link || had == Symlink && !link {
+			return nil, true, nil
+		}
 		return []string{ws.key(p)}, false, s.set(ws.key(p), nil)
 	}
 	below, err := s.below(ws.dirKey(p))
@@ -529,9 +540,9 @@ func (s *simulation) removeEntry(p, etag string) (keys []string, kept bool, err 
 	if err != nil || (marker == nil && len(below) == 0) {
 		return nil, false, err
 	}
-	if etag != "" || len(below) > 0 {
-		// A directory where the sender had a file, or one holding
-		// entries it never saw.
+	if (had != 0 && had != Dir) || len(below) > 0 {
+		// A directory where the sender had a file or link, or one
+		// holding entries it never saw.
 		return nil, true, nil
 	}
 	return []string{ws.dirKey(p)}, false, s.set(ws.dirKey(p), nil)
