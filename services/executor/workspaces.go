@@ -58,12 +58,13 @@ type FlushResult struct {
 	Unsent []string
 	// ETags are the etags of the files sent, path → etag.
 	ETags map[string]string
-	// Conflicts are the removals the workspace service kept because the
-	// workspace changed since this sandbox's copy.
+	// Conflicts are what the workspace service kept against this
+	// sandbox's changes: removals of what changed since its copy, and
+	// entries of another kind moved aside for its own.
 	Conflicts []Conflict
 }
 
-// Conflict is a removal the workspace service did not apply, and why.
+// Conflict is what the workspace service kept at a path, and why.
 type Conflict struct {
 	Path, Reason string
 }

@@ -356,13 +356,19 @@ func (x *Removal) GetType() FileType {
 	return FileType_FILE_TYPE_UNSPECIFIED
 }
 
-// Conflict is a change of a flush the service did not apply because the
-// workspace changed since the caller's copy; the rest was applied.
+// Conflict is what a flush kept of the workspace against the caller's
+// changes: a removal not applied because the workspace changed since the
+// caller's copy, or an entry of another kind than the caller's (a file
+// where the caller has a directory, or the reverse), written since, moved
+// aside to <name>.conflict-<time> so that the caller's took its path.
+// The rest was applied.
 type Conflict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Workspace-absolute path.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	// Why, for people ("changed in the workspace since this sandbox loaded it").
+	// Why, for people ("changed in the workspace since this sandbox loaded
+	// it"; for an entry moved aside, "the file written here in the workspace
+	// since this sandbox loaded it, as a.txt.conflict-20250102T030405Z").
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -578,7 +584,7 @@ type FlushResponse struct {
 	UsedBytes int64 `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
 	// Files used.
 	UsedFiles int64 `protobuf:"varint,3,opt,name=used_files,json=usedFiles,proto3" json:"used_files,omitempty"`
-	// Removals kept because the workspace changed since the caller's copy.
+	// What was kept of the workspace against the caller's changes.
 	Conflicts     []*Conflict `protobuf:"bytes,4,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
