@@ -822,7 +822,7 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 	// command of the sandbox.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.flushTimeout)
 	defer cancel()
-	res, err := s.ws.Flush(fctx, e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Changes: c, ETags: e.etags})
+	res, err := s.ws.Flush(fctx, e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Synced: e.synced, Changes: c, ETags: e.etags})
 	if err != nil {
 		// The service has the same deadline and may end the call a moment
 		// before this side's timer marks fctx: the clock decides.

@@ -40,6 +40,9 @@ type FlushInput struct {
 	Quota quota.Limits
 	Root  *wsync.Root
 	Scan  map[string]wsync.Meta
+	// Synced is the scan last synced: a removal names the kind of entry
+	// it removes, so an entry of another kind written since is kept.
+	Synced map[string]wsync.Meta
 	// Changes are the paths that differ from what was last synced.
 	Changes wsync.Changes
 	// ETags are the etags of the files as last synced, path → etag: a
@@ -55,12 +58,13 @@ type FlushResult struct {
 	Unsent []string
 	// ETags are the etags of the files sent, path → etag.
 	ETags map[string]string
-	// Conflicts are the removals the workspace service kept because the
-	// workspace changed since this sandbox's copy.
+	// Conflicts are what the workspace service kept against this
+	// sandbox's changes: removals of what changed since its copy, and
+	// entries of another kind moved aside for its own.
 	Conflicts []Conflict
 }
 
-// Conflict is a removal the workspace service did not apply, and why.
+// Conflict is what the workspace service kept at a path, and why.
 type Conflict struct {
 	Path, Reason string
 }
@@ -222,10 +226,10 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, in Fl
 	}
 	// Every removed path is listed, children first: removals are exact, so
 	// what was added since this sandbox's copy survives its deletes, and
-	// each file's names the content this sandbox last synced, so what
-	// replaced it since survives too.
+	// each names the kind of entry and a file's content this sandbox last
+	// synced, so what replaced it since survives too.
 	for _, p := range c.Removed {
-		r := &workspacev1.Removal{Path: p, Etag: in.ETags[p]}
+		r := &workspacev1.Removal{Path: p, Etag: in.ETags[p], Type: protoType(in.Synced[p].Type)}
 		if err := send(&workspacev1.FlushRequest{Message: &workspacev1.FlushRequest_Removal{Removal: r}}); err != nil {
 			return FlushResult{}, err
 		}
@@ -283,6 +287,19 @@ func (w *workspaceClient) Flush(ctx context.Context, account, user string, in Fl
 		res.Conflicts = append(res.Conflicts, Conflict{Path: c.GetPath(), Reason: c.GetReason()})
 	}
 	return res, nil
+}
+
+// protoType is the wire type of an entry of type t.
+func protoType(t wsync.Type) workspacev1.FileType {
+	switch t {
+	case wsync.File:
+		return workspacev1.FileType_FILE_TYPE_FILE
+	case wsync.Dir:
+		return workspacev1.FileType_FILE_TYPE_DIR
+	case wsync.Symlink:
+		return workspacev1.FileType_FILE_TYPE_SYMLINK
+	}
+	return workspacev1.FileType_FILE_TYPE_UNSPECIFIED
 }
 
 func sendFile(r io.Reader, buf []byte, send func([]byte) error) error {

@@ -88,8 +88,8 @@ func TestFlushReportsUnsentFiles(t *testing.T) {
 
 // A flush asks the service for the sandbox's quota (never more than the
 // client's own), refuses early what cannot fit it, names with each
-// removal the etag last synced, returns the etags of what it sent and
-// the conflicts the service reports.
+// removal the kind and etag last synced, returns the etags of what it
+// sent and the conflicts the service reports.
 func TestFlushQuotaETagsConflicts(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "new"), []byte("new content"), 0o644); err != nil {
@@ -104,7 +104,7 @@ func TestFlushQuotaETagsConflicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := map[string]wsync.Meta{"/old": {Type: wsync.File, Size: 3}, "/plain": {Type: wsync.File, Size: 1}}
+	before := map[string]wsync.Meta{"/old": {Type: wsync.File, Size: 3}, "/plain": {Type: wsync.File, Size: 1}, "/dir": {Type: wsync.Dir}, "/link": {Type: wsync.Symlink, Target: "old"}}
 	changes := wsync.Diff(before, scan)
 
 	rec := &flushRecorder{conflicts: []*workspacev1.Conflict{{Path: "/old", Reason: "changed"}}}
@@ -112,7 +112,7 @@ func TestFlushQuotaETagsConflicts(t *testing.T) {
 	if _, err := w.Flush(t.Context(), "acme", "u", FlushInput{Quota: quota.Limits{Bytes: 5, Files: 10}, Root: root, Scan: scan, Changes: changes}); err == nil || errs.KindOf(err) != errs.ResourceExhausted || !strings.Contains(err.Error(), "workspace quota exceeded") {
 		t.Fatalf("flush of 11 bytes under a quota of 5: %v, want a quota refusal", err)
 	}
-	res, err := w.Flush(t.Context(), "acme", "u", FlushInput{Quota: quota.Limits{Bytes: 1 << 30, Files: 10}, Root: root, Scan: scan, Changes: changes, ETags: map[string]string{"/old": "abc"}})
+	res, err := w.Flush(t.Context(), "acme", "u", FlushInput{Quota: quota.Limits{Bytes: 1 << 30, Files: 10}, Root: root, Scan: scan, Synced: before, Changes: changes, ETags: map[string]string{"/old": "abc"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +123,10 @@ func TestFlushQuotaETagsConflicts(t *testing.T) {
 	removals := map[string]string{}
 	for _, m := range rec.sent {
 		if r := m.GetRemoval(); r != nil {
-			removals[r.GetPath()] = r.GetEtag()
+			removals[r.GetPath()] = r.GetType().String() + " " + r.GetEtag()
 		}
 	}
-	if want := map[string]string{"/old": "abc", "/plain": ""}; !maps.Equal(removals, want) {
+	if want := map[string]string{"/old": "FILE_TYPE_FILE abc", "/plain": "FILE_TYPE_FILE ", "/dir": "FILE_TYPE_DIR ", "/link": "FILE_TYPE_SYMLINK "}; !maps.Equal(removals, want) {
 		t.Errorf("removals = %v, want %v", removals, want)
 	}
 	sum := sha256.Sum256([]byte("new content"))

@@ -93,15 +93,26 @@ func fromProto(e *workspacev1.Entry) files.Entry {
 	if e.GetModified() != nil {
 		out.ModTime = e.GetModified().AsTime()
 	}
-	switch e.GetType() {
-	case workspacev1.FileType_FILE_TYPE_FILE:
-		out.Type = files.File
-	case workspacev1.FileType_FILE_TYPE_DIR:
-		out.Type = files.Dir
-	case workspacev1.FileType_FILE_TYPE_SYMLINK:
-		out.Type = files.Symlink
+	if t := typeFromProto(e.GetType()); t > 0 {
+		out.Type = t
 	}
 	return out
+}
+
+// typeFromProto is the files.Type of t: 0 when unspecified, -1 for a
+// value this service does not know, which the files package refuses.
+func typeFromProto(t workspacev1.FileType) files.Type {
+	switch t {
+	case workspacev1.FileType_FILE_TYPE_UNSPECIFIED:
+		return 0
+	case workspacev1.FileType_FILE_TYPE_FILE:
+		return files.File
+	case workspacev1.FileType_FILE_TYPE_DIR:
+		return files.Dir
+	case workspacev1.FileType_FILE_TYPE_SYMLINK:
+		return files.Symlink
+	}
+	return -1
 }
 
 // sendContent streams r in chunks, the first message carrying the entry.

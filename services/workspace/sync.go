@@ -45,11 +45,13 @@ func (s *Server) Hydrate(req *workspacev1.HydrateRequest, stream workspacev1.Wor
 // entries (a file entry's content follows in data messages; its size, when
 // not 0, and its etag, when set, must match) and removals, applied in the
 // order sent, then commit. Nothing is visible before the commit; a stream
-// that ends another way applies nothing; a conflict (a file where a
-// directory is, or below a file) or a quota overrun refuses the whole flush.
-// The quota is the service's, or the smaller one begin asks for. A removal
-// naming the file the caller last synced keeps a file changed since, and
-// the response lists it as a conflict.
+// that ends another way applies nothing; a quota overrun refuses the whole
+// flush. The quota is the service's, or the smaller one begin asks for. An
+// entry of another kind in the way of the caller's (a file where it writes
+// a directory or below it, a directory where it writes a file) is moved
+// aside to <name>.conflict-<time>; a removal naming the file (or kind) the
+// caller last synced keeps what was written there since. The response
+// lists both as conflicts.
 func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 	ctx := stream.Context()
 	first, err := stream.Recv()
@@ -99,7 +101,7 @@ func (s *Server) Flush(stream workspacev1.WorkspaceService_FlushServer) error {
 				return err
 			}
 		case *workspacev1.FlushRequest_Removal:
-			if err := f.RemoveSynced(msg.Removal.GetPath(), msg.Removal.GetEtag()); err != nil {
+			if err := f.RemoveSynced(msg.Removal.GetPath(), typeFromProto(msg.Removal.GetType()), msg.Removal.GetEtag()); err != nil {
 				return err
 			}
 		case *workspacev1.FlushRequest_Commit:

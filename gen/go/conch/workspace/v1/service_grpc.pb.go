@@ -61,7 +61,9 @@ type WorkspaceServiceClient interface {
 	// since the caller's copy.
 	Hydrate(ctx context.Context, in *HydrateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HydrateResponse], error)
 	// Flush applies a sandbox's changes under the workspace's lock; nothing is
-	// visible before the commit and a quota overrun changes nothing.
+	// visible before the commit and a quota overrun changes nothing. An entry
+	// of another kind in the way of the sandbox's, written since its copy, is
+	// moved aside and reported, never a reason to refuse the flush.
 	Flush(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[FlushRequest, FlushResponse], error)
 	// GetUsage returns a workspace's usage and quota.
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
@@ -247,7 +249,9 @@ type WorkspaceServiceServer interface {
 	// since the caller's copy.
 	Hydrate(*HydrateRequest, grpc.ServerStreamingServer[HydrateResponse]) error
 	// Flush applies a sandbox's changes under the workspace's lock; nothing is
-	// visible before the commit and a quota overrun changes nothing.
+	// visible before the commit and a quota overrun changes nothing. An entry
+	// of another kind in the way of the sandbox's, written since its copy, is
+	// moved aside and reported, never a reason to refuse the flush.
 	Flush(grpc.ClientStreamingServer[FlushRequest, FlushResponse]) error
 	// GetUsage returns a workspace's usage and quota.
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)

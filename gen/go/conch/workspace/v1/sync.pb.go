@@ -295,7 +295,12 @@ type Removal struct {
 	// The etag of the file the caller last synced at path, when it was a
 	// file: a file stored with another etag was replaced since, so it is
 	// kept and reported as a conflict. Empty: removed whatever it holds.
-	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	// The kind of entry the caller last synced at path. An entry of
+	// another kind stored there now (a file where the caller had a
+	// directory) was written since, so it is kept and reported as a
+	// conflict. Unspecified: removed whatever kind it is.
+	Type          FileType `protobuf:"varint,3,opt,name=type,proto3,enum=conch.workspace.v1.FileType" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,13 +349,26 @@ func (x *Removal) GetEtag() string {
 	return ""
 }
 
-// Conflict is a change of a flush the service did not apply because the
-// workspace changed since the caller's copy; the rest was applied.
+func (x *Removal) GetType() FileType {
+	if x != nil {
+		return x.Type
+	}
+	return FileType_FILE_TYPE_UNSPECIFIED
+}
+
+// Conflict is what a flush kept of the workspace against the caller's
+// changes: a removal not applied because the workspace changed since the
+// caller's copy, or an entry of another kind than the caller's (a file
+// where the caller has a directory, or the reverse), written since, moved
+// aside to <name>.conflict-<time> so that the caller's took its path.
+// The rest was applied.
 type Conflict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Workspace-absolute path.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	// Why, for people ("changed in the workspace since this sandbox loaded it").
+	// Why, for people ("changed in the workspace since this sandbox loaded
+	// it"; for an entry moved aside, "the file written here in the workspace
+	// since this sandbox loaded it, as a.txt.conflict-20250102T030405Z").
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -566,7 +584,7 @@ type FlushResponse struct {
 	UsedBytes int64 `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
 	// Files used.
 	UsedFiles int64 `protobuf:"varint,3,opt,name=used_files,json=usedFiles,proto3" json:"used_files,omitempty"`
-	// Removals kept because the workspace changed since the caller's copy.
+	// What was kept of the workspace against the caller's changes.
 	Conflicts     []*Conflict `protobuf:"bytes,4,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -774,10 +792,11 @@ const file_conch_workspace_v1_sync_proto_rawDesc = "" +
 	"\vquota_bytes\x18\x04 \x01(\x03R\n" +
 	"quotaBytes\x12\x1f\n" +
 	"\vquota_files\x18\x05 \x01(\x03R\n" +
-	"quotaFiles\"1\n" +
+	"quotaFiles\"c\n" +
 	"\aRemoval\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"6\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\x120\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x1c.conch.workspace.v1.FileTypeR\x04type\"6\n" +
 	"\bConflict\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x89\x02\n" +
@@ -833,19 +852,21 @@ var file_conch_workspace_v1_sync_proto_goTypes = []any{
 	(*GetUsageResponse)(nil), // 8: conch.workspace.v1.GetUsageResponse
 	nil,                      // 9: conch.workspace.v1.HydrateRequest.HaveEntry
 	(*Entry)(nil),            // 10: conch.workspace.v1.Entry
+	(FileType)(0),            // 11: conch.workspace.v1.FileType
 }
 var file_conch_workspace_v1_sync_proto_depIdxs = []int32{
 	9,  // 0: conch.workspace.v1.HydrateRequest.have:type_name -> conch.workspace.v1.HydrateRequest.HaveEntry
 	10, // 1: conch.workspace.v1.HydrateResponse.entry:type_name -> conch.workspace.v1.Entry
-	2,  // 2: conch.workspace.v1.FlushRequest.begin:type_name -> conch.workspace.v1.FlushBegin
-	10, // 3: conch.workspace.v1.FlushRequest.entry:type_name -> conch.workspace.v1.Entry
-	3,  // 4: conch.workspace.v1.FlushRequest.removal:type_name -> conch.workspace.v1.Removal
-	4,  // 5: conch.workspace.v1.FlushResponse.conflicts:type_name -> conch.workspace.v1.Conflict
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	11, // 2: conch.workspace.v1.Removal.type:type_name -> conch.workspace.v1.FileType
+	2,  // 3: conch.workspace.v1.FlushRequest.begin:type_name -> conch.workspace.v1.FlushBegin
+	10, // 4: conch.workspace.v1.FlushRequest.entry:type_name -> conch.workspace.v1.Entry
+	3,  // 5: conch.workspace.v1.FlushRequest.removal:type_name -> conch.workspace.v1.Removal
+	4,  // 6: conch.workspace.v1.FlushResponse.conflicts:type_name -> conch.workspace.v1.Conflict
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_conch_workspace_v1_sync_proto_init() }
