@@ -52,8 +52,8 @@ type Config struct {
 	SandboxMemoryBytes  int64 `flag:"quota-sandbox-memory-bytes" env:"CONCH_QUOTA_SANDBOX_MEMORY_BYTES" default:"17179869184" usage:"memory limits of one account's live sandboxes, in total, in bytes"`
 	SandboxPids         int64 `flag:"quota-sandbox-pids" env:"CONCH_QUOTA_SANDBOX_PIDS" default:"16384" usage:"pid limits of one account's live sandboxes, in total"`
 	SandboxCPU          int64 `flag:"quota-sandbox-cpu-millicores" env:"CONCH_QUOTA_SANDBOX_CPU_MILLICORES" default:"16000" usage:"CPU limits of one account's live sandboxes, in total, in thousandths of a core"`
-	StoredResponses     int64 `flag:"quota-stored-responses" env:"CONCH_QUOTA_STORED_RESPONSES" default:"10000" usage:"responses one account may keep stored (store: true)"`
-	StoredResponseBytes int64 `flag:"quota-stored-response-bytes" env:"CONCH_QUOTA_STORED_RESPONSE_BYTES" default:"268435456" usage:"bytes of one account's stored responses, compressed, in total"`
+	StoredResponses     int64 `flag:"quota-stored-responses" env:"CONCH_QUOTA_STORED_RESPONSES" default:"2000" usage:"responses one account may keep stored (store: true)"`
+	StoredResponseBytes int64 `flag:"quota-stored-response-bytes" env:"CONCH_QUOTA_STORED_RESPONSE_BYTES" default:"67108864" usage:"bytes of one account's stored responses, compressed, in total"`
 	PendingApprovals    int64 `flag:"quota-pending-approvals" env:"CONCH_QUOTA_PENDING_APPROVALS" default:"100" usage:"approvals one account may have waiting at once"`
 	Gateways            int64 `flag:"quota-gateways" env:"CONCH_QUOTA_GATEWAYS" default:"100" usage:"gateways one account may have"`
 	APIKeys             int64 `flag:"quota-api-keys" env:"CONCH_QUOTA_API_KEYS" default:"100" usage:"API keys one account may have"`
@@ -62,7 +62,7 @@ type Config struct {
 // Defaults are the quotas of a Config no one set; they match the tags.
 var Defaults = Config{
 	Sandboxes: 20, SandboxMemoryBytes: 16 << 30, SandboxPids: 16384, SandboxCPU: 16000,
-	StoredResponses: 10000, StoredResponseBytes: 256 << 20,
+	StoredResponses: 2000, StoredResponseBytes: 64 << 20,
 	PendingApprovals: 100, Gateways: 100, APIKeys: 100,
 }
 
