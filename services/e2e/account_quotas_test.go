@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestAccountQuotas: each account's use is bounded per quota, with the
@@ -41,7 +42,7 @@ func TestAccountQuotas(t *testing.T) {
 		t.Fatalf("quotas of a new account: %v", q)
 	}
 	// Only the admin gives an account its own quotas.
-	set := map[string]any{"quotas": map[string]int64{"sandboxes": 2, "stored_responses": 1, "api_keys": 2}}
+	set := map[string]any{"quotas": map[string]int64{"sandboxes": 2, "stored_responses": 1, "api_keys": 2, "mcp_sessions": 1}}
 	if code, body := d.call("PUT", "/api/v1/accounts/"+me.AccountID+"/quotas", key, set); code != http.StatusForbidden {
 		t.Fatalf("tenant setting its own quotas: %d %s", code, body)
 	}
@@ -128,5 +129,28 @@ func TestAccountQuotas(t *testing.T) {
 	}
 	if q := quotas(t); q["stored_responses"] != [2]string{"1", "1"} {
 		t.Fatalf("quotas with one stored response: %v", q)
+	}
+
+	// MCP sessions: one open; a second initialize is refused until the
+	// first ends.
+	initialize := func() (int, []byte) {
+		return d.call("POST", "/mcp", key, map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
+			"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "e2e", "version": "1"}}},
+			"Accept", "application/json, text/event-stream", "Content-Type", "application/json")
+	}
+	cs := mcpConnect(t, d, key, "/mcp", nil)
+	code, body = initialize()
+	exceeded(t, code, body, "quota mcp_sessions exceeded (1 of 1)")
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body = initialize()
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("initialize after the session ended: %d %s", code, body)
+		}
 	}
 }

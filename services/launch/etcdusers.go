@@ -17,7 +17,7 @@ var EtcdUsers = map[string][]etcdx.Permission{
 	"router": withDiscovery("router",
 		rw("conch/accounts/"), rw("conch/account-keys/"), rw("conch/apikeys/"), rw("conch/gateways/"),
 		rw("conch/nodes/"), rw("conch/responses/"), rw("conch/sessions/"), rw("conch/toolgrants/"), rw("conch/turns/"),
-		rw(quotas.ClaimPrefix(quotas.StoredResponses)),
+		rw(quotas.ClaimPrefix(quotas.StoredResponses)), rw(quotas.ClaimPrefix(quotas.MCPSessions)),
 		// Where sandboxes and nodes are, to place calls; what every
 		// account holds, for its quotas.
 		read("conch/executor/"), read("conch/claims/")),

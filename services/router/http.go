@@ -131,6 +131,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		Approvals:  approvalv1.NewApprovalServiceClient(opts.Conns["approval"]),
 		Workspaces: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]),
 		Logger:     opts.Logger,
+		Claims:     &mcpClaims{ctx: ctx, etcd: opts.Etcd, accounts: opts.Service.Accounts(), log: opts.Logger},
 	})
 	if err != nil {
 		return nil, err

@@ -40,10 +40,11 @@ const (
 	PendingApprovals    Kind = "pending_approvals"
 	Gateways            Kind = "gateways"
 	APIKeys             Kind = "api_keys"
+	MCPSessions         Kind = "mcp_sessions"
 )
 
 // Kinds are every quota, in the order they are shown.
-var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys}
+var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys, MCPSessions}
 
 // Config is the operator's default quotas, for every account an admin did
 // not give its own. Every service reads the same settings.
@@ -57,13 +58,14 @@ type Config struct {
 	PendingApprovals    int64 `flag:"quota-pending-approvals" env:"CONCH_QUOTA_PENDING_APPROVALS" default:"100" usage:"approvals one account may have waiting at once"`
 	Gateways            int64 `flag:"quota-gateways" env:"CONCH_QUOTA_GATEWAYS" default:"100" usage:"gateways one account may have"`
 	APIKeys             int64 `flag:"quota-api-keys" env:"CONCH_QUOTA_API_KEYS" default:"100" usage:"API keys one account may have"`
+	MCPSessions         int64 `flag:"quota-mcp-sessions" env:"CONCH_QUOTA_MCP_SESSIONS" default:"50" usage:"MCP sessions one account may hold open"`
 }
 
 // Defaults are the quotas of a Config no one set; they match the tags.
 var Defaults = Config{
 	Sandboxes: 20, SandboxMemoryBytes: 16 << 30, SandboxPids: 16384, SandboxCPU: 16000,
 	StoredResponses: 2000, StoredResponseBytes: 64 << 20,
-	PendingApprovals: 100, Gateways: 100, APIKeys: 100,
+	PendingApprovals: 100, Gateways: 100, APIKeys: 100, MCPSessions: 50,
 }
 
 // Limits are an account's quotas, one per kind.
@@ -74,7 +76,7 @@ func (c *Config) Limits() Limits {
 	return Limits{
 		Sandboxes: c.Sandboxes, SandboxMemoryBytes: c.SandboxMemoryBytes, SandboxPids: c.SandboxPids, SandboxCPU: c.SandboxCPU,
 		StoredResponses: c.StoredResponses, StoredResponseBytes: c.StoredResponseBytes,
-		PendingApprovals: c.PendingApprovals, Gateways: c.Gateways, APIKeys: c.APIKeys,
+		PendingApprovals: c.PendingApprovals, Gateways: c.Gateways, APIKeys: c.APIKeys, MCPSessions: c.MCPSessions,
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
 )
@@ -52,8 +53,19 @@ type Options struct {
 	// means DefaultSessionIdle.
 	SessionIdle time.Duration
 	Logger      *slog.Logger
+	// Claims counts open sessions against their account's quota; nil
+	// counts nothing.
+	Claims Claims
 	// Version is conch's version, told to clients.
 	Version string
+}
+
+// Claims counts an account's open sessions against its quota.
+type Claims interface {
+	// Claim counts session id of account, or is the quota's error.
+	Claim(ctx context.Context, account, id string) error
+	// Release stops counting it.
+	Release(ctx context.Context, account, id string)
 }
 
 // Handler serves MCP's streamable HTTP transport behind the router's
@@ -150,6 +162,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err.Error())
 		return
 	}
+	if c := h.opts.Claims; c != nil {
+		if err := c.Claim(r.Context(), scope.Account, s.id); err != nil {
+			s.close(context.WithoutCancel(r.Context()))
+			status := http.StatusServiceUnavailable
+			if errs.KindOf(err) == errs.ResourceExhausted {
+				status = http.StatusTooManyRequests
+			}
+			writeError(w, status, err.Error())
+			return
+		}
+	}
 	// The client may use the session as soon as it reads the answer to
 	// initialize, before this request's handler returns: it is known
 	// from the start, and forgotten unless that initialize succeeded.
@@ -191,9 +214,16 @@ func (h *Handler) EndKey(account, keyID string) {
 // end forgets a session and releases what it holds.
 func (h *Handler) end(ctx context.Context, s *session) {
 	h.mu.Lock()
+	_, live := h.sessions[s.id]
 	delete(h.sessions, s.id)
 	h.mu.Unlock()
+	if !live {
+		return
+	}
 	s.close(ctx)
+	if c := h.opts.Claims; c != nil {
+		c.Release(ctx, s.scope.Account, s.id)
+	}
 }
 
 // serveSession serves a request of the live session s. A client that
