@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
@@ -12,6 +13,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/conchtest/testnet"
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
@@ -294,4 +296,52 @@ func TestEgressRecordKeepsDeliveries(t *testing.T) {
 		t.Fatalf("audit: %d egress records, delivery kept %v, outcome says %d omitted (want %d)", egressRecs, found, omitted, wantOmitted)
 	}
 
+}
+
+// TestEgressBytesPerDay: an account's sandboxes spend its egress bytes of
+// the day together; once spent, every one of them is refused with the
+// quota's message, and the executor's count is in etcd for the others.
+func TestEgressBytesPerDay(t *testing.T) {
+	in := testnet.Start(t)
+	res := &testnet.Resolver{Internet: in}
+	q := quotas.Defaults
+	q.EgressBytesPerDay = 4000
+	x := startExecutor(t, WithEgress(egressproxy.New(egressproxy.Config{Resolver: res})), WithQuotas(q))
+	ctx := as(t, "acme")
+	sandbox := func() string {
+		resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Agent: "research",
+			Network: &executorv1.Network{Mode: executorv1.NetworkMode_NETWORK_MODE_ALLOWLIST, AllowedDomains: []string{"allowed.conch.test"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetId()
+	}
+	run := func(id, cmd string) string {
+		r, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: cmd, TimeoutSeconds: 60, MaxOutputLength: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStdout() + r.GetStderr()
+	}
+	a, b := sandbox(), sandbox()
+	const want = "quota egress_bytes_per_day exceeded"
+	out := run(a, `for i in $(seq 40); do curl -sS --max-time 10 http://allowed.conch.test/x; echo; done`)
+	if !strings.Contains(out, testnet.Greeting) || !strings.Contains(out, want) {
+		t.Fatalf("a sandbox spending the day's bytes:\n%s\nwant greetings, then %q", out, want)
+	}
+	if out := run(b, `curl -sS --max-time 10 http://allowed.conch.test/y`); !strings.Contains(out, want) {
+		t.Fatalf("another sandbox of the account: %s, want %q", out, want)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		total, _, err := quotas.ReadEgress(t.Context(), x.svc.etcd, "acme", quotas.Day(time.Now()), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total >= 4000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the executor's count in etcd is %d, want at least the quota", total)
+		}
+	}
 }

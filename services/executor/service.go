@@ -108,6 +108,8 @@ type Service struct {
 	ceil ceiling.Config
 	// quota is the operator's default quotas; nil counts nothing.
 	quota *quotas.Config
+	// daily counts accounts' egress bytes of the day; nil with quota.
+	daily *egressDaily
 }
 
 // Option configures a Service.
@@ -242,6 +244,9 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	for _, o := range opts {
 		o(s)
 	}
+	if s.quota != nil {
+		s.daily = newEgressDaily(etcd, name, s.quota)
+	}
 	if s.egress == nil {
 		s.egress = egressproxy.New(egressproxy.Config{Log: log})
 	}
@@ -297,6 +302,11 @@ func (s *Service) Run(ctx context.Context) error {
 		case now := <-tick.C:
 			s.procs.Sweep(now)
 			s.endIdle(ctx, now)
+			if s.daily != nil {
+				if err := s.daily.sync(ctx); err != nil {
+					s.log.Warn("egress counts not synced", "error", err)
+				}
+			}
 		}
 	}
 }
@@ -530,6 +540,14 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 				return false, "the approval service could not be asked"
 			}
 			return v.Allowed, v.Reason
+		}
+	}
+	if egressPolicy != nil && s.daily != nil {
+		// Every sandbox of the account, on every executor, spends
+		// from its egress bytes of the day.
+		if egressPolicy.Shared, err = s.daily.account(ctx, account); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", err
 		}
 	}
 	if egressPolicy != nil {

@@ -22,7 +22,7 @@ var EtcdUsers = map[string][]etcdx.Permission{
 		// account holds, for its quotas.
 		read("conch/executor/"), read("conch/claims/")),
 	"executor": withDiscovery("executor",
-		rw("conch/executor/"), rw(quotas.ClaimPrefix(quotas.Sandboxes)),
+		rw("conch/executor/"), rw(quotas.ClaimPrefix(quotas.Sandboxes)), rw(quotas.ClaimPrefix(quotas.EgressBytesPerDay)),
 		// The grants of accounts (the gateway host), and whether an
 		// exec-approvals document holds deny rules.
 		read("conch/accounts/"), read(approval.KeyPrefix+"doc/")),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -155,6 +156,11 @@ func usage(ctx context.Context, kv clientv3.KV, account string) (quotas.Usage, e
 		}
 		maps.Copy(used, u)
 	}
+	egress, _, err := quotas.ReadEgress(ctx, kv, account, quotas.Day(time.Now()), "")
+	if err != nil {
+		return nil, err
+	}
+	used[quotas.EgressBytesPerDay] = egress
 	for kind, prefix := range map[quotas.Kind]string{quotas.Gateways: gateways.AccountPrefix(account), quotas.APIKeys: accounts.KeysPrefix(account)} {
 		resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {

@@ -124,10 +124,24 @@ type Policy struct {
 	// the sandbox for those hosts.
 	Secrets []Secret
 	CA      *CA
+	// Shared, when set, is a budget the sandbox shares with others (its
+	// account's egress bytes per day): a connection is refused, and one
+	// open is ended, once it is spent, as with MaxBytes.
+	Shared SharedBudget
 	// OnOpen, when set, is told of every connection allowed and opened;
 	// OnConnection, of every connection, allowed or not, as it ends.
 	OnOpen       func()
 	OnConnection func(Record)
+}
+
+// SharedBudget is bytes several sandboxes spend from together.
+type SharedBudget interface {
+	// Left is what is left to spend; 0 or less when spent.
+	Left() int64
+	// Spend takes n bytes moved from it.
+	Spend(n int64)
+	// Why says, for a refusal, that it is spent.
+	Why() string
 }
 
 // Defaults of the per-sandbox limits.
@@ -449,6 +463,10 @@ func (s *session) open(ctx context.Context, host string, port int) (net.Conn, ne
 		<-s.upstreams
 		return nil, netip.Addr{}, &Limited{Why: fmt.Sprintf("this sandbox has sent and received %d bytes, the most %s allows", s.pol.MaxBytes, by(s.pol.Gateway))}
 	}
+	if sh := s.pol.Shared; sh != nil && sh.Left() <= 0 {
+		<-s.upstreams
+		return nil, netip.Addr{}, &Limited{Why: sh.Why()}
+	}
 	up, addr, err := s.p.dial(ctx, s.pol, host, port)
 	if err != nil {
 		<-s.upstreams
@@ -526,7 +544,7 @@ func (s *session) tunnel(c net.Conn, br *bufio.Reader, up net.Conn) (sent, recei
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
 		w, _ := up.Write(b)
-		s.budget.Add(-int64(w))
+		s.spend(int64(w))
 		sent += int64(w)
 	}
 	n, err := s.copyBudget(up, c)
@@ -550,16 +568,34 @@ const budgetChunk = 1 << 20
 func (s *session) copyBudget(dst, src net.Conn) (int64, error) {
 	var total int64
 	for {
-		chunk := min(s.budget.Load(), budgetChunk)
+		chunk := min(s.left(), budgetChunk)
 		if chunk <= 0 {
 			return total, errBudget
 		}
 		n, err := io.Copy(dst, &io.LimitedReader{R: src, N: chunk})
-		s.budget.Add(-n)
+		s.spend(n)
 		total += n
 		if err != nil || n < chunk {
 			return total, err
 		}
+	}
+}
+
+// left is what the sandbox may still move: what is left of its own
+// budget and of the one it shares.
+func (s *session) left() int64 {
+	n := s.budget.Load()
+	if sh := s.pol.Shared; sh != nil {
+		n = min(n, sh.Left())
+	}
+	return n
+}
+
+// spend takes n bytes moved from the sandbox's budgets.
+func (s *session) spend(n int64) {
+	s.budget.Add(-n)
+	if sh := s.pol.Shared; sh != nil {
+		sh.Spend(n)
 	}
 }
 
@@ -591,22 +627,22 @@ func (s *session) counted(c net.Conn, done func(sent, received int64, err error)
 func (c *countedConn) fail(err error) { c.failed.Store(&err) }
 
 func (c *countedConn) Read(b []byte) (int, error) {
-	if c.s.budget.Load() <= 0 {
+	if c.s.left() <= 0 {
 		return 0, errBudget
 	}
 	n, err := c.Conn.Read(b)
 	c.received.Add(int64(n))
-	c.s.budget.Add(-int64(n))
+	c.s.spend(int64(n))
 	return n, err
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
-	if c.s.budget.Load() <= 0 {
+	if c.s.left() <= 0 {
 		return 0, errBudget
 	}
 	n, err := c.Conn.Write(b)
 	c.sent.Add(int64(n))
-	c.s.budget.Add(-int64(n))
+	c.s.spend(int64(n))
 	return n, err
 }
 

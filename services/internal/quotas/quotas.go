@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -41,10 +42,11 @@ const (
 	Gateways            Kind = "gateways"
 	APIKeys             Kind = "api_keys"
 	MCPSessions         Kind = "mcp_sessions"
+	EgressBytesPerDay   Kind = "egress_bytes_per_day"
 )
 
 // Kinds are every quota, in the order they are shown.
-var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys, MCPSessions}
+var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys, MCPSessions, EgressBytesPerDay}
 
 // Config is the operator's default quotas, for every account an admin did
 // not give its own. Every service reads the same settings.
@@ -59,6 +61,7 @@ type Config struct {
 	Gateways            int64 `flag:"quota-gateways" env:"CONCH_QUOTA_GATEWAYS" default:"100" usage:"gateways one account may have"`
 	APIKeys             int64 `flag:"quota-api-keys" env:"CONCH_QUOTA_API_KEYS" default:"100" usage:"API keys one account may have"`
 	MCPSessions         int64 `flag:"quota-mcp-sessions" env:"CONCH_QUOTA_MCP_SESSIONS" default:"50" usage:"MCP sessions one account may hold open"`
+	EgressBytesPerDay   int64 `flag:"quota-egress-bytes-per-day" env:"CONCH_QUOTA_EGRESS_BYTES_PER_DAY" default:"21474836480" usage:"bytes one account's sandboxes may send and receive through the egress proxy in a day (UTC), on every executor together"`
 }
 
 // Defaults are the quotas of a Config no one set; they match the tags.
@@ -66,6 +69,7 @@ var Defaults = Config{
 	Sandboxes: 20, SandboxMemoryBytes: 16 << 30, SandboxPids: 16384, SandboxCPU: 16000,
 	StoredResponses: 2000, StoredResponseBytes: 64 << 20,
 	PendingApprovals: 100, Gateways: 100, APIKeys: 100, MCPSessions: 50,
+	EgressBytesPerDay: 20 << 30,
 }
 
 // Limits are an account's quotas, one per kind.
@@ -77,6 +81,7 @@ func (c *Config) Limits() Limits {
 		Sandboxes: c.Sandboxes, SandboxMemoryBytes: c.SandboxMemoryBytes, SandboxPids: c.SandboxPids, SandboxCPU: c.SandboxCPU,
 		StoredResponses: c.StoredResponses, StoredResponseBytes: c.StoredResponseBytes,
 		PendingApprovals: c.PendingApprovals, Gateways: c.Gateways, APIKeys: c.APIKeys, MCPSessions: c.MCPSessions,
+		EgressBytesPerDay: c.EgressBytesPerDay,
 	}
 }
 
@@ -253,4 +258,35 @@ func Count(ctx context.Context, kv clientv3.KV, kind Kind, prefix string, limit 
 		return clientv3.Cmp{}, Exceeded(kind, resp.Count, limit)
 	}
 	return clientv3.Compare(clientv3.ModRevision(prefix), "<", resp.Header.Revision+1).WithPrefix(), nil
+}
+
+// Day is the quota day of t: its date in UTC.
+func Day(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// EgressKey is where executor keeps its count of account's egress bytes
+// on day. Every executor counts what its sandboxes move and puts its count
+// there; an account's use of the day is the sum of them.
+func EgressKey(account, day, executor string) string {
+	return ClaimKey(EgressBytesPerDay, account, day+"/"+executor)
+}
+
+// ReadEgress is account's egress bytes on day, on every executor, and
+// what executor alone counted.
+func ReadEgress(ctx context.Context, kv clientv3.KV, account, day, executor string) (total, own int64, err error) {
+	prefix := ClaimKey(EgressBytesPerDay, account, day+"/")
+	resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, 0, fmt.Errorf("quotas: read egress of %s: %w", account, err)
+	}
+	for _, kv := range resp.Kvs {
+		var u Usage
+		if err := json.Unmarshal(kv.Value, &u); err != nil {
+			return 0, 0, fmt.Errorf("quotas: egress count %s: %w", kv.Key, err)
+		}
+		total += u[EgressBytesPerDay]
+		if string(kv.Key) == prefix+executor {
+			own = u[EgressBytesPerDay]
+		}
+	}
+	return total, own, nil
 }

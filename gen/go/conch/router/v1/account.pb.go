@@ -888,7 +888,8 @@ type Quota struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Its name: sandboxes, sandbox_memory_bytes, sandbox_pids,
 	// sandbox_cpu_millicores, stored_responses, stored_response_bytes,
-	// pending_approvals, gateways, api_keys, mcp_sessions.
+	// pending_approvals, gateways, api_keys, mcp_sessions,
+	// egress_bytes_per_day.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// How much the account may hold.
 	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
