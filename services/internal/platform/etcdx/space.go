@@ -46,6 +46,10 @@ const (
 	// DefaultSpaceElection is the key prefix of the maintainers'
 	// election.
 	DefaultSpaceElection = "conch/etcd-space/maintainer"
+	// SpaceMaintenanceTimeout is what one maintenance call may take:
+	// a defragmentation rewrites a member's whole file, and blocks that
+	// member meanwhile.
+	SpaceMaintenanceTimeout = 5 * time.Minute
 	// etcdDefaultQuota is etcd's own default, for a member that does not
 	// report its quota.
 	etcdDefaultQuota = 2 << 30
@@ -141,6 +145,8 @@ type SpaceWatcher struct {
 
 	mu    sync.Mutex
 	space Space
+	// admitted is what AdmitBulk let go since space was read.
+	admitted int64
 	// compacted is the revision this watcher last compacted at, and
 	// defragmented the value compacted had when each member was last
 	// defragmented.
@@ -227,19 +233,28 @@ func (w *SpaceWatcher) Space() Space {
 	return s
 }
 
-// AdmitBulk is nil when a bulk write (one that may take megabytes) may
-// go, and an errs.Unavailable error saying why not when a member raised
-// NOSPACE or its file is past the high-water mark, the room left being
-// kept for small writes. Before the first read it lets everything go.
-func (w *SpaceWatcher) AdmitBulk() error {
-	s := w.Space()
+// AdmitBulk is nil when a bulk write (one that may take megabytes) of
+// size bytes may go, and counts it; it is an errs.Unavailable error
+// saying why not when a member raised NOSPACE or its file would be past
+// the high-water mark, the room left being kept for small writes. A
+// member's file is taken to grow by every byte admitted since its size
+// was read, so that a burst of writes between two reads meets the mark
+// too. Before the first read it lets everything go; size 0 asks without
+// counting.
+func (w *SpaceWatcher) AdmitBulk(size int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := &w.space
 	if s.NoSpace() {
 		return errs.New(errs.Unavailable, "etcd is out of space (its NOSPACE alarm is raised): it refuses writes until space is freed")
 	}
-	if m, over := s.over(); over {
-		return errs.New(errs.Unavailable, "etcd is short of space: member %s uses %s of its %s quota, past the %.0f%% kept for small writes",
-			m.Name, mib(m.Size), mib(m.Quota), s.HighWater*100)
+	for _, m := range s.Members {
+		if m.Err == "" && float64(m.Size+w.admitted+size) >= s.HighWater*float64(m.Quota) {
+			return errs.New(errs.Unavailable, "etcd is short of space: member %s uses about %s of its %s quota, past the %.0f%% kept for small writes",
+				m.Name, mib(m.Size+w.admitted), mib(m.Quota), s.HighWater*100)
+		}
 	}
+	w.admitted += size
 	return nil
 }
 
@@ -434,7 +449,7 @@ func (w *SpaceWatcher) status(ctx context.Context, ms MemberSpace) MemberSpace {
 func (w *SpaceWatcher) publish(ctx context.Context, s Space) {
 	w.mu.Lock()
 	before := w.space
-	w.space = s
+	w.space, w.admitted = s, 0
 	w.mu.Unlock()
 	if s.NoSpace() && !before.NoSpace() {
 		w.log.ErrorContext(ctx, "etcd raised NOSPACE: it refuses every write until space is freed and the alarm disarmed", "alarms", s.Alarms)

@@ -120,7 +120,7 @@ func TestSpaceWatcherRecoversFromNoSpace(t *testing.T) {
 	w, _ := runWatcher(t, cli, "only", highWater, reader)
 	poll(t, "the only watcher maintains", w.Maintaining)
 	poll(t, "the watcher read the space", func() bool { return !w.Space().Checked.IsZero() })
-	if err := w.AdmitBulk(); err != nil {
+	if err := w.AdmitBulk(0); err != nil {
 		t.Fatalf("bulk writes refused in an empty etcd: %v", err)
 	}
 
@@ -136,7 +136,7 @@ func TestSpaceWatcherRecoversFromNoSpace(t *testing.T) {
 		t.Fatalf("filling etcd: %v, want NOSPACE", err)
 	}
 	poll(t, "the watcher sees NOSPACE", func() bool { return w.Space().NoSpace() })
-	if err := w.AdmitBulk(); errs.KindOf(err) != errs.Unavailable || !strings.Contains(err.Error(), "NOSPACE") {
+	if err := w.AdmitBulk(0); errs.KindOf(err) != errs.Unavailable || !strings.Contains(err.Error(), "NOSPACE") {
 		t.Fatalf("bulk admission under NOSPACE: %v", err)
 	}
 	m := metrics(t, reader)
@@ -152,7 +152,7 @@ func TestSpaceWatcherRecoversFromNoSpace(t *testing.T) {
 	if _, err := cli.Delete(ctx, "fill/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the watcher disarms NOSPACE and lets bulk writes go", func() bool { return !w.Space().NoSpace() && w.AdmitBulk() == nil })
+	poll(t, "the watcher disarms NOSPACE and lets bulk writes go", func() bool { return !w.Space().NoSpace() && w.AdmitBulk(0) == nil })
 	if _, err := cli.Put(ctx, "small", "v"); err != nil {
 		t.Fatalf("write after the watcher disarmed: %v", err)
 	}
@@ -198,8 +198,8 @@ func TestSpaceWatcherHighWater(t *testing.T) {
 			break
 		}
 	}
-	poll(t, "bulk writes are refused past the mark", func() bool { return w.AdmitBulk() != nil })
-	if err := w.AdmitBulk(); errs.KindOf(err) != errs.Unavailable || !strings.Contains(err.Error(), "member conch") || !strings.Contains(err.Error(), "50%") {
+	poll(t, "bulk writes are refused past the mark", func() bool { return w.AdmitBulk(0) != nil })
+	if err := w.AdmitBulk(0); errs.KindOf(err) != errs.Unavailable || !strings.Contains(err.Error(), "member conch") || !strings.Contains(err.Error(), "50%") {
 		t.Fatalf("bulk admission past the mark: %v", err)
 	}
 	if _, err := cli.Put(ctx, "small", "v"); err != nil {
@@ -308,5 +308,41 @@ func TestSpaceWatcherWithoutRoot(t *testing.T) {
 	poll(t, "the refused watcher leaves the election", func() bool { return !w.Maintaining() })
 	if s := w.Space(); !s.NoSpace() || len(s.Members) != 1 || s.Members[0].Size == 0 {
 		t.Fatalf("space seen without root: %+v", s)
+	}
+}
+
+// TestSpaceWatcherCountsAdmitted: what bulk writers were let write since
+// etcd's size was read counts as written, so a burst between two reads
+// meets the mark too.
+func TestSpaceWatcherCountsAdmitted(t *testing.T) {
+	t.Parallel()
+	const quota = 8 << 20
+	cli := etcdxtest.StartWithQuotaForTest(t, quota)
+	w, err := etcdx.NewSpaceWatcher(etcdx.SpaceOptions{Client: cli, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	poll(t, "the watcher read the space", func() bool { return !w.Space().Checked.IsZero() })
+	if w.Maintaining() {
+		t.Fatal("a watcher without an admin client maintains")
+	}
+	if err := w.AdmitBulk(5 << 20); err != nil {
+		t.Fatalf("5 MiB in an empty etcd of 8: %v", err)
+	}
+	if err := w.AdmitBulk(2 << 20); errs.KindOf(err) != errs.Unavailable || !strings.Contains(err.Error(), "short of space") {
+		t.Fatalf("2 MiB more, past the mark at 6.4: %v", err)
+	}
+	if err := w.AdmitBulk(1 << 20); err != nil {
+		t.Fatalf("1 MiB more, under the mark: %v", err)
 	}
 }
