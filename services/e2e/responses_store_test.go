@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -145,4 +149,100 @@ func TestResponseNotStored(t *testing.T) {
 		}
 		notFound(t, final.ID)
 	})
+}
+
+// TestEtcdSpace runs conch dev on an etcd of 16 MiB and stores responses
+// until etcd is short of space: the store is refused with an answer
+// naming etcd's space (before the model runs past the high-water mark,
+// after it when etcd refused the write), /readyz reports it in its body
+// while staying 200, and the metrics show it; once the responses are
+// deleted the router compacts and defragments etcd (and disarms NOSPACE),
+// and responses are stored again, with no operator.
+func TestEtcdSpace(t *testing.T) {
+	t.Parallel()
+	const quota = 16 << 20
+	d := startDev(t, fmt.Sprintf("CONCH_ETCD_QUOTA_BYTES=%d", quota))
+	type member struct {
+		Name  string
+		Size  int64 `json:"db_size"`
+		Quota int64
+	}
+	var ready struct {
+		Status string
+		Etcd   struct {
+			Members []member
+			Alarms  []struct{ Type string }
+			Writes  string
+			Checked string `json:"checked_at"`
+		}
+	}
+	readyz := func(t *testing.T) {
+		t.Helper()
+		code, body := d.call("GET", "/readyz", "", nil)
+		if code != http.StatusOK || json.Unmarshal(body, &ready) != nil {
+			t.Fatalf("/readyz: %d %s (an etcd short of space is reported, never unready)", code, body)
+		}
+	}
+	waitReadyz := func(t *testing.T, what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for readyz(t); !cond(); readyz(t) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 90s, /readyz does not show %s: %+v", what, ready)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitReadyz(t, "etcd's space", func() bool { return ready.Etcd.Checked != "" })
+	if ready.Status != "ready" || ready.Etcd.Writes != "all" || len(ready.Etcd.Members) != 1 || ready.Etcd.Members[0].Quota != quota {
+		t.Fatalf("/readyz of a fresh cluster: %+v", ready)
+	}
+
+	random := make([]byte, 768<<10)
+	var stored []string
+	for {
+		if len(stored) > 2*quota/len(random) {
+			t.Fatalf("%d responses of %d bytes stored in an etcd of %d", len(stored), len(random), quota)
+		}
+		_, _ = rand.Read(random)
+		code, body := d.call("POST", "/v1/responses", d.Key, map[string]any{"model": "default", "input": base64.StdEncoding.EncodeToString(random)})
+		if code == http.StatusOK {
+			var r struct{ ID string }
+			_ = json.Unmarshal(body, &r)
+			stored = append(stored, r.ID)
+			continue
+		}
+		// Refused before the model ran, past the mark; or after it,
+		// when etcd refused the write.
+		if !(code == http.StatusServiceUnavailable && strings.Contains(string(body), "responses cannot be stored now (etcd is")) &&
+			!(code == http.StatusInsufficientStorage && strings.Contains(string(body), "response_not_stored")) {
+			t.Fatalf("storing a response in a full etcd: %d %.500s", code, body)
+		}
+		t.Logf("after %d responses stored: %d %.300s", len(stored), code, body)
+		break
+	}
+	waitReadyz(t, "etcd short of space", func() bool { return ready.Etcd.Writes != "all" })
+	if ready.Status != "degraded" {
+		t.Fatalf("/readyz with etcd short of space: %+v", ready)
+	}
+	_, body := d.call("GET", "/metrics", "", nil)
+	for _, m := range []string{`conch_etcd_db_size_bytes{member="conch"`, `conch_etcd_db_quota_bytes{member="conch"`, `conch_etcd_alarm{alarm="NOSPACE"`, `conch_etcd_space_maintainer{`} {
+		if !strings.Contains(string(body), m) {
+			t.Fatalf("no %s in /metrics", m)
+		}
+	}
+
+	// Deletes go through even under NOSPACE.
+	for _, id := range stored {
+		if code, body := d.call("DELETE", "/v1/responses/"+id, d.Key, nil); code != http.StatusOK {
+			t.Fatalf("delete %s: %d %s", id, code, body)
+		}
+	}
+	waitReadyz(t, "etcd's space freed", func() bool { return ready.Etcd.Writes == "all" && len(ready.Etcd.Alarms) == 0 })
+	if ready.Status != "ready" || ready.Etcd.Members[0].Size >= quota*8/10 {
+		t.Fatalf("/readyz after the responses were deleted: %+v", ready)
+	}
+	if code, body := d.call("POST", "/v1/responses", d.Key, map[string]any{"model": "default", "input": "stored again"}); code != http.StatusOK {
+		t.Fatalf("storing a response once space is back: %d %s", code, body)
+	}
 }
