@@ -108,6 +108,9 @@ type Alarm struct {
 	alarm  pb.AlarmType
 }
 
+// String is "<type> on <member>".
+func (a Alarm) String() string { return a.Type + " on " + a.Member }
+
 // Space is what a SpaceWatcher last read.
 type Space struct {
 	Checked time.Time     `json:"checked"`
@@ -343,7 +346,7 @@ func (w *SpaceWatcher) round(ctx context.Context) {
 			return
 		}
 		w.mu.Lock()
-		w.space.Err = err.Error()
+		w.space.Err = errs.HideAddresses(err.Error())
 		w.mu.Unlock()
 		w.log.WarnContext(ctx, "etcd space unreadable", "error", err)
 		return
@@ -479,8 +482,10 @@ func (w *SpaceWatcher) maintain(ctx context.Context, s Space) error {
 	// a copy, and to the watcher's through update.
 	s.Members = slices.Clone(s.Members)
 	_, over := s.over()
+	compacted := false
 	if over || s.NoSpace() {
-		if err := w.compact(ctx, s); err != nil {
+		var err error
+		if compacted, err = w.compact(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -488,10 +493,12 @@ func (w *SpaceWatcher) maintain(ctx context.Context, s Space) error {
 		if m.Err != "" {
 			continue
 		}
-		// Compaction freed pages since s was read.
-		if m = w.status(ctx, m); m.Err != "" {
-			w.log.WarnContext(ctx, "etcd member status unreadable", "member", m.Name, "error", m.Err)
-			continue
+		if compacted {
+			// Compaction freed pages since s was read.
+			if m = w.status(ctx, m); m.Err != "" {
+				w.log.WarnContext(ctx, "etcd member status unreadable", "member", m.Name, "error", m.Err)
+				continue
+			}
 		}
 		if !w.worthDefragmenting(m, over || s.NoSpace()) {
 			s.Members[i] = m
@@ -554,9 +561,10 @@ func (w *SpaceWatcher) worthDefragmenting(m MemberSpace, short bool) bool {
 }
 
 // compact drops etcd's history up to the newest revision the members
-// report, which frees the pages of every overwritten and deleted value.
-// Watchers further behind list again (see ListWatch).
-func (w *SpaceWatcher) compact(ctx context.Context, s Space) error {
+// report, which frees the pages of every overwritten and deleted value,
+// and reports whether it did (not when nothing was written since the last
+// time). Watchers further behind list again (see ListWatch).
+func (w *SpaceWatcher) compact(ctx context.Context, s Space) (compacted bool, err error) {
 	var rev int64
 	for _, m := range s.Members {
 		rev = max(rev, m.Revision)
@@ -565,17 +573,17 @@ func (w *SpaceWatcher) compact(ctx context.Context, s Space) error {
 	done := rev <= w.compacted
 	w.mu.Unlock()
 	if rev == 0 || done {
-		return nil
+		return false, nil
 	}
 	w.log.InfoContext(ctx, "compacting etcd history: its space is short", "revision", rev)
 	if _, err := w.opts.Admin.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-		return fmt.Errorf("compact at %d: %w", rev, err)
+		return false, fmt.Errorf("compact at %d: %w", rev, err)
 	}
 	w.mu.Lock()
 	w.compacted = rev
 	w.mu.Unlock()
 	w.maintenance.Add(ctx, 1, metric.WithAttributes(attribute.String("action", "compact")))
-	return nil
+	return true, nil
 }
 
 // observe reports the last read space as metrics.
