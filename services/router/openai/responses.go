@@ -245,23 +245,24 @@ type quotaError struct{ error }
 func (e *quotaError) Unwrap() error { return e.error }
 
 // notStoredError is the answer to a response that ran but could not be
-// stored, though store asked for it: an error, not a silent store false,
-// because the client was told nothing was saved only if it fails. The
-// work ran (commands included), so the body carries the response too,
-// and the answer tells SDKs not to retry it, which would run it again.
-// The account's quota is the 429 every quota answers; anything else
-// (etcd short of space or unreachable, a response too large) is 507.
+// stored though store asked for it: an error, since only an error tells
+// a client that asked for storing (or left the default) that nothing was
+// kept. The work ran, commands included, so the body carries the
+// response too, and the answer tells SDKs not to retry, which would run
+// it again. The account's quota is the 429 every quota answers (of the
+// same type); anything else (etcd short of space or unreachable, a
+// response too large) is 507.
 func notStoredError(id string, err error) apiError {
-	status, typ := http.StatusInsufficientStorage, "server_error"
+	status := http.StatusInsufficientStorage
 	var qe *quotaError
 	if errors.As(err, &qe) {
-		status, typ = http.StatusTooManyRequests, "rate_limit_error"
+		status = http.StatusTooManyRequests
 	}
 	cause := errs.HideAddresses(err.Error())
 	if s, ok := grpcstatus.FromError(err); ok {
 		cause = errs.HideAddresses(s.Message())
 	}
-	return apiError{Status: status, Type: typ, Code: "response_not_stored", Param: "store", NoRetry: true,
+	return apiError{Status: status, Type: "server_error", Code: "response_not_stored", Param: "store", NoRetry: true,
 		Message: fmt.Sprintf("the response ran but was not stored: %s. It is in \"response\" of this answer only: GET /v1/responses/%s and previous_response_id will not find it. Send \"store\": false to run without storing.", cause, id)}
 }
 
