@@ -138,6 +138,7 @@ func hostPorts(endpoints ...string) []string {
 type RouterConfig struct {
 	Common
 	router.Config
+	EtcdAdminConfig
 }
 
 // Validate checks the router's settings.
@@ -145,7 +146,32 @@ func (c *RouterConfig) Validate() error {
 	if err := c.Common.Validate(); err != nil {
 		return err
 	}
+	if err := c.EtcdAdminConfig.Validate(&c.EtcdClientConfig); err != nil {
+		return err
+	}
 	return c.Config.Validate()
+}
+
+// EtcdAdminConfig is the etcd user the router elected among its replicas
+// maintains etcd's space with (see etcdx.SpaceWatcher): compacting,
+// defragmenting and disarming NOSPACE take etcd's root role, which a
+// service's own user, limited to its key prefixes, does not hold. Unset,
+// the router uses its own user: enough where etcd's auth is off; where it
+// is on, the router then only reports etcd's space, and says so.
+type EtcdAdminConfig struct {
+	EtcdAdminCertFile string `flag:"etcd-admin-cert-file" env:"CONCH_ETCD_ADMIN_CERT_FILE" usage:"client certificate of etcd's root user, to compact and defragment etcd and disarm its NOSPACE alarm (default: --etcd-cert-file; without root the router only reports etcd's space)"`
+	EtcdAdminKeyFile  string `flag:"etcd-admin-key-file" env:"CONCH_ETCD_ADMIN_KEY_FILE" usage:"key of --etcd-admin-cert-file"`
+}
+
+// Validate checks the admin's certificate, which goes with etcd's CA.
+func (c *EtcdAdminConfig) Validate(etcd *EtcdClientConfig) error {
+	if (c.EtcdAdminCertFile == "") != (c.EtcdAdminKeyFile == "") {
+		return config.Invalid("--etcd-admin-cert-file", "--etcd-admin-cert-file and --etcd-admin-key-file go together")
+	}
+	if c.EtcdAdminCertFile != "" && etcd.EtcdCAFile == "" {
+		return config.Invalid("--etcd-ca-file", "required with --etcd-admin-cert-file")
+	}
+	return nil
 }
 
 // ExecutorConfig is the configuration of `conch executor`.

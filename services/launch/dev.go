@@ -54,6 +54,8 @@ type DevConfig struct {
 	// in `conch workspace`.
 	QuotaBytes int64 `env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
 	QuotaFiles int64 `env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
+	// EtcdQuotaBytes is the embedded etcd's backend quota.
+	EtcdQuotaBytes int64 `flag:"etcd-quota-bytes" env:"CONCH_ETCD_QUOTA_BYTES" usage:"backend quota of the embedded etcd, in bytes: past it etcd raises NOSPACE and refuses writes (0: 2 GiB)"`
 	router.HTTPConfig
 	// Outbound is the operator's say over tenants' outbound connections,
 	// as in every service.
@@ -88,6 +90,9 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.QuotaFiles < 0 {
 		return config.Invalid("CONCH_WORKSPACE_QUOTA_FILES", "must not be negative")
+	}
+	if c.EtcdQuotaBytes < 0 {
+		return config.Invalid("--etcd-quota-bytes", "must not be negative")
 	}
 	if c.S3Endpoint != "" && (c.S3AccessKey == "" || c.S3SecretKey == "") {
 		return config.Invalid("CONCH_S3_ACCESS_KEY", "CONCH_S3_ACCESS_KEY and CONCH_S3_SECRET_KEY are required with CONCH_S3_ENDPOINT")
@@ -147,7 +152,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if err != nil {
 		return err
 	}
-	emb, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: filepath.Join(cfg.DataDir, "etcd"), Logger: logging.New(os.Stderr, lvl), TLS: etcdTLS})
+	emb, err := etcdx.StartEmbedded(ctx, etcdx.EmbeddedOptions{Dir: filepath.Join(cfg.DataDir, "etcd"), Logger: logging.New(os.Stderr, lvl), TLS: etcdTLS, QuotaBytes: cfg.EtcdQuotaBytes})
 	if err != nil {
 		return fmt.Errorf("dev: start etcd: %w", err)
 	}
@@ -183,10 +188,12 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		name  string
 		build builder
 	}{
+		// The dev cluster's services share root's certificate: its router
+		// maintains etcd's space with it.
 		{"router", buildRouter(router.Config{
 			HTTPAddr: cfg.HTTPAddr, PublicURL: cfg.PublicURL, AdminKey: key, AdminAccount: DevAccount, HTTPConfig: cfg.HTTPConfig,
 			KeyConfig: sealing,
-		}, ready, func(ctx context.Context, svc *router.Service) error {
+		}, EtcdAdminConfig{}, ready, func(ctx context.Context, svc *router.Service) error {
 			if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
 				return fmt.Errorf("dev: default gateway: %w", err)
 			}

@@ -18,6 +18,8 @@ var EtcdUsers = map[string][]etcdx.Permission{
 		rw("conch/accounts/"), rw("conch/account-keys/"), rw("conch/apikeys/"), rw("conch/gateways/"),
 		rw("conch/nodes/"), rw("conch/responses/"), rw("conch/sessions/"), rw("conch/toolgrants/"), rw("conch/turns/"),
 		rw(quotas.ClaimPrefix(quotas.StoredResponses)), rw(quotas.ClaimPrefix(quotas.MCPSessions)),
+		// The election of the router that maintains etcd's space.
+		rw(etcdx.DefaultSpaceElection+"/"),
 		// Where sandboxes and nodes are, to place calls; what every
 		// account holds, for its quotas.
 		read("conch/executor/"), read("conch/claims/")),

@@ -293,15 +293,20 @@ func (p *process) dialAll(ctx context.Context) (map[string]*grpc.ClientConn, fun
 
 // RunRouter runs `conch router`.
 func RunRouter(ctx context.Context, cfg RouterConfig) error {
-	return runService(ctx, "router", &cfg.Common, buildRouter(cfg.Config, nil, nil))
+	return runService(ctx, "router", &cfg.Common, buildRouter(cfg.Config, cfg.EtcdAdminConfig, nil, nil))
 }
 
 // buildRouter builds the router service and its public HTTP API, which
 // sends its bound address to ready, when not nil, once it listens. setup,
 // when not nil, runs on the service once it is built. The caches the HTTP
-// API reads are the background work, and stay current while it drains.
-func buildRouter(cfg router.Config, ready chan<- string, setup func(context.Context, *router.Service) error) builder {
+// API reads and the watcher of etcd's space (maintaining it as admin when
+// elected) are the background work, and stay current while it drains.
+func buildRouter(cfg router.Config, admin EtcdAdminConfig, ready chan<- string, setup func(context.Context, *router.Service) error) builder {
 	return func(ctx context.Context, p *process, c *component) error {
+		space, err := p.spaceWatcher(ctx, admin, c)
+		if err != nil {
+			return err
+		}
 		svc, err := router.New(ctx, p.etcd, cfg, p.outbound, p.log)
 		if err != nil {
 			return err
@@ -315,11 +320,39 @@ func buildRouter(cfg router.Config, ready chan<- string, setup func(context.Cont
 		}
 		c.register = svc.Register
 		c.http = func(ctx context.Context, common *Common) error {
-			return p.serveHTTP(ctx, cfg.HTTPAddr, svc, cfg.PublicURL, cfg.HTTPConfig, common, ready)
+			return p.serveHTTP(ctx, cfg.HTTPAddr, svc, space, cfg.PublicURL, cfg.HTTPConfig, common, ready)
 		}
-		c.run = func(ctx context.Context) error { svc.Run(ctx); return nil }
+		c.run = func(ctx context.Context) error {
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { svc.Run(gctx); return nil })
+			g.Go(func() error { return space.Run(gctx) })
+			return g.Wait()
+		}
 		return nil
 	}
+}
+
+// spaceWatcher returns the watcher of etcd's space, named by the
+// component's address in the maintainers' election. It maintains through
+// a client of its own, as admin's user when set, whose calls may take as
+// long as a defragmentation.
+func (p *process) spaceWatcher(ctx context.Context, admin EtcdAdminConfig, c *component) (*etcdx.SpaceWatcher, error) {
+	etcd := p.common.EtcdClientConfig
+	if admin.EtcdAdminCertFile != "" {
+		etcd.EtcdCertFile, etcd.EtcdKeyFile = admin.EtcdAdminCertFile, admin.EtcdAdminKeyFile
+	}
+	tlsCfg, err := etcd.etcdTLS()
+	if err != nil {
+		return nil, fmt.Errorf("etcd admin: %w", err)
+	}
+	cli, err := etcdx.NewClient(ctx, etcdx.ClientOptions{
+		Endpoints: etcd.EtcdEndpoints, DialTimeout: 5 * time.Second, RequestTimeout: etcdx.SpaceMaintenanceTimeout, Logger: p.log, TLS: tlsCfg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd admin: %w", err)
+	}
+	c.onClose(func() { _ = cli.Close() })
+	return etcdx.NewSpaceWatcher(etcdx.SpaceOptions{Client: p.etcd, Admin: cli, Name: c.addr, Logger: p.log, MeterProvider: p.tel.MeterProvider()})
 }
 
 // RunApproval runs `conch approval`.
@@ -396,7 +429,7 @@ func buildApproval(cfg approval.Config) builder {
 // to c.ShutdownTimeout for the requests in flight. What the handler calls
 // outlives ctx until then. When ready is not nil it receives the bound
 // address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, publicURL string, hc router.HTTPConfig, c *Common, ready chan<- string) error {
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, space router.EtcdSpace, publicURL string, hc router.HTTPConfig, c *Common, ready chan<- string) error {
 	deps, stopDeps := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopDeps()
 	conns, closeConns, err := p.dialAll(deps)
@@ -407,7 +440,7 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
 		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
 		UploadIdleTimeout: hc.UploadIdleTimeout, MaxConcurrentCompletions: hc.MaxConcurrentCompletions,
-		ResponseRetention: hc.ResponseRetention,
+		ResponseRetention: hc.ResponseRetention, Space: space,
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ import (
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -37,6 +38,14 @@ import (
 
 // ServiceNames are the four services, in the order /readyz reports them.
 var ServiceNames = []string{"router", "executor", "approval", "workspace"}
+
+// EtcdSpace is what the router reads of etcd's space (etcdx.SpaceWatcher):
+// what it last saw, and whether a bulk write (a stored response) of a
+// size may go.
+type EtcdSpace interface {
+	Space() etcdx.Space
+	AdmitBulk(size int64) error
+}
 
 // authenticator resolves a bearer key to a principal.
 type authenticator interface {
@@ -66,6 +75,9 @@ type HTTPOptions struct {
 	// ResponseRetention is how long stored responses of the Responses
 	// API are kept; 0 means openai.DefaultResponseRetention.
 	ResponseRetention time.Duration
+	// Space reports etcd's space to /readyz and refuses storing
+	// responses when etcd is short of it; nil: neither.
+	Space EtcdSpace
 	// Logger receives request errors.
 	Logger *slog.Logger
 }
@@ -109,14 +121,18 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
-	v1 := openai.NewHandler(core, openai.ResponsesOptions{Etcd: opts.Etcd, Retention: opts.ResponseRetention, Limits: opts.Service.Accounts().Limits}, opts.Logger)
+	ro := openai.ResponsesOptions{Etcd: opts.Etcd, Retention: opts.ResponseRetention, Limits: opts.Service.Accounts().Limits}
+	if opts.Space != nil {
+		ro.Room = opts.Space.AdmitBulk
+	}
+	v1 := openai.NewHandler(core, ro, opts.Logger)
 	a := &authMiddleware{auth: opts.Service.Accounts(), publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.Handle("GET /readyz", &readiness{conns: opts.Conns, draining: ctx.Done()})
+	mux.Handle("GET /readyz", &readiness{conns: opts.Conns, draining: ctx.Done(), space: opts.Space})
 	mux.Handle("GET /metrics", opts.Metrics)
 	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
 	ctr, err := containers.NewHandler(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), opts.Logger)
@@ -356,9 +372,18 @@ func requestBaseURL(r *http.Request) string {
 // readiness answers /readyz: 200 when every service has a registered
 // endpoint that reports SERVING through discovery, 503 once the router
 // drains.
+//
+// etcd's space is reported in the body ("etcd"), and an alarm makes the
+// status "degraded", but it does not fail readiness: the alarm is the
+// cluster's, so every router would fail at once and a load balancer would
+// take them all out, ending the reads, deletes and answers to approvals
+// that still work without space, and the writes that work again the
+// moment the elected router has freed space. Alert on the metrics
+// (conch_etcd_alarm) instead.
 type readiness struct {
 	conns    map[string]*grpc.ClientConn
 	draining <-chan struct{}
+	space    EtcdSpace
 }
 
 func (h *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -391,10 +416,49 @@ func (h *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	code, state := http.StatusOK, "ready"
+	body := map[string]any{"services": services}
+	if h.space != nil {
+		etcd, degraded := etcdReport(h.space)
+		body["etcd"] = etcd
+		if degraded {
+			state = "degraded"
+		}
+	}
 	if !ready {
 		code, state = http.StatusServiceUnavailable, "unavailable"
 	}
-	writeJSON(w, code, map[string]any{"status": state, "services": services})
+	body["status"] = state
+	writeJSON(w, code, body)
+}
+
+// etcdReport is etcd's space as /readyz shows it: each member's sizes,
+// the alarms, and which writes etcd takes ("all", "small" past the
+// high-water mark, "none" under NOSPACE); degraded when not all.
+func etcdReport(sp EtcdSpace) (report map[string]any, degraded bool) {
+	s := sp.Space()
+	writes := "all"
+	report = map[string]any{"members": s.Members, "alarms": s.Alarms, "high_water": s.HighWater}
+	if s.Members == nil {
+		report["members"] = []etcdx.MemberSpace{}
+	}
+	if s.Alarms == nil {
+		report["alarms"] = []etcdx.Alarm{}
+	}
+	if err := sp.AdmitBulk(0); err != nil {
+		writes = "small"
+		report["bulk_writes"] = err.Error()
+	}
+	if s.NoSpace() {
+		writes = "none"
+	}
+	report["writes"] = writes
+	if !s.Checked.IsZero() {
+		report["checked_at"] = s.Checked.UTC().Format(time.RFC3339)
+	}
+	if s.Err != "" {
+		report["error"] = s.Err
+	}
+	return report, writes != "all" || len(s.Alarms) > 0
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

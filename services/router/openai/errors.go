@@ -29,6 +29,13 @@ type apiError struct {
 	Param      string
 	Message    string
 	RetryAfter string
+	// NoRetry tells OpenAI's SDKs not to retry the request, which they
+	// do on a 429 or 5xx (header x-should-retry: false): for a request
+	// whose work ran, a retry would run it again.
+	NoRetry bool
+	// Response, when set, is written beside the error: the work a
+	// request did though it failed (a response not stored).
+	Response map[string]any
 }
 
 // object is OpenAI's error object; param and code are null when unset, as
@@ -50,9 +57,18 @@ func (e apiError) write(w http.ResponseWriter) {
 	if e.RetryAfter != "" {
 		w.Header().Set("Retry-After", e.RetryAfter)
 	}
+	if e.NoRetry {
+		w.Header().Set("X-Should-Retry", "false")
+	}
+	body := map[string]any{"error": e.object()}
+	if e.Response != nil {
+		body["response"] = e.Response
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": e.object()})
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(body)
 }
 
 // WriteError writes OpenAI's error object with the HTTP status; param

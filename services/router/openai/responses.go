@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	grpcstatus "google.golang.org/grpc/status"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quotas"
@@ -31,7 +34,7 @@ const (
 	// DefaultResponseRetention is how long a stored response is kept.
 	DefaultResponseRetention = 30 * 24 * time.Hour
 	// maxStoredResponse bounds a stored response, compressed: a larger one
-	// is answered with store false rather than put in etcd.
+	// is not put in etcd, and the request fails (see notStored).
 	maxStoredResponse = 4 << 20
 	// storeTimeout bounds storing a response after it was computed.
 	storeTimeout = 10 * time.Second
@@ -47,6 +50,11 @@ type ResponsesOptions struct {
 	// Limits returns an account's quotas, which stored responses count
 	// against (their number and bytes); nil counts nothing.
 	Limits func(ctx context.Context, account string) (quotas.Limits, error)
+	// Room, when set, says whether etcd has room for a stored response
+	// of size bytes now, and counts them (etcdx.SpaceWatcher.AdmitBulk);
+	// size 0 asks only. A response etcd has no room for is refused
+	// before its model runs, and not written after.
+	Room func(size int64) error
 }
 
 // storedResponse is a response as kept for GET and previous_response_id.
@@ -94,14 +102,6 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	if req.Store {
-		// Refused before the model runs when the account has no room
-		// left for one more stored response.
-		if err := h.roomToStore(ctx, scope.Account); err != nil {
-			h.writeErr(w, r, err)
-			return
-		}
-	}
 	var history []upstream.Message
 	if req.PreviousID != "" {
 		prev, err := h.loadResponse(ctx, scope.Account, req.PreviousID, "previous_response_id")
@@ -116,6 +116,15 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	if err := checkCallIDs(conv); err != nil {
 		h.writeErr(w, r, err)
 		return
+	}
+	if req.Store {
+		// Refused before the model runs when the response could not be
+		// stored after it: too large, no room in etcd, or none left in
+		// the account's quotas.
+		if err := h.roomToStore(ctx, scope.Account, conv, input); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
 	}
 	req.Messages = conv
 	if req.Instructions != nil && *req.Instructions != "" {
@@ -137,6 +146,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	// The response is rendered, and stored, before the completion's
 	// sandbox is torn down: the client waits for the store, the teardown
 	// runs in the background.
+	var notStored apiError
 	req.Finish = func(ctx context.Context, res *completion.Result) {
 		sh := newShellView(res, shellLimitsOf(g, req), req.ShellLocal)
 		finish(obj, res, outputItems(res, &itemIDs{response: id}, sh))
@@ -145,8 +155,10 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		}
 		st := &storedResponse{Response: obj, Input: req.Input, Conversation: completion.StoreMessages(append(conv, res.Turn...))}
 		if err := h.storeResponse(ctx, scope.Account, id, st); err != nil {
-			obj["store"] = false
 			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)
+			notStored = notStoredError(id, err)
+			obj["status"] = "failed"
+			obj["error"] = map[string]any{"code": notStored.Code, "message": notStored.Message}
 		}
 	}
 	res, err := h.core.Run(ctx, scope, g, &req.Request, ev)
@@ -164,6 +176,11 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		s.complete(obj)
 		return
 	}
+	if notStored.Status != 0 {
+		notStored.Response = obj
+		notStored.write(w)
+		return
+	}
 	writeJSON(w, obj)
 }
 
@@ -176,28 +193,95 @@ func shellLimitsOf(g *routerv1.Gateway, req *responsesRequest) *loop.Shell {
 	return completion.ShellLimits(g, req.Shell)
 }
 
+// storeResponse stores st; an error of the account's quotas is a
+// *quotaError. What a failed store left (chunks, the claim) is removed.
 func (h *Handler) storeResponse(ctx context.Context, account, id string, st *storedResponse) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	var claim func(ctx context.Context, size int, lease clientv3.LeaseID) error
-	if h.responses.Limits != nil {
-		// The claim shares the response's lease: it ends when the
-		// response expires.
-		claim = func(ctx context.Context, size int, lease clientv3.LeaseID) error {
-			limits, err := h.responses.Limits(ctx, account)
-			if err != nil {
+	// etcd may have filled up while the model ran. The claim shares the
+	// response's lease: it ends when the response expires.
+	claim := func(ctx context.Context, size int, lease clientv3.LeaseID) error {
+		if h.responses.Room != nil {
+			if err := h.responses.Room(int64(size)); err != nil {
 				return err
 			}
-			return quotas.Claim(ctx, h.responses.Etcd, quotas.StoredResponses, account, id,
-				quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: int64(size)}, limits, []clientv3.OpOption{clientv3.WithLease(lease)})
+		}
+		if h.responses.Limits == nil {
+			return nil
+		}
+		limits, err := h.responses.Limits(ctx, account)
+		if err != nil {
+			return err
+		}
+		err = quotas.Claim(ctx, h.responses.Etcd, quotas.StoredResponses, account, id,
+			quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: int64(size)}, limits, []clientv3.OpOption{clientv3.WithLease(lease)})
+		if errs.KindOf(err) == errs.ResourceExhausted {
+			return &quotaError{err}
+		}
+		return err
+	}
+	err := etcdx.PutBlobClaimed(ctx, h.responses.Etcd, h.leases, responseKey(account, id), st, maxStoredResponse, claim)
+	var qe *quotaError
+	if err != nil && !errors.As(err, &qe) {
+		// A half-written response is never found (its head is written
+		// last), but its chunks and claim would hold space and quota
+		// for the whole retention. Deletes go through even when etcd
+		// is out of space.
+		if _, derr := etcdx.DeleteBlob(ctx, h.responses.Etcd, responseKey(account, id)); derr != nil {
+			h.logger.WarnContext(ctx, "a response not stored is left in etcd until it expires", "account", account, "response", id, "error", derr)
+		}
+		if h.responses.Limits != nil {
+			if rerr := quotas.Release(ctx, h.responses.Etcd, quotas.StoredResponses, account, id); rerr != nil {
+				h.logger.WarnContext(ctx, "the claim of a response not stored is left until it expires", "account", account, "response", id, "error", rerr)
+			}
 		}
 	}
-	return etcdx.PutBlobClaimed(ctx, h.responses.Etcd, h.leases, responseKey(account, id), st, maxStoredResponse, claim)
+	return err
 }
 
-// roomToStore is the Exceeded error when account holds as many stored
-// responses, or bytes of them, as its quotas allow.
-func (h *Handler) roomToStore(ctx context.Context, account string) error {
+// quotaError is a store refused by the account's quotas.
+type quotaError struct{ error }
+
+func (e *quotaError) Unwrap() error { return e.error }
+
+// notStoredError is the answer to a response that ran but could not be
+// stored though store asked for it: an error, since only an error tells
+// a client that asked for storing (or left the default) that nothing was
+// kept. The work ran, commands included, so the body carries the
+// response too, and the answer tells SDKs not to retry, which would run
+// it again. The account's quota is the 429 every quota answers (of the
+// same type); anything else (etcd short of space or unreachable, a
+// response too large) is 507.
+func notStoredError(id string, err error) apiError {
+	status := http.StatusInsufficientStorage
+	var qe *quotaError
+	if errors.As(err, &qe) {
+		status = http.StatusTooManyRequests
+	}
+	cause := errs.HideAddresses(err.Error())
+	if s, ok := grpcstatus.FromError(err); ok {
+		cause = errs.HideAddresses(s.Message())
+	}
+	return apiError{Status: status, Type: "server_error", Code: "response_not_stored", Param: "store", NoRetry: true,
+		Message: fmt.Sprintf("the response ran but was not stored: %s. It is in \"response\" of this answer only: GET /v1/responses/%s and previous_response_id will not find it. Send \"store\": false to run without storing.", cause, id)}
+}
+
+// roomToStore refuses, before the model runs, a response that could not
+// be stored after it: one certain to be larger than a stored response
+// may be (its conversation and input alone are), one etcd has no room
+// for now, and one beyond the account's quotas.
+func (h *Handler) roomToStore(ctx context.Context, account string, conv, input []upstream.Message) error {
+	// The stored response holds the whole conversation and the input
+	// again; their text alone is a lower bound of its size.
+	if n := textBytes(conv) + textBytes(input); n > etcdx.BlobMaxRaw {
+		return &completion.FieldError{Status: http.StatusBadRequest, Field: "store", Code: "response_too_large",
+			Msg: fmt.Sprintf("a stored response holds at most %d bytes, and this one would hold more than %d (the conversation so far and this input): continue with \"store\": false, or start a new conversation", etcdx.BlobMaxRaw, n)}
+	}
+	if h.responses.Room != nil {
+		if err := h.responses.Room(0); err != nil {
+			return errs.New(errs.Unavailable, "responses cannot be stored now (%v); send \"store\": false to run without storing", err)
+		}
+	}
 	if h.responses.Limits == nil {
 		return nil
 	}
@@ -207,6 +291,18 @@ func (h *Handler) roomToStore(ctx context.Context, account string) error {
 	}
 	return quotas.Check(ctx, h.responses.Etcd, quotas.StoredResponses, account,
 		quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: 0}, limits)
+}
+
+// textBytes is the text of msgs: their contents and tool arguments.
+func textBytes(msgs []upstream.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Content)
+		for _, c := range m.ToolCalls {
+			n += len(c.Arguments)
+		}
+	}
+	return n
 }
 
 // checkCallIDs refuses a tool result whose call is nowhere in the

@@ -262,10 +262,30 @@ func (s *responseStream) complete(obj map[string]any) {
 		}
 	}
 	typ := "response.completed"
-	if obj["status"] == "incomplete" {
+	switch obj["status"] {
+	case "incomplete":
 		typ = "response.incomplete"
+	case "failed":
+		// It ran, but could not be stored as asked (see notStored).
+		e, _ := obj["error"].(map[string]any)
+		code, _ := e["code"].(string)
+		msg, _ := e["message"].(string)
+		if s.errorEvent(code, msg, "store") != nil {
+			return
+		}
+		typ = "response.failed"
 	}
 	_ = s.event(typ, map[string]any{"response": obj})
+}
+
+// errorEvent sends OpenAI's error event, which comes before
+// response.failed.
+func (s *responseStream) errorEvent(code, msg, param string) error {
+	var p any
+	if param != "" {
+		p = param
+	}
+	return s.event("error", map[string]any{"code": code, "message": msg, "param": p})
 }
 
 // fail ends the stream with response.failed, the error in the response.
@@ -282,5 +302,8 @@ func (s *responseStream) fail(e apiError) {
 		code = e.Type
 	}
 	s.obj["error"] = map[string]any{"code": code, "message": e.Message}
+	if s.errorEvent(code, e.Message, e.Param) != nil {
+		return
+	}
 	_ = s.event("response.failed", map[string]any{"response": s.obj})
 }

@@ -30,19 +30,25 @@ const (
 	// BlobChunk is the size of one chunk, well under etcd's request
 	// limit.
 	BlobChunk = 512 << 10
-	// blobInflate bounds how much a blob may grow when decompressed
-	// relative to its limit: only conch writes blobs, this is a guard.
+	// BlobMaxRaw bounds a blob decoded (its JSON): what reading one back
+	// costs in memory. A blob larger decoded is not stored, however well
+	// it compresses, and a reader reads at least this much, so every blob
+	// stored can be read back.
+	BlobMaxRaw = 128 << 20
+	// blobInflate is how much the readers before BlobMaxRaw let a blob
+	// grow decompressed, relative to its compressed size; blobs they
+	// could read stay readable.
 	blobInflate = 64
 )
 
 // PutBlob stores v under prefix on lease (see Leases). A blob larger than
-// limit bytes, compressed, is not stored: the error is
-// errs.ResourceExhausted. A blob of one chunk takes one etcd request.
+// limit bytes compressed, or BlobMaxRaw decoded, is not stored: the error
+// is errs.ResourceExhausted. A blob of one chunk takes one etcd request.
 func PutBlob(ctx context.Context, cli *clientv3.Client, prefix string, v any, lease clientv3.LeaseID, limit int) error {
 	if !strings.HasSuffix(prefix, "/") {
 		return fmt.Errorf("etcdx: blob prefix %q must end in /", prefix)
 	}
-	data, err := encodeBlob(v, limit)
+	data, err := encodeBlob(v, limit, BlobMaxRaw)
 	if err != nil {
 		return err
 	}
@@ -68,8 +74,8 @@ type blobEncoder struct {
 func (e *blobEncoder) Write(p []byte) (int, error) { return e.out.Write(p) }
 
 // encodeBlob is v as gzip-compressed JSON, refused when larger than
-// limit bytes.
-func encodeBlob(v any, limit int) ([]byte, error) {
+// limit bytes, or than rawLimit bytes before compression.
+func encodeBlob(v any, limit, rawLimit int) ([]byte, error) {
 	var buf bytes.Buffer
 	e := blobEncoders.Get().(*blobEncoder)
 	defer func() {
@@ -78,8 +84,16 @@ func encodeBlob(v any, limit int) ([]byte, error) {
 	}()
 	e.out = &buf
 	e.zw.Reset(e)
-	if err := json.NewEncoder(e.zw).Encode(v); err != nil {
+	raw := &countingWriter{w: e.zw}
+	enc := json.NewEncoder(raw)
+	// Text the model and the user wrote is full of <, > and &: kept as
+	// they are, not as six-byte escapes.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("etcdx: encode: %w", err)
+	}
+	if raw.n > rawLimit {
+		return nil, errs.New(errs.ResourceExhausted, "%d bytes of JSON, more than the %d a stored value may hold", raw.n, rawLimit)
 	}
 	if err := e.zw.Close(); err != nil {
 		return nil, fmt.Errorf("etcdx: encode: %w", err)
@@ -88,6 +102,18 @@ func encodeBlob(v any, limit int) ([]byte, error) {
 		return nil, errs.New(errs.ResourceExhausted, "%d bytes compressed, more than the %d kept", buf.Len(), limit)
 	}
 	return buf.Bytes(), nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
 }
 
 // putChunks writes an encoded blob's chunks and, with the last, its head.
@@ -165,7 +191,7 @@ func PutBlobClaimed(ctx context.Context, cli *clientv3.Client, leases *Leases, p
 	if !strings.HasSuffix(prefix, "/") {
 		return fmt.Errorf("etcdx: blob prefix %q must end in /", prefix)
 	}
-	data, err := encodeBlob(v, limit)
+	data, err := encodeBlob(v, limit, BlobMaxRaw)
 	if err != nil {
 		return err
 	}
@@ -211,7 +237,10 @@ func DecodeBlob(kvs []*mvccpb.KeyValue, v any) (found bool, err error) {
 	if err != nil {
 		return false, errs.Wrap(errs.Internal, err, "etcdx: decode blob")
 	}
-	if err := json.NewDecoder(io.LimitReader(zr, int64(blobInflate*max(len(data), BlobChunk)))).Decode(v); err != nil {
+	// The bound guards memory against a blob conch did not write: every
+	// blob it writes is at most BlobMaxRaw decoded.
+	bound := max(BlobMaxRaw, blobInflate*len(data))
+	if err := json.NewDecoder(io.LimitReader(zr, int64(bound))).Decode(v); err != nil {
 		return false, errs.Wrap(errs.Internal, err, "etcdx: decode blob")
 	}
 	return true, nil

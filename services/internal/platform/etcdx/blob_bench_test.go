@@ -13,7 +13,7 @@ func BenchmarkEncodeBlob(b *testing.B) {
 	v["output"] = items
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := encodeBlob(v, 1<<20); err != nil {
+		if _, err := encodeBlob(v, 1<<20, BlobMaxRaw); err != nil {
 			b.Fatal(err)
 		}
 	}

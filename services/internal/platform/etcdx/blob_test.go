@@ -3,6 +3,7 @@ package etcdx_test
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +29,9 @@ func TestBlob(t *testing.T) {
 		{"small", "hello", 1 << 20, true},
 		{"chunked", base64.StdEncoding.EncodeToString(random), 8 << 20, true},
 		{"over the limit", base64.StdEncoding.EncodeToString(random), 1 << 20, false},
+		// Well under the limit compressed, and larger decoded than
+		// blobInflate times that: stored, and so read back whole.
+		{"compressible", strings.Repeat("a", 40<<20), 1 << 20, true},
 	} {
 		prefix := "/test/blob/" + tc.name + "/"
 		err := etcdx.PutBlobLeased(ctx, cli, leases, prefix, map[string]string{"v": tc.value}, tc.limit)

@@ -37,6 +37,9 @@ type EmbeddedOptions struct {
 	UnsafeNoFsync bool
 	// Logger receives etcd's error logs; nil discards them.
 	Logger *slog.Logger
+	// QuotaBytes is the backend quota: past it etcd raises NOSPACE and
+	// refuses writes. Zero means 2 GiB.
+	QuotaBytes int64
 	// TLS, when set, makes etcd serve clients and its peer over TLS and
 	// accept only clients holding a certificate its CA signed; with auth
 	// on, each client's user is its certificate's common name.
@@ -69,7 +72,7 @@ type Embedded struct {
 // StartEmbedded starts a single-member etcd on free loopback ports and
 // waits until it serves. It retries with new ports if another process
 // grabbed a chosen port first. Auto-compaction keeps one hour of history
-// and the backend quota is 2 GiB.
+// and the backend quota is 2 GiB unless opts says otherwise.
 func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("etcdx: start embedded etcd: no data dir")
@@ -103,6 +106,9 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 
 	cfg := newConfig("conch", opts.Dir, *clientURL, *peerURL, opts.UnsafeNoFsync)
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if opts.QuotaBytes > 0 {
+		cfg.QuotaBackendBytes = opts.QuotaBytes
+	}
 	if opts.TLS != nil {
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = opts.TLS.info(), opts.TLS.info()
 	}
