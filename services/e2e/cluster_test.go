@@ -79,6 +79,7 @@ func startCluster(t testing.TB, n int, executorArgs ...string) *cluster {
 		"CONCH_WORKSPACE_DIR="+t.TempDir(),
 		"CONCH_SIGNING_KEYS=k1:cluster-signing-key-0123456789abcdef",
 		"CONCH_SECRETS_KEY="+sealtest.KeyText(t),
+		"CONCH_OUTBOUND_ALLOW="+modelHost,
 	)
 	c := &cluster{etcd: cli}
 	c.start = func(args ...string) *exec.Cmd {

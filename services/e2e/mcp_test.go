@@ -349,34 +349,74 @@ func TestMCP(t *testing.T) {
 	})
 
 	t.Run("an elicitation is withdrawn when REST answers first", func(t *testing.T) {
+		// The question reaches the client, the user does not answer it,
+		// and REST answers meanwhile: conch tells the client the question
+		// is withdrawn (notifications/cancelled for it, which ends the
+		// handler's context) and the call returns REST's answer.
+		asked := make(chan string, 1)
 		withdrawn := make(chan struct{})
 		cs := mcpConnect(t, d, d.Key, "/mcp/mcp-strict", &mcp.ClientOptions{ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			// The user never answers here. The handler gives up after a
-			// while so that closing the session cannot hang on it.
+			asked <- r.Params.Message
 			select {
 			case <-ctx.Done():
 				close(withdrawn)
 				return nil, ctx.Err()
-			case <-time.After(15 * time.Second):
+			case <-t.Context().Done():
+				// The test failed or ended: closing the session must not
+				// wait on this handler.
 				return nil, errors.New("no answer")
 			}
 		}})
-		answered := answerWhenPending(t, d, "touch /tmp/mcp-raced", "deny", func(pendingApproval) {})
-		r := shell(t, t.Context(), cs, "touch /tmp/mcp-raced")
-		if code := <-answered; code != http.StatusOK {
-			t.Fatalf("REST resolve = %d", code)
+		const command = "touch /tmp/mcp-raced"
+		done := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "shell", Arguments: map[string]any{"command": command}})
+			if err != nil {
+				t.Errorf("shell %q: %v", command, err)
+			}
+			done <- res
+		}()
+		var question string
+		select {
+		case question = <-asked:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the client was never asked")
 		}
-		if r.Outcome.Type != "error" || !strings.Contains(r.Error, "not allowed") {
-			t.Fatalf("denied command = %+v", r)
+		_, id, ok := strings.Cut(question, "(approval ")
+		id, _, _ = strings.Cut(id, ")")
+		if !ok || id == "" || !strings.Contains(question, "Command: "+command) {
+			t.Fatalf("question = %q", question)
 		}
-		// conch stops waiting on the question at once (the call above
-		// returned with REST's answer); whether the client hears of it is
-		// the SDK's cancellation notice, which a question cancelled while
-		// it is being sent does not always get.
+		if code, body := d.call("POST", "/api/v1/approvals/"+id+":resolve", d.Key, map[string]string{"decision": "deny"}); code != http.StatusOK {
+			t.Fatalf("REST resolve = %d %s", code, body)
+		}
 		select {
 		case <-withdrawn:
 		case <-time.After(10 * time.Second):
-			t.Log("the client was not told the question was withdrawn")
+			t.Fatal("the client was not told the question was withdrawn")
+		}
+		var res *mcp.CallToolResult
+		select {
+		case res = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the call did not return after REST answered")
+		}
+		if res == nil {
+			t.FailNow() // the call's error is reported above
+		}
+		var r mcpShell
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, &r); err != nil || r.Outcome.Type != "error" || !strings.Contains(r.Error, "not allowed") {
+			t.Fatalf("denied command = %s (%v)", b, err)
+		}
+		// REST's answer is the one recorded, not the question's.
+		_, body := d.call("GET", "/api/v1/approvals/"+id, d.Key, nil)
+		var a struct {
+			State      string
+			ResolvedBy string `json:"resolved_by"`
+		}
+		if err := json.Unmarshal(body, &a); err != nil || a.State != "denied" || strings.HasSuffix(a.ResolvedBy, " via mcp") {
+			t.Fatalf("approval after REST answered = %s", body)
 		}
 	})
 

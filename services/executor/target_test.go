@@ -59,8 +59,10 @@ func TestExecRunsThePlan(t *testing.T) {
 	wctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	go func() { _ = docs.WatchDocuments(wctx) }()
-	for !docs.DocumentsCached() {
-		time.Sleep(10 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); !docs.DocumentsCached(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the documents were never cached")
+		}
 	}
 	svc.denyRules = docs
 	_, id, err := svc.Create(t.Context(), "acme", CreateParams{})

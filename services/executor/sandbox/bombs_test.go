@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ func TestBombsStayInTheirGroups(t *testing.T) {
 
 	var wg sync.WaitGroup
 	results := make([]result, 2)
+	memoryDone := make(chan struct{})
 	for i, c := range []struct {
 		sb  *Sandbox
 		cmd string
@@ -52,10 +54,24 @@ func TestBombsStayInTheirGroups(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			results[i], _ = run(t, c.sb, Options{Command: c.cmd}, 60*time.Second)
+			if c.sb == memory {
+				close(memoryDone)
+			}
 		}()
 	}
-	// While they run: the third sandbox and the host answer.
-	time.Sleep(3 * time.Second)
+	// While they run, once both are at work (the fork bomb holds 32
+	// processes, the memory bomb 64 MiB or has ended): the third sandbox
+	// and the host answer.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		forking := groupValue(t, forks, "pids", "pids.current") >= 32
+		filling := groupValue(t, memory, "memory", memoryUsage(r)) >= 64<<20 || closed(memoryDone)
+		if forking && filling {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bombs never got going: forking %v, filling %v", forking, filling)
+		}
+	}
 	if got := sh(t, third, "echo alive").stdout; got != "alive\n" {
 		t.Errorf("third sandbox during the bombs: %q", got)
 	}
@@ -86,6 +102,33 @@ func readParent(t *testing.T, r *Runtime, controller, file string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// groupValue reads the number in file of sb's group in controller's
+// hierarchy.
+func groupValue(t *testing.T, sb *Sandbox, controller, file string) int64 {
+	t.Helper()
+	dir := sb.cg.dirs[0]
+	if !sb.cg.root.v2 {
+		dir = sb.cg.dirs[slices.Index(cgroupControllers, controller)]
+	}
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// memoryUsage is the file that holds a group's memory in use.
+func memoryUsage(r *Runtime) string {
+	if r.cgroups.v2 {
+		return "memory.current"
+	}
+	return "memory.usage_in_bytes"
 }
 
 // parentPids is how many processes the parent group holds now.

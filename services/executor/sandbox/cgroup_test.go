@@ -256,6 +256,22 @@ func processesBelow(t *testing.T, root int) []int {
 	return out
 }
 
+// waitReading waits until process pid is blocked reading file descriptor
+// fd.
+func waitReading(t *testing.T, pid, fd int) {
+	t.Helper()
+	want := fmt.Sprintf("%d 0x%x ", unix.SYS_READ, fd)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if err == nil && strings.HasPrefix(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is not reading fd %d: %q %v", pid, fd, b, err)
+		}
+	}
+}
+
 // TestLaunchWaitsInItsCgroupAndEndsFirst checks a launch, bubblewrap
 // started ahead of its sandbox: it is in its cgroup, has made no namespace
 // and started nothing while its arguments have not come; closing it kills
@@ -269,7 +285,9 @@ func TestLaunchWaitsInItsCgroupAndEndsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := l.cmd.Process.Pid
-	time.Sleep(50 * time.Millisecond) // what it would do unasked, it has had time to
+	// Once it waits on its argument pipe (fd 4), it has done all it does
+	// unasked.
+	waitReading(t, pid, 4)
 	in, err := l.cg.pids()
 	if err != nil || !slices.Contains(in, pid) {
 		t.Fatalf("bubblewrap %d is not in its cgroup %v (%v)", pid, in, err)

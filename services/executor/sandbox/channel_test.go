@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -152,12 +153,21 @@ func TestNoCommandWritesAnothersScript(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{})
 	sh(t, sb, "true") // a spare is started after each command
-	writer, err := sb.Start(Options{Budget: 0, Command: `while :; do for f in /proc/[0-9]*/fd/*; do ` +
-		`[ -p "$f" ] && printf 'touch /tmp/injected\n' 2>/dev/null >"$f"; done; done`})
+	// It says when it starts writing; the rest of its output (it writes
+	// into its own pipes too) is dropped inside the sandbox.
+	writing := make(chan struct{})
+	var once sync.Once
+	writer, err := sb.Start(Options{Budget: 1, OnOutput: func(Stream, []byte) { once.Do(func() { close(writing) }) },
+		Command: `echo; while :; do for f in /proc/[0-9]*/fd/*; do ` +
+			`[ -p "$f" ] && printf 'touch /tmp/injected\n' 2>/dev/null >"$f"; done; done`})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-writing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer never started")
+	}
 	for range 30 {
 		if r, timedOut := run(t, sb, Options{Command: "true", Budget: -1}, 10*time.Second); timedOut || r.exit.Code != 0 {
 			t.Fatalf("command beside the writer: timed out %v, %+v", timedOut, r)

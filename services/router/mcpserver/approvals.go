@@ -50,6 +50,9 @@ type callEvents struct {
 	elicit    bool
 	approvals approvalv1.ApprovalServiceClient
 	s         *session
+	// notices is the call's HTTP response, nil when the call came
+	// otherwise.
+	notices *noticeWriter
 
 	mu       sync.Mutex
 	progress float64
@@ -60,7 +63,8 @@ var _ loop.Events = (*callEvents)(nil)
 
 func (s *session) events(ctx context.Context, req *mcp.CallToolRequest) *callEvents {
 	ctx, cancel := context.WithCancel(ctx)
-	e := &callEvents{ctx: ctx, cancel: cancel, ss: req.Session, token: req.Params.GetProgressToken(), approvals: s.opts.Approvals, s: s}
+	e := &callEvents{ctx: ctx, cancel: cancel, ss: req.Session, token: req.Params.GetProgressToken(), approvals: s.opts.Approvals, s: s,
+		notices: requestNotices(req.Extra)}
 	if p := req.Session.InitializeParams(); p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil {
 		e.elicit = true
 	}
@@ -71,10 +75,11 @@ func (s *session) events(ctx context.Context, req *mcp.CallToolRequest) *callEve
 // questions to be withdrawn before it answers anyway.
 const withdrawWait = 2 * time.Second
 
-// stop ends the questions still open once the call is over. The call's
-// result does not wait on a client slow to take a question back: a
-// question still open then ends with the session, and an answer to it
-// finds the approval decided.
+// stop ends the questions still open once the call is over, and waits
+// until the client has been sent the withdrawal of each. The call's
+// result does not wait longer than withdrawWait: a question still open
+// then ends with the session, and an answer to it finds the approval
+// decided.
 func (e *callEvents) stop() {
 	e.cancel()
 	done := make(chan struct{})
@@ -152,6 +157,12 @@ func (e *callEvents) ask(a *approvalv1.Approval) {
 	}()
 	res, err := e.ss.Elicit(ctx, &mcp.ElicitParams{Message: approvalText(a), RequestedSchema: decisionSchema})
 	if err != nil {
+		if ctx.Err() != nil && e.notices != nil {
+			// Withdrawn: the SDK is sending the client
+			// notifications/cancelled, from a goroutine of its own; the
+			// call's result must not overtake it.
+			e.notices.wait(e.notices.expect(), withdrawWait)
+		}
 		return
 	}
 	decision, ok := elicitedDecision(res)

@@ -13,4 +13,6 @@
 //   - tools.go: the tools, their schemas and argument checks
 //   - files.go: the workspace file tools and resources
 //   - approvals.go: pending approvals, elicitation and progress
+//   - notices.go: a call's HTTP response, which counts the withdrawals
+//     written on it
 package mcpserver

@@ -111,7 +111,11 @@ func NewHandler(opts Options) (*Handler, error) {
 		if !ok {
 			return nil, auth.ErrInvalidToken
 		}
-		return &auth.TokenInfo{UserID: scope.Account, Expiration: time.Now().Add(time.Hour), Extra: map[string]any{scopeExtra: scope}}, nil
+		extra := map[string]any{scopeExtra: scope}
+		if w, ok := r.Context().Value(noticeKey{}).(*noticeWriter); ok {
+			extra[noticeExtra] = w
+		}
+		return &auth.TokenInfo{UserID: scope.Account, Expiration: time.Now().Add(time.Hour), Extra: extra}, nil
 	}, nil)(sdk)
 	return h, nil
 }
@@ -254,6 +258,10 @@ func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request, s *sessio
 			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	if call.IsValid() {
+		nw := newNoticeWriter(w)
+		w, r = nw, r.WithContext(context.WithValue(r.Context(), noticeKey{}, nw))
 	}
 	h.sdk.ServeHTTP(w, r)
 	if call.IsValid() && r.Context().Err() != nil {
