@@ -616,6 +616,11 @@ type countedConn struct {
 	once           sync.Once
 	done           func(sent, received int64, err error)
 	failed         atomic.Pointer[error]
+	// io is held shared by each Read and Write until it has counted
+	// its bytes, and by Close alone before it reports them: the
+	// transport's read loop may close the connection on the answer
+	// before its write loop has counted the request it wrote.
+	io sync.RWMutex
 }
 
 func (s *session) counted(c net.Conn, done func(sent, received int64, err error)) *countedConn {
@@ -627,6 +632,8 @@ func (s *session) counted(c net.Conn, done func(sent, received int64, err error)
 func (c *countedConn) fail(err error) { c.failed.Store(&err) }
 
 func (c *countedConn) Read(b []byte) (int, error) {
+	c.io.RLock()
+	defer c.io.RUnlock()
 	if c.s.left() <= 0 {
 		return 0, errBudget
 	}
@@ -637,6 +644,8 @@ func (c *countedConn) Read(b []byte) (int, error) {
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
+	c.io.RLock()
+	defer c.io.RUnlock()
 	if c.s.left() <= 0 {
 		return 0, errBudget
 	}
@@ -648,6 +657,10 @@ func (c *countedConn) Write(b []byte) (int, error) {
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
+	// A Read or Write still under way returns now the connection is
+	// closed; its bytes are counted before they are reported.
+	c.io.Lock()
+	defer c.io.Unlock()
 	c.once.Do(func() {
 		c.s.untrack(c.Conn)
 		var failed error
