@@ -138,17 +138,25 @@ func RunMinIOAuth(ctx context.Context, cfg MinIOAuthConfig, out io.Writer) error
 // while MinIO does not answer.
 func ensureMinIOUsersWaiting(ctx context.Context, cfg MinIOAuthConfig, log *slog.Logger) error {
 	endpoint, secure := s3Endpoint(cfg.Endpoint, cfg.Secure)
-	ctx, cancel := context.WithTimeout(ctx, cfg.Wait)
+	return EnsureMinIOUsersWaiting(ctx, endpoint, secure, cfg.RootUser, cfg.RootPassword, cfg.users(), cfg.Wait, log)
+}
+
+// EnsureMinIOUsersWaiting is EnsureMinIOUsers retried for up to wait
+// while MinIO does not answer, or has not yet taken in a policy it was
+// just given (a MinIO that has just started loads its IAM state in the
+// background).
+func EnsureMinIOUsersWaiting(ctx context.Context, endpoint string, secure bool, rootUser, rootPassword string, users []MinIOUser, wait time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		err := EnsureMinIOUsers(ctx, endpoint, secure, cfg.RootUser, cfg.RootPassword, cfg.users())
+		err := EnsureMinIOUsers(ctx, endpoint, secure, rootUser, rootPassword, users)
 		if err == nil || !retryable(err) {
 			return err
 		}
 		log.Warn("MinIO users not set up yet; retrying", "err", err, "retry_in", minioAuthRetry)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("minio-auth: gave up after %v: %w", cfg.Wait, err)
+			return fmt.Errorf("minio-auth: gave up after %v: %w", wait, err)
 		case <-time.After(minioAuthRetry):
 		}
 	}

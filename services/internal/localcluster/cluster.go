@@ -179,7 +179,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	// Each service that uses MinIO is a MinIO user limited to its bucket.
-	if err := launch.EnsureMinIOUsers(ctx, c.state.S3.Endpoint, false, c.state.S3.AccessKey, c.state.S3.SecretKey, slices.Collect(maps.Values(c.state.S3.Users))); err != nil {
+	if err := launch.EnsureMinIOUsersWaiting(ctx, c.state.S3.Endpoint, false, c.state.S3.AccessKey, c.state.S3.SecretKey, slices.Collect(maps.Values(c.state.S3.Users)), time.Minute, c.log); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
 	var services []string

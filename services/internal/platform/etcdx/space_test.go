@@ -127,8 +127,11 @@ func TestSpaceWatcherRecoversFromNoSpace(t *testing.T) {
 	value := strings.Repeat("x", 256<<10)
 	var err error
 	for i := 0; err == nil; i++ {
-		if i > 2*quota/len(value) {
-			t.Fatal("etcd took twice its quota without raising NOSPACE")
+		// etcd judges its quota by its file, which grows only as its
+		// backend commits (every 100ms): a fast loop may pass the quota
+		// by what one batch holds before it is refused.
+		if i > 8*quota/len(value) {
+			t.Fatal("etcd took eight times its quota without raising NOSPACE")
 		}
 		_, err = cli.Put(ctx, fmt.Sprintf("fill/%04d", i), value)
 	}
