@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/conch-sh/conch/services/internal/platform/etcdx"
+	"github.com/conch-sh/conch/services/internal/platform/pki"
+	"github.com/conch-sh/conch/services/launch"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestStoredResponseReadBack: what the Responses API accepts for storing
@@ -151,13 +156,14 @@ func TestResponseNotStored(t *testing.T) {
 	})
 }
 
-// TestEtcdSpace runs conch dev on an etcd of 16 MiB and stores responses
-// until etcd is short of space: the store is refused with an answer
-// naming etcd's space (before the model runs past the high-water mark,
-// after it when etcd refused the write), /readyz reports it in its body
-// while staying 200, and the metrics show it; once the responses are
-// deleted the router compacts and defragments etcd (and disarms NOSPACE),
-// and responses are stored again, with no operator.
+// TestEtcdSpace runs conch dev on an etcd of 16 MiB. Stored responses
+// live in the object store: more of them than etcd could ever hold are
+// stored, and etcd stays as it was. Then etcd is filled by hand (as an
+// operator's mistake or a bug would) until it is short of space: storing a
+// response is refused before the model runs, naming etcd's space; /readyz
+// reports it in its body while staying 200, and the metrics show it; once
+// the keys are deleted the router compacts and defragments etcd (and
+// disarms NOSPACE), and responses are stored again, with no operator.
 func TestEtcdSpace(t *testing.T) {
 	t.Parallel()
 	const quota = 16 << 20
@@ -197,75 +203,111 @@ func TestEtcdSpace(t *testing.T) {
 	if ready.Status != "ready" || ready.Etcd.Writes != "all" || len(ready.Etcd.Members) != 1 || ready.Etcd.Members[0].Quota != quota {
 		t.Fatalf("/readyz of a fresh cluster: %+v", ready)
 	}
+	sizeBefore := ready.Etcd.Members[0].Size
 
+	// 24 responses of 768 KiB of random bytes: more than etcd holds.
 	random := make([]byte, 768<<10)
 	var stored []string
-	for {
-		if len(stored) > 2*quota/len(random) {
-			t.Fatalf("%d responses of %d bytes stored in an etcd of %d", len(stored), len(random), quota)
-		}
+	for range 24 {
 		_, _ = rand.Read(random)
 		code, body := d.call("POST", "/v1/responses", d.Key, map[string]any{"model": "default", "input": base64.StdEncoding.EncodeToString(random)})
-		if code == http.StatusOK {
-			var r struct{ ID string }
-			_ = json.Unmarshal(body, &r)
-			stored = append(stored, r.ID)
-			continue
+		if code != http.StatusOK {
+			t.Fatalf("storing response %d: %d %.300s", len(stored), code, body)
 		}
-		// Refused before the model ran, past the mark; or after it,
-		// when etcd refused the write.
-		if !(code == http.StatusServiceUnavailable && strings.Contains(string(body), "responses cannot be stored now (etcd is")) &&
-			!(code == http.StatusInsufficientStorage && strings.Contains(string(body), "response_not_stored")) {
-			t.Fatalf("storing a response in a full etcd: %d %.500s", code, body)
-		}
-		t.Logf("after %d responses stored: %d %.300s", len(stored), code, body)
-		break
+		var r struct{ ID string }
+		_ = json.Unmarshal(body, &r)
+		stored = append(stored, r.ID)
 	}
-	// The refused response's own size may be what passed the mark: fill
-	// what room is left with small ones until bulk writes stop.
-	small := make([]byte, 32<<10)
-	for i := 0; ; i++ {
-		if readyz(t); ready.Etcd.Writes != "all" {
+	last := stored[len(stored)-1]
+	if code, body := d.call("GET", "/v1/responses/"+stored[0], d.Key, nil); code != http.StatusOK {
+		t.Fatalf("GET the first: %d %.300s", code, body)
+	}
+	waitReadyz(t, "a fresh read of etcd's size", func() bool { return ready.Etcd.Checked != "" })
+	if grew := ready.Etcd.Members[0].Size - sizeBefore; grew > quota/4 {
+		t.Fatalf("etcd grew by %d bytes for %d stored responses: they are not kept there", grew, len(stored))
+	}
+
+	// Fill etcd by hand, as root.
+	cli := devEtcd(t, d)
+	filled := 0
+	for ; ; filled++ {
+		if filled > 2*quota/len(random) {
+			t.Fatalf("%d values of %d bytes put in an etcd of %d", filled, len(random), quota)
+		}
+		_, _ = rand.Read(random)
+		if _, err := cli.Put(t.Context(), fmt.Sprintf("e2e/fill/%03d", filled), string(random)); err != nil {
+			t.Logf("etcd refused the fill after %d values: %v", filled, err)
 			break
 		}
-		if i > 4*len(random)/len(small) {
-			t.Fatalf("/readyz still lets bulk writes go after %d small responses: %+v", i, ready)
-		}
-		_, _ = rand.Read(small)
-		code, body := d.call("POST", "/v1/responses", d.Key, map[string]any{"model": "default", "input": base64.StdEncoding.EncodeToString(small)})
-		switch {
-		case code == http.StatusOK:
-			var r struct{ ID string }
-			_ = json.Unmarshal(body, &r)
-			stored = append(stored, r.ID)
-		case code == http.StatusServiceUnavailable || code == http.StatusInsufficientStorage:
-			time.Sleep(200 * time.Millisecond) // the watcher's next read shows it
-		default:
-			t.Fatalf("storing a small response near the mark: %d %.300s", code, body)
+		if readyz(t); ready.Etcd.Writes != "all" {
+			break
 		}
 	}
 	waitReadyz(t, "etcd short of space", func() bool { return ready.Etcd.Writes != "all" })
 	if ready.Status != "degraded" {
 		t.Fatalf("/readyz with etcd short of space: %+v", ready)
 	}
-	_, body := d.call("GET", "/metrics", "", nil)
+	code, body := d.call("POST", "/v1/responses", d.Key, map[string]any{"model": "default", "input": "run: echo never", "previous_response_id": last})
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "responses cannot be stored now (etcd is") {
+		t.Fatalf("storing a response with etcd short of space: %d %.500s", code, body)
+	}
+	_, body = d.call("GET", "/metrics", "", nil)
 	for _, m := range []string{`conch_etcd_db_size_bytes{member="conch"`, `conch_etcd_db_quota_bytes{member="conch"`, `conch_etcd_alarm{alarm="NOSPACE"`, `conch_etcd_space_maintainer{`} {
 		if !strings.Contains(string(body), m) {
 			t.Fatalf("no %s in /metrics", m)
 		}
 	}
-
-	// Deletes go through even under NOSPACE.
-	for _, id := range stored {
+	// What was stored is still read, and deletes go through, even under
+	// NOSPACE.
+	if code, body := d.call("GET", "/v1/responses/"+last, d.Key, nil); code != http.StatusOK {
+		t.Fatalf("GET a stored response with etcd short of space: %d %.300s", code, body)
+	}
+	for _, id := range stored[:4] {
 		if code, body := d.call("DELETE", "/v1/responses/"+id, d.Key, nil); code != http.StatusOK {
 			t.Fatalf("delete %s: %d %s", id, code, body)
 		}
 	}
+	if _, err := cli.Delete(t.Context(), "e2e/fill/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
 	waitReadyz(t, "etcd's space freed", func() bool { return ready.Etcd.Writes == "all" && len(ready.Etcd.Alarms) == 0 })
 	if ready.Status != "ready" || ready.Etcd.Members[0].Size >= quota*8/10 {
-		t.Fatalf("/readyz after the responses were deleted: %+v", ready)
+		t.Fatalf("/readyz after the fill was deleted: %+v", ready)
 	}
-	if code, body := d.call("POST", "/v1/responses", d.Key, map[string]any{"model": "default", "input": "stored again"}); code != http.StatusOK {
-		t.Fatalf("storing a response once space is back: %d %s", code, body)
+	if code, body := d.call("POST", "/v1/responses", d.Key, map[string]any{"model": "default", "input": "stored again", "previous_response_id": last}); code != http.StatusOK {
+		t.Fatalf("continuing once space is back: %d %s", code, body)
 	}
+}
+
+// devEtcd is a client of the running conch dev's etcd as root, with the
+// certificate dev keeps in its data dir and the endpoint it logged.
+func devEtcd(t *testing.T, d *dev) *clientv3.Client {
+	t.Helper()
+	var endpoints []string
+	for line := range strings.SplitSeq(d.stderr.String(), "\n") {
+		var rec struct {
+			Msg       string
+			Endpoints []string
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "embedded etcd" {
+			endpoints = rec.Endpoints
+		}
+	}
+	if len(endpoints) == 0 {
+		t.Fatal("conch dev logged no etcd endpoint")
+	}
+	certs, err := launch.MakeEtcdPKI(filepath.Join(d.DataDir, "pki"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, err := pki.ClientConfig(certs.CAFile, certs.Pairs[launch.EtcdRootCert])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := etcdx.NewClient(t.Context(), etcdx.ClientOptions{Endpoints: endpoints, TLS: tlsCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
 }

@@ -13,6 +13,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	const secret = "CONCH_INTERNAL_SECRET=0123456789abcdef"
 	const keys = "CONCH_SECRETS_KEY=k1:YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE="
+	const responses = "CONCH_RESPONSES_DIR=/var/lib/conch/responses"
 	tests := []struct {
 		name      string
 		newConfig func() any
@@ -32,17 +33,17 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"dev bad public url", devConfig, []string{"--public-url", "conch.example"}, nil, "--public-url"},
 		{"dev secrets key", devConfig, nil, []string{keys}, ""},
 		{"dev bad secrets key", devConfig, nil, []string{"CONCH_SECRETS_KEY=k1:short"}, "CONCH_SECRETS_KEY"},
-		{"router valid", routerConfig, nil, []string{secret, keys}, ""},
+		{"router valid", routerConfig, nil, []string{secret, keys, responses}, ""},
 		{"router missing secret", routerConfig, nil, []string{keys}, "CONCH_INTERNAL_SECRET"},
 		{"router missing secrets key", routerConfig, nil, []string{secret}, "CONCH_SECRETS_KEY"},
-		{"router bad grpc addr", routerConfig, []string{"--grpc-addr", "x"}, []string{secret, keys}, "--grpc-addr"},
-		{"router empty etcd", routerConfig, []string{"--etcd-endpoints", ""}, []string{secret, keys}, "--etcd-endpoints"},
-		{"router bad shutdown timeout", routerConfig, []string{"--shutdown-timeout", "soon"}, []string{secret, keys}, "--shutdown-timeout"},
-		{"router zero shutdown timeout", routerConfig, []string{"--shutdown-timeout", "0s"}, []string{secret, keys}, "--shutdown-timeout"},
-		{"router zero etcd request timeout", routerConfig, []string{"--etcd-request-timeout", "0s"}, []string{secret, keys}, "--etcd-request-timeout"},
-		{"router etcd admin", routerConfig, []string{"--etcd-ca-file", "ca.pem", "--etcd-admin-cert-file", "root.pem", "--etcd-admin-key-file", "root-key.pem"}, []string{secret, keys}, ""},
-		{"router etcd admin without key", routerConfig, []string{"--etcd-ca-file", "ca.pem", "--etcd-admin-cert-file", "root.pem"}, []string{secret, keys}, "--etcd-admin-cert-file"},
-		{"router etcd admin without CA", routerConfig, []string{"--etcd-admin-cert-file", "root.pem", "--etcd-admin-key-file", "root-key.pem"}, []string{secret, keys}, "--etcd-ca-file"},
+		{"router bad grpc addr", routerConfig, []string{"--grpc-addr", "x"}, []string{secret, keys, responses}, "--grpc-addr"},
+		{"router empty etcd", routerConfig, []string{"--etcd-endpoints", ""}, []string{secret, keys, responses}, "--etcd-endpoints"},
+		{"router bad shutdown timeout", routerConfig, []string{"--shutdown-timeout", "soon"}, []string{secret, keys, responses}, "--shutdown-timeout"},
+		{"router zero shutdown timeout", routerConfig, []string{"--shutdown-timeout", "0s"}, []string{secret, keys, responses}, "--shutdown-timeout"},
+		{"router zero etcd request timeout", routerConfig, []string{"--etcd-request-timeout", "0s"}, []string{secret, keys, responses}, "--etcd-request-timeout"},
+		{"router etcd admin", routerConfig, []string{"--etcd-ca-file", "ca.pem", "--etcd-admin-cert-file", "root.pem", "--etcd-admin-key-file", "root-key.pem"}, []string{secret, keys, responses}, ""},
+		{"router etcd admin without key", routerConfig, []string{"--etcd-ca-file", "ca.pem", "--etcd-admin-cert-file", "root.pem"}, []string{secret, keys, responses}, "--etcd-admin-cert-file"},
+		{"router etcd admin without CA", routerConfig, []string{"--etcd-admin-cert-file", "root.pem", "--etcd-admin-key-file", "root-key.pem"}, []string{secret, keys, responses}, "--etcd-ca-file"},
 		{"dev negative etcd quota", devConfig, []string{"--etcd-quota-bytes", "-1"}, nil, "--etcd-quota-bytes"},
 		{"service valid", serviceConfig, []string{"--etcd-endpoints", "a:2379,b:2379"}, []string{secret, keys}, ""},
 		{"service missing secret", serviceConfig, nil, []string{keys}, "CONCH_INTERNAL_SECRET"},

@@ -174,6 +174,8 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		return err
 	}
 	defer p.close(ctx)
+	// For an operator's etcdctl, with the root certificate in <data-dir>/pki.
+	p.log.Info("embedded etcd", "endpoints", emb.Endpoints())
 
 	signingKeys, err := devSigningKeys(cfg)
 	if err != nil {
@@ -192,7 +194,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		// maintains etcd's space with it.
 		{"router", buildRouter(router.Config{
 			HTTPAddr: cfg.HTTPAddr, PublicURL: cfg.PublicURL, AdminKey: key, AdminAccount: DevAccount, HTTPConfig: cfg.HTTPConfig,
-			KeyConfig: sealing,
+			KeyConfig: sealing, ResponseStorage: router.ResponseStorage{ResponsesDir: filepath.Join(cfg.DataDir, "responses")},
 		}, EtcdAdminConfig{}, ready, func(ctx context.Context, svc *router.Service) error {
 			if err := svc.Gateways().Ensure(ctx, DevAccount, devGateway()); err != nil {
 				return fmt.Errorf("dev: default gateway: %w", err)

@@ -16,7 +16,7 @@ import (
 var EtcdUsers = map[string][]etcdx.Permission{
 	"router": withDiscovery("router",
 		rw("conch/accounts/"), rw("conch/account-keys/"), rw("conch/apikeys/"), rw("conch/gateways/"),
-		rw("conch/nodes/"), rw("conch/responses/"), rw("conch/sessions/"), rw("conch/toolgrants/"), rw("conch/turns/"),
+		rw("conch/nodes/"), rw("conch/stored-responses/"), rw("conch/sessions/"), rw("conch/toolgrants/"), rw("conch/kept-turns/"),
 		rw(quotas.ClaimPrefix(quotas.StoredResponses)), rw(quotas.ClaimPrefix(quotas.MCPSessions)),
 		// The election of the router that maintains etcd's space.
 		rw(etcdx.DefaultSpaceElection+"/"),

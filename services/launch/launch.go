@@ -49,6 +49,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/workspace/store"
 )
 
 // egressGuard is the guard of sandbox egress: the executor's
@@ -311,6 +312,12 @@ func buildRouter(cfg router.Config, admin EtcdAdminConfig, ready chan<- string, 
 		if err != nil {
 			return err
 		}
+		rs := cfg.ResponseStorage
+		objects, err := openStore(ctx, objectStorage{dir: rs.ResponsesDir, endpoint: rs.ResponsesS3Endpoint, access: rs.ResponsesS3Access,
+			secret: rs.ResponsesS3Secret, bucket: rs.ResponsesS3Bucket, secure: rs.ResponsesS3Secure})
+		if err != nil {
+			return fmt.Errorf("stored responses: %w", err)
+		}
 		svc.Gateways().SetCeilings(p.common.Ceilings)
 		svc.Accounts().SetQuotaDefaults(p.common.Quotas)
 		if setup != nil {
@@ -320,7 +327,7 @@ func buildRouter(cfg router.Config, admin EtcdAdminConfig, ready chan<- string, 
 		}
 		c.register = svc.Register
 		c.http = func(ctx context.Context, common *Common) error {
-			return p.serveHTTP(ctx, cfg.HTTPAddr, svc, space, cfg.PublicURL, cfg.HTTPConfig, common, ready)
+			return p.serveHTTP(ctx, cfg.HTTPAddr, svc, space, objects, cfg.PublicURL, cfg.HTTPConfig, common, ready)
 		}
 		c.run = func(ctx context.Context) error {
 			g, gctx := errgroup.WithContext(ctx)
@@ -429,7 +436,7 @@ func buildApproval(cfg approval.Config) builder {
 // to c.ShutdownTimeout for the requests in flight. What the handler calls
 // outlives ctx until then. When ready is not nil it receives the bound
 // address once the server listens.
-func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, space router.EtcdSpace, publicURL string, hc router.HTTPConfig, c *Common, ready chan<- string) error {
+func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Service, space router.EtcdSpace, objects store.Store, publicURL string, hc router.HTTPConfig, c *Common, ready chan<- string) error {
 	deps, stopDeps := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopDeps()
 	conns, closeConns, err := p.dialAll(deps)
@@ -440,7 +447,7 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
 		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
 		UploadIdleTimeout: hc.UploadIdleTimeout, MaxConcurrentCompletions: hc.MaxConcurrentCompletions,
-		ResponseRetention: hc.ResponseRetention, Space: space,
+		ResponseRetention: hc.ResponseRetention, Space: space, ResponseObjects: objects,
 	})
 	if err != nil {
 		return err

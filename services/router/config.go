@@ -24,6 +24,35 @@ type Config struct {
 	HTTPConfig
 	// KeyConfig holds the keys that seal the gateways' secrets in etcd.
 	seal.KeyConfig
+	ResponseStorage
+}
+
+// ResponseStorage is where the Responses API keeps stored responses (their
+// bodies and conversations; etcd keeps only a small record of each): a
+// bucket of its own, which the router alone may use, or a directory for a
+// router that runs alone (conch dev).
+type ResponseStorage struct {
+	ResponsesDir        string `flag:"responses-dir" env:"CONCH_RESPONSES_DIR" usage:"directory for stored responses when CONCH_RESPONSES_S3_ENDPOINT is not set (one router only)"`
+	ResponsesS3Endpoint string `env:"CONCH_RESPONSES_S3_ENDPOINT" usage:"S3 endpoint for stored responses: host:port, or an http:// or https:// URL"`
+	ResponsesS3Access   string `env:"CONCH_RESPONSES_S3_ACCESS_KEY" usage:"S3 access key of stored responses (the router's own MinIO user)"`
+	ResponsesS3Secret   string `env:"CONCH_RESPONSES_S3_SECRET_KEY" usage:"S3 secret key of stored responses"`
+	ResponsesS3Bucket   string `env:"CONCH_RESPONSES_S3_BUCKET" default:"conch-responses" usage:"S3 bucket of stored responses"`
+	ResponsesS3Secure   bool   `env:"CONCH_RESPONSES_S3_SECURE" usage:"use HTTPS to reach the stored responses' S3"`
+}
+
+// Validate checks that the storage is named, and named once.
+func (c *ResponseStorage) Validate() error {
+	switch {
+	case c.ResponsesS3Endpoint == "" && c.ResponsesDir == "":
+		return config.Invalid("CONCH_RESPONSES_S3_ENDPOINT", "stored responses need CONCH_RESPONSES_S3_ENDPOINT (a bucket) or CONCH_RESPONSES_DIR (a directory)")
+	case c.ResponsesS3Endpoint != "" && c.ResponsesDir != "":
+		return config.Invalid("CONCH_RESPONSES_DIR", "set CONCH_RESPONSES_DIR or CONCH_RESPONSES_S3_ENDPOINT, not both")
+	case c.ResponsesS3Endpoint != "" && (c.ResponsesS3Access == "" || c.ResponsesS3Secret == ""):
+		return config.Invalid("CONCH_RESPONSES_S3_ACCESS_KEY", "CONCH_RESPONSES_S3_ACCESS_KEY and CONCH_RESPONSES_S3_SECRET_KEY are required with CONCH_RESPONSES_S3_ENDPOINT")
+	case c.ResponsesS3Endpoint != "" && c.ResponsesS3Bucket == "":
+		return config.Invalid("CONCH_RESPONSES_S3_BUCKET", "must not be empty")
+	}
+	return nil
 }
 
 // Validate checks the router's settings.
@@ -38,6 +67,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.KeyConfig.Validate(); err != nil {
+		return err
+	}
+	if err := c.ResponseStorage.Validate(); err != nil {
 		return err
 	}
 	return ValidatePublicURL(c.PublicURL)

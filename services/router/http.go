@@ -34,6 +34,8 @@ import (
 	"github.com/conch-sh/conch/services/router/containers"
 	"github.com/conch-sh/conch/services/router/mcpserver"
 	"github.com/conch-sh/conch/services/router/openai"
+	"github.com/conch-sh/conch/services/router/responsestore"
+	"github.com/conch-sh/conch/services/workspace/store"
 )
 
 // ServiceNames are the four services, in the order /readyz reports them.
@@ -73,8 +75,11 @@ type HTTPOptions struct {
 	// 0 means completion.DefaultMaxConcurrent.
 	MaxConcurrentCompletions int
 	// ResponseRetention is how long stored responses of the Responses
-	// API are kept; 0 means openai.DefaultResponseRetention.
+	// API are kept; 0 means responsestore.DefaultRetention.
 	ResponseRetention time.Duration
+	// ResponseObjects keeps the stored responses' bodies and
+	// conversations.
+	ResponseObjects store.Store
 	// Space reports etcd's space to /readyz and refuses storing
 	// responses when etcd is short of it; nil: neither.
 	Space EtcdSpace
@@ -91,8 +96,8 @@ type HTTPOptions struct {
 // its connection so kept-alive clients reconnect elsewhere too, and node
 // streams end so their nodes attach through another router.
 func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error) {
-	if opts.Service == nil || opts.Etcd == nil || opts.Metrics == nil {
-		return nil, errors.New("router: Service, Etcd and Metrics are required")
+	if opts.Service == nil || opts.Etcd == nil || opts.Metrics == nil || opts.ResponseObjects == nil {
+		return nil, errors.New("router: Service, Etcd, Metrics and ResponseObjects are required")
 	}
 	for _, name := range ServiceNames {
 		if opts.Conns[name] == nil {
@@ -106,11 +111,22 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
+	ro := responsestore.Options{Etcd: opts.Etcd, Objects: opts.ResponseObjects, Retention: opts.ResponseRetention,
+		Limits: opts.Service.Accounts().Limits, Logger: opts.Logger}
+	if opts.Space != nil {
+		ro.Room = opts.Space.AdmitBulk
+	}
+	stored, err := responsestore.New(ro)
+	if err != nil {
+		return nil, err
+	}
+	go stored.Run(ctx)
 	core, err := completion.New(completion.Options{
 		Gateways:   opts.Service.Gateways(),
 		Executor:   executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
 		Approvals:  approvalv1.NewApprovalServiceClient(opts.Conns["approval"]),
 		Etcd:       opts.Etcd,
+		Turns:      stored,
 		Grants:     opts.Service.Grants(),
 		ToolDeps:   opts.Service.ToolDeps(),
 		HTTPClient: opts.Service.UpstreamClient(),
@@ -121,11 +137,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
-	ro := openai.ResponsesOptions{Etcd: opts.Etcd, Retention: opts.ResponseRetention, Limits: opts.Service.Accounts().Limits}
-	if opts.Space != nil {
-		ro.Room = opts.Space.AdmitBulk
-	}
-	v1 := openai.NewHandler(core, ro, opts.Logger)
+	v1 := openai.NewHandler(core, stored, opts.Logger)
 	a := &authMiddleware{auth: opts.Service.Accounts(), publicURL: strings.TrimRight(opts.PublicURL, "/"), log: opts.Logger}
 
 	mux := http.NewServeMux()

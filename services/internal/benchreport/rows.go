@@ -8,10 +8,11 @@ var (
 	hydrateGets      = &Anchor{Name: "1,000 sequential GETs", Ref: Ref{Pkg: "workspace/files", Bench: "BenchmarkHydrate/s3/sequential-gets", Unit: "ns/op"}}
 	forkExec         = &Anchor{Name: "bare fork+exec sh -c true, back to back", Ref: Ref{Pkg: "executor", Bench: "BenchmarkBareForkExec", Unit: "p50-ms"}}
 	// conch dev is a process of its own: so is the floor of its hop.
-	proxyProcessP50 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p50-ms")}
-	proxyProcessP99 = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p99-ms")}
-	proxyProcessCPU = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-cpu-us/op")}
-	directUpstream  = &Anchor{Name: "direct upstream call", Ref: completionOverhead("direct-p50-ms")}
+	proxyProcessP50   = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p50-ms")}
+	proxyProcessP99   = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-overhead-p99-ms")}
+	proxyProcessCPU   = &Anchor{Name: "a bare reverse proxy's in its own process", Ref: completionOverhead("proxy-process-cpu-us/op")}
+	directUpstream    = &Anchor{Name: "direct upstream call", Ref: completionOverhead("direct-p50-ms")}
+	continuationFloor = &Anchor{Name: "the 100-turn conversation's JSON", Ref: Ref{Pkg: "router/responsestore", Bench: "BenchmarkContinuation", Unit: "conversation-B"}}
 	// The command round trip's floor, timed in its rounds.
 	forkExecRounds = &Anchor{Name: "bare fork+exec sh -c true after the same pause, same rounds", Ref: roundTrip("bare-paced-p50-ms")}
 )
@@ -308,6 +309,18 @@ var Rows = []Row{
 		Service: "approval", Metric: ":resolve to waiting command, p50", Unit: "ms",
 		Value:  Ref{Pkg: "approval", Bench: "BenchmarkResolveToWaiter", Unit: "p50-ms"},
 		Target: Target{Max: 20},
+	},
+	{
+		// The conversation's own JSON is what a continuation must hold to
+		// send it upstream.
+		Service: "router", Metric: "continuing a 100-turn stored conversation: bytes allocated", Unit: "B",
+		Value:  Ref{Pkg: "router/responsestore", Bench: "BenchmarkContinuation", Unit: "B/op"},
+		Anchor: continuationFloor,
+	},
+	{
+		Service: "router", Metric: "continuing a 100-turn stored conversation: bytes stored (compressed)", Unit: "B",
+		Value:  Ref{Pkg: "router/responsestore", Bench: "BenchmarkContinuation", Unit: "stored-B/op"},
+		Anchor: continuationFloor,
 	},
 	{
 		Service: "router", Metric: "completion via conch, p50", Unit: "ms",

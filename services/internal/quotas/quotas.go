@@ -150,21 +150,39 @@ func ClaimKey(kind Kind, account, id string) string { return accountPrefix(kind,
 // Read returns the usage of account's claims of kind, and the revision
 // it was read at.
 func Read(ctx context.Context, kv clientv3.KV, kind Kind, account string) (Usage, int64, error) {
+	u, _, rev, err := read(ctx, kv, kind, account, "")
+	return u, rev, err
+}
+
+// read is Read, with the claim id (when not "") as it was: its amounts
+// (nil when there is none) and its create revision.
+func read(ctx context.Context, kv clientv3.KV, kind Kind, account, id string) (Usage, *claimed, int64, error) {
 	resp, err := kv.Get(ctx, accountPrefix(kind, account), clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, fmt.Errorf("quotas: read %s of %s: %w", kind, account, err)
+		return nil, nil, 0, fmt.Errorf("quotas: read %s of %s: %w", kind, account, err)
 	}
+	key := ClaimKey(kind, account, id)
 	u := Usage{}
+	own := &claimed{}
 	for _, kv := range resp.Kvs {
 		var amounts Usage
 		if err := json.Unmarshal(kv.Value, &amounts); err != nil {
-			return nil, 0, fmt.Errorf("quotas: claim %s: %w", kv.Key, err)
+			return nil, nil, 0, fmt.Errorf("quotas: claim %s: %w", kv.Key, err)
 		}
 		for k, v := range amounts {
 			u[k] += v
 		}
+		if id != "" && string(kv.Key) == key {
+			own.amounts, own.created = amounts, kv.CreateRevision
+		}
 	}
-	return u, resp.Header.Revision, nil
+	return u, own, resp.Header.Revision, nil
+}
+
+// claimed is one claim as read.
+type claimed struct {
+	amounts Usage
+	created int64
 }
 
 // Claim records that account holds one more thing of kind, identified by
@@ -193,6 +211,62 @@ func Claim(ctx context.Context, kv clientv3.KV, kind Kind, account, id string, a
 		resp, err := kv.Txn(ctx).If(unchanged).Then(append([]clientv3.Op{clientv3.OpPut(key, string(b), opts...)}, ops...)...).Commit()
 		if err != nil {
 			return fmt.Errorf("quotas: claim %s of %s: %w", kind, account, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+}
+
+// Grow adds amounts (some may be negative) to the claim id, making it
+// when there is none, unless what it adds takes account beyond limits;
+// a claim whose amount of kind comes to zero or less is deleted. A claim
+// shared by several things (the responses of one conversation) grows and
+// shrinks with them. opts go with the claim's put (a lease: the last put
+// decides when the claim expires) and ops in the same transaction. With
+// existing, the claim must be there already: else the error is
+// errs.NotFound, and nothing is done.
+func Grow(ctx context.Context, kv clientv3.KV, kind Kind, account, id string, amounts Usage, limits Limits, existing bool, opts []clientv3.OpOption, ops ...clientv3.Op) error {
+	key := ClaimKey(kind, account, id)
+	for {
+		used, own, rev, err := read(ctx, kv, kind, account, id)
+		if err != nil {
+			return err
+		}
+		if existing && own.amounts == nil {
+			return errs.New(errs.NotFound, "quotas: no claim %s of %s", id, account)
+		}
+		grows := Usage{}
+		for k, v := range amounts {
+			if v > 0 {
+				grows[k] = v
+			}
+		}
+		if err := within(used, grows, limits); err != nil {
+			return err
+		}
+		next := maps.Clone(own.amounts)
+		if next == nil {
+			next = Usage{}
+		}
+		for k, v := range amounts {
+			next[k] += v
+		}
+		put := clientv3.OpDelete(key)
+		if next[kind] > 0 {
+			b, err := json.Marshal(next)
+			if err != nil {
+				return err
+			}
+			put = clientv3.OpPut(key, string(b), opts...)
+		}
+		// As in Claim, and the claim itself is the one read: not deleted
+		// or made again since.
+		unchanged := clientv3.Compare(clientv3.ModRevision(accountPrefix(kind, account)), "<", rev+1).WithPrefix()
+		same := clientv3.Compare(clientv3.CreateRevision(key), "=", own.created)
+		resp, err := kv.Txn(ctx).If(unchanged, same).Then(append([]clientv3.Op{put}, ops...)...).Commit()
+		if err != nil {
+			return fmt.Errorf("quotas: grow %s of %s: %w", kind, account, err)
 		}
 		if resp.Succeeded {
 			return nil

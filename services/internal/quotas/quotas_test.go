@@ -182,3 +182,70 @@ func TestCount(t *testing.T) {
 		t.Fatalf("third gateway: %v", err)
 	}
 }
+
+// TestGrow: a shared claim grows and shrinks with what it counts, goes
+// when its count of kind does, and refuses growth beyond the limits;
+// growth racing for the last unit wins once.
+func TestGrow(t *testing.T) {
+	cli := etcdxtest.StartForTest(t)
+	ctx := t.Context()
+	limits := Limits{StoredResponses: 4, StoredResponseBytes: 1000}
+	read := func() Usage {
+		t.Helper()
+		u, _, err := Read(ctx, cli, StoredResponses, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name     string
+		amounts  Usage
+		existing bool
+		want     Usage
+		err      string
+	}{
+		{"must exist", Usage{StoredResponses: 1}, true, Usage{}, "quotas: no claim tree of acme"},
+		{"made", Usage{StoredResponses: 1, StoredResponseBytes: 100}, false, Usage{StoredResponses: 1, StoredResponseBytes: 100}, ""},
+		{"grown", Usage{StoredResponses: 1, StoredResponseBytes: 300}, true, Usage{StoredResponses: 2, StoredResponseBytes: 400}, ""},
+		{"beyond the bytes", Usage{StoredResponses: 1, StoredResponseBytes: 601}, true, Usage{StoredResponses: 2, StoredResponseBytes: 400}, "quota stored_response_bytes exceeded (400 of 1000)"},
+		{"shrunk, bytes kept", Usage{StoredResponses: -1}, true, Usage{StoredResponses: 1, StoredResponseBytes: 400}, ""},
+		{"gone with its count", Usage{StoredResponses: -1}, true, Usage{}, ""},
+	} {
+		err := Grow(ctx, cli, StoredResponses, "acme", "tree", tc.amounts, limits, tc.existing, nil)
+		if (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
+			t.Fatalf("%s: %v, want %q", tc.name, err, tc.err)
+		}
+		if got := read(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Fatalf("%s: usage %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	if err := Grow(ctx, cli, StoredResponses, "acme", "tree", Usage{StoredResponses: 3}, limits, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var won, refused atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			// Half grow the shared claim, half make their own.
+			id := "tree"
+			if i%2 == 1 {
+				id = fmt.Sprint("own-", i)
+			}
+			err := Grow(ctx, cli, StoredResponses, "acme", id, Usage{StoredResponses: 1}, limits, false, nil)
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errs.KindOf(err) == errs.ResourceExhausted:
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if won.Load() != 1 || refused.Load() != 9 || read()[StoredResponses] != 4 {
+		t.Fatalf("%d won, %d refused, usage %v; want 1, 9 and 4", won.Load(), refused.Load(), read())
+	}
+}

@@ -41,8 +41,10 @@ type GatewayStore interface {
 type Options struct {
 	Gateways GatewayStore
 	Executor executorv1.ExecutorServiceClient
-	// Etcd keeps session sandboxes, /exec overrides and mixed turns.
+	// Etcd keeps session sandboxes and /exec overrides.
 	Etcd *clientv3.Client
+	// Turns keeps mixed turns; nil keeps none.
+	Turns TurnKeeper
 	// Grants lets sandboxes call the tools moved into them.
 	Grants *toolhost.Grants
 	// ToolDeps are the HTTP clients of server tools.
@@ -86,7 +88,7 @@ func New(opts Options) (*Service, error) {
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = DefaultMaxConcurrent
 	}
-	return &Service{opts: opts, sessions: sessions.New(opts.Etcd), turns: newTurnStore(opts.Etcd), running: make(chan struct{}, opts.MaxConcurrent)}, nil
+	return &Service{opts: opts, sessions: sessions.New(opts.Etcd), turns: &turnStore{keeper: opts.Turns}, running: make(chan struct{}, opts.MaxConcurrent)}, nil
 }
 
 // ErrOverloaded is the error of a completion refused because this router

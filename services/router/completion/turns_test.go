@@ -8,10 +8,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/responsestore"
 	"github.com/conch-sh/conch/services/router/upstream"
+	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
 // mixedTurn is a completion that ran a shell call and ended on a client
@@ -38,10 +40,12 @@ func TestTurnsSplice(t *testing.T) {
 	t.Parallel()
 	cli := etcdxtest.StartForTest(t)
 	ctx := t.Context()
-	// Two stores over one etcd stand for two router replicas.
-	saver, reader := newTurnStore(cli), newTurnStore(cli)
+	// Two stores over one etcd and one object store stand for two router
+	// replicas.
+	objects := objectStore(t)
+	saver, reader := &turnStore{keeper: keeper(t, cli, objects)}, &turnStore{keeper: keeper(t, cli, objects)}
 
-	big := make([]byte, 3*etcdx.BlobChunk/2) // incompressible: kept in chunks
+	big := make([]byte, 3<<20) // incompressible
 	_, _ = rand.Read(big)
 	bigOutput := base64.StdEncoding.EncodeToString(big)
 	for _, output := range []string{`{"stdout":"a.txt"}`, bigOutput} {
@@ -89,7 +93,8 @@ func TestTurnsSplice(t *testing.T) {
 func TestTurnsSaveOnlyMixedTurns(t *testing.T) {
 	t.Parallel()
 	cli := etcdxtest.StartForTest(t)
-	s := newTurnStore(cli)
+	objects := objectStore(t)
+	s := &turnStore{keeper: keeper(t, cli, objects)}
 	for name, res := range map[string]*loop.Result{
 		"final answer":      {FinishReason: "stop", Content: "done", ServerToolCalls: []loop.ServerToolCall{{ID: "call_s1"}}},
 		"client calls only": {FinishReason: "tool_calls", ToolCalls: []upstream.ToolCall{{ID: "call_c1", Name: "f"}}},
@@ -98,11 +103,30 @@ func TestTurnsSaveOnlyMixedTurns(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	resp, err := cli.Get(t.Context(), "conch/turns/", clientv3.WithPrefix())
+	resp, err := cli.Get(t.Context(), "conch/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Kvs) != 0 {
-		t.Fatalf("kept %d keys for turns without server and client calls both", len(resp.Kvs))
+	if resp.Count != 0 {
+		t.Fatalf("kept %d keys for turns without server and client calls both", resp.Count)
 	}
+	for info := range objects.List(t.Context(), "", true) {
+		t.Fatalf("kept %s for turns without server and client calls both", info.Key)
+	}
+}
+
+func objectStore(t *testing.T) store.Store {
+	st, err := fsstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func keeper(t *testing.T, cli *clientv3.Client, objects store.Store) *responsestore.Store {
+	s, err := responsestore.New(responsestore.Options{Etcd: cli, Objects: objects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

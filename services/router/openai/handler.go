@@ -18,10 +18,10 @@ import (
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
-	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/responsestore"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -32,8 +32,7 @@ const maxBody = 32 << 20
 // Handler serves /v1.
 type Handler struct {
 	core      *completion.Service
-	responses ResponsesOptions
-	leases    *etcdx.Leases // of stored responses
+	responses *responsestore.Store
 	logger    *slog.Logger
 	mux       *http.ServeMux
 }
@@ -41,17 +40,11 @@ type Handler struct {
 // NewHandler returns the /v1 handler over the completion service. Requests
 // must carry the caller's tenant scope (the router's auth middleware sets
 // it).
-func NewHandler(core *completion.Service, responses ResponsesOptions, logger *slog.Logger) *Handler {
+func NewHandler(core *completion.Service, responses *responsestore.Store, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	if responses.Retention <= 0 {
-		responses.Retention = DefaultResponseRetention
-	}
 	h := &Handler{core: core, responses: responses, logger: logger, mux: http.NewServeMux()}
-	if responses.Etcd != nil {
-		h.leases = etcdx.NewLeases(responses.Etcd, responses.Retention, time.Hour)
-	}
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
 	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("POST /v1/chat/completions", h.chatCompletions)

@@ -81,7 +81,7 @@ func BenchmarkChatCompletion(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := NewHandler(core, ResponsesOptions{}, nil)
+	h := NewHandler(core, nil, nil)
 	scoped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(tenant.With(r.Context(), tenant.Scope{Account: "acct"})))
 	})

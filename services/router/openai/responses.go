@@ -6,20 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	grpcstatus "google.golang.org/grpc/status"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
-	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
-	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
+	"github.com/conch-sh/conch/services/router/responsestore"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -27,62 +24,28 @@ import (
 // /v1/responses/{id}) is a second front end over the completion core: it
 // parses input items into the conversation, runs the same loop with the
 // same tools, approvals and sandboxes as chat completions, and renders
-// output items. With store (the default) a response, its input and the
-// conversation so far are kept in etcd for the retention, so
-// previous_response_id continues it on any router replica.
-const (
-	// DefaultResponseRetention is how long a stored response is kept.
-	DefaultResponseRetention = 30 * 24 * time.Hour
-	// maxStoredResponse bounds a stored response, compressed: a larger one
-	// is not put in etcd, and the request fails (see notStored).
-	maxStoredResponse = 4 << 20
-	// storeTimeout bounds storing a response after it was computed.
-	storeTimeout = 10 * time.Second
-)
+// output items. With store (the default) a response, its input and what
+// it added to the conversation are kept (responsestore) for the
+// retention, so previous_response_id continues it on any router replica.
 
-// ResponsesOptions configure the Responses API.
-type ResponsesOptions struct {
-	// Etcd keeps stored responses.
-	Etcd *clientv3.Client
-	// Retention is how long a stored response is kept; zero means
-	// DefaultResponseRetention.
-	Retention time.Duration
-	// Limits returns an account's quotas, which stored responses count
-	// against (their number and bytes); nil counts nothing.
-	Limits func(ctx context.Context, account string) (quotas.Limits, error)
-	// Room, when set, says whether etcd has room for a stored response
-	// of size bytes now, and counts them (etcdx.SpaceWatcher.AdmitBulk);
-	// size 0 asks only. A response etcd has no room for is refused
-	// before its model runs, and not written after.
-	Room func(size int64) error
+// storeTimeout bounds storing a response after it was computed.
+const storeTimeout = 10 * time.Second
+
+// loadThread reads the conversation up to the stored response id, named
+// by field.
+func (h *Handler) loadThread(ctx context.Context, account, id, field string) (*responsestore.Thread, error) {
+	t, err := h.responses.Thread(ctx, account, id)
+	return t, storedErr(err, id, field)
 }
 
-// storedResponse is a response as kept for GET and previous_response_id.
-type storedResponse struct {
-	Response map[string]any   `json:"response"`
-	Input    []map[string]any `json:"input"`
-	// Conversation is every message up to and including this response's
-	// output, instructions excepted (they do not carry over).
-	Conversation []completion.StoredMessage `json:"conversation"`
-}
-
-// responseKey is where a stored response lives: under its account, so an
-// id from another account finds nothing.
-func responseKey(account, id string) string {
-	return "conch/responses/" + url.PathEscape(account) + "/" + url.PathEscape(id) + "/"
-}
-
-func (h *Handler) loadResponse(ctx context.Context, account, id, field string) (*storedResponse, error) {
-	var st storedResponse
-	found, err := etcdx.GetBlob(ctx, h.responses.Etcd, responseKey(account, id), &st)
-	if err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, &completion.FieldError{Status: http.StatusNotFound, Field: field, Code: "not_found",
+// storedErr is a read of the stored response id as the client is
+// answered: one not found names the field that named it.
+func storedErr(err error, id, field string) error {
+	if responsestore.IsNotFound(err) {
+		return &completion.FieldError{Status: http.StatusNotFound, Field: field, Code: "not_found",
 			Msg: fmt.Sprintf("Response with id '%s' not found.", id)}
 	}
-	return &st, nil
+	return err
 }
 
 func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
@@ -102,26 +65,27 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
+	var prev *responsestore.Thread
 	var history []upstream.Message
 	if req.PreviousID != "" {
-		prev, err := h.loadResponse(ctx, scope.Account, req.PreviousID, "previous_response_id")
-		if err != nil {
+		if prev, err = h.loadThread(ctx, scope.Account, req.PreviousID, "previous_response_id"); err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
-		history = completion.LoadMessages(prev.Conversation)
+		history = upstream.LoadMessages(prev.Messages)
+		prev.Messages = nil // in history now
 	}
 	input := req.Messages
-	conv := append(append([]upstream.Message(nil), history...), input...)
+	conv := append(history, input...)
 	if err := checkCallIDs(conv); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
 	if req.Store {
 		// Refused before the model runs when the response could not be
-		// stored after it: too large, no room in etcd, or none left in
-		// the account's quotas.
-		if err := h.roomToStore(ctx, scope.Account, conv, input); err != nil {
+		// stored after it: no room in etcd, or none left in the
+		// account's quotas.
+		if err := h.responses.Check(ctx, scope.Account, prev); err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
@@ -153,8 +117,12 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		if !req.Store {
 			return
 		}
-		st := &storedResponse{Response: obj, Input: req.Input, Conversation: completion.StoreMessages(append(conv, res.Turn...))}
-		if err := h.storeResponse(ctx, scope.Account, id, st); err != nil {
+		// What this response adds to the conversation: its input, and
+		// the turn it ran.
+		added := upstream.StoreMessages(append(input[:len(input):len(input)], res.Turn...))
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		if err := h.responses.Put(sctx, scope.Account, id, prev, &responsestore.Response{Response: obj, Input: req.Input}, added); err != nil {
 			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)
 			notStored = notStoredError(id, err)
 			obj["status"] = "failed"
@@ -193,57 +161,6 @@ func shellLimitsOf(g *routerv1.Gateway, req *responsesRequest) *loop.Shell {
 	return completion.ShellLimits(g, req.Shell)
 }
 
-// storeResponse stores st; an error of the account's quotas is a
-// *quotaError. What a failed store left (chunks, the claim) is removed.
-func (h *Handler) storeResponse(ctx context.Context, account, id string, st *storedResponse) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
-	// etcd may have filled up while the model ran. The claim shares the
-	// response's lease: it ends when the response expires.
-	claim := func(ctx context.Context, size int, lease clientv3.LeaseID) error {
-		if h.responses.Room != nil {
-			if err := h.responses.Room(int64(size)); err != nil {
-				return err
-			}
-		}
-		if h.responses.Limits == nil {
-			return nil
-		}
-		limits, err := h.responses.Limits(ctx, account)
-		if err != nil {
-			return err
-		}
-		err = quotas.Claim(ctx, h.responses.Etcd, quotas.StoredResponses, account, id,
-			quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: int64(size)}, limits, []clientv3.OpOption{clientv3.WithLease(lease)})
-		if errs.KindOf(err) == errs.ResourceExhausted {
-			return &quotaError{err}
-		}
-		return err
-	}
-	err := etcdx.PutBlobClaimed(ctx, h.responses.Etcd, h.leases, responseKey(account, id), st, maxStoredResponse, claim)
-	var qe *quotaError
-	if err != nil && !errors.As(err, &qe) {
-		// A half-written response is never found (its head is written
-		// last), but its chunks and claim would hold space and quota
-		// for the whole retention. Deletes go through even when etcd
-		// is out of space.
-		if _, derr := etcdx.DeleteBlob(ctx, h.responses.Etcd, responseKey(account, id)); derr != nil {
-			h.logger.WarnContext(ctx, "a response not stored is left in etcd until it expires", "account", account, "response", id, "error", derr)
-		}
-		if h.responses.Limits != nil {
-			if rerr := quotas.Release(ctx, h.responses.Etcd, quotas.StoredResponses, account, id); rerr != nil {
-				h.logger.WarnContext(ctx, "the claim of a response not stored is left until it expires", "account", account, "response", id, "error", rerr)
-			}
-		}
-	}
-	return err
-}
-
-// quotaError is a store refused by the account's quotas.
-type quotaError struct{ error }
-
-func (e *quotaError) Unwrap() error { return e.error }
-
 // notStoredError is the answer to a response that ran but could not be
 // stored though store asked for it: an error, since only an error tells
 // a client that asked for storing (or left the default) that nothing was
@@ -254,7 +171,7 @@ func (e *quotaError) Unwrap() error { return e.error }
 // response too large) is 507.
 func notStoredError(id string, err error) apiError {
 	status := http.StatusInsufficientStorage
-	var qe *quotaError
+	var qe *responsestore.QuotaError
 	if errors.As(err, &qe) {
 		status = http.StatusTooManyRequests
 	}
@@ -264,45 +181,6 @@ func notStoredError(id string, err error) apiError {
 	}
 	return apiError{Status: status, Type: "server_error", Code: "response_not_stored", Param: "store", NoRetry: true,
 		Message: fmt.Sprintf("the response ran but was not stored: %s. It is in \"response\" of this answer only: GET /v1/responses/%s and previous_response_id will not find it. Send \"store\": false to run without storing.", cause, id)}
-}
-
-// roomToStore refuses, before the model runs, a response that could not
-// be stored after it: one certain to be larger than a stored response
-// may be (its conversation and input alone are), one etcd has no room
-// for now, and one beyond the account's quotas.
-func (h *Handler) roomToStore(ctx context.Context, account string, conv, input []upstream.Message) error {
-	// The stored response holds the whole conversation and the input
-	// again; their text alone is a lower bound of its size.
-	if n := textBytes(conv) + textBytes(input); n > etcdx.BlobMaxRaw {
-		return &completion.FieldError{Status: http.StatusBadRequest, Field: "store", Code: "response_too_large",
-			Msg: fmt.Sprintf("a stored response holds at most %d bytes, and this one would hold more than %d (the conversation so far and this input): continue with \"store\": false, or start a new conversation", etcdx.BlobMaxRaw, n)}
-	}
-	if h.responses.Room != nil {
-		if err := h.responses.Room(0); err != nil {
-			return errs.New(errs.Unavailable, "responses cannot be stored now (%v); send \"store\": false to run without storing", err)
-		}
-	}
-	if h.responses.Limits == nil {
-		return nil
-	}
-	limits, err := h.responses.Limits(ctx, account)
-	if err != nil {
-		return err
-	}
-	return quotas.Check(ctx, h.responses.Etcd, quotas.StoredResponses, account,
-		quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: 0}, limits)
-}
-
-// textBytes is the text of msgs: their contents and tool arguments.
-func textBytes(msgs []upstream.Message) int {
-	n := 0
-	for _, m := range msgs {
-		n += len(m.Content)
-		for _, c := range m.ToolCalls {
-			n += len(c.Arguments)
-		}
-	}
-	return n
 }
 
 // checkCallIDs refuses a tool result whose call is nowhere in the
@@ -365,9 +243,9 @@ func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	st, err := h.loadResponse(r.Context(), account, r.PathValue("id"), "")
+	st, err := h.responses.Get(r.Context(), account, r.PathValue("id"))
 	if err != nil {
-		h.writeErr(w, r, err)
+		h.writeErr(w, r, storedErr(err, r.PathValue("id"), ""))
 		return
 	}
 	writeJSON(w, st.Response)
@@ -380,12 +258,8 @@ func (h *Handler) deleteResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	found, err := etcdx.DeleteBlob(r.Context(), h.responses.Etcd, responseKey(account, id))
+	found, err := h.responses.Delete(r.Context(), account, id)
 	if err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	if err := quotas.Release(r.Context(), h.responses.Etcd, quotas.StoredResponses, account, id); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
@@ -421,9 +295,9 @@ func (h *Handler) listInputItems(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, badField("order", "must be asc or desc, got %q", order))
 		return
 	}
-	st, err := h.loadResponse(r.Context(), account, r.PathValue("id"), "")
+	st, err := h.responses.Get(r.Context(), account, r.PathValue("id"))
 	if err != nil {
-		h.writeErr(w, r, err)
+		h.writeErr(w, r, storedErr(err, r.PathValue("id"), ""))
 		return
 	}
 	items := inputItemsWithIDs(r.PathValue("id"), st.Input)

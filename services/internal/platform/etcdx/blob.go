@@ -104,6 +104,60 @@ func encodeBlob(v any, limit, rawLimit int) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// EncodeBlob is v as a blob is kept (gzip-compressed JSON), for a store
+// other than etcd: refused, with errs.ResourceExhausted, when larger than
+// limit bytes compressed or BlobMaxRaw decoded.
+func EncodeBlob(v any, limit int) ([]byte, error) { return encodeBlob(v, limit, BlobMaxRaw) }
+
+// DecodeBlobFrom decodes into v a blob EncodeBlob made, read from r, which
+// holds size bytes: bounded as DecodeBlob is.
+func DecodeBlobFrom(r io.Reader, size int64, v any) error {
+	d, _ := blobDecoders.Get().(*blobDecoder)
+	if d == nil {
+		d = &blobDecoder{}
+	}
+	defer d.put()
+	var err error
+	if d.zr == nil {
+		d.zr, err = gzip.NewReader(r)
+	} else {
+		err = d.zr.Reset(r)
+	}
+	if err != nil {
+		d.zr = nil
+		return errs.Wrap(errs.Internal, err, "etcdx: decode blob")
+	}
+	bound := max(BlobMaxRaw, blobInflate*size)
+	d.buf.Reset()
+	if _, err := d.buf.ReadFrom(io.LimitReader(d.zr, bound)); err != nil {
+		return errs.Wrap(errs.Internal, err, "etcdx: decode blob")
+	}
+	if err := json.Unmarshal(d.buf.Bytes(), v); err != nil {
+		return errs.Wrap(errs.Internal, err, "etcdx: decode blob")
+	}
+	return nil
+}
+
+// blobDecoders keeps gzip readers and buffers between blobs: a new reader
+// allocates a 32 KiB window and its tables, more than a small blob holds,
+// and a conversation reads one blob per response.
+var blobDecoders sync.Pool
+
+type blobDecoder struct {
+	zr  *gzip.Reader
+	buf bytes.Buffer
+}
+
+// put keeps d for the next blob, unless its buffer grew large: the pool
+// keeps no large blob's memory alive.
+func (d *blobDecoder) put() {
+	if d.buf.Cap() > 1<<20 {
+		return
+	}
+	d.buf.Reset()
+	blobDecoders.Put(d)
+}
+
 // countingWriter counts the bytes written through it.
 type countingWriter struct {
 	w io.Writer
@@ -233,15 +287,10 @@ func DecodeBlob(kvs []*mvccpb.KeyValue, v any) (found bool, err error) {
 	for _, kv := range kvs[:n] {
 		data = append(data, kv.Value...)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return false, errs.Wrap(errs.Internal, err, "etcdx: decode blob")
-	}
 	// The bound guards memory against a blob conch did not write: every
 	// blob it writes is at most BlobMaxRaw decoded.
-	bound := max(BlobMaxRaw, blobInflate*len(data))
-	if err := json.NewDecoder(io.LimitReader(zr, int64(bound))).Decode(v); err != nil {
-		return false, errs.Wrap(errs.Internal, err, "etcdx: decode blob")
+	if err := DecodeBlobFrom(bytes.NewReader(data), int64(len(data)), v); err != nil {
+		return false, err
 	}
 	return true, nil
 }
