@@ -137,7 +137,7 @@ func TestHelmExternalStores(t *testing.T) {
 		if got, want := cc.flags["etcd-endpoints"], "etcd-a.db:2379,etcd-b.db:2379,etcd-c.db:2379"; got != want {
 			t.Errorf("%s: --etcd-endpoints=%s, want %s", cc.w, got, want)
 		}
-		for _, k := range []string{"CONCH_S3_ENDPOINT", "CONCH_AUDIT_S3_ENDPOINT"} {
+		for _, k := range []string{"CONCH_S3_ENDPOINT", "CONCH_AUDIT_S3_ENDPOINT", "CONCH_RESPONSES_S3_ENDPOINT"} {
 			if v, ok := cc.env[k]; ok && v != "s3.example:443" {
 				t.Errorf("%s: %s=%s, want the external endpoint", cc.w, k, v)
 			}
@@ -149,7 +149,7 @@ func TestHelmExternalStores(t *testing.T) {
 	// Services still reach the stores: an egress rule for each port.
 	for _, w := range m.workloads {
 		need := map[int32]bool{2379: true}
-		if w.name == "workspace" || w.name == "approval" {
+		if _, ok := minioUserVars[w.name]; ok {
 			need[9000] = true
 		}
 		for port := range need {
