@@ -14,10 +14,14 @@
 #                  MinIO user and CONCH_SIGNING_KEYS
 #   audit-s3.env   the approval service's own       approval, minio-auth
 #                  MinIO user (the audit trail)
+#   responses-s3.env  the router's own MinIO user   routers, minio-auth
+#                  (stored responses)
 #
 # minio-auth makes each service's user, limited to its own bucket; no
 # service holds MinIO's root password. A storage.env of an older version
 # (one key for all) gives minio.env its root user and the signing keys.
+# Run on a secrets directory of an older version, it adds the files that
+# version did not have (responses-s3.env) and changes none of the others.
 #
 # etcd's certificates are not here: the Compose file's etcd-pki service
 # makes them into a volume of their own.
@@ -50,5 +54,9 @@ END
 write audit-s3.env <<END
 CONCH_AUDIT_S3_ACCESS_KEY=approval
 CONCH_AUDIT_S3_SECRET_KEY=$(rand 20)
+END
+write responses-s3.env <<END
+CONCH_RESPONSES_S3_ACCESS_KEY=router
+CONCH_RESPONSES_S3_SECRET_KEY=$(rand 20)
 END
 echo "$dir"

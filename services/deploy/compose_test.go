@@ -331,10 +331,20 @@ func TestComposeEtcdTLS(t *testing.T) {
 	}
 }
 
+// minioUserVars are the services that keep objects in MinIO, each as its
+// own MinIO user, by command, and the prefix of the variables that carry
+// that user's endpoint, keys and bucket: the service reads them and
+// minio-auth makes the user from the same keys and bucket.
+var minioUserVars = map[string]string{
+	"workspace": "CONCH_S3_",
+	"approval":  "CONCH_AUDIT_S3_",
+	"router":    "CONCH_RESPONSES_S3_",
+}
+
 // TestComposeMinIOUsers: only MinIO and minio-auth hold MinIO's root
-// password; the workspace and approval services each hold keys of their
-// own, which minio-auth makes into users limited to their buckets (as
-// TestMinIOAuth shows), and start only once it has.
+// password; the workspace and approval services and the routers each hold
+// keys of their own, which minio-auth makes into users limited to their
+// buckets (as TestMinIOAuth shows), and start only once it has.
 func TestComposeMinIOUsers(t *testing.T) {
 	t.Parallel()
 	secrets := t.TempDir()
@@ -363,27 +373,86 @@ func TestComposeMinIOUsers(t *testing.T) {
 	if root == "" || auth["MINIO_ROOT_PASSWORD"] != env(svcs["minio"])["MINIO_ROOT_PASSWORD"] {
 		t.Fatal("minio-auth does not hold MinIO's root user and password")
 	}
+	ran := map[string]int{}
 	for name, svc := range svcs {
-		if _, ok := env(svc)["MINIO_ROOT_PASSWORD"]; ok && name != "minio" && name != "minio-auth" {
+		e := env(svc)
+		if _, ok := e["MINIO_ROOT_PASSWORD"]; ok && name != "minio" && name != "minio-auth" {
 			t.Errorf("service %s holds MinIO's root password", name)
 		}
-	}
-	for _, c := range []struct{ svc, key, secret, bucket string }{
-		{"workspace", "CONCH_S3_ACCESS_KEY", "CONCH_S3_SECRET_KEY", "CONCH_S3_BUCKET"},
-		{"approval", "CONCH_AUDIT_S3_ACCESS_KEY", "CONCH_AUDIT_S3_SECRET_KEY", "CONCH_AUDIT_S3_BUCKET"},
-	} {
-		e := env(svcs[c.svc])
-		if e[c.key] == "" || e[c.key] == root {
-			t.Errorf("service %s: %s=%q, want a user of its own", c.svc, c.key, e[c.key])
+		if !conchImages[imageName(svc.Image)] || len(svc.Command) == 0 {
+			continue
 		}
-		for _, k := range []string{c.key, c.secret, c.bucket} {
-			if e[k] != auth[k] {
-				t.Errorf("service %s: %s is not the one minio-auth makes", c.svc, k)
+		prefix, ok := minioUserVars[svc.Command[0]]
+		if !ok {
+			continue
+		}
+		ran[svc.Command[0]]++
+		key := prefix + "ACCESS_KEY"
+		if e[key] == "" || e[key] == root {
+			t.Errorf("service %s: %s=%q, want a user of its own", name, key, e[key])
+		}
+		for _, k := range []string{"ACCESS_KEY", "SECRET_KEY", "BUCKET"} {
+			if e[prefix+k] == "" || e[prefix+k] != auth[prefix+k] {
+				t.Errorf("service %s: %s%s is not the one minio-auth makes", name, prefix, k)
 			}
 		}
-		if svcs[c.svc].DependsOn["minio-auth"].Condition != "service_completed_successfully" {
-			t.Errorf("service %s does not wait for minio-auth to complete successfully", c.svc)
+		if e[prefix+"ENDPOINT"] != auth["CONCH_S3_ENDPOINT"] {
+			t.Errorf("service %s: %sENDPOINT=%q, minio-auth makes the users at %q", name, prefix, e[prefix+"ENDPOINT"], auth["CONCH_S3_ENDPOINT"])
 		}
+		if svc.DependsOn["minio-auth"].Condition != "service_completed_successfully" {
+			t.Errorf("service %s does not wait for minio-auth to complete successfully", name)
+		}
+	}
+	for cmd := range minioUserVars {
+		if ran[cmd] == 0 {
+			t.Errorf("no service runs `conch %s`", cmd)
+		}
+	}
+}
+
+// TestComposeSecretsKeepsOlderFiles: secrets.sh run again, as after an
+// upgrade, on a directory an older version wrote, adds the files that
+// version lacked (the routers' responses-s3.env) and leaves the others as
+// they are: their keys are in MinIO, etcd and clients already.
+func TestComposeSecretsKeepsOlderFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := func() {
+		t.Helper()
+		if out, err := exec.Command("../../deploy/compose/secrets.sh", dir).CombinedOutput(); err != nil {
+			t.Fatalf("secrets.sh: %v\n%s", err, out)
+		}
+	}
+	run()
+	before := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[e.Name()] = b
+	}
+	// The directory as the version before the routers' MinIO user left it.
+	if err := os.Remove(filepath.Join(dir, "responses-s3.env")); err != nil {
+		t.Fatal(err)
+	}
+	delete(before, "responses-s3.env")
+	run()
+	for name, b := range before {
+		if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || !slices.Equal(got, b) {
+			t.Errorf("%s changed on the second run (%v)", name, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "responses-s3.env"))
+	if err != nil {
+		t.Fatalf("the second run did not add responses-s3.env: %v", err)
+	}
+	if s := string(b); !strings.Contains(s, "CONCH_RESPONSES_S3_ACCESS_KEY=router\n") || !regexp.MustCompile(`(?m)^CONCH_RESPONSES_S3_SECRET_KEY=[0-9a-f]{40}$`).MatchString(s) {
+		t.Errorf("responses-s3.env:\n%s\nwant the router's access key and a random secret", s)
 	}
 }
 

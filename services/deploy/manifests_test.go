@@ -3,6 +3,7 @@ package deploy
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -443,6 +444,10 @@ var operatorSecrets = map[string]map[string]string{
 		"access-key": "approval",
 		"secret-key": "an-audit-s3-secret",
 	},
+	"conch-s3-responses": {
+		"access-key": "router",
+		"secret-key": "a-responses-s3-secret",
+	},
 }
 
 func TestSecretsExistOrAreDocumented(t *testing.T) {
@@ -549,13 +554,14 @@ func TestEveryKustomizationIsChecked(t *testing.T) {
 }
 
 // TestMinIOUsers: MinIO's root password reaches MinIO's pods alone; the
-// minio-auth container beside MinIO makes the users the workspace and
-// approval services hold (the same Secrets' keys), each with a bucket and
-// keys of its own (TestMinIOAuth shows what such a user can reach).
+// minio-auth container beside MinIO makes the users that the services
+// keeping objects (minioUserVars: the workspace, the approval service's
+// audit trail, the router's stored responses) hold, from the same Secrets'
+// keys, each with a bucket and keys of its own, and every one reaches the
+// same store (TestMinIOAuth shows what such a user can reach).
 func TestMinIOUsers(t *testing.T) {
 	eachOverlay(t, func(t *testing.T, m *manifests) {
 		var auth map[string]string
-		services := map[string]map[string]string{}
 		for _, w := range m.workloads {
 			for i := range w.template.Spec.Containers {
 				c := &w.template.Spec.Containers[i]
@@ -563,29 +569,44 @@ func TestMinIOUsers(t *testing.T) {
 				if _, ok := env["MINIO_ROOT_PASSWORD"]; ok && w.name != "minio" {
 					t.Errorf("%s container %s holds MinIO's root password", w, c.Name)
 				}
-				switch {
-				case isSidecar(c) && c.Args[0] == "minio-auth":
+				if isSidecar(c) && c.Args[0] == "minio-auth" {
 					auth = env
-				case w.name == "workspace" || w.name == "approval":
-					services[w.name] = env
 				}
 			}
 		}
 		if auth == nil {
 			t.Fatal("no container runs conch minio-auth beside MinIO")
 		}
-		for svc, keys := range map[string][]string{
-			"workspace": {"CONCH_S3_ACCESS_KEY", "CONCH_S3_SECRET_KEY", "CONCH_S3_BUCKET"},
-			"approval":  {"CONCH_AUDIT_S3_ACCESS_KEY", "CONCH_AUDIT_S3_SECRET_KEY", "CONCH_AUDIT_S3_BUCKET"},
-		} {
-			for _, k := range keys {
-				if v := services[svc][k]; v == "" || v != auth[k] {
-					t.Errorf("%s's %s is %q, minio-auth makes %q", svc, k, v, auth[k])
+		ran := map[string]bool{}
+		endpoints := map[string]bool{}
+		for _, cc := range conchCommands(t, m) {
+			prefix, ok := minioUserVars[cc.cmd]
+			if !ok {
+				continue
+			}
+			ran[cc.cmd] = true
+			where := fmt.Sprintf("%s container %s", cc.w, cc.c.Name)
+			for _, k := range []string{"ACCESS_KEY", "SECRET_KEY", "BUCKET"} {
+				if v := cc.env[prefix+k]; v == "" || v != auth[prefix+k] {
+					t.Errorf("%s: %s%s is %q, minio-auth makes %q", where, prefix, k, v, auth[prefix+k])
 				}
 			}
-			if services[svc][keys[0]] == auth["MINIO_ROOT_USER"] {
-				t.Errorf("%s's access key is MinIO's root user", svc)
+			if cc.env[prefix+"ACCESS_KEY"] == auth["MINIO_ROOT_USER"] {
+				t.Errorf("%s: its access key is MinIO's root user", where)
 			}
+			if ep := cc.env[prefix+"ENDPOINT"]; ep == "" {
+				t.Errorf("%s: no %sENDPOINT", where, prefix)
+			} else {
+				endpoints[ep] = true
+			}
+		}
+		for cmd := range minioUserVars {
+			if !ran[cmd] {
+				t.Errorf("no container runs conch %s", cmd)
+			}
+		}
+		if len(endpoints) != 1 {
+			t.Errorf("the services reach the object store at %v, want one endpoint", slices.Sorted(maps.Keys(endpoints)))
 		}
 	})
 }

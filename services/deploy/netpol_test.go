@@ -21,12 +21,13 @@ type flow struct {
 
 // requiredFlows are what conch needs to work: service registration and
 // discovery in etcd, the router's calls to every service, executors' calls
-// to the router (tool calls), approval and workspace, and storage.
+// to the router (tool calls), approval and workspace, and storage (the
+// workspaces' files, the audit trail, stored responses).
 var requiredFlows = []flow{
 	{"router", "etcd", 2379}, {"approval", "etcd", 2379}, {"workspace", "etcd", 2379}, {"executor", "etcd", 2379},
 	{"router", "approval", 9090}, {"router", "executor", 9090}, {"router", "workspace", 9090},
 	{"executor", "router", 9090}, {"executor", "approval", 9090}, {"executor", "workspace", 9090},
-	{"workspace", "minio", 9000},
+	{"workspace", "minio", 9000}, {"approval", "minio", 9000}, {"router", "minio", 9000},
 	{"etcd", "etcd", 2380}, {"etcd", "etcd", 2379},
 	{"etcd-auth", "etcd", 2379},
 }

@@ -49,6 +49,7 @@ var chartSecrets = map[string]any{
 	"s3SecretKey":          "an-s3-secret-key",
 	"workspaceS3SecretKey": "a-workspace-s3-secret",
 	"auditS3SecretKey":     "an-audit-s3-secret",
+	"responsesS3SecretKey": "a-responses-s3-secret",
 }
 
 // overlays are every kustomization of deploy/k8s and the chart's

@@ -35,8 +35,9 @@ type MinIOUser struct {
 // MinIOAuthConfig is the configuration of `conch minio-auth`. The
 // services' keys and buckets are read from the variables the services
 // themselves read (the workspace's CONCH_S3_*, the approval service's
-// CONCH_AUDIT_S3_*), and root's from the variables MinIO reads, so that a
-// deployment hands each the same env files.
+// CONCH_AUDIT_S3_*, the router's CONCH_RESPONSES_S3_*), and root's from
+// the variables MinIO reads, so that a deployment hands each the same env
+// files.
 type MinIOAuthConfig struct {
 	Endpoint     string        `flag:"endpoint" env:"CONCH_S3_ENDPOINT" usage:"MinIO's S3 endpoint: host:port, or an http:// or https:// URL"`
 	Secure       bool          `flag:"secure" env:"CONCH_S3_SECURE" usage:"use HTTPS to reach MinIO"`
@@ -48,6 +49,9 @@ type MinIOAuthConfig struct {
 	AuditKey     string        `env:"CONCH_AUDIT_S3_ACCESS_KEY" usage:"the approval service's access key (the audit trail)"`
 	AuditSec     string        `env:"CONCH_AUDIT_S3_SECRET_KEY" usage:"the approval service's secret key"`
 	AuditBkt     string        `env:"CONCH_AUDIT_S3_BUCKET" default:"conch-audit" usage:"the audit trail's bucket"`
+	RouterKey    string        `env:"CONCH_RESPONSES_S3_ACCESS_KEY" usage:"the router's access key (stored responses)"`
+	RouterSec    string        `env:"CONCH_RESPONSES_S3_SECRET_KEY" usage:"the router's secret key"`
+	RouterBkt    string        `env:"CONCH_RESPONSES_S3_BUCKET" default:"conch-responses" usage:"the stored responses' bucket"`
 	Wait         time.Duration `flag:"wait" env:"CONCH_MINIO_AUTH_WAIT" default:"2m" usage:"how long to retry while MinIO does not answer (still starting)"`
 	Every        time.Duration `flag:"every" env:"CONCH_MINIO_AUTH_EVERY" usage:"keep running and put the users right again this often (a container beside MinIO); 0: once, then exit"`
 	LogLevel     string        `flag:"log-level" env:"CONCH_LOG_LEVEL" default:"info" usage:"debug, info, warn or error"`
@@ -76,6 +80,7 @@ func (c *MinIOAuthConfig) users() []MinIOUser {
 	return []MinIOUser{
 		{Service: "workspace", AccessKey: c.WorkspaceKey, SecretKey: c.WorkspaceSec, Bucket: c.WorkspaceBkt},
 		{Service: "approval", AccessKey: c.AuditKey, SecretKey: c.AuditSec, Bucket: c.AuditBkt},
+		{Service: "router", AccessKey: c.RouterKey, SecretKey: c.RouterSec, Bucket: c.RouterBkt},
 	}
 }
 
@@ -118,7 +123,7 @@ func RunMinIOAuth(ctx context.Context, cfg MinIOAuthConfig, out io.Writer) error
 	for {
 		err := ensureMinIOUsersWaiting(ctx, cfg, log)
 		if err == nil {
-			fmt.Fprintf(out, "MinIO users workspace (%s) and approval (%s) each limited to their bucket\n", cfg.WorkspaceBkt, cfg.AuditBkt)
+			fmt.Fprintf(out, "MinIO users %s each limited to their bucket\n", userList(cfg.users()))
 		}
 		if cfg.Every == 0 {
 			return err
@@ -132,6 +137,23 @@ func RunMinIOAuth(ctx context.Context, cfg MinIOAuthConfig, out io.Writer) error
 		case <-time.After(cfg.Every):
 		}
 	}
+}
+
+// userList names users and their buckets: "workspace (conch),
+// approval (conch-audit) and router (conch-responses)".
+func userList(users []MinIOUser) string {
+	var b strings.Builder
+	for i, u := range users {
+		switch {
+		case i == 0:
+		case i == len(users)-1:
+			b.WriteString(" and ")
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", u.Service, u.Bucket)
+	}
+	return b.String()
 }
 
 // ensureMinIOUsersWaiting is EnsureMinIOUsers retried for up to cfg.Wait

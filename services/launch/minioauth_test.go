@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -17,8 +18,8 @@ import (
 
 // TestMinIOAuth runs `conch minio-auth` against a real MinIO, twice as a
 // deployment does on every upgrade: afterwards each service's keys read
-// and write exactly its own bucket, and reach neither the other's bucket,
-// nor bucket settings, nor the admin API. A policy attached by hand and a
+// and write exactly its own bucket, and reach neither another service's
+// bucket, nor bucket settings, nor the admin API. A policy attached by hand and a
 // changed secret are put right by the next run.
 func TestMinIOAuth(t *testing.T) {
 	t.Parallel()
@@ -27,6 +28,7 @@ func TestMinIOAuth(t *testing.T) {
 		Endpoint: "http://" + m.Endpoint, RootUser: m.AccessKey, RootPassword: m.SecretKey,
 		WorkspaceKey: "workspace", WorkspaceSec: "workspace-secret-1", WorkspaceBkt: "conch",
 		AuditKey: "approval", AuditSec: "approval-secret-1", AuditBkt: "conch-audit",
+		RouterKey: "router", RouterSec: "router-secret-1", RouterBkt: "conch-responses",
 		Wait: 30 * time.Second, LogLevel: "error",
 	}
 	run := func(t *testing.T) {
@@ -34,8 +36,13 @@ func TestMinIOAuth(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		if err := RunMinIOAuth(t.Context(), cfg, io.Discard); err != nil {
+		var out bytes.Buffer
+		if err := RunMinIOAuth(t.Context(), cfg, &out); err != nil {
 			t.Fatal(err)
+		}
+		want := fmt.Sprintf("MinIO users workspace (%s), approval (%s) and router (%s) each limited to their bucket\n", cfg.WorkspaceBkt, cfg.AuditBkt, cfg.RouterBkt)
+		if out.String() != want {
+			t.Errorf("minio-auth said %q, want %q", out.String(), want)
 		}
 	}
 	run(t)
@@ -43,21 +50,28 @@ func TestMinIOAuth(t *testing.T) {
 
 	workspace := s3Client(t, m.Endpoint, cfg.WorkspaceKey, cfg.WorkspaceSec)
 	approval := s3Client(t, m.Endpoint, cfg.AuditKey, cfg.AuditSec)
-	confined := func(t *testing.T, c *minio.Client, own, other string) {
+	router := s3Client(t, m.Endpoint, cfg.RouterKey, cfg.RouterSec)
+	buckets := []string{cfg.WorkspaceBkt, cfg.AuditBkt, cfg.RouterBkt}
+	confined := func(t *testing.T, c *minio.Client, own string) {
 		t.Helper()
 		ctx := t.Context()
 		if err := roundTrip(ctx, c, own); err != nil {
 			t.Errorf("in its own bucket %s: %v", own, err)
 		}
-		if _, err := c.PutObject(ctx, other, "x", bytes.NewReader([]byte("x")), 1, minio.PutObjectOptions{}); !denied(err) {
-			t.Errorf("put into %s: %v, want access denied", other, err)
-		}
-		if _, err := c.StatObject(ctx, other, "probe", minio.StatObjectOptions{}); !denied(err) {
-			t.Errorf("stat in %s: %v, want access denied", other, err)
-		}
-		for o := range c.ListObjects(ctx, other, minio.ListObjectsOptions{}) {
-			if !denied(o.Err) {
-				t.Errorf("list %s: %v, want access denied", other, o.Err)
+		for _, other := range buckets {
+			if other == own {
+				continue
+			}
+			if _, err := c.PutObject(ctx, other, "x", bytes.NewReader([]byte("x")), 1, minio.PutObjectOptions{}); !denied(err) {
+				t.Errorf("put into %s: %v, want access denied", other, err)
+			}
+			if _, err := c.StatObject(ctx, other, "probe", minio.StatObjectOptions{}); !denied(err) {
+				t.Errorf("stat in %s: %v, want access denied", other, err)
+			}
+			for o := range c.ListObjects(ctx, other, minio.ListObjectsOptions{}) {
+				if !denied(o.Err) {
+					t.Errorf("list %s: %v, want access denied", other, o.Err)
+				}
 			}
 		}
 		if err := c.MakeBucket(ctx, "made-by-a-service", minio.MakeBucketOptions{}); !denied(err) {
@@ -73,13 +87,14 @@ func TestMinIOAuth(t *testing.T) {
 	// A probe object in each bucket, put as root, so that a stat that
 	// was let through would find it.
 	root := s3Client(t, m.Endpoint, m.AccessKey, m.SecretKey)
-	for _, b := range []string{cfg.WorkspaceBkt, cfg.AuditBkt} {
+	for _, b := range buckets {
 		if _, err := root.PutObject(t.Context(), b, "probe", bytes.NewReader([]byte("p")), 1, minio.PutObjectOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Run("workspace", func(t *testing.T) { confined(t, workspace, cfg.WorkspaceBkt, cfg.AuditBkt) })
-	t.Run("approval", func(t *testing.T) { confined(t, approval, cfg.AuditBkt, cfg.WorkspaceBkt) })
+	t.Run("workspace", func(t *testing.T) { confined(t, workspace, cfg.WorkspaceBkt) })
+	t.Run("approval", func(t *testing.T) { confined(t, approval, cfg.AuditBkt) })
+	t.Run("router", func(t *testing.T) { confined(t, router, cfg.RouterBkt) })
 
 	adm, err := madmin.NewWithOptions(m.Endpoint, &madmin.Options{Creds: credentials.NewStaticV4(cfg.WorkspaceKey, cfg.WorkspaceSec, "")})
 	if err != nil {
@@ -106,7 +121,7 @@ func TestMinIOAuth(t *testing.T) {
 			t.Errorf("the old secret after rotation: %v, want refused", err)
 		}
 		rotated := s3Client(t, m.Endpoint, cfg.WorkspaceKey, cfg.WorkspaceSec)
-		confined(t, rotated, cfg.WorkspaceBkt, cfg.AuditBkt)
+		confined(t, rotated, cfg.WorkspaceBkt)
 	})
 
 	// Beside MinIO, with --every, it keeps putting them right.
@@ -157,6 +172,7 @@ func TestMinIOAuthRefuses(t *testing.T) {
 		Endpoint: "minio:9000", RootUser: "root", RootPassword: "root-password",
 		WorkspaceKey: "workspace", WorkspaceSec: "s1s1s1s1", WorkspaceBkt: "conch",
 		AuditKey: "approval", AuditSec: "s2s2s2s2", AuditBkt: "conch-audit",
+		RouterKey: "router", RouterSec: "s3s3s3s3", RouterBkt: "conch-responses",
 		Wait: time.Minute, LogLevel: "info",
 	}
 	for _, tc := range []struct {
@@ -170,6 +186,12 @@ func TestMinIOAuthRefuses(t *testing.T) {
 		{"root's key", func(c *MinIOAuthConfig) { c.WorkspaceKey = "root" }, "the workspace service's access key is MinIO's root user"},
 		{"shared key", func(c *MinIOAuthConfig) { c.AuditKey = "workspace" }, `the workspace and approval services share the access key "workspace"`},
 		{"shared bucket", func(c *MinIOAuthConfig) { c.AuditBkt = "conch" }, `the workspace and approval services share the bucket "conch"`},
+		{"router without keys", func(c *MinIOAuthConfig) { c.RouterKey = "" }, "the router service needs an access key, a secret key and a bucket"},
+		{"router without bucket", func(c *MinIOAuthConfig) { c.RouterBkt = "" }, "the router service needs an access key, a secret key and a bucket"},
+		{"router with root's key", func(c *MinIOAuthConfig) { c.RouterKey = "root" }, "the router service's access key is MinIO's root user"},
+		{"router with the audit key", func(c *MinIOAuthConfig) { c.RouterKey = "approval" }, `the approval and router services share the access key "approval"`},
+		{"router with the workspaces' bucket", func(c *MinIOAuthConfig) { c.RouterBkt = "conch" }, `the workspace and router services share the bucket "conch"`},
+		{"router with the audit bucket", func(c *MinIOAuthConfig) { c.RouterBkt = "conch-audit" }, `the approval and router services share the bucket "conch-audit"`},
 		{"no wait", func(c *MinIOAuthConfig) { c.Wait = 0 }, "--wait"},
 		{"negative every", func(c *MinIOAuthConfig) { c.Every = -time.Second }, "--every"},
 	} {

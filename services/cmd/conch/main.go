@@ -247,12 +247,16 @@ const minioAuthUsage = `usage: conch minio-auth [--endpoint host:port]
 minio-auth makes, as MinIO's root user (MINIO_ROOT_USER, MINIO_ROOT_PASSWORD),
 each service's bucket, a policy limited to that bucket and a MinIO user that
 holds only that policy: the workspace service's (CONCH_S3_ACCESS_KEY,
-CONCH_S3_SECRET_KEY, CONCH_S3_BUCKET) and the approval service's, for the
-audit trail (CONCH_AUDIT_S3_ACCESS_KEY, CONCH_AUDIT_S3_SECRET_KEY,
-CONCH_AUDIT_S3_BUCKET): the variables the services read. No service needs
-root's keys. It waits up to --wait for MinIO to answer, puts back what was
-changed by hand and changes nothing that is right: run it on every install
-and upgrade, and again after changing a service's secret.
+CONCH_S3_SECRET_KEY, CONCH_S3_BUCKET, default conch), the approval
+service's, for the audit trail (CONCH_AUDIT_S3_ACCESS_KEY,
+CONCH_AUDIT_S3_SECRET_KEY, CONCH_AUDIT_S3_BUCKET, default conch-audit), and
+the router's, for stored responses (CONCH_RESPONSES_S3_ACCESS_KEY,
+CONCH_RESPONSES_S3_SECRET_KEY, CONCH_RESPONSES_S3_BUCKET, default
+conch-responses): the variables the services read. No service needs
+root's keys, and no two share a key or a bucket. It waits up to --wait for
+MinIO to answer, puts back what was changed by hand and changes nothing
+that is right: run it on every install and upgrade, and again after
+changing a service's secret.
 
 `
 

@@ -233,8 +233,8 @@ func up(t *testing.T) *cluster {
 	// The sandboxes' root filesystem, etcd's certificates and the
 	// services' MinIO users first: compose implementations that ignore
 	// depends_on conditions would start the executors without the
-	// first, etcd without the second and the workspace and approval
-	// services before their users.
+	// first, etcd without the second and the workspace, approval and
+	// router services before their users.
 	first := []string{"rootfs", "etcd-pki", "minio", "minio-auth"}
 	c.run(c.compose[0], append(c.compose[1:], append([]string{"up", "-d"}, first...)...)...)
 	for _, svc := range []string{"rootfs", "etcd-pki", "minio-auth"} {

@@ -251,6 +251,7 @@ func (c *Cluster) plan() error {
 	s.S3 = S3{Endpoint: next(), AccessKey: "conch", SecretKey: randomHex(16), Bucket: "conch", Users: map[string]launch.MinIOUser{
 		KindWorkspace: {Service: KindWorkspace, AccessKey: KindWorkspace, SecretKey: randomHex(16), Bucket: "conch"},
 		KindApproval:  {Service: KindApproval, AccessKey: KindApproval, SecretKey: randomHex(16), Bucket: "conch-audit"},
+		KindRouter:    {Service: KindRouter, AccessKey: KindRouter, SecretKey: randomHex(16), Bucket: "conch-responses"},
 	}}
 	signingKeys := "k1:" + randomHex(32)
 	secretsKey, err := seal.GenerateKey("k1")
@@ -312,7 +313,11 @@ func (c *Cluster) plan() error {
 			env = append(env, "CONCH_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_S3_ACCESS_KEY="+u.AccessKey,
 				"CONCH_S3_SECRET_KEY="+u.SecretKey, "CONCH_S3_BUCKET="+u.Bucket, "CONCH_SIGNING_KEYS="+signingKeys)
 		case KindRouter:
-			env = append(env, "CONCH_ADMIN_KEY="+s.AdminKey, "CONCH_SECRETS_KEY="+seal.FormatKey(secretsKey))
+			// Stored responses, in their own bucket of the same MinIO.
+			u := s.S3.Users[kind]
+			env = append(env, "CONCH_ADMIN_KEY="+s.AdminKey, "CONCH_SECRETS_KEY="+seal.FormatKey(secretsKey),
+				"CONCH_RESPONSES_S3_ENDPOINT="+s.S3.Endpoint, "CONCH_RESPONSES_S3_ACCESS_KEY="+u.AccessKey,
+				"CONCH_RESPONSES_S3_SECRET_KEY="+u.SecretKey, "CONCH_RESPONSES_S3_BUCKET="+u.Bucket)
 		case KindApproval:
 			// The audit trail, in its own bucket of the same MinIO;
 			// executors send their records through the approval service.

@@ -35,7 +35,8 @@ type State struct {
 	// EtcdTLS are the files of the certificate clients reach etcd with
 	// (user root), and of the CA that signed it and the members'.
 	EtcdTLS EtcdTLS `json:"etcd_tls"`
-	// S3 is where the workspace service keeps files.
+	// S3 is the MinIO the services keep objects in, each in its own
+	// bucket: workspaces' files, the audit trail, stored responses.
 	S3 S3 `json:"s3"`
 	// Members are the cluster's processes.
 	Members []MemberState `json:"members"`

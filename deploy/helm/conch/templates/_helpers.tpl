@@ -29,7 +29,7 @@ https://etcd-0.etcd:2379,https://etcd-1.etcd:2379,https://etcd-2.etcd:2379
 {{- end -}}
 {{- end }}
 
-{{/* The S3 endpoint of workspaces and the audit trail. */}}
+{{/* The S3 endpoint of workspaces, the audit trail and stored responses. */}}
 {{- define "conch.s3Endpoint" -}}
 {{- if .Values.minio.bundled -}}
 minio:9000
