@@ -77,6 +77,7 @@ func startCluster(t testing.TB, n int, executorArgs ...string) *cluster {
 		"CONCH_ADMIN_KEY="+adminKey,
 		"CONCH_LOG_LEVEL=warn",
 		"CONCH_WORKSPACE_DIR="+t.TempDir(),
+		"CONCH_RESPONSES_DIR="+t.TempDir(),
 		"CONCH_SIGNING_KEYS=k1:cluster-signing-key-0123456789abcdef",
 		"CONCH_SECRETS_KEY="+sealtest.KeyText(t),
 		"CONCH_OUTBOUND_ALLOW="+modelHost,

@@ -243,6 +243,7 @@ func startTracedCluster(t *testing.T) *tracedCluster {
 		"CONCH_OUTBOUND_ALLOW="+modelHost,
 		"CONCH_LOG_LEVEL=warn",
 		"CONCH_WORKSPACE_DIR="+t.TempDir(),
+		"CONCH_RESPONSES_DIR="+t.TempDir(),
 		"CONCH_SIGNING_KEYS=k1:tracing-signing-key-0123456789abcdef",
 		"CONCH_SECRETS_KEY="+sealtest.KeyText(t),
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+c.col.addr,
