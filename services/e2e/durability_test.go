@@ -43,6 +43,7 @@ func TestWorkspaceDurability(t *testing.T) {
 		"CONCH_S3_ACCESS_KEY="+m.AccessKey,
 		"CONCH_S3_SECRET_KEY="+m.SecretKey,
 		"CONCH_S3_BUCKET="+miniotest.Bucket(),
+		"CONCH_RESPONSES_DIR="+t.TempDir(),
 		"CONCH_SIGNING_KEYS=k1:durability-signing-key-0123456789abcdef",
 		"CONCH_SECRETS_KEY="+sealtest.KeyText(t),
 	)

@@ -26,6 +26,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router"
+	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
 const apiKey = "page-test-key-0123456789"
@@ -81,7 +82,11 @@ func startStack(t *testing.T) *stack {
 	for _, n := range router.ServiceNames {
 		conns[n] = conn
 	}
-	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{Etcd: cli, Service: rsvc, Conns: conns, Metrics: http.NotFoundHandler()})
+	responses, err := fsstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{Etcd: cli, Service: rsvc, Conns: conns, Metrics: http.NotFoundHandler(), ResponseObjects: responses})
 	if err != nil {
 		t.Fatal(err)
 	}
