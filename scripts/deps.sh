@@ -10,9 +10,12 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 # from the system's /usr/bin, which is what a sandbox sees.
 [ -x /usr/bin/python3 ] || need+=(python3)
 # --test adds what only the tests need: a headless browser for the
-# approvals page, and Node with npm for the official OpenAI SDK for Node
-# (scripts/node-sdk.sh).
+# approvals page, Node with npm for the official OpenAI SDK for Node
+# (scripts/node-sdk.sh), and a C compiler with libc's headers for the race
+# detector, which make test runs every package under and which needs cgo.
 if [ "${1:-}" = "--test" ]; then
+	command -v gcc >/dev/null || need+=(gcc)
+	[ -e /usr/include/stdlib.h ] || need+=(libc6-dev)
 	command -v chromium >/dev/null || need+=(chromium)
 	command -v node >/dev/null || need+=(nodejs)
 	command -v npm >/dev/null || need+=(npm)
