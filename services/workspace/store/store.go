@@ -6,9 +6,10 @@
 //   - keys are '/'-separated relative paths without empty, "." or ".."
 //     segments; a key ending in '/' is a directory marker;
 //   - a Put is atomic: the object is visible whole, with its metadata, or
-//     not at all, and a failed Put leaves nothing behind (but one whose
-//     last step, making its rename durable, failed: fsstore then reports
-//     the error with the object in place);
+//     not at all. A failed Put leaves nothing visible but when its last
+//     step took effect though it failed to say so (fsstore: making its
+//     rename durable failed; s3store: the pointer's answer was lost), and
+//     then the object is whole; what it staged is left to Collect;
 //   - a Put that returned nil survives a crash of the machine;
 //   - a key and keys below it ("a" and "a/b") must not be stored together:
 //     MinIO cannot list both, so callers keep files and directories apart;

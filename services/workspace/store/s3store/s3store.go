@@ -204,11 +204,11 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, o store.PutOpt
 	if err != nil {
 		return store.Info{}, err
 	}
-	info, err := s.Publish(ctx, st, o)
-	if err != nil {
-		_ = s.Discard(context.WithoutCancel(ctx), st)
-	}
-	return info, err
+	// A failed publish keeps its blob: the pointer's PUT may have reached
+	// MinIO though its answer did not (MinIO killed or paused after it
+	// wrote), and discarding the blob would leave a pointer to nothing.
+	// Collect removes the blob if no pointer names it.
+	return s.Publish(ctx, st, o)
 }
 
 func (s *Store) putInline(ctx context.Context, key string, data []byte, o store.PutOptions) (store.Info, error) {
@@ -449,6 +449,18 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Se
 			}
 			var info store.Info
 			if !recursive && strings.HasSuffix(oi.Key, "/") {
+				// MinIO lists as a prefix the data a write cut by a
+				// crash left without its metadata, where no object is:
+				// a directory only when something is stored below it.
+				held, err := s.holdsObjects(ctx, oi.Key)
+				if err != nil {
+					page = nil
+					yield(store.Info{}, fmt.Errorf("s3store: list %s: %w", prefix, err))
+					return
+				}
+				if !held {
+					continue
+				}
 				info = store.Info{Key: oi.Key, Prefix: true}
 			} else {
 				info, _ = fromObject(oi, oi.UserMetadataStripped)
@@ -462,6 +474,20 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) iter.Se
 			}
 		}
 	}
+}
+
+// holdsObjects reports whether an object (a directory marker included)
+// is stored below prefix.
+func (s *Store) holdsObjects(ctx context.Context, prefix string) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for oi := range s.c.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true, MaxKeys: 1}) {
+		if oi.Err != nil {
+			return false, oi.Err
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // Delete deletes keys, 1000 per request, and the blobs of those keys.

@@ -3,6 +3,8 @@ package s3store_test
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +156,51 @@ func TestCollectAbortsIncompleteUploads(t *testing.T) {
 	}
 	if got := incomplete(); len(got) != 0 {
 		t.Fatalf("incomplete uploads after collect = %v", got)
+	}
+}
+
+// TestListSkipsWhatACrashLeft: a MinIO killed while it wrote an object
+// leaves the object's data on its drive without the metadata (xl.meta)
+// that makes it an object. MinIO lists such a leftover as a common
+// prefix, though nothing is stored below it: a directory listing must not
+// show it (here it would read as an empty directory named like the file
+// that failed), while real directories, empty or not, stay.
+func TestListSkipsWhatACrashLeft(t *testing.T) {
+	dir := t.TempDir()
+	m, stop, err := miniotest.Launch(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	bucket := miniotest.Bucket()
+	s, err := s3store.New(t.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("d", 250) // a marker stored under another name
+	for _, key := range []string{"ws/file", "ws/dir/inner", "ws/empty/", "ws/" + long + "/"} {
+		if _, err := s.Put(t.Context(), key, strings.NewReader(""), store.PutOptions{Size: 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a kill between MinIO's writing an object's data and its
+	// metadata leaves on a single drive.
+	leftover := filepath.Join(dir, bucket, "ws", "failed.bin", "9c1f0a3e-3b5e-4c55-9d2e-0c8f0d5f3a11")
+	if err := os.MkdirAll(leftover, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(leftover, "part.1"), []byte("half of it"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for info, err := range s.List(t.Context(), "ws/", false) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, info.Key)
+	}
+	want := []string{"ws/" + long + "/", "ws/dir/", "ws/empty/", "ws/file"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("listing %q, want %q", got, want)
 	}
 }
