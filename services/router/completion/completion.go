@@ -147,6 +147,14 @@ type Request struct {
 	// ContainerField is where it was named, for errors.
 	Container      string
 	ContainerField string
+	// Keep leaves the completion's own sandbox running when it ends, for
+	// the gateway's session idle time: a container of the Responses API,
+	// which the response names and a continuation uses again (OpenAI keeps
+	// a container for its idle lifetime).
+	Keep bool
+	// Continue is the sandbox of the conversation this completion
+	// continues: the shell runs in it while it runs, else in a new one.
+	Continue string
 	// Exec asks for the rich exec and process tools.
 	Exec bool
 	// User is the end user: the owner of a persistent workspace, and the
@@ -211,6 +219,9 @@ type Result struct {
 	*loop.Result
 	// Sandbox is the sandbox the shell ran in, "" when none was made.
 	Sandbox string
+	// Workspace is what the completion says of the user's workspace, nil
+	// when it named no user or ran no shell.
+	Workspace *Workspace
 	// end ends the completion's own sandbox; nil when there is none.
 	end func()
 }
@@ -262,7 +273,8 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 	}
 
 	ready, gone := s.grantHooks(scope.Account, g, plan)
-	var sb completionSandbox = &sandbox{exec: s.opts.Executor, req: plan.sandboxRequest(g, req), ready: ready, gone: gone, log: s.opts.Logger}
+	own := &sandbox{exec: s.opts.Executor, req: plan.sandboxRequest(g, req), ready: ready, gone: gone, log: s.opts.Logger}
+	var sb completionSandbox = own
 	switch {
 	case req.Container != "":
 		if sb, err = s.container(ctx, req); err != nil {
@@ -270,6 +282,13 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		}
 	case scope.Session != "":
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
+	case req.Continue != "" && s.sandboxRunning(ctx, req.Continue):
+		sb = container(req.Continue)
+	case req.Keep:
+		// Kept: the executor ends it once idle (its tool grants expire
+		// an hour after that).
+		own.req.IdleTimeoutSeconds = int32(gateways.SessionIdle(g) / time.Second)
+		sb = kept{own}
 	}
 	// A completion's own sandbox ends with it, even when the client left,
 	// in the background: the client need not wait for the teardown. A
@@ -327,7 +346,7 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		return nil, err
 	}
 	s.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
-	out := &Result{Result: res, Sandbox: sb.Current(), end: end}
+	out := &Result{Result: res, Sandbox: sb.Current(), Workspace: plan.workspace, end: end}
 	end = nil
 	return finish(ctx, req, out, nil)
 }
@@ -398,6 +417,20 @@ type container string
 func (c container) ID(context.Context) (string, error) { return string(c), nil }
 func (c container) Current() string                    { return string(c) }
 func (container) Destroy(context.Context)              {}
+
+// kept is a completion's own sandbox that outlives it (Request.Keep).
+type kept struct{ *sandbox }
+
+func (kept) Destroy(context.Context) {}
+
+// sandboxRunning reports whether id is a running sandbox of the caller's
+// account (the executor answers only for the account in the call's
+// scope). A conversation's sandbox that ended is no error: the
+// continuation gets a new one.
+func (s *Service) sandboxRunning(ctx context.Context, id string) bool {
+	resp, err := s.opts.Executor.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
+	return err == nil && resp.GetSandbox().GetState() == executorv1.SandboxState_SANDBOX_STATE_READY
+}
 
 // container checks that the request's container is a running sandbox of
 // the caller's account (the executor answers only for the account in the

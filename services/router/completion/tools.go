@@ -22,11 +22,20 @@ type toolPlan struct {
 	tools      []upstream.Tool
 	shell      *loop.Shell
 	persistent bool
+	workspace  *Workspace        // what the response says of the user's workspace
 	direct     map[string]bool   // server tools offered to the model
 	moved      []*toolhost.Tool  // server tools moved into the shell
 	skills     map[string]string // read_skill's texts
 	execOutput int32             // output limit of exec; 0: not offered
 	network    *executorv1.Network
+}
+
+// Workspace says whether a completion that named a user ran its shell in
+// that user's persistent workspace, and why not.
+type Workspace struct {
+	User       string `json:"user"`
+	Persistent bool   `json:"persistent"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // planTools decides the completion's tools from the gateway, its server
@@ -38,8 +47,17 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 	if p.network, err = shellNetwork(g, req); err != nil {
 		return nil, err
 	}
-	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && req.Container == "" && !req.ShellLocal &&
-		(req.Shell != nil || sh.GetEnabled() || req.Exec)
+	runsShell := !req.ShellLocal && (req.Shell != nil || sh.GetEnabled() || req.Exec)
+	p.persistent = sh.GetAllowDataPersistence() && req.User != "" && req.Container == "" && runsShell
+	if req.User != "" && runsShell {
+		p.workspace = &Workspace{User: req.User, Persistent: p.persistent}
+		switch {
+		case req.Container != "":
+			p.workspace.Reason = "a container keeps the workspace it was created with"
+		case !p.persistent:
+			p.workspace.Reason = fmt.Sprintf("gateway %q does not allow data persistence (shell.allow_data_persistence): the workspace is empty and ends with its sandbox", g.GetName())
+		}
+	}
 	if p.persistent && !tenant.ValidUserID(req.User) {
 		return nil, BadField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
 	}

@@ -166,7 +166,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer res.End()
-		writeJSON(w, chatCompletion(id, created, req.Model, res.Result))
+		writeJSON(w, chatCompletion(id, created, req.Model, res))
 		return
 	}
 	s := newSSE(w, id, created, req.Model)
@@ -180,7 +180,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer res.End()
-	s.finish(res.Result)
+	s.finish(res)
 }
 
 func randomHex(n int) string {
@@ -232,14 +232,18 @@ type conchOut struct {
 	// absent for a sandbox without network.
 	Egress        []loop.EgressConnection `json:"egress,omitempty"`
 	EgressOmitted int                     `json:"egress_omitted,omitempty"`
+	// Workspace says, when the request named a user, whether the
+	// shell's workspace was that user's persistent one, and why not.
+	Workspace *completion.Workspace `json:"workspace,omitempty"`
 }
 
-func conchOf(res *loop.Result) conchOut {
+func conchOf(cres *completion.Result) conchOut {
+	res := cres.Result
 	calls := res.ServerToolCalls
 	if calls == nil {
 		calls = []loop.ServerToolCall{}
 	}
-	return conchOut{ServerToolCalls: calls, Egress: res.Egress, EgressOmitted: res.EgressOmitted}
+	return conchOut{ServerToolCalls: calls, Egress: res.Egress, EgressOmitted: res.EgressOmitted, Workspace: cres.Workspace}
 }
 
 // chatCompletionOut is a chat.completion object, encoded from types
@@ -268,7 +272,8 @@ type messageOut struct {
 	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
 }
 
-func chatCompletion(id string, created int64, model string, res *loop.Result) chatCompletionOut {
+func chatCompletion(id string, created int64, model string, cres *completion.Result) chatCompletionOut {
+	res := cres.Result
 	msg := messageOut{Role: "assistant"}
 	if res.Content != "" || len(res.ToolCalls) == 0 {
 		msg.Content = &res.Content
@@ -280,6 +285,6 @@ func chatCompletion(id string, created int64, model string, res *loop.Result) ch
 		ID: id, Object: "chat.completion", Created: created, Model: model,
 		Choices: []choiceOut{{Index: 0, Message: msg, FinishReason: res.FinishReason}},
 		Usage:   usageOf(res),
-		Conch:   conchOf(res),
+		Conch:   conchOf(cres),
 	}
 }

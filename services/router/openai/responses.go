@@ -90,6 +90,13 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The response's own container outlives it, as OpenAI's does, and a
+	// continuation for the same user runs in its conversation's while
+	// that runs.
+	req.Keep = true
+	if prev != nil && req.Container == "" && !req.ShellLocal && prev.User == req.User {
+		req.Continue = prev.Container
+	}
 	req.Messages = conv
 	if req.Instructions != nil && *req.Instructions != "" {
 		req.Messages = append([]upstream.Message{{Role: "system", Content: *req.Instructions}}, conv...)
@@ -122,7 +129,8 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		added := upstream.StoreMessages(append(input[:len(input):len(input)], res.Turn...))
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		defer cancel()
-		if err := h.responses.Put(sctx, scope.Account, id, prev, &responsestore.Response{Response: obj, Input: req.Input}, added); err != nil {
+		turn := responsestore.Turn{Messages: added, Container: res.Sandbox, User: req.User}
+		if err := h.responses.Put(sctx, scope.Account, id, prev, &responsestore.Response{Response: obj, Input: req.Input}, turn); err != nil {
 			h.logger.ErrorContext(ctx, "response not stored", "account", scope.Account, "response", id, "error", err)
 			notStored = notStoredError(id, err)
 			obj["status"] = "failed"
@@ -234,7 +242,7 @@ func finish(obj map[string]any, res *completion.Result, items []map[string]any) 
 	obj["status"], obj["incomplete_details"] = status, incomplete
 	obj["output"], obj["output_text"] = items, outputTextOf(items)
 	obj["usage"] = responseUsage(res.Result)
-	obj["conch"] = conchOf(res.Result)
+	obj["conch"] = conchOf(res)
 }
 
 func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
 )
 
@@ -118,7 +119,8 @@ func (s *sse) Tool(ev loop.ToolEvent) error {
 
 // finish sends client tool calls, the last chunk with finish_reason, usage
 // and conch.server_tool_calls, then [DONE].
-func (s *sse) finish(res *loop.Result) {
+func (s *sse) finish(cres *completion.Result) {
+	res := cres.Result
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.start(); err != nil {
@@ -130,7 +132,7 @@ func (s *sse) finish(res *loop.Result) {
 		}
 	}
 	finish := res.FinishReason
-	if s.chunk(map[string]any{}, &finish, map[string]any{"usage": usageOf(res), "conch": conchOf(res)}) != nil {
+	if s.chunk(map[string]any{}, &finish, map[string]any{"usage": usageOf(res), "conch": conchOf(cres)}) != nil {
 		return
 	}
 	_ = s.write("data: [DONE]\n\n")

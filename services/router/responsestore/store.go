@@ -117,6 +117,8 @@ type Thread struct {
 	Chain []string
 	// Messages are every message of the chain, instructions excepted.
 	Messages []upstream.StoredMessage
+	// Container and User are the last response's (Turn).
+	Container, User string
 }
 
 // record is a response's record in etcd.
@@ -124,11 +126,21 @@ type record struct {
 	Root string `json:"root"`
 }
 
-// segment is what one response added to its conversation.
+// Turn is what one response adds to its conversation.
+type Turn struct {
+	Messages []upstream.StoredMessage `json:"messages"`
+	// Container is the sandbox its shell ran in ("" when none), and User
+	// the end user it ran for: a continuation for the same user runs in
+	// that sandbox again while it runs.
+	Container string `json:"container,omitempty"`
+	User      string `json:"user,omitempty"`
+}
+
+// segment is a Turn as stored.
 type segment struct {
 	// Chain are the ids of the responses it continues, root first.
-	Chain    []string                 `json:"chain,omitempty"`
-	Messages []upstream.StoredMessage `json:"messages"`
+	Chain []string `json:"chain,omitempty"`
+	Turn
 }
 
 // messagesOnly reads a segment's messages, skipping its chain.
@@ -254,7 +266,7 @@ func (s *Store) Thread(ctx context.Context, account, id string) (*Thread, error)
 	for _, p := range parts {
 		msgs = append(msgs, p...)
 	}
-	return &Thread{Root: root, Chain: chain, Messages: msgs}, nil
+	return &Thread{Root: root, Chain: chain, Messages: msgs, Container: last.Container, User: last.User}, nil
 }
 
 // Check reports, before a response runs, whether it could be stored
@@ -281,11 +293,11 @@ func (s *Store) Check(ctx context.Context, account string, prev *Thread) error {
 }
 
 // Put stores the response id, continuing prev (nil: a new conversation),
-// with the messages it added. A quota that refuses it is its
+// with what it added. A quota that refuses it is its
 // errs.ResourceExhausted error (wrapped in a *QuotaError); what a failed
 // Put wrote is removed.
-func (s *Store) Put(ctx context.Context, account, id string, prev *Thread, resp *Response, added []upstream.StoredMessage) error {
-	root, seg := id, segment{Messages: added}
+func (s *Store) Put(ctx context.Context, account, id string, prev *Thread, resp *Response, turn Turn) error {
+	root, seg := id, segment{Turn: turn}
 	if prev != nil {
 		root, seg.Chain = prev.Root, prev.Chain
 	}

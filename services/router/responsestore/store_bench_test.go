@@ -40,7 +40,7 @@ func BenchmarkContinuation(b *testing.B) {
 	for i := range turns {
 		id := fmt.Sprintf("resp_%03d", i)
 		added := turn(i)
-		if err := f.Put(ctx, "acct", id, prev, &Response{Response: map[string]any{"id": id}}, added); err != nil {
+		if err := f.Put(ctx, "acct", id, prev, &Response{Response: map[string]any{"id": id}}, Turn{Messages: added}); err != nil {
 			b.Fatal(err)
 		}
 		conversation = append(conversation, added...)
@@ -68,7 +68,7 @@ func BenchmarkContinuation(b *testing.B) {
 		}
 		th.Messages = nil
 		id := fmt.Sprintf("next_%d", i)
-		if err := f.Put(ctx, "acct", id, th, &Response{Response: map[string]any{"id": id}}, turn(turns)); err != nil {
+		if err := f.Put(ctx, "acct", id, th, &Response{Response: map[string]any{"id": id}}, Turn{Messages: turn(turns)}); err != nil {
 			b.Fatal(err)
 		}
 	}

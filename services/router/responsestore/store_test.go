@@ -74,7 +74,7 @@ func (f *fixture) turn(t testing.TB, account, id, prev string) error {
 		}
 	}
 	added := []upstream.StoredMessage{{Role: "user", Content: "q " + id}, {Role: "assistant", Content: "a " + id}}
-	return f.Put(ctx, account, id, th, &Response{Response: map[string]any{"id": id}, Input: []map[string]any{{"content": "q " + id}}}, added)
+	return f.Put(ctx, account, id, th, &Response{Response: map[string]any{"id": id}, Input: []map[string]any{{"content": "q " + id}}}, Turn{Messages: added, Container: "sb-" + id})
 }
 
 func contents(th *Thread) string {
@@ -123,8 +123,8 @@ func TestConversations(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := contents(th); got != want || th.Root != "r0" || th.Chain[len(th.Chain)-1] != id {
-					t.Errorf("thread of %s: %q root %s chain %v, want %q", id, got, th.Root, th.Chain, want)
+				if got := contents(th); got != want || th.Root != "r0" || th.Chain[len(th.Chain)-1] != id || th.Container != "sb-"+id {
+					t.Errorf("thread of %s: %q root %s chain %v container %s, want %q", id, got, th.Root, th.Chain, th.Container, want)
 				}
 			}
 			r, err := f.Get(t.Context(), "acct", "r2")
@@ -258,7 +258,7 @@ func TestContinueWhileDeleted(t *testing.T) {
 	if _, err := f.Delete(t.Context(), "acct", "r0"); err != nil {
 		t.Fatal(err)
 	}
-	err = f.Put(t.Context(), "acct", "r1", th, &Response{}, []upstream.StoredMessage{{Role: "user", Content: "late"}})
+	err = f.Put(t.Context(), "acct", "r1", th, &Response{}, Turn{Messages: []upstream.StoredMessage{{Role: "user", Content: "late"}}})
 	if errs.KindOf(err) != errs.FailedPrecondition || !strings.Contains(err.Error(), "was deleted or expired while it ran") {
 		t.Fatalf("Put after the conversation went: %v", err)
 	}
