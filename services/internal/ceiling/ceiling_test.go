@@ -1,26 +1,17 @@
 package ceiling
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/config/configtest"
 )
 
 // TestDefaultsMatchTags: Defaults is what a Config no one set loads as.
 func TestDefaultsMatchTags(t *testing.T) {
 	var c Config
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	if err := config.Register(fs, &c); err != nil {
-		t.Fatal(err)
-	}
-	if err := config.LoadWith(fs, nil, &c, func(string) (string, bool) { return "", false }); err != nil {
-		t.Fatal(err)
-	}
+	configtest.Defaults(t, &c)
 	if c != Defaults {
 		t.Errorf("loaded %+v, Defaults %+v", c, Defaults)
 	}

@@ -3,9 +3,7 @@ package quotas
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/config/configtest"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 )
@@ -22,14 +20,7 @@ import (
 // TestDefaultsMatchTags: Defaults is what a Config no one set loads as.
 func TestDefaultsMatchTags(t *testing.T) {
 	var c Config
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	if err := config.Register(fs, &c); err != nil {
-		t.Fatal(err)
-	}
-	if err := config.LoadWith(fs, nil, &c, func(string) (string, bool) { return "", false }); err != nil {
-		t.Fatal(err)
-	}
+	configtest.Defaults(t, &c)
 	if c != Defaults {
 		t.Errorf("loaded %+v, Defaults %+v", c, Defaults)
 	}

@@ -56,3 +56,18 @@ func ErrorsNameTheField(t *testing.T, newConfig func() any, cases []Case) {
 		})
 	}
 }
+
+// Defaults loads into cfg (a pointer to a config struct) what its tags
+// give with no flag and no variable set: for a test that compares a
+// package's default constants with its tags, so the two cannot drift.
+func Defaults(t *testing.T, cfg any) {
+	t.Helper()
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := config.Register(fs, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.LoadWith(fs, nil, cfg, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+}
