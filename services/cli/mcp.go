@@ -29,6 +29,13 @@ is released.
 
 flags: --server URL, --api-key KEY, --gateway NAME (default default),
 --user ID (the user whose persistent workspace the shell uses)
+
+When conch is unreachable, refuses the key, has no such gateway or fails
+a request, the client's request is answered with an error that says so
+(e.g. "conch refused the API key (401): invalid API key"), and the same
+line goes to stderr. When the session cannot go on, or never began, the
+bridge then exits with code 1. When it cannot start at all (bad flags, no
+key), it says why in one line on stderr and exits non-zero.
 `
 
 // MCP bridges an MCP client speaking stdio to the router's MCP endpoint.
@@ -38,13 +45,15 @@ func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return nil
 	}
 	fs := flag.NewFlagSet("conch mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// A desktop client shows the bridge's stderr in a log: a bad flag is
+	// one line there, not the flags' list.
+	fs.SetOutput(io.Discard)
 	var o Options
 	o.AddFlags(fs)
 	gateway := fs.String("gateway", envOr("CONCH_GATEWAY", "default"), "gateway whose tools and settings govern the session (env CONCH_GATEWAY)")
 	user := fs.String("user", envOr("CONCH_USER", ""), "user whose persistent workspace the shell uses (env CONCH_USER)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return Usagef("%v (conch mcp -h lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
 		return Usagef("conch mcp takes no arguments, got %q", fs.Args())
@@ -61,9 +70,12 @@ func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if *user != "" {
 		header.Set("X-Shell-User-Id", *user)
 	}
+	endpoint := c.base + "/mcp/" + url.PathEscape(*gateway)
 	remote, err := (&mcp.StreamableClientTransport{
-		Endpoint:   c.base + "/mcp/" + url.PathEscape(*gateway),
-		HTTPClient: &http.Client{Transport: headerTransport{header: header, next: http.DefaultTransport}},
+		Endpoint: endpoint,
+		HTTPClient: &http.Client{Transport: failureTransport{
+			server: c.base, next: headerTransport{header: header, next: http.DefaultTransport},
+		}},
 	}).Connect(ctx)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", c.base, err)
@@ -72,27 +84,71 @@ func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	endpoint := c.base + "/mcp/" + url.PathEscape(*gateway)
 	listen := func(ctx context.Context, version string) error {
-		return listenSSE(ctx, endpoint, header, remote.SessionID(), version, local)
+		return listenSSE(ctx, c.base, endpoint, header, remote.SessionID(), version, local)
 	}
-	return bridge(ctx, local, remote, listen)
+	if err := bridge(ctx, local, remote, listen, stderr); errors.Is(err, errBridgeFailed) {
+		// Said on stderr already, and to the client.
+		return &ExitError{Code: 1}
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
+
+// errBridgeFailed ends a bridge whose failure it has said on stderr.
+var errBridgeFailed = errors.New("conch mcp: the bridge failed")
 
 // bridge passes messages both ways until either side ends; the end of
 // the local side (the client closed stdin) closes the remote session.
 // Once the session is initialized, listen carries what the router sends
 // outside any call (a subscribed resource's change) to the client: the
 // SDK's transport opens that stream only for a client session of its
-// own, which a bridge passing messages through does not have.
-func bridge(ctx context.Context, local, remote mcp.Connection, listen func(ctx context.Context, version string) error) error {
+// own, which a bridge passing messages through does not have. A stream
+// that broke (conch stopped, a proxy cut it) opens again after the next
+// call conch answers; the call met by a conch that went away says so.
+//
+// What does not reach conch, or what conch refuses other than with a
+// JSON-RPC answer, is said on stderr as one line (see failed). The
+// bridge then ends with errBridgeFailed when the session cannot go on,
+// and when the client leaves before a session began.
+func bridge(ctx context.Context, local, remote mcp.Connection, listen func(ctx context.Context, version string) error, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 3)
 	var (
 		mu   sync.Mutex
 		init jsonrpc.ID
+		// up is set once the router has answered a call: it is reached,
+		// takes the key and serves the gateway.
+		up bool
+		// version is the session's protocol version, once initialized;
+		// listening, whether listen runs.
+		version   string
+		listening bool
+		// said is the last line written to stderr: a failure met by
+		// several requests in a row (the client's probe, then its
+		// handshake) is said once.
+		said string
 	)
+	say := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if line != said {
+			fmt.Fprintf(stderr, "conch mcp: %s\n", line)
+			said = line
+		}
+	}
+	isUp := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return up
+	}
+	failedBeforeUp := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !up && said != ""
+	}
 	pass := func(from, to mcp.Connection, side string) {
 		for {
 			msg, err := from.Read(ctx)
@@ -109,11 +165,24 @@ func bridge(ctx context.Context, local, remote mcp.Connection, listen func(ctx c
 				}
 			case *jsonrpc.Response:
 				mu.Lock()
-				initialized := init.IsValid() && m.ID == init && m.Error == nil
+				if init.IsValid() && m.ID == init && m.Error == nil {
+					version = protocolVersion(m.Result)
+				}
+				answered := side == "router" && m.Error == nil
+				up = up || answered
+				// The stream opens with the session, and opens again
+				// after a call conch answered once it broke.
+				open := answered && version != "" && listen != nil && !listening
+				listening = listening || open
+				v := version
 				mu.Unlock()
-				if version := protocolVersion(m.Result); initialized && version != "" && listen != nil {
+				if open {
 					go func() {
-						if err := listen(ctx, version); err != nil && ctx.Err() == nil {
+						err := listen(ctx, v)
+						mu.Lock()
+						listening = false
+						mu.Unlock()
+						if err != nil && ctx.Err() == nil {
 							errc <- fmt.Errorf("router: %w", err)
 						}
 					}()
@@ -121,14 +190,13 @@ func bridge(ctx context.Context, local, remote mcp.Connection, listen func(ctx c
 			}
 			err = to.Write(ctx, msg)
 			if err != nil && side == "client" {
-				// The router refused one message (an unsupported
-				// protocol version, a bad request): the client hears it
-				// as that call's error and the session goes on. A lost
-				// session ends the remote side's reads.
-				err = refused(ctx, local, msg, err)
+				err = failed(ctx, local, msg, err, isUp(), say)
 			}
 			if err != nil {
-				errc <- fromSide(side, err)
+				if !errors.Is(err, errBridgeFailed) {
+					err = fromSide(side, err)
+				}
+				errc <- err
 				return
 			}
 		}
@@ -139,21 +207,66 @@ func bridge(ctx context.Context, local, remote mcp.Connection, listen func(ctx c
 	cancel()
 	_ = remote.Close()
 	_ = local.Close()
+	var rf *remoteFailure
+	switch {
+	case errors.As(err, &rf):
+		// The router's side: the session's stream failed.
+		say(rf.Error())
+		return errBridgeFailed
+	case err == nil && failedBeforeUp():
+		// The client left after failures, before any session began.
+		return errBridgeFailed
+	}
 	return err
 }
 
-// refused answers the client's call msg, which the router refused with
-// err, with that error; a refused notification has no one to answer.
-func refused(ctx context.Context, local mcp.Connection, msg jsonrpc.Message, err error) error {
-	req, ok := msg.(*jsonrpc.Request)
-	if !ok || !req.IsCall() {
-		return nil
+// codeInternal is JSON-RPC's internal error: the code of the answers the
+// bridge makes up for what did not reach conch.
+const codeInternal = -32603
+
+// codeRejected is the code of the MCP SDK's "rejected by transport",
+// which says nothing of why: such an error is answered with its whole
+// text instead.
+const codeRejected = -32005
+
+// failed handles the client's message msg, which conch did not take
+// (err), when the session is up or not: a call gets err as its answer (a
+// notification has no one to answer). A JSON-RPC answer of conch's (an
+// unsupported protocol version) passes as it is, and the session goes
+// on. Anything else is also said on stderr; it ends the bridge
+// (errBridgeFailed) when the session cannot go on: conch became
+// unreachable, or refused the key, the endpoint or the session once the
+// session was up, or the handshake (initialize) itself failed. Before
+// that, a client's probe (server/discover) that fails is answered, and
+// the client goes on to its handshake.
+func failed(ctx context.Context, local mcp.Connection, msg jsonrpc.Message, err error, up bool, say func(string)) error {
+	req, _ := msg.(*jsonrpc.Request)
+	handshake := req != nil && req.Method == "initialize"
+	var (
+		rf   *remoteFailure
+		werr *jsonrpc.Error
+		end  bool
+	)
+	switch {
+	case errors.As(err, &rf):
+		werr = &jsonrpc.Error{Code: codeInternal, Message: rf.Error()}
+		say(rf.Error())
+		end = (up && rf.ends) || (!up && handshake)
+	case errors.As(err, &werr) && werr.Code != codeRejected:
+	default:
+		werr = &jsonrpc.Error{Code: codeInternal, Message: err.Error()}
+		say(err.Error())
+		end = !up && handshake
 	}
-	var werr *jsonrpc.Error
-	if !errors.As(err, &werr) {
-		werr = &jsonrpc.Error{Code: -32603, Message: err.Error()}
+	if req != nil && req.IsCall() {
+		if err := local.Write(ctx, &jsonrpc.Response{ID: req.ID, Error: werr}); err != nil {
+			return err
+		}
 	}
-	return local.Write(ctx, &jsonrpc.Response{ID: req.ID, Error: werr})
+	if end {
+		return errBridgeFailed
+	}
+	return nil
 }
 
 // fromSide is the end of the bridge: nil when the client went away, which
@@ -178,9 +291,10 @@ func protocolVersion(result json.RawMessage) string {
 }
 
 // listenSSE opens the session's stream for messages outside any call
-// (MCP's GET on the endpoint) and passes each to local until the stream
-// or ctx ends.
-func listenSSE(ctx context.Context, endpoint string, header http.Header, session, version string, local mcp.Connection) error {
+// (MCP's GET on the endpoint of conch at server) and passes each to local
+// until the stream or ctx ends. The stream's end, or its break, is no
+// error: only failing to open it, or to pass a message on, is.
+func listenSSE(ctx context.Context, server, endpoint string, header http.Header, session, version string, local mcp.Connection) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
 		return err
@@ -193,11 +307,15 @@ func listenSSE(ctx context.Context, endpoint string, header http.Header, session
 	req.Header.Set("Mcp-Protocol-Version", version)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		return unreachable(server, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("session stream: %s", resp.Status)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return httpFailure(req, resp.StatusCode, body)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 8<<20)
@@ -221,7 +339,7 @@ func listenSSE(ctx context.Context, endpoint string, header http.Header, session
 			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
 		}
 	}
-	return sc.Err()
+	return nil
 }
 
 // headerTransport adds the key and the user to every request.

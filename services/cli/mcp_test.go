@@ -21,26 +21,43 @@ func (r *recorder) Write(_ context.Context, m jsonrpc.Message) error {
 func (*recorder) Close() error      { return nil }
 func (*recorder) SessionID() string { return "" }
 
-func TestRefused(t *testing.T) {
+func TestFailed(t *testing.T) {
 	t.Parallel()
 	id, _ := jsonrpc.MakeID("c1")
+	call := func(method string) *jsonrpc.Request { return &jsonrpc.Request{ID: id, Method: method} }
 	protocol := &jsonrpc.Error{Code: -32602, Message: "unsupported protocol version"}
+	keyRefused := &remoteFailure{msg: "conch refused the API key (401): invalid API key", ends: true}
+	busy := &remoteFailure{msg: "conch failed the request (503): draining"}
 	for _, tt := range []struct {
 		name     string
 		msg      jsonrpc.Message
 		err      error
+		up       bool
 		wantCode int64 // 0: nothing sent
 		wantMsg  string
+		wantSaid bool
+		wantEnd  bool
 	}{
-		{"call refused with a JSON-RPC error", &jsonrpc.Request{ID: id, Method: "server/discover"}, fmt.Errorf("sending: %w", protocol), -32602, "unsupported protocol version"},
-		{"call refused otherwise", &jsonrpc.Request{ID: id, Method: "tools/list"}, errors.New("sending: Bad Request"), -32603, "sending: Bad Request"},
-		{"notification refused", &jsonrpc.Request{Method: "notifications/initialized"}, errors.New("Bad Request"), 0, ""},
+		{"conch's JSON-RPC answer passes", call("server/discover"), fmt.Errorf("sending: %w", protocol), false, -32602, "unsupported protocol version", false, false},
+		{"a failed handshake ends the bridge", call("initialize"), fmt.Errorf("sending: %w", keyRefused), false, codeInternal, keyRefused.msg, true, true},
+		{"a failed probe before the handshake does not", call("server/discover"), fmt.Errorf("sending: %w", keyRefused), false, codeInternal, keyRefused.msg, true, false},
+		{"a refused key ends an open session", call("tools/list"), keyRefused, true, codeInternal, keyRefused.msg, true, true},
+		{"a failed call leaves an open session", call("tools/call"), busy, true, codeInternal, busy.msg, true, false},
+		{"a failed notification is said, not answered", &jsonrpc.Request{Method: "notifications/initialized"}, keyRefused, true, 0, "", true, true},
+		{"anything else is answered with its text", call("tools/list"), errors.New("sending: Bad Request"), true, codeInternal, "sending: Bad Request", true, false},
+		{"the SDK's rejection is answered with the whole text", call("tools/list"),
+			fmt.Errorf("sending: %w: odd", &jsonrpc.Error{Code: codeRejected, Message: "rejected by transport"}), true, codeInternal, "sending: rejected by transport: odd", true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			local := &recorder{}
-			if err := refused(t.Context(), local, tt.msg, tt.err); err != nil {
-				t.Fatal(err)
+			var said []string
+			err := failed(t.Context(), local, tt.msg, tt.err, tt.up, func(line string) { said = append(said, line) })
+			if ended := errors.Is(err, errBridgeFailed); ended != tt.wantEnd || (err != nil && !ended) {
+				t.Fatalf("failed = %v, want the bridge ended: %v", err, tt.wantEnd)
+			}
+			if tt.wantSaid != (len(said) == 1) || (tt.wantSaid && tt.wantMsg != "" && said[0] != tt.wantMsg) {
+				t.Errorf("said %q on stderr, want one line: %v (%q)", said, tt.wantSaid, tt.wantMsg)
 			}
 			if tt.wantCode == 0 {
 				if len(local.sent) != 0 {

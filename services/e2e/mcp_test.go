@@ -645,3 +645,105 @@ func TestMCPStdioBridge(t *testing.T) {
 		t.Fatal("no resource update through the bridge")
 	}
 }
+
+// TestMCPStdioBridgeFailures runs `conch mcp` as a desktop client does
+// where it cannot work: the client's handshake is answered with an error
+// that says why in plain words, the same line is the bridge's stderr,
+// and the bridge exits with code 1. A bridge that cannot start says so
+// in one line and exits non-zero.
+func TestMCPStdioBridgeFailures(t *testing.T) {
+	d := startDev(t)
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := "http://" + freeAddr(t)
+	tests := []struct {
+		name string
+		args []string
+		// wantAnswer is in the handshake's error, and the whole of stderr
+		// is "conch mcp: " and it; empty: the bridge never started.
+		wantAnswer string
+		wantStderr string
+		wantCode   int
+	}{
+		{"nothing listens", []string{"--server", nowhere, "--api-key", "conch_some-key-0123456789"},
+			"conch at " + nowhere + " is unreachable: connection refused", "", 1},
+		{"a wrong key", []string{"--server", d.URL, "--api-key", "conch_not-a-key-at-all"},
+			"conch refused the API key (401): invalid API key", "", 1},
+		{"an unknown gateway", []string{"--server", d.URL, "--api-key", d.Key, "--gateway", "nope"},
+			"no MCP endpoint at /mcp/nope (404): gateway nope not found", "", 1},
+		{"no key", []string{"--server", d.URL, "--data-dir", t.TempDir()},
+			"", "conch: no API key: set --api-key or CONCH_API_KEY", 1},
+		{"a bad flag", []string{"--server", d.URL, "--no-such-flag"},
+			"", "conch: usage: flag provided but not defined: -no-such-flag", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, append([]string{"mcp"}, tt.args...)...)
+			cmd.Env = cleanEnv()
+			stderr := &lockedBuffer{}
+			cmd.Stderr = stderr
+			c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+			cs, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+			if err == nil {
+				cs.Close()
+				t.Fatal("connected through a bridge that cannot work")
+			}
+			if tt.wantAnswer != "" && !strings.Contains(err.Error(), tt.wantAnswer) {
+				t.Errorf("handshake error %q, want it to say %q", err, tt.wantAnswer)
+			}
+			// The client closed the bridge's stdin and waited for it.
+			if st := cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != tt.wantCode {
+				t.Errorf("conch mcp ended %v, want exit code %d", st, tt.wantCode)
+			}
+			got := stderr.String()
+			want := "conch mcp: " + tt.wantAnswer + "\n"
+			if tt.wantAnswer == "" {
+				if strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, tt.wantStderr) {
+					t.Errorf("stderr %q, want one line starting %q", got, tt.wantStderr)
+				}
+			} else if got != want {
+				t.Errorf("stderr %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestMCPStdioBridgeWhenConchStops stops conch dev under an open session
+// of `conch mcp`: the client's next call is answered with an error that
+// says conch is unreachable, and the bridge exits with code 1.
+func TestMCPStdioBridgeWhenConchStops(t *testing.T) {
+	d := startDev(t)
+	bin, err := conchBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mcp", "--server", d.URL, "--api-key", d.Key)
+	cmd.Env = cleanEnv()
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect through conch mcp: %v", err)
+	}
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatalf("list tools while conch runs: %v", err)
+	}
+	if _, err := d.stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	want := "conch at " + d.URL + " is unreachable: connection refused"
+	if _, err := cs.ListTools(t.Context(), nil); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("list tools once conch stopped = %v, want an error saying %q", err, want)
+	}
+	_ = cs.Close()
+	if st := cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != 1 {
+		t.Errorf("conch mcp ended %v, want exit code 1", st)
+	}
+	if got := stderr.String(); got != "conch mcp: "+want+"\n" {
+		t.Errorf("stderr %q, want %q", got, "conch mcp: "+want+"\n")
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/dirlock"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/logging"
 	"github.com/conch-sh/conch/services/internal/platform/pki"
@@ -36,6 +37,10 @@ import (
 
 // DevAccount is the account of the dev-mode API key.
 const DevAccount = "dev"
+
+// devLockHolder is what holds a data dir in use by conch dev, as a second
+// one is told.
+const devLockHolder = "conch dev"
 
 // DevConfig is the configuration of `conch dev` (SPEC §1).
 type DevConfig struct {
@@ -139,6 +144,15 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("dev: data dir: %w", err)
 	}
+	// Before anything else: a second conch dev on this data dir is
+	// refused at once (a *dirlock.HeldError), before it overwrites a file
+	// the first one uses or waits on the locks of its etcd. The services
+	// run in this process, so they share the lock.
+	lock, err := dirlock.Acquire(cfg.DataDir, devLockHolder)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	key, err := devAPIKey(cfg)
 	if err != nil {
 		return err

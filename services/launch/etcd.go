@@ -83,7 +83,7 @@ func RunEtcd(ctx context.Context, cfg EtcdConfig) error {
 	log := logging.New(os.Stderr, lvl).With("member", cfg.Name)
 	opts := cfg.memberOptions()
 	opts.Logger = log
-	m, err := etcdx.StartMember(opts)
+	m, err := etcdx.StartMember(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/platform/dirlock"
 	"github.com/conch-sh/conch/services/launch"
 )
 
@@ -77,12 +78,33 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks for an orderly stop, bounded by each command's
+	// deadlines; then the signals' default action is back, so that a
+	// second one ends the process at once, whatever it is waiting on.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		var exit *cli.ExitError
-		if !errors.Is(err, flag.ErrHelp) && !errors.As(err, &exit) {
-			fmt.Fprintln(os.Stderr, "conch:", err)
-		}
+		report(os.Stderr, os.Args[1:], err)
 		os.Exit(exitCode(err))
+	}
+}
+
+// report writes err, which args's command returned, to w as one line,
+// unless the command has said what went wrong already.
+func report(w io.Writer, args []string, err error) {
+	var exit *cli.ExitError
+	var held *dirlock.HeldError
+	switch {
+	case errors.Is(err, flag.ErrHelp), errors.As(err, &exit):
+	case errors.As(err, &held):
+		// Another process holds the command's data dir: the line names
+		// the command, the dir as given and the holder's pid, and
+		// nothing of the layers in between.
+		fmt.Fprintf(w, "conch %s: %v\n", args[0], held)
+	default:
+		fmt.Fprintln(w, "conch:", err)
 	}
 }
 

@@ -98,6 +98,10 @@ func NewClient(ctx context.Context, opts ClientOptions) (*clientv3.Client, error
 	// usable, not just that a socket opened. A user whose role may not
 	// read all of conch/ is refused that read, which proves it as well.
 	if _, err := cli.Get(checkCtx, "conch/", clientv3.WithCountOnly()); err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		if ctx.Err() != nil {
+			// Asked to stop while waiting: that is the reason, not etcd.
+			return nil, errors.Join(fmt.Errorf("etcdx: connect to etcd at %s: %w", eps, context.Cause(ctx)), cli.Close())
+		}
 		return nil, errors.Join(
 			fmt.Errorf("etcdx: etcd at %s did not answer within %v: %w", eps, opts.DialTimeout, err),
 			cli.Close(),

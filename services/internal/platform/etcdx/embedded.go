@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -17,6 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/conch-sh/conch/services/internal/platform/dirlock"
 )
 
 // Embedded etcd settings.
@@ -61,22 +64,31 @@ func (t *ServerTLS) info() transport.TLSInfo {
 	return transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
 }
 
-// Embedded is a single-member etcd running inside the process, listening
-// on loopback only.
+// Embedded is an etcd member running inside the process: a single
+// member on loopback (StartEmbedded) or one of a static cluster
+// (StartMember). It holds its data dir (package dirlock) until closed.
 type Embedded struct {
 	etcd      *embed.Etcd
 	endpoints []string
 	mute      *atomic.Bool
+	lock      *dirlock.Lock
 }
 
+// lockHolder is what a process refused an etcd data dir is told holds it.
+const lockHolder = "etcd"
+
 // StartEmbedded starts a single-member etcd on free loopback ports and
-// waits until it serves. It retries with new ports if another process
-// grabbed a chosen port first. Auto-compaction keeps one hour of history
-// and the backend quota is 2 GiB unless opts says otherwise.
+// waits until it serves, for up to 30s or as long as ctx allows. It
+// retries with new ports if another process grabbed a chosen port first.
+// Auto-compaction keeps one hour of history and the backend quota is
+// 2 GiB unless opts says otherwise. Another etcd holding opts.Dir is a
+// *dirlock.HeldError.
 func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("etcdx: start embedded etcd: no data dir")
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, embeddedStartTimeout, fmt.Errorf("not ready after %v: %w", embeddedStartTimeout, context.DeadlineExceeded))
+	defer cancel()
 	var err error
 	for range embeddedBindAttempts {
 		var e *Embedded
@@ -112,15 +124,14 @@ func startEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 	if opts.TLS != nil {
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = opts.TLS.info(), opts.TLS.info()
 	}
-	e, mute, err := start(cfg, opts.Logger)
+	emb, err := start(ctx, cfg, opts.Logger, clientURL.String())
 	if err != nil {
 		return nil, err
 	}
-	if err := waitReady(ctx, e, embeddedStartTimeout); err != nil {
-		e.Close()
+	if err := waitReady(ctx, emb.etcd); err != nil {
+		emb.Close()
 		return nil, err
 	}
-	emb := &Embedded{etcd: e, endpoints: []string{clientURL.String()}, mute: mute}
 	if opts.TLS != nil && opts.TLS.Root != nil {
 		if err := EnableAuth(ctx, emb.endpoints, opts.TLS.Root); err != nil {
 			emb.Close()
@@ -181,36 +192,63 @@ func newConfig(name, dir string, clientURL, peerURL url.URL, noFsync bool) *embe
 	return cfg
 }
 
-// start starts etcd with its logs routed to log; mute silences them for
-// an orderly close.
-func start(cfg *embed.Config, log *slog.Logger) (*embed.Etcd, *atomic.Bool, error) {
+// start takes cfg.Dir for this process (package dirlock), so that a
+// second etcd on it is refused at once instead of waiting, unbounded and
+// in silence, for etcd's lock on its backend; then it starts etcd there,
+// with its logs routed to log, reached at endpoint.
+//
+// It returns when ctx ends, whatever etcd is doing: embed.StartEtcd takes
+// no context, and waits without bound for that backend lock when an etcd
+// conch did not start holds it. That start is then left to finish on its
+// own; what it started is closed and the dir given up after it.
+func start(ctx context.Context, cfg *embed.Config, log *slog.Logger, endpoint string) (*Embedded, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	lock, err := dirlock.Acquire(cfg.Dir, lockHolder)
+	if err != nil {
+		return nil, err
+	}
+	// mute silences etcd's logs for an orderly close.
 	mute := new(atomic.Bool)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(log, zapcore.ErrorLevel, mute))
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, nil, err
+	type started struct {
+		e   *embed.Etcd
+		err error
 	}
-	return e, mute, nil
+	done := make(chan started, 1)
+	go func() {
+		e, err := embed.StartEtcd(cfg)
+		done <- started{e, err}
+	}()
+	select {
+	case s := <-done:
+		if s.err != nil {
+			_ = lock.Release()
+			return nil, s.err
+		}
+		return &Embedded{etcd: s.e, endpoints: []string{endpoint}, mute: mute, lock: lock}, nil
+	case <-ctx.Done():
+		mute.Store(true)
+		go func() {
+			if s := <-done; s.err == nil {
+				closeEtcd(s.e)
+			}
+			_ = lock.Release()
+		}()
+		return nil, fmt.Errorf("start: %w", context.Cause(ctx))
+	}
 }
 
-// waitReady waits until e serves, fails, or timeout passes; zero timeout
-// waits as long as ctx allows.
-func waitReady(ctx context.Context, e *embed.Etcd, timeout time.Duration) error {
-	var expired <-chan time.Time
-	if timeout > 0 {
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		expired = timer.C
-	}
+// waitReady waits until e serves, fails, or ctx ends.
+func waitReady(ctx context.Context, e *embed.Etcd) error {
 	select {
 	case <-e.Server.ReadyNotify():
 		return nil
 	case err := <-e.Err():
 		return fmt.Errorf("serve: %w", err)
-	case <-expired:
-		return fmt.Errorf("not ready after %v", timeout)
 	case <-ctx.Done():
-		return fmt.Errorf("wait until ready: %w", ctx.Err())
+		return fmt.Errorf("wait until ready: %w", context.Cause(ctx))
 	}
 }
 
@@ -236,10 +274,27 @@ func (e *Embedded) Endpoints() []string { return e.endpoints }
 // Err reports a fatal serving error after startup.
 func (e *Embedded) Err() <-chan error { return e.etcd.Err() }
 
-// Close stops etcd and waits for it to exit.
+// Close stops etcd, waits for it to exit and gives its data dir up.
 func (e *Embedded) Close() {
 	e.mute.Store(true)
-	e.etcd.Close()
+	closeEtcd(e.etcd)
+	if e.lock != nil {
+		_ = e.lock.Release()
+	}
+}
+
+// closeEtcd stops e, serving or not. embed's Close waits for its client
+// servers, which start only once the member serves or its server stops,
+// and stops the server only after them: a member that never served (a
+// member of a cluster without a quorum yet) is stopped first, or Close
+// would wait for as long as the quorum takes (etcd-io/etcd#9533).
+func closeEtcd(e *embed.Etcd) {
+	select {
+	case <-e.Server.ReadyNotify():
+	default:
+		e.Server.Stop()
+	}
+	e.Close()
 }
 
 // Permission is one key range an etcd user may read, or read and write:

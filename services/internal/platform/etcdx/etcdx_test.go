@@ -155,7 +155,7 @@ func TestMembersFormACluster(t *testing.T) {
 	members := make([]*Embedded, len(names))
 	startMember := func(i int) {
 		t.Helper()
-		m, err := StartMember(MemberOptions{
+		m, err := StartMember(t.Context(), MemberOptions{
 			Name: names[i], Dir: dirs[i], ClientURL: clientURLs[i], PeerURL: peerURLs[i],
 			InitialCluster: strings.Join(initial, ","), UnsafeNoFsync: true,
 		})

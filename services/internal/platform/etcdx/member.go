@@ -1,6 +1,7 @@
 package etcdx
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -127,8 +128,10 @@ func bindURL(u url.URL) url.URL {
 
 // StartMember starts one member of a static multi-member cluster and
 // returns without waiting for the cluster: a member serves only once a
-// quorum of its peers is up, which Ready reports.
-func StartMember(opts MemberOptions) (*Embedded, error) {
+// quorum of its peers is up, which Ready reports. It returns when ctx
+// ends even if etcd has not started. Another etcd holding opts.Dir is a
+// *dirlock.HeldError.
+func StartMember(ctx context.Context, opts MemberOptions) (*Embedded, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("etcdx: start member: %w", err)
 	}
@@ -149,11 +152,11 @@ func StartMember(opts MemberOptions) (*Embedded, error) {
 	if cfg.InitialClusterToken == "" {
 		cfg.InitialClusterToken = DefaultClusterToken
 	}
-	e, mute, err := start(cfg, opts.Logger)
+	e, err := start(ctx, cfg, opts.Logger, clientURL.String())
 	if err != nil {
 		return nil, fmt.Errorf("etcdx: start member %s: %w", opts.Name, err)
 	}
-	return &Embedded{etcd: e, endpoints: []string{clientURL.String()}, mute: mute}, nil
+	return e, nil
 }
 
 // Ready is closed once the member serves clients, which for a member of a
