@@ -173,6 +173,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.Handle("GET /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.get)))
 	mux.Handle("PUT /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.put)))
 	registerUI(mux)
+	mux.HandleFunc("/", home)
 	if opts.UploadIdleTimeout <= 0 {
 		opts.UploadIdleTimeout = DefaultUploadIdleTimeout
 	}

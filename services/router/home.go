@@ -1,0 +1,50 @@
+package router
+
+import (
+	"html"
+	"net/http"
+	"strings"
+)
+
+// home answers GET /: what this server is and where to go, for someone who
+// points a browser or curl at it. HTML for a browser, text otherwise.
+func home(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{
+			"type": "invalid_request_error", "code": "not_found", "param": nil,
+			"message": "unknown path " + r.Method + " " + r.URL.Path + ": GET / lists the entry points",
+		}})
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		var b strings.Builder
+		b.WriteString("<!doctype html><meta charset=utf-8><title>conch</title><h1>conch</h1><p>An OpenAI-compatible gateway that gives models a sandboxed shell.</p><ul>")
+		for _, l := range homeLinks {
+			b.WriteString("<li><a href=\"" + html.EscapeString(l.path) + "\">" + html.EscapeString(l.path) + "</a> — " + html.EscapeString(l.what) + "</li>")
+		}
+		b.WriteString("</ul><p>" + html.EscapeString(homeDocs) + "</p>\n")
+		_, _ = w.Write([]byte(b.String()))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	var b strings.Builder
+	b.WriteString("conch: an OpenAI-compatible gateway that gives models a sandboxed shell.\n\n")
+	for _, l := range homeLinks {
+		b.WriteString("  " + l.path + strings.Repeat(" ", max(1, 26-len(l.path))) + l.what + "\n")
+	}
+	b.WriteString("\n" + homeDocs + "\n")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// homeLinks are the entry points GET / names.
+var homeLinks = []struct{ path, what string }{
+	{"/ui/approvals", "approve or deny the commands waiting for a human (with an API key)"},
+	{"/v1/chat/completions", "OpenAI Chat Completions (Authorization: Bearer <key>)"},
+	{"/v1/responses", "OpenAI Responses"},
+	{"/mcp", "MCP server (streamable HTTP)"},
+	{"/api/v1/gateways", "conch's REST API: gateways, sandboxes, files, approvals, audit"},
+	{"/readyz", "readiness"},
+}
+
+const homeDocs = "Docs: README.md in the conch repository, and `conch --help`."
