@@ -5,12 +5,16 @@
 # CONCH_NODE_MODULES. Needs node and npm (scripts/deps.sh --test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Keep in step with the e2e test that drives it (services/e2e/nodesdk_test.go).
+# Keep in step with the e2e tests that drive them (services/e2e/nodesdk_test.go):
+# the OpenAI SDK and the OpenAI Agents SDK.
 OPENAI_NODE_VERSION=7.59.0
+AGENTS_VERSION=0.20.0
+want="openai@$OPENAI_NODE_VERSION @openai/agents@$AGENTS_VERSION"
 dir="$PWD/.cache/node"
-if [ "$(cat "$dir/openai.version" 2>/dev/null)" != "$OPENAI_NODE_VERSION" ]; then
+if [ "$(cat "$dir/versions" 2>/dev/null)" != "$want" ]; then
 	mkdir -p "$dir"
-	npm install --prefix "$dir" --no-audit --no-fund --silent "openai@$OPENAI_NODE_VERSION" >&2
-	echo "$OPENAI_NODE_VERSION" > "$dir/openai.version"
+	# shellcheck disable=SC2086 # two package specs
+	npm install --prefix "$dir" --no-audit --no-fund --silent $want >&2
+	echo "$want" > "$dir/versions"
 fi
 echo "$dir/node_modules"

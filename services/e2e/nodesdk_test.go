@@ -92,3 +92,62 @@ func TestResponsesNodeSDK(t *testing.T) {
 		t.Errorf("continued: %+v", seen)
 	}
 }
+
+// agentsScript runs an agent of the OpenAI Agents SDK in its default
+// mode (the Responses API, no tools of its own) against a gateway whose
+// shell conch runs: once, streamed, and again with the first run's
+// history. It prints what it saw as JSON.
+const agentsScript = `
+const OpenAI = require(process.env.OPENAI_SDK);
+const { Agent, run, setDefaultOpenAIClient, setTracingDisabled } = require(process.env.AGENTS_SDK);
+setTracingDisabled(true);
+setDefaultOpenAIClient(new OpenAI({ baseURL: process.env.CONCH_URL + "/v1", apiKey: process.env.CONCH_API_KEY, maxRetries: 0 }));
+const agent = new Agent({ name: "ops", instructions: "You run commands.", model: "default" });
+(async () => {
+  const seen = {};
+  const first = await run(agent, "run: echo from-agents");
+  seen.final = first.finalOutput;
+  seen.calls = first.newItems.filter((i) => i.type === "tool_call_item").map((i) => ({ name: i.rawItem.providerData?.name ?? i.rawItem.name, output: i.rawItem.output }));
+  const streamed = await run(agent, "run: echo streamed-agents", { stream: true });
+  for await (const _ of streamed) {}
+  await streamed.completed;
+  seen.streamed = streamed.finalOutput;
+  const again = await run(agent, first.history.concat([{ role: "user", content: "run: echo second-turn" }]));
+  seen.again = again.finalOutput;
+  console.log(JSON.stringify(seen));
+})().catch((e) => { console.error(e); process.exit(1); });
+`
+
+// TestAgentsSDK: the Agents SDK's default run works against a gateway
+// whose shell the client did not declare, and the client still sees what
+// ran: conch's shell calls are server calls (mcp_call of server "conch"),
+// not shell_call items the SDK would have to run. (Before, the run failed
+// with "Model produced shell action without a shell tool".)
+func TestAgentsSDK(t *testing.T) {
+	modules := nodeModules(t)
+	d := startDev(t)
+	script := filepath.Join(t.TempDir(), "agents.cjs")
+	if err := os.WriteFile(script, []byte(agentsScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "node", script)
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key,
+		"OPENAI_SDK="+filepath.Join(modules, "openai"), "AGENTS_SDK="+filepath.Join(modules, "@openai", "agents"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var seen struct {
+		Final, Streamed, Again string
+		Calls                  []struct{ Name, Output string }
+	}
+	if err := json.Unmarshal(out, &seen); err != nil {
+		t.Fatalf("node printed %s", out)
+	}
+	if !strings.Contains(seen.Final, "from-agents") || len(seen.Calls) != 1 || seen.Calls[0].Name != "shell" || !strings.Contains(seen.Calls[0].Output, `"stdout":"from-agents\n"`) {
+		t.Errorf("run: %+v", seen)
+	}
+	if !strings.Contains(seen.Streamed, "streamed-agents") || !strings.Contains(seen.Again, "second-turn") {
+		t.Errorf("streamed and continued: %+v", seen)
+	}
+}

@@ -22,7 +22,8 @@ func TestResponsesKeepTheirContainer(t *testing.T) {
 	ctx := t.Context()
 	run := func(t *testing.T, input, previous, user string) *responses.Response {
 		t.Helper()
-		p := responses.ResponseNewParams{Model: "default", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(input)}}
+		p := responses.ResponseNewParams{Model: "default", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(input)},
+			Tools: []responses.ToolUnionParam{shellTool(responses.FunctionShellToolEnvironmentUnionParam{OfContainerAuto: &responses.ContainerAutoParam{}})}}
 		if previous != "" {
 			p.PreviousResponseID = openai.String(previous)
 		}

@@ -91,7 +91,7 @@ func TestResponseNotStored(t *testing.T) {
 	}
 
 	t.Run("non-streamed", func(t *testing.T) {
-		code, hdr, body := d.do("POST", "/v1/responses", key, map[string]any{"model": "default", "input": "run: echo not-lost"})
+		code, hdr, body := d.do("POST", "/v1/responses", key, map[string]any{"model": "default", "input": "run: echo not-lost", "tools": []any{map[string]any{"type": "shell"}}})
 		var answer struct {
 			Error struct{ Code, Param, Message, Type string }
 			// The work ran: the response is in the answer.

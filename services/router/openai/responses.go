@@ -108,7 +108,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	var ev loop.Events
 	var s *responseStream
 	if req.Stream {
-		s = newResponseStream(w, obj, &itemIDs{response: id}, shellLimitsOf(g, req), req.ShellLocal)
+		s = newResponseStream(w, obj, &itemIDs{response: id}, newShellView("", shellLimitsOf(g, req), req.ShellLocal, req.Shell != nil))
 		ev = s
 		if s.begin() != nil {
 			return
@@ -119,7 +119,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	// runs in the background.
 	var notStored apiError
 	req.Finish = func(ctx context.Context, res *completion.Result) {
-		sh := newShellView(res, shellLimitsOf(g, req), req.ShellLocal)
+		sh := newShellView(res.Sandbox, shellLimitsOf(g, req), req.ShellLocal, req.Shell != nil)
 		finish(obj, res, outputItems(res, &itemIDs{response: id}, sh))
 		if !req.Store {
 			return

@@ -26,17 +26,27 @@ func (ids *itemIDs) next(prefix string) string {
 	return prefix + hex.EncodeToString(sum[:12])
 }
 
-// shellView describes the shell for output items: its limits and where it
-// ran.
+// shellView describes the shell for output items: its limits, where it
+// ran, and how its calls appear.
 type shellView struct {
 	timeoutMS, maxOutput int64
 	// environment is the shell_call's environment: the container the
 	// shell ran in, or the client's machine.
 	environment map[string]any
+	// declared says the client declared the shell tool. Its calls are
+	// then OpenAI's shell_call and shell_call_output items. A shell only
+	// the gateway enables is conch's, as its other server tools are: its
+	// calls are mcp_call items of server "conch", which SDKs read as
+	// calls the server made and answered (a shell_call the client never
+	// declared reads to the Agents SDK as an action it must run, and it
+	// fails).
+	declared bool
 }
 
-func newShellView(res *completion.Result, sh *loop.Shell, local bool) shellView {
-	v := shellView{environment: map[string]any{"type": "container_reference", "container_id": res.Sandbox}}
+// newShellView is the view of a shell (nil: none) that ran in sandbox
+// ("" until known), or on the client's machine when local.
+func newShellView(sandbox string, sh *loop.Shell, local, declared bool) shellView {
+	v := shellView{environment: map[string]any{"type": "container_reference", "container_id": sandbox}, declared: declared || local}
 	if local {
 		v.environment = map[string]any{"type": "local"}
 	}
@@ -156,7 +166,7 @@ func outputItems(res *completion.Result, ids *itemIDs, sh shellView) []map[strin
 				continue
 			}
 			out, ran := results[c.ID]
-			if c.Name == "shell" {
+			if c.Name == "shell" && sh.declared {
 				items = append(items, shellCallItem(ids.next("sh_"), c, sh, "completed"))
 				if ran {
 					items = append(items, shellOutputItem(ids.next("sho_"), c.ID, out, sh))

@@ -28,7 +28,7 @@ func TestOutputItemsOrder(t *testing.T) {
 			{Role: "assistant", Content: "now yours", ToolCalls: []upstream.ToolCall{client}},
 		},
 	}}
-	items := outputItems(res, &itemIDs{response: "resp_1"}, newShellView(res, &loop.Shell{TimeoutSeconds: 5, MaxOutputLength: 100}, false))
+	items := outputItems(res, &itemIDs{response: "resp_1"}, newShellView(res.Sandbox, &loop.Shell{TimeoutSeconds: 5, MaxOutputLength: 100}, false, true))
 	var got []string
 	for _, it := range items {
 		d := it["type"].(string)
@@ -48,8 +48,21 @@ func TestOutputItemsOrder(t *testing.T) {
 	if items[5]["output"] != "1,John" || items[5]["status"] != "completed" {
 		t.Errorf("server tool item %v", items[5])
 	}
+	// A shell the client did not declare is the gateway's: its calls are
+	// conch's server calls, with the result as their output.
+	undeclared := outputItems(res, &itemIDs{response: "resp_1"}, newShellView(res.Sandbox, nil, false, false))
+	var kinds []string
+	for _, it := range undeclared {
+		kinds = append(kinds, it["type"].(string))
+	}
+	if want := "message,mcp_call,mcp_call,mcp_call,message,function_call"; strings.Join(kinds, ",") != want {
+		t.Fatalf("items of an undeclared shell %s, want %s", strings.Join(kinds, ","), want)
+	}
+	if it := undeclared[1]; it["name"] != "shell" || it["server_label"] != "conch" || it["arguments"] != `{"command":"ls"}` || !strings.Contains(it["output"].(string), `"stdout":"a\n"`) {
+		t.Errorf("an undeclared shell's call %v", it)
+	}
 	// Ids are the response's: the same on every rendering, distinct.
-	again := outputItems(res, &itemIDs{response: "resp_1"}, newShellView(res, nil, false))
+	again := outputItems(res, &itemIDs{response: "resp_1"}, newShellView(res.Sandbox, nil, false, true))
 	seen := map[any]bool{}
 	for i := range items {
 		if items[i]["id"] != again[i]["id"] || seen[items[i]["id"]] {

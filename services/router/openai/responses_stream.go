@@ -46,15 +46,8 @@ type pendingCall struct {
 
 var _ loop.Events = (*responseStream)(nil)
 
-func newResponseStream(w http.ResponseWriter, obj map[string]any, ids *itemIDs, sh *loop.Shell, local bool) *responseStream {
+func newResponseStream(w http.ResponseWriter, obj map[string]any, ids *itemIDs, view shellView) *responseStream {
 	f, _ := w.(http.Flusher)
-	view := shellView{environment: map[string]any{"type": "container_reference", "container_id": ""}}
-	if local {
-		view.environment = map[string]any{"type": "local"}
-	}
-	if sh != nil {
-		view.timeoutMS, view.maxOutput = int64(sh.TimeoutSeconds)*1000, int64(sh.MaxOutputLength)
-	}
 	return &responseStream{w: w, flusher: f, obj: obj, ids: ids, sh: view, calls: map[string]pendingCall{}}
 }
 
@@ -167,7 +160,7 @@ func (s *responseStream) Tool(ev loop.ToolEvent) error {
 	case "tool_call":
 		p := pendingCall{call: call}
 		var err error
-		if call.Name == "shell" {
+		if call.Name == "shell" && s.sh.declared {
 			p.id = s.ids.next("sh_")
 			if p.index, err = s.added(shellCallItem(p.id, call, s.sh, "in_progress")); err != nil {
 				return err
@@ -201,7 +194,7 @@ func (s *responseStream) Tool(ev loop.ToolEvent) error {
 			return nil
 		}
 		delete(s.calls, ev.ID)
-		if p.call.Name != "shell" {
+		if p.call.Name != "shell" || !s.sh.declared {
 			result := ev.Result
 			if err := s.event("response.mcp_call.completed", map[string]any{"item_id": p.id, "output_index": p.index}); err != nil {
 				return err
