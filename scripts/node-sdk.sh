@@ -6,14 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Keep in step with the e2e tests that drive them (services/e2e/nodesdk_test.go):
-# the OpenAI SDK and the OpenAI Agents SDK.
+# the OpenAI SDK, the OpenAI Agents SDK, and Vercel's AI SDK with its OpenAI
+# provider.
 OPENAI_NODE_VERSION=7.59.0
 AGENTS_VERSION=0.20.0
-want="openai@$OPENAI_NODE_VERSION @openai/agents@$AGENTS_VERSION"
+AI_SDK_VERSION=7.0.185
+AI_SDK_OPENAI_VERSION=4.0.126
+want="openai@$OPENAI_NODE_VERSION @openai/agents@$AGENTS_VERSION ai@$AI_SDK_VERSION @ai-sdk/openai@$AI_SDK_OPENAI_VERSION"
 dir="$PWD/.cache/node"
 if [ "$(cat "$dir/versions" 2>/dev/null)" != "$want" ]; then
 	mkdir -p "$dir"
-	# shellcheck disable=SC2086 # two package specs
+	# shellcheck disable=SC2086 # several package specs
 	npm install --prefix "$dir" --no-audit --no-fund --silent $want >&2
 	echo "$want" > "$dir/versions"
 fi

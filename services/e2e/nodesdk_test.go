@@ -151,3 +151,47 @@ func TestAgentsSDK(t *testing.T) {
 		t.Errorf("streamed and continued: %+v", seen)
 	}
 }
+
+// aiSDKScript asks Vercel's AI SDK (its OpenAI provider, whose default is
+// the Responses API) for a text that runs a command in conch's shell,
+// once and streamed.
+const aiSDKScript = `
+const { generateText, streamText } = require(process.env.AI_SDK);
+const { createOpenAI } = require(process.env.AI_SDK_OPENAI);
+const openai = createOpenAI({ baseURL: process.env.CONCH_URL + "/v1", apiKey: process.env.CONCH_API_KEY });
+(async () => {
+  const r = await generateText({ model: openai("default"), prompt: "run: echo from-ai-sdk" });
+  const s = streamText({ model: openai("default"), prompt: "run: echo streamed-ai-sdk" });
+  let streamed = "";
+  for await (const d of s.textStream) streamed += d;
+  console.log(JSON.stringify({ text: r.text, content: r.content.map((c) => c.type), streamed }));
+})().catch((e) => { console.error(e); process.exit(1); });
+`
+
+// TestAISDK: Vercel's AI SDK runs against a gateway whose shell conch
+// runs, and sees the shell's call and result as the provider's own.
+func TestAISDK(t *testing.T) {
+	modules := nodeModules(t)
+	d := startDev(t)
+	script := filepath.Join(t.TempDir(), "aisdk.cjs")
+	if err := os.WriteFile(script, []byte(aiSDKScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "node", script)
+	cmd.Env = append(cleanEnv(), "CONCH_URL="+d.URL, "CONCH_API_KEY="+d.Key,
+		"AI_SDK="+filepath.Join(modules, "ai"), "AI_SDK_OPENAI="+filepath.Join(modules, "@ai-sdk", "openai"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var seen struct {
+		Text, Streamed string
+		Content        []string
+	}
+	if err := json.Unmarshal(out, &seen); err != nil {
+		t.Fatalf("node printed %s", out)
+	}
+	if !strings.Contains(seen.Text, "from-ai-sdk") || strings.Join(seen.Content, ",") != "tool-call,tool-result,text" || !strings.Contains(seen.Streamed, "streamed-ai-sdk") {
+		t.Errorf("AI SDK saw %+v", seen)
+	}
+}
