@@ -24,6 +24,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
 	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -107,7 +108,7 @@ func New(st *store.Store, cfg Options) (*Server, error) {
 		cfg.Path = policy.DefaultPath
 	}
 	if cfg.Home == "" {
-		cfg.Home = "/home/workspace"
+		cfg.Home = contract.WorkspaceDir
 	}
 	if !path.IsAbs(cfg.Home) {
 		return nil, fmt.Errorf("approval: home %q must be absolute", cfg.Home)

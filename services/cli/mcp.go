@@ -59,7 +59,7 @@ func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return Usagef("conch mcp takes no arguments, got %q", fs.Args())
 	}
 	if *user != "" && !tenant.ValidUserID(*user) {
-		return Usagef("--user: must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\"")
+		return Usagef("--user: must be %s", tenant.UserIDRule)
 	}
 	c, err := NewClient(&o)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/wsync"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -21,7 +22,7 @@ import (
 const (
 	// MaxFileBytes is the largest file WriteFile takes: the workspace file
 	// API's upload limit (SPEC §9).
-	MaxFileBytes = 100 << 20
+	MaxFileBytes = contract.MaxFileBytes
 	// MaxListedFiles is how many files ListFiles returns at most.
 	MaxListedFiles = 10000
 )

@@ -31,24 +31,26 @@ import (
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/ceiling"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace/files"
 )
 
-// Limits of SPEC §3 and §6.
+// Limits of commands (package contract owns those other surfaces share).
 const (
-	MaxCommandBytes    = 1 << 20
-	DefaultOutputChars = 4096
-	MaxOutputChars     = 1 << 20
-	DefaultRunTimeout  = 60 * time.Second
+	MaxCommandBytes    = contract.MaxCommandBytes
+	DefaultOutputChars = contract.DefaultOutputLength
+	MaxOutputChars     = contract.MaxOutputLength
+	DefaultRunTimeout  = contract.DefaultTimeout
 	MaxRunTimeout      = 300 * time.Second
-	DefaultExecTimeout = 1800 * time.Second
-	MaxExecTimeout     = 1800 * time.Second
+	DefaultExecTimeout = contract.ExecTimeout
+	MaxExecTimeout     = contract.ExecTimeout
 	ProcessRetention   = 30 * time.Minute
 	// PersistentWorkspaceBytes and PersistentWorkspaceFiles are the default
 	// quota of a persistent workspace (SPEC §4), owned by package quota.
@@ -440,7 +442,7 @@ var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
 // Create builds a sandbox for account.
 func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*entry, string, error) {
 	if p.User != "" && (!userIDPattern.MatchString(p.User) || p.User == "." || p.User == "..") {
-		return nil, "", errs.New(errs.InvalidArgument, "user: must be 1-128 characters of [A-Za-z0-9._@-], not . or ..")
+		return nil, "", errs.New(errs.InvalidArgument, "user: must be %s", tenant.UserIDRule)
 	}
 	var q quota.Limits
 	if p.Persistent {

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -19,12 +20,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 )
 
 // MaxUploadBytes is the largest upload of the file API (SPEC §9).
-const MaxUploadBytes = 100 << 20
+const MaxUploadBytes = contract.MaxFileBytes
 
 const (
 	// DefaultUploadIdleTimeout bounds the wait for the next bytes of an
@@ -239,7 +241,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	tooLarge := func() {
 		w.Header().Set("Connection", "close")
-		statusErrorsHTTP(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, "upload larger than the limit of 104857600 bytes (100 MiB)")
+		statusErrorsHTTP(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, fmt.Sprintf("upload larger than the limit of %d bytes (%d MiB)", MaxUploadBytes, MaxUploadBytes>>20))
 	}
 	if r.ContentLength > MaxUploadBytes {
 		tooLarge()

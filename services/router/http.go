@@ -348,7 +348,7 @@ func (a *authMiddleware) wrap(fail errorWriter, next http.Handler) http.Handler 
 		}
 		if v, ok := r.Header["X-Shell-User-Id"]; ok {
 			if len(v) != 1 || !tenant.ValidUserID(v[0]) {
-				fail(w, codes.InvalidArgument, "X-Shell-User-Id: must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\"")
+				fail(w, codes.InvalidArgument, "X-Shell-User-Id: must be "+tenant.UserIDRule)
 				return
 			}
 			scope.User = v[0]

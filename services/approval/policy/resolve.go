@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/conch-sh/conch/services/internal/contract"
 )
 
 // Resolver finds the binary a program name runs, the way the shell would in
@@ -57,7 +59,7 @@ func SplitPath(v string) []string {
 }
 
 // DefaultPath is the PATH of a login shell on a Debian system.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultPath = contract.DefaultPath
 
 // LookPath implements Resolver.
 func (r PathResolver) LookPath(name, dir string) (string, error) {

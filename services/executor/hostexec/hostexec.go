@@ -30,10 +30,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/contract"
 )
 
 // DefaultPath is PATH for commands on the host.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultPath = contract.DefaultPath
 
 // readBlock is the size of one output read.
 const readBlock = 32 << 10

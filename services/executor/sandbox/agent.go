@@ -20,6 +20,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/shellquote"
 )
 
@@ -44,7 +45,7 @@ const (
 	// the conch binary, to which tool commands link.
 	AgentPath      = agentPath
 	ToolPath       = agentDir + "/tool"
-	WorkspaceDir   = "/home/workspace"
+	WorkspaceDir   = contract.WorkspaceDir
 	sandboxUID     = 1000
 	sandboxGID     = 1000
 	shellPath      = "/bin/sh"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -40,7 +41,7 @@ type Config struct {
 var Defaults = Config{
 	MemoryBytes: 4 << 30, Pids: 4096, CPUMillicores: 4000,
 	WorkspaceBytes: 10 << 30, WorkspaceFiles: 1_000_000, EphemeralWorkspaceBytes: 2 << 30,
-	CommandTimeout: 30 * time.Minute, OutputLength: 1 << 20,
+	CommandTimeout: contract.ExecTimeout, OutputLength: contract.MaxOutputLength,
 	IdleTimeout: 24 * time.Hour, SandboxLifetime: 7 * 24 * time.Hour,
 }
 

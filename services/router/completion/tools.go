@@ -59,7 +59,7 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 		}
 	}
 	if p.persistent && !tenant.ValidUserID(req.User) {
-		return nil, BadField("user", "must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\", to name a persistent workspace")
+		return nil, BadField("user", "must be %s, to name a persistent workspace", tenant.UserIDRule)
 	}
 	// allow_request is true unless set: the getter of an unset optional
 	// field answers false, so ask for presence first.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
@@ -20,7 +21,7 @@ import (
 const (
 	// MaxFileBytes is the largest file upload, as the workspace file
 	// API's (SPEC §9).
-	MaxFileBytes = 100 << 20
+	MaxFileBytes = contract.MaxFileBytes
 	// DefaultIdleMinutes is how long a container lives without activity
 	// when expires_after is not given: OpenAI's 20 minutes.
 	DefaultIdleMinutes = 20
@@ -29,7 +30,7 @@ const (
 	// MaxNameChars bounds a container's name (the executor's bound).
 	MaxNameChars = 256
 	// WorkspaceDir is where a container's files are.
-	WorkspaceDir = "/home/workspace"
+	WorkspaceDir = contract.WorkspaceDir
 	maxJSONBody  = 1 << 20
 )
 
@@ -204,7 +205,7 @@ func parseCreate(body []byte) (createParams, error) {
 		return p, err
 	} else if ok {
 		if !tenant.ValidUserID(user) {
-			return p, badField("user", `must be 1-128 characters of [A-Za-z0-9._@-], not "." or ".."`)
+			return p, badField("user", "must be "+tenant.UserIDRule)
 		}
 		p.User = user
 	}

@@ -4,15 +4,16 @@ import (
 	"time"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 )
 
 // The defaults of a gateway's runtime settings left unset (0), SPEC §3–4.
 // Everything that runs a completion reads them through the functions
 // below, and validation quotes them, so each has one owner.
 const (
-	DefaultShellTimeoutSeconds    = 60
-	DefaultMaxOutputLength        = 4096
-	DefaultSessionIdleSeconds     = 1200
+	DefaultShellTimeoutSeconds    = int32(contract.DefaultTimeout / time.Second)
+	DefaultMaxOutputLength        = contract.DefaultOutputLength
+	DefaultSessionIdleSeconds     = int32(contract.SessionIdle / time.Second)
 	DefaultUpstreamTimeoutSeconds = 300
 )
 

@@ -13,6 +13,7 @@ import (
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/internal/ceiling"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/outbound"
@@ -127,7 +128,7 @@ func validateShell(s *routerv1.ShellSettings, c ceiling.Config) error {
 	if n := s.GetMaxOutputLength(); n < 0 {
 		return invalid("shell.max_output_length", "must not be negative (0 means the default, %d), got %d", DefaultMaxOutputLength, n)
 	}
-	if err := ceiling.Check("shell.max_output_length", int64(s.GetMaxOutputLength()), 1, min(1<<20, c.OutputLength)); err != nil {
+	if err := ceiling.Check("shell.max_output_length", int64(s.GetMaxOutputLength()), 1, min(contract.MaxOutputLength, c.OutputLength)); err != nil {
 		return err
 	}
 	if n := s.GetSessionIdleSeconds(); n < 0 {

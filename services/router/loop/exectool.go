@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
@@ -21,7 +23,7 @@ import (
 // Defaults of the rich exec tool (SPEC §6).
 const (
 	defaultYieldMs     = 10000
-	defaultExecTimeout = 1800
+	defaultExecTimeout = int32(contract.ExecTimeout / time.Second)
 )
 
 // ExecTools are the model tools exec and process.

@@ -22,6 +22,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
@@ -36,7 +37,7 @@ var tracer = otel.Tracer("github.com/conch-sh/conch/services/router/loop")
 const DefaultMaxIterations = 32
 
 // MaxCommandBytes is the longest shell command that runs.
-const MaxCommandBytes = 1 << 20
+const MaxCommandBytes = contract.MaxCommandBytes
 
 // keepAliveEvery is how often a streaming client hears from us while a
 // tool runs.

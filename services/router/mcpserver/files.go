@@ -19,6 +19,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
@@ -33,7 +34,7 @@ const (
 	// writes.
 	MaxFileBytes = 1 << 20
 	// workspaceDir is the sandbox's workspace.
-	workspaceDir = "/home/workspace"
+	workspaceDir = contract.WorkspaceDir
 	// resourcePrefix names a workspace file as an MCP resource.
 	resourcePrefix = "conch://workspace/"
 )

@@ -21,6 +21,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
@@ -28,7 +29,7 @@ import (
 
 // DefaultSessionIdle is how long an MCP session lives without a request
 // from its client: the default idle time of a session's sandbox (SPEC §3).
-const DefaultSessionIdle = 20 * time.Minute
+const DefaultSessionIdle = contract.SessionIdle
 
 // protocolVersions are the protocol versions served: those with sessions
 // (Mcp-Session-Id), which hold a sandbox and let a tool call ask the

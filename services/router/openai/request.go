@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -407,8 +408,8 @@ func parseShellTool(field string, raw json.RawMessage) (*completion.ShellTool, e
 		return nil, badField(field+".max_uses", "must not be negative (0 or absent: no limit), got %d", *sh.MaxUses)
 	case sh.TimeoutSeconds != nil && (*sh.TimeoutSeconds < 1 || *sh.TimeoutSeconds > 300):
 		return nil, badField(field+".timeout_seconds", "must be 1 to 300, got %d", *sh.TimeoutSeconds)
-	case sh.MaxOutputLength != nil && (*sh.MaxOutputLength < 1 || *sh.MaxOutputLength > 1<<20):
-		return nil, badField(field+".max_output_length", "must be 1 to 1048576, got %d", *sh.MaxOutputLength)
+	case sh.MaxOutputLength != nil && (*sh.MaxOutputLength < 1 || *sh.MaxOutputLength > contract.MaxOutputLength):
+		return nil, badField(field+".max_output_length", "must be 1 to %d, got %d", contract.MaxOutputLength, *sh.MaxOutputLength)
 	}
 	return sh, nil
 }

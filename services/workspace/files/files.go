@@ -24,6 +24,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
@@ -64,7 +65,7 @@ func NewWorkspace(account, user string) (Workspace, error) {
 		return Workspace{}, errs.New(errs.Unauthenticated, "no valid account in the call")
 	}
 	if !tenant.ValidUserID(user) {
-		return Workspace{}, errs.New(errs.InvalidArgument, "user (X-Shell-User-Id): must be 1-128 characters of [A-Za-z0-9._@-], not \".\" or \"..\"")
+		return Workspace{}, errs.New(errs.InvalidArgument, "user (X-Shell-User-Id): must be %s", tenant.UserIDRule)
 	}
 	return Workspace{Account: account, User: user}, nil
 }
@@ -118,7 +119,7 @@ type Config struct {
 
 // Defaults for Config's zero fields.
 const (
-	DefaultMaxFileSize  = 100 << 20
+	DefaultMaxFileSize  = contract.MaxFileBytes
 	DefaultContentCache = 64 << 20
 )
 

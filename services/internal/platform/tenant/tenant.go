@@ -240,8 +240,11 @@ type scopedStream struct {
 
 func (s *scopedStream) Context() context.Context { return s.ctx }
 
-// ValidUserID reports whether id is a valid workspace user id: 1-128
-// characters of [A-Za-z0-9._@-], and not "." or "..".
+// UserIDRule is what ValidUserID accepts, in words, for the messages that
+// refuse a user id: "user: must be " + UserIDRule.
+const UserIDRule = `1-128 characters of [A-Za-z0-9._@-], not "." or ".."`
+
+// ValidUserID reports whether id is a valid workspace user id (UserIDRule).
 func ValidUserID(id string) bool {
 	return validID(id, 128, "._@-")
 }

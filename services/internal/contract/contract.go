@@ -1,0 +1,38 @@
+// Package contract owns the numbers of conch's contract that more than one
+// service or surface uses: the limits and defaults of commands, output,
+// files, the workspace and idle times. Each is written here once; the
+// services, the REST and OpenAI surfaces and the CLI use these constants,
+// and the config defaults that repeat one in a struct tag are checked
+// against it (TestConfigDefaults). The README's reference sections say the
+// same in words: changing a number here is the one code change it needs.
+package contract
+
+import "time"
+
+const (
+	// MaxCommandBytes bounds one shell command (README: "Limits").
+	MaxCommandBytes = 1 << 20
+	// MaxOutputLength is the most characters of a command's output any
+	// request, gateway or ceiling may ask for (max_output_length).
+	MaxOutputLength = 1 << 20
+	// DefaultOutputLength is a shell call's output length when neither
+	// the request nor the gateway sets one.
+	DefaultOutputLength = 4096
+	// DefaultTimeout is a shell command's timeout when neither the
+	// request nor the gateway sets one.
+	DefaultTimeout = 60 * time.Second
+	// ExecTimeout is the exec tool's default timeout, and the longest a
+	// command may ask for (the --max-command-timeout ceiling's default).
+	ExecTimeout = 30 * time.Minute
+	// MaxFileBytes bounds one file written through the file APIs (REST,
+	// the Containers API, the executor's file calls).
+	MaxFileBytes = 100 << 20
+	// WorkspaceDir is where a sandbox's workspace is mounted.
+	WorkspaceDir = "/home/workspace"
+	// SessionIdle is how long an idle session, MCP session or kept
+	// container lives when nothing sets it.
+	SessionIdle = 20 * time.Minute
+	// DefaultPath is the PATH commands run with, in sandboxes and on
+	// gateway hosts, and the one the policy resolves commands on.
+	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
