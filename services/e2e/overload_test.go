@@ -36,7 +36,7 @@ func TestOverload(t *testing.T) {
 	// than handing the model the cluster's failure.
 	chat := map[string]any{"model": "default", "messages": []map[string]string{{"role": "user", "content": "run: true"}}, "tools": []map[string]string{{"type": "shell"}}}
 	code, h, body = d.do("POST", "/v1/chat/completions", d.Key, chat)
-	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"type":"server_error"`) {
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"type":"rate_limit_error"`) {
 		t.Fatalf("completion beyond capacity = %d (Retry-After %q) %s", code, h.Get("Retry-After"), body)
 	}
 	for _, id := range ids {
