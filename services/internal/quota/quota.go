@@ -1,7 +1,7 @@
 // Package quota owns the persistent workspace quota of SPEC §4: its
 // defaults, which the workspace service enforces, the executor sizes
 // sandboxes by and the gateways fall back to, and the error that says it
-// was hit, which the router answers with 413.
+// was hit, which HTTP answers with 413 (errs.ReasonWorkspaceQuotaExceeded).
 package quota
 
 import (
@@ -37,14 +37,16 @@ func (l Limits) OrDefault() Limits {
 	return l
 }
 
-// exceeded starts the message of every quota refusal; clients and tests
-// recognise the refusal by it.
+// exceeded starts the message of every quota refusal, which people and
+// tests recognise it by; programs use its reason.
 const exceeded = "workspace quota exceeded: "
 
 // Exceeded returns the refusal of a change that would take a workspace
 // beyond its quota; the message says what was needed and what is allowed.
+// Its reason travels with it between services, so the router answers it
+// 413 wherever it came from.
 func Exceeded(format string, args ...any) error {
-	return errs.New(errs.ResourceExhausted, "%s", exceeded+fmt.Sprintf(format, args...))
+	return errs.NewReason(errs.ResourceExhausted, errs.ReasonWorkspaceQuotaExceeded, "%s", exceeded+fmt.Sprintf(format, args...))
 }
 
 // IsExceeded reports whether a status with code and message is a quota
