@@ -6,9 +6,6 @@ package quota
 
 import (
 	"fmt"
-	"strings"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -47,10 +44,4 @@ const exceeded = "workspace quota exceeded: "
 // 413 wherever it came from.
 func Exceeded(format string, args ...any) error {
 	return errs.NewReason(errs.ResourceExhausted, errs.ReasonWorkspaceQuotaExceeded, "%s", exceeded+fmt.Sprintf(format, args...))
-}
-
-// IsExceeded reports whether a status with code and message is a quota
-// refusal, as it reaches the router from the workspace service.
-func IsExceeded(code codes.Code, message string) bool {
-	return code == codes.ResourceExhausted && strings.Contains(message, exceeded)
 }

@@ -245,14 +245,3 @@ func FromStatus(err error) error {
 	reason, field := details(s)
 	return &Error{Kind: kindOfCode(s.Code()), Msg: s.Message(), Reason: reason, Field: field}
 }
-
-// RetryAfter is the Retry-After, in seconds, of an HTTP answer for code:
-// set for the codes that mean "overloaded or briefly unavailable, try
-// again", "" otherwise.
-func RetryAfter(code codes.Code) string {
-	switch code {
-	case codes.ResourceExhausted, codes.Unavailable:
-		return "2"
-	}
-	return ""
-}
