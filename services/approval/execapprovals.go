@@ -36,7 +36,9 @@ func (s *Server) PutExecApprovals(ctx context.Context, req *approvalv1.PutExecAp
 	d, err := document.Parse(req.GetDocument())
 	var inv *document.InvalidError
 	if errors.As(err, &inv) {
-		return nil, errs.New(errs.InvalidArgument, "%s", inv.Error())
+		// The body is the document: the field at fault is the one its
+		// reason names.
+		return nil, &errs.Error{Kind: errs.InvalidArgument, Msg: inv.Error(), Field: errs.FieldInMessage(inv.Reason)}
 	}
 	if err != nil {
 		return nil, err

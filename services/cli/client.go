@@ -83,10 +83,16 @@ func NewClient(o *Options) (*Client, error) {
 	return &Client{base: server, key: key, http: &http.Client{Timeout: 0}, Header: http.Header{}}, nil
 }
 
-// APIError is an error answer of the router.
+// APIError is an error answer of the router: its HTTP status and the
+// error object of its envelope ({"error": {"type", "code", "message",
+// "param"}}).
 type APIError struct {
 	Status  int
+	Type    string
+	Code    string
 	Message string
+	// Param is the request field at fault, "" for none.
+	Param string
 }
 
 func (e *APIError) Error() string {
@@ -121,30 +127,32 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return nil, &APIError{Status: resp.StatusCode, Message: errorMessage(b)}
+	return nil, apiError(resp.StatusCode, b)
 }
 
-// errorMessage extracts the message of a status JSON ({"message"}), an
-// OpenAI error ({"error": {"message"}}) or plain text.
-func errorMessage(b []byte) string {
+// apiError reads an error answer: the envelope's error object, or, from
+// something other than conch in front of it, the body as text.
+func apiError(status int, b []byte) *APIError {
 	var v struct {
-		Message string `json:"message"`
-		Error   struct {
-			Message string `json:"message"`
+		Error *struct {
+			Type    string  `json:"type"`
+			Code    string  `json:"code"`
+			Message string  `json:"message"`
+			Param   *string `json:"param"`
 		} `json:"error"`
 	}
-	if json.Unmarshal(b, &v) == nil {
-		if v.Message != "" {
-			return v.Message
+	if json.Unmarshal(b, &v) == nil && v.Error != nil && v.Error.Message != "" {
+		e := &APIError{Status: status, Type: v.Error.Type, Code: v.Error.Code, Message: v.Error.Message}
+		if v.Error.Param != nil {
+			e.Param = *v.Error.Param
 		}
-		if v.Error.Message != "" {
-			return v.Error.Message
-		}
+		return e
 	}
-	if s := strings.TrimSpace(string(b)); s != "" {
-		return s
+	msg := strings.TrimSpace(string(b))
+	if msg == "" {
+		msg = "no message"
 	}
-	return "no message"
+	return &APIError{Status: status, Message: msg}
 }
 
 // JSON sends a JSON body (nil for none) and decodes a JSON answer into out

@@ -2,17 +2,25 @@ package cli
 
 import "testing"
 
-func TestErrorMessage(t *testing.T) {
+func TestAPIError(t *testing.T) {
 	t.Parallel()
-	tests := []struct{ body, want string }{
-		{`{"code":5,"message":"sandbox \"x\" not found","details":[]}`, `sandbox "x" not found`},
-		{`{"error":{"message":"model not found","type":"invalid_request_error"}}`, "model not found"},
-		{"plain failure\n", "plain failure"},
-		{"", "no message"},
+	tests := []struct {
+		body string
+		want APIError
+	}{
+		{`{"error":{"type":"not_found_error","code":"not_found","message":"sandbox \"x\" not found","param":null}}`,
+			APIError{Status: 400, Type: "not_found_error", Code: "not_found", Message: `sandbox "x" not found`}},
+		{`{"error":{"type":"invalid_request_error","code":"invalid_argument","message":"limits.pids: too many","param":"limits.pids"}}`,
+			APIError{Status: 400, Type: "invalid_request_error", Code: "invalid_argument", Message: "limits.pids: too many", Param: "limits.pids"}},
+		{`{"error":{"message":"model not found","type":"invalid_request_error"}}`,
+			APIError{Status: 400, Type: "invalid_request_error", Message: "model not found"}},
+		{"plain failure\n", APIError{Status: 400, Message: "plain failure"}},
+		{`{"unexpected": true}`, APIError{Status: 400, Message: `{"unexpected": true}`}},
+		{"", APIError{Status: 400, Message: "no message"}},
 	}
 	for _, tt := range tests {
-		if got := errorMessage([]byte(tt.body)); got != tt.want {
-			t.Errorf("errorMessage(%q) = %q, want %q", tt.body, got, tt.want)
+		if got := apiError(400, []byte(tt.body)); *got != tt.want {
+			t.Errorf("apiError(%q) = %+v, want %+v", tt.body, *got, tt.want)
 		}
 	}
 }

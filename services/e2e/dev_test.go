@@ -72,8 +72,8 @@ func TestDev(t *testing.T) {
 			"two tokens":   "Bearer " + d.Key + " x",
 		}
 		paths := []struct{ method, path, shape string }{
-			{"GET", "/api/v1/accounts", `"code":16`},
-			{"GET", "/api/v1/sandboxes", `"code":16`},
+			{"GET", "/api/v1/accounts", `"type":"authentication_error","code":"invalid_api_key"`},
+			{"GET", "/api/v1/sandboxes", `"type":"authentication_error","code":"invalid_api_key"`},
 			{"GET", "/v1/models", `"invalid_api_key"`},
 			{"POST", "/v1/chat/completions", `"invalid_api_key"`},
 		}

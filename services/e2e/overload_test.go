@@ -29,14 +29,14 @@ func TestOverload(t *testing.T) {
 	code, h, body := d.do("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
 	// The answer is the cluster's, whichever saw the executor full first
 	// (the router's view of it, or the executor): it names no executor.
-	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), "capacity") || strings.Contains(string(body), "is full") {
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"code":"at_capacity"`) || strings.Contains(string(body), "is full") {
 		t.Fatalf("create beyond capacity = %d (Retry-After %q) %s, want 429 with Retry-After", code, h.Get("Retry-After"), body)
 	}
 	// A completion that needs a sandbox ends with the same answer rather
 	// than handing the model the cluster's failure.
 	chat := map[string]any{"model": "default", "messages": []map[string]string{{"role": "user", "content": "run: true"}}, "tools": []map[string]string{{"type": "shell"}}}
 	code, h, body = d.do("POST", "/v1/chat/completions", d.Key, chat)
-	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"type":"server_error"`) {
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"type":"rate_limit_error"`) || !strings.Contains(string(body), `"code":"at_capacity"`) {
 		t.Fatalf("completion beyond capacity = %d (Retry-After %q) %s", code, h.Get("Retry-After"), body)
 	}
 	for _, id := range ids {

@@ -66,8 +66,8 @@ func TestWorkspaceQuota(t *testing.T) {
 	}
 	for _, size := range []int64{int64(len(six)), -1} {
 		code, body := c.upload("/c", bytes.NewReader(six), size)
-		if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "workspace quota exceeded") {
-			t.Fatalf("upload past the quota (size %d) = %d %s, want 413 workspace quota exceeded", size, code, body)
+		if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "workspace quota exceeded") || !strings.Contains(string(body), `"code":"workspace_quota_exceeded"`) {
+			t.Fatalf("upload past the quota (size %d) = %d %s, want 413 workspace_quota_exceeded", size, code, body)
 		}
 	}
 	if c.size("/c") != -1 {

@@ -44,7 +44,7 @@ func TestAuthScopeNamesTheKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var got tenant.Scope
-			h := m.wrap(statusErrors, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			h := m.wrap(apiErrors, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 				got, _ = tenant.From(r.Context())
 			}))
 			req := httptest.NewRequestWithContext(t.Context(), "POST", "/api/v1/approvals/x:resolve", nil)

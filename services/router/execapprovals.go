@@ -3,12 +3,13 @@ package router
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 
-	"google.golang.org/grpc/codes"
-
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/router/apierror"
 )
 
 // maxExecApprovalsBody bounds a PUT of the exec-approvals document.
@@ -20,12 +21,13 @@ const maxExecApprovalsBody = 1 << 20
 // document changed since.
 type execApprovals struct {
 	client approvalv1.ApprovalServiceClient
+	log    *slog.Logger
 }
 
 func (h *execApprovals) get(w http.ResponseWriter, r *http.Request) {
 	resp, err := h.client.GetExecApprovals(r.Context(), &approvalv1.GetExecApprovalsRequest{})
 	if err != nil {
-		writeStatus(w, err)
+		apierror.Write(r.Context(), h.log, w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -41,7 +43,7 @@ func (h *execApprovals) put(w http.ResponseWriter, r *http.Request) {
 			u = m
 		}
 		if rev, err = strconv.ParseInt(u, 10, 64); err != nil || rev < 0 {
-			statusErrors(w, codes.InvalidArgument, "If-Match: want the document's ETag")
+			apiErrors(w, errs.Invalid("If-Match", "want the document's ETag"))
 			return
 		}
 	}
@@ -49,15 +51,15 @@ func (h *execApprovals) put(w http.ResponseWriter, r *http.Request) {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		statusErrors(w, codes.InvalidArgument, "exec-approvals: document larger than 1048576 bytes")
+		apiErrors(w, errs.New(errs.InvalidArgument, "exec-approvals: document larger than %d bytes", maxExecApprovalsBody))
 		return
 	case err != nil:
-		statusErrors(w, codes.InvalidArgument, "exec-approvals: reading the body: "+err.Error())
+		apiErrors(w, errs.New(errs.InvalidArgument, "exec-approvals: reading the body: %v", err))
 		return
 	}
 	resp, err := h.client.PutExecApprovals(r.Context(), &approvalv1.PutExecApprovalsRequest{Document: body, Revision: rev})
 	if err != nil {
-		writeStatus(w, err)
+		apierror.Write(r.Context(), h.log, w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -16,13 +15,13 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/router/apierror"
 )
 
 // MaxUploadBytes is the largest upload of the file API (SPEC §9).
@@ -53,7 +52,7 @@ func (f *fileRoutes) register(mux *http.ServeMux, auth func(http.Handler) http.H
 	mux.HandleFunc(publicFilesPath+"{token}", f.public)
 	// Anything else below the public path is a changed URL.
 	mux.HandleFunc(publicFilesPath, func(w http.ResponseWriter, _ *http.Request) {
-		statusErrors(w, codes.PermissionDenied, "public URL is not valid")
+		apiErrors(w, errs.New(errs.PermissionDenied, "public URL is not valid"))
 	})
 }
 
@@ -63,13 +62,13 @@ func validQuery(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
-			statusErrors(w, codes.InvalidArgument, "query: "+err.Error())
+			apiErrors(w, errs.New(errs.InvalidArgument, "query: %v", err))
 			return
 		}
 		for k, vs := range q {
 			for _, v := range vs {
 				if !utf8.ValidString(k) || !utf8.ValidString(v) {
-					statusErrors(w, codes.InvalidArgument, k+": not valid UTF-8")
+					apiErrors(w, errs.Invalid(k, "not valid UTF-8"))
 					return
 				}
 			}
@@ -87,26 +86,21 @@ func onePath(r *http.Request) (string, bool) {
 	return v[0], true
 }
 
-func writeStatus(w http.ResponseWriter, err error) {
-	st := status.Convert(err)
-	statusErrors(w, st.Code(), st.Message())
-}
-
 // download streams a file as an attachment.
 func (f *fileRoutes) download(w http.ResponseWriter, r *http.Request) {
 	p, ok := onePath(r)
 	if !ok {
-		statusErrors(w, codes.InvalidArgument, "path: exactly one path query parameter is required")
+		apiErrors(w, errs.Invalid("path", "exactly one path query parameter is required"))
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stream, err := f.ws.ReadFile(ctx, &workspacev1.ReadFileRequest{Path: p}, chunks.CallOption())
 	if err != nil {
-		writeStatus(w, err)
+		f.fail(w, r, err)
 		return
 	}
-	serveStream(w, r, recvInto(stream, new(workspacev1.ReadFileResponse)), func(m *workspacev1.ReadFileResponse) (*workspacev1.Entry, []byte) {
+	serveStream(w, r, f.fail, recvInto(stream, new(workspacev1.ReadFileResponse)), func(m *workspacev1.ReadFileResponse) (*workspacev1.Entry, []byte) {
 		return m.GetEntry(), m.GetData()
 	})
 }
@@ -115,24 +109,24 @@ func (f *fileRoutes) download(w http.ResponseWriter, r *http.Request) {
 func (f *fileRoutes) public(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		statusErrors(w, codes.PermissionDenied, "public URLs answer GET only")
+		apiErrors(w, errs.New(errs.PermissionDenied, "public URLs answer GET only"))
 		return
 	}
 	token := r.PathValue("token")
 	if r.URL.RawQuery != "" || r.URL.ForceQuery || r.URL.EscapedPath() != publicFilesPath+token {
-		statusErrors(w, codes.PermissionDenied, "public URL is not valid")
+		apiErrors(w, errs.New(errs.PermissionDenied, "public URL is not valid"))
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stream, err := f.ws.ReadPublicFile(ctx, &workspacev1.ReadPublicFileRequest{Token: token}, chunks.CallOption())
 	if err != nil {
-		writeStatus(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "private, no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	serveStream(w, r, recvInto(stream, new(workspacev1.ReadPublicFileResponse)), func(m *workspacev1.ReadPublicFileResponse) (*workspacev1.Entry, []byte) {
+	serveStream(w, r, f.fail, recvInto(stream, new(workspacev1.ReadPublicFileResponse)), func(m *workspacev1.ReadPublicFileResponse) (*workspacev1.Entry, []byte) {
 		return m.GetEntry(), m.GetData()
 	})
 }
@@ -145,17 +139,18 @@ func recvInto[M any](s grpc.ClientStream, m M) func() (M, error) {
 }
 
 // serveStream writes a file stream: headers from the first message's entry,
-// then the bytes. An error after the headers aborts the connection, so a
-// client never takes a cut file for a whole one.
-func serveStream[M any](w http.ResponseWriter, r *http.Request, recv func() (M, error), parts func(M) (*workspacev1.Entry, []byte)) {
+// then the bytes. An error before the headers is answered in the API's
+// envelope; one after them aborts the connection, so a client never takes
+// a cut file for a whole one.
+func serveStream[M any](w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, *http.Request, error), recv func() (M, error), parts func(M) (*workspacev1.Entry, []byte)) {
 	first, err := recv()
 	if err != nil {
-		writeStatus(w, err)
+		fail(w, r, err)
 		return
 	}
 	entry, data := parts(first)
 	if entry == nil {
-		statusErrors(w, codes.Internal, "internal error")
+		fail(w, r, errs.New(errs.Internal, "file stream began without its entry"))
 		return
 	}
 	h := w.Header()
@@ -236,12 +231,12 @@ func rfc5987(s string) string {
 func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	p, ok := onePath(r)
 	if !ok {
-		statusErrors(w, codes.InvalidArgument, "path: exactly one path query parameter is required")
+		apiErrors(w, errs.Invalid("path", "exactly one path query parameter is required"))
 		return
 	}
 	tooLarge := func() {
 		w.Header().Set("Connection", "close")
-		statusErrorsHTTP(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, fmt.Sprintf("upload larger than the limit of %d bytes (%d MiB)", MaxUploadBytes, MaxUploadBytes>>20))
+		apiErrors(w, errs.NewReason(errs.ResourceExhausted, errs.ReasonRequestTooLarge, "upload larger than the limit of %d bytes (%d MiB)", MaxUploadBytes, MaxUploadBytes>>20))
 	}
 	if r.ContentLength > MaxUploadBytes {
 		tooLarge()
@@ -251,7 +246,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	stream, err := f.ws.WriteFile(ctx, chunks.CallOption())
 	if err != nil {
-		writeStatus(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	header := &workspacev1.WriteFileHeader{Path: p}
@@ -259,7 +254,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 		header.Size = &r.ContentLength
 	}
 	if err := stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Header{Header: header}}); err != nil && !errors.Is(err, io.EOF) {
-		writeStatus(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -278,10 +273,10 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 				tooLarge()
 			case errors.Is(rerr, os.ErrDeadlineExceeded):
 				w.Header().Set("Connection", "close")
-				statusErrorsHTTP(w, http.StatusRequestTimeout, codes.DeadlineExceeded, "the upload body stalled: no bytes for "+f.idle.String())
+				apiErrors(w, errs.NewReason(errs.DeadlineExceeded, errs.ReasonRequestTimeout, "the upload body stalled: no bytes for %s", f.idle))
 			default:
 				w.Header().Set("Connection", "close")
-				statusErrors(w, codes.InvalidArgument, "reading the request body failed: "+rerr.Error())
+				apiErrors(w, errs.New(errs.InvalidArgument, "reading the request body failed: %v", rerr))
 			}
 			return
 		}
@@ -292,7 +287,7 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			if err != nil {
 				drain(body)
-				writeStatus(w, err)
+				f.fail(w, r, err)
 				return
 			}
 		}
@@ -303,13 +298,13 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
 		drain(body)
-		writeStatus(w, err)
+		f.fail(w, r, err)
 		return
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	b, err := restjson.New().Marshal(resp.GetEntry())
 	if err != nil {
-		statusErrors(w, codes.Internal, "internal error")
+		f.fail(w, r, errs.Wrap(errs.Internal, err, "encode the uploaded entry"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -338,14 +333,8 @@ func (i *idleReader) Read(p []byte) (int, error) {
 	return i.r.Read(p)
 }
 
-// statusErrorsHTTP writes status JSON with an HTTP code of its own.
-func statusErrorsHTTP(w http.ResponseWriter, httpCode int, code codes.Code, msg string) {
-	b, err := restjson.New().Marshal(status.New(code, msg).Proto())
-	if err != nil {
-		http.Error(w, msg, httpCode)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpCode)
-	_, _ = w.Write(b)
+// fail answers err in the API's envelope, logging what the client is not
+// told.
+func (f *fileRoutes) fail(w http.ResponseWriter, r *http.Request, err error) {
+	apierror.Write(r.Context(), f.log, w, err)
 }

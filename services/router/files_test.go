@@ -1,13 +1,18 @@
 package router
 
 import (
+	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quota"
+	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/router/apierror"
 )
 
 // TestAttachment checks that any file name yields one well-formed
@@ -46,21 +51,34 @@ func TestAttachment(t *testing.T) {
 }
 
 // TestQuotaIs413: a full workspace is answered 413 without Retry-After,
-// whatever other ResourceExhausted errors get.
+// whatever other ResourceExhausted errors get, as it comes from the
+// workspace service, through the executor, or from an account quota.
 func TestQuotaIs413(t *testing.T) {
+	t.Parallel()
+	full := quota.Exceeded("2000 bytes needed, the quota is 1000 bytes")
 	for _, tt := range []struct {
-		msg        string
+		name       string
+		err        error
 		want       int
+		code       string
 		retryAfter bool
 	}{
-		{"workspace quota exceeded: 2000 bytes needed, the quota is 1000 bytes", http.StatusRequestEntityTooLarge, false},
-		{"executor: flush u: workspace quota exceeded: 2000 bytes needed", http.StatusRequestEntityTooLarge, false},
-		{"too many sandboxes", http.StatusTooManyRequests, true},
+		{"from the workspace service", errs.ToStatus(full), http.StatusRequestEntityTooLarge, "workspace_quota_exceeded", false},
+		{"through the executor", errs.ToStatus(fmt.Errorf("executor: flush u: %w", errs.FromStatus(errs.ToStatus(full)))), http.StatusRequestEntityTooLarge, "workspace_quota_exceeded", false},
+		{"an account's quota", errs.ToStatus(quotas.Exceeded(quotas.Sandboxes, 10, 10)), http.StatusTooManyRequests, "quota_exceeded", true},
+		{"too many sandboxes", errs.ToStatus(errs.New(errs.ResourceExhausted, "too many sandboxes")), http.StatusTooManyRequests, "resource_exhausted", true},
 	} {
-		w := httptest.NewRecorder()
-		statusErrors(w, codes.ResourceExhausted, tt.msg)
-		if w.Code != tt.want || (w.Header().Get("Retry-After") != "") != tt.retryAfter || !strings.Contains(w.Body.String(), tt.msg) {
-			t.Errorf("%q: %d, Retry-After %q, body %s", tt.msg, w.Code, w.Header().Get("Retry-After"), w.Body)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := httptest.NewRecorder()
+			apiErrors(w, tt.err)
+			var body apierror.Envelope
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatalf("body %s: %v", w.Body, err)
+			}
+			if w.Code != tt.want || (w.Header().Get("Retry-After") != "") != tt.retryAfter || body.Error.Code != tt.code || body.Error.Type != "rate_limit_error" {
+				t.Errorf("%d, Retry-After %q, body %s", w.Code, w.Header().Get("Retry-After"), w.Body)
+			}
+		})
 	}
 }

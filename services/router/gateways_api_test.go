@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,25 +11,17 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
-	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
-	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/gateways"
 )
 
 // gatewayREST serves GatewayService's REST routes in process, with the
-// router's JSON codec and errors mapped as its gRPC server maps them.
+// router's JSON codec and errors.
 func gatewayREST(t *testing.T) http.Handler {
 	t.Helper()
-	mux := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, restjson.New()),
-		runtime.SetQueryParameterParser(restjson.QueryParser{}),
-		runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, errs.ToStatus(err))
-		}),
-	)
+	mux := runtime.NewServeMux(gatewayMuxOptions(nil)...)
 	store, err := gateways.New(etcdxtest.StartForTest(t), sealtest.Keyring(t), nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +60,7 @@ func TestGatewayPatchREST(t *testing.T) {
 		name, method, path, body string
 		wantCode                 int
 		// want holds fields of the answer, as dotted paths; for an error,
-		// "message" holds a part of the message.
+		// "error.message" holds a part of the message.
 		want map[string]any
 	}{
 		{"create", "POST", "/api/v1/gateways", full, http.StatusOK, map[string]any{"shell.timeout_seconds": 30.0, "upstream.api_key_set": true}},
@@ -82,12 +73,12 @@ func TestGatewayPatchREST(t *testing.T) {
 			"upstream.model": "gpt-5", "upstream.base_url": "http://127.0.0.1:9/v1", "max_iterations": 9.0, "upstream.api_key_set": true}},
 		{"empty patch changes nothing", "PATCH", "/api/v1/gateways/prod", `{}`, http.StatusOK, map[string]any{
 			"upstream.model": "gpt-5", "max_iterations": 9.0, "shell.enabled": true}},
-		{"patch to an invalid value", "PATCH", "/api/v1/gateways/prod", `{"shell": {"timeout_seconds": 301}}`, http.StatusBadRequest, map[string]any{"message": "shell.timeout_seconds:"}},
-		{"patch to an invalid whole", "PATCH", "/api/v1/gateways/prod", `{"shell": {"network": {"allowed_domains": ["example.com"]}}}`, http.StatusBadRequest, map[string]any{"message": "shell.network.allowed_domains: needs mode allowlist"}},
-		{"unknown mask path", "PATCH", "/api/v1/gateways/prod?update_mask=shell.bogus", `{}`, http.StatusBadRequest, map[string]any{"message": `update_mask: "shell.bogus"`}},
-		{"unknown body field", "PATCH", "/api/v1/gateways/prod", `{"shell": {"bogus": 1}}`, http.StatusBadRequest, map[string]any{"message": "bogus"}},
-		{"rename", "PATCH", "/api/v1/gateways/prod", `{"name": "other"}`, http.StatusBadRequest, map[string]any{"message": "name:"}},
-		{"missing", "PATCH", "/api/v1/gateways/nope", `{"max_iterations": 2}`, http.StatusNotFound, map[string]any{"message": "not found"}},
+		{"patch to an invalid value", "PATCH", "/api/v1/gateways/prod", `{"shell": {"timeout_seconds": 301}}`, http.StatusBadRequest, map[string]any{"error.message": "shell.timeout_seconds:", "error.param": "shell.timeout_seconds"}},
+		{"patch to an invalid whole", "PATCH", "/api/v1/gateways/prod", `{"shell": {"network": {"allowed_domains": ["example.com"]}}}`, http.StatusBadRequest, map[string]any{"error.message": "shell.network.allowed_domains: needs mode allowlist"}},
+		{"unknown mask path", "PATCH", "/api/v1/gateways/prod?update_mask=shell.bogus", `{}`, http.StatusBadRequest, map[string]any{"error.message": `update_mask: "shell.bogus"`}},
+		{"unknown body field", "PATCH", "/api/v1/gateways/prod", `{"shell": {"bogus": 1}}`, http.StatusBadRequest, map[string]any{"error.message": `unknown field "shell.bogus"`, "error.param": "shell.bogus"}},
+		{"rename", "PATCH", "/api/v1/gateways/prod", `{"name": "other"}`, http.StatusBadRequest, map[string]any{"error.message": "name:"}},
+		{"missing", "PATCH", "/api/v1/gateways/nope", `{"max_iterations": 2}`, http.StatusNotFound, map[string]any{"error.message": "not found", "error.type": "not_found_error", "error.param": nil}},
 		{"nothing was lost", "GET", "/api/v1/gateways/prod", ``, http.StatusOK, map[string]any{
 			"upstream.model": "gpt-5", "upstream.api_key_set": true, "max_iterations": 9.0, "shell.timeout_seconds": 45.0, "shell.allow_request": false}},
 		{"put replaces", "PUT", "/api/v1/gateways/prod", `{"upstream": {"provider": "openai", "model": "gpt-4.1"}}`, http.StatusOK, map[string]any{
@@ -101,7 +92,7 @@ func TestGatewayPatchREST(t *testing.T) {
 		}
 		for path, want := range tt.want {
 			v := lookup(got, path)
-			if path == "message" {
+			if path == "error.message" {
 				if s, _ := v.(string); !strings.Contains(s, want.(string)) {
 					t.Errorf("%s: message %q, want it to contain %q", tt.name, s, want)
 				}

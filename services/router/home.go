@@ -4,16 +4,15 @@ import (
 	"html"
 	"net/http"
 	"strings"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
 // home answers GET /: what this server is and where to go, for someone who
 // points a browser or curl at it. HTML for a browser, text otherwise.
 func home(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/" {
-		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{
-			"type": "invalid_request_error", "code": "not_found", "param": nil,
-			"message": "unknown path " + r.Method + " " + r.URL.Path + ": GET / lists the entry points",
-		}})
+		apiErrors(w, errs.New(errs.NotFound, "unknown path %s %s: GET / lists the entry points", r.Method, r.URL.Path))
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "text/html") {

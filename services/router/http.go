@@ -15,8 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -28,8 +26,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
-	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/apierror"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/containers"
 	"github.com/conch-sh/conch/services/router/mcpserver"
@@ -168,17 +166,17 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	go opts.Service.Accounts().WatchRevocations(ctx, mcpHandler.EndKey)
 	mux.Handle("/mcp", a.wrap(openAIErrors, mcpHandler))
 	mux.Handle("/mcp/{gateway}", a.wrap(openAIErrors, mcpHandler))
-	mux.Handle("/api/v1/", a.wrap(statusErrors, gw))
-	ea := &execApprovals{client: approvalv1.NewApprovalServiceClient(opts.Conns["approval"])}
-	mux.Handle("GET /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.get)))
-	mux.Handle("PUT /api/v1/exec-approvals", a.wrap(statusErrors, http.HandlerFunc(ea.put)))
+	mux.Handle("/api/v1/", a.wrap(apiErrors, gw))
+	ea := &execApprovals{client: approvalv1.NewApprovalServiceClient(opts.Conns["approval"]), log: opts.Logger}
+	mux.Handle("GET /api/v1/exec-approvals", a.wrap(apiErrors, http.HandlerFunc(ea.get)))
+	mux.Handle("PUT /api/v1/exec-approvals", a.wrap(apiErrors, http.HandlerFunc(ea.put)))
 	registerUI(mux)
 	mux.HandleFunc("/", home)
 	if opts.UploadIdleTimeout <= 0 {
 		opts.UploadIdleTimeout = DefaultUploadIdleTimeout
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
-	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(statusErrors, h) }, gw)
+	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) }, gw)
 	// The global providers forward to the process's once telemetry is set
 	// up.
 	api, err := telemetry.NewHTTPHandler(recoverPanics(opts.Logger, mux), otel.GetTracerProvider(), otel.GetMeterProvider())
@@ -202,31 +200,21 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}), nil
 }
 
-func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, gateways gatewayGetter, log *slog.Logger) (*runtime.ServeMux, error) {
-	mux := runtime.NewServeMux(
+// gatewayMuxOptions are those of the REST API's grpc-gateway mux: conch's
+// JSON codec, and every error in the API's envelope.
+func gatewayMuxOptions(log *slog.Logger) []runtime.ServeMuxOption {
+	return append([]runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restjson.New()),
 		runtime.SetQueryParameterParser(restjson.QueryParser{}),
 		// Nothing from the HTTP request becomes gRPC metadata: the scope the
 		// services trust is set by the auth middleware and signed on the way
 		// out, so no header can be smuggled through.
 		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-			if st := status.Convert(err); quota.IsExceeded(st.Code(), st.Message()) {
-				statusErrors(w, st.Code(), st.Message())
-				return
-			}
-			if ra := errs.RetryAfter(status.Code(err)); ra != "" {
-				w.Header().Set("Retry-After", ra)
-			}
-			if st := status.Convert(err); errs.HideAddresses(st.Message()) != st.Message() {
-				// gRPC's own words for a connection that failed name the
-				// service's address, which is not the caller's to know.
-				log.WarnContext(ctx, "service call failed", "path", r.URL.Path, "error", err)
-				err = status.Error(st.Code(), errs.HideAddresses(st.Message()))
-			}
-			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
-		}),
-	)
+	}, apierror.GatewayOptions(log)...)
+}
+
+func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, gateways gatewayGetter, log *slog.Logger) (*runtime.ServeMux, error) {
+	mux := runtime.NewServeMux(gatewayMuxOptions(log)...)
 	register := []struct {
 		service string
 		fn      func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
@@ -264,7 +252,7 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 					panic(p)
 				}
 				log.ErrorContext(r.Context(), "http handler panicked", "panic", p, "path", r.URL.Path, "stack", string(debug.Stack()))
-				statusErrors(w, codes.Internal, "internal error")
+				apierror.Write(r.Context(), nil, w, errs.New(errs.Internal, "http handler panicked"))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -272,45 +260,13 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 }
 
 // errorWriter writes an error in the shape of an API surface.
-type errorWriter func(w http.ResponseWriter, code codes.Code, msg string)
+type errorWriter func(w http.ResponseWriter, err error)
 
-// openAIErrors writes OpenAI's error shape, used on /v1.
-func openAIErrors(w http.ResponseWriter, code codes.Code, msg string) {
-	typ, c := "invalid_request_error", strings.ToLower(code.String())
-	switch code {
-	case codes.Unauthenticated:
-		c = "invalid_api_key"
-	case codes.Unavailable, codes.Internal:
-		typ = "server_error"
-	case codes.Unimplemented:
-		typ, c = "not_implemented", "not_implemented"
-	}
-	writeJSON(w, runtime.HTTPStatusFromCode(code), map[string]any{
-		"error": map[string]any{"message": msg, "type": typ, "code": c},
-	})
-}
+// openAIErrors writes OpenAI's error shape, used on /v1 and /mcp.
+func openAIErrors(w http.ResponseWriter, err error) { openai.WriteAnswer(w, errs.Public(err)) }
 
-// statusErrors writes grpc-gateway's status JSON, used on /api/v1.
-func statusErrors(w http.ResponseWriter, code codes.Code, msg string) {
-	b, err := restjson.New().Marshal(status.New(code, msg).Proto())
-	if err != nil {
-		http.Error(w, msg, runtime.HTTPStatusFromCode(code))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if quota.IsExceeded(code, msg) {
-		// A full workspace is a request too large for it, which waiting
-		// does not fix: 413, and no Retry-After.
-		w.WriteHeader(http.StatusRequestEntityTooLarge)
-		_, _ = w.Write(b)
-		return
-	}
-	if ra := errs.RetryAfter(code); ra != "" {
-		w.Header().Set("Retry-After", ra)
-	}
-	w.WriteHeader(runtime.HTTPStatusFromCode(code))
-	_, _ = w.Write(b)
-}
+// apiErrors writes the REST API's envelope, used on /api/v1.
+func apiErrors(w http.ResponseWriter, err error) { apierror.WriteAnswer(w, errs.Public(err)) }
 
 // authMiddleware authenticates the bearer key and puts the request's scope in
 // its context.
@@ -325,20 +281,19 @@ func (a *authMiddleware) wrap(fail errorWriter, next http.Handler) http.Handler 
 		key, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="conch"`)
-			fail(w, codes.Unauthenticated, "missing or malformed Authorization header: want \"Bearer <API key>\"")
+			fail(w, errs.NewReason(errs.Unauthenticated, errs.ReasonInvalidAPIKey, "missing or malformed Authorization header: want \"Bearer <API key>\""))
 			return
 		}
 		p, err := a.auth.Authenticate(r.Context(), key)
 		if err != nil {
-			code := errs.KindOf(err).Code()
-			msg := err.Error()
-			if code == codes.Unauthenticated {
+			if errs.KindOf(err) == errs.Unauthenticated {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="conch", error="invalid_token"`)
+				err = &errs.Error{Kind: errs.Unauthenticated, Reason: errs.ReasonInvalidAPIKey, Err: err}
 			} else {
 				a.log.ErrorContext(r.Context(), "authentication failed", "error", err)
-				code, msg = codes.Unavailable, "authentication is unavailable; try again"
+				err = errs.New(errs.Unavailable, "authentication is unavailable; try again")
 			}
-			fail(w, code, msg)
+			fail(w, err)
 			return
 		}
 		scope := tenant.Scope{Account: p.Account, Admin: p.Admin, PublicURL: a.publicURL,
@@ -348,14 +303,14 @@ func (a *authMiddleware) wrap(fail errorWriter, next http.Handler) http.Handler 
 		}
 		if v, ok := r.Header["X-Shell-User-Id"]; ok {
 			if len(v) != 1 || !tenant.ValidUserID(v[0]) {
-				fail(w, codes.InvalidArgument, "X-Shell-User-Id: must be "+tenant.UserIDRule)
+				fail(w, errs.Invalid("X-Shell-User-Id", "must be "+tenant.UserIDRule))
 				return
 			}
 			scope.User = v[0]
 		}
 		if v, ok := r.Header["X-Conch-Session-Id"]; ok {
 			if len(v) != 1 || !tenant.ValidSessionID(v[0]) {
-				fail(w, codes.InvalidArgument, "X-Conch-Session-Id: must be 1-128 characters of [A-Za-z0-9._:@-]")
+				fail(w, errs.Invalid("X-Conch-Session-Id", "must be 1-128 characters of [A-Za-z0-9._:@-]"))
 				return
 			}
 			scope.Session = v[0]

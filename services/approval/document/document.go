@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/conch-sh/conch/services/approval/policy"
+	"github.com/conch-sh/conch/services/internal/platform/restjson"
 )
 
 // MaxBytes is the largest document accepted, below etcd's request limit.
@@ -212,7 +213,7 @@ func Parse(b []byte) (*Document, error) {
 	}
 	var d Document
 	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, invalid("not a JSON object in the exec-approvals shape: %v", err)
+		return nil, invalid("%v", restjson.JSONError(b, err))
 	}
 	if err := d.Validate(); err != nil {
 		return nil, err

@@ -109,7 +109,7 @@ func TestAgentOverDefaults(t *testing.T) {
 func TestParseRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ doc, want string }{
-		{`[]`, "not a JSON object"},
+		{`[]`, "exec-approvals: request body: want an object, got an array"},
 		{`{"version": 2}`, "version: want 1"},
 		{`{"version": 1, "defaults": {"security": "yolo"}}`, "defaults.security"},
 		{`{"version": 1, "agents": {"main": {"ask": "sometimes"}}}`, "agents.main.ask"},
@@ -117,10 +117,10 @@ func TestParseRejects(t *testing.T) {
 		{`{"version": 1, "agents": {"main": {"allowlist": [{"pattern": "rg"}]}}}`, "agents.main.allowlist[0].pattern \"rg\": " + policy.ErrPatternNotBinary},
 		{`{"version": 1, "agents": {"main": {"allowlist": [{"id": "a", "pattern": "/a"}, {"id": "a", "pattern": "/b"}]}}}`, "duplicate"},
 		{`{"version": 1, "agents": {"main": {"allowlist": [{"pattern": "/a", "lastUsedAt": -1}]}}}`, "lastUsedAt"},
-		{`{"version": 1, "agents": {"main": {"allowlist": [{"pattern": "/a", "lastUsedAt": "x"}]}}}`, "not a JSON object"},
+		{`{"version": 1, "agents": {"main": {"allowlist": [{"pattern": "/a", "lastUsedAt": "x"}]}}}`, "lastUsedAt: want an integer, got a string"},
 		{`{"version": 1, "agents": {"a/b": {}}}`, "agents: name"},
 		{`{"version": 1, "agents": {"main": null}}`, "agents.main: want an object"},
-		{`{"version": 1,`, "not a JSON object"},
+		{`{"version": 1,`, "request body is not valid JSON: unexpected end of JSON input at line 1, column 14"},
 		{`{"version": 1, "x": "` + strings.Repeat("a", MaxBytes) + `"}`, "larger than"},
 	} {
 		_, err := Parse([]byte(tc.doc))

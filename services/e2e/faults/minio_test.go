@@ -198,10 +198,12 @@ func clearStorageError(r response) bool {
 		return false
 	}
 	var st struct {
-		Message string `json:"message"`
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
 	}
-	if json.Unmarshal(r.body, &st) != nil || st.Message == "" || st.Message == "internal error" {
+	if json.Unmarshal(r.body, &st) != nil || st.Error.Message == "" || st.Error.Message == "internal error" {
 		return false
 	}
-	return strings.Contains(st.Message, "workspace")
+	return strings.Contains(st.Error.Message, "workspace")
 }

@@ -34,6 +34,10 @@ const createTries = 3
 // reasonFull marks an executor's refusal of a sandbox it has no room for.
 const reasonFull = "EXECUTOR_FULL"
 
+// reasonAtCapacity marks the router's refusal when no executor has room;
+// clients see it as the code at_capacity.
+const reasonAtCapacity = "AT_CAPACITY"
+
 // Full is an executor's answer to a sandbox beyond the most it holds:
 // ResourceExhausted, marked so that the router tells it from a quota's,
 // tries the next executor and, when none has room, answers for all of
@@ -55,7 +59,7 @@ func atCapacity(n int) error {
 	case 1:
 		which = "the one executor is"
 	}
-	return status.Error(codes.ResourceExhausted, which+" at capacity; retry in a few seconds")
+	return errs.WithReason(codes.ResourceExhausted, reasonAtCapacity, which+" at capacity; retry in a few seconds", nil)
 }
 
 // load counts each executor's sandboxes from the placement records, kept

@@ -1,14 +1,11 @@
 // Package quota owns the persistent workspace quota of SPEC §4: its
 // defaults, which the workspace service enforces, the executor sizes
 // sandboxes by and the gateways fall back to, and the error that says it
-// was hit, which the router answers with 413.
+// was hit, which HTTP answers with 413 (errs.ReasonWorkspaceQuotaExceeded).
 package quota
 
 import (
 	"fmt"
-	"strings"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
@@ -37,18 +34,14 @@ func (l Limits) OrDefault() Limits {
 	return l
 }
 
-// exceeded starts the message of every quota refusal; clients and tests
-// recognise the refusal by it.
+// exceeded starts the message of every quota refusal, which people and
+// tests recognise it by; programs use its reason.
 const exceeded = "workspace quota exceeded: "
 
 // Exceeded returns the refusal of a change that would take a workspace
 // beyond its quota; the message says what was needed and what is allowed.
+// Its reason travels with it between services, so the router answers it
+// 413 wherever it came from.
 func Exceeded(format string, args ...any) error {
-	return errs.New(errs.ResourceExhausted, "%s", exceeded+fmt.Sprintf(format, args...))
-}
-
-// IsExceeded reports whether a status with code and message is a quota
-// refusal, as it reaches the router from the workspace service.
-func IsExceeded(code codes.Code, message string) bool {
-	return code == codes.ResourceExhausted && strings.Contains(message, exceeded)
+	return errs.NewReason(errs.ResourceExhausted, errs.ReasonWorkspaceQuotaExceeded, "%s", exceeded+fmt.Sprintf(format, args...))
 }

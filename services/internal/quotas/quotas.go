@@ -129,9 +129,10 @@ func CheckOverrides(o map[string]int64) error {
 	return nil
 }
 
-// Exceeded is the error of a create beyond a quota: 429, naming it.
+// Exceeded is the error of a create beyond a quota: 429, naming it, with
+// the code quota_exceeded.
 func Exceeded(k Kind, used, limit int64) error {
-	return errs.New(errs.ResourceExhausted, "quota %s exceeded (%d of %d)", k, used, limit)
+	return errs.NewReason(errs.ResourceExhausted, errs.ReasonQuotaExceeded, "quota %s exceeded (%d of %d)", k, used, limit)
 }
 
 // Usage is how much of each quota an account holds.

@@ -9,10 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
-
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc/status"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -114,37 +110,19 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error, notFou
 		openai.WriteError(w, st, "invalid_request_error", code, fe.param, fe.Error())
 		return
 	}
-	kind := errs.KindOf(err)
-	msg := err.Error()
-	if s, ok := statusOf(err); ok {
-		msg = s
-	}
-	st, typ, code := runtime.HTTPStatusFromCode(kind.Code()), "invalid_request_error", strings.ReplaceAll(kind.String(), " ", "_")
-	switch kind {
+	a := errs.Public(err)
+	switch errs.KindOf(err) {
 	case errs.Canceled:
 		return // the client went away
 	case errs.NotFound:
 		if notFound != "" {
-			msg = notFound
+			a.Message = notFound
 		}
-	case errs.Internal:
+	}
+	if a.Hidden {
 		h.log.ErrorContext(r.Context(), "containers request failed", "error", err, "path", r.URL.Path)
-		msg = "internal error"
 	}
-	if ra := errs.RetryAfter(kind.Code()); ra != "" {
-		w.Header().Set("Retry-After", ra)
-		typ = "server_error"
-	}
-	if st >= 500 {
-		typ = "server_error"
-	}
-	openai.WriteError(w, st, typ, code, "", msg)
-}
-
-// statusOf is the message of a gRPC status error.
-func statusOf(err error) (string, bool) {
-	s, ok := status.FromError(err)
-	return s.Message(), ok
+	openai.WriteAnswer(w, a)
 }
 
 func noContainer(id string) string { return "No container found with id '" + id + "'." }

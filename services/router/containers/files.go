@@ -155,11 +155,7 @@ func (h *Handler) failUpload(w http.ResponseWriter, r *http.Request, err error) 
 	case errs.KindOf(err) == errs.ResourceExhausted:
 		// A file over the limit or a full workspace: what is too large
 		// is the request, and waiting does not help.
-		msg := err.Error()
-		if s, ok := statusOf(err); ok {
-			msg = s
-		}
-		err = &fieldError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", param: "file", msg: msg}
+		err = &fieldError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", param: "file", msg: errs.Public(err).Message}
 	}
 	w.Header().Set("Connection", "close")
 	h.fail(w, r, err, "")

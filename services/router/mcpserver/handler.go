@@ -24,7 +24,9 @@ import (
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/apierror"
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/upstream"
 )
 
 // DefaultSessionIdle is how long an MCP session lives without a request
@@ -140,7 +142,7 @@ type sessionKey struct{}
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	scope, ok := tenant.From(r.Context())
 	if !ok {
-		writeError(w, http.StatusUnauthorized, "missing credentials")
+		h.fail(w, r, errs.NewReason(errs.Unauthenticated, errs.ReasonInvalidAPIKey, "missing credentials"))
 		return
 	}
 	gateway := r.PathValue("gateway")
@@ -152,29 +154,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Another account's session is not found, as any object of
 		// another account is (SPEC §2).
 		if s == nil || s.scope.Account != scope.Account || s.gateway.GetName() != gateway {
-			writeError(w, http.StatusNotFound, "session not found: start a new one with initialize")
+			h.fail(w, r, errs.New(errs.NotFound, "session not found: start a new one with initialize"))
 			return
 		}
 		h.serveSession(w, r, s)
 		return
 	}
 	if r.Method != http.MethodPost {
-		writeError(w, http.StatusBadRequest, "Mcp-Session-Id header required: start a session with initialize")
+		h.fail(w, r, errs.Invalid("Mcp-Session-Id", "header required: start a session with initialize"))
 		return
 	}
-	s, status, err := h.open(r.Context(), scope, gateway)
+	s, err := h.open(r.Context(), scope, gateway)
 	if err != nil {
-		writeError(w, status, err.Error())
+		h.fail(w, r, err)
 		return
 	}
 	if c := h.opts.Claims; c != nil {
 		if err := c.Claim(r.Context(), scope.Account, s.id); err != nil {
 			s.close(context.WithoutCancel(r.Context()))
-			status := http.StatusServiceUnavailable
-			if errs.KindOf(err) == errs.ResourceExhausted {
-				status = http.StatusTooManyRequests
+			if errs.KindOf(err) != errs.ResourceExhausted {
+				// A session that cannot be counted is refused as briefly
+				// unavailable; why is etcd's, not the caller's to read.
+				h.opts.Logger.ErrorContext(r.Context(), "MCP session not counted", "error", err)
+				err = errs.New(errs.Unavailable, "MCP sessions cannot be counted against the account's quota; try again")
 			}
-			writeError(w, status, err.Error())
+			h.fail(w, r, err)
 			return
 		}
 	}
@@ -241,7 +245,7 @@ func (h *Handler) serveSession(w http.ResponseWriter, r *http.Request, s *sessio
 	if r.Method == http.MethodPost && r.Body != nil {
 		body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "request body: "+err.Error())
+			h.fail(w, r, errs.New(errs.InvalidArgument, "request body: %v", err))
 			return
 		}
 		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
@@ -305,30 +309,29 @@ func (h *Handler) lookup(id string) *session {
 	return h.sessions[id]
 }
 
-// open makes a session's server for the caller in scope on gateway; the
-// status is the HTTP status of an error.
-func (h *Handler) open(ctx context.Context, scope tenant.Scope, gateway string) (*session, int, error) {
+// open makes a session's server for the caller in scope on gateway.
+func (h *Handler) open(ctx context.Context, scope tenant.Scope, gateway string) (*session, error) {
 	g, err := h.opts.Core.Gateway(ctx, scope.Account, gateway)
 	if err != nil {
 		var fe *completion.FieldError
 		if errors.As(err, &fe) {
-			return nil, fe.Status, errors.New("gateway " + gateway + " not found")
+			return nil, errs.New(errs.NotFound, "gateway %s not found", gateway)
 		}
 		h.opts.Logger.ErrorContext(ctx, "gateway lookup failed", "gateway", gateway, "error", err)
-		return nil, http.StatusServiceUnavailable, errors.New("gateways are unavailable; try again")
+		return nil, errs.New(errs.Unavailable, "gateways are unavailable; try again")
 	}
 	id, err := newSessionID()
 	if err != nil {
-		return nil, http.StatusInternalServerError, err
+		return nil, errs.Wrap(errs.Internal, err, "mcp: session id")
 	}
 	scope.Session, scope.Surface = id, tenant.SurfaceMCP
 	tb, err := h.opts.Core.OpenToolbox(ctx, scope, g, scope.User)
 	if err != nil {
 		var fe *completion.FieldError
 		if errors.As(err, &fe) {
-			return nil, http.StatusBadRequest, err
+			return nil, &errs.Error{Kind: errs.InvalidArgument, Field: fe.Field, Err: err}
 		}
-		return nil, http.StatusBadGateway, err
+		return nil, err
 	}
 	s := &session{id: id, scope: scope, gateway: g, toolbox: tb, opts: &h.opts, subscribed: map[string]fileState{}}
 	s.server = mcp.NewServer(&mcp.Implementation{Name: "conch", Title: "conch: sandboxed shell, files and approvals", Version: h.opts.Version}, &mcp.ServerOptions{
@@ -358,7 +361,7 @@ func (h *Handler) open(ctx context.Context, scope tenant.Scope, gateway string) 
 			return next(tenant.With(ctx, sc), method, req)
 		}
 	})
-	return s, 0, nil
+	return s, nil
 }
 
 func newSessionID() (string, error) {
@@ -459,8 +462,14 @@ func (s *session) log(ctx context.Context, ss *mcp.ServerSession, level mcp.Logg
 	_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: level, Logger: "conch", Data: msg})
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"message": msg}})
+// fail answers err in the envelope of conch's REST API; an upstream's
+// error (tool servers that cannot be reached) keeps its own status, type
+// and code, as on /v1.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ue *upstream.Error
+	if errors.As(err, &ue) {
+		apierror.WriteAnswer(w, errs.Answer{Status: ue.Status, Type: ue.Type, Code: ue.Code, Message: ue.Message})
+		return
+	}
+	apierror.Write(r.Context(), h.opts.Logger, w, err)
 }

@@ -8,11 +8,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
-
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/router/completion"
@@ -78,6 +73,18 @@ func WriteError(w http.ResponseWriter, status int, typ, code, param, msg string)
 	apiError{Status: status, Type: typ, Code: code, Param: param, Message: msg}.write(w)
 }
 
+// WriteAnswer writes an answer of errs' table in OpenAI's error shape:
+// the /v1 front ends answer errors that are not OpenAI's own (an API key
+// refused, a sandbox's quota) as conch's REST API does, in this shape.
+func WriteAnswer(w http.ResponseWriter, a errs.Answer) {
+	answerOf(a).write(w)
+}
+
+// answerOf is a of errs' table as an apiError.
+func answerOf(a errs.Answer) apiError {
+	return apiError{Status: a.Status, Type: a.Type, Code: a.Code, Param: a.Param, Message: a.Message, RetryAfter: a.RetryAfter}
+}
+
 // writeError writes OpenAI's error shape.
 func writeError(w http.ResponseWriter, code int, typ, errCode, msg string) {
 	apiError{Status: code, Type: typ, Code: errCode, Message: msg}.write(w)
@@ -104,7 +111,7 @@ func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiErr
 		}
 		return apiError{Status: re.Status, Type: "invalid_request_error", Code: code, Param: re.Field, Message: re.Error()}
 	case errors.As(err, &over):
-		return apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "overloaded", Message: over.Error(), RetryAfter: errs.RetryAfter(codes.Unavailable)}
+		return answerOf(errs.Public(errs.NewReason(errs.Unavailable, "OVERLOADED", "%s", over.Error())))
 	case errors.As(err, &ue):
 		return upstreamError(ue, gateway)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -118,16 +125,11 @@ func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiErr
 		h.logger.ErrorContext(ctx, "completion failed", "error", err)
 		return apiError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_unreachable", Message: "upstream request failed: " + err.Error()}
 	}
-	msg := err.Error()
-	if s, ok := status.FromError(err); ok {
-		msg = s.Message()
+	a := errs.Public(err)
+	if a.Hidden {
+		h.logger.WarnContext(ctx, "completion failed", "error", err)
 	}
-	msg = errs.HideAddresses(msg)
-	e := apiError{Status: runtime.HTTPStatusFromCode(kind.Code()), Type: "invalid_request_error", Code: strings.ToLower(kind.String()), Message: msg}
-	if ra := errs.RetryAfter(kind.Code()); ra != "" {
-		e.Type, e.RetryAfter = "server_error", ra
-	}
-	return e
+	return answerOf(a)
 }
 
 // upstreamError maps an upstream's error answer. Most keep the upstream's

@@ -83,7 +83,8 @@
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
     if (!resp.ok) {
-      const msg = (data && (data.message || (data.error && data.error.message))) || resp.statusText;
+      // Every error of the API is {"error": {"type", "code", "message", "param"}}.
+      const msg = (data && data.error && data.error.message) || resp.statusText;
       const err = new Error(resp.status + ": " + msg);
       err.status = resp.status;
       throw err;

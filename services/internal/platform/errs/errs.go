@@ -1,11 +1,14 @@
 // Package errs is the single place where domain errors are classified and
-// mapped to gRPC status codes.
+// mapped to gRPC status codes and to HTTP answers.
 //
-// Handlers return errors built with New or Wrap; the server interceptors
-// from this package turn them into gRPC statuses with ToStatus, and clients
-// turn statuses from peers back into domain errors with FromStatus. Internal
-// errors never leave the process: their detail is logged and the peer sees
-// only "internal error".
+// Handlers return errors built with New, Wrap, Invalid or NewReason; the
+// server interceptors from this package turn them into gRPC statuses with
+// ToStatus, and clients turn statuses from peers back into domain errors
+// with FromStatus. The field at fault and the reason travel with the
+// status as details, so the router answers an error of any service with
+// them. Internal errors never leave the process: their detail is logged
+// and the peer sees only "internal error". Public (http.go) is the one
+// table from an error to what an HTTP client is told.
 package errs
 
 import (
@@ -85,6 +88,13 @@ type Error struct {
 	Msg string
 	// Err is the underlying cause, if any.
 	Err error
+	// Field names the request field at fault as the caller wrote it
+	// ("limits.memory_bytes"), "" for none; see Public.
+	Field string
+	// Reason tells the error from others of its kind without reading its
+	// words: an UPPER_SNAKE_CASE word ("QUOTA_EXCEEDED"), "" for none. It
+	// is the code of the error's HTTP answer, in lower case.
+	Reason string
 }
 
 // Error returns Msg followed by the cause.
@@ -110,6 +120,18 @@ func New(k Kind, format string, args ...any) error {
 // Wrap returns an error of kind k with a formatted message and cause err.
 func Wrap(k Kind, err error, format string, args ...any) error {
 	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...), Err: err}
+}
+
+// Invalid returns an InvalidArgument error naming field: its message is
+// "field: " and the formatted reason, and field is its Field.
+func Invalid(field, format string, args ...any) error {
+	return &Error{Kind: InvalidArgument, Msg: field + ": " + fmt.Sprintf(format, args...), Field: field}
+}
+
+// NewReason returns an error of kind k marked with reason, with a
+// formatted message.
+func NewReason(k Kind, reason, format string, args ...any) error {
+	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...), Reason: reason}
 }
 
 // KindOf classifies err: the outermost *Error decides; otherwise context
@@ -201,7 +223,7 @@ func toStatus(err error) (s *status.Status, hidden bool) {
 	if k == Internal {
 		return status.New(codes.Internal, internalMessage), true
 	}
-	return status.New(k.Code(), err.Error()), false
+	return withDetails(status.New(k.Code(), err.Error()), ReasonOf(err), explicitField(err)), false
 }
 
 // FromStatus converts a gRPC status error received from a peer into an
@@ -220,16 +242,6 @@ func FromStatus(err error) error {
 	if !ok {
 		return &Error{Kind: KindOf(err), Err: err}
 	}
-	return &Error{Kind: kindOfCode(s.Code()), Msg: s.Message()}
-}
-
-// RetryAfter is the Retry-After, in seconds, of an HTTP answer for code:
-// set for the codes that mean "overloaded or briefly unavailable, try
-// again", "" otherwise.
-func RetryAfter(code codes.Code) string {
-	switch code {
-	case codes.ResourceExhausted, codes.Unavailable:
-		return "2"
-	}
-	return ""
+	reason, field := details(s)
+	return &Error{Kind: kindOfCode(s.Code()), Msg: s.Message(), Reason: reason, Field: field}
 }

@@ -14,6 +14,8 @@ import (
 	"io"
 	"net/url"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -92,16 +94,21 @@ func (m *Marshaler) Unmarshal(data []byte, v any) error {
 	if err != nil {
 		return err
 	}
-	return m.UnmarshalOptions.Unmarshal(data, msg)
+	if err := m.UnmarshalOptions.Unmarshal(data, msg); err != nil {
+		return explain(msg.ProtoReflect().Descriptor(), data, err)
+	}
+	return nil
 }
 
 // NewDecoder returns a decoder using Unmarshal on each JSON value of r.
 func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
-	dec := json.NewDecoder(r)
+	// The bytes read so far position a syntax error.
+	var read bytes.Buffer
+	dec := json.NewDecoder(io.TeeReader(r, &read))
 	return runtime.DecoderFunc(func(v any) error {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return err
+			return syntaxError(err, read.Bytes())
 		}
 		return m.Unmarshal(raw, v)
 	})
@@ -151,6 +158,10 @@ func wordsToNames(msg proto.Message, data []byte) ([]byte, error) {
 		},
 	})
 	if bad != nil {
+		// The walk names the whole path of the field.
+		if e := walkMessage(md, tree, ""); e != nil {
+			return nil, e
+		}
 		return nil, bad
 	}
 	return encodeTree(tree)
@@ -190,13 +201,21 @@ type QueryParser struct{}
 
 var _ runtime.QueryParameterParser = QueryParser{}
 
-// Parse implements runtime.QueryParameterParser.
+// Parse implements runtime.QueryParameterParser. A value that does not
+// parse is refused naming its parameter, in plain words.
 func (QueryParser) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
 	md := msg.ProtoReflect().Descriptor()
 	rewritten := make(url.Values, len(values))
 	for key, vals := range values {
 		fd := fieldByPath(md, key)
-		if fd == nil || fd.Enum() == nil {
+		if fd == nil {
+			rewritten[key] = vals
+			continue
+		}
+		if err := checkQuery(fd, key, vals); err != nil {
+			return err
+		}
+		if fd.Enum() == nil {
 			rewritten[key] = vals
 			continue
 		}
@@ -210,7 +229,44 @@ func (QueryParser) Parse(msg proto.Message, values url.Values, filter *utilities
 		}
 		rewritten[key] = out
 	}
-	return (&runtime.DefaultQueryParser{}).Parse(msg, rewritten, filter)
+	if err := (&runtime.DefaultQueryParser{}).Parse(msg, rewritten, filter); err != nil {
+		if m := queryFieldError.FindStringSubmatch(err.Error()); m != nil {
+			return invalidField(m[1], "not a valid value")
+		}
+		return &DecodeError{msg: "query: not valid"}
+	}
+	return nil
+}
+
+// queryFieldError is grpc-gateway's refusal of a query parameter.
+var queryFieldError = regexp.MustCompile(`field "([^"]+)"`)
+
+// checkQuery is the problem of the values vals of the query parameter key
+// for field fd.
+func checkQuery(fd protoreflect.FieldDescriptor, key string, vals []string) error {
+	if !fd.IsList() && len(vals) > 1 {
+		return invalidField(key, "give one value, got %d", len(vals))
+	}
+	for _, v := range vals {
+		var e *DecodeError
+		switch {
+		case fd.Enum() != nil:
+			e = walkEnum(fd.Enum(), v, key)
+		case fd.Message() != nil:
+			e = walkWellKnown(fd.Message(), v, key)
+		case fd.Kind() == protoreflect.BoolKind:
+			if _, err := strconv.ParseBool(v); err != nil {
+				e = invalidField(key, "want true or false, got %s", describe(v))
+			}
+		case fd.Kind() == protoreflect.StringKind:
+		default:
+			e = walkScalar(fd.Kind(), v, key)
+		}
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 func fieldByPath(md protoreflect.MessageDescriptor, path string) protoreflect.FieldDescriptor {
