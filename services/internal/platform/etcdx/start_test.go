@@ -61,6 +61,9 @@ func TestASecondEtcdOnADirIsRefused(t *testing.T) {
 	}
 }
 
+// lockedBackends keeps the files TestStartEndsWithItsContext locks open.
+var lockedBackends []*os.File
+
 // TestStartEndsWithItsContext holds the lock on etcd's backend as an etcd
 // conch did not start would: etcd waits for it without bound, the start
 // must not.
@@ -81,6 +84,9 @@ func TestStartEndsWithItsContext(t *testing.T) {
 	}
 	// db stays open and locked to the end of the test binary: the etcd
 	// left starting would otherwise start in a directory being removed.
+	// Kept reachable: a file the collector finalizes is closed, and its
+	// lock goes with it.
+	lockedBackends = append(lockedBackends, db)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
