@@ -192,6 +192,14 @@ func PrintJSON(w io.Writer, v any) error {
 // exits 2.
 var ErrUsage = errors.New("usage")
 
+// ErrInterrupted marks a command stopped by Ctrl-C; the command exits 130,
+// as a shell reports a process killed by SIGINT.
+var ErrInterrupted = errors.New("interrupted")
+
+// ErrTimeout marks a command that ran out of time; the command exits 124,
+// as timeout(1) does.
+var ErrTimeout = errors.New("timed out")
+
 // Usagef returns an ErrUsage error with a message.
 func Usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))

@@ -76,7 +76,7 @@ func main() {
 	if name, ok := toolshim.Command(os.Args[0], sandbox.ToolsDir); ok {
 		os.Exit(toolshim.Run(sandbox.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals(os.Args[1:])...)
 	defer stop()
 	// The first signal asks for an orderly stop, bounded by each command's
 	// deadlines; then the signals' default action is back, so that a
@@ -86,9 +86,23 @@ func main() {
 		stop()
 	}()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// A client command stopped by the signal says so in its exit
+			// code, not in a "context canceled" line.
+			err = cli.ErrInterrupted
+		}
 		report(os.Stderr, os.Args[1:], err)
 		os.Exit(exitCode(err))
 	}
+}
+
+// stopSignals are the signals that stop the command of args. conch chat
+// handles Ctrl-C itself: it cancels the turn under way, not the chat.
+func stopSignals(args []string) []os.Signal {
+	if len(args) > 0 && args[0] == "chat" {
+		return []os.Signal{syscall.SIGTERM}
+	}
+	return []os.Signal{os.Interrupt, syscall.SIGTERM}
 }
 
 // report writes err, which args's command returned, to w as one line,
@@ -97,7 +111,7 @@ func report(w io.Writer, args []string, err error) {
 	var exit *cli.ExitError
 	var held *dirlock.HeldError
 	switch {
-	case errors.Is(err, flag.ErrHelp), errors.As(err, &exit):
+	case errors.Is(err, flag.ErrHelp), errors.As(err, &exit), errors.Is(err, cli.ErrInterrupted):
 	case errors.As(err, &held):
 		// Another process holds the command's data dir: the line names
 		// the command, the dir as given and the holder's pid, and
@@ -113,8 +127,13 @@ func exitCode(err error) int {
 	if errors.As(err, &exit) {
 		return exit.Code
 	}
-	if errors.Is(err, flag.ErrHelp) || errors.Is(err, cli.ErrUsage) {
+	switch {
+	case errors.Is(err, flag.ErrHelp) || errors.Is(err, cli.ErrUsage):
 		return 2
+	case errors.Is(err, cli.ErrTimeout):
+		return 124
+	case errors.Is(err, cli.ErrInterrupted):
+		return 130
 	}
 	return 1
 }
