@@ -83,7 +83,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	execFile := fs.String("exec", "", "replay: proposed gateway exec settings, a JSON file")
 	session := fs.Bool("session", false, "approve: allow for the rest of the approval's session (the same commands run again there without asking)")
 	// Flags may come before or after the positional arguments.
-	pos, err := parseAll(fs, args)
+	pos, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return err
 	}

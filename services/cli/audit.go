@@ -87,7 +87,7 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limit := fs.Int("limit", 50, "records to show")
 	follow := fs.Bool("follow", false, "keep printing new records")
 	account := fs.String("account", "", "admin key: one account")
-	pos, err := parseAll(fs, args)
+	pos, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return err
 	}

@@ -54,8 +54,6 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return nil
 	}
 	fs := flag.NewFlagSet("conch chat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, chatUsage) }
 	var opts Options
 	opts.AddFlags(fs)
 	model := fs.String("model", "default", "gateway")
@@ -63,11 +61,12 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	session := fs.String("session", "", "session id")
 	shell := fs.Bool("shell", false, "ask for the shell tool")
 	message := fs.String("m", "", "one message")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseFlags(fs, fs.Name(), args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return Usagef("unexpected arguments %q", fs.Args())
+	if len(pos) > 0 {
+		return &UsageError{Cmd: "conch chat", Msg: fmt.Sprintf("unexpected arguments %q (see 'conch chat --help')", pos)}
 	}
 	c, err := NewClient(&opts)
 	if err != nil {

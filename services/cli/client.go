@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -200,9 +201,9 @@ var ErrInterrupted = errors.New("interrupted")
 // as timeout(1) does.
 var ErrTimeout = errors.New("timed out")
 
-// Usagef returns an ErrUsage error with a message.
+// Usagef returns a UsageError with a message.
 func Usagef(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
 }
 
 // FormatTime prints t for people, or "-" when zero.
@@ -227,3 +228,27 @@ func wantsHelp(args []string) bool {
 	}
 	return false
 }
+
+// Table prints rows under a header, in aligned columns, as docker and
+// kubectl do.
+type Table struct{ w *tabwriter.Writer }
+
+// NewTable starts a table with the column names header on w.
+func NewTable(w io.Writer, header ...string) *Table {
+	t := &Table{w: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t.Row(header...)
+	return t
+}
+
+// Row adds a row; an empty cell is shown as "-".
+func (t *Table) Row(cells ...string) {
+	for i, c := range cells {
+		if c == "" {
+			cells[i] = "-"
+		}
+	}
+	fmt.Fprintln(t.w, strings.Join(cells, "\t"))
+}
+
+// Flush writes the table out.
+func (t *Table) Flush() error { return t.w.Flush() }

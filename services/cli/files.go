@@ -45,7 +45,7 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	recursive := fs.Bool("r", false, "rm: delete a directory with its content")
 	expires := fs.Duration("expires", time.Hour, "url: lifetime of the URL (at most 168h)")
 	// Flags may stand anywhere: conch files -o json ls, conch files ls /d -o json.
-	rest, err := parseAll(fs, args)
+	rest, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return err
 	}

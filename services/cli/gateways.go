@@ -193,7 +193,7 @@ func gatewayBody(file string, given map[string]bool, upstream map[string]string,
 // parseInterleaved parses flags placed before or after one positional
 // argument, which it returns ("" when there is none).
 func parseInterleaved(fs *flag.FlagSet, args []string) (string, error) {
-	pos, err := parseAll(fs, args)
+	pos, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return "", err
 	}
@@ -204,28 +204,6 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (string, error) {
 		return "", nil
 	}
 	return pos[0], nil
-}
-
-// parseAll parses fs's flags wherever they stand among args, before or
-// after the positional arguments, and returns those in order; everything
-// after "--" is positional.
-func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		// Parse stops at "--", which it consumes, or at a positional.
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if len(rest) == 0 {
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
-	return pos, nil
 }
 
 func readJSONFile(path string, v any) error {

@@ -110,8 +110,11 @@ func stopSignals(args []string) []os.Signal {
 func report(w io.Writer, args []string, err error) {
 	var exit *cli.ExitError
 	var held *dirlock.HeldError
+	var bad *cli.UsageError
 	switch {
-	case errors.Is(err, flag.ErrHelp), errors.As(err, &exit), errors.Is(err, cli.ErrInterrupted):
+	case errors.Is(err, flag.ErrHelp), errors.As(err, &exit), errors.Is(err, cli.ErrInterrupted), err == cli.ErrUsage:
+	case errors.As(err, &bad) && bad.Cmd != "":
+		fmt.Fprintln(w, bad)
 	case errors.As(err, &held):
 		// Another process holds the command's data dir: the line names
 		// the command, the dir as given and the holder's pid, and
@@ -128,7 +131,10 @@ func exitCode(err error) int {
 		return exit.Code
 	}
 	switch {
-	case errors.Is(err, flag.ErrHelp) || errors.Is(err, cli.ErrUsage):
+	case errors.Is(err, flag.ErrHelp):
+		// Help was asked for and printed.
+		return 0
+	case errors.Is(err, cli.ErrUsage):
 		return 2
 	case errors.Is(err, cli.ErrTimeout):
 		return 124
@@ -147,49 +153,49 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "dev":
 		var cfg launch.DevConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunDev(ctx, cfg, stdout)
 	case "router":
 		var cfg launch.RouterConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunRouter(ctx, cfg)
 	case "workspace":
 		var cfg launch.WorkspaceConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunWorkspace(ctx, cfg)
 	case "executor":
 		var cfg launch.ExecutorConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunExecutor(ctx, cfg)
 	case "etcd":
 		var cfg launch.EtcdConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunEtcd(ctx, cfg)
 	case "etcd-pki":
 		var cfg launch.EtcdPKIConfig
-		if err := loadDoc(cmd, etcdPKIUsage, args, &cfg, stderr); err != nil {
+		if err := loadDoc(cmd, etcdPKIUsage, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunEtcdPKI(cfg, stdout)
 	case "etcd-auth":
 		var cfg launch.EtcdAuthConfig
-		if err := loadDoc(cmd, etcdAuthUsage, args, &cfg, stderr); err != nil {
+		if err := loadDoc(cmd, etcdAuthUsage, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunEtcdAuth(ctx, cfg, stdout)
 	case "minio-auth":
 		var cfg launch.MinIOAuthConfig
-		if err := loadDoc(cmd, minioAuthUsage, args, &cfg, stderr); err != nil {
+		if err := loadDoc(cmd, minioAuthUsage, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunMinIOAuth(ctx, cfg, stdout)
@@ -198,7 +204,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return sandbox.RunAgent()
 	case "approval":
 		var cfg launch.ApprovalConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunApproval(ctx, cfg)
@@ -206,7 +212,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSecrets(ctx, args, stdout, stderr)
 	case "node":
 		var cfg launch.NodeConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunNode(ctx, cfg)
@@ -233,9 +239,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "conch %s (commit %s)\n", version, buildCommit())
 		return nil
 	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, cmd)
+		return cli.UnknownCommand("conch", cmd, commands)
 	}
+}
+
+// commands are the words run knows, for the suggestion of a mistyped one.
+var commands = []string{
+	"dev", "router", "executor", "approval", "workspace", "etcd", "etcd-pki", "etcd-auth", "minio-auth",
+	"secrets", "node", "files", "approvals", "audit", "chat", "gateways", "mcp", "nodes", "sandbox",
+	"help", "version",
+}
+
+// serverDocs are the one-line summaries of the commands whose flags
+// config.Load defines, shown by their --help.
+var serverDocs = map[string]string{
+	"dev":            "runs the whole cluster in one process (embedded etcd, scripted model).",
+	"router":         "runs the router service (public HTTP, REST, agent loop).",
+	"executor":       "runs the executor service (sandboxes).",
+	"approval":       "runs the approval service (exec policy, approvals).",
+	"workspace":      "runs the workspace service (persistent workspaces).",
+	"etcd":           "runs one member of a static etcd cluster (embedded etcd).",
+	"node":           "pairs this machine with a cluster and runs the commands addressed to it.",
+	"secrets rotate": "re-seals every stored secret with the first key of the keyring.",
 }
 
 const secretsUsage = `usage: conch secrets rotate [--etcd-endpoints ...] [--secrets-key-file FILE]
@@ -253,7 +278,7 @@ func runSecrets(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return cli.ErrUsage
 	}
 	var cfg launch.SecretsRotateConfig
-	if err := load("secrets rotate", args[1:], &cfg, stderr); err != nil {
+	if err := load("secrets rotate", args[1:], &cfg, stdout); err != nil {
 		return err
 	}
 	return launch.RunSecretsRotate(ctx, cfg, stdout)
@@ -301,20 +326,27 @@ changing a service's secret.
 
 `
 
-// loadDoc is load for a command whose -h opens with doc.
-func loadDoc(cmd, doc string, args []string, cfg any, stderr io.Writer) error {
+// loadDoc is load for a command whose --help opens with doc.
+func loadDoc(cmd, doc string, args []string, cfg any, stdout io.Writer) error {
 	fs := flag.NewFlagSet("conch "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, doc)
+	// A bad flag is one line with a suggestion (cli.FlagError), not the
+	// flag package's error and list of every flag.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := config.Load(fs, args, cfg)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, doc)
+		fmt.Fprintln(stdout, "Flags (each also read from the environment variable it names):")
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
+		// Not nil: the command must not run. main exits 0, as asked.
+		return flag.ErrHelp
 	}
-	return config.Load(fs, args, cfg)
+	return cli.FlagError(fs, fs.Name(), err)
 }
 
 // load parses a command's flags and environment into cfg and validates it.
-func load(cmd string, args []string, cfg any, stderr io.Writer) error {
-	fs := flag.NewFlagSet("conch "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return config.Load(fs, args, cfg)
+func load(cmd string, args []string, cfg any, stdout io.Writer) error {
+	doc := fmt.Sprintf("usage: conch %s [flags]\n\nconch %s %s\n\n", cmd, cmd, serverDocs[cmd])
+	return loadDoc(cmd, doc, args, cfg, stdout)
 }
