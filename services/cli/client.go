@@ -21,8 +21,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
-// DefaultServer is the router address when neither --server nor CONCH_URL
-// is set.
+// DefaultServer is the router address when neither --server, CONCH_URL
+// nor conch login gives one.
 const DefaultServer = "http://127.0.0.1:8080"
 
 // Options are the flags every client command takes.
@@ -36,8 +36,8 @@ type Options struct {
 // AddFlags defines the common client flags on fs, with defaults from the
 // environment.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Server, "server", envOr("CONCH_URL", DefaultServer), "router URL (env CONCH_URL)")
-	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else <data-dir>/api-key)")
+	fs.StringVar(&o.Server, "server", "", "router URL (env CONCH_URL, else conch login's, else "+DefaultServer+")")
+	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
 	fs.StringVar(&o.DataDir, "data-dir", envOr("CONCH_DATA_DIR", "./.conch"), "data dir of conch dev, for its api-key file")
 	fs.StringVar(&o.Output, "o", "text", "output format: text or json")
 }
@@ -61,23 +61,43 @@ type Client struct {
 	Header http.Header
 }
 
-// NewClient returns a client for o, checking the flags.
+// NewClient returns a client for o, checking the flags. The server and
+// the key come from the flags, else CONCH_URL and CONCH_API_KEY, else what
+// conch login stored, else the default server and <data-dir>/api-key. The
+// stored key goes only to the stored server.
 func NewClient(o *Options) (*Client, error) {
 	if o.Output != "text" && o.Output != "json" {
 		return nil, fmt.Errorf("-o: want text or json, got %q", o.Output)
 	}
-	server := strings.TrimRight(o.Server, "/")
+	stored, err := loadCredentials()
+	if err != nil {
+		return nil, err
+	}
+	given := o.Server
+	if given == "" {
+		given = os.Getenv("CONCH_URL")
+	}
+	if given == "" {
+		given = stored.Server
+	}
+	if given == "" {
+		given = DefaultServer
+	}
+	server := strings.TrimRight(given, "/")
 	if !strings.HasPrefix(server, "http://") && !strings.HasPrefix(server, "https://") {
-		return nil, fmt.Errorf("--server: want an http:// or https:// URL, got %q", o.Server)
+		return nil, fmt.Errorf("--server: want an http:// or https:// URL, got %q", given)
 	}
 	key := o.APIKey
 	if key == "" {
 		key = os.Getenv("CONCH_API_KEY")
 	}
+	if key == "" && stored.APIKey != "" && stored.Server == server {
+		key = stored.APIKey
+	}
 	if key == "" {
 		b, err := os.ReadFile(filepath.Join(o.DataDir, "api-key"))
 		if err != nil {
-			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY (or run conch dev, which writes %s)", filepath.Join(o.DataDir, "api-key"))
+			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY, run conch login (or run conch dev, which writes %s)", filepath.Join(o.DataDir, "api-key"))
 		}
 		key = strings.TrimSpace(string(b))
 	}

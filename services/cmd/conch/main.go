@@ -38,7 +38,8 @@ Commands:
   node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
-Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
+Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, else conch login's; -o json):
+  login       store the router URL and an API key for the client commands (logout removes them)
   approvals   list and answer exec approvals, edit allowlists, export/import the document
   audit       show the audit trail (who ran what, who allowed it), verify its hash chains
   chat        chat with a gateway in the terminal, commands and approvals shown as they happen
@@ -232,6 +233,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.MCP(ctx, args, os.Stdin, stdout, stderr)
 	case "sandbox":
 		return cli.RunSandbox(ctx, args, stdout, stderr)
+	case "login":
+		return cli.Login(ctx, args, os.Stdin, stdout, stderr)
+	case "logout":
+		return cli.Logout(args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -247,7 +252,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 var commands = []string{
 	"dev", "router", "executor", "approval", "workspace", "etcd", "etcd-pki", "etcd-auth", "minio-auth",
 	"secrets", "node", "files", "approvals", "audit", "chat", "gateways", "mcp", "nodes", "sandbox",
-	"help", "version",
+	"login", "logout", "help", "version",
 }
 
 // serverDocs are the one-line summaries of the commands whose flags
