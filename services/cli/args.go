@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -147,4 +148,106 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+// usageEntry is one command of a group's usage text: its name ("allowlist
+// add"), its synopsis ("allowlist add AGENT PATTERN") and what it does.
+type usageEntry struct{ name, synopsis, doc string }
+
+// usageEntries reads the "Commands" section of a group's usage text: a
+// line indented by two spaces starts an entry, its synopsis and its doc
+// parted by two spaces or more; a line indented further goes on with the
+// doc.
+func usageEntries(usage string) []usageEntry {
+	var entries []usageEntry
+	in := false
+	for line := range strings.Lines(usage) {
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "Commands"):
+			in = true
+			continue
+		case !in:
+			continue
+		case strings.TrimSpace(line) == "":
+			return entries
+		case strings.HasPrefix(line, "   ") && len(entries) > 0:
+			e := &entries[len(entries)-1]
+			e.doc = strings.TrimSpace(e.doc + " " + strings.TrimSpace(line))
+			continue
+		}
+		text := strings.TrimSpace(line)
+		synopsis, doc := text, ""
+		if i := strings.Index(text, "  "); i >= 0 {
+			synopsis, doc = text[:i], strings.TrimSpace(text[i:])
+		}
+		var name []string
+		for _, w := range strings.Fields(synopsis) {
+			if w != strings.ToLower(w) || strings.ContainsAny(w, "[]<>|()-") {
+				break
+			}
+			name = append(name, w)
+		}
+		entries = append(entries, usageEntry{name: strings.Join(name, " "), synopsis: synopsis, doc: doc})
+	}
+	return entries
+}
+
+// commandNames are the first words of the commands of a group's usage,
+// for the suggestion of a mistyped one.
+func commandNames(usage string) []string {
+	var names []string
+	for _, e := range usageEntries(usage) {
+		if n, _, _ := strings.Cut(e.name, " "); n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// printHelp writes the help of group ("conch gateways") for the command
+// line args that asked for it: the entry of the command it names, with the
+// notes of the usage that concern it, else the whole usage.
+func printHelp(w io.Writer, group, usage string, args []string) {
+	var words []string
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") && a != "help" {
+			words = append(words, a)
+		}
+	}
+	line := " " + strings.Join(words, " ") + " "
+	var found *usageEntry
+	for _, e := range usageEntries(usage) {
+		if e.name != "" && strings.Contains(line, " "+e.name+" ") && (found == nil || len(e.name) > len(found.name)) {
+			found = &e
+		}
+	}
+	if found == nil {
+		fmt.Fprint(w, usage)
+		return
+	}
+	fmt.Fprintf(w, "usage: %s %s\n", group, found.synopsis)
+	if found.doc != "" {
+		fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(found.doc[:1])+found.doc[1:])
+	}
+	// The paragraphs after the commands: flags of some commands ("Flags
+	// of create and update:") only for those, other notes for all.
+	_, rest, _ := strings.Cut(usage, "Commands")
+	paragraphs := strings.Split(rest, "\n\n")
+	cmd := strings.Fields(found.name)[0]
+	for _, p := range paragraphs[1:] {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		first, _, _ := strings.Cut(p, "\n")
+		if of, ok := strings.CutPrefix(first, "Flags of "); ok && !slices.Contains(strings.FieldsFunc(of, func(r rune) bool { return r == ' ' || r == ',' || r == ':' }), cmd) {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s\n", p)
+	}
+	fmt.Fprintf(w, "\nRun '%s --help' for all its commands.\n", group)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"text/tabwriter"
 )
 
@@ -37,7 +38,7 @@ Flags of create and update:
 // Gateways runs `conch gateways ...`.
 func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if wantsHelp(args) {
-		fmt.Fprint(stdout, gatewaysUsage)
+		printHelp(stdout, "conch gateways", gatewaysUsage, args)
 		return nil
 	}
 	if len(args) == 0 {
@@ -45,9 +46,10 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return Usagef("conch gateways needs a command")
 	}
 	cmd, args := args[0], args[1:]
+	if !slices.Contains(commandNames(gatewaysUsage), cmd) {
+		return UnknownCommand("conch gateways", cmd, commandNames(gatewaysUsage))
+	}
 	fs := flag.NewFlagSet("conch gateways "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, gatewaysUsage) }
 	var opts Options
 	opts.AddFlags(fs)
 	var file, provider, model, baseURL, keyEnv string
@@ -144,8 +146,7 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return nil
 	default:
-		fmt.Fprint(stderr, gatewaysUsage)
-		return Usagef("unknown command %q", cmd)
+		return UnknownCommand("conch gateways", cmd, commandNames(gatewaysUsage))
 	}
 }
 
