@@ -149,6 +149,7 @@ func (f *filesCmd) ls(ctx context.Context, p string) error {
 		return PrintJSON(f.stdout, out)
 	}
 	tw := tabwriter.NewWriter(f.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tSIZE\tMODIFIED\tNAME")
 	for _, e := range out.Entries {
 		name := e.Name
 		if e.Type == "dir" {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -116,6 +117,11 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	pos, err := parseFlags(fs, fs.Name(), args)
+	var bad *UsageError
+	if cmd == "exec" && errors.As(err, &bad) && strings.HasPrefix(bad.Msg, "unknown flag") {
+		// Before flags could follow the arguments, ls -la needed no --.
+		bad.Msg = strings.TrimSuffix(bad.Msg, ")") + "; a flag of the command goes after --: conch sandbox exec ID -- ls -la)"
+	}
 	if err != nil {
 		return err
 	}
