@@ -278,9 +278,15 @@ Run it once every service has the new keyring; then the older keys may go.
 
 // runSecrets runs `conch secrets <subcommand>`; rotate is the one there is.
 func runSecrets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "rotate" {
+	switch {
+	case len(args) == 0:
 		fmt.Fprint(stderr, secretsUsage)
 		return cli.ErrUsage
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprint(stdout, secretsUsage)
+		return nil
+	case args[0] != "rotate":
+		return cli.UnknownCommand("conch secrets", args[0], []string{"rotate"})
 	}
 	var cfg launch.SecretsRotateConfig
 	if err := load("secrets rotate", args[1:], &cfg, stdout); err != nil {

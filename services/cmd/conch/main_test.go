@@ -76,3 +76,38 @@ func TestServerCommandUsage(t *testing.T) {
 		t.Errorf("router --htp-addr: %v, want %q\n%s%s", err, want, stdout.String(), stderr.String())
 	}
 }
+
+// Every command's help goes to stdout with code 0; a mistyped subcommand
+// is one error with code 2 and nothing printed before it.
+func TestHelpAndMistypes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantErr    string
+	}{
+		{[]string{"--help"}, 0, "usage: conch <command>", ""},
+		{[]string{"secrets", "--help"}, 0, "usage: conch secrets rotate", ""},
+		{[]string{"etcd-pki", "-h"}, 0, "usage: conch etcd-pki", ""},
+		{[]string{"executor", "--help"}, 0, "usage: conch executor [flags]", ""},
+		{[]string{"secrets", "rotat"}, 2, "", `conch secrets: unknown command "rotat"; did you mean "rotate"? (see 'conch secrets --help')`},
+		{[]string{"sandbox", "lst"}, 2, "", `conch sandbox: unknown command "lst"; did you mean "list"? (see 'conch sandbox --help')`},
+		{[]string{"gateway", "list"}, 2, "", `conch: unknown command "gateway"; did you mean "gateways"? (see 'conch --help')`},
+	} {
+		t.Run(tc.args[0]+" "+tc.args[len(tc.args)-1], func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tc.args, &stdout, &stderr)
+			if got := exitCode(err); err != nil && got != tc.wantCode || err == nil && tc.wantCode != 0 {
+				t.Errorf("exit code %d (%v), want %d", got, err, tc.wantCode)
+			}
+			if !bytes.HasPrefix(stdout.Bytes(), []byte(tc.wantStdout)) || tc.wantStdout == "" && stdout.Len() > 0 {
+				t.Errorf("stdout %q, want it to start %q", stdout.String(), tc.wantStdout)
+			}
+			if tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr || stderr.Len() > 0) {
+				t.Errorf("err %v, stderr %q; want %q alone", err, stderr.String(), tc.wantErr)
+			}
+		})
+	}
+}
