@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -19,7 +20,8 @@ const approvalsUsage = `usage: conch approvals <command> [flags]
 Commands:
   list [--state pending|allowed|denied|expired|all] [--agent NAME]
                                  list approvals (default: pending)
-  approve ID [--session|--always] allow a pending command once (or for its session, or always)
+  approve ID [--session|--always]
+                                 allow a pending command once (or for its session, or always)
   deny ID                        deny a pending command
   allowlist list AGENT           show an agent's allowlist
   allowlist add AGENT PATTERN    add a glob on the resolved binary path
@@ -59,7 +61,7 @@ type apiEntry struct {
 // Approvals runs `conch approvals …`.
 func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if wantsHelp(args) {
-		fmt.Fprint(stdout, approvalsUsage)
+		printHelp(stdout, "conch approvals", approvalsUsage, args)
 		return nil
 	}
 	if len(args) == 0 {
@@ -67,12 +69,16 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return ErrUsage
 	}
 	cmd, args := args[0], args[1:]
+	if !slices.Contains(commandNames(approvalsUsage), cmd) {
+		return UnknownCommand("conch approvals", cmd, commandNames(approvalsUsage))
+	}
 	if cmd == "allowlist" && len(args) > 0 {
+		if sub := args[0]; !slices.Contains([]string{"list", "add", "rm"}, sub) {
+			return UnknownCommand("conch approvals allowlist", sub, []string{"list", "add", "rm"})
+		}
 		cmd, args = "allowlist "+args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("conch approvals "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, approvalsUsage) }
 	var o Options
 	o.AddFlags(fs)
 	state := fs.String("state", "pending", "list: state to show, or all")
@@ -83,7 +89,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	execFile := fs.String("exec", "", "replay: proposed gateway exec settings, a JSON file")
 	session := fs.Bool("session", false, "approve: allow for the rest of the approval's session (the same commands run again there without asking)")
 	// Flags may come before or after the positional arguments.
-	pos, err := parseAll(fs, args)
+	pos, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return err
 	}
@@ -222,8 +228,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stdout, "imported the exec-approvals document")
 		return nil
 	}
-	fmt.Fprint(stderr, approvalsUsage)
-	return Usagef("unknown approvals command %q", cmd)
+	return UnknownCommand("conch approvals", cmd, commandNames(approvalsUsage))
 }
 
 func listApprovals(ctx context.Context, c *Client, o *Options, state, agent string, stdout io.Writer) error {

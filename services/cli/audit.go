@@ -66,7 +66,7 @@ type apiAuditRecord struct {
 // Audit runs `conch audit …`.
 func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if wantsHelp(args) {
-		fmt.Fprint(stdout, auditUsage)
+		printHelp(stdout, "conch audit", auditUsage, args)
 		return nil
 	}
 	cmd := "list"
@@ -74,8 +74,6 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cmd, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("conch audit "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, auditUsage) }
 	var o Options
 	o.AddFlags(fs)
 	since := fs.String("since", "", "oldest record")
@@ -87,7 +85,7 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limit := fs.Int("limit", 50, "records to show")
 	follow := fs.Bool("follow", false, "keep printing new records")
 	account := fs.String("account", "", "admin key: one account")
-	pos, err := parseAll(fs, args)
+	pos, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return err
 	}

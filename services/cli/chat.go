@@ -7,10 +7,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"os/signal"
 	"strings"
 	"time"
 	"unicode"
@@ -23,7 +26,9 @@ const chatUsage = `usage: conch chat [flags]
 Chat with a gateway in the terminal: each shell command and its output is
 shown as it runs, approvals pending for the session are asked inline, and
 the answer streams. The conversation is one session, so the sandbox (files,
-working directory) persists between turns. Type /quit or end input to leave.
+working directory) persists between turns. Ctrl-C cancels the turn or
+command under way and gives the prompt back; Ctrl-C twice at the prompt
+(exit code 130), Ctrl-D or /quit leave.
 
 Flags:
   --model NAME     gateway to talk to (default "default")
@@ -49,8 +54,6 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return nil
 	}
 	fs := flag.NewFlagSet("conch chat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, chatUsage) }
 	var opts Options
 	opts.AddFlags(fs)
 	model := fs.String("model", "default", "gateway")
@@ -58,11 +61,12 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	session := fs.String("session", "", "session id")
 	shell := fs.Bool("shell", false, "ask for the shell tool")
 	message := fs.String("m", "", "one message")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseFlags(fs, fs.Name(), args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return Usagef("unexpected arguments %q", fs.Args())
+	if len(pos) > 0 {
+		return &UsageError{Cmd: "conch chat", Msg: fmt.Sprintf("unexpected arguments %q (see 'conch chat --help')", pos)}
 	}
 	c, err := NewClient(&opts)
 	if err != nil {
@@ -83,14 +87,37 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		defer endSession(context.WithoutCancel(ctx), c, *session, info)
 	}
 	c.Header.Set("X-Conch-Session-Id", *session)
-	ch := &chat{c: c, in: readLines(stdin), out: stdout, json: opts.JSON(), model: *model, user: *user, shell: *shell}
+	// Ctrl-C belongs to the turn under way, not to the process: conch's
+	// main leaves SIGINT to chat (see chatSignals there).
+	interrupts := make(chan os.Signal, 1)
+	signal.Notify(interrupts, os.Interrupt)
+	defer signal.Stop(interrupts)
+	ch := &chat{c: c, in: readLines(stdin), out: stdout, json: opts.JSON(), model: *model, user: *user, shell: *shell, interrupts: interrupts}
 	if *message != "" {
-		return ch.turn(ctx, *message)
+		return ch.interruptibleTurn(ctx, *message)
 	}
-	fmt.Fprintf(info, "conch chat with %q (session %s). /quit to leave.\n", *model, *session)
+	fmt.Fprintf(info, "conch chat with %q (session %s). /quit or Ctrl-D to leave.\n", *model, *session)
+	// armed is set by a Ctrl-C at the prompt: a second one leaves.
+	armed := false
 	for {
 		fmt.Fprint(info, "\nyou> ")
-		in, more := <-ch.in
+		var in string
+		var more bool
+		select {
+		case in, more = <-ch.in:
+		case <-interrupts:
+			if armed {
+				fmt.Fprintln(info)
+				return ErrInterrupted
+			}
+			armed = true
+			fmt.Fprint(info, "\n(Ctrl-C again or Ctrl-D to leave)")
+			continue
+		case <-ctx.Done():
+			fmt.Fprintln(info)
+			return ctx.Err()
+		}
+		armed = false
 		line := strings.TrimSpace(in)
 		if line == "/quit" || (!more && line == "") {
 			fmt.Fprintln(info)
@@ -99,9 +126,30 @@ func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		if line == "" {
 			continue
 		}
-		if err := ch.turn(ctx, line); err != nil {
+		switch err := ch.interruptibleTurn(ctx, line); {
+		case errors.Is(err, ErrInterrupted):
+			fmt.Fprintln(info, "\n[interrupted]")
+		case err != nil:
 			fmt.Fprintf(info, "\nerror: %v\n", err)
 		}
+	}
+}
+
+// interruptibleTurn is turn, cancelled by a Ctrl-C: the request ends (and
+// with it the command it runs), the turn is forgotten, and the chat goes
+// on.
+func (ch *chat) interruptibleTurn(ctx context.Context, text string) error {
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- ch.turn(tctx, text) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ch.interrupts:
+		cancel()
+		<-done
+		return ErrInterrupted
 	}
 }
 
@@ -119,6 +167,8 @@ type chat struct {
 	user    string
 	shell   bool
 	history []map[string]any
+	// interrupts yields a Ctrl-C, which cancels the turn under way.
+	interrupts <-chan os.Signal
 }
 
 // turn sends one user message and shows the answer: streamed as it

@@ -15,13 +15,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
-// DefaultServer is the router address when neither --server nor CONCH_URL
-// is set.
+// DefaultServer is the router address when neither --server, CONCH_URL
+// nor conch login gives one.
 const DefaultServer = "http://127.0.0.1:8080"
 
 // Options are the flags every client command takes.
@@ -35,8 +36,8 @@ type Options struct {
 // AddFlags defines the common client flags on fs, with defaults from the
 // environment.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Server, "server", envOr("CONCH_URL", DefaultServer), "router URL (env CONCH_URL)")
-	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else <data-dir>/api-key)")
+	fs.StringVar(&o.Server, "server", "", "router URL (env CONCH_URL, else conch login's, else "+DefaultServer+")")
+	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
 	fs.StringVar(&o.DataDir, "data-dir", envOr("CONCH_DATA_DIR", "./.conch"), "data dir of conch dev, for its api-key file")
 	fs.StringVar(&o.Output, "o", "text", "output format: text or json")
 }
@@ -60,23 +61,43 @@ type Client struct {
 	Header http.Header
 }
 
-// NewClient returns a client for o, checking the flags.
+// NewClient returns a client for o, checking the flags. The server and
+// the key come from the flags, else CONCH_URL and CONCH_API_KEY, else what
+// conch login stored, else the default server and <data-dir>/api-key. The
+// stored key goes only to the stored server.
 func NewClient(o *Options) (*Client, error) {
 	if o.Output != "text" && o.Output != "json" {
 		return nil, fmt.Errorf("-o: want text or json, got %q", o.Output)
 	}
-	server := strings.TrimRight(o.Server, "/")
+	stored, err := loadCredentials()
+	if err != nil {
+		return nil, err
+	}
+	given := o.Server
+	if given == "" {
+		given = os.Getenv("CONCH_URL")
+	}
+	if given == "" {
+		given = stored.Server
+	}
+	if given == "" {
+		given = DefaultServer
+	}
+	server := strings.TrimRight(given, "/")
 	if !strings.HasPrefix(server, "http://") && !strings.HasPrefix(server, "https://") {
-		return nil, fmt.Errorf("--server: want an http:// or https:// URL, got %q", o.Server)
+		return nil, fmt.Errorf("--server: want an http:// or https:// URL, got %q", given)
 	}
 	key := o.APIKey
 	if key == "" {
 		key = os.Getenv("CONCH_API_KEY")
 	}
+	if key == "" && stored.APIKey != "" && stored.Server == server {
+		key = stored.APIKey
+	}
 	if key == "" {
 		b, err := os.ReadFile(filepath.Join(o.DataDir, "api-key"))
 		if err != nil {
-			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY (or run conch dev, which writes %s)", filepath.Join(o.DataDir, "api-key"))
+			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY, run conch login (or run conch dev, which writes %s)", filepath.Join(o.DataDir, "api-key"))
 		}
 		key = strings.TrimSpace(string(b))
 	}
@@ -200,9 +221,17 @@ func PrintJSON(w io.Writer, v any) error {
 // exits 2.
 var ErrUsage = errors.New("usage")
 
-// Usagef returns an ErrUsage error with a message.
+// ErrInterrupted marks a command stopped by Ctrl-C; the command exits 130,
+// as a shell reports a process killed by SIGINT.
+var ErrInterrupted = errors.New("interrupted")
+
+// ErrTimeout marks a command that ran out of time; the command exits 124,
+// as timeout(1) does.
+var ErrTimeout = errors.New("timed out")
+
+// Usagef returns a UsageError with a message.
 func Usagef(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
 }
 
 // FormatTime prints t for people, or "-" when zero.
@@ -227,3 +256,27 @@ func wantsHelp(args []string) bool {
 	}
 	return false
 }
+
+// Table prints rows under a header, in aligned columns, as docker and
+// kubectl do.
+type Table struct{ w *tabwriter.Writer }
+
+// NewTable starts a table with the column names header on w.
+func NewTable(w io.Writer, header ...string) *Table {
+	t := &Table{w: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t.Row(header...)
+	return t
+}
+
+// Row adds a row; an empty cell is shown as "-".
+func (t *Table) Row(cells ...string) {
+	for i, c := range cells {
+		if c == "" {
+			cells[i] = "-"
+		}
+	}
+	fmt.Fprintln(t.w, strings.Join(cells, "\t"))
+}
+
+// Flush writes the table out.
+func (t *Table) Flush() error { return t.w.Flush() }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,11 +34,10 @@ Common flags: --server, --api-key, --data-dir, -o text|json, --user, --progress 
 // Files runs `conch files …`.
 func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if wantsHelp(args) {
-		fmt.Fprint(stdout, filesUsage)
+		printHelp(stdout, "conch files", filesUsage, args)
 		return nil
 	}
 	fs := flag.NewFlagSet("conch files", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var o Options
 	o.AddFlags(fs)
 	user := fs.String("user", os.Getenv("CONCH_USER_ID"), "user whose workspace to use (env CONCH_USER_ID)")
@@ -45,7 +45,7 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	recursive := fs.Bool("r", false, "rm: delete a directory with its content")
 	expires := fs.Duration("expires", time.Hour, "url: lifetime of the URL (at most 168h)")
 	// Flags may stand anywhere: conch files -o json ls, conch files ls /d -o json.
-	rest, err := parseAll(fs, args)
+	rest, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return err
 	}
@@ -55,6 +55,9 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sub := rest[0]
 	rest = rest[1:]
+	if !slices.Contains(commandNames(filesUsage), sub) {
+		return UnknownCommand("conch files", sub, commandNames(filesUsage))
+	}
 	if *user == "" {
 		return Usagef("--user (or CONCH_USER_ID) is required: it names the workspace's user")
 	}
@@ -113,8 +116,7 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return fc.url(ctx, rest[0], *expires)
 	}
-	fmt.Fprint(stderr, filesUsage)
-	return Usagef("unknown files command %q", sub)
+	return UnknownCommand("conch files", sub, commandNames(filesUsage))
 }
 
 type filesCmd struct {
@@ -147,6 +149,7 @@ func (f *filesCmd) ls(ctx context.Context, p string) error {
 		return PrintJSON(f.stdout, out)
 	}
 	tw := tabwriter.NewWriter(f.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tSIZE\tMODIFIED\tNAME")
 	for _, e := range out.Entries {
 		name := e.Name
 		if e.Type == "dir" {

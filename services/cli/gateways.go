@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"text/tabwriter"
 )
 
@@ -37,7 +38,7 @@ Flags of create and update:
 // Gateways runs `conch gateways ...`.
 func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if wantsHelp(args) {
-		fmt.Fprint(stdout, gatewaysUsage)
+		printHelp(stdout, "conch gateways", gatewaysUsage, args)
 		return nil
 	}
 	if len(args) == 0 {
@@ -45,9 +46,10 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return Usagef("conch gateways needs a command")
 	}
 	cmd, args := args[0], args[1:]
+	if !slices.Contains(commandNames(gatewaysUsage), cmd) {
+		return UnknownCommand("conch gateways", cmd, commandNames(gatewaysUsage))
+	}
 	fs := flag.NewFlagSet("conch gateways "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, gatewaysUsage) }
 	var opts Options
 	opts.AddFlags(fs)
 	var file, provider, model, baseURL, keyEnv string
@@ -144,8 +146,7 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return nil
 	default:
-		fmt.Fprint(stderr, gatewaysUsage)
-		return Usagef("unknown command %q", cmd)
+		return UnknownCommand("conch gateways", cmd, commandNames(gatewaysUsage))
 	}
 }
 
@@ -193,7 +194,7 @@ func gatewayBody(file string, given map[string]bool, upstream map[string]string,
 // parseInterleaved parses flags placed before or after one positional
 // argument, which it returns ("" when there is none).
 func parseInterleaved(fs *flag.FlagSet, args []string) (string, error) {
-	pos, err := parseAll(fs, args)
+	pos, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return "", err
 	}
@@ -204,28 +205,6 @@ func parseInterleaved(fs *flag.FlagSet, args []string) (string, error) {
 		return "", nil
 	}
 	return pos[0], nil
-}
-
-// parseAll parses fs's flags wherever they stand among args, before or
-// after the positional arguments, and returns those in order; everything
-// after "--" is positional.
-func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		// Parse stops at "--", which it consumes, or at a positional.
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if len(rest) == 0 {
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
-	return pos, nil
 }
 
 func readJSONFile(path string, v any) error {

@@ -44,19 +44,19 @@ func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, mcpUsage)
 		return nil
 	}
-	fs := flag.NewFlagSet("conch mcp", flag.ContinueOnError)
 	// A desktop client shows the bridge's stderr in a log: a bad flag is
-	// one line there, not the flags' list.
-	fs.SetOutput(io.Discard)
+	// one line there, not the flags' list (as on every command).
+	fs := flag.NewFlagSet("conch mcp", flag.ContinueOnError)
 	var o Options
 	o.AddFlags(fs)
 	gateway := fs.String("gateway", envOr("CONCH_GATEWAY", "default"), "gateway whose tools and settings govern the session (env CONCH_GATEWAY)")
 	user := fs.String("user", envOr("CONCH_USER", ""), "user whose persistent workspace the shell uses (env CONCH_USER)")
-	if err := fs.Parse(args); err != nil {
-		return Usagef("%v (conch mcp -h lists the flags)", err)
+	pos, err := parseFlags(fs, fs.Name(), args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return Usagef("conch mcp takes no arguments, got %q", fs.Args())
+	if len(pos) > 0 {
+		return Usagef("conch mcp takes no arguments, got %q", pos)
 	}
 	if *user != "" && !tenant.ValidUserID(*user) {
 		return Usagef("--user: must be %s", tenant.UserIDRule)

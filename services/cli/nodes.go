@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"text/tabwriter"
 )
 
@@ -23,7 +24,7 @@ On the machine to pair, run:
 // Nodes runs `conch nodes ...`.
 func Nodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if wantsHelp(args) {
-		fmt.Fprint(stdout, nodesUsage)
+		printHelp(stdout, "conch nodes", nodesUsage, args)
 		return nil
 	}
 	if len(args) == 0 {
@@ -31,9 +32,10 @@ func Nodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return Usagef("conch nodes needs a command")
 	}
 	cmd, args := args[0], args[1:]
+	if !slices.Contains(commandNames(nodesUsage), cmd) {
+		return UnknownCommand("conch nodes", cmd, commandNames(nodesUsage))
+	}
 	fs := flag.NewFlagSet("conch nodes "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, nodesUsage) }
 	var opts Options
 	opts.AddFlags(fs)
 	name, err := parseInterleaved(fs, args)
@@ -90,7 +92,6 @@ func Nodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	default:
-		fmt.Fprint(stderr, nodesUsage)
-		return Usagef("unknown command %q", cmd)
+		return UnknownCommand("conch nodes", cmd, commandNames(nodesUsage))
 	}
 }

@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -13,12 +16,37 @@ const sandboxUsage = `usage: conch sandbox <command> [flags]
 
 Commands:
   create [--user U] [--persistent]     create a sandbox and print its id
-  exec [flags] <id> <command...>       run a command; its output and exit code become ours
+  exec [flags] <id> [--] <command...>  run a command; its output and exit code become ours
   list                                 list the account's sandboxes
   rm <id>...                           destroy sandboxes
 
-exec flags: --timeout seconds, --max-output characters, --workdir dir, --env K=V (repeatable)
+Run 'conch sandbox <command> --help' for a command's flags.
 `
+
+// sandboxCommands are the usage lines of each sandbox command.
+var sandboxCommands = map[string]string{
+	"create": `usage: conch sandbox create [--user U] [--persistent]
+
+Creates a sandbox and prints its id.
+`,
+	"exec": `usage: conch sandbox exec [flags] <id> [--] <command...>
+
+Runs a command in a sandbox: its output and exit code become conch's
+(124 when it timed out). Flags may stand anywhere before "--"; everything
+after "--" is the command, so its own flags need no quoting:
+
+  conch sandbox exec ID --env FOO=bar 'echo $FOO'
+  conch sandbox exec ID -- ls -la
+`,
+	"list": `usage: conch sandbox list
+
+Lists the account's sandboxes: id, state, working directory, user.
+`,
+	"rm": `usage: conch sandbox rm <id>...
+
+Destroys sandboxes.
+`,
+}
 
 // ExitError carries the exit code of a remote command.
 type ExitError struct{ Code int }
@@ -50,37 +78,51 @@ func (e *envFlag) Set(v string) error {
 
 // RunSandbox runs `conch sandbox …`.
 func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	help := args
-	if len(args) > 0 && args[0] == "exec" {
-		// The words after the sandbox id are the remote command's own.
-		for i, a := range args[1:] {
-			if !strings.HasPrefix(a, "-") {
-				help = args[:i+1]
-				break
-			}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) == 0 {
+			fmt.Fprint(stderr, sandboxUsage)
+			return Usagef("conch sandbox needs a command")
 		}
-	}
-	if wantsHelp(help) {
 		fmt.Fprint(stdout, sandboxUsage)
 		return nil
 	}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, sandboxUsage)
-		return Usagef("conch sandbox needs a command")
-	}
 	cmd, args := args[0], args[1:]
+	usage, ok := sandboxCommands[cmd]
+	if !ok {
+		return UnknownCommand("conch sandbox", cmd, slices.Sorted(maps.Keys(sandboxCommands)))
+	}
 	fs := flag.NewFlagSet("conch sandbox "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var o Options
 	o.AddFlags(fs)
-	user := fs.String("user", "", "end user whose workspace to use (create)")
-	persistent := fs.Bool("persistent", false, "use the user's persistent workspace (create)")
-	timeout := fs.Int("timeout", 0, "timeout in seconds, 1-300 (exec; default 60)")
-	maxOut := fs.Int("max-output", 0, "characters of output kept (exec; default 4096)")
-	workdir := fs.String("workdir", "", "working directory (exec)")
+	var user *string
+	var persistent *bool
+	var timeout, maxOut *int
+	var workdir *string
 	var env envFlag
-	fs.Var(&env, "env", "K=V added to the environment (exec, repeatable)")
-	if err := fs.Parse(args); err != nil {
+	switch cmd {
+	case "create":
+		user = fs.String("user", "", "end user whose workspace to use")
+		persistent = fs.Bool("persistent", false, "use the user's persistent workspace")
+	case "exec":
+		timeout = fs.Int("timeout", 0, "timeout in seconds, 1-300 (default 60)")
+		maxOut = fs.Int("max-output", 0, "characters of output kept (default 4096)")
+		workdir = fs.String("workdir", "", "working directory")
+		fs.Var(&env, "env", "K=V added to the environment (repeatable)")
+	}
+	if wantsHelp(args) {
+		fmt.Fprint(stdout, usage)
+		fmt.Fprintln(stdout, "\nFlags:")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
+	}
+	pos, err := parseFlags(fs, fs.Name(), args)
+	var bad *UsageError
+	if cmd == "exec" && errors.As(err, &bad) && strings.HasPrefix(bad.Msg, "unknown flag") {
+		// Before flags could follow the arguments, ls -la needed no --.
+		bad.Msg = strings.TrimSuffix(bad.Msg, ")") + "; a flag of the command goes after --: conch sandbox exec ID -- ls -la)"
+	}
+	if err != nil {
 		return err
 	}
 	c, err := NewClient(&o)
@@ -101,10 +143,10 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stdout, out.ID)
 		return nil
 	case "exec":
-		if fs.NArg() < 2 {
-			return Usagef("conch sandbox exec <id> <command...>")
+		if len(pos) < 2 {
+			return &UsageError{Cmd: "conch sandbox exec", Msg: "want <id> <command...> (see 'conch sandbox exec --help')"}
 		}
-		body := map[string]any{"command": strings.Join(fs.Args()[1:], " "), "timeout_seconds": *timeout, "max_output_length": *maxOut, "workdir": *workdir}
+		body := map[string]any{"command": strings.Join(pos[1:], " "), "timeout_seconds": *timeout, "max_output_length": *maxOut, "workdir": *workdir}
 		if len(env) > 0 {
 			m := map[string]string{}
 			for _, kv := range env {
@@ -114,7 +156,7 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			body["env"] = m
 		}
 		var res SandboxResult
-		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(fs.Arg(0))+"/commands", body, &res); err != nil {
+		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(pos[0])+"/commands", body, &res); err != nil {
 			return err
 		}
 		if o.JSON() {
@@ -129,7 +171,7 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			return nil
 		case "timeout":
-			return fmt.Errorf("command timed out")
+			return fmt.Errorf("command %w", ErrTimeout)
 		default:
 			msg := "sandbox error"
 			if res.Error != nil {
@@ -153,22 +195,21 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if o.JSON() {
 			return PrintJSON(stdout, out)
 		}
+		tw := NewTable(stdout, "ID", "STATE", "CWD", "USER", "CREATED")
 		for _, s := range out.Sandboxes {
-			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", s.ID, s.State, s.Cwd, s.User)
+			tw.Row(s.ID, s.State, s.Cwd, s.User, s.Created)
 		}
-		return nil
+		return tw.Flush()
 	case "rm":
-		if fs.NArg() == 0 {
-			return Usagef("conch sandbox rm <id>...")
+		if len(pos) == 0 {
+			return &UsageError{Cmd: "conch sandbox rm", Msg: "want <id>... (see 'conch sandbox rm --help')"}
 		}
-		for _, id := range fs.Args() {
+		for _, id := range pos {
 			if err := c.JSON(ctx, "DELETE", "/api/v1/sandboxes/"+url.PathEscape(id), nil, nil); err != nil {
 				return err
 			}
 		}
 		return nil
-	default:
-		fmt.Fprint(stderr, sandboxUsage)
-		return Usagef("unknown sandbox command %q", cmd)
 	}
+	return UnknownCommand("conch sandbox", cmd, slices.Sorted(maps.Keys(sandboxCommands)))
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// Help works on every client command and subcommand without a key or a
-// server, and version names the build.
+// Help works on every command and subcommand without a key or a server,
+// each with its own usage, and exits 0; version names the build.
 func TestCLIHelpAndVersion(t *testing.T) {
 	bin, err := conchBin()
 	if err != nil {
@@ -18,14 +18,20 @@ func TestCLIHelpAndVersion(t *testing.T) {
 		want string
 	}{
 		{[]string{"gateways", "--help"}, "usage: conch gateways"},
-		{[]string{"gateways", "create", "-h"}, "usage: conch gateways"},
+		{[]string{"gateways", "create", "-h"}, "usage: conch gateways create NAME"},
 		{[]string{"approvals", "--help"}, "usage: conch approvals"},
-		{[]string{"approvals", "allowlist", "add", "--help"}, "usage: conch approvals"},
+		{[]string{"approvals", "allowlist", "add", "--help"}, "usage: conch approvals allowlist add AGENT PATTERN"},
 		{[]string{"nodes", "help"}, "usage: conch nodes"},
 		{[]string{"audit", "-h"}, "usage: conch audit"},
-		{[]string{"audit", "verify", "--help"}, "usage: conch audit"},
-		{[]string{"files", "ls", "-h"}, "usage: conch files"},
-		{[]string{"sandbox", "exec", "--help"}, "usage: conch sandbox"},
+		{[]string{"audit", "verify", "--help"}, "usage: conch audit verify"},
+		{[]string{"files", "ls", "-h"}, "usage: conch files ls"},
+		{[]string{"sandbox", "exec", "--help"}, "usage: conch sandbox exec"},
+		{[]string{"sandbox", "exec", "sb-1", "--help"}, "usage: conch sandbox exec"},
+		{[]string{"nodes", "create", "-h"}, "usage: conch nodes create NAME"},
+		{[]string{"login", "--help"}, "usage: conch login"},
+		{[]string{"dev", "--help"}, "usage: conch dev [flags]"},
+		{[]string{"router", "-h"}, "usage: conch router [flags]"},
+		{[]string{"secrets", "rotate", "-h"}, "usage: conch secrets rotate [flags]"},
 		{[]string{"chat", "-h"}, "usage: conch chat"},
 		{[]string{"mcp", "-h"}, "usage: conch mcp"},
 		{[]string{"version"}, "conch "},

@@ -43,7 +43,7 @@ func TestFilesCLI(t *testing.T) {
 		t.Fatalf("mkdir: %v", err)
 	}
 	out, _, err := run("ls", "/in")
-	if err != nil || !strings.Contains(out, "data.bin") || !strings.Contains(out, "3145728") || !strings.Contains(out, "sub/") {
+	if err != nil || !strings.HasPrefix(out, "TYPE ") || !strings.Contains(out, "data.bin") || !strings.Contains(out, "3145728") || !strings.Contains(out, "sub/") {
 		t.Fatalf("ls: %v\n%s", err, out)
 	}
 	// Flags stand anywhere: before the command, between, after the path.

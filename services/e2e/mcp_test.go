@@ -676,7 +676,7 @@ func TestMCPStdioBridgeFailures(t *testing.T) {
 		{"no key", []string{"--server", d.URL, "--data-dir", t.TempDir()},
 			"", "conch: no API key: set --api-key or CONCH_API_KEY", 1},
 		{"a bad flag", []string{"--server", d.URL, "--no-such-flag"},
-			"", "conch: usage: flag provided but not defined: -no-such-flag", 2},
+			"", "conch mcp: unknown flag --no-such-flag (see 'conch mcp --help')", 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,7 +38,8 @@ Commands:
   node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
   files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
 
-Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, -o json):
+Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, else conch login's; -o json):
+  login       store the router URL and an API key for the client commands (logout removes them)
   approvals   list and answer exec approvals, edit allowlists, export/import the document
   audit       show the audit trail (who ran what, who allowed it), verify its hash chains
   chat        chat with a gateway in the terminal, commands and approvals shown as they happen
@@ -76,7 +77,7 @@ func main() {
 	if name, ok := toolshim.Command(os.Args[0], sandbox.ToolsDir); ok {
 		os.Exit(toolshim.Run(sandbox.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals(os.Args[1:])...)
 	defer stop()
 	// The first signal asks for an orderly stop, bounded by each command's
 	// deadlines; then the signals' default action is back, so that a
@@ -86,9 +87,23 @@ func main() {
 		stop()
 	}()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// A client command stopped by the signal says so in its exit
+			// code, not in a "context canceled" line.
+			err = cli.ErrInterrupted
+		}
 		report(os.Stderr, os.Args[1:], err)
 		os.Exit(exitCode(err))
 	}
+}
+
+// stopSignals are the signals that stop the command of args. conch chat
+// handles Ctrl-C itself: it cancels the turn under way, not the chat.
+func stopSignals(args []string) []os.Signal {
+	if len(args) > 0 && args[0] == "chat" {
+		return []os.Signal{syscall.SIGTERM}
+	}
+	return []os.Signal{os.Interrupt, syscall.SIGTERM}
 }
 
 // report writes err, which args's command returned, to w as one line,
@@ -96,8 +111,11 @@ func main() {
 func report(w io.Writer, args []string, err error) {
 	var exit *cli.ExitError
 	var held *dirlock.HeldError
+	var bad *cli.UsageError
 	switch {
-	case errors.Is(err, flag.ErrHelp), errors.As(err, &exit):
+	case errors.Is(err, flag.ErrHelp), errors.As(err, &exit), errors.Is(err, cli.ErrInterrupted), err == cli.ErrUsage:
+	case errors.As(err, &bad) && bad.Cmd != "":
+		fmt.Fprintln(w, bad)
 	case errors.As(err, &held):
 		// Another process holds the command's data dir: the line names
 		// the command, the dir as given and the holder's pid, and
@@ -113,8 +131,16 @@ func exitCode(err error) int {
 	if errors.As(err, &exit) {
 		return exit.Code
 	}
-	if errors.Is(err, flag.ErrHelp) || errors.Is(err, cli.ErrUsage) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// Help was asked for and printed.
+		return 0
+	case errors.Is(err, cli.ErrUsage):
 		return 2
+	case errors.Is(err, cli.ErrTimeout):
+		return 124
+	case errors.Is(err, cli.ErrInterrupted):
+		return 130
 	}
 	return 1
 }
@@ -128,49 +154,49 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "dev":
 		var cfg launch.DevConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunDev(ctx, cfg, stdout)
 	case "router":
 		var cfg launch.RouterConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunRouter(ctx, cfg)
 	case "workspace":
 		var cfg launch.WorkspaceConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunWorkspace(ctx, cfg)
 	case "executor":
 		var cfg launch.ExecutorConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunExecutor(ctx, cfg)
 	case "etcd":
 		var cfg launch.EtcdConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunEtcd(ctx, cfg)
 	case "etcd-pki":
 		var cfg launch.EtcdPKIConfig
-		if err := loadDoc(cmd, etcdPKIUsage, args, &cfg, stderr); err != nil {
+		if err := loadDoc(cmd, etcdPKIUsage, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunEtcdPKI(cfg, stdout)
 	case "etcd-auth":
 		var cfg launch.EtcdAuthConfig
-		if err := loadDoc(cmd, etcdAuthUsage, args, &cfg, stderr); err != nil {
+		if err := loadDoc(cmd, etcdAuthUsage, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunEtcdAuth(ctx, cfg, stdout)
 	case "minio-auth":
 		var cfg launch.MinIOAuthConfig
-		if err := loadDoc(cmd, minioAuthUsage, args, &cfg, stderr); err != nil {
+		if err := loadDoc(cmd, minioAuthUsage, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunMinIOAuth(ctx, cfg, stdout)
@@ -179,7 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return sandbox.RunAgent()
 	case "approval":
 		var cfg launch.ApprovalConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunApproval(ctx, cfg)
@@ -187,7 +213,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSecrets(ctx, args, stdout, stderr)
 	case "node":
 		var cfg launch.NodeConfig
-		if err := load(cmd, args, &cfg, stderr); err != nil {
+		if err := load(cmd, args, &cfg, stdout); err != nil {
 			return err
 		}
 		return launch.RunNode(ctx, cfg)
@@ -207,6 +233,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.MCP(ctx, args, os.Stdin, stdout, stderr)
 	case "sandbox":
 		return cli.RunSandbox(ctx, args, stdout, stderr)
+	case "login":
+		return cli.Login(ctx, args, os.Stdin, stdout, stderr)
+	case "logout":
+		return cli.Logout(args, stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -214,9 +244,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "conch %s (commit %s)\n", version, buildCommit())
 		return nil
 	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, cmd)
+		return cli.UnknownCommand("conch", cmd, commands)
 	}
+}
+
+// commands are the words run knows, for the suggestion of a mistyped one.
+var commands = []string{
+	"dev", "router", "executor", "approval", "workspace", "etcd", "etcd-pki", "etcd-auth", "minio-auth",
+	"secrets", "node", "files", "approvals", "audit", "chat", "gateways", "mcp", "nodes", "sandbox",
+	"login", "logout", "help", "version",
+}
+
+// serverDocs are the one-line summaries of the commands whose flags
+// config.Load defines, shown by their --help.
+var serverDocs = map[string]string{
+	"dev":            "runs the whole cluster in one process (embedded etcd, scripted model).",
+	"router":         "runs the router service (public HTTP, REST, agent loop).",
+	"executor":       "runs the executor service (sandboxes).",
+	"approval":       "runs the approval service (exec policy, approvals).",
+	"workspace":      "runs the workspace service (persistent workspaces).",
+	"etcd":           "runs one member of a static etcd cluster (embedded etcd).",
+	"node":           "pairs this machine with a cluster and runs the commands addressed to it.",
+	"secrets rotate": "re-seals every stored secret with the first key of the keyring.",
 }
 
 const secretsUsage = `usage: conch secrets rotate [--etcd-endpoints ...] [--secrets-key-file FILE]
@@ -229,12 +278,18 @@ Run it once every service has the new keyring; then the older keys may go.
 
 // runSecrets runs `conch secrets <subcommand>`; rotate is the one there is.
 func runSecrets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "rotate" {
+	switch {
+	case len(args) == 0:
 		fmt.Fprint(stderr, secretsUsage)
 		return cli.ErrUsage
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprint(stdout, secretsUsage)
+		return nil
+	case args[0] != "rotate":
+		return cli.UnknownCommand("conch secrets", args[0], []string{"rotate"})
 	}
 	var cfg launch.SecretsRotateConfig
-	if err := load("secrets rotate", args[1:], &cfg, stderr); err != nil {
+	if err := load("secrets rotate", args[1:], &cfg, stdout); err != nil {
 		return err
 	}
 	return launch.RunSecretsRotate(ctx, cfg, stdout)
@@ -282,20 +337,27 @@ changing a service's secret.
 
 `
 
-// loadDoc is load for a command whose -h opens with doc.
-func loadDoc(cmd, doc string, args []string, cfg any, stderr io.Writer) error {
+// loadDoc is load for a command whose --help opens with doc.
+func loadDoc(cmd, doc string, args []string, cfg any, stdout io.Writer) error {
 	fs := flag.NewFlagSet("conch "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, doc)
+	// A bad flag is one line with a suggestion (cli.FlagError), not the
+	// flag package's error and list of every flag.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := config.Load(fs, args, cfg)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, doc)
+		fmt.Fprintln(stdout, "Flags (each also read from the environment variable it names):")
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
+		// Not nil: the command must not run. main exits 0, as asked.
+		return flag.ErrHelp
 	}
-	return config.Load(fs, args, cfg)
+	return cli.FlagError(fs, fs.Name(), err)
 }
 
 // load parses a command's flags and environment into cfg and validates it.
-func load(cmd string, args []string, cfg any, stderr io.Writer) error {
-	fs := flag.NewFlagSet("conch "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return config.Load(fs, args, cfg)
+func load(cmd string, args []string, cfg any, stdout io.Writer) error {
+	doc := fmt.Sprintf("usage: conch %s [flags]\n\nconch %s %s\n\n", cmd, cmd, serverDocs[cmd])
+	return loadDoc(cmd, doc, args, cfg, stdout)
 }
