@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/conch-sh/conch/services/internal/display"
 )
@@ -18,7 +19,8 @@ const auditUsage = `usage: conch audit [list] [flags]
        conch audit verify [--account ID]
 
 Commands:
-  list (default)   show audit records, newest first
+  list (default)   show the newest records (--limit), oldest first, as a
+                   log reads; --follow prints newer ones below
   verify           check the hash chains of the stored records and name the
                    first removed, reordered or edited one
 
@@ -131,7 +133,7 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i, j := 0, len(recs)-1; i < j; i, j = i+1, j-1 {
 		recs[i], recs[j] = recs[j], recs[i]
 	}
-	if err := printAudit(stdout, &o, recs, true); err != nil || !*follow {
+	if err := printAudit(stdout, &o, recs, true, *follow); err != nil || !*follow {
 		return err
 	}
 	seen := map[string]bool{}
@@ -168,13 +170,21 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		if err := printAudit(stdout, &o, fresh, false); err != nil {
+		if err := printAudit(stdout, &o, fresh, false, true); err != nil {
 			return err
 		}
 	}
 }
 
-func printAudit(w io.Writer, o *Options, recs []apiAuditRecord, header bool) error {
+// auditColumns are the table's columns, with the widths --follow keeps
+// (a table printed once is as wide as its widest cell; rows printed over
+// time must line up with the header printed first).
+var auditColumns = []struct {
+	name  string
+	width int
+}{{"TIME", 19}, {"KIND", 16}, {"GATEWAY", 14}, {"USER", 14}, {"DECISION", 12}, {"BY", 20}, {"COMMAND", 40}, {"DETAIL", 0}}
+
+func printAudit(w io.Writer, o *Options, recs []apiAuditRecord, header, fixed bool) error {
 	if o.JSON() {
 		for _, r := range recs {
 			if err := PrintJSON(w, r); err != nil {
@@ -183,9 +193,13 @@ func printAudit(w io.Writer, o *Options, recs []apiAuditRecord, header bool) err
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	rows := make([][]string, 0, len(recs)+1)
 	if header {
-		fmt.Fprintln(tw, "TIME\tKIND\tGATEWAY\tUSER\tDECISION\tBY\tCOMMAND\tDETAIL")
+		var h []string
+		for _, c := range auditColumns {
+			h = append(h, c.name)
+		}
+		rows = append(rows, h)
 	}
 	for _, r := range recs {
 		kind, detail := r.Kind, r.Reason
@@ -205,8 +219,32 @@ func printAudit(w io.Writer, o *Options, recs []apiAuditRecord, header bool) err
 		if r.Surface != "" {
 			by += " (" + r.Surface + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", FormatTime(r.Time), kind, dash(r.Gateway), dash(r.User), dash(r.Decision),
-			dash(display.Escape(by)), display.Escape(abbrev(r.Command, 60)), display.Escape(abbrev(detail, 60)))
+		rows = append(rows, []string{FormatTime(r.Time), kind, dash(r.Gateway), dash(r.User), dash(r.Decision),
+			dash(display.Escape(by)), display.Escape(abbrev(r.Command, 60)), dash(display.Escape(abbrev(detail, 60)))})
+	}
+	if fixed {
+		for _, row := range rows {
+			var b strings.Builder
+			for i, cell := range row {
+				width := auditColumns[i].width
+				if width == 0 {
+					b.WriteString(cell)
+					continue
+				}
+				if utf8.RuneCountInString(cell) > width {
+					cell = abbrev(cell, width-1)
+				}
+				b.WriteString(cell + strings.Repeat(" ", max(1, width+2-utf8.RuneCountInString(cell))))
+			}
+			if _, err := fmt.Fprintln(w, strings.TrimRight(b.String(), " ")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/contract"
 )
 
 const filesUsage = `usage: conch files <command> [flags] <args>
@@ -225,6 +228,11 @@ func (f *filesCmd) put(ctx context.Context, local, remote string) error {
 		if !st.Mode().IsRegular() {
 			return fmt.Errorf("put %s: not a regular file", local)
 		}
+		// Refused here, before a byte is sent, rather than by the
+		// server once the limit's worth went up.
+		if st.Size() > contract.MaxFileBytes {
+			return fmt.Errorf("put %s: %d bytes is more than a file may hold (%d, %d MiB)", local, st.Size(), contract.MaxFileBytes, contract.MaxFileBytes>>20)
+		}
 		r, size = file, st.Size()
 	}
 	body := f.meter(io.NopCloser(r), size, "put "+remote)
@@ -255,6 +263,11 @@ func (f *filesCmd) rm(ctx context.Context, p string, recursive bool) error {
 		Deleted json.Number `json:"deleted"`
 	}
 	if err := f.c.JSON(ctx, "DELETE", "/api/v1/shell/io/delete?path="+q(p)+"&recursive="+strconv.FormatBool(recursive), nil, &out); err != nil {
+		// The server names its REST parameter; here it is a flag.
+		var ae *APIError
+		if errors.As(err, &ae) {
+			ae.Message = strings.ReplaceAll(ae.Message, "recursive=true", "-r (conch files rm -r "+p+")")
+		}
 		return err
 	}
 	if f.o.JSON() {
