@@ -119,8 +119,8 @@ images:
 images-test:
 	scripts/images-test.sh
 
-## gen: regenerate gen/ from proto/ (Go, and the REST API's OpenAPI
-## document), and docs/reference/configuration.md from the settings' tags
+## gen: regenerate gen/ (Go) and docs/reference/rest-api/ (OpenAPI) from
+## proto/, and docs/reference/configuration.md from the settings' tags
 gen:
 	$(GO) tool buf generate
 	$(GO) run ./services/cmd/docgen -o docs/reference/configuration.md
