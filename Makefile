@@ -119,9 +119,11 @@ images:
 images-test:
 	scripts/images-test.sh
 
-## gen: regenerate gen/ from proto/
+## gen: regenerate gen/ (Go) and docs/reference/rest-api/ (OpenAPI) from
+## proto/, and docs/reference/configuration.md from the settings' tags
 gen:
 	$(GO) tool buf generate
+	$(GO) run ./services/cmd/docgen -o docs/reference/configuration.md
 
 ## lint: gofmt, go vet, buf lint, buf breaking and generated code up to date
 lint:

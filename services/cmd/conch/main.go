@@ -255,19 +255,6 @@ var commands = []string{
 	"login", "logout", "help", "version",
 }
 
-// serverDocs are the one-line summaries of the commands whose flags
-// config.Load defines, shown by their --help.
-var serverDocs = map[string]string{
-	"dev":            "runs the whole cluster in one process (embedded etcd, scripted model).",
-	"router":         "runs the router service (public HTTP, REST, agent loop).",
-	"executor":       "runs the executor service (sandboxes).",
-	"approval":       "runs the approval service (exec policy, approvals).",
-	"workspace":      "runs the workspace service (persistent workspaces).",
-	"etcd":           "runs one member of a static etcd cluster (embedded etcd).",
-	"node":           "pairs this machine with a cluster and runs the commands addressed to it.",
-	"secrets rotate": "re-seals every stored secret with the first key of the keyring.",
-}
-
 const secretsUsage = `usage: conch secrets rotate [--etcd-endpoints ...] [--secrets-key-file FILE]
 
 rotate re-seals, with the first key of the keyring (CONCH_SECRETS_KEY or
@@ -358,6 +345,7 @@ func loadDoc(cmd, doc string, args []string, cfg any, stdout io.Writer) error {
 
 // load parses a command's flags and environment into cfg and validates it.
 func load(cmd string, args []string, cfg any, stdout io.Writer) error {
-	doc := fmt.Sprintf("usage: conch %s [flags]\n\nconch %s %s\n\n", cmd, cmd, serverDocs[cmd])
+	c, _ := launch.LookupCommand(cmd)
+	doc := fmt.Sprintf("usage: conch %s [flags]\n\nconch %s %s\n\n", cmd, cmd, c.Summary)
 	return loadDoc(cmd, doc, args, cfg, stdout)
 }

@@ -6,9 +6,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/conch-sh/conch/services/cli"
+	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/launch"
 )
 
 // Each way a command ends has its exit code, as docker, kubectl and the
@@ -107,6 +114,42 @@ func TestHelpAndMistypes(t *testing.T) {
 			}
 			if tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr || stderr.Len() > 0) {
 				t.Errorf("err %v, stderr %q; want %q alone", err, stderr.String(), tc.wantErr)
+			}
+		})
+	}
+}
+
+// Each command of launch.Commands takes the configuration the table names:
+// its --help lists exactly that configuration's flags. The generated
+// configuration reference reads the table, so it says what conch does.
+func TestCommandsTakeTheirConfig(t *testing.T) {
+	t.Parallel()
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+	for _, c := range launch.Commands() {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			fields, err := config.Fields(c.Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, f := range fields {
+				if f.Flag != "" {
+					want = append(want, f.Flag)
+				}
+			}
+			var stdout, stderr bytes.Buffer
+			err = run(t.Context(), append(strings.Fields(c.Name), "--help"), &stdout, &stderr)
+			if exitCode(err) != 0 {
+				t.Fatalf("--help: %v\n%s", err, stderr.String())
+			}
+			var got []string
+			for _, m := range flagLine.FindAllStringSubmatch(stdout.String(), -1) {
+				got = append(got, m[1])
+			}
+			slices.Sort(want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("flags of conch %s --help differ from launch.Commands' configuration (-want +got):\n%s", c.Name, diff)
 			}
 		})
 	}

@@ -112,8 +112,61 @@ func LoadWith(fs *flag.FlagSet, args []string, cfg any, lookup func(string) (str
 	return nil
 }
 
+// Field describes one setting of a configuration as Load reads it: a
+// read-only view of the tags, for references and help generated from the
+// same walk that loads the values.
+type Field struct {
+	// Flag is the flag's name without dashes; empty for env-only fields.
+	Flag string
+	// Env is the environment variable; empty for flag-only fields.
+	Env string
+	// Default is the default tag as written; empty for none.
+	Default string
+	// Usage is the usage tag.
+	Usage string
+	// Type is how the value is written: "string", "bool", "int",
+	// "float", "duration" or "list" (comma separated).
+	Type string
+	// Struct is the struct type that declares the field, so that a
+	// reference can show the settings two commands share once.
+	Struct reflect.Type
+}
+
+// Fields lists the settings of cfg, a non-nil pointer to a struct, in the
+// order Load walks them.
+func Fields(cfg any) ([]Field, error) {
+	fields, err := walk(cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Field, len(fields))
+	for i, f := range fields {
+		out[i] = Field{Flag: f.flag, Env: f.env, Default: f.def, Usage: f.usage, Type: typeName(f.v.Type()), Struct: f.owner}
+	}
+	return out, nil
+}
+
+// typeName is how a reference names the type of a supported field.
+func typeName(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "duration"
+	case t == listType:
+		return "list"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64:
+		return "int"
+	case reflect.Float64:
+		return "float"
+	}
+	return t.Kind().String()
+}
+
 // field is one tagged leaf of a configuration struct.
 type field struct {
+	// owner is the struct type that declares the field.
+	owner                       reflect.Type
 	name, flag, env, def, usage string
 	v                           reflect.Value
 	// flagErr records the last failed Set from the command line, because
@@ -154,6 +207,7 @@ func walkStruct(v reflect.Value, out *[]*field) error {
 			def:   sf.Tag.Get("default"),
 			usage: sf.Tag.Get("usage"),
 			v:     v.Field(i),
+			owner: t,
 		}
 		if f.flag == "" && f.env == "" && f.def == "" {
 			if nested {

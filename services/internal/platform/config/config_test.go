@@ -306,3 +306,34 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("LoadWith(-h) = %v, want flag.ErrHelp", err)
 	}
 }
+
+func TestFields(t *testing.T) {
+	t.Parallel()
+	fields, err := Fields(&testConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ Flag, Env, Default, Type, Struct string }
+	var got []row
+	for _, f := range fields {
+		got = append(got, row{f.Flag, f.Env, f.Default, f.Type, f.Struct.Name()})
+	}
+	want := []row{
+		{"log-level", "CONCH_LOG_LEVEL", "info", "string", "Shared"},
+		{"etcd", "CONCH_ETCD", "127.0.0.1:2379", "list", "common"},
+		{"http-addr", "CONCH_HTTP_ADDR", "127.0.0.1:8080", "string", "testConfig"},
+		{"debug", "CONCH_DEBUG", "", "bool", "testConfig"},
+		{"workers", "CONCH_WORKERS", "4", "int", "testConfig"},
+		{"max-bytes", "CONCH_MAX_BYTES", "1048576", "int", "testConfig"},
+		{"ratio", "CONCH_RATIO", "0.5", "float", "testConfig"},
+		{"timeout", "CONCH_TIMEOUT", "5s", "duration", "testConfig"},
+		{"", "CONCH_TOKEN", "", "string", "testConfig"},
+		{"burst", "", "10", "int", ""},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Fields (-want +got):\n%s", diff)
+	}
+	if _, err := Fields(testConfig{}); err == nil {
+		t.Error("Fields of a struct value: want an error")
+	}
+}

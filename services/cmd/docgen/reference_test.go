@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// referencePath is the committed reference, from this package's directory.
+var referencePath = filepath.Join("..", "..", "..", "docs", "reference", "configuration.md")
+
+// The committed reference is what the generator writes now: a setting
+// added, removed or reworded without `make gen` fails here.
+func TestConfigurationReferenceIsCurrent(t *testing.T) {
+	t.Parallel()
+	want, err := configurationReference()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(referencePath)
+	if err != nil {
+		t.Fatalf("%v: run make gen", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("docs/reference/configuration.md differs from the settings' tags: run make gen and commit it")
+	}
+}
+
+func TestSlug(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"conch secrets rotate": "conch-secrets-rotate",
+		"conch etcd-pki":       "conch-etcd-pki",
+		"etcd client":          "etcd-client",
+		"Account quotas":       "account-quotas",
+	} {
+		if got := slug(in); got != want {
+			t.Errorf("slug(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// restReferencePath is the REST API's OpenAPI document, which make gen
+// writes from the protos.
+var restReferencePath = filepath.Join("..", "..", "..", "docs", "reference", "rest-api", "conch.swagger.json")
+
+// Every operation of the REST reference documents conch's error envelope
+// and the merged document keeps conch's info: both come from
+// proto/conch/openapi.yaml, which must list every proto file.
+func TestRESTReferenceDocumentsErrors(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(restReferencePath)
+	if err != nil {
+		t.Fatalf("%v: run make gen", err)
+	}
+	var doc struct {
+		Info  struct{ Title string }
+		Paths map[string]map[string]struct {
+			Responses map[string]struct{ Description string }
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Info.Title != "conch REST API" {
+		t.Errorf("info.title = %q: a proto file is missing from proto/conch/openapi.yaml", doc.Info.Title)
+	}
+	if len(doc.Paths) == 0 {
+		t.Fatal("no paths")
+	}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			if !strings.Contains(op.Responses["default"].Description, `{"error": {"type", "code", "message", "param"}}`) {
+				t.Errorf("%s %s: the default response is not conch's error envelope: list its proto file in proto/conch/openapi.yaml", method, path)
+			}
+		}
+	}
+}
