@@ -84,7 +84,8 @@ func TestFilesCLI(t *testing.T) {
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Fatalf("failed get left %s", missing)
 	}
-	if _, errOut, err := run("rm", "/in"); err == nil || !strings.Contains(errOut, "recursive") {
+	// The CLI's user is told the flag, not the REST parameter.
+	if _, errOut, err := run("rm", "/in"); err == nil || !strings.Contains(errOut, "delete with -r (conch files rm -r /in)") || strings.Contains(errOut, "recursive=") {
 		t.Fatalf("rm without -r: %v %s", err, errOut)
 	}
 	if out, _, err := run("rm", "-r", "/in"); err != nil || !strings.Contains(out, "3 entries") {
