@@ -21,10 +21,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
@@ -380,18 +382,20 @@ const clientTurn = 50 * time.Millisecond
 // `echo hi` shell call (the scripted model) through the Responses API and
 // through chat completions, alternating in one run: the Responses front
 // end must cost no more than chat completions' (issue 14: +10 %). The
-// same response with store false shows the front end without the one
-// durable etcd write that keeps a response, which the client waits for.
+// same response with store false shows the front end without the durable
+// writes that keep a response, which the client waits for: two objects in
+// the store (conch dev's directory store syncs each) and one small etcd
+// transaction.
 //
-// That write's floor is measured in the same run (durable-write-p50-ms):
+// Those writes' floor is measured in the same run (durable-write-p50-ms):
 // after each round, the last stored response as the client got it is
-// written as a blob to an fsyncing etcd of the benchmark's own, which has
-// then been idle for the round, as the router's etcd has been idle for
-// the completion when it stores a response. On a VM whose idle vCPUs
-// sleep, such a write takes two to three times as long as one of writes
-// back to back (etcdx's BenchmarkPutBlobDurable): each goroutine it passes
-// through, from gRPC to raft to the WAL's fsync and back, waits for a
-// vCPU to wake.
+// compressed and written twice, at once, to a directory store of the
+// benchmark's own, then a small record to an fsyncing etcd of its own,
+// which has then been idle for the round, as the router's has been idle
+// for the completion when it stores a response. On a VM whose idle vCPUs
+// sleep, such writes take two to three times as long as the same writes
+// back to back (responsestore's BenchmarkPutDurable): each goroutine they
+// pass through, to the fsync and back, waits for a vCPU to wake.
 //
 // Each request comes a client's turn after the one before (clientTurn,
 // untimed), as an agent's do: the previous completion's sandbox teardown
@@ -400,7 +404,7 @@ const clientTurn = 50 * time.Millisecond
 // kinds swung by more than the 10 % they are compared at.
 func BenchmarkShellResponseVsChat(b *testing.B) {
 	d := startDev(b)
-	floor := startBlobFloor(b)
+	floor := startWriteFloor(b)
 	client := &http.Client{}
 	var last []byte
 	run := func(path, body, want string) time.Duration {
@@ -469,25 +473,44 @@ func BenchmarkShellResponseVsChat(b *testing.B) {
 	b.ReportMetric(float64(p50(writes).Microseconds())/1000, "durable-write-p50-ms")
 }
 
-// blobFloor is an fsyncing etcd of the benchmark's own, to time the write
-// a stored response waits for beside conch's.
-type blobFloor struct {
-	cli    *clientv3.Client
-	leases *etcdx.Leases
-	n      int
+// writeFloor is a directory store and an fsyncing etcd of the
+// benchmark's own, to time the writes a stored response waits for beside
+// conch's.
+type writeFloor struct {
+	cli     *clientv3.Client
+	objects store.Store
+	n       int
 }
 
-func startBlobFloor(b *testing.B) *blobFloor {
-	cli := etcdxtest.StartDurableForTest(b)
-	return &blobFloor{cli: cli, leases: etcdx.NewLeases(cli, time.Hour, time.Minute)}
+func startWriteFloor(b *testing.B) *writeFloor {
+	objects, err := fsstore.New(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &writeFloor{cli: etcdxtest.StartDurableForTest(b), objects: objects}
 }
 
 // write stores body, a response as the client got it, as conch stores a
-// response, and returns how long that took.
-func (f *blobFloor) write(b *testing.B, body []byte) time.Duration {
+// response (compressed, two objects at once, then a small record), and
+// returns how long that took.
+func (f *writeFloor) write(b *testing.B, body []byte) time.Duration {
 	f.n++
 	start := time.Now()
-	if err := etcdx.PutBlobLeased(b.Context(), f.cli, f.leases, fmt.Sprintf("floor/%d/", f.n), json.RawMessage(body), 1<<20); err != nil {
+	data, err := etcdx.EncodeBlob(json.RawMessage(body), 4<<20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var g errgroup.Group
+	for _, part := range []string{"conversation", "response"} {
+		g.Go(func() error {
+			_, err := f.objects.Put(b.Context(), fmt.Sprintf("floor/%d/%s", f.n, part), bytes.NewReader(data), store.PutOptions{Size: int64(len(data)), Mode: 0o600})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.cli.Put(b.Context(), fmt.Sprintf("floor/%d", f.n), `{"root":"resp_0123456789abcdef0123456789abcdef0123456789abcdef"}`); err != nil {
 		b.Fatal(err)
 	}
 	return time.Since(start)

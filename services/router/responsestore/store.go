@@ -321,12 +321,18 @@ func (s *Store) Put(ctx context.Context, account, id string, prev *Thread, resp 
 	// The objects first: a crash before the claim leaves objects no
 	// claim holds, which Sweep removes (for a new conversation) or which
 	// go with their conversation.
+	// Both at once: each waits for its own sync.
 	keys := []string{objectKey(account, root, id, "conversation"), objectKey(account, root, id, "response")}
+	var g errgroup.Group
 	for i, data := range [][]byte{conv, body} {
-		if _, err := s.opts.Objects.Put(ctx, keys[i], bytes.NewReader(data), store.PutOptions{Size: int64(len(data)), Mode: 0o600, ModTime: time.Now()}); err != nil {
-			s.removeObjects(ctx, keys[:i])
-			return errs.Wrap(errs.Unavailable, err, "responsestore: store %s", id)
-		}
+		g.Go(func() error {
+			_, err := s.opts.Objects.Put(ctx, keys[i], bytes.NewReader(data), store.PutOptions{Size: int64(len(data)), Mode: 0o600, ModTime: time.Now()})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		s.removeObjects(ctx, keys)
+		return errs.Wrap(errs.Unavailable, err, "responsestore: store %s", id)
 	}
 	var limits quotas.Limits
 	if s.opts.Limits != nil {

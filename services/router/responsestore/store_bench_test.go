@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -80,4 +83,49 @@ func BenchmarkContinuation(b *testing.B) {
 	b.ReportMetric(float64(len(floor)), "conversation-B")
 	// What a continuation stores: its own segment, not the conversation.
 	b.ReportMetric(float64(after[quotas.StoredResponseBytes]-before[quotas.StoredResponseBytes])/float64(b.N), "stored-B/op")
+}
+
+// BenchmarkPutDurable stores a response of a few kilobytes, as conch dev
+// does (an etcd that fsyncs, the directory store, which syncs each object
+// before it counts as stored), and reports the p50 of that store
+// (store-p50-ms) beside the p50 of putting one small key on the same etcd
+// (put-p50-ms), the floor of any write that must be on disk before it is
+// acknowledged. A stored response is two objects and one small etcd
+// transaction.
+//
+//	go test -run '^$' -bench PutDurable ./router/responsestore/
+func BenchmarkPutDurable(b *testing.B) {
+	etcd := etcdxtest.StartDurableForTest(b)
+	s, err := New(Options{Etcd: etcd, Objects: fsBackend(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	items := make([]map[string]any, 20)
+	for i := range items {
+		items[i] = map[string]any{"type": "message", "role": "assistant", "content": strings.Repeat("the quick brown fox jumps over the lazy dog ", 4)}
+	}
+	resp := &Response{Response: map[string]any{"id": "resp", "output": items}}
+	turn := Turn{Messages: []upstream.StoredMessage{{Role: "user", Content: "run `echo hi`"}, {Role: "assistant", Content: strings.Repeat("hi ", 40)}}}
+	var store, put []time.Duration
+	n := 0
+	for b.Loop() {
+		n++
+		start := time.Now()
+		if err := s.Put(b.Context(), "acct", fmt.Sprintf("resp_%d", n), nil, resp, turn); err != nil {
+			b.Fatal(err)
+		}
+		store = append(store, time.Since(start))
+		start = time.Now()
+		if _, err := etcd.Put(b.Context(), "bench/key", "v"); err != nil {
+			b.Fatal(err)
+		}
+		put = append(put, time.Since(start))
+	}
+	for _, m := range []struct {
+		ds   []time.Duration
+		unit string
+	}{{store, "store-p50-ms"}, {put, "put-p50-ms"}} {
+		slices.Sort(m.ds)
+		b.ReportMetric(float64(m.ds[len(m.ds)/2].Microseconds())/1000, m.unit)
+	}
 }
