@@ -34,7 +34,6 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -314,10 +313,6 @@ func (s *Store) Put(ctx context.Context, account, id string, prev *Thread, resp 
 			return err
 		}
 	}
-	lease, err := s.leases.Get(ctx)
-	if err != nil {
-		return err
-	}
 	// The objects first: a crash before the claim leaves objects no
 	// claim holds, which Sweep removes (for a new conversation) or which
 	// go with their conversation.
@@ -345,22 +340,15 @@ func (s *Store) Put(ctx context.Context, account, id string, prev *Thread, resp 
 	}
 	rec, _ := json.Marshal(record{Root: root})
 	size := int64(len(conv) + len(body))
-	for attempt := 0; ; attempt++ {
-		// One transaction: the record, and the conversation's claim
-		// grown by one response and its bytes, put on the newest lease.
-		// A continuation needs its conversation's claim still there:
-		// else the conversation was deleted or expired while it ran.
-		err = quotas.Grow(ctx, s.opts.Etcd, quotas.StoredResponses, account, root,
+	// One transaction: the record, and the conversation's claim grown by
+	// one response and its bytes, put on the newest lease. A continuation
+	// needs its conversation's claim still there: else the conversation
+	// was deleted or expired while it ran.
+	err = s.leases.With(ctx, func(lease clientv3.LeaseID) error {
+		return quotas.Grow(ctx, s.opts.Etcd, quotas.StoredResponses, account, root,
 			quotas.Usage{quotas.StoredResponses: 1, quotas.StoredResponseBytes: size}, limits, prev != nil,
 			[]clientv3.OpOption{clientv3.WithLease(lease)}, clientv3.OpPut(recordKey(account, id), string(rec), clientv3.WithLease(lease)))
-		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.leases.Forget(lease)
-			if lease, err = s.leases.Get(ctx); err == nil {
-				continue
-			}
-		}
-		break
-	}
+	})
 	if err != nil {
 		s.removeObjects(ctx, keys)
 		switch errs.KindOf(err) {

@@ -116,12 +116,5 @@ func (s *Store) removeUnclaimed(ctx context.Context, account, id, key string) er
 			keys = append(keys, info.Key)
 		}
 	}
-	for len(keys) > 0 {
-		n := min(len(keys), 1000)
-		if err := s.opts.Objects.Delete(ctx, keys[:n]); err != nil {
-			return err
-		}
-		keys = keys[n:]
-	}
-	return nil
+	return s.opts.Objects.Delete(ctx, keys)
 }

@@ -6,11 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"net/url"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -82,20 +80,11 @@ func (s *Store) KeepTurn(ctx context.Context, account, key string, v any) error 
 		}
 	}
 	rec, _ := json.Marshal(turnRecord{Object: id})
-	for attempt := 0; ; attempt++ {
-		var lease clientv3.LeaseID
-		if lease, err = s.turnLeases.Get(ctx); err != nil {
-			break
-		}
-		err = quotas.Claim(ctx, s.opts.Etcd, quotas.StoredResponses, account, turnClaim+id,
+	err = s.turnLeases.With(ctx, func(lease clientv3.LeaseID) error {
+		return quotas.Claim(ctx, s.opts.Etcd, quotas.StoredResponses, account, turnClaim+id,
 			quotas.Usage{quotas.StoredResponseBytes: int64(len(data))}, limits, []clientv3.OpOption{clientv3.WithLease(lease)},
 			clientv3.OpPut(turnRecordKey(account, key), string(rec), clientv3.WithLease(lease)))
-		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.turnLeases.Forget(lease)
-			continue
-		}
-		break
-	}
+	})
 	if err != nil {
 		s.removeObjects(ctx, []string{obj})
 		return err

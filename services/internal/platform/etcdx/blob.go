@@ -5,11 +5,13 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -181,6 +183,24 @@ func (l *Leases) Get(ctx context.Context) (clientv3.LeaseID, error) {
 	}
 	l.id, l.granted = resp.ID, l.now()
 	return l.id, nil
+}
+
+// With runs put with the lease of the current period, and once more with
+// a new one when etcd no longer knows that lease (revoked, or expired
+// while etcd was away): what put writes on it is then on a live lease.
+func (l *Leases) With(ctx context.Context, put func(clientv3.LeaseID) error) error {
+	for attempt := 0; ; attempt++ {
+		lease, err := l.Get(ctx)
+		if err != nil {
+			return err
+		}
+		err = put(lease)
+		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			l.Forget(lease)
+			continue
+		}
+		return err
+	}
 }
 
 // Forget drops the lease id if it is still the current one, after etcd

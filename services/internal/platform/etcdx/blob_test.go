@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
@@ -35,7 +37,8 @@ func TestBlobRoundTrip(t *testing.T) {
 	}
 }
 
-// TestLeasesForget: a shared lease etcd lost is replaced once forgotten.
+// TestLeasesForget: a shared lease etcd lost is replaced once forgotten,
+// and With replaces it by itself.
 func TestLeasesForget(t *testing.T) {
 	t.Parallel()
 	cli := etcdxtest.StartForTest(t)
@@ -50,8 +53,18 @@ func TestLeasesForget(t *testing.T) {
 	if _, err := cli.Revoke(t.Context(), lease); err != nil {
 		t.Fatal(err)
 	}
-	leases.Forget(lease)
-	if again, err := leases.Get(t.Context()); err != nil || again == lease {
+	// With puts on a new lease once etcd says the shared one is gone.
+	var used []clientv3.LeaseID
+	err = leases.With(t.Context(), func(l clientv3.LeaseID) error {
+		used = append(used, l)
+		_, err := cli.Put(t.Context(), "test/leased", "v", clientv3.WithLease(l))
+		return err
+	})
+	if err != nil || len(used) != 2 || used[0] != lease || used[1] == lease {
+		t.Fatalf("With after the lease was revoked: %v, leases %v (revoked %v)", err, used, lease)
+	}
+	leases.Forget(used[1])
+	if again, err := leases.Get(t.Context()); err != nil || again == used[1] {
 		t.Fatalf("after Forget: %v %v", again, err)
 	}
 }
