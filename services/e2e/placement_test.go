@@ -241,6 +241,13 @@ func TestExecutorDrainServesItsSandboxes(t *testing.T) {
 		}
 		if rec.Addr == addr {
 			id = created.ID
+			continue
+		}
+		// Not needed: left alive, the search's sandboxes would hold the
+		// account's quotas (16 of its 16 cores take 16 of them) and
+		// refuse the create this test makes later.
+		if code, body := d.call("DELETE", "/api/v1/sandboxes/"+created.ID, d.Key, nil); code != http.StatusOK {
+			t.Fatalf("delete %s = %d %s", created.ID, code, body)
 		}
 	}
 	run := func(cmd string) (int, string) {
