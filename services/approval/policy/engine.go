@@ -147,7 +147,7 @@ func (e *Engine) Evaluate(req Request) (res Result) {
 	if err != nil {
 		return deny(err.Error())
 	}
-	if tok, bad := continuation(req.Command, f); bad {
+	if tok, bad := misread(req.Command, f); bad {
 		return deny(refuse(tok).Error())
 	}
 	resolver := req.Resolver
@@ -246,6 +246,35 @@ func parse(src string) (*syntax.File, error) {
 	p := parsers.Get().(*syntax.Parser)
 	defer parsers.Put(p)
 	return p.Parse(strings.NewReader(src), "")
+}
+
+// misread names a construct of src, parsed as f, that the parser is known
+// to read otherwise than the shells; the command is then refused.
+func misread(src string, f *syntax.File) (string, bool) {
+	if tok, bad := continuation(src, f); bad {
+		return tok, true
+	}
+	return commentInWord(src, f)
+}
+
+// commentInWord finds a comment the parser began inside a word. A shell
+// begins one only where a token begins, after a blank, a newline or an
+// operator; the parser also ends a here-document's quoted delimiter at a
+// # ("<<'E'#x" is the delimiter E#x to a shell, E and a comment to it).
+func commentInWord(src string, f *syntax.File) (string, bool) {
+	bad := false
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if c, ok := n.(*syntax.Comment); ok && !bad {
+			if i := int(c.Hash.Offset()); i > 0 && !strings.ContainsRune(" \t\n"+operatorChars, rune(src[i-1])) {
+				bad = true
+			}
+		}
+		return !bad
+	})
+	if bad {
+		return "# inside a word", true
+	}
+	return "", false
 }
 
 // controlChar finds a control character other than tab and newline, which
@@ -949,7 +978,7 @@ func (a *analyzer) shell(b binary, words []word, argv []string, cwds []string) {
 		a.fail(err.Error())
 		return
 	}
-	if tok, bad := continuation(inner, f); bad {
+	if tok, bad := misread(inner, f); bad {
 		a.refuse(refuse(tok))
 		return
 	}

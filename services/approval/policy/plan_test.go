@@ -94,6 +94,10 @@ func TestBypassClasses(t *testing.T) {
 		{"parser", "cat <<\\\n-'EOF'\nid\nEOF\nid", nil, deny, "unclosed here-document"},
 		{"parser", "sh -c 'ls #\\\nid'", nil, deny, ErrUnsupportedToken + "backslash-newline in a comment"},
 		{"parser", "ls \"$\\\n(id)\"", nil, deny, ErrUnsupportedToken + "backslash-newline after $"},
+		{"parser", "cat<<'E'#x\nE\nid", nil, deny, ErrUnsupportedToken + "# inside a word"},
+		{"parser", "cat <<\"E\"#x\nE\nid", nil, deny, ErrUnsupportedToken + "# inside a word"},
+		{"parser", "sh -c \"cat<<'E'#x\nE\nid\"", nil, deny, ErrUnsupportedToken + "# inside a word"},
+		{"parser", "ls a#b 'c'#d ;#x\nls #y", nil, allow, ""},
 		// 2. jq reading the environment or modules.
 		{"jq", "jq '$ ENV'", nil, ask, "$ not followed by a name"},
 		{"jq", "jq '$#x\nENV'", nil, ask, "$ not followed by a name"},
