@@ -81,8 +81,9 @@ BENCH_POOL    = ^BenchmarkSandboxCreate$$
 # A Responses/chat round is three completions with a shell call, ~60 ms: a
 # 1s benchtime would give p50s of some 20 each, which swing by more than
 # the 10 % they are compared at. It runs 102 rounds instead: 17 of each
-# of the six orders of its three kinds.
-BENCH_ROUNDS  = ^BenchmarkShellResponseVsChat$$
+# of the six orders of its three kinds. The Messages/chat rounds are two
+# completions each, as many rounds.
+BENCH_ROUNDS  = ^(BenchmarkShellResponseVsChat|BenchmarkMessagesVsChat)$$
 
 ## bench: every benchmark, its output kept in $(BENCH_OUT), then one report
 ## of the metrics against their floors and targets, also as JSON

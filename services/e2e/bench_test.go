@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -514,4 +516,92 @@ func (f *writeFloor) write(b *testing.B, body []byte) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Since(start)
+}
+
+// BenchmarkMessagesVsChat measures what Anthropic's Messages API adds over
+// chat completions for the same completion: one shell command in a new
+// sandbox through conch dev's scripted model, the two requests in
+// alternating order, a client's turn apart. The container a message keeps
+// for its idle lifetime is deleted once it answered, in the background, as
+// a chat completion's own sandbox is torn down after its answer: both then
+// leave the same work behind. It reports both p50s and their ratio.
+func BenchmarkMessagesVsChat(b *testing.B) {
+	d := startDev(b)
+	client := &http.Client{}
+	var deletes sync.WaitGroup
+	var failed atomic.Pointer[error]
+	run := func(path, body, want string, header ...string) ([]byte, time.Duration) {
+		req, _ := http.NewRequest("POST", d.URL+path, strings.NewReader(body))
+		req.Header.Set(header[0], header[1])
+		time.Sleep(clientTurn)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took := time.Since(start)
+		if resp.StatusCode != 200 || !strings.Contains(string(out), want) {
+			b.Fatalf("%s: status %d: %s", path, resp.StatusCode, out)
+		}
+		return out, took
+	}
+	chat := func() time.Duration {
+		_, took := run("/v1/chat/completions", "{\"model\":\"default\",\"messages\":[{\"role\":\"user\",\"content\":\"run `echo hi`\"}],\"tools\":[{\"type\":\"shell\"}]}",
+			"exited with code 0", "Authorization", "Bearer "+d.Key)
+		return took
+	}
+	message := func() time.Duration {
+		out, took := run("/v1/messages", "{\"model\":\"default\",\"max_tokens\":256,\"messages\":[{\"role\":\"user\",\"content\":\"run `echo hi`\"}],\"tools\":[{\"type\":\"code_execution_20250825\",\"name\":\"code_execution\"}]}",
+			`"bash_code_execution_result"`, "X-Api-Key", d.Key)
+		var m struct{ Container struct{ ID string } }
+		if err := json.Unmarshal(out, &m); err != nil || m.Container.ID == "" {
+			b.Fatalf("message without a container: %s", out)
+		}
+		deletes.Add(1)
+		go func() {
+			defer deletes.Done()
+			req, _ := http.NewRequest("DELETE", d.URL+"/v1/containers/"+m.Container.ID, nil)
+			req.Header.Set("Authorization", "Bearer "+d.Key)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				failed.Store(&err)
+			}
+		}()
+		return took
+	}
+	kinds := []func() time.Duration{chat, message}
+	for range 5 {
+		for _, kind := range kinds {
+			kind()
+		}
+	}
+	b.ResetTimer()
+	ds := make([][]time.Duration, len(kinds))
+	for i := range b.N {
+		for j := range kinds {
+			k := (i + j) % len(kinds)
+			ds[k] = append(ds[k], kinds[k]())
+		}
+	}
+	b.StopTimer()
+	deletes.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatalf("delete a message's container: %v", *err)
+	}
+	p50 := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	cm, mm := p50(ds[0]), p50(ds[1])
+	b.ReportMetric(float64(cm.Microseconds())/1000, "chat-p50-ms")
+	b.ReportMetric(float64(mm.Microseconds())/1000, "messages-p50-ms")
+	b.ReportMetric(float64(mm)/float64(cm), "messages/chat")
 }

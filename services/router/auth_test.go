@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -60,6 +61,48 @@ func TestAuthScopeNamesTheKey(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("scope (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAuthAPIKeyHeader: Anthropic's surface also takes the key from
+// x-api-key, as its SDKs send it; the other surfaces take only Bearer,
+// and Authorization, when present, is the one judged.
+func TestAuthAPIKeyHeader(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		apiKeyHeader  bool
+		authorization string
+		xAPIKey       string
+		want          int
+	}{
+		{"x-api-key on anthropic", true, "", "k1", http.StatusOK},
+		{"bearer on anthropic", true, "Bearer k1", "", http.StatusOK},
+		{"bad x-api-key on anthropic", true, "", "nope", http.StatusUnauthorized},
+		{"bad bearer wins over x-api-key", true, "Bearer nope", "k1", http.StatusUnauthorized},
+		{"x-api-key with a blank", true, "", "k1 k1", http.StatusUnauthorized},
+		{"x-api-key elsewhere", false, "", "k1", http.StatusUnauthorized},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := &authMiddleware{auth: fakeKeys{"k1": {Account: "acct", KeyID: "key-1"}}, log: slog.New(slog.DiscardHandler), apiKeyHeader: tt.apiKeyHeader}
+			h := m.wrap(anthropicErrors, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			req := httptest.NewRequestWithContext(t.Context(), "POST", "/v1/messages", nil)
+			if tt.authorization != "" {
+				req.Header.Set("Authorization", tt.authorization)
+			}
+			if tt.xAPIKey != "" {
+				req.Header.Set("X-Api-Key", tt.xAPIKey)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.want {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tt.want, rec.Body)
+			}
+			if tt.want == http.StatusUnauthorized && !strings.Contains(rec.Body.String(), `"type":"authentication_error"`) {
+				t.Errorf("body %s, want Anthropic's authentication_error", rec.Body)
 			}
 		})
 	}

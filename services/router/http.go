@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -27,6 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/accounts"
+	"github.com/conch-sh/conch/services/router/anthropic"
 	"github.com/conch-sh/conch/services/router/apierror"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/containers"
@@ -149,6 +151,12 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
+	// Anthropic's SDKs send their key as x-api-key.
+	messages := anthropic.NewHandler(core, opts.Logger)
+	ak := *a
+	ak.apiKeyHeader = true
+	mux.Handle("/v1/messages", ak.wrap(anthropicErrors, messages))
+	mux.Handle("/v1/messages/", ak.wrap(anthropicErrors, messages))
 	mux.Handle("/v1/containers", a.wrap(openAIErrors, ctr))
 	mux.Handle("/v1/containers/", a.wrap(openAIErrors, ctr))
 	mcpHandler, err := mcpserver.NewHandler(mcpserver.Options{
@@ -200,12 +208,21 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}), nil
 }
 
+// setQueryParser makes conch's query parser grpc-gateway's, once: the
+// option sets a variable of the package, not of the mux, so a second mux
+// made while the first serves (tests make several) would write it while
+// requests read it.
+var setQueryParser = sync.OnceFunc(func() {
+	runtime.NewServeMux(runtime.SetQueryParameterParser(restjson.QueryParser{}))
+})
+
 // gatewayMuxOptions are those of the REST API's grpc-gateway mux: conch's
-// JSON codec, and every error in the API's envelope.
+// JSON codec, and every error in the API's envelope. Its query parser is
+// set once for the process (setQueryParser).
 func gatewayMuxOptions(log *slog.Logger) []runtime.ServeMuxOption {
+	setQueryParser()
 	return append([]runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, restjson.New()),
-		runtime.SetQueryParameterParser(restjson.QueryParser{}),
 		// Nothing from the HTTP request becomes gRPC metadata: the scope the
 		// services trust is set by the auth middleware and signed on the way
 		// out, so no header can be smuggled through.
@@ -265,6 +282,9 @@ type errorWriter func(w http.ResponseWriter, err error)
 // openAIErrors writes OpenAI's error shape, used on /v1 and /mcp.
 func openAIErrors(w http.ResponseWriter, err error) { openai.WriteAnswer(w, errs.Public(err)) }
 
+// anthropicErrors writes Anthropic's error shape, used on /v1/messages.
+func anthropicErrors(w http.ResponseWriter, err error) { anthropic.WriteAnswer(w, errs.Public(err)) }
+
 // apiErrors writes the REST API's envelope, used on /api/v1.
 func apiErrors(w http.ResponseWriter, err error) { apierror.WriteAnswer(w, errs.Public(err)) }
 
@@ -274,14 +294,24 @@ type authMiddleware struct {
 	auth      authenticator
 	publicURL string
 	log       *slog.Logger
+	// apiKeyHeader also takes the key from an x-api-key header, as
+	// Anthropic's API does, when the request has no Authorization.
+	apiKeyHeader bool
 }
 
 func (a *authMiddleware) wrap(fail errorWriter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r.Header.Get("Authorization"))
+		if k := r.Header.Get("X-Api-Key"); a.apiKeyHeader && r.Header.Get("Authorization") == "" && k != "" {
+			key, ok = k, !strings.ContainsAny(k, " \t")
+		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="conch"`)
-			fail(w, errs.NewReason(errs.Unauthenticated, errs.ReasonInvalidAPIKey, "missing or malformed Authorization header: want \"Bearer <API key>\""))
+			msg := "missing or malformed Authorization header: want \"Bearer <API key>\""
+			if a.apiKeyHeader {
+				msg = "missing or malformed API key: send it as x-api-key or as \"Authorization: Bearer <API key>\""
+			}
+			fail(w, errs.NewReason(errs.Unauthenticated, errs.ReasonInvalidAPIKey, "%s", msg))
 			return
 		}
 		p, err := a.auth.Authenticate(r.Context(), key)

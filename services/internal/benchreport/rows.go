@@ -425,6 +425,12 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "the same chat completion", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkShellResponseVsChat", Unit: "chat-p50-ms"}},
 	},
 	{
+		Service: "router", Metric: "Anthropic Messages API with one code execution call, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkMessagesVsChat", Unit: "messages-p50-ms"},
+		Anchor: &Anchor{Name: "the same chat completion, same run", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkMessagesVsChat", Unit: "chat-p50-ms"}},
+		Target: Target{MaxRatio: 1.1},
+	},
+	{
 		// What store true costs over store false is one durable etcd
 		// write; its floor is that write alone, in the same run, on an
 		// etcd as idle as the router's when a completion ends.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -212,6 +213,28 @@ func (e *FieldError) Error() string {
 // BadField is a 400 naming field.
 func BadField(field, format string, args ...any) *FieldError {
 	return &FieldError{Status: http.StatusBadRequest, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// reservedTools are the names of conch's own tools, which client tools may
+// not take.
+var reservedTools = map[string]bool{"shell": true, "exec": true, "process": true, "read_skill": true}
+
+var clientToolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// CheckClientTool checks the name of a client tool given at field, on
+// every API: 1-64 characters of [A-Za-z0-9_-], none of conch's own tools'
+// names, and not one already in seen, which it joins.
+func CheckClientTool(field, name string, seen map[string]bool) error {
+	switch {
+	case !clientToolName.MatchString(name):
+		return BadField(field, "must be 1-64 characters of [A-Za-z0-9_-], got %q", name)
+	case reservedTools[name]:
+		return BadField(field, "%q is reserved for conch's server tools", name)
+	case seen[name]:
+		return BadField(field, "%q is defined twice", name)
+	}
+	seen[name] = true
+	return nil
 }
 
 // Result is a completion's outcome.

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math"
 	"net/http"
-	"strconv"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/router/completion"
@@ -134,22 +131,11 @@ func (h *Handler) errorOf(ctx context.Context, err error, gateway string) apiErr
 
 // upstreamError maps an upstream's error answer. Most keep the upstream's
 // status, type and message, so a client sees a rate limit or a context too
-// long as it would from the upstream itself. A 401 or 403 does not: every
-// SDK reads those as the caller's own key being wrong, while here it is
-// the gateway's key, which the caller cannot fix by changing theirs.
+// long as it would from the upstream itself; the gateway's key refused is
+// a 502 (upstream.Error.CredentialsRefused).
 func upstreamError(ue *upstream.Error, gateway string) apiError {
-	if ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden {
-		prefix := ""
-		if gateway != "" {
-			prefix = "gateway " + gateway + ": "
-		}
-		return apiError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_auth_failed",
-			Message: fmt.Sprintf("%sthe upstream refused the gateway's credentials with %d %s: %s", prefix, ue.Status, http.StatusText(ue.Status), ue.Message)}
+	if ue.CredentialsRefused() {
+		return apiError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_auth_failed", Message: ue.CredentialsMessage(gateway)}
 	}
-	e := apiError{Status: ue.Status, Type: ue.Type, Code: ue.Code, Message: ue.Message}
-	if ue.RetryAfter > 0 {
-		// Whole seconds, rounded up: a client must not come back early.
-		e.RetryAfter = strconv.FormatInt(int64(math.Ceil(ue.RetryAfter.Seconds())), 10)
-	}
-	return e
+	return apiError{Status: ue.Status, Type: ue.Type, Code: ue.Code, Message: ue.Message, RetryAfter: ue.RetryAfterHeader()}
 }

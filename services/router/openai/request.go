@@ -4,19 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
-
-// reservedTools are the names of conch's own tools, which client function
-// tools may not take.
-var reservedTools = map[string]bool{"shell": true, "exec": true, "process": true, "read_skill": true}
-
-var functionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func badField(field, format string, args ...any) *completion.FieldError {
 	return completion.BadField(field, format, args...)
@@ -305,15 +298,9 @@ func parseToolList(raw json.RawMessage, req *completion.Request, nameSuffix stri
 			if err != nil {
 				return err
 			}
-			switch {
-			case !functionName.MatchString(fn.Name):
-				return badField(field+nameSuffix, "must be 1-64 characters of [A-Za-z0-9_-], got %q", fn.Name)
-			case reservedTools[fn.Name]:
-				return badField(field+nameSuffix, "%q is reserved for conch's server tools", fn.Name)
-			case seen[fn.Name]:
-				return badField(field+nameSuffix, "%q is defined twice", fn.Name)
+			if err := completion.CheckClientTool(field+nameSuffix, fn.Name, seen); err != nil {
+				return err
 			}
-			seen[fn.Name] = true
 			req.ClientTools = append(req.ClientTools, fn)
 		case "shell":
 			if req.Shell != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -101,6 +102,34 @@ type Error struct {
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("upstream: %d: %s", e.Status, e.Message)
+}
+
+// CredentialsRefused reports whether the upstream refused the gateway's
+// own key (401 or 403). The client is not told so with that status: every
+// SDK reads a 401 or 403 as the caller's key being wrong, which the caller
+// cannot fix by changing theirs. It gets a 502 and CredentialsMessage.
+func (e *Error) CredentialsRefused() bool {
+	return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+}
+
+// CredentialsMessage says the upstream of gateway ("" when unknown)
+// refused its credentials.
+func (e *Error) CredentialsMessage(gateway string) string {
+	prefix := ""
+	if gateway != "" {
+		prefix = "gateway " + gateway + ": "
+	}
+	return fmt.Sprintf("%sthe upstream refused the gateway's credentials with %d %s: %s", prefix, e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// RetryAfterHeader is the Retry-After a client is told, in whole seconds
+// rounded up (a client must not come back early); "" when the upstream
+// did not say.
+func (e *Error) RetryAfterHeader() string {
+	if e.RetryAfter <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10)
 }
 
 // retryable reports whether a failed call may be retried: connection errors

@@ -1,0 +1,152 @@
+// Package anthropic serves Anthropic's Messages API on the router
+// (docs/reference/anthropic-api.md): POST /v1/messages, streamed and not,
+// a front end over the completion core like the OpenAI APIs. Any
+// gateway's upstream answers it; Anthropic's code execution tool runs in
+// conch's sandbox, its calls shown as Anthropic shows its own, and the
+// client's tools pass through to the client.
+package anthropic
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/gateways"
+)
+
+// maxBody bounds a request body, as on the OpenAI APIs.
+const maxBody = 32 << 20
+
+// Handler serves /v1/messages.
+type Handler struct {
+	core   *completion.Service
+	logger *slog.Logger
+	mux    *http.ServeMux
+	// now is the clock of containers' expires_at.
+	now func() time.Time
+}
+
+// NewHandler returns the Messages API's handler over the completion
+// service. Requests must carry the caller's tenant scope (the router's
+// auth middleware sets it).
+func NewHandler(core *completion.Service, logger *slog.Logger) *Handler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	h := &Handler{core: core, logger: logger, mux: http.NewServeMux(), now: time.Now}
+	h.mux.HandleFunc("POST /v1/messages", h.messages)
+	h.mux.HandleFunc("POST /v1/messages/count_tokens", h.countTokens)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		newError(http.StatusNotFound, "unknown path "+r.Method+" "+r.URL.Path).write(w)
+	})
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// admit takes one of the router's completion slots and reads the caller's
+// scope and the request body. When it cannot, it has answered and ok is
+// false; else release gives the slot back.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (release func(), scope tenant.Scope, body []byte, ok bool) {
+	release, err := h.core.Admit()
+	if err != nil {
+		errorOf(r.Context(), h.logger, err, "").write(w)
+		return nil, scope, nil, false
+	}
+	if scope, ok = tenant.From(r.Context()); !ok {
+		release()
+		answerOf(errs.Public(errs.New(errs.Unauthenticated, "no account"))).write(w)
+		return nil, scope, nil, false
+	}
+	if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
+		release()
+		newError(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBody)).write(w)
+		return nil, scope, nil, false
+	}
+	return release, scope, body, true
+}
+
+func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
+	release, scope, body, ok := h.admit(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx := r.Context()
+	req, err := parseRequest(body)
+	if err != nil {
+		errorOf(ctx, h.logger, err, "").write(w)
+		return
+	}
+	g, err := h.core.Gateway(ctx, scope.Account, req.Model)
+	if err != nil {
+		errorOf(ctx, h.logger, err, "").write(w)
+		return
+	}
+	// The message's own container outlives it, for the gateway's session
+	// idle time, and a request naming it runs there again: Anthropic's
+	// containers live on between requests.
+	req.Keep = true
+	idle := gateways.SessionIdle(g)
+	id := "msg_" + randomHex(12)
+	if !req.Stream {
+		res, err := h.core.Run(ctx, scope, g, &req.Request, nil)
+		if err != nil {
+			errorOf(ctx, h.logger, err, g.GetName()).write(w)
+			return
+		}
+		defer res.End()
+		writeJSON(w, message(id, req.Model, res, containerOf(res, idle, h.now())))
+		return
+	}
+	s := newStream(w, id, req.Model)
+	res, err := h.core.Run(ctx, scope, g, &req.Request, s)
+	if err != nil {
+		e := errorOf(ctx, h.logger, err, g.GetName())
+		if !s.started {
+			e.write(w)
+			return
+		}
+		s.fail(e)
+		return
+	}
+	defer res.End()
+	s.finish(res, containerOf(res, idle, h.now()))
+}
+
+// countTokens answers that conch cannot count tokens: the completion core
+// has no way to ask an upstream, and an estimate would be a number the
+// client might trust.
+func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
+	newError(http.StatusNotImplemented, "conch does not count tokens: send the request to /v1/messages and read usage").write(w)
+}
+
+// writeJSON answers v, whole and at once: with its length, and flushed,
+// so that the client has all of it before the handler goes on (to end the
+// completion's sandbox, say).
+func writeJSON(w http.ResponseWriter, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+	_, _ = w.Write(b.Bytes())
+	_ = http.NewResponseController(w).Flush()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,100 @@
+package anthropic
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/conch-sh/conch/services/router/completion"
+)
+
+func TestParseRequestRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, field, msg string
+	}{
+		{"not an object", `[1]`, "", "not a JSON object"},
+		{"no model", `{"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "model", "is required"},
+		{"no max_tokens", `{"model":"g","messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "is required"},
+		{"no messages", `{"model":"g","max_tokens":10,"messages":[]}`, "messages", "must not be empty"},
+		{"wrong type", `{"model":"g","max_tokens":"10","messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "must be a number, got string"},
+		{"unknown field", `{"model":"g","max_tokens":10,"nope":1,"messages":[{"role":"user","content":"hi"}]}`, "nope", "unknown field"},
+		{"bad role", `{"model":"g","max_tokens":10,"messages":[{"role":"system","content":"hi"}]}`, "messages[0].role", "must be user or assistant"},
+		{"image", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, "messages[0].content[0].type", "not image blocks"},
+		{"tool_use from user", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]}]}`, "messages[0].content[0].type", "is not a content block"},
+		{"tool_result without id", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, "messages[0].content[0].tool_use_id", "is required"},
+		{"other server tool", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}}]}]}`, "messages[0].content[0].name", "bash_code_execution only"},
+		{"custom tool reserved", `{"model":"g","max_tokens":10,"tools":[{"name":"shell","input_schema":{}}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0].name", "reserved"},
+		{"custom tool twice", `{"model":"g","max_tokens":10,"tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}],"messages":[{"role":"user","content":"hi"}]}`, "tools[1].name", "defined twice"},
+		{"custom tool without schema", `{"model":"g","max_tokens":10,"tools":[{"name":"f"}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0].input_schema", "is required"},
+		{"old code execution", `{"model":"g","max_tokens":10,"tools":[{"type":"code_execution_20250522","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0].type", "Python only"},
+		{"code execution twice", `{"model":"g","max_tokens":10,"tools":[{"type":"code_execution_20250825","name":"code_execution"},{"type":"code_execution_20260120","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`, "tools[1]", "given twice"},
+		{"web search", `{"model":"g","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0].type", "does not serve"},
+		{"tool_choice", `{"model":"g","max_tokens":10,"tool_choice":{"type":"some"},"messages":[{"role":"user","content":"hi"}]}`, "tool_choice.type", "must be auto, any, tool or none"},
+		{"user id", `{"model":"g","max_tokens":10,"metadata":{"user_id":"a b"},"messages":[{"role":"user","content":"hi"}]}`, "metadata.user_id", "must be 1-128"},
+		{"skills", `{"model":"g","max_tokens":10,"container":{"skills":[{"type":"custom","skill_id":"s"}]},"messages":[{"role":"user","content":"hi"}]}`, "container.skills", "does not mount"},
+		{"system blocks", `{"model":"g","max_tokens":10,"system":[{"type":"image"}],"messages":[{"role":"user","content":"hi"}]}`, "system[0].type", "must be text"},
+		{"bash result", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"bash_code_execution_tool_result","tool_use_id":"s","content":{"type":"other"}}]}]}`, "messages[0].content[0].content.type", "must be bash_code_execution_result"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseRequest([]byte(tc.body))
+			fe, ok := err.(*completion.FieldError)
+			if !ok {
+				t.Fatalf("parseRequest: %v, want a field error", err)
+			}
+			if fe.Field != tc.field || !strings.Contains(fe.Msg, tc.msg) {
+				t.Errorf("error %q at %q, want %q at %q", fe.Msg, fe.Field, tc.msg, tc.field)
+			}
+		})
+	}
+}
+
+func TestParseRequestConversation(t *testing.T) {
+	body := `{"model":"g","max_tokens":100,"system":[{"type":"text","text":"be brief"}],
+	"metadata":{"user_id":"alice"},"container":"sbx-1","stop_sequences":["END"],
+	"tool_choice":{"type":"any","disable_parallel_tool_use":true},
+	"tools":[{"type":"code_execution_20250825","name":"code_execution"},{"name":"weather","description":"w","input_schema":{"type":"object"}},{"type":"bash_20250124","name":"bash"}],
+	"messages":[
+	 {"role":"user","content":"run ls"},
+	 {"role":"assistant","content":[{"type":"text","text":"Running."},
+	  {"type":"server_tool_use","id":"srv1","name":"bash_code_execution","input":{"command":"ls"}},
+	  {"type":"bash_code_execution_tool_result","tool_use_id":"srv1","content":{"type":"bash_code_execution_result","stdout":"a\n","stderr":"","return_code":0,"content":[]}},
+	  {"type":"thinking","thinking":"hm","signature":"x"},
+	  {"type":"tool_use","id":"tu1","name":"weather","input":{"city":"Lisbon"}}]},
+	 {"role":"user","content":[{"type":"tool_result","tool_use_id":"tu1","content":[{"type":"text","text":"sunny"}]},{"type":"text","text":"thanks"}]}
+	]}`
+	r, err := parseRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Model != "g" || r.User != "alice" || r.Container != "sbx-1" || r.CodeExecution != "code_execution_20250825" || r.Shell == nil {
+		t.Errorf("request %+v", r.Request)
+	}
+	if string(r.Extra["tool_choice"]) != `"required"` || string(r.Extra["parallel_tool_calls"]) != "false" || string(r.Extra["stop"]) != `["END"]` {
+		t.Errorf("extra %s %s %s", r.Extra["tool_choice"], r.Extra["parallel_tool_calls"], r.Extra["stop"])
+	}
+	if len(r.ClientTools) != 2 || r.ClientTools[1].Name != "bash" || !strings.Contains(string(r.ClientTools[1].Parameters), "restart") {
+		t.Errorf("client tools %+v", r.ClientTools)
+	}
+	var got []string
+	for _, m := range r.Messages {
+		s := m.Role + ":" + m.Content
+		for _, c := range m.ToolCalls {
+			s += " call " + c.Name + c.Arguments
+		}
+		if m.ToolCallID != "" {
+			s += " for " + m.ToolCallID
+		}
+		got = append(got, s)
+	}
+	want := []string{
+		"system:be brief",
+		"user:run ls",
+		`assistant:Running. call shell{"command":"ls"}`,
+		`tool:{"outcome":{"exit_code":0,"type":"exit"},"stderr":"","stdout":"a\n"} for srv1`,
+		`assistant: call weather{"city":"Lisbon"}`,
+		"tool:sunny for tu1",
+		"user:thanks",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("messages:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
