@@ -25,6 +25,11 @@ import (
 // nor conch login gives one.
 const DefaultServer = "http://127.0.0.1:8080"
 
+// DefaultDataDir is conch dev's data dir, where the client commands look
+// for its API key last, when neither --data-dir nor CONCH_DATA_DIR gives
+// one.
+const DefaultDataDir = "./.conch"
+
 // Options are the flags every client command takes.
 type Options struct {
 	Server  string
@@ -33,12 +38,13 @@ type Options struct {
 	Output  string
 }
 
-// AddFlags defines the common client flags on fs, with defaults from the
-// environment.
+// AddFlags defines the common client flags on fs. A flag the environment
+// may give defaults to "" and is resolved by NewClient, so that its
+// default, as help shows it, is the same in every environment.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Server, "server", "", "router URL (env CONCH_URL, else conch login's, else "+DefaultServer+")")
 	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
-	fs.StringVar(&o.DataDir, "data-dir", envOr("CONCH_DATA_DIR", "./.conch"), "data dir of conch dev, for its api-key file")
+	fs.StringVar(&o.DataDir, "data-dir", "", "data dir of conch dev, for its api-key file (env CONCH_DATA_DIR, else "+DefaultDataDir+")")
 	fs.StringVar(&o.Output, "o", "text", "output format: text or json")
 }
 
@@ -95,9 +101,13 @@ func NewClient(o *Options) (*Client, error) {
 		key = stored.APIKey
 	}
 	if key == "" {
-		b, err := os.ReadFile(filepath.Join(o.DataDir, "api-key"))
+		dataDir := o.DataDir
+		if dataDir == "" {
+			dataDir = envOr("CONCH_DATA_DIR", DefaultDataDir)
+		}
+		b, err := os.ReadFile(filepath.Join(dataDir, "api-key"))
 		if err != nil {
-			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY, run conch login (or run conch dev, which writes %s)", filepath.Join(o.DataDir, "api-key"))
+			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY, run conch login (or run conch dev, which writes %s)", filepath.Join(dataDir, "api-key"))
 		}
 		key = strings.TrimSpace(string(b))
 	}

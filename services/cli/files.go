@@ -43,7 +43,7 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("conch files", flag.ContinueOnError)
 	var o Options
 	o.AddFlags(fs)
-	user := fs.String("user", os.Getenv("CONCH_USER_ID"), "user whose workspace to use (env CONCH_USER_ID)")
+	user := fs.String("user", "", "user whose workspace to use (env CONCH_USER_ID)")
 	progress := fs.String("progress", "auto", "progress bar: auto (on a terminal), always or never")
 	recursive := fs.Bool("r", false, "rm: delete a directory with its content")
 	expires := fs.Duration("expires", time.Hour, "url: lifetime of the URL (at most 168h)")
@@ -60,6 +60,9 @@ func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rest = rest[1:]
 	if !slices.Contains(commandNames(filesUsage), sub) {
 		return UnknownCommand("conch files", sub, commandNames(filesUsage))
+	}
+	if *user == "" {
+		*user = os.Getenv("CONCH_USER_ID")
 	}
 	if *user == "" {
 		return Usagef("--user (or CONCH_USER_ID) is required: it names the workspace's user")

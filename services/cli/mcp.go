@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -49,11 +50,17 @@ func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs := flag.NewFlagSet("conch mcp", flag.ContinueOnError)
 	var o Options
 	o.AddFlags(fs)
-	gateway := fs.String("gateway", envOr("CONCH_GATEWAY", "default"), "gateway whose tools and settings govern the session (env CONCH_GATEWAY)")
-	user := fs.String("user", envOr("CONCH_USER", ""), "user whose persistent workspace the shell uses (env CONCH_USER)")
+	gateway := fs.String("gateway", "", "gateway whose tools and settings govern the session (env CONCH_GATEWAY, else default)")
+	user := fs.String("user", "", "user whose persistent workspace the shell uses (env CONCH_USER)")
 	pos, err := parseFlags(fs, fs.Name(), args)
 	if err != nil {
 		return err
+	}
+	if *gateway == "" {
+		*gateway = envOr("CONCH_GATEWAY", "default")
+	}
+	if *user == "" {
+		*user = os.Getenv("CONCH_USER")
 	}
 	if len(pos) > 0 {
 		return Usagef("conch mcp takes no arguments, got %q", pos)
