@@ -42,10 +42,18 @@ type Options struct {
 // may give defaults to "" and is resolved by NewClient, so that its
 // default, as help shows it, is the same in every environment.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Server, "server", "", "router URL (env CONCH_URL, else conch login's, else "+DefaultServer+")")
-	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
-	fs.StringVar(&o.DataDir, "data-dir", "", "data dir of conch dev, for its api-key file (env CONCH_DATA_DIR, else "+DefaultDataDir+")")
-	fs.StringVar(&o.Output, "o", "text", "output format: text or json")
+	fs.StringVar(&o.Server, "server", "", "router `URL` (env CONCH_URL, else conch login's, else "+DefaultServer+")")
+	fs.StringVar(&o.APIKey, "api-key", "", "API `KEY` (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
+	fs.StringVar(&o.DataDir, "data-dir", "", "data `DIR` of conch dev, for its api-key file (env CONCH_DATA_DIR, else "+DefaultDataDir+")")
+	fs.StringVar(&o.Output, "o", "text", "output `FORMAT`: text or json")
+}
+
+// newFlagSet is a flag set for the command named name, for its errors,
+// with the common flags bound to o.
+func (o *Options) newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	o.AddFlags(fs)
+	return fs
 }
 
 func envOr(k, def string) string {
