@@ -1,6 +1,7 @@
 // Package cli holds what conch's client commands share: finding the router
-// and the API key, calling the REST API, and printing results as text or
-// JSON (SPEC §9b). Each command group lives in its own file.
+// and the API key, calling the REST API (docs/reference/rest-api.md), and
+// printing results as text or JSON. Each command group lives in its own
+// file; their help makes the CLI reference, docs/reference/cli.md.
 package cli
 
 import (

@@ -68,7 +68,8 @@ type ExitError struct{ Code int }
 // Error says which code the command exited with.
 func (e *ExitError) Error() string { return fmt.Sprintf("command exited with code %d", e.Code) }
 
-// SandboxResult is the result of a command (SPEC §3).
+// SandboxResult is the result of a command, as the REST API returns it
+// (docs/reference/rest-api.md).
 type SandboxResult struct {
 	Stdout  string `json:"stdout"`
 	Stderr  string `json:"stderr"`
