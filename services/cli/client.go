@@ -45,7 +45,7 @@ type Options struct {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Server, "server", "", "router `URL` (env CONCH_URL, else conch login's, else "+DefaultServer+")")
 	fs.StringVar(&o.APIKey, "api-key", "", "API `KEY` (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
-	fs.StringVar(&o.DataDir, "data-dir", "", "data `DIR` of conch dev, for its api-key file (env CONCH_DATA_DIR, else "+DefaultDataDir+")")
+	fs.StringVar(&o.DataDir, "data-dir", "", "conch dev's data `DIR`, for its api-key file (env CONCH_DATA_DIR, else "+DefaultDataDir+")")
 	fs.StringVar(&o.Output, "o", "text", "output `FORMAT`: text or json")
 }
 

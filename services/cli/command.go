@@ -312,7 +312,7 @@ func (g *group) printHelp(w io.Writer, args []string) {
 	case isCommand:
 		fmt.Fprintf(w, "usage: %s %s\n", g.full(""), e.synopsis)
 		if e.doc != "" {
-			fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(e.doc[:1])+e.doc[1:])
+			fmt.Fprintf(w, "\n%s\n", strings.Join(wrap(strings.ToUpper(e.doc[:1])+e.doc[1:]+".", summaryWidth), "\n"))
 		}
 		if p := g.prose[name]; p != "" {
 			fmt.Fprintf(w, "\n%s", p)
@@ -387,8 +387,12 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	}
 }
 
-// flagUsageWidth is the widest a line of a flag's usage is written.
-const flagUsageWidth = 72
+// Lines of help made from usage texts are at most so wide: a flag's
+// usage, indented by 8, and a command's summary fit in 80 columns.
+const (
+	flagUsageWidth = 70
+	summaryWidth   = 78
+)
 
 // writeFlag writes f: its name and the placeholder of its value (the
 // usage's `QUOTED` word, else its type), then, below, its usage and its
@@ -402,19 +406,28 @@ func writeFlag(b *strings.Builder, f *flag.Flag) {
 	if d := defaultValue(f); d != "" {
 		usage += " (default " + d + ")"
 	}
-	if usage == "" {
-		b.WriteString("\n")
-		return
+	b.WriteString("\n")
+	for _, line := range wrap(usage, flagUsageWidth) {
+		b.WriteString("        " + line + "\n")
 	}
+}
+
+// wrap cuts text into lines of at most width bytes, between words; a word
+// longer than width stands alone on its line.
+func wrap(text string, width int) []string {
+	var lines []string
 	line := ""
-	for _, word := range strings.Fields(usage) {
-		if line != "" && len(line)+1+len(word) > flagUsageWidth {
-			b.WriteString("\n        " + line)
+	for _, word := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(word) > width {
+			lines = append(lines, line)
 			line = ""
 		}
 		line = strings.TrimPrefix(line+" "+word, " ")
 	}
-	b.WriteString("\n        " + line + "\n")
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // defaultValue is f's default as help shows it, quoted for a string; ""

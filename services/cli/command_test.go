@@ -39,7 +39,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"gateways", "create", "-h"}, "usage: conch gateways create NAME [flags]",
 			[]string{"Create a gateway.", "--provider PROVIDER", "docs/reference/gateways.md"}, []string{"rm NAME", "--replace"}},
 		{[]string{"gateways", "update", "prod", "--help"}, "usage: conch gateways update NAME [flags]",
-			[]string{"secrets included, is kept", "--replace"}, nil},
+			[]string{"the rest of the gateway", "--replace"}, nil},
 		{[]string{"gateways", "list", "--help"}, "usage: conch gateways list",
 			[]string{"List the account's gateways.", "Common flags:\n  --api-key KEY"}, []string{"--provider", "\nFlags:"}},
 		{[]string{"approvals", "allowlist", "add", "--help"}, "usage: conch approvals allowlist add AGENT PATTERN",
