@@ -43,7 +43,11 @@ type gatewaysFlags struct {
 func (f *gatewaysFlags) flagSet(cmd string) *flag.FlagSet {
 	fs := f.newFlagSet("conch gateways")
 	if cmd == "create" || cmd == "update" {
-		fs.StringVar(&f.file, "f", "", "read the gateway from JSON `FILE` (- for stdin), its fields as docs/reference/gateways.md describes them; update changes only the fields it holds")
+		file := "read the gateway from JSON `FILE` (- for stdin), its fields as docs/reference/gateways.md describes them"
+		if cmd == "update" {
+			file += "; only the fields it holds change"
+		}
+		fs.StringVar(&f.file, "f", "", file)
 		fs.StringVar(&f.provider, "provider", "", "upstream `PROVIDER`: openai, anthropic or scripted")
 		fs.StringVar(&f.model, "model", "", "upstream `MODEL`")
 		fs.StringVar(&f.baseURL, "base-url", "", "upstream base `URL`")
