@@ -24,8 +24,9 @@ type Command struct {
 	Name string
 	// Summary is its line in conch --help.
 	Summary string
-	Run     RunFunc
-	group   *group
+	// Run runs it.
+	Run   RunFunc
+	group *group
 }
 
 // Commands are conch's client commands, in the order conch --help lists
@@ -59,11 +60,12 @@ func Commands() []Command {
 
 // LookupCommand returns the client command named name.
 func LookupCommand(name string) (Command, bool) {
-	i := slices.IndexFunc(Commands(), func(c Command) bool { return c.Name == name })
-	if i < 0 {
-		return Command{}, false
+	for _, c := range Commands() {
+		if c.Name == name {
+			return c, true
+		}
 	}
-	return Commands()[i], true
+	return Command{}, false
 }
 
 // Subcommands are the command lines after c's name that have a help of
