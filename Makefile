@@ -121,10 +121,11 @@ images-test:
 	scripts/images-test.sh
 
 ## gen: regenerate gen/ (Go) and docs/reference/rest-api/ (OpenAPI) from
-## proto/, and docs/reference/configuration.md from the settings' tags
+## proto/, docs/reference/configuration.md from the settings' tags and
+## docs/reference/cli.md from the CLI's help
 gen:
 	$(GO) tool buf generate
-	$(GO) run ./services/cmd/docgen -o docs/reference/configuration.md
+	$(GO) run ./services/cmd/docgen -dir docs/reference
 
 ## lint: gofmt, go vet, buf lint, buf breaking and generated code up to date
 lint:

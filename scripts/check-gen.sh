@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when `make gen` would change gen/ or the generated references
-# (docs/reference/rest-api/, docs/reference/configuration.md): generates into a scratch dir and compares, without touching
-# the work tree.
+# (docs/reference/rest-api/, and what docgen writes:
+# docs/reference/configuration.md and cli.md): generates into a scratch
+# dir and compares, without touching the work tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -14,10 +15,14 @@ for dir in gen docs/reference/rest-api; do
 		exit 1
 	fi
 done
-go run ./services/cmd/docgen -o "$tmp/configuration.md"
-if ! cmp -s "$tmp/configuration.md" docs/reference/configuration.md; then
-	echo "docs/reference/configuration.md is stale: run 'make gen' and commit it" >&2
-	diff "$tmp/configuration.md" docs/reference/configuration.md | head -40 >&2 || true
-	exit 1
-fi
+mkdir "$tmp/docgen"
+go run ./services/cmd/docgen -dir "$tmp/docgen"
+for generated in "$tmp"/docgen/*; do
+	ref=docs/reference/$(basename "$generated")
+	if ! cmp -s "$generated" "$ref"; then
+		echo "$ref is stale: run 'make gen' and commit it" >&2
+		diff "$generated" "$ref" | head -40 >&2 || true
+		exit 1
+	fi
+done
 echo "generated code is current"

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -18,7 +17,7 @@ import (
 const approvalsUsage = `usage: conch approvals <command> [flags]
 
 Commands:
-  list [--state pending|allowed|denied|expired|all] [--agent NAME]
+  list [--state STATE] [--agent NAME]
                                  list approvals (default: pending)
   approve ID [--session|--always]
                                  allow a pending command once (or for its session, or always)
@@ -28,10 +27,48 @@ Commands:
   allowlist rm AGENT ID|PATTERN  remove an allowlist entry
   export [FILE]                  write the exec-approvals document (default: stdout)
   import FILE|-                  replace the exec-approvals document
-  replay [FILE|-] [--since 7d] [--until T] [--agent NAME] [--exec SETTINGS.json]
-                                 judge the audited commands again under a proposed document
+  replay [FILE|-] [flags]        judge the audited commands again under a proposed document
                                  (and/or gateway exec settings) and show what would change
 `
+
+var approvalsGroup = &group{
+	name:    "approvals",
+	summary: "list and answer exec approvals, edit allowlists, export/import the document",
+	usage:   approvalsUsage,
+	args: map[string]arity{
+		"approve": {1, 1}, "deny": {1, 1},
+		"allowlist list": {1, 1}, "allowlist add": {2, 2}, "allowlist rm": {2, 2},
+		"export": {0, 1}, "import": {1, 1}, "replay": {0, 1},
+	},
+	flags: func(cmd string) *flag.FlagSet { return new(approvalsFlags).flagSet(cmd) },
+}
+
+// approvalsFlags are the values of the flags of an approvals command.
+type approvalsFlags struct {
+	Options
+	state, agent, since, until, exec string
+	session, always                  bool
+}
+
+// flagSet is the flag set of approvals command cmd, bound to f: what the
+// command parses and what its help lists.
+func (f *approvalsFlags) flagSet(cmd string) *flag.FlagSet {
+	fs := f.newFlagSet("conch approvals")
+	switch cmd {
+	case "list":
+		fs.StringVar(&f.state, "state", "pending", "list the approvals in `STATE`: pending, allowed, denied, expired or all")
+		fs.StringVar(&f.agent, "agent", "", "list only the approvals of the agent (gateway) `NAME`")
+	case "approve":
+		fs.BoolVar(&f.session, "session", false, "allow for the rest of the approval's session: the same commands run again there without asking")
+		fs.BoolVar(&f.always, "always", false, "allow always: the command's binaries are added to the agent's allowlist")
+	case "replay":
+		fs.StringVar(&f.since, "since", "7d", "oldest command judged again: a duration back from now (7d, 12h) or an RFC 3339 `TIME`")
+		fs.StringVar(&f.until, "until", "", "newest command judged again: a `TIME` as --since takes (default: now)")
+		fs.StringVar(&f.agent, "agent", "", "judge only the commands of the gateway `NAME`")
+		fs.StringVar(&f.exec, "exec", "", "judge under the proposed gateway exec settings of the JSON `FILE` too")
+	}
+	return fs
+}
 
 // apiApproval is an approval as the REST API returns it.
 type apiApproval struct {
@@ -60,73 +97,34 @@ type apiEntry struct {
 
 // Approvals runs `conch approvals …`.
 func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		printHelp(stdout, "conch approvals", approvalsUsage, args)
-		return nil
-	}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, approvalsUsage)
-		return ErrUsage
-	}
-	cmd, args := args[0], args[1:]
-	if !slices.Contains(commandNames(approvalsUsage), cmd) {
-		return UnknownCommand("conch approvals", cmd, commandNames(approvalsUsage))
-	}
-	if cmd == "allowlist" && len(args) > 0 {
-		if sub := args[0]; !slices.Contains([]string{"list", "add", "rm"}, sub) {
-			return UnknownCommand("conch approvals allowlist", sub, []string{"list", "add", "rm"})
-		}
-		cmd, args = "allowlist "+args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("conch approvals "+cmd, flag.ContinueOnError)
-	var o Options
-	o.AddFlags(fs)
-	state := fs.String("state", "pending", "list: state to show, or all")
-	agent := fs.String("agent", "", "list: only this agent")
-	always := fs.Bool("always", false, "approve: allow always (adds the binaries to the allowlist)")
-	since := fs.String("since", "7d", "replay: oldest command, a duration back (7d, 12h) or RFC 3339")
-	until := fs.String("until", "", "replay: newest command (default: now)")
-	execFile := fs.String("exec", "", "replay: proposed gateway exec settings, a JSON file")
-	session := fs.Bool("session", false, "approve: allow for the rest of the approval's session (the same commands run again there without asking)")
-	// Flags may come before or after the positional arguments.
-	pos, err := parseFlags(fs, fs.Name(), args)
+	var f approvalsFlags
+	cmd, pos, err := approvalsGroup.parse(stdout, args, f.flagSet)
 	if err != nil {
 		return err
 	}
-	need := func(n int, what string) error {
-		if len(pos) != n {
-			return Usagef("conch approvals %s %s", cmd, what)
-		}
-		return nil
-	}
-	c, err := NewClient(&o)
+	o := &f.Options
+	c, err := NewClient(o)
 	if err != nil {
 		return err
 	}
 	switch cmd {
 	case "replay":
-		if len(pos) > 1 || len(pos) == 0 && *execFile == "" {
-			return Usagef("conch approvals replay [FILE|-] [--since 7d] [--agent A] [--exec SETTINGS.json]: give a document, settings or both")
+		if len(pos) == 0 && f.exec == "" {
+			return &UsageError{Cmd: "conch approvals replay", Msg: "give a document FILE, --exec FILE or both (see 'conch approvals replay --help')"}
 		}
-		return replayPolicy(ctx, c, &o, pos, replayFlags{since: *since, until: *until, agent: *agent, exec: *execFile}, stdout)
+		return replayPolicy(ctx, c, o, pos, replayFlags{since: f.since, until: f.until, agent: f.agent, exec: f.exec}, stdout)
 	case "list":
-		if err := need(0, "[--state S] [--agent A]"); err != nil {
-			return err
-		}
-		return listApprovals(ctx, c, &o, *state, *agent, stdout)
+		return listApprovals(ctx, c, o, f.state, f.agent, stdout)
 	case "approve", "deny":
-		if err := need(1, "ID"); err != nil {
-			return err
-		}
 		decision := "deny"
 		if cmd == "approve" {
 			decision = "allow-once"
 			switch {
-			case *always && *session:
-				return Usagef("--always and --session are two different answers; give one")
-			case *always:
+			case f.always && f.session:
+				return &UsageError{Cmd: "conch approvals approve", Msg: "--always and --session are two different answers; give one"}
+			case f.always:
 				decision = "allow-always"
-			case *session:
+			case f.session:
 				decision = "allow-session"
 			}
 		}
@@ -140,9 +138,6 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "approval %s: %s (%s)\n", display.Escape(a.ID), a.State, a.Decision)
 		return nil
 	case "allowlist list":
-		if err := need(1, "AGENT"); err != nil {
-			return err
-		}
 		var out struct {
 			Entries []apiEntry `json:"entries"`
 		}
@@ -159,9 +154,6 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return tw.Flush()
 	case "allowlist add":
-		if err := need(2, "AGENT PATTERN"); err != nil {
-			return err
-		}
 		var e apiEntry
 		if err := c.JSON(ctx, "POST", "/api/v1/exec-approvals/agents/"+url.PathEscape(pos[0])+"/allowlist", map[string]string{"pattern": pos[1]}, &e); err != nil {
 			return err
@@ -172,18 +164,12 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "added %s (%s)\n", display.Escape(e.Pattern), e.ID)
 		return nil
 	case "allowlist rm":
-		if err := need(2, "AGENT ID|PATTERN"); err != nil {
-			return err
-		}
 		if err := c.JSON(ctx, "DELETE", "/api/v1/exec-approvals/agents/"+url.PathEscape(pos[0])+"/allowlist/"+url.PathEscape(pos[1]), nil, nil); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "removed %s\n", pos[1])
 		return nil
 	case "export":
-		if len(pos) > 1 {
-			return Usagef("conch approvals export [FILE]")
-		}
 		req, err := c.Request(ctx, "GET", "/api/v1/exec-approvals", nil)
 		if err != nil {
 			return err
@@ -203,9 +189,6 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		_, err = stdout.Write(b)
 		return err
 	case "import":
-		if err := need(1, "FILE|-"); err != nil {
-			return err
-		}
 		var b []byte
 		if pos[0] == "-" {
 			b, err = io.ReadAll(io.LimitReader(os.Stdin, 2<<20))
@@ -228,7 +211,7 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stdout, "imported the exec-approvals document")
 		return nil
 	}
-	return UnknownCommand("conch approvals", cmd, commandNames(approvalsUsage))
+	return UnknownCommand("conch approvals", cmd, approvalsGroup.next(""))
 }
 
 func listApprovals(ctx context.Context, c *Client, o *Options, state, agent string, stdout io.Writer) error {

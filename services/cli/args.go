@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strings"
 )
@@ -191,63 +190,4 @@ func usageEntries(usage string) []usageEntry {
 		entries = append(entries, usageEntry{name: strings.Join(name, " "), synopsis: synopsis, doc: doc})
 	}
 	return entries
-}
-
-// commandNames are the first words of the commands of a group's usage,
-// for the suggestion of a mistyped one.
-func commandNames(usage string) []string {
-	var names []string
-	for _, e := range usageEntries(usage) {
-		if n, _, _ := strings.Cut(e.name, " "); n != "" && !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	return names
-}
-
-// printHelp writes the help of group ("conch gateways") for the command
-// line args that asked for it: the entry of the command it names, with the
-// notes of the usage that concern it, else the whole usage.
-func printHelp(w io.Writer, group, usage string, args []string) {
-	var words []string
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if !strings.HasPrefix(a, "-") && a != "help" {
-			words = append(words, a)
-		}
-	}
-	line := " " + strings.Join(words, " ") + " "
-	var found *usageEntry
-	for _, e := range usageEntries(usage) {
-		if e.name != "" && strings.Contains(line, " "+e.name+" ") && (found == nil || len(e.name) > len(found.name)) {
-			found = &e
-		}
-	}
-	if found == nil {
-		fmt.Fprint(w, usage)
-		return
-	}
-	fmt.Fprintf(w, "usage: %s %s\n", group, found.synopsis)
-	if found.doc != "" {
-		fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(found.doc[:1])+found.doc[1:])
-	}
-	// The paragraphs after the commands: flags of some commands ("Flags
-	// of create and update:") only for those, other notes for all.
-	_, rest, _ := strings.Cut(usage, "Commands")
-	paragraphs := strings.Split(rest, "\n\n")
-	cmd := strings.Fields(found.name)[0]
-	for _, p := range paragraphs[1:] {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		first, _, _ := strings.Cut(p, "\n")
-		if of, ok := strings.CutPrefix(first, "Flags of "); ok && !slices.Contains(strings.FieldsFunc(of, func(r rune) bool { return r == ' ' || r == ',' || r == ':' }), cmd) {
-			continue
-		}
-		fmt.Fprintf(w, "\n%s\n", p)
-	}
-	fmt.Fprintf(w, "\nRun '%s --help' for all its commands.\n", group)
 }

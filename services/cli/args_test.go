@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"flag"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -114,72 +113,6 @@ func TestUnknownCommand(t *testing.T) {
 		err := UnknownCommand("conch sandbox", tc.word, []string{"create", "exec", "list", "rm"})
 		if err.Error() != tc.want || !errors.Is(err, ErrUsage) {
 			t.Errorf("UnknownCommand(%q) = %v, want usage error %q", tc.word, err, tc.want)
-		}
-	}
-}
-
-// Each command of a group has its own help, cut from the group's usage.
-func TestPrintHelp(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		group, usage string
-		args         []string
-		wantFirst    string
-		want, absent []string
-	}{
-		{"conch gateways", gatewaysUsage, []string{"create", "-h"}, "usage: conch gateways create NAME [flags]",
-			[]string{"Create a gateway.", "--provider P"}, []string{"rm NAME"}},
-		{"conch gateways", gatewaysUsage, []string{"list", "--help"}, "usage: conch gateways list",
-			[]string{"List the account's gateways."}, []string{"--provider"}},
-		{"conch approvals", approvalsUsage, []string{"allowlist", "add", "--help"}, "usage: conch approvals allowlist add AGENT PATTERN",
-			[]string{"Add a glob"}, []string{"allowlist rm"}},
-		{"conch approvals", approvalsUsage, []string{"approve", "-h"}, "usage: conch approvals approve ID [--session|--always]",
-			[]string{"Allow a pending command once"}, nil},
-		{"conch audit", auditUsage, []string{"verify", "--help"}, "usage: conch audit verify",
-			[]string{"hash chains"}, []string{"--since"}},
-		{"conch files", filesUsage, []string{"--user", "u", "rm", "-h"}, "usage: conch files rm [-r] <path>",
-			[]string{"Common flags"}, []string{"mkdir"}},
-		{"conch nodes", nodesUsage, []string{"--help"}, "usage: conch nodes <command> [flags]",
-			[]string{"create NAME", "rm NAME"}, nil},
-		{"conch nodes", nodesUsage, []string{"help"}, "usage: conch nodes <command> [flags]", nil, nil},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			t.Parallel()
-			var b strings.Builder
-			printHelp(&b, tc.group, tc.usage, tc.args)
-			got := b.String()
-			if first, _, _ := strings.Cut(got, "\n"); first != tc.wantFirst {
-				t.Errorf("first line %q, want %q\n%s", first, tc.wantFirst, got)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("help lacks %q:\n%s", w, got)
-				}
-			}
-			for _, w := range tc.absent {
-				if strings.Contains(got, w) {
-					t.Errorf("help holds %q:\n%s", w, got)
-				}
-			}
-		})
-	}
-}
-
-func TestCommandNames(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		usage string
-		want  []string
-	}{
-		{gatewaysUsage, []string{"list", "get", "create", "update", "rm"}},
-		{approvalsUsage, []string{"list", "approve", "deny", "allowlist", "export", "import", "replay"}},
-		{auditUsage, []string{"list", "verify"}},
-		{filesUsage, []string{"ls", "get", "put", "rm", "mkdir", "url"}},
-		{nodesUsage, []string{"list", "create", "rm"}},
-		{sandboxUsage, []string{"create", "exec", "list", "rm"}},
-	} {
-		if diff := cmp.Diff(tc.want, commandNames(tc.usage)); diff != "" {
-			t.Errorf("commandNames (-want +got):\n%s", diff)
 		}
 	}
 }

@@ -16,25 +16,52 @@ import (
 )
 
 const auditUsage = `usage: conch audit [list] [flags]
-       conch audit verify [--account ID]
+       conch audit verify [flags]
 
 Commands:
-  list (default)   show the newest records (--limit), oldest first, as a
-                   log reads; --follow prints newer ones below
-  verify           check the hash chains of the stored records and name the
+  list [flags]     show the newest records (--limit), oldest first, as a
+                   log reads; --follow prints newer ones below. The
+                   command run when none is named
+  verify [flags]   check the hash chains of the stored records and name the
                    first removed, reordered or edited one
-
-Flags of list:
-  --since T        oldest record: a duration back from now (30m, 12h, 7d) or RFC 3339
-  --until T        newest record, as --since
-  --gateway NAME   only this gateway's records
-  --user ID        only this user's records
-  --decision D     allow, ask, deny, allow-once, allow-always, …
-  --q TEXT         a substring of the command or reason, an approval id, who answered
-  --limit N        records to show (default 50)
-  --follow         keep printing new records
-  --account ID     admin key: one account only
 `
+
+var auditGroup = &group{
+	name:     "audit",
+	summary:  "show the audit trail (who ran what, who allowed it), verify its hash chains",
+	usage:    auditUsage,
+	fallback: "list",
+	flags:    func(cmd string) *flag.FlagSet { return new(auditFlags).flagSet(cmd) },
+}
+
+// auditFlags are the values of the flags of an audit command.
+type auditFlags struct {
+	Options
+	since, until, gateway, user, decision, q, account string
+	limit                                             int
+	follow                                            bool
+}
+
+// flagSet is the flag set of audit command cmd, bound to f: what the
+// command parses and what its help lists.
+func (f *auditFlags) flagSet(cmd string) *flag.FlagSet {
+	fs := f.newFlagSet("conch audit")
+	switch cmd {
+	case "list":
+		fs.StringVar(&f.since, "since", "", "oldest record: a duration back from now (30m, 12h, 7d) or an RFC 3339 `TIME`")
+		fs.StringVar(&f.until, "until", "", "newest record: a `TIME` as --since takes")
+		fs.StringVar(&f.gateway, "gateway", "", "only the records of the gateway `NAME`")
+		fs.StringVar(&f.user, "user", "", "only the records of the user `ID`")
+		fs.StringVar(&f.decision, "decision", "", "only the records of `DECISION`: allow, ask, deny, allow-once, allow-always, …")
+		fs.StringVar(&f.q, "q", "", "only the records that match `TEXT`: a substring of the command or reason, an approval id, who answered")
+		fs.IntVar(&f.limit, "limit", 50, "show the `N` newest records, 1 to 1000")
+		fs.BoolVar(&f.follow, "follow", false, "keep printing new records as they come")
+		fs.StringVar(&f.account, "account", "", "admin key: only the records of the account `ID`")
+	case "verify":
+		fs.StringVar(&f.account, "account", "", "admin key: verify only the records of the account `ID`")
+	}
+	return fs
+}
 
 // apiAuditRecord is an audit record as the REST API returns it.
 type apiAuditRecord struct {
@@ -67,43 +94,22 @@ type apiAuditRecord struct {
 
 // Audit runs `conch audit …`.
 func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		printHelp(stdout, "conch audit", auditUsage, args)
-		return nil
-	}
-	cmd := "list"
-	if len(args) > 0 && (args[0] == "list" || args[0] == "verify") {
-		cmd, args = args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("conch audit "+cmd, flag.ContinueOnError)
-	var o Options
-	o.AddFlags(fs)
-	since := fs.String("since", "", "oldest record")
-	until := fs.String("until", "", "newest record")
-	gateway := fs.String("gateway", "", "only this gateway")
-	user := fs.String("user", "", "only this user")
-	decision := fs.String("decision", "", "only this decision")
-	q := fs.String("q", "", "search text")
-	limit := fs.Int("limit", 50, "records to show")
-	follow := fs.Bool("follow", false, "keep printing new records")
-	account := fs.String("account", "", "admin key: one account")
-	pos, err := parseFlags(fs, fs.Name(), args)
+	var f auditFlags
+	cmd, _, err := auditGroup.parse(stdout, args, f.flagSet)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 0 {
-		return Usagef("conch audit %s takes no arguments", cmd)
-	}
-	c, err := NewClient(&o)
+	o := &f.Options
+	c, err := NewClient(o)
 	if err != nil {
 		return err
 	}
 	if cmd == "verify" {
-		return verifyAudit(ctx, c, &o, *account, stdout)
+		return verifyAudit(ctx, c, o, f.account, stdout)
 	}
 	query := url.Values{}
 	now := time.Now()
-	for name, v := range map[string]string{"since": *since, "until": *until} {
+	for name, v := range map[string]string{"since": f.since, "until": f.until} {
 		if v == "" {
 			continue
 		}
@@ -113,15 +119,15 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		query.Set(name, t.UTC().Format(time.RFC3339Nano))
 	}
-	for name, v := range map[string]string{"gateway": *gateway, "user": *user, "decision": *decision, "q": *q, "account": *account} {
+	for name, v := range map[string]string{"gateway": f.gateway, "user": f.user, "decision": f.decision, "q": f.q, "account": f.account} {
 		if v != "" {
 			query.Set(name, v)
 		}
 	}
-	if *limit < 1 || *limit > 1000 {
+	if f.limit < 1 || f.limit > 1000 {
 		return Usagef("--limit: between 1 and 1000")
 	}
-	query.Set("page_size", strconv.Itoa(*limit))
+	query.Set("page_size", strconv.Itoa(f.limit))
 	var page struct {
 		Records []apiAuditRecord `json:"records"`
 	}
@@ -133,7 +139,7 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i, j := 0, len(recs)-1; i < j; i, j = i+1, j-1 {
 		recs[i], recs[j] = recs[j], recs[i]
 	}
-	if err := printAudit(stdout, &o, recs, true, *follow); err != nil || !*follow {
+	if err := printAudit(stdout, o, recs, true, f.follow); err != nil || !f.follow {
 		return err
 	}
 	seen := map[string]bool{}
@@ -170,7 +176,7 @@ func Audit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		if err := printAudit(stdout, &o, fresh, false, true); err != nil {
+		if err := printAudit(stdout, o, fresh, false, true); err != nil {
 			return err
 		}
 	}

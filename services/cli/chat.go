@@ -30,73 +30,78 @@ working directory) persists between turns. Ctrl-C cancels the turn or
 command under way and gives the prompt back; Ctrl-C twice at the prompt
 (exit code 130), Ctrl-D or /quit leave.
 
-Flags:
-  --model NAME     gateway to talk to (default "default")
-  --user ID        end user, for a persistent workspace
-  --session ID     session id (default: a new one)
-  --shell          ask for the shell tool even if the gateway does not add it
-  -m TEXT          send one message, print the answer and exit
-  -o json          print each turn's answer as the chat.completion object of
-                   the API (choices, usage, conch.server_tool_calls), one per
-                   turn, instead of streaming it; prompts go to stderr, and
-                   approvals are not asked inline (answer them with
-                   conch approvals)
+With -o json, each turn's answer is printed as the chat.completion object
+of the API (choices, usage, conch.server_tool_calls), one per turn,
+instead of streaming it; prompts go to stderr, and approvals are not asked
+inline (answer them with conch approvals).
 
 conch chat offers the model no client tools. When the model still ends its
 turn on a call to one (finish_reason "tool_calls"), each call is shown as
   [client tool call NAME ARGUMENTS not run: conch chat has no client tools]
 `
 
+var chatGroup = &group{
+	name:    "chat",
+	summary: "chat with a gateway in the terminal, commands and approvals shown as they happen",
+	usage:   chatUsage,
+	flags:   func(string) *flag.FlagSet { return new(chatFlags).flagSet("") },
+}
+
+// chatFlags are the values of conch chat's flags.
+type chatFlags struct {
+	Options
+	model, user, session, message string
+	shell                         bool
+}
+
+// flagSet is conch chat's flag set, bound to f: what the command parses
+// and what its help lists. A command alone, it has no commands to tell
+// apart.
+func (f *chatFlags) flagSet(string) *flag.FlagSet {
+	fs := f.newFlagSet("conch chat")
+	fs.StringVar(&f.model, "model", "default", "the `GATEWAY` to talk to")
+	fs.StringVar(&f.user, "user", "", "the end `USER`, for a persistent workspace")
+	fs.StringVar(&f.session, "session", "", "session `ID` to go on with (default: a new one, which ends with the chat)")
+	fs.BoolVar(&f.shell, "shell", false, "ask for the shell tool even if the gateway does not add it")
+	fs.StringVar(&f.message, "m", "", "send `TEXT` as the one message, print the answer and exit")
+	return fs
+}
+
 // Chat runs `conch chat`.
 func Chat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		fmt.Fprint(stdout, chatUsage)
-		return nil
-	}
-	fs := flag.NewFlagSet("conch chat", flag.ContinueOnError)
-	var opts Options
-	opts.AddFlags(fs)
-	model := fs.String("model", "default", "gateway")
-	user := fs.String("user", "", "end user")
-	session := fs.String("session", "", "session id")
-	shell := fs.Bool("shell", false, "ask for the shell tool")
-	message := fs.String("m", "", "one message")
-	pos, err := parseFlags(fs, fs.Name(), args)
-	if err != nil {
+	var f chatFlags
+	if _, _, err := chatGroup.parse(stdout, args, f.flagSet); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return &UsageError{Cmd: "conch chat", Msg: fmt.Sprintf("unexpected arguments %q (see 'conch chat --help')", pos)}
-	}
-	c, err := NewClient(&opts)
+	c, err := NewClient(&f.Options)
 	if err != nil {
 		return err
 	}
 	// With -o json, stdout carries only the answers' JSON; what is said
 	// to the person at the terminal goes to stderr.
 	info := stdout
-	if opts.JSON() {
+	if f.JSON() {
 		info = stderr
 	}
-	if *session == "" {
+	if f.session == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
-		*session = "chat-" + hex.EncodeToString(b)
+		f.session = "chat-" + hex.EncodeToString(b)
 		// A session this chat made up ends with it: nobody can come back
 		// to it, so its sandbox would only wait out its idle timeout.
-		defer endSession(context.WithoutCancel(ctx), c, *session, info)
+		defer endSession(context.WithoutCancel(ctx), c, f.session, info)
 	}
-	c.Header.Set("X-Conch-Session-Id", *session)
+	c.Header.Set("X-Conch-Session-Id", f.session)
 	// Ctrl-C belongs to the turn under way, not to the process: conch's
-	// main leaves SIGINT to chat (see chatSignals there).
+	// main leaves SIGINT to chat (see stopSignals there).
 	interrupts := make(chan os.Signal, 1)
 	signal.Notify(interrupts, os.Interrupt)
 	defer signal.Stop(interrupts)
-	ch := &chat{c: c, in: readLines(stdin), out: stdout, json: opts.JSON(), model: *model, user: *user, shell: *shell, interrupts: interrupts}
-	if *message != "" {
-		return ch.interruptibleTurn(ctx, *message)
+	ch := &chat{c: c, in: readLines(stdin), out: stdout, json: f.JSON(), model: f.model, user: f.user, shell: f.shell, interrupts: interrupts}
+	if f.message != "" {
+		return ch.interruptibleTurn(ctx, f.message)
 	}
-	fmt.Fprintf(info, "conch chat with %q (session %s). /quit or Ctrl-D to leave.\n", *model, *session)
+	fmt.Fprintf(info, "conch chat with %q (session %s). /quit or Ctrl-D to leave.\n", f.model, f.session)
 	// armed is set by a Ctrl-C at the prompt: a second one leaves.
 	armed := false
 	for {

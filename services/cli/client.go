@@ -1,6 +1,7 @@
 // Package cli holds what conch's client commands share: finding the router
-// and the API key, calling the REST API, and printing results as text or
-// JSON (SPEC §9b). Each command group lives in its own file.
+// and the API key, calling the REST API (docs/reference/rest-api.md), and
+// printing results as text or JSON. Each command group lives in its own
+// file; their help makes the CLI reference, docs/reference/cli.md.
 package cli
 
 import (
@@ -25,6 +26,11 @@ import (
 // nor conch login gives one.
 const DefaultServer = "http://127.0.0.1:8080"
 
+// DefaultDataDir is conch dev's data dir, where the client commands look
+// for its API key last, when neither --data-dir nor CONCH_DATA_DIR gives
+// one.
+const DefaultDataDir = "./.conch"
+
 // Options are the flags every client command takes.
 type Options struct {
 	Server  string
@@ -33,13 +39,22 @@ type Options struct {
 	Output  string
 }
 
-// AddFlags defines the common client flags on fs, with defaults from the
-// environment.
+// AddFlags defines the common client flags on fs. A flag the environment
+// may give defaults to "" and is resolved by NewClient, so that its
+// default, as help shows it, is the same in every environment.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Server, "server", "", "router URL (env CONCH_URL, else conch login's, else "+DefaultServer+")")
-	fs.StringVar(&o.APIKey, "api-key", "", "API key (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
-	fs.StringVar(&o.DataDir, "data-dir", envOr("CONCH_DATA_DIR", "./.conch"), "data dir of conch dev, for its api-key file")
-	fs.StringVar(&o.Output, "o", "text", "output format: text or json")
+	fs.StringVar(&o.Server, "server", "", "router `URL` (env CONCH_URL, else conch login's, else "+DefaultServer+")")
+	fs.StringVar(&o.APIKey, "api-key", "", "API `KEY` (env CONCH_API_KEY, else conch login's, else <data-dir>/api-key)")
+	fs.StringVar(&o.DataDir, "data-dir", "", "conch dev's data `DIR`, for its api-key file (env CONCH_DATA_DIR, else "+DefaultDataDir+")")
+	fs.StringVar(&o.Output, "o", "text", "output `FORMAT`: text or json")
+}
+
+// newFlagSet is a flag set for the command named name, for its errors,
+// with the common flags bound to o.
+func (o *Options) newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	o.AddFlags(fs)
+	return fs
 }
 
 func envOr(k, def string) string {
@@ -95,9 +110,13 @@ func NewClient(o *Options) (*Client, error) {
 		key = stored.APIKey
 	}
 	if key == "" {
-		b, err := os.ReadFile(filepath.Join(o.DataDir, "api-key"))
+		dataDir := o.DataDir
+		if dataDir == "" {
+			dataDir = envOr("CONCH_DATA_DIR", DefaultDataDir)
+		}
+		b, err := os.ReadFile(filepath.Join(dataDir, "api-key"))
 		if err != nil {
-			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY, run conch login (or run conch dev, which writes %s)", filepath.Join(o.DataDir, "api-key"))
+			return nil, fmt.Errorf("no API key: set --api-key or CONCH_API_KEY, run conch login (or run conch dev, which writes %s)", filepath.Join(dataDir, "api-key"))
 		}
 		key = strings.TrimSpace(string(b))
 	}

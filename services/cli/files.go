@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,102 +23,92 @@ import (
 const filesUsage = `usage: conch files <command> [flags] <args>
 
 Commands (the workspace of --user, or CONCH_USER_ID):
-  ls [path]                 list a directory (default /)
-  get <path> [local]        download a file (local "-" is stdout)
-  put <local> <path>        upload a file (local "-" is stdin; 100 MiB at most)
-  rm [-r] <path>            delete a file, or a directory with -r
-  mkdir <path>              create a directory and its parents
-  url [-expires 1h] <path>  make a temporary public URL of a file
-
-Common flags: --server, --api-key, --data-dir, -o text|json, --user, --progress auto|always|never
+  ls [path]                   list a directory (default /)
+  get <path> [local]          download a file (local "-" is stdout)
+  put <local> <path>          upload a file (local "-" is stdin; 100 MiB at most)
+  rm [-r] <path>              delete a file, or a directory with -r
+  mkdir <path>                create a directory and its parents
+  url [--expires D] <path>    make a temporary public URL of a file
 `
+
+var filesGroup = &group{
+	name:    "files",
+	summary: "list, download, upload and share workspace files",
+	usage:   filesUsage,
+	args: map[string]arity{
+		"ls": {0, 1}, "get": {1, 2}, "put": {2, 2}, "rm": {1, 1}, "mkdir": {1, 1}, "url": {1, 1},
+	},
+	flags: func(cmd string) *flag.FlagSet { return new(filesFlags).flagSet(cmd) },
+}
+
+// filesFlags are the values of the flags of a files command.
+type filesFlags struct {
+	Options
+	user, progress string
+	recursive      bool
+	expires        time.Duration
+}
+
+// flagSet is the flag set of files command cmd, bound to f: what the
+// command parses and what its help lists.
+func (f *filesFlags) flagSet(cmd string) *flag.FlagSet {
+	fs := f.newFlagSet("conch files")
+	fs.StringVar(&f.user, "user", "", "the `USER` whose workspace to use (env CONCH_USER_ID); required")
+	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr, `WHEN`: auto (on a terminal), always or never")
+	switch cmd {
+	case "rm":
+		fs.BoolVar(&f.recursive, "r", false, "delete a directory with its content")
+	case "url":
+		fs.DurationVar(&f.expires, "expires", time.Hour, "lifetime of the URL, at most 168h")
+	}
+	return fs
+}
 
 // Files runs `conch files …`.
 func Files(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		printHelp(stdout, "conch files", filesUsage, args)
-		return nil
-	}
-	fs := flag.NewFlagSet("conch files", flag.ContinueOnError)
-	var o Options
-	o.AddFlags(fs)
-	user := fs.String("user", os.Getenv("CONCH_USER_ID"), "user whose workspace to use (env CONCH_USER_ID)")
-	progress := fs.String("progress", "auto", "progress bar: auto (on a terminal), always or never")
-	recursive := fs.Bool("r", false, "rm: delete a directory with its content")
-	expires := fs.Duration("expires", time.Hour, "url: lifetime of the URL (at most 168h)")
-	// Flags may stand anywhere: conch files -o json ls, conch files ls /d -o json.
-	rest, err := parseFlags(fs, fs.Name(), args)
+	var f filesFlags
+	sub, rest, err := filesGroup.parse(stdout, args, f.flagSet)
 	if err != nil {
 		return err
 	}
-	if len(rest) == 0 {
-		fmt.Fprint(stderr, filesUsage)
-		return ErrUsage
+	if f.user == "" {
+		f.user = os.Getenv("CONCH_USER_ID")
 	}
-	sub := rest[0]
-	rest = rest[1:]
-	if !slices.Contains(commandNames(filesUsage), sub) {
-		return UnknownCommand("conch files", sub, commandNames(filesUsage))
-	}
-	if *user == "" {
+	if f.user == "" {
 		return Usagef("--user (or CONCH_USER_ID) is required: it names the workspace's user")
 	}
-	if *progress != "auto" && *progress != "always" && *progress != "never" {
-		return Usagef("--progress: want auto, always or never, got %q", *progress)
+	if f.progress != "auto" && f.progress != "always" && f.progress != "never" {
+		return Usagef("--progress: want auto, always or never, got %q", f.progress)
 	}
-	c, err := NewClient(&o)
+	c, err := NewClient(&f.Options)
 	if err != nil {
 		return Usagef("%v", err)
 	}
-	c.Header.Set("X-Shell-User-Id", *user)
-	fc := &filesCmd{c: c, o: &o, stdout: stdout, stderr: stderr, progress: showProgress(*progress, stderr)}
-	need := func(min, max int) error {
-		if len(rest) < min || len(rest) > max {
-			return Usagef("conch files %s: wrong number of arguments\n\n%s", sub, filesUsage)
-		}
-		return nil
-	}
+	c.Header.Set("X-Shell-User-Id", f.user)
+	fc := &filesCmd{c: c, o: &f.Options, stdout: stdout, stderr: stderr, progress: showProgress(f.progress, stderr)}
 	switch sub {
 	case "ls":
-		if err := need(0, 1); err != nil {
-			return err
-		}
 		p := "/"
 		if len(rest) == 1 {
 			p = rest[0]
 		}
 		return fc.ls(ctx, p)
 	case "get":
-		if err := need(1, 2); err != nil {
-			return err
-		}
 		local := path.Base(rest[0])
 		if len(rest) == 2 {
 			local = rest[1]
 		}
 		return fc.get(ctx, rest[0], local)
 	case "put":
-		if err := need(2, 2); err != nil {
-			return err
-		}
 		return fc.put(ctx, rest[0], rest[1])
 	case "rm":
-		if err := need(1, 1); err != nil {
-			return err
-		}
-		return fc.rm(ctx, rest[0], *recursive)
+		return fc.rm(ctx, rest[0], f.recursive)
 	case "mkdir":
-		if err := need(1, 1); err != nil {
-			return err
-		}
 		return fc.mkdir(ctx, rest[0])
 	case "url":
-		if err := need(1, 1); err != nil {
-			return err
-		}
-		return fc.url(ctx, rest[0], *expires)
+		return fc.url(ctx, rest[0], f.expires)
 	}
-	return UnknownCommand("conch files", sub, commandNames(filesUsage))
+	return UnknownCommand("conch files", sub, filesGroup.next(""))
 }
 
 type filesCmd struct {
@@ -291,7 +280,7 @@ func (f *filesCmd) mkdir(ctx context.Context, p string) error {
 
 func (f *filesCmd) url(ctx context.Context, p string, expires time.Duration) error {
 	if expires < time.Second || expires > 7*24*time.Hour {
-		return Usagef("-expires: must be between 1s and 168h, got %v", expires)
+		return Usagef("--expires: must be between 1s and 168h, got %v", expires)
 	}
 	var out struct {
 		URL       string    `json:"url"`

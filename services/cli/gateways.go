@@ -8,74 +8,72 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"slices"
 	"text/tabwriter"
 )
 
 const gatewaysUsage = `usage: conch gateways <command> [flags]
 
 Commands:
-  list                      list the account's gateways
-  get NAME                  show a gateway (secrets are never shown)
-  create NAME [flags]       create a gateway
-  update NAME [flags]       change only the fields the flags and -f give;
-                            the rest of the gateway, secrets included, is kept
-  rm NAME                   delete a gateway
-
-Flags of create and update:
-  -f FILE         the gateway as JSON (SPEC §4 fields; - for stdin); on
-                  update, the fields it holds are changed
-  --provider P    upstream provider: openai, anthropic or scripted
-  --model M       upstream model
-  --base-url U    upstream base URL
-  --api-key-env V read the upstream API key from environment variable V
-  --shell         offer the shell tool even when requests do not ask for it
-                  (--shell=false: only when they do)
-  --replace       update: replace the whole gateway with -f and the flags,
-                  as PUT does (secrets left out are still kept)
+  list                  list the account's gateways
+  get NAME              show a gateway (secrets are never shown)
+  create NAME [flags]   create a gateway
+  update NAME [flags]   change only the fields the flags and -f give;
+                        the rest of the gateway, secrets included, is kept
+  rm NAME               delete a gateway
 `
+
+var gatewaysGroup = &group{
+	name:    "gateways",
+	summary: "list, get, create, update and delete gateways",
+	usage:   gatewaysUsage,
+	args:    map[string]arity{"get": {1, 1}, "create": {1, 1}, "update": {1, 1}, "rm": {1, 1}},
+	flags:   func(cmd string) *flag.FlagSet { return new(gatewaysFlags).flagSet(cmd) },
+}
+
+// gatewaysFlags are the values of the flags of a gateways command.
+type gatewaysFlags struct {
+	Options
+	file, provider, model, baseURL, keyEnv string
+	shell                                  optionalBool
+	replace                                bool
+}
+
+// flagSet is the flag set of gateways command cmd, bound to f: what the
+// command parses and what its help lists.
+func (f *gatewaysFlags) flagSet(cmd string) *flag.FlagSet {
+	fs := f.newFlagSet("conch gateways")
+	if cmd == "create" || cmd == "update" {
+		file := "read the gateway from JSON `FILE` (- for stdin), its fields as docs/reference/gateways.md describes them"
+		if cmd == "update" {
+			file += "; only the fields it holds change"
+		}
+		fs.StringVar(&f.file, "f", "", file)
+		fs.StringVar(&f.provider, "provider", "", "upstream `PROVIDER`: openai, anthropic or scripted")
+		fs.StringVar(&f.model, "model", "", "upstream `MODEL`")
+		fs.StringVar(&f.baseURL, "base-url", "", "upstream base `URL`")
+		fs.StringVar(&f.keyEnv, "api-key-env", "", "read the upstream API key from the environment variable `VAR`")
+		fs.Var(&f.shell, "shell", "offer the shell tool even when requests do not ask for it (--shell=false: only when they do)")
+	}
+	if cmd == "update" {
+		fs.BoolVar(&f.replace, "replace", false, "replace the whole gateway with -f and the flags, as PUT does (secrets left out are still kept)")
+	}
+	return fs
+}
 
 // Gateways runs `conch gateways ...`.
 func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		printHelp(stdout, "conch gateways", gatewaysUsage, args)
-		return nil
-	}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, gatewaysUsage)
-		return Usagef("conch gateways needs a command")
-	}
-	cmd, args := args[0], args[1:]
-	if !slices.Contains(commandNames(gatewaysUsage), cmd) {
-		return UnknownCommand("conch gateways", cmd, commandNames(gatewaysUsage))
-	}
-	fs := flag.NewFlagSet("conch gateways "+cmd, flag.ContinueOnError)
-	var opts Options
-	opts.AddFlags(fs)
-	var file, provider, model, baseURL, keyEnv string
-	var shell, replace bool
-	if cmd == "create" || cmd == "update" {
-		fs.StringVar(&file, "f", "", "gateway JSON file (- for stdin)")
-		fs.StringVar(&provider, "provider", "", "upstream provider")
-		fs.StringVar(&model, "model", "", "upstream model")
-		fs.StringVar(&baseURL, "base-url", "", "upstream base URL")
-		fs.StringVar(&keyEnv, "api-key-env", "", "environment variable holding the upstream API key")
-		fs.BoolVar(&shell, "shell", false, "offer the shell tool by default")
-	}
-	if cmd == "update" {
-		fs.BoolVar(&replace, "replace", false, "replace the whole gateway (PUT)")
-	}
-	name, err := parseInterleaved(fs, args)
+	var f gatewaysFlags
+	cmd, pos, err := gatewaysGroup.parse(stdout, args, f.flagSet)
 	if err != nil {
 		return err
 	}
-	c, err := NewClient(&opts)
+	c, err := NewClient(&f.Options)
 	if err != nil {
 		return err
 	}
-	needName := cmd != "list"
-	if needName && name == "" {
-		return Usagef("conch gateways %s needs a gateway NAME", cmd)
+	name := ""
+	if len(pos) > 0 {
+		name = pos[0]
 	}
 	path := "/api/v1/gateways"
 	if name != "" {
@@ -90,7 +88,7 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := c.JSON(ctx, "GET", "/api/v1/gateways", nil, &out); err != nil {
 			return err
 		}
-		if opts.JSON() {
+		if f.JSON() {
 			return PrintJSON(stdout, out)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -108,9 +106,7 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return PrintJSON(stdout, g)
 	case "create", "update":
-		given := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		g, err := gatewayBody(file, given, map[string]string{"provider": provider, "model": model, "base_url": baseURL}, keyEnv, shell)
+		g, err := gatewayBody(f.file, map[string]string{"provider": f.provider, "model": f.model, "base_url": f.baseURL}, f.keyEnv, f.shell.value)
 		if err != nil {
 			return err
 		}
@@ -120,11 +116,11 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		switch {
 		case cmd == "create":
 			g["name"] = name
-		case replace:
+		case f.replace:
 			g["name"] = name
 			method, target = "PUT", path
 		case len(g) == 0:
-			return Usagef("conch gateways update %s: nothing to change; give -f FILE or a flag (see -h)", name)
+			return &UsageError{Cmd: "conch gateways update", Msg: fmt.Sprintf("nothing to change in %s; give -f FILE or a flag (see 'conch gateways update --help')", name)}
 		default:
 			method, target = "PATCH", path
 		}
@@ -132,7 +128,7 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := c.JSON(ctx, method, target, g, &out); err != nil {
 			return err
 		}
-		if opts.JSON() {
+		if f.JSON() {
 			return PrintJSON(stdout, out)
 		}
 		fmt.Fprintf(stdout, "gateway %s %sd\n", name, cmd)
@@ -141,20 +137,19 @@ func Gateways(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := c.JSON(ctx, "DELETE", path, nil, nil); err != nil {
 			return err
 		}
-		if !opts.JSON() {
+		if !f.JSON() {
 			fmt.Fprintf(stdout, "gateway %s deleted\n", name)
 		}
 		return nil
-	default:
-		return UnknownCommand("conch gateways", cmd, commandNames(gatewaysUsage))
 	}
+	return UnknownCommand("conch gateways", cmd, gatewaysGroup.next(""))
 }
 
 // gatewayBody is the gateway JSON of create and update: the fields of file
-// (when given), then those of the flags the command line gave (given
-// names them), so nothing the user did not give is sent. upstream maps
-// the upstream's JSON fields to their flag values, "" meaning unset.
-func gatewayBody(file string, given map[string]bool, upstream map[string]string, keyEnv string, shell bool) (map[string]any, error) {
+// (when given), then those of the flags the command line gave, so nothing
+// the user did not give is sent. upstream maps the upstream's JSON fields
+// to their flag values, "" meaning unset; shell is nil when not given.
+func gatewayBody(file string, upstream map[string]string, keyEnv string, shell *bool) (map[string]any, error) {
 	g := map[string]any{}
 	if file != "" {
 		if err := readJSONFile(file, &g); err != nil {
@@ -180,31 +175,15 @@ func gatewayBody(file string, given map[string]bool, upstream map[string]string,
 	if len(up) > 0 {
 		g["upstream"] = up
 	}
-	if given["shell"] {
+	if shell != nil {
 		sh, _ := g["shell"].(map[string]any)
 		if sh == nil {
 			sh = map[string]any{}
 		}
-		sh["enabled"] = shell
+		sh["enabled"] = *shell
 		g["shell"] = sh
 	}
 	return g, nil
-}
-
-// parseInterleaved parses flags placed before or after one positional
-// argument, which it returns ("" when there is none).
-func parseInterleaved(fs *flag.FlagSet, args []string) (string, error) {
-	pos, err := parseFlags(fs, fs.Name(), args)
-	if err != nil {
-		return "", err
-	}
-	if len(pos) > 1 {
-		return "", Usagef("unexpected arguments %q", pos[1:])
-	}
-	if len(pos) == 0 {
-		return "", nil
-	}
-	return pos[0], nil
 }
 
 func readJSONFile(path string, v any) error {

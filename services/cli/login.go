@@ -29,16 +29,36 @@ out of the shell's history:
 
 The key is checked against the server before it is stored.
 conch logout removes the file.
-
-Flags:
-  --server URL     router URL (env CONCH_URL, default http://127.0.0.1:8080)
-  --api-key KEY    the key; else the first line of stdin
 `
 
 const logoutUsage = `usage: conch logout
 
 Removes the router URL and API key that conch login stored.
 `
+
+var loginGroup = &group{
+	name:    "login",
+	summary: "store the router URL and an API key for the client commands",
+	usage:   loginUsage,
+	flags:   func(string) *flag.FlagSet { return new(Options).loginFlagSet("") },
+}
+
+var logoutGroup = &group{
+	name:    "logout",
+	summary: "remove the router URL and API key conch login stored",
+	usage:   logoutUsage,
+	flags:   func(string) *flag.FlagSet { return flag.NewFlagSet("conch logout", flag.ContinueOnError) },
+}
+
+// loginFlagSet is conch login's flag set, bound to o: what the command
+// parses and what its help lists. It takes only the server and the key
+// to store, each described as login uses it.
+func (o *Options) loginFlagSet(string) *flag.FlagSet {
+	fs := flag.NewFlagSet("conch login", flag.ContinueOnError)
+	fs.StringVar(&o.Server, "server", "", "router `URL` to store (env CONCH_URL, else "+DefaultServer+")")
+	fs.StringVar(&o.APIKey, "api-key", "", "API `KEY` to store (env CONCH_API_KEY, else the first line of stdin)")
+	return fs
+}
 
 // Credentials are what conch login stores.
 type Credentials struct {
@@ -115,19 +135,9 @@ func saveCredentials(c Credentials) (string, error) {
 
 // Login runs `conch login`.
 func Login(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		fmt.Fprint(stdout, loginUsage)
-		return nil
-	}
-	fs := flag.NewFlagSet("conch login", flag.ContinueOnError)
-	var o Options
-	o.AddFlags(fs)
-	pos, err := parseFlags(fs, fs.Name(), args)
-	if err != nil {
+	o := Options{Output: "text"}
+	if _, _, err := loginGroup.parse(stdout, args, o.loginFlagSet); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return &UsageError{Cmd: fs.Name(), Msg: fmt.Sprintf("unexpected arguments %q (see 'conch login --help')", pos)}
 	}
 	if o.Server == "" {
 		o.Server = envOr("CONCH_URL", DefaultServer)
@@ -136,12 +146,14 @@ func Login(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		o.APIKey = os.Getenv("CONCH_API_KEY")
 	}
 	if o.APIKey == "" {
-		if o.APIKey, err = readKey(stdin, stderr); err != nil {
+		key, err := readKey(stdin, stderr)
+		if err != nil {
 			return err
 		}
+		o.APIKey = key
 	}
 	if o.APIKey == "" {
-		return &UsageError{Cmd: fs.Name(), Msg: "no API key: give --api-key or the key on stdin (see 'conch login --help')"}
+		return &UsageError{Cmd: "conch login", Msg: "no API key: give --api-key or the key on stdin (see 'conch login --help')"}
 	}
 	c, err := NewClient(&o)
 	if err != nil {
@@ -186,13 +198,9 @@ func readKey(stdin io.Reader, stderr io.Writer) (string, error) {
 }
 
 // Logout runs `conch logout`.
-func Logout(args []string, stdout io.Writer) error {
-	if wantsHelp(args) {
-		fmt.Fprint(stdout, logoutUsage)
-		return nil
-	}
-	if len(args) > 0 {
-		return &UsageError{Cmd: "conch logout", Msg: fmt.Sprintf("unexpected arguments %q (see 'conch logout --help')", args)}
+func Logout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if _, _, err := logoutGroup.parse(stdout, args, logoutGroup.flags); err != nil {
+		return err
 	}
 	path, err := CredentialsPath()
 	if err != nil {

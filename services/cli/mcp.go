@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -27,9 +28,6 @@ Cursor, ...): MCP over stdin/stdout here, streamable HTTP to the router's
 router's; when the client closes stdin the session ends and its sandbox
 is released.
 
-flags: --server URL, --api-key KEY, --gateway NAME (default default),
---user ID (the user whose persistent workspace the shell uses)
-
 When conch is unreachable, refuses the key, has no such gateway or fails
 a request, the client's request is answered with an error that says so
 (e.g. "conch refused the API key (401): invalid API key"), and the same
@@ -38,39 +36,56 @@ bridge then exits with code 1. When it cannot start at all (bad flags, no
 key), it says why in one line on stderr and exits non-zero.
 `
 
+var mcpGroup = &group{
+	name:    "mcp",
+	summary: "serve a gateway to an MCP client over stdio",
+	usage:   mcpUsage,
+	flags:   func(string) *flag.FlagSet { return new(mcpFlags).flagSet("") },
+}
+
+// mcpFlags are the values of conch mcp's flags.
+type mcpFlags struct {
+	Options
+	gateway, user string
+}
+
+// flagSet is conch mcp's flag set, bound to f: what the command parses
+// and what its help lists. A command alone, it has no commands to tell
+// apart.
+func (f *mcpFlags) flagSet(string) *flag.FlagSet {
+	fs := f.newFlagSet("conch mcp")
+	fs.StringVar(&f.gateway, "gateway", "", "the gateway `NAME` whose tools and settings govern the session (env CONCH_GATEWAY, else default)")
+	fs.StringVar(&f.user, "user", "", "the `USER` whose persistent workspace the shell uses (env CONCH_USER)")
+	return fs
+}
+
 // MCP bridges an MCP client speaking stdio to the router's MCP endpoint.
 func MCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		fmt.Fprint(stdout, mcpUsage)
-		return nil
-	}
 	// A desktop client shows the bridge's stderr in a log: a bad flag is
 	// one line there, not the flags' list (as on every command).
-	fs := flag.NewFlagSet("conch mcp", flag.ContinueOnError)
-	var o Options
-	o.AddFlags(fs)
-	gateway := fs.String("gateway", envOr("CONCH_GATEWAY", "default"), "gateway whose tools and settings govern the session (env CONCH_GATEWAY)")
-	user := fs.String("user", envOr("CONCH_USER", ""), "user whose persistent workspace the shell uses (env CONCH_USER)")
-	pos, err := parseFlags(fs, fs.Name(), args)
-	if err != nil {
+	var f mcpFlags
+	if _, _, err := mcpGroup.parse(stdout, args, f.flagSet); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return Usagef("conch mcp takes no arguments, got %q", pos)
+	if f.gateway == "" {
+		f.gateway = envOr("CONCH_GATEWAY", "default")
 	}
-	if *user != "" && !tenant.ValidUserID(*user) {
+	if f.user == "" {
+		f.user = os.Getenv("CONCH_USER")
+	}
+	if f.user != "" && !tenant.ValidUserID(f.user) {
 		return Usagef("--user: must be %s", tenant.UserIDRule)
 	}
-	c, err := NewClient(&o)
+	c, err := NewClient(&f.Options)
 	if err != nil {
 		return err
 	}
 	header := http.Header{}
 	header.Set("Authorization", "Bearer "+c.key)
-	if *user != "" {
-		header.Set("X-Shell-User-Id", *user)
+	if f.user != "" {
+		header.Set("X-Shell-User-Id", f.user)
 	}
-	endpoint := c.base + "/mcp/" + url.PathEscape(*gateway)
+	endpoint := c.base + "/mcp/" + url.PathEscape(f.gateway)
 	remote, err := (&mcp.StreamableClientTransport{
 		Endpoint: endpoint,
 		HTTPClient: &http.Client{Transport: failureTransport{

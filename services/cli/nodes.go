@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"slices"
 	"text/tabwriter"
 )
 
@@ -21,33 +20,28 @@ On the machine to pair, run:
   conch node --join <router URL> --name NAME --token TOKEN [--workdir DIR]
 `
 
+var nodesGroup = &group{
+	name:    "nodes",
+	summary: "pair, list and unpair nodes (machines that run exec host node commands)",
+	usage:   nodesUsage,
+	args:    map[string]arity{"create": {1, 1}, "rm": {1, 1}},
+	flags:   func(string) *flag.FlagSet { return new(Options).newFlagSet("conch nodes") },
+}
+
 // Nodes runs `conch nodes ...`.
 func Nodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if wantsHelp(args) {
-		printHelp(stdout, "conch nodes", nodesUsage, args)
-		return nil
-	}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, nodesUsage)
-		return Usagef("conch nodes needs a command")
-	}
-	cmd, args := args[0], args[1:]
-	if !slices.Contains(commandNames(nodesUsage), cmd) {
-		return UnknownCommand("conch nodes", cmd, commandNames(nodesUsage))
-	}
-	fs := flag.NewFlagSet("conch nodes "+cmd, flag.ContinueOnError)
 	var opts Options
-	opts.AddFlags(fs)
-	name, err := parseInterleaved(fs, args)
+	cmd, pos, err := nodesGroup.parse(stdout, args, func(string) *flag.FlagSet { return opts.newFlagSet("conch nodes") })
 	if err != nil {
 		return err
-	}
-	if cmd != "list" && name == "" {
-		return Usagef("conch nodes %s needs a node NAME", cmd)
 	}
 	c, err := NewClient(&opts)
 	if err != nil {
 		return err
+	}
+	name := ""
+	if len(pos) > 0 {
+		name = pos[0]
 	}
 	switch cmd {
 	case "list":
@@ -91,7 +85,6 @@ func Nodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "node %s unpaired\n", name)
 		}
 		return nil
-	default:
-		return UnknownCommand("conch nodes", cmd, commandNames(nodesUsage))
 	}
+	return UnknownCommand("conch nodes", cmd, nodesGroup.next(""))
 }

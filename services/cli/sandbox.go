@@ -6,46 +6,60 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"net/url"
-	"slices"
 	"strings"
 )
 
 const sandboxUsage = `usage: conch sandbox <command> [flags]
 
 Commands:
-  create [--user U] [--persistent]     create a sandbox and print its id
-  exec [flags] <id> [--] <command...>  run a command; its output and exit code become ours
-  list                                 list the account's sandboxes
+  create [--user USER] [--persistent]  create a sandbox and print its id
+  exec [flags] <id> [--] <command...>  run a command; its output and exit code become conch's
+  list                                 list the account's sandboxes: id, state, working directory, user
   rm <id>...                           destroy sandboxes
-
-Run 'conch sandbox <command> --help' for a command's flags.
 `
 
-// sandboxCommands are the usage lines of each sandbox command.
-var sandboxCommands = map[string]string{
-	"create": `usage: conch sandbox create [--user U] [--persistent]
-
-Creates a sandbox and prints its id.
-`,
-	"exec": `usage: conch sandbox exec [flags] <id> [--] <command...>
-
-Runs a command in a sandbox: its output and exit code become conch's
-(124 when it timed out). Flags may stand anywhere before "--"; everything
-after "--" is the command, so its own flags need no quoting:
+var sandboxGroup = &group{
+	name:    "sandbox",
+	summary: "create sandboxes, run commands in them and remove them",
+	usage:   sandboxUsage,
+	prose: map[string]string{
+		"exec": `Its exit code is 124 when the command timed out. Flags may stand
+anywhere before "--"; everything after "--" is the command, so its own
+flags need no quoting:
 
   conch sandbox exec ID --env FOO=bar 'echo $FOO'
   conch sandbox exec ID -- ls -la
 `,
-	"list": `usage: conch sandbox list
+	},
+	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}},
+	flags: func(cmd string) *flag.FlagSet { return new(sandboxFlags).flagSet(cmd) },
+}
 
-Lists the account's sandboxes: id, state, working directory, user.
-`,
-	"rm": `usage: conch sandbox rm <id>...
+// sandboxFlags are the values of the flags of a sandbox command.
+type sandboxFlags struct {
+	Options
+	user, workdir      string
+	persistent         bool
+	timeout, maxOutput int
+	env                envFlag
+}
 
-Destroys sandboxes.
-`,
+// flagSet is the flag set of sandbox command cmd, bound to f: what the
+// command parses and what its help lists.
+func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
+	fs := f.newFlagSet("conch sandbox")
+	switch cmd {
+	case "create":
+		fs.StringVar(&f.user, "user", "", "the end `USER` whose workspace the sandbox uses")
+		fs.BoolVar(&f.persistent, "persistent", false, "use the user's persistent workspace")
+	case "exec":
+		fs.IntVar(&f.timeout, "timeout", 0, "time limit in `SECONDS`, 1 to 300 (0: the default of 60)")
+		fs.IntVar(&f.maxOutput, "max-output", 0, "`CHARS` of output kept (0: the default of 4096)")
+		fs.StringVar(&f.workdir, "workdir", "", "working `DIR` of the command")
+		fs.Var(&f.env, "env", "`K=V` added to the command's environment (repeatable)")
+	}
+	return fs
 }
 
 // ExitError carries the exit code of a remote command.
@@ -54,7 +68,8 @@ type ExitError struct{ Code int }
 // Error says which code the command exited with.
 func (e *ExitError) Error() string { return fmt.Sprintf("command exited with code %d", e.Code) }
 
-// SandboxResult is the result of a command (SPEC §3).
+// SandboxResult is the result of a command, as the REST API returns it
+// (docs/reference/rest-api.md).
 type SandboxResult struct {
 	Stdout  string `json:"stdout"`
 	Stderr  string `json:"stderr"`
@@ -78,54 +93,18 @@ func (e *envFlag) Set(v string) error {
 
 // RunSandbox runs `conch sandbox …`.
 func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		if len(args) == 0 {
-			fmt.Fprint(stderr, sandboxUsage)
-			return Usagef("conch sandbox needs a command")
-		}
-		fmt.Fprint(stdout, sandboxUsage)
-		return nil
-	}
-	cmd, args := args[0], args[1:]
-	usage, ok := sandboxCommands[cmd]
-	if !ok {
-		return UnknownCommand("conch sandbox", cmd, slices.Sorted(maps.Keys(sandboxCommands)))
-	}
-	fs := flag.NewFlagSet("conch sandbox "+cmd, flag.ContinueOnError)
-	var o Options
-	o.AddFlags(fs)
-	var user *string
-	var persistent *bool
-	var timeout, maxOut *int
-	var workdir *string
-	var env envFlag
-	switch cmd {
-	case "create":
-		user = fs.String("user", "", "end user whose workspace to use")
-		persistent = fs.Bool("persistent", false, "use the user's persistent workspace")
-	case "exec":
-		timeout = fs.Int("timeout", 0, "timeout in seconds, 1-300 (default 60)")
-		maxOut = fs.Int("max-output", 0, "characters of output kept (default 4096)")
-		workdir = fs.String("workdir", "", "working directory")
-		fs.Var(&env, "env", "K=V added to the environment (repeatable)")
-	}
-	if wantsHelp(args) {
-		fmt.Fprint(stdout, usage)
-		fmt.Fprintln(stdout, "\nFlags:")
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-		return nil
-	}
-	pos, err := parseFlags(fs, fs.Name(), args)
+	var f sandboxFlags
+	cmd, pos, err := sandboxGroup.parse(stdout, args, f.flagSet)
 	var bad *UsageError
-	if cmd == "exec" && errors.As(err, &bad) && strings.HasPrefix(bad.Msg, "unknown flag") {
+	if errors.As(err, &bad) && bad.Cmd == "conch sandbox exec" && strings.HasPrefix(bad.Msg, "unknown flag") {
 		// Before flags could follow the arguments, ls -la needed no --.
 		bad.Msg = strings.TrimSuffix(bad.Msg, ")") + "; a flag of the command goes after --: conch sandbox exec ID -- ls -la)"
 	}
 	if err != nil {
 		return err
 	}
-	c, err := NewClient(&o)
+	o := &f.Options
+	c, err := NewClient(o)
 	if err != nil {
 		return err
 	}
@@ -134,7 +113,7 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		var out struct {
 			ID string `json:"id"`
 		}
-		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes", map[string]any{"user": *user, "persistent": *persistent}, &out); err != nil {
+		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes", map[string]any{"user": f.user, "persistent": f.persistent}, &out); err != nil {
 			return err
 		}
 		if o.JSON() {
@@ -143,13 +122,10 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stdout, out.ID)
 		return nil
 	case "exec":
-		if len(pos) < 2 {
-			return &UsageError{Cmd: "conch sandbox exec", Msg: "want <id> <command...> (see 'conch sandbox exec --help')"}
-		}
-		body := map[string]any{"command": strings.Join(pos[1:], " "), "timeout_seconds": *timeout, "max_output_length": *maxOut, "workdir": *workdir}
-		if len(env) > 0 {
+		body := map[string]any{"command": strings.Join(pos[1:], " "), "timeout_seconds": f.timeout, "max_output_length": f.maxOutput, "workdir": f.workdir}
+		if len(f.env) > 0 {
 			m := map[string]string{}
-			for _, kv := range env {
+			for _, kv := range f.env {
 				k, v, _ := strings.Cut(kv, "=")
 				m[k] = v
 			}
@@ -201,9 +177,6 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return tw.Flush()
 	case "rm":
-		if len(pos) == 0 {
-			return &UsageError{Cmd: "conch sandbox rm", Msg: "want <id>... (see 'conch sandbox rm --help')"}
-		}
 		for _, id := range pos {
 			if err := c.JSON(ctx, "DELETE", "/api/v1/sandboxes/"+url.PathEscape(id), nil, nil); err != nil {
 				return err
@@ -211,5 +184,5 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return nil
 	}
-	return UnknownCommand("conch sandbox", cmd, slices.Sorted(maps.Keys(sandboxCommands)))
+	return UnknownCommand("conch sandbox", cmd, sandboxGroup.next(""))
 }

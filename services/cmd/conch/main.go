@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/conch-sh/conch/services/cli"
@@ -21,36 +22,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/dirlock"
 	"github.com/conch-sh/conch/services/launch"
 )
-
-const usage = `usage: conch <command> [flags]
-
-Commands:
-  dev         run the whole cluster in one process (embedded etcd, scripted model)
-  router      run the router service (public HTTP, REST, agent loop)
-  executor    run the executor service (sandboxes)
-  approval    run the approval service (exec policy, approvals)
-  workspace   run the workspace service (persistent workspaces)
-  etcd        run one member of a static etcd cluster (embedded etcd)
-  etcd-pki    make the etcd CA and the members', root's and each service's certificates (--dir --hosts)
-  etcd-auth   make each service an etcd user limited to its keys, then turn etcd's auth on (as root)
-  minio-auth  make each service a MinIO user limited to its own bucket (as root)
-  secrets     rotate: re-seal every stored secret with the first key of the keyring
-  node        pair this machine with a cluster: run the commands addressed to it (--join --name --token)
-  files       list, download, upload and share workspace files (ls|get|put|rm|mkdir|url)
-
-Client commands (--server / CONCH_URL, --api-key / CONCH_API_KEY, else conch login's; -o json):
-  login       store the router URL and an API key for the client commands (logout removes them)
-  approvals   list and answer exec approvals, edit allowlists, export/import the document
-  audit       show the audit trail (who ran what, who allowed it), verify its hash chains
-  chat        chat with a gateway in the terminal, commands and approvals shown as they happen
-  gateways    list, get, create, update and delete gateways
-  mcp         serve a gateway to an MCP client over stdio (--gateway, --user)
-  nodes       pair, list and unpair nodes (machines that run exec host node commands)
-  sandbox     create sandboxes, run commands in them and remove them
-
-Run "conch <command> -h" for the flags of a command, "conch version" for
-the build.
-`
 
 // version is the release this binary was built as; `make build` sets it
 // (-ldflags "-X main.version=…").
@@ -147,7 +118,7 @@ func exitCode(err error) int {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, cli.Usage())
 		return cli.ErrUsage
 	}
 	cmd, args := args[0], args[1:]
@@ -217,42 +188,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunNode(ctx, cfg)
-	case "nodes":
-		return cli.Nodes(ctx, args, stdout, stderr)
-	case "approvals":
-		return cli.Approvals(ctx, args, stdout, stderr)
-	case "audit":
-		return cli.Audit(ctx, args, stdout, stderr)
-	case "gateways":
-		return cli.Gateways(ctx, args, stdout, stderr)
-	case "chat":
-		return cli.Chat(ctx, args, os.Stdin, stdout, stderr)
-	case "files":
-		return cli.Files(ctx, args, stdout, stderr)
-	case "mcp":
-		return cli.MCP(ctx, args, os.Stdin, stdout, stderr)
-	case "sandbox":
-		return cli.RunSandbox(ctx, args, stdout, stderr)
-	case "login":
-		return cli.Login(ctx, args, os.Stdin, stdout, stderr)
-	case "logout":
-		return cli.Logout(args, stdout)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, cli.Usage())
 		return nil
 	case "version", "--version":
 		fmt.Fprintf(stdout, "conch %s (commit %s)\n", version, buildCommit())
 		return nil
-	default:
-		return cli.UnknownCommand("conch", cmd, commands)
 	}
-}
-
-// commands are the words run knows, for the suggestion of a mistyped one.
-var commands = []string{
-	"dev", "router", "executor", "approval", "workspace", "etcd", "etcd-pki", "etcd-auth", "minio-auth",
-	"secrets", "node", "files", "approvals", "audit", "chat", "gateways", "mcp", "nodes", "sandbox",
-	"login", "logout", "help", "version",
+	if c, ok := cli.LookupCommand(cmd); ok {
+		return c.Run(ctx, args, os.Stdin, stdout, stderr)
+	}
+	words := []string{"help", "version"}
+	for _, c := range launch.Commands() {
+		words = append(words, strings.Fields(c.Name)[0])
+	}
+	for _, c := range cli.Commands() {
+		words = append(words, c.Name)
+	}
+	return cli.UnknownCommand("conch", cmd, words)
 }
 
 const secretsUsage = `usage: conch secrets rotate [--etcd-endpoints ...] [--secrets-key-file FILE]

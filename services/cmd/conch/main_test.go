@@ -84,8 +84,8 @@ func TestServerCommandUsage(t *testing.T) {
 	}
 }
 
-// Every command's help goes to stdout with code 0; a mistyped subcommand
-// is one error with code 2 and nothing printed before it.
+// Every command's help goes to stdout with code 0; a mistyped or missing
+// subcommand is one error with code 2 and nothing printed before it.
 func TestHelpAndMistypes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -101,6 +101,9 @@ func TestHelpAndMistypes(t *testing.T) {
 		{[]string{"secrets", "rotat"}, 2, "", `conch secrets: unknown command "rotat"; did you mean "rotate"? (see 'conch secrets --help')`},
 		{[]string{"sandbox", "lst"}, 2, "", `conch sandbox: unknown command "lst"; did you mean "list"? (see 'conch sandbox --help')`},
 		{[]string{"gateway", "list"}, 2, "", `conch: unknown command "gateway"; did you mean "gateways"? (see 'conch --help')`},
+		{[]string{"approvals", "allowlist"}, 2, "", `conch approvals allowlist: missing command: list, add or rm (see 'conch approvals allowlist --help')`},
+		{[]string{"gateways", "create", "--help"}, 0, "usage: conch gateways create NAME [flags]", ""},
+		{[]string{"logot"}, 2, "", `conch: unknown command "logot"; did you mean "logout"? (see 'conch --help')`},
 	} {
 		t.Run(tc.args[0]+" "+tc.args[len(tc.args)-1], func(t *testing.T) {
 			t.Parallel()

@@ -1,19 +1,22 @@
-// Command docgen writes the generated reference of conch's settings,
-// docs/reference/configuration.md (`make gen`): for every command of
-// launch.Commands, each flag, environment variable, type, default and
-// usage, read through config.Fields from the very tags config.Load reads.
+// Command docgen writes the references generated from conch's code
+// (`make gen`) into a directory, docs/reference: configuration.md, for
+// every command of launch.Commands each flag, environment variable, type,
+// default and usage, read through config.Fields from the very tags
+// config.Load reads; and cli.md, the help the CLI prints for conch and
+// every client command, whose flags are listed from the flag sets the
+// commands parse.
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
+	"path/filepath"
 )
 
 func main() {
-	if err := realMain(os.Args[1:], os.Stdout); err != nil {
+	if err := realMain(os.Args[1:]); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "docgen:", err)
 		}
@@ -21,22 +24,36 @@ func main() {
 	}
 }
 
-func realMain(args []string, stdout io.Writer) error {
+// references are the files docgen writes, by name, each with its
+// generator.
+var references = []struct {
+	name string
+	gen  func() ([]byte, error)
+}{
+	{"configuration.md", configurationReference},
+	{"cli.md", cliReference},
+}
+
+func realMain(args []string) error {
 	fs := flag.NewFlagSet("docgen", flag.ContinueOnError)
-	out := fs.String("o", "", "write the reference to this `file` (default: stdout)")
+	dir := fs.String("dir", "", "write every reference into this `directory` (make gen: docs/reference)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	ref, err := configurationReference()
-	if err != nil {
-		return err
+	if *dir == "" {
+		return errors.New("-dir is required")
 	}
-	if *out == "" {
-		_, err := stdout.Write(ref)
-		return err
+	for _, r := range references {
+		ref, err := r.gen()
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		if err := os.WriteFile(filepath.Join(*dir, r.name), ref, 0o644); err != nil {
+			return err
+		}
 	}
-	return os.WriteFile(*out, ref, 0o644)
+	return nil
 }

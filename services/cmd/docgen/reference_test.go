@@ -9,33 +9,41 @@ import (
 	"testing"
 )
 
-// referencePath is the committed reference, from this package's directory.
-var referencePath = filepath.Join("..", "..", "..", "docs", "reference", "configuration.md")
+// referenceDir holds the committed references, from this package's
+// directory.
+var referenceDir = filepath.Join("..", "..", "..", "docs", "reference")
 
-// The committed reference is what the generator writes now: a setting
-// added, removed or reworded without `make gen` fails here.
-func TestConfigurationReferenceIsCurrent(t *testing.T) {
+// Each committed reference is what its generator writes now: a setting or
+// a client command added, removed or reworded without `make gen` fails
+// here.
+func TestReferencesAreCurrent(t *testing.T) {
 	t.Parallel()
-	want, err := configurationReference()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(referencePath)
-	if err != nil {
-		t.Fatalf("%v: run make gen", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("docs/reference/configuration.md differs from the settings' tags: run make gen and commit it")
+	for _, r := range references {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			want, err := r.gen()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(referenceDir, r.name))
+			if err != nil {
+				t.Fatalf("%v: run make gen", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("docs/reference/%s differs from what the code documents: run make gen and commit it", r.name)
+			}
+		})
 	}
 }
 
 func TestSlug(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"conch secrets rotate": "conch-secrets-rotate",
-		"conch etcd-pki":       "conch-etcd-pki",
-		"etcd client":          "etcd-client",
-		"Account quotas":       "account-quotas",
+		"conch secrets rotate":          "conch-secrets-rotate",
+		"conch etcd-pki":                "conch-etcd-pki",
+		"etcd client":                   "etcd-client",
+		"Account quotas":                "account-quotas",
+		"conch approvals allowlist add": "conch-approvals-allowlist-add",
 	} {
 		if got := slug(in); got != want {
 			t.Errorf("slug(%q) = %q, want %q", in, got, want)
@@ -45,7 +53,7 @@ func TestSlug(t *testing.T) {
 
 // restReferencePath is the REST API's OpenAPI document, which make gen
 // writes from the protos.
-var restReferencePath = filepath.Join("..", "..", "..", "docs", "reference", "rest-api", "conch.swagger.json")
+var restReferencePath = filepath.Join(referenceDir, "rest-api", "conch.swagger.json")
 
 // Every operation of the REST reference documents conch's error envelope
 // and the merged document keeps conch's info: both come from
