@@ -37,7 +37,8 @@ step "images"
 make images CONTAINER_ENGINE="$CONTAINER_ENGINE"
 
 step "multi-container cluster"
-# The test also runs the README's client commands with bin/conch.
+# The test also runs the deploy guide's client commands with bin/conch
+# (docs/how-to/deploy.md).
 make build
 export CONCH_BIN=$PWD/bin/conch
 export CONCH_IMAGES_TEST_LOGS=${CONCH_IMAGES_TEST_LOGS:-$PWD/.cache/images-test-logs}

@@ -8,7 +8,7 @@
 #   router.env     CONCH_ADMIN_KEY                  routers: the admin's API key
 #   sealing.env    CONCH_SECRETS_KEY                routers, approval: the key that
 #                                                   seals stored secrets (id:base64key;
-#                                                   losing it loses them, see the README)
+#                                                   losing it loses them, see docs/how-to/secrets.md)
 #   minio.env      MinIO's root user and password   MinIO, minio-auth
 #   workspace-s3.env  the workspace service's own   workspace, minio-auth
 #                  MinIO user and CONCH_SIGNING_KEYS

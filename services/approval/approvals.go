@@ -68,9 +68,9 @@ func (s *Server) ListApprovals(ctx context.Context, req *approvalv1.ListApproval
 }
 
 // ResolveApproval implements ApprovalService. The approver recorded is the
-// key that authenticated the call (SPEC §12), never a name in the request:
-// a request naming one is refused, so no caller can record another
-// principal or "fallback".
+// key that authenticated the call (docs/how-to/approvals.md), never a name in
+// the request: a request naming one is refused, so no caller can record
+// another principal or "fallback".
 func (s *Server) ResolveApproval(ctx context.Context, req *approvalv1.ResolveApprovalRequest) (*approvalv1.ResolveApprovalResponse, error) {
 	account, err := tenant.Account(ctx)
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 )
 
-// The approver recorded is the authenticated caller (SPEC §12): the key
-// that called, with the surface it used, or the verified chat sender —
-// never a name in the request, and never
+// The approver recorded is the authenticated caller
+// (docs/how-to/approvals.md): the key that called, with the surface it used,
+// or the verified chat sender — never a name in the request, and never
 // "fallback", which only the expiry of an approval records.
 func TestResolveRecordsTheAuthenticatedCaller(t *testing.T) {
 	t.Parallel()

@@ -12,7 +12,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// readmeOutcome is a command the README's deny-rule example lists after
+// policyDoc explains the exec policy; its deny-rule example is checked
+// here.
+const policyDoc = "docs/explanation/exec-policy.md"
+
+// readmeOutcome is a command the deny-rule example of policyDoc lists after
 // the rule, with what it says happens to it.
 type readmeOutcome struct {
 	cmd string
@@ -24,18 +28,18 @@ type readmeOutcome struct {
 // readmeOutcomeLine is "#   <command>  runs" or "#   <command>  refused (<reason>)".
 var readmeOutcomeLine = regexp.MustCompile(`^#   (\S.*?)\s{2,}(?:(runs)|refused \((.+)\))$`)
 
-// readmeDenyExample returns the exec settings of the README's deny-rule
+// readmeDenyExample returns the exec settings of policyDoc's deny-rule
 // example, the body of its PATCH as written, and the outcomes it lists.
 func readmeDenyExample(t *testing.T) (*approvalv1.ExecSettings, []readmeOutcome) {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../" + policyDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
 	start := strings.Index(s, "**Deny rules**")
 	if start < 0 {
-		t.Fatal("README.md has no **Deny rules** paragraph")
+		t.Fatal(policyDoc + " has no **Deny rules** paragraph")
 	}
 	var body string
 	var outcomes []readmeOutcome
@@ -61,22 +65,23 @@ func readmeDenyExample(t *testing.T) (*approvalv1.ExecSettings, []readmeOutcome)
 		Exec json.RawMessage `json:"exec"`
 	}
 	if err := json.Unmarshal([]byte(body), &patch); err != nil || patch.Exec == nil {
-		t.Fatalf("README: the deny-rule example's body %q is not a gateway's exec settings: %v", body, err)
+		t.Fatalf(policyDoc+": the deny-rule example's body %q is not a gateway's exec settings: %v", body, err)
 	}
 	exec := &approvalv1.ExecSettings{}
 	if err := protojson.Unmarshal(patch.Exec, exec); err != nil {
-		t.Fatalf("README: the deny-rule example's exec settings %s: %v", patch.Exec, err)
+		t.Fatalf(policyDoc+": the deny-rule example's exec settings %s: %v", patch.Exec, err)
 	}
 	if len(exec.GetDeny()) == 0 {
-		t.Fatalf("README: the deny-rule example %s sets no deny rule", patch.Exec)
+		t.Fatalf(policyDoc+": the deny-rule example %s sets no deny rule", patch.Exec)
 	}
 	return exec, outcomes
 }
 
-// TestReadmeDenyRuleExample sets the README's deny rule as written as a
-// gateway's exec settings and judges, for the gateway's sandboxes, each
-// command the README lists after it: each must have the outcome the README
-// gives, and echo, printf and redirections must be among those that run.
+// TestReadmeDenyRuleExample sets the deny rule of policyDoc's example as
+// written as a gateway's exec settings and judges, for the gateway's
+// sandboxes, each command the example lists after it: each must have the
+// outcome the example gives, and echo, printf and redirections must be
+// among those that run.
 func TestReadmeDenyRuleExample(t *testing.T) {
 	t.Parallel()
 	exec, outcomes := readmeDenyExample(t)
@@ -93,14 +98,14 @@ func TestReadmeDenyRuleExample(t *testing.T) {
 		}
 		switch {
 		case o.runs && (resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_ALLOW || resp.GetPlan() == ""):
-			t.Errorf("README says %q runs; it is %v %q (plan %q)", o.cmd, resp.GetDecision(), resp.GetReason(), resp.GetPlan())
+			t.Errorf(policyDoc+" says %q runs; it is %v %q (plan %q)", o.cmd, resp.GetDecision(), resp.GetReason(), resp.GetPlan())
 		case !o.runs && (resp.GetDecision() != approvalv1.PolicyDecision_POLICY_DECISION_DENY || !strings.Contains(resp.GetReason(), o.reason)):
-			t.Errorf("README says %q is refused (%s); it is %v %q", o.cmd, o.reason, resp.GetDecision(), resp.GetReason())
+			t.Errorf(policyDoc+" says %q is refused (%s); it is %v %q", o.cmd, o.reason, resp.GetDecision(), resp.GetReason())
 		}
 	}
 	for _, want := range []string{"echo ", "printf ", ">", "deny rule "} {
 		if !slices.ContainsFunc(outcomes, func(o readmeOutcome) bool { return strings.Contains(o.cmd+" "+o.reason, want) }) {
-			t.Errorf("README: the deny-rule example shows no command with %q", want)
+			t.Errorf(policyDoc+": the deny-rule example shows no command with %q", want)
 		}
 	}
 }

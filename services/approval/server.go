@@ -34,7 +34,7 @@ import (
 // DefaultSkillDirs is where the sandbox puts the commands of moved tools.
 var DefaultSkillDirs = []string{"/run/conch/tools"}
 
-// Defaults of the exec settings (SPEC §7).
+// Defaults of the exec settings (docs/explanation/exec-policy.md).
 const (
 	DefaultApprovalTimeout = execpolicy.DefaultApprovalTimeoutSeconds * time.Second
 	// MaxAskBytes is the longest command a human is asked about: longer
@@ -56,8 +56,8 @@ type Options struct {
 	// SafeBinDirs are the dirs safe bins are trusted from; nil means the
 	// policy default.
 	SafeBinDirs []string
-	// SkillDirs hold the commands of moved tools (SPEC §5), which
-	// autoAllowSkills lets run without an allowlist entry; nil means
+	// SkillDirs hold the commands of moved tools (docs/reference/tools.md),
+	// which autoAllowSkills lets run without an allowlist entry; nil means
 	// DefaultSkillDirs.
 	SkillDirs []string
 	// Logger receives the service's logs.

@@ -57,9 +57,9 @@ func renderChart(name string, values map[string]any) ([]doc, error) {
 	return out, nil
 }
 
-// cloneValues copies values' nested maps: Helm merges the chart's
-// defaults into the maps it is given, and the tests share theirs
-// (chartSecrets, which TestReadmeDeployCommands compares with the README).
+// cloneValues copies values' nested maps: Helm merges the chart's defaults
+// into the maps it is given, and the tests share theirs (chartSecrets, which
+// TestReadmeDeployCommands compares with docs/how-to/deploy.md).
 func cloneValues(values map[string]any) map[string]any {
 	out := make(map[string]any, len(values))
 	for k, v := range values {

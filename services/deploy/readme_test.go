@@ -14,23 +14,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// readmeDeploy is the command lines of the README's Deploy section, with
-// continued lines joined.
+// deployGuide is the deploy how-to, whose commands this package checks.
+const deployGuide = "docs/how-to/deploy.md"
+
+// readmeDeploy is the command lines of the deploy guide, with continued
+// lines joined.
 func readmeDeploy(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../" + deployGuide)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	start := strings.Index(s, "\n## Deploy\n")
-	if start < 0 {
-		t.Fatal(`README.md has no "## Deploy" section`)
-	}
-	s = s[start+1:]
-	if end := strings.Index(s[3:], "\n## "); end >= 0 {
-		s = s[:end+3]
-	}
 	var cmds []string
 	cont := false
 	for _, line := range strings.Split(s, "\n") {
@@ -50,15 +45,15 @@ func readmeDeploy(t *testing.T) []string {
 	return cmds
 }
 
-// shellSubst stands for the $(…) substitutions of the README's commands.
+// shellSubst stands for the $(…) substitutions of the guide's commands.
 var shellSubst = regexp.MustCompile(`\$\(openssl rand -(hex|base64) (\d+)\)`)
 
-// TestReadmeDeployCommands holds each command of the README's Deploy
-// section to what the tests check: the kustomizations it applies are
-// rendered here, the chart values it sets render and are the ones the
-// tested chart render sets, the Compose file and secrets script are the
-// ones checked here and run by make images-test, and the make targets
-// exist. A command this test does not know fails it.
+// TestReadmeDeployCommands holds each command of the deploy guide
+// (docs/how-to/deploy.md) to what the tests check: the kustomizations it
+// applies are rendered here, the chart values it sets render and are the ones
+// the tested chart render sets, the Compose file and secrets script are the
+// ones checked here and run by make images-test, and the make targets exist.
+// A command this test does not know fails it.
 func TestReadmeDeployCommands(t *testing.T) {
 	t.Parallel()
 	makefile, err := os.ReadFile("../../Makefile")
@@ -74,7 +69,7 @@ func TestReadmeDeployCommands(t *testing.T) {
 			seen["make"] = true
 			for _, target := range f[1:] {
 				if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(target) + `:`).Match(makefile) {
-					t.Errorf("README: %q: the Makefile has no target %s", cmd, target)
+					t.Errorf(deployGuide+": %q: the Makefile has no target %s", cmd, target)
 				}
 			}
 		case len(f) == 4 && f[0] == "kubectl" && f[1] == "apply" && f[2] == "-k":
@@ -85,14 +80,14 @@ func TestReadmeDeployCommands(t *testing.T) {
 				dir = "."
 			}
 			if !ok || !slices.ContainsFunc(overlays, func(o overlay) bool { return !o.isChart() && o.name == dir }) {
-				t.Errorf("README: %q applies a kustomization this package does not render", cmd)
+				t.Errorf(deployGuide+": %q applies a kustomization this package does not render", cmd)
 			}
 		case strings.HasPrefix(cmd, "kubectl -n conch port-forward svc/router "):
 			m := load(t, overlays[0])
 			svc := m.service("router")
 			_, port, _ := strings.Cut(f[len(f)-1], ":")
 			if svc == nil || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == atoi(port) }) {
-				t.Errorf("README: %q: the router Service has no port %s", cmd, port)
+				t.Errorf(deployGuide+": %q: the router Service has no port %s", cmd, port)
 			}
 		case f[0] == "helm" && f[1] == "install":
 			seen["helm"] = true
@@ -101,12 +96,12 @@ func TestReadmeDeployCommands(t *testing.T) {
 			seen["compose"] = true
 			i := slices.Index(f, "-f")
 			if i < 0 || f[i+1] != "deploy/compose/compose.yaml" {
-				t.Errorf("README: %q does not name deploy/compose/compose.yaml", cmd)
+				t.Errorf(deployGuide+": %q does not name deploy/compose/compose.yaml", cmd)
 				continue
 			}
 			for _, svc := range f[slices.Index(f, "up")+1:] {
 				if _, ok := services[svc]; !ok && !strings.HasPrefix(svc, "-") {
-					t.Errorf("README: %q names service %s, which compose.yaml does not have", cmd, svc)
+					t.Errorf(deployGuide+": %q names service %s, which compose.yaml does not have", cmd, svc)
 				}
 			}
 		case cmd == "deploy/compose/secrets.sh":
@@ -116,22 +111,22 @@ func TestReadmeDeployCommands(t *testing.T) {
 		case f[0] == "bin/conch":
 			// Client commands: make images-test runs them against the Compose cluster.
 		default:
-			t.Errorf("README: Deploy runs %q, which this test does not check; add a case", cmd)
+			t.Errorf(deployGuide+": runs %q, which this test does not check; add a case", cmd)
 		}
 	}
 	for _, want := range []string{"make", "kustomize", "helm", "compose"} {
 		if !seen[want] {
-			t.Errorf("README: the Deploy section has no %s command", want)
+			t.Errorf(deployGuide+": has no %s command", want)
 		}
 	}
 }
 
-// checkReadmeHelm renders the chart with the values the README's helm
+// checkReadmeHelm renders the chart with the values the guide's helm
 // install sets: they must be what the tested "helm" render sets.
 func checkReadmeHelm(t *testing.T, cmd string, f []string) {
 	t.Helper()
 	if len(f) < 4 || f[3] != "deploy/helm/conch" || !slices.Contains(f, "--namespace") || f[slices.Index(f, "--namespace")+1] != namespace {
-		t.Errorf("README: %q: want helm install NAME deploy/helm/conch --namespace %s", cmd, namespace)
+		t.Errorf(deployGuide+": %q: want helm install NAME deploy/helm/conch --namespace %s", cmd, namespace)
 		return
 	}
 	values := map[string]any{}
@@ -148,11 +143,11 @@ func checkReadmeHelm(t *testing.T, cmd string, f []string) {
 			return strings.Repeat("ab", n)
 		})
 		if err := strvals.ParseInto(set, values); err != nil {
-			t.Errorf("README: %q: --set %s: %v", cmd, f[i+1], err)
+			t.Errorf(deployGuide+": %q: --set %s: %v", cmd, f[i+1], err)
 		}
 	}
 	if _, err := renderChart("helm/readme", values); err != nil {
-		t.Errorf("README: %q does not render: %v", cmd, err)
+		t.Errorf(deployGuide+": %q does not render: %v", cmd, err)
 	}
 	set, _ := values["secrets"].(map[string]any)
 	var got, want []string
@@ -165,7 +160,7 @@ func checkReadmeHelm(t *testing.T, cmd string, f []string) {
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Errorf("README: %q sets secrets %v; the tested render sets %v", cmd, got, want)
+		t.Errorf(deployGuide+": %q sets secrets %v; the tested render sets %v", cmd, got, want)
 	}
 }
 

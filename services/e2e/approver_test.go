@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// The approver recorded is the key that answered (SPEC §12), never a name
-// in the request: a REST resolve that says "approver": "fallback" is
-// refused and changes nothing, and the answers that count name the key
-// and the surface it used.
+// The approver recorded is the key that answered (docs/how-to/approvals.md),
+// never a name in the request: a REST resolve that says "approver":
+// "fallback" is refused and changes nothing, and the answers that count name
+// the key and the surface it used.
 func TestApproverIsTheAuthenticatedKey(t *testing.T) {
 	d := startDev(t)
 	code, body := d.call("POST", "/api/v1/accounts", d.Key, map[string]string{"name": "Approvers"})

@@ -26,9 +26,9 @@ func wantAPIError(t *testing.T, what string, err error, status int, param, msg s
 	}
 }
 
-// TestContainers drives the Containers API (SPEC §12) with OpenAI's own
-// client: containers are conch sandboxes, their files those of the
-// sandbox's /home/workspace.
+// TestContainers drives the Containers API (docs/reference/containers-api.md)
+// with OpenAI's own client: containers are conch sandboxes, their files those
+// of the sandbox's /home/workspace.
 func TestContainers(t *testing.T) {
 	d := startDev(t)
 	c := client(d)

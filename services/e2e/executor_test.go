@@ -32,7 +32,7 @@ func TestSandboxREST(t *testing.T) {
 	cases := []struct {
 		name string
 		body map[string]any
-		want string // the exact JSON of SPEC §3
+		want string // the shell's exact result (docs/reference/openai-api.md)
 	}{
 		{"exit", map[string]any{"command": "echo hi; echo oops >&2; exit 2"},
 			`{"outcome":{"exit_code":2,"type":"exit"},"stderr":"oops\n","stdout":"hi\n"}`},

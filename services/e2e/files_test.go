@@ -116,9 +116,9 @@ func newAccount(t *testing.T, d *dev, name string) string {
 
 const limit = 100 << 20
 
-// TestFiles checks the Shell file API end to end on conch dev, on local
-// disk and on MinIO: the calls of SPEC §9, upload limits, signed URLs,
-// tenant isolation and traversal.
+// TestFiles checks the Shell file API end to end on conch dev, on local disk
+// and on MinIO: the calls of docs/how-to/workspace-files.md, upload limits,
+// signed URLs, tenant isolation and traversal.
 func TestFiles(t *testing.T) {
 	t.Run("local disk", func(t *testing.T) {
 		d := startDev(t)

@@ -14,7 +14,7 @@ func TestHome(t *testing.T) {
 	d := startDev(t)
 	code, hdr, body := d.do("GET", "/", "", nil, "Accept", "text/html,application/xhtml+xml")
 	if code != http.StatusOK || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") ||
-		!strings.Contains(string(body), `href="/ui/approvals"`) || !strings.Contains(string(body), "README") {
+		!strings.Contains(string(body), `href="/ui/approvals"`) || !strings.Contains(string(body), "docs/README.md") {
 		t.Fatalf("GET / from a browser: %d %s %s", code, hdr.Get("Content-Type"), body)
 	}
 	code, hdr, body = d.do("GET", "/", "", nil, "Accept", "*/*")

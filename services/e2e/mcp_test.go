@@ -44,7 +44,7 @@ func mcpConnect(t *testing.T, d *dev, key, path string, opts *mcp.ClientOptions,
 	return cs
 }
 
-// mcpShell is the SPEC §3 result of a shell call.
+// mcpShell is the shell's result of a call (docs/reference/openai-api.md).
 type mcpShell struct {
 	Stdout, Stderr, Error string
 	Outcome               struct {

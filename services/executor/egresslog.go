@@ -14,12 +14,12 @@ import (
 // its connections end: they close as its processes exit.
 const egressSettle = 250 * time.Millisecond
 
-// egressLog hands the connections a sandbox's proxy reports, as they end,
-// to the report of every command running in the sandbox meanwhile (SPEC
-// §4 network, visibility): a command reports the connections that ended
-// while it ran, by any of the sandbox's processes, as egress.Report keeps
-// them — every delivery before any refusal, and the exact count of what
-// it leaves out.
+// egressLog hands the connections a sandbox's proxy reports, as they end, to
+// the report of every command running in the sandbox meanwhile
+// (docs/reference/sandboxes.md, Network): a command reports the connections
+// that ended while it ran, by any of the sandbox's processes, as
+// egress.Report keeps them — every delivery before any refusal, and the exact
+// count of what it leaves out.
 type egressLog struct {
 	mu      sync.Mutex
 	open    int // connections opened and not ended

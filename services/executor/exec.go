@@ -70,7 +70,8 @@ const (
 	OutcomeError   = "error"
 )
 
-// Result is a finished command as SPEC §3 describes it.
+// Result is a finished command, as the shell's result describes it
+// (docs/reference/openai-api.md).
 type Result struct {
 	Stdout, Stderr                   string
 	StdoutTruncated, StderrTruncated bool

@@ -21,7 +21,7 @@ import (
 // Limits of the file calls.
 const (
 	// MaxFileBytes is the largest file WriteFile takes: the workspace file
-	// API's upload limit (SPEC §9).
+	// API's upload limit (docs/how-to/workspace-files.md).
 	MaxFileBytes = contract.MaxFileBytes
 	// MaxListedFiles is how many files ListFiles returns at most.
 	MaxListedFiles = 10000

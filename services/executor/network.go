@@ -13,7 +13,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
-// Network is a sandbox's egress policy (SPEC §4 network allowlist).
+// Network is a sandbox's egress policy (docs/reference/sandboxes.md, Network).
 type Network struct {
 	// Gateway names whose policy it is, in refusals.
 	Gateway string

@@ -27,7 +27,7 @@ const (
 )
 
 // ErrNodeNotFound is the caller's answer for a node that is not connected
-// (SPEC §6).
+// (docs/how-to/hosts.md).
 const ErrNodeNotFound = "Node not found"
 
 // nodeConn is a paired node attached to this executor: the router passed

@@ -36,7 +36,8 @@ func (c *capture) write(p []byte) int {
 	return len(p)
 }
 
-// finalOutput applies SPEC §3's limit to the captured output.
+// finalOutput applies the shell's output limit (docs/reference/openai-api.md)
+// to the captured output.
 func finalOutput(stdout, stderr *capture, limit int, stdoutDropped, stderrDropped bool) (outS, errS string, outCut, errCut bool) {
 	stdout.mu.Lock()
 	o, oOver := string(stdout.b), stdout.over || stdoutDropped

@@ -37,11 +37,12 @@ var _ executorv1.ExecutorServiceServer = (*Server)(nil)
 // NewServer returns the gRPC face of svc.
 func NewServer(svc *Service) *Server { return &Server{svc: svc} }
 
-// WithApprovals makes Exec ask the approval service before running a
-// command whose exec policy is not the sandbox's full/off default (SPEC
-// §7), or whose account's exec-approvals document holds deny rules for
-// its agent, which rules tells from a watch; without c such commands are
-// refused. A nil rules asks c about every command.
+// WithApprovals makes Exec ask the approval service before running a command
+// whose exec policy is not the sandbox's full/off default
+// (docs/explanation/exec-policy.md), or whose account's exec-approvals
+// document holds deny rules for its agent, which rules tells from a watch;
+// without c such commands are refused. A nil rules asks c about every
+// command.
 func (s *Server) WithApprovals(c gate.Client, rules DenyRules) *Server {
 	s.svc.approvals, s.svc.denyRules = c, rules
 	return s
@@ -344,7 +345,8 @@ func (discard) StillRunning(time.Time) error        { return nil }
 
 func (discard) ApprovalPending(*approvalv1.Approval) error { return nil }
 
-// RunCommand runs a command to its end and returns SPEC §3's result.
+// RunCommand runs a command to its end and returns the shell's result
+// (docs/reference/openai-api.md).
 func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandRequest) (*executorv1.RunCommandResponse, error) {
 	account, err := tenant.Account(ctx)
 	if err != nil {

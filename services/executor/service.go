@@ -53,7 +53,8 @@ const (
 	MaxExecTimeout     = contract.ExecTimeout
 	ProcessRetention   = 30 * time.Minute
 	// PersistentWorkspaceBytes and PersistentWorkspaceFiles are the default
-	// quota of a persistent workspace (SPEC §4), owned by package quota.
+	// quota of a persistent workspace (docs/how-to/workspace-files.md), owned
+	// by package quota.
 	PersistentWorkspaceBytes = quota.DefaultBytes
 	PersistentWorkspaceFiles = quota.DefaultFiles
 	// MaxNameChars bounds a sandbox's name.
@@ -99,7 +100,7 @@ type Service struct {
 	// egress is the proxy of sandboxes with network.
 	egress *egressproxy.Proxy
 	// approvals judges commands whose exec policy is not the sandbox's
-	// full/off default (SPEC §7); nil refuses them.
+	// full/off default (docs/explanation/exec-policy.md); nil refuses them.
 	approvals gate.Client
 	// denyRules tells which sandbox commands under the full/off default
 	// an exec-approvals document's deny rules still hold for.

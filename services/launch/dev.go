@@ -42,7 +42,8 @@ const DevAccount = "dev"
 // one is told.
 const devLockHolder = "conch dev"
 
-// DevConfig is the configuration of `conch dev` (SPEC §1).
+// DevConfig is the configuration of `conch dev`
+// (docs/reference/configuration.md).
 type DevConfig struct {
 	HTTPAddr    string `flag:"http-addr" env:"CONCH_HTTP_ADDR" default:"127.0.0.1:8080" usage:"public HTTP listen address"`
 	DataDir     string `flag:"data-dir" env:"CONCH_DATA_DIR" default:"./.conch" usage:"where etcd data, workspaces and the API key live"`

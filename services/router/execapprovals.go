@@ -16,9 +16,9 @@ import (
 const maxExecApprovalsBody = 1 << 20
 
 // execApprovals serves GET/PUT /api/v1/exec-approvals: OpenClaw's JSON
-// document as is, not wrapped in a proto message (SPEC §7). The document's
-// revision travels in the ETag; a PUT with If-Match fails with 409 when the
-// document changed since.
+// document as is, not wrapped in a proto message
+// (docs/explanation/exec-policy.md). The document's revision travels in the
+// ETag; a PUT with If-Match fails with 409 when the document changed since.
 type execApprovals struct {
 	client approvalv1.ApprovalServiceClient
 	log    *slog.Logger

@@ -24,7 +24,8 @@ import (
 	"github.com/conch-sh/conch/services/router/apierror"
 )
 
-// MaxUploadBytes is the largest upload of the file API (SPEC §9).
+// MaxUploadBytes is the largest upload of the file API
+// (docs/how-to/workspace-files.md).
 const MaxUploadBytes = contract.MaxFileBytes
 
 const (

@@ -46,4 +46,4 @@ var homeLinks = []struct{ path, what string }{
 	{"/readyz", "readiness"},
 }
 
-const homeDocs = "Docs: README.md in the conch repository, and `conch --help`."
+const homeDocs = "Docs: docs/README.md in the conch repository, and `conch --help`."

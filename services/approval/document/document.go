@@ -1,6 +1,7 @@
-// Package document is the exec-approvals document (SPEC §7): the same JSON
-// shape as OpenClaw's exec-approvals.json, so a file exported from OpenClaw
-// imports unchanged and fields conch does not know survive a round trip.
+// Package document is the exec-approvals document
+// (docs/explanation/exec-policy.md): the same JSON shape as OpenClaw's
+// exec-approvals.json, so a file exported from OpenClaw imports unchanged and
+// fields conch does not know survive a round trip.
 package document
 
 import (

@@ -1,8 +1,9 @@
-// Package gate is what runs commands calls before running one (SPEC §7,
-// "wired into execution"): it resolves the command's programs against the
-// filesystem the command would really run with, asks the approval service,
-// waits for a human when one must decide (following the approval across
-// dropped streams), and returns the verdict with the spec's error string.
+// Package gate is what runs commands calls before running one
+// (docs/explanation/exec-policy.md, "Every runner asks first"): it resolves
+// the command's programs against the filesystem the command would really run
+// with, asks the approval service, waits for a human when one must decide
+// (following the approval across dropped streams), and returns the verdict
+// with the policy's error string.
 package gate
 
 import (
@@ -116,7 +117,7 @@ type Verdict struct {
 	// structure (see policy.Result.Plan); empty means the command runs as
 	// written.
 	Plan string
-	// Reason is the spec's error string when not allowed.
+	// Reason is the policy's error string when not allowed.
 	Reason string
 	// Approval is the approval a human answered, if one was needed.
 	Approval *approvalv1.Approval

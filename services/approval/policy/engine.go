@@ -40,8 +40,8 @@ type Config struct {
 	// AutoAllowSkills lets the commands of moved tools run without an
 	// allowlist entry.
 	AutoAllowSkills bool
-	// SkillDirs are the dirs holding the moved tools' commands (SPEC §5);
-	// a binary directly in one is a skill.
+	// SkillDirs are the dirs holding the moved tools' commands
+	// (docs/reference/tools.md); a binary directly in one is a skill.
 	SkillDirs []string
 }
 

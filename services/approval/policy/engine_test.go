@@ -375,7 +375,7 @@ func TestEvaluateAllowlistOnMiss(t *testing.T) {
 }
 
 // With ask off, nothing the allowlist misses runs and the refusal is the
-// spec's string; with ask always, even allowed commands ask.
+// policy's string; with ask always, even allowed commands ask.
 func TestEvaluateAskModes(t *testing.T) {
 	t.Parallel()
 	e, r := testEngine()

@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// The error strings callers see (SPEC §7). Tests and clients compare them
-// verbatim, so they never change.
+// The error strings callers see (docs/explanation/exec-policy.md). Tests and
+// clients compare them verbatim, so they never change.
 const (
 	// ErrNotAllowed is the refusal of a command the policy does not allow.
 	ErrNotAllowed = "Command not allowed by exec policy"
@@ -153,7 +153,7 @@ type Segment struct {
 	RealPath string
 	// Decision is Allow, AskHuman (an allowlist miss) or Deny (refused).
 	Decision Decision
-	// Reason explains the decision; refusals start with the spec's string.
+	// Reason explains the decision; refusals start with the policy's string.
 	Reason string
 	// EntryID is the allowlist entry that matched, if any.
 	EntryID string
@@ -176,7 +176,7 @@ type Program struct {
 type Result struct {
 	// Decision is the overall verdict under the settings evaluated with.
 	Decision Decision
-	// Reason is the exact error string of the spec for a refusal, or a
+	// Reason is the exact error string of the policy for a refusal, or a
 	// short explanation otherwise.
 	Reason string
 	// Segments are the simple commands, in execution order, wrappers

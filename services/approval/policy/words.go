@@ -47,7 +47,7 @@ func (w word) literal() bool { return !w.glob && !w.tilde && !w.brace && !w.quot
 // lit returns a word that means exactly s.
 func lit(s string) word { return word{val: s} }
 
-// refusal is a construct the engine cannot judge; its message is the spec's.
+// refusal is a construct the engine cannot judge; its message is the policy's.
 type refusal struct{ token string }
 
 func (r *refusal) Error() string { return ErrUnsupportedToken + r.token }

@@ -81,7 +81,7 @@ func unwrap(base string, args []word) (inner []word, why string, ok bool) {
 }
 
 // CheckEnv refuses request environment variables outside the names a
-// request may set (execenv, SPEC §6).
+// request may set (execenv, docs/explanation/exec-policy.md).
 func CheckEnv(env map[string]string) error {
 	return execenv.CheckAll(env)
 }

@@ -244,7 +244,7 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	click(idSpoof, "allow-always")
 	waitFor(t, ctx, `[...document.querySelectorAll("#allowlist td.pattern")].some(td => td.textContent === "/usr/bin/rm")`)
 
-	// Allowlist editing: a bare name is refused with the spec's message.
+	// Allowlist editing: a bare name is refused with the policy's message.
 	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#pattern"), "rg"), chromedp.Click(chromedp.CSS(`#add-form button`))); err != nil {
 		t.Fatal(err)
 	}

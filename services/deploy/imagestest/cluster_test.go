@@ -43,8 +43,8 @@ func TestComposeCluster(t *testing.T) {
 	c := up(t)
 	ctx := t.Context()
 
-	t.Run("the README's first gateway and chat", func(t *testing.T) {
-		// As the README's Deploy section has a user do it, with the CLI.
+	t.Run("the deploy guide's first gateway and chat", func(t *testing.T) {
+		// As docs/how-to/deploy.md has a user do it, with the CLI.
 		c.cli(t, "gateways", "create", "default", "--provider", "scripted", "--shell")
 		if out := c.cli(t, "chat", "-m", "run `uname -a`"); !strings.Contains(out, "Linux") {
 			t.Fatalf("conch chat printed %q, want uname's output", out)
@@ -463,7 +463,7 @@ func (c *cluster) complete(ctx context.Context, router, gateway, user, command s
 }
 
 // cli runs bin/conch (CONCH_BIN) against the first router with the admin
-// key, as a user of the README would, and returns its output.
+// key, as a user of docs/how-to/deploy.md would, and returns its output.
 func (c *cluster) cli(t *testing.T, args ...string) string {
 	t.Helper()
 	bin := os.Getenv("CONCH_BIN")

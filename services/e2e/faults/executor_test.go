@@ -17,7 +17,7 @@ import (
 // session's next completion gets a sandbox on the other executor, and the
 // user's workspace holds every write acknowledged before the kill. The
 // audit trail loses at most the executor's last forwarding interval of
-// outcomes, the window the README promises, and verifies.
+// outcomes, the window docs/reference/audit.md promises, and verifies.
 func TestExecutorKilledDuringCommand(t *testing.T) {
 	e := start(t)
 	ctx := t.Context()
@@ -144,7 +144,7 @@ func runUntilKilled(t *testing.T, e *env, sandbox string) <-chan map[string]time
 
 // checkAuditWindow checks that the outcome of every command answered more
 // than the executor's forwarding interval (audit.DefaultFlushEvery, the 2
-// seconds of the README's loss window) before killedAt is in the audit
+// seconds of the audit trail's loss window) before killedAt is in the audit
 // trail, and that the trail verifies. No margin is added: killedAt was
 // taken before the signal, and a command counts as answered when its
 // answer reached the test, two hops (executor to router to test) after

@@ -1,5 +1,5 @@
-// Package egressproxy is a sandbox's only way out (SPEC §4 network
-// allowlist): a proxy the executor runs outside the sandbox, reached from
+// Package egressproxy is a sandbox's only way out
+// (docs/reference/sandboxes.md, Network): a proxy the executor runs outside the sandbox, reached from
 // inside through a unix socket the sandbox's agent bridges to a loopback
 // port. It speaks HTTP (absolute-form requests), HTTPS CONNECT tunnels and
 // SOCKS5 CONNECT on that one socket, telling them apart by the first byte.

@@ -44,7 +44,8 @@ func (l Limits) cgroup() cgroupLimits {
 	return cgroupLimits{l.MemoryBytes, l.Pids, l.CPUMillicores}
 }
 
-// DefaultLimits are the limits of SPEC §4 for an in-memory workspace.
+// DefaultLimits are a sandbox's default limits, for an in-memory workspace
+// (docs/reference/sandboxes.md, Limits).
 var DefaultLimits = Limits{
 	MemoryBytes:    512 << 20,
 	Pids:           256,

@@ -1,7 +1,8 @@
 // Package toolshim is both ends of the channel between a sandbox's tool
-// commands and the executor (SPEC §5): the manifest and wire format, the
-// command that runs inside the sandbox when the conch binary is invoked under
-// a tool's name, and the host side that serves one sandbox's calls.
+// commands and the executor (docs/reference/tools.md): the manifest and wire
+// format, the command that runs inside the sandbox when the conch binary is
+// invoked under a tool's name, and the host side that serves one sandbox's
+// calls.
 package toolshim
 
 import (

@@ -34,8 +34,9 @@ var Binary = sync.OnceValues(func() (string, error) {
 	return filepath.Join(dir, "conch"), nil
 })
 
-// ShellResult is the JSON a model receives for a shell call (SPEC §3), as
-// the suites read it back out of a completion.
+// ShellResult is the JSON a model receives for a shell call
+// (docs/reference/openai-api.md), as the suites read it back out of a
+// completion.
 type ShellResult struct {
 	Stdout  string `json:"stdout"`
 	Stderr  string `json:"stderr"`

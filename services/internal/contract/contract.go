@@ -3,14 +3,15 @@
 // files, the workspace and idle times. Each is written here once; the
 // services, the REST and OpenAI surfaces and the CLI use these constants,
 // and the config defaults that repeat one in a struct tag are checked
-// against it (TestConfigDefaults). The README's reference sections say the
-// same in words: changing a number here is the one code change it needs.
+// against it (TestConfigDefaults). The reference pages under docs/reference/
+// say the same in words: changing a number here is the one code change it
+// needs.
 package contract
 
 import "time"
 
 const (
-	// MaxCommandBytes bounds one shell command (README: "Limits").
+	// MaxCommandBytes bounds one shell command (docs/reference/tools.md).
 	MaxCommandBytes = 1 << 20
 	// MaxOutputLength is the most characters of a command's output any
 	// request, gateway or ceiling may ask for (max_output_length).

@@ -1,6 +1,7 @@
-// Package execenv owns the rule for the variables a command's request may
-// set (the exec tool's and the shell tool's env, SPEC §6): the executor
-// enforces it on every command and the exec policy judges with it.
+// Package execenv owns the rule for the variables a command's request may set
+// (the exec tool's and the shell tool's env,
+// docs/explanation/exec-policy.md): the executor enforces it on every command
+// and the exec policy judges with it.
 //
 // The rule is an allowlist of name shapes, not a list of known hooks: a
 // deny-list misses the next variable some program reads as an option

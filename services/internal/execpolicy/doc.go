@@ -1,9 +1,9 @@
-// Package execpolicy owns the rules that layer exec settings (SPEC §7):
-// which security and ask mode a command runs under, given the host, the
-// gateway's exec settings, the exec-approvals document and the tightening
-// layers after them. Every service that decides or forwards those settings
-// (router, executor, approval) asks this package, so a rule changes in one
-// place only.
+// Package execpolicy owns the rules that layer exec settings
+// (docs/explanation/exec-policy.md): which security and ask mode a command
+// runs under, given the host, the gateway's exec settings, the exec-approvals
+// document and the tightening layers after them. Every service that decides
+// or forwards those settings (router, executor, approval) asks this package,
+// so a rule changes in one place only.
 //
 // The rules:
 //   - Per-host defaults: host sandbox runs with security full and ask off,

@@ -114,7 +114,7 @@ func sandbox(h approvalv1.Host) bool {
 }
 
 // DefaultApprovalTimeoutSeconds is how long a human has to answer when the
-// exec settings say 0 (SPEC §7).
+// exec settings say 0 (docs/explanation/exec-policy.md).
 const DefaultApprovalTimeoutSeconds = 120
 
 // Defaults returns the settings of host h when no layer sets them: the

@@ -1,7 +1,8 @@
-// Package quota owns the persistent workspace quota of SPEC §4: its
-// defaults, which the workspace service enforces, the executor sizes
-// sandboxes by and the gateways fall back to, and the error that says it
-// was hit, which HTTP answers with 413 (errs.ReasonWorkspaceQuotaExceeded).
+// Package quota owns the persistent workspace quota
+// (docs/how-to/workspace-files.md): its defaults, which the workspace service
+// enforces, the executor sizes sandboxes by and the gateways fall back to,
+// and the error that says it was hit, which HTTP answers with 413
+// (errs.ReasonWorkspaceQuotaExceeded).
 package quota
 
 import (
@@ -10,9 +11,9 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
-// Defaults of a persistent workspace (SPEC §4): what it may hold when no
-// gateway or setting says otherwise. Files count every entry: files,
-// directories and links.
+// Defaults of a persistent workspace (docs/how-to/workspace-files.md): what
+// it may hold when no gateway or setting says otherwise. Files count every
+// entry: files, directories and links.
 const (
 	DefaultBytes = 1 << 30
 	DefaultFiles = 100_000

@@ -1,7 +1,7 @@
-// Package toolcli turns a tool's JSON Schema into a command line (SPEC §5):
-// one flag per property, --help generated from the schema, and the parsed
-// flags turned back into the tool's JSON arguments. The sandbox's tool
-// commands use it.
+// Package toolcli turns a tool's JSON Schema into a command line
+// (docs/reference/tools.md): one flag per property, --help generated from the
+// schema, and the parsed flags turned back into the tool's JSON arguments.
+// The sandbox's tool commands use it.
 package toolcli
 
 import (

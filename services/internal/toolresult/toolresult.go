@@ -1,8 +1,8 @@
 // Package toolresult builds the JSON a model receives for a shell command
-// (SPEC §3), in one place for the executor's REST answer and the router's
-// agent loop: {"stdout", "stderr", "outcome": {"type", "exit_code"}} or, for
-// a sandbox or policy failure, an error outcome with "error" and no exit
-// code.
+// (docs/reference/openai-api.md), in one place for the executor's REST answer
+// and the router's agent loop: {"stdout", "stderr", "outcome": {"type",
+// "exit_code"}} or, for a sandbox or policy failure, an error outcome with
+// "error" and no exit code.
 package toolresult
 
 import (
@@ -19,10 +19,11 @@ import (
 // not count towards the limit.
 const TruncatedMarker = "[output truncated]"
 
-// Cap applies SPEC §3's limit to a command's output: stdout keeps at most
-// limit characters and stderr at most what stdout left (invalid UTF-8 counts
-// a replacement character per byte); a field that was cut, or that the
-// producer already cut (stdoutOver, stderrOver), ends with TruncatedMarker.
+// Cap applies the shell's output limit (docs/reference/openai-api.md) to a
+// command's output: stdout keeps at most limit characters and stderr at
+// most what stdout left (invalid UTF-8 counts a replacement character per
+// byte); a field that was cut, or that the producer already cut
+// (stdoutOver, stderrOver), ends with TruncatedMarker.
 func Cap(stdout, stderr string, limit int, stdoutOver, stderrOver bool) (out, errOut string, outCut, errCut bool) {
 	out, c := Cut(stdout, limit)
 	outCut = stdoutOver || c

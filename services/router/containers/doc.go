@@ -1,6 +1,6 @@
 // Package containers serves OpenAI's Containers API at /v1/containers
-// (SPEC §12) over conch sandboxes, so that OpenAI's clients manage them
-// unchanged.
+// (docs/reference/containers-api.md) over conch sandboxes, so that OpenAI's
+// clients manage them unchanged.
 //
 // A container is a sandbox of the caller's account, and its id is the
 // sandbox's: the sandboxes of /api/v1/sandboxes and of chat completions

@@ -20,7 +20,7 @@ import (
 // Limits of the API.
 const (
 	// MaxFileBytes is the largest file upload, as the workspace file
-	// API's (SPEC §9).
+	// API's (docs/how-to/workspace-files.md).
 	MaxFileBytes = contract.MaxFileBytes
 	// DefaultIdleMinutes is how long a container lives without activity
 	// when expires_after is not given: OpenAI's 20 minutes.

@@ -7,7 +7,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/contract"
 )
 
-// The defaults of a gateway's runtime settings left unset (0), SPEC §3–4.
+// The defaults of a gateway's runtime settings left unset (0), as
+// docs/reference/gateways.md lists them.
 // Everything that runs a completion reads them through the functions
 // below, and validation quotes them, so each has one owner.
 const (

@@ -1,6 +1,7 @@
-// Package gateways stores the named gateway configurations of each account
-// in etcd (SPEC §4) and keeps a watched cache of them for the agent loop.
-// Secrets are sealed in etcd (see secrets.go) and plain everywhere else.
+// Package gateways stores the named gateway configurations of each account in
+// etcd (docs/reference/gateways.md) and keeps a watched cache of them for the
+// agent loop. Secrets are sealed in etcd (see secrets.go) and plain
+// everywhere else.
 package gateways
 
 import (

@@ -20,7 +20,7 @@ import (
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
-// Defaults of the rich exec tool (SPEC §6).
+// Defaults of the rich exec tool (docs/reference/tools.md).
 const (
 	defaultYieldMs     = 10000
 	defaultExecTimeout = int32(contract.ExecTimeout / time.Second)

@@ -28,7 +28,7 @@ import (
 
 // Limits of the file tools. A tool call's content travels inside one
 // JSON-RPC message, so files are smaller here than through the REST file
-// API (SPEC §9), which streams up to 100 MiB.
+// API (docs/how-to/workspace-files.md), which streams up to 100 MiB.
 const (
 	// MaxFileBytes is the largest file read_file returns and write_file
 	// writes.
@@ -41,7 +41,7 @@ const (
 
 const pathProp = `"path":{"type":"string","minLength":1,"description":"Workspace path, e.g. /notes/a.txt (also accepted: /home/workspace/notes/a.txt or notes/a.txt)."}`
 
-// fileTools are the tools on the session's workspace (SPEC §9).
+// fileTools are the tools on the session's workspace (docs/reference/mcp.md).
 func (s *session) fileTools() []tool {
 	defs := []struct {
 		name, desc, schema string
@@ -84,8 +84,8 @@ func (s *session) fileTools() []tool {
 	return out
 }
 
-// workspacePath turns what a client named into the workspace-absolute
-// path (SPEC §9): "/notes/a.txt", "/home/workspace/notes/a.txt" and
+// workspacePath turns what a client named into the workspace-absolute path
+// (docs/reference/mcp.md): "/notes/a.txt", "/home/workspace/notes/a.txt" and
 // "notes/a.txt" all name /notes/a.txt. Anything that would leave the
 // workspace is refused.
 func workspacePath(p string) (string, error) {

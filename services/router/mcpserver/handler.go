@@ -30,7 +30,8 @@ import (
 )
 
 // DefaultSessionIdle is how long an MCP session lives without a request
-// from its client: the default idle time of a session's sandbox (SPEC §3).
+// from its client: the default idle time of a session's sandbox
+// (docs/reference/mcp.md).
 const DefaultSessionIdle = contract.SessionIdle
 
 // protocolVersions are the protocol versions served: those with sessions
@@ -152,7 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 		s := h.lookup(id)
 		// Another account's session is not found, as any object of
-		// another account is (SPEC §2).
+		// another account is (docs/reference/errors.md).
 		if s == nil || s.scope.Account != scope.Account || s.gateway.GetName() != gateway {
 			h.fail(w, r, errs.New(errs.NotFound, "session not found: start a new one with initialize"))
 			return

@@ -21,7 +21,7 @@ import (
 	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
-// Limits of the shell's per-call arguments (SPEC §3).
+// Limits of the shell's per-call arguments (docs/reference/openai-api.md).
 const (
 	maxTimeoutSeconds = 300
 )
@@ -105,8 +105,9 @@ func (s *session) tools() []tool {
 	return out
 }
 
-// runShell runs the shell tool: the SPEC §3 result as structured content,
-// with a text rendering for clients that show text only.
+// runShell runs the shell tool: the shell's result
+// (docs/reference/openai-api.md) as structured content, with a text rendering
+// for clients that show text only.
 func (s *session) runShell(ctx context.Context, req *mcp.CallToolRequest, raw json.RawMessage) *mcp.CallToolResult {
 	var args struct {
 		Command         string `json:"command"`
@@ -186,7 +187,8 @@ func errorResult(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}, IsError: true}
 }
 
-// shellResult is the SPEC §3 result of a shell command.
+// shellResult is the shell's result of a command
+// (docs/reference/openai-api.md).
 type shellResult struct {
 	Stdout  string `json:"stdout"`
 	Stderr  string `json:"stderr"`

@@ -1,7 +1,7 @@
 // Package nodes pairs machines with an account so that exec commands can run
-// on them (SPEC §6, host node). Pairing issues a token that `conch node`
-// presents when it connects; only the token's SHA-256 is kept, as for API
-// keys. Whether a node is connected, and to which executor, is the
+// on them (docs/how-to/hosts.md, host node). Pairing issues a token that
+// `conch node` presents when it connects; only the token's SHA-256 is kept,
+// as for API keys. Whether a node is connected, and to which executor, is the
 // executor's record in package placement.
 package nodes
 

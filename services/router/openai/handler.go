@@ -1,7 +1,8 @@
-// Package openai serves the OpenAI-compatible API of the router (SPEC §3):
-// GET /v1/models, POST /v1/chat/completions and the Responses API
-// (/v1/responses), with and without streaming: thin front ends over the
-// completion core, which runs conch's server tools in the agent loop.
+// Package openai serves the OpenAI-compatible API of the router
+// (docs/reference/openai-api.md): GET /v1/models, POST /v1/chat/completions
+// and the Responses API (/v1/responses), with and without streaming: thin
+// front ends over the completion core, which runs conch's server tools in the
+// agent loop.
 package openai
 
 import (

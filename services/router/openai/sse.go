@@ -106,7 +106,8 @@ func (s *sse) KeepAlive() error {
 
 // Tool implements loop.Events: a chunk with an empty delta and a
 // "conch_event" field that OpenAI clients ignore and conch chat shows. The
-// "conch" field itself rides only on the last chunk, as SPEC §3 says.
+// "conch" field itself rides only on the last chunk, as
+// docs/reference/openai-api.md says.
 func (s *sse) Tool(ev loop.ToolEvent) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

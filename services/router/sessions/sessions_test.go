@@ -28,7 +28,8 @@ func TestApplyExecCommand(t *testing.T) {
 		{"loosen security refused", gatewayGW, Override{}, "/exec security=full", "", "looser"},
 		{"ask less refused", gatewayGW, Override{}, "/exec ask=off", "", "asks less"},
 		{"host gateway from sandbox refused", sandboxGW, Override{}, "/exec host=gateway", "", "only tighten"},
-		// The sandbox isolates, so its own defaults (SPEC §7) apply there.
+		// The sandbox isolates, so its own defaults
+		// (docs/explanation/exec-policy.md) apply there.
 		{"host sandbox from gateway allowed", gatewayGW, Override{}, "/exec host=sandbox", "host=sandbox security=full ask=off", ""},
 		{"node without node host", sandboxGW, Override{}, "/exec node=mac-1", "", "nodes"},
 		{"unknown key", sandboxGW, Override{}, "/exec colour=red", "", "unknown key"},

@@ -1,8 +1,8 @@
-// Package toolhost runs a gateway's server-executable tools (SPEC §4–5):
-// webhook tools, the tools of MCP servers, and the built-ins request,
-// open_url and web_search. The agent loop calls them directly when they are
-// model tools; sandboxes call them through the executor when they are moved
-// into the shell as commands.
+// Package toolhost runs a gateway's server-executable tools
+// (docs/reference/tools.md): webhook tools, the tools of MCP servers, and the
+// built-ins request, open_url and web_search. The agent loop calls them
+// directly when they are model tools; sandboxes call them through the
+// executor when they are moved into the shell as commands.
 package toolhost
 
 import (

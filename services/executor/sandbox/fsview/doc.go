@@ -1,10 +1,10 @@
 // Package fsview looks at a sandbox's filesystem from the host the way the
 // sandbox's own processes see it: through the sandbox's mount table,
-// following its symlinks inside that view and never on the host. The
-// executor uses it to resolve the programs of a command it must judge
-// before running it in a sandbox (SPEC §7: allowlist patterns match the
-// binary the command would really run), and to read those programs to bind
-// an approval to their content.
+// following its symlinks inside that view and never on the host. The executor
+// uses it to resolve the programs of a command it must judge before running
+// it in a sandbox (docs/explanation/exec-policy.md: allowlist patterns match
+// the binary the command would really run), and to read those programs to
+// bind an approval to their content.
 //
 // Whatever runs in a sandbox writes its workspace, symlinks included, and
 // may change it while the host looks. So a link to /usr/bin/x means the

@@ -1,6 +1,6 @@
 // Package restjson is the JSON codec of conch's REST API: protojson with the
 // proto field names (snake_case) on output, zero values emitted, enums
-// written as the lowercase words the spec uses ("exit", "allow-once",
+// written as the lowercase words the documentation uses ("exit", "allow-once",
 // "on-miss") instead of their proto names, and 64-bit integers written as
 // JSON numbers (sizes, counts and times in milliseconds stay far below
 // 2^53) rather than protojson's strings. Input accepts snake_case or
@@ -297,8 +297,8 @@ func enumPrefix(ed protoreflect.EnumDescriptor) string {
 	return strings.TrimSuffix(zero, "UNSPECIFIED")
 }
 
-// toWord turns a proto enum name into the spec's word: ASK_ON_MISS → on-miss,
-// and an *_UNSPECIFIED zero value into "".
+// toWord turns a proto enum name into the documentation's word:
+// ASK_ON_MISS → on-miss, and an *_UNSPECIFIED zero value into "".
 func toWord(ed protoreflect.EnumDescriptor, name string) (string, bool) {
 	if ed.Values().ByName(protoreflect.Name(name)) == nil {
 		return "", false

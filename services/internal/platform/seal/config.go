@@ -26,7 +26,7 @@ func (c *KeyConfig) Given() bool { return c.SecretsKeyFile != "" || c.SecretsKey
 // Validate requires a keyring, from one of the two places, and checks it.
 func (c *KeyConfig) Validate() error {
 	if !c.Given() {
-		return config.Invalid(EnvKey, "set %s or %s: the keys that seal stored secrets (see the README's \"Secrets at rest\")", EnvKey, FlagKeyFile)
+		return config.Invalid(EnvKey, "set %s or %s: the keys that seal stored secrets (see docs/how-to/secrets.md in the conch repository)", EnvKey, FlagKeyFile)
 	}
 	_, err := c.Keyring()
 	return err

@@ -1,6 +1,6 @@
 // Package seal encrypts the secrets conch stores in etcd (upstream API
 // keys, egress secrets, tool header values, chat tokens), so that a copy of
-// etcd's data shows none of them (SPEC §13).
+// etcd's data shows none of them (docs/how-to/secrets.md).
 //
 // A value is sealed in an envelope: a fresh random 256-bit data key
 // encrypts it with AES-256-GCM, and a key-encryption key (KEK) of the
