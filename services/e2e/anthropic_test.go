@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -59,6 +60,10 @@ const tools = [{ type: "code_execution_20250825", name: "code_execution" }];
   try { await client.messages.create({ model: "default", max_tokens: 10, container: "sbx-not-there", tools, messages: [{ role: "user", content: "run: ls" }] }); }
   catch (e) { errs.container = [e.constructor.name, e.status]; }
   seen.errors = errs;
+  const models = [];
+  for await (const m of client.models.list()) models.push(m.id);
+  seen.models = models;
+  seen.model = (await client.models.retrieve("default")).type;
   console.log(JSON.stringify(seen));
 })().catch((e) => { console.error(e); process.exit(1); });
 `
@@ -106,6 +111,8 @@ func TestAnthropicSDK(t *testing.T) {
 		Again, Next, StreamedStdout, StreamedCommand, StreamedContainer string
 		SameContainer                                                   bool
 		Errors                                                          map[string][]any
+		Models                                                          []string
+		Model                                                           string
 	}
 	if err := json.Unmarshal(out, &seen); err != nil {
 		t.Fatalf("node printed %s", out)
@@ -142,6 +149,9 @@ func TestAnthropicSDK(t *testing.T) {
 		if got, _ := json.Marshal(seen.Errors[name]); string(got) != want {
 			t.Errorf("error %s: %s, want %s", name, got, want)
 		}
+	}
+	if !slices.Contains(seen.Models, "default") || seen.Model != "model" {
+		t.Errorf("models %v, default's type %q", seen.Models, seen.Model)
 	}
 	if bad := seen.Errors["bad"]; len(bad) != 3 || bad[0] != "BadRequestError" || !strings.Contains(bad[2].(string), "messages[0].role") {
 		t.Errorf("bad request: %v", bad)

@@ -157,6 +157,11 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	ak.apiKeyHeader = true
 	mux.Handle("/v1/messages", ak.wrap(anthropicErrors, messages))
 	mux.Handle("/v1/messages/", ak.wrap(anthropicErrors, messages))
+	// The model list is OpenAI's and Anthropic's both: a request with
+	// Anthropic's version header gets Anthropic's shape.
+	models := bySDK(ak.wrap(anthropicErrors, messages), a.wrap(openAIErrors, v1))
+	mux.Handle("/v1/models", models)
+	mux.Handle("/v1/models/", models)
 	mux.Handle("/v1/containers", a.wrap(openAIErrors, ctr))
 	mux.Handle("/v1/containers/", a.wrap(openAIErrors, ctr))
 	mcpHandler, err := mcpserver.NewHandler(mcpserver.Options{
@@ -281,6 +286,18 @@ type errorWriter func(w http.ResponseWriter, err error)
 
 // openAIErrors writes OpenAI's error shape, used on /v1 and /mcp.
 func openAIErrors(w http.ResponseWriter, err error) { openai.WriteAnswer(w, errs.Public(err)) }
+
+// bySDK sends requests that carry Anthropic's anthropic-version header to
+// anthropic, the others to openAI.
+func bySDK(anthropic, openAI http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Anthropic-Version") != "" {
+			anthropic.ServeHTTP(w, r)
+			return
+		}
+		openAI.ServeHTTP(w, r)
+	})
+}
 
 // anthropicErrors writes Anthropic's error shape, used on /v1/messages.
 func anthropicErrors(w http.ResponseWriter, err error) { anthropic.WriteAnswer(w, errs.Public(err)) }

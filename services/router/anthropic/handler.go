@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"time"
 
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
@@ -46,6 +48,8 @@ func NewHandler(core *completion.Service, logger *slog.Logger) *Handler {
 	h := &Handler{core: core, logger: logger, mux: http.NewServeMux(), now: time.Now}
 	h.mux.HandleFunc("POST /v1/messages", h.messages)
 	h.mux.HandleFunc("POST /v1/messages/count_tokens", h.countTokens)
+	h.mux.HandleFunc("GET /v1/models", h.listModels)
+	h.mux.HandleFunc("GET /v1/models/{model}", h.getModel)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		newError(http.StatusNotFound, "unknown path "+r.Method+" "+r.URL.Path).write(w)
 	})
@@ -122,6 +126,50 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	defer res.End()
 	s.finish(res, containerOf(res, idle, h.now()))
+}
+
+// modelOf is a gateway as Anthropic's model object.
+func modelOf(g *routerv1.Gateway) map[string]any {
+	return map[string]any{"type": "model", "id": g.GetName(), "display_name": g.GetName(),
+		"created_at": g.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)}
+}
+
+// listModels lists the account's gateways as Anthropic's SDKs read a
+// model list: all of them on one page.
+func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
+	account, err := tenant.Account(r.Context())
+	if err != nil {
+		errorOf(r.Context(), h.logger, err, "").write(w)
+		return
+	}
+	list, err := h.core.Gateways(r.Context(), account)
+	if err != nil {
+		errorOf(r.Context(), h.logger, err, "").write(w)
+		return
+	}
+	data := make([]map[string]any, len(list))
+	for i, g := range list {
+		data[i] = modelOf(g)
+	}
+	page := map[string]any{"data": data, "has_more": false, "first_id": nil, "last_id": nil}
+	if len(list) > 0 {
+		page["first_id"], page["last_id"] = list[0].GetName(), list[len(list)-1].GetName()
+	}
+	writeJSON(w, page)
+}
+
+func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
+	account, err := tenant.Account(r.Context())
+	if err != nil {
+		errorOf(r.Context(), h.logger, err, "").write(w)
+		return
+	}
+	g, err := h.core.Gateway(r.Context(), account, r.PathValue("model"))
+	if err != nil {
+		errorOf(r.Context(), h.logger, err, "").write(w)
+		return
+	}
+	writeJSON(w, modelOf(g))
 }
 
 // countTokens answers that conch cannot count tokens: the completion core

@@ -593,7 +593,7 @@ type AuthorizeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Allow, deny, or ask (then approval is set and pending).
 	Decision PolicyDecision `protobuf:"varint,1,opt,name=decision,proto3,enum=conch.approval.v1.PolicyDecision" json:"decision,omitempty"`
-	// Why; the exact error string of the spec for a refusal.
+	// Why; for a refusal, one of the errors docs/explanation/exec-policy.md lists.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The pending approval to watch when decision is ask.
 	Approval *Approval `protobuf:"bytes,3,opt,name=approval,proto3" json:"approval,omitempty"`

@@ -566,7 +566,7 @@ type Segment struct {
 	ResolvedPath string `protobuf:"bytes,2,opt,name=resolved_path,json=resolvedPath,proto3" json:"resolved_path,omitempty"`
 	// Verdict on this segment.
 	Decision PolicyDecision `protobuf:"varint,3,opt,name=decision,proto3,enum=conch.approval.v1.PolicyDecision" json:"decision,omitempty"`
-	// Why; for a refusal, the exact error string of the spec.
+	// Why; for a refusal, one of the errors docs/explanation/exec-policy.md lists.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Digest of the resolved file's content ("sha256:<hex>"), when the
 	// caller computed it; an approval is bound to it, so a script changed
@@ -796,7 +796,7 @@ type EvaluateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Overall verdict.
 	Decision PolicyDecision `protobuf:"varint,1,opt,name=decision,proto3,enum=conch.approval.v1.PolicyDecision" json:"decision,omitempty"`
-	// Why, in words; the exact error string of the spec for a refusal.
+	// Why, in words; for a refusal, one of the errors docs/explanation/exec-policy.md lists.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Each simple command of the line.
 	Segments []*Segment `protobuf:"bytes,3,rep,name=segments,proto3" json:"segments,omitempty"`

@@ -690,7 +690,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// NodeService pairs the account's nodes (SPEC §6, host node). A node
+// NodeService pairs the account's nodes (docs/how-to/hosts.md). A node
 // connects with its pairing token to the router's public address, over
 // ExecutorService.AttachNode.
 type NodeServiceClient interface {
@@ -744,7 +744,7 @@ func (c *nodeServiceClient) DeleteNode(ctx context.Context, in *DeleteNodeReques
 // All implementations must embed UnimplementedNodeServiceServer
 // for forward compatibility.
 //
-// NodeService pairs the account's nodes (SPEC §6, host node). A node
+// NodeService pairs the account's nodes (docs/how-to/hosts.md). A node
 // connects with its pairing token to the router's public address, over
 // ExecutorService.AttachNode.
 type NodeServiceServer interface {
