@@ -15,6 +15,10 @@ const (
 	// bashTool is the code execution tool's bash sub-tool: conch's shell.
 	bashTool   = "bash_code_execution"
 	bashResult = "bash_code_execution_tool_result"
+	// editorTool is the code execution tool's file editor, conch's
+	// loop.EditorTool (of the same name).
+	editorTool   = loop.EditorTool
+	editorResult = "text_editor_code_execution_tool_result"
 	// mcpUse and mcpResult carry conch's other server tools (webhooks,
 	// MCP tools, built-ins), as Anthropic's MCP connector shows the calls
 	// of a server it reached: calls the server made and answered.
@@ -33,13 +37,43 @@ func serverCallBlock(call upstream.ToolCall) map[string]any {
 		return map[string]any{"type": "server_tool_use", "id": call.ID, "name": bashTool,
 			"input": map[string]any{"command": shellCommand(call.Arguments)}, "caller": map[string]any{"type": "direct"}}
 	}
+	if call.Name == editorTool {
+		return map[string]any{"type": "server_tool_use", "id": call.ID, "name": editorTool, "input": inputOf(call.Arguments), "caller": map[string]any{"type": "direct"}}
+	}
 	return map[string]any{"type": mcpUse, "id": call.ID, "name": call.Name, "server_name": conchServer, "input": inputOf(call.Arguments)}
+}
+
+// editorTypes are the content types of an editor result in Anthropic's
+// blocks, by the loop's EditorResult type. The fields are the same.
+var editorTypes = map[string]string{
+	"view":        "text_editor_code_execution_view_result",
+	"create":      "text_editor_code_execution_create_result",
+	"str_replace": "text_editor_code_execution_str_replace_result",
+	"error":       "text_editor_code_execution_tool_result_error",
+}
+
+// editorContent turns the editor's result JSON into the content of a
+// text_editor_code_execution_tool_result.
+func editorContent(result string) map[string]any {
+	var c map[string]any
+	if json.Unmarshal([]byte(result), &c) != nil || c == nil {
+		return map[string]any{"type": editorTypes["error"], "error_code": "unavailable", "error_message": result}
+	}
+	typ, _ := c["type"].(string)
+	if editorTypes[typ] == "" {
+		return map[string]any{"type": editorTypes["error"], "error_code": "unavailable", "error_message": result}
+	}
+	c["type"] = editorTypes[typ]
+	return c
 }
 
 // serverResultBlock is the block of a server tool's result.
 func serverResultBlock(call upstream.ToolCall, result string) map[string]any {
-	if call.Name == "shell" {
+	switch call.Name {
+	case "shell":
 		return map[string]any{"type": bashResult, "tool_use_id": call.ID, "content": bashContent(result)}
+	case editorTool:
+		return map[string]any{"type": editorResult, "tool_use_id": call.ID, "content": editorContent(result)}
 	}
 	return map[string]any{"type": mcpResult, "tool_use_id": call.ID, "is_error": strings.HasPrefix(result, "Error:"),
 		"content": []any{map[string]any{"type": "text", "text": result}}}

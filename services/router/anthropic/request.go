@@ -9,6 +9,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -272,7 +273,7 @@ func (r *request) addBlocks(field, role string, blocks []block) error {
 			}
 			r.Messages = append(r.Messages, upstream.Message{Role: "tool", ToolCallID: b.ToolUseID, Content: text})
 			open = false
-		case b.Type == bashResult && role == "assistant", b.Type == mcpResult && role == "assistant":
+		case (b.Type == bashResult || b.Type == editorResult || b.Type == mcpResult) && role == "assistant":
 			if b.ToolUseID == "" {
 				return badField(at+".tool_use_id", "is required")
 			}
@@ -317,8 +318,9 @@ func callOf(field string, b block) (upstream.ToolCall, error) {
 			}
 			args, _ := json.Marshal(map[string]string{"command": in.Command})
 			call.Name, call.Arguments = "shell", string(args)
+		case editorTool:
 		default:
-			return upstream.ToolCall{}, badField(field+".name", "conch runs bash_code_execution only, got %q", b.Name)
+			return upstream.ToolCall{}, badField(field+".name", "conch runs bash_code_execution and text_editor_code_execution only, got %q", b.Name)
 		}
 	}
 	return call, nil
@@ -337,6 +339,9 @@ func resultText(field string, v json.RawMessage) (string, error) {
 // from its block: the shell's result JSON for bash_code_execution, the
 // tool's output for conch's other tools.
 func serverResult(field string, b block) (string, error) {
+	if b.Type == editorResult {
+		return editorResultOf(field, b.Content)
+	}
 	if b.Type == mcpResult {
 		text, err := resultText(field, b.Content)
 		if b.IsError {
@@ -367,6 +372,28 @@ func serverResult(field string, b block) (string, error) {
 	}
 	out, _ := json.Marshal(res)
 	return string(out), nil
+}
+
+// editorResultOf is the editor's result JSON, as the model saw it, of a
+// text_editor_code_execution_tool_result's content.
+func editorResultOf(field string, v json.RawMessage) (string, error) {
+	var c map[string]any
+	if err := wirejson.Strict(v, &c); err != nil || c == nil {
+		return "", badField(field, "must be a text_editor_code_execution result object")
+	}
+	for typ, anthropic := range editorTypes {
+		if c["type"] == anthropic {
+			c["type"] = typ
+			b, _ := json.Marshal(c)
+			var res loop.EditorResult
+			if err := wirejson.Strict(b, &res); err != nil {
+				return "", badField(field, "is not a %s: %v", anthropic, err)
+			}
+			out, _ := json.Marshal(res)
+			return string(out), nil
+		}
+	}
+	return "", badField(field+".type", "must be a text_editor_code_execution result type, got %v", c["type"])
 }
 
 // parseTools reads the tools: custom tools and Anthropic's client tools
@@ -401,7 +428,7 @@ func (r *request) parseTools(v json.RawMessage) error {
 			if r.Shell != nil {
 				return badField(field, "the code execution tool is given twice")
 			}
-			r.Shell, r.ShellField, r.CodeExecution = &completion.ShellTool{}, field, t.Type
+			r.Shell, r.ShellField, r.CodeExecution, r.Editor = &completion.ShellTool{}, field, t.Type, true
 		case clientToolSchemas[t.Type] != "":
 			if err := completion.CheckClientTool(field+".name", t.Name, seen); err != nil {
 				return err

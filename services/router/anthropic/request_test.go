@@ -1,10 +1,12 @@
 package anthropic
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/upstream"
 )
 
 func TestParseRequestRefuses(t *testing.T) {
@@ -21,7 +23,7 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"image", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, "messages[0].content[0].type", "not image blocks"},
 		{"tool_use from user", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]}]}`, "messages[0].content[0].type", "is not a content block"},
 		{"tool_result without id", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, "messages[0].content[0].tool_use_id", "is required"},
-		{"other server tool", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}}]}]}`, "messages[0].content[0].name", "bash_code_execution only"},
+		{"other server tool", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}}]}]}`, "messages[0].content[0].name", "bash_code_execution and text_editor_code_execution only"},
 		{"custom tool reserved", `{"model":"g","max_tokens":10,"tools":[{"name":"shell","input_schema":{}}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0].name", "reserved"},
 		{"custom tool twice", `{"model":"g","max_tokens":10,"tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}],"messages":[{"role":"user","content":"hi"}]}`, "tools[1].name", "defined twice"},
 		{"custom tool without schema", `{"model":"g","max_tokens":10,"tools":[{"name":"f"}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0].input_schema", "is required"},
@@ -96,5 +98,32 @@ func TestParseRequestConversation(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("messages:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestEditorBlocksRoundTrip: an editor call and its result, rendered as
+// Anthropic's blocks and given back in the next request's history, are
+// what the model saw.
+func TestEditorBlocksRoundTrip(t *testing.T) {
+	for _, result := range []string{
+		`{"type":"view","content":"a\nb","file_type":"text","start_line":1,"num_lines":2,"total_lines":2}`,
+		`{"type":"create","is_file_update":true}`,
+		`{"type":"str_replace","old_start":2,"old_lines":1,"new_start":2,"new_lines":2,"lines":["x","y"]}`,
+		`{"type":"error","error_code":"file_not_found","error_message":"cannot read a"}`,
+	} {
+		call := upstream.ToolCall{ID: "srv1", Name: editorTool, Arguments: `{"command":"view","path":"a"}`}
+		blocks := []map[string]any{serverCallBlock(call), serverResultBlock(call, result)}
+		content, _ := json.Marshal(blocks)
+		body := `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":` + string(content) + `}]}`
+		r, err := parseRequest([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", content, err)
+		}
+		if len(r.Messages) != 3 || r.Messages[1].ToolCalls[0].Name != editorTool || r.Messages[2].Content != result {
+			t.Errorf("blocks %s read back as %+v", content, r.Messages)
+		}
+		if typ := blocks[1]["content"].(map[string]any)["type"].(string); !strings.HasPrefix(typ, "text_editor_code_execution_") {
+			t.Errorf("result rendered as %s", typ)
+		}
 	}
 }

@@ -158,6 +158,9 @@ type Request struct {
 	Continue string
 	// Exec asks for the rich exec and process tools.
 	Exec bool
+	// Editor offers the file editor beside the shell (Anthropic's code
+	// execution tool has one), when the shell runs in conch's sandbox.
+	Editor bool
 	// User is the end user: the owner of a persistent workspace, and the
 	// scope of kept turns.
 	User string
@@ -217,7 +220,7 @@ func BadField(field, format string, args ...any) *FieldError {
 
 // reservedTools are the names of conch's own tools, which client tools may
 // not take.
-var reservedTools = map[string]bool{"shell": true, "exec": true, "process": true, "read_skill": true}
+var reservedTools = map[string]bool{"shell": true, "exec": true, "process": true, "read_skill": true, loop.EditorTool: true}
 
 var clientToolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -340,6 +343,7 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 			Session: scope.Session,
 			User:    req.User,
 		},
+		Editor:        plan.editor,
 		Direct:        plan.direct,
 		Skills:        plan.skills,
 		ExecOutput:    plan.execOutput,

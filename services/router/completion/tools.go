@@ -27,6 +27,7 @@ type toolPlan struct {
 	moved      []*toolhost.Tool  // server tools moved into the shell
 	skills     map[string]string // read_skill's texts
 	execOutput int32             // output limit of exec; 0: not offered
+	editor     bool              // the file editor is offered beside the shell
 	network    *executorv1.Network
 }
 
@@ -88,6 +89,11 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 			p.addDirect(set.Tools())
 		}
 		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.network, p.moved))
+		if req.Editor {
+			p.editor = true
+			p.tools = append(p.tools, upstream.Tool{Name: loop.EditorTool, Parameters: json.RawMessage(loop.EditorSchema),
+				Description: "View, create and edit text files in the shell's sandbox: view shows a file's lines, create writes a whole file, str_replace replaces text that occurs once."})
+		}
 	case set != nil:
 		// Without a shell there is nowhere to move tools to.
 		p.addDirect(set.Tools())

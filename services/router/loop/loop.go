@@ -17,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -80,6 +81,8 @@ type Config struct {
 	Sandbox  Sandbox
 	// Shell is nil when the completion has no shell tool.
 	Shell *Shell
+	// Editor offers the file editor (EditorTool) beside the shell.
+	Editor bool
 	// abort ends the loop with an error rather than a tool result.
 	abort error
 	// sandbox is the sandbox's id once the loop has it.
@@ -281,6 +284,8 @@ func (cfg *Config) isServerTool(name string) bool {
 	switch {
 	case name == "shell":
 		return cfg.Shell != nil
+	case name == EditorTool:
+		return cfg.Editor && cfg.Shell != nil
 	case name == "read_skill":
 		return len(cfg.Skills) > 0
 	case name == "exec" || name == "process":
@@ -328,6 +333,10 @@ func (cfg *Config) serverTool(ctx context.Context, res *Result, call upstream.To
 		res.ShellCommands++
 		defer cfg.takeEgress(res)
 		return toolresult.JSON(cfg.runShell(ctx, res.ShellCommands, call, ev))
+	case EditorTool:
+		res.ShellCommands++
+		defer cfg.takeEgress(res)
+		return cfg.runEditor(ctx, res.ShellCommands, call, ev)
 	case "read_skill":
 		return cfg.readSkill(call.Arguments)
 	case "exec":
@@ -379,23 +388,36 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 	if args.Command == nil {
 		return toolresult.Error(`shell: arguments must be a JSON object with a string "command"`)
 	}
-	cmd := *args.Command
-	span.SetAttributes(attribute.Int("conch.command.bytes", len(cmd)))
+	run, failed := cfg.command(ctx, call, ev, *args.Command, sh.MaxOutputLength)
+	if failed != nil {
+		return failed
+	}
+	return toolresult.FromExec(run.stdout, run.stderr, int(sh.MaxOutputLength), run.finished)
+}
+
+// command runs cmd for call in the completion's sandbox as the shell tool
+// does: judged by the exec policy, waiting for an approval, under the
+// shell's timeout, with output up to maxOutput characters. A command that
+// did not run, or did not finish in the foreground, is failed, the result
+// the model gets.
+func (cfg *Config) command(ctx context.Context, call upstream.ToolCall, ev Events, cmd string, maxOutput int32) (run *execRun, failed *executorv1.RunCommandResponse) {
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("conch.command.bytes", len(cmd)))
 	if len(cmd) > MaxCommandBytes {
-		return toolresult.Error(fmt.Sprintf("shell: command is %d bytes; the limit is 1 MiB (%d bytes)", len(cmd), MaxCommandBytes))
+		return nil, toolresult.Error(fmt.Sprintf("shell: command is %d bytes; the limit is 1 MiB (%d bytes)", len(cmd), MaxCommandBytes))
 	}
 	if !utf8.ValidString(cmd) {
-		return toolresult.Error("shell: command is not valid UTF-8")
+		return nil, toolresult.Error("shell: command is not valid UTF-8")
 	}
 	id, err := cfg.sandboxID(ctx)
 	if err != nil {
-		return toolresult.Error("sandbox: " + message(err))
+		return nil, toolresult.Error("sandbox: " + message(err))
 	}
-	run, err := cfg.exec(ctx, &executorv1.ExecRequest{
+	sh := cfg.Shell
+	run, err = cfg.exec(ctx, &executorv1.ExecRequest{
 		SandboxId:       id,
 		Command:         cmd,
 		TimeoutSeconds:  sh.TimeoutSeconds,
-		MaxOutputLength: sh.MaxOutputLength,
+		MaxOutputLength: maxOutput,
 		Workdir:         sh.Workdir,
 		Settings:        cfg.Exec.Settings,
 		Agent:           cfg.Exec.Agent,
@@ -404,11 +426,11 @@ func (cfg *Config) runShell(ctx context.Context, n int, call upstream.ToolCall, 
 	}, call, ev)
 	switch {
 	case err != nil:
-		return toolresult.Error(err.Error())
+		return nil, toolresult.Error(err.Error())
 	case run.backgrounded != "":
-		return toolresult.Error("exec: the command moved to the background, which the shell tool does not do")
+		return nil, toolresult.Error("exec: the command moved to the background, which the shell tool does not do")
 	}
-	return toolresult.FromExec(run.stdout, run.stderr, int(sh.MaxOutputLength), run.finished)
+	return run, nil
 }
 
 // execRun is what an Exec stream delivered: output, and how it ended —
