@@ -2,8 +2,10 @@ package anthropic
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -200,6 +202,7 @@ type block struct {
 	ToolUseID string          `json:"tool_use_id"`
 	Content   json.RawMessage `json:"content"`
 	IsError   bool            `json:"is_error"`
+	Source    json.RawMessage `json:"source"`
 }
 
 // parseMessages turns the conversation into chat messages: an assistant
@@ -247,12 +250,36 @@ func (r *request) addBlocks(field, role string, blocks []block) error {
 		}
 		return &r.Messages[len(r.Messages)-1]
 	}
+	// parts are the content parts, in OpenAI's shape, of the user
+	// messages that hold an image, by index: such a message is sent
+	// upstream with them (upstream.Message.Raw), its text alone
+	// otherwise.
+	parts := map[int][]any{}
+	imaged := map[int]bool{}
+	defer func() {
+		for i := range imaged {
+			r.Messages[i].Raw, _ = json.Marshal(map[string]any{"role": "user", "content": parts[i]})
+		}
+	}()
 	for i, b := range blocks {
 		at := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case b.Type == "text":
 			m := msg()
 			m.Content += b.Text
+			if role == "user" {
+				n := len(r.Messages) - 1
+				parts[n] = append(parts[n], map[string]any{"type": "text", "text": b.Text})
+			}
+		case b.Type == "image" && role == "user":
+			url, err := imageURL(at+".source", b.Source)
+			if err != nil {
+				return err
+			}
+			msg()
+			n := len(r.Messages) - 1
+			parts[n] = append(parts[n], map[string]any{"type": "image_url", "image_url": map[string]string{"url": url}})
+			imaged[n] = true
 		case (b.Type == "tool_use" || b.Type == "server_tool_use") && role == "assistant":
 			call, err := callOf(at, b)
 			if err != nil {
@@ -286,13 +313,46 @@ func (r *request) addBlocks(field, role string, blocks []block) error {
 		case b.Type == "thinking" || b.Type == "redacted_thinking":
 			// A chat completions upstream takes no thinking back; the
 			// model thinks again.
-		case b.Type == "image" || b.Type == "document":
-			return badField(at+".type", "conch passes text to the model, not %s blocks", b.Type)
+		case b.Type == "document":
+			return badField(at+".type", "conch passes text and images to the model, not document blocks")
 		default:
 			return badField(at+".type", "is not a content block a %s message may hold here: %q", role, b.Type)
 		}
 	}
 	return nil
+}
+
+// imageMediaTypes are the image types Anthropic's API takes.
+var imageMediaTypes = map[string]bool{"image/jpeg": true, "image/png": true, "image/gif": true, "image/webp": true}
+
+// imageURL is an image block's source as the URL of OpenAI's image part:
+// a data: URL of a base64 image, or the http(s) URL the upstream fetches.
+func imageURL(field string, v json.RawMessage) (string, error) {
+	var src struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+		URL       string `json:"url"`
+	}
+	if err := wirejson.Strict(v, &src); err != nil {
+		return "", badField(field, "must be an image source object")
+	}
+	switch src.Type {
+	case "base64":
+		if !imageMediaTypes[src.MediaType] {
+			return "", badField(field+".media_type", "must be image/jpeg, image/png, image/gif or image/webp, got %q", src.MediaType)
+		}
+		if _, err := base64.StdEncoding.DecodeString(src.Data); err != nil || src.Data == "" {
+			return "", badField(field+".data", "must be the image in base64")
+		}
+		return "data:" + src.MediaType + ";base64," + src.Data, nil
+	case "url":
+		if u, err := url.Parse(src.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return "", badField(field+".url", "must be an http or https URL")
+		}
+		return src.URL, nil
+	}
+	return "", badField(field+".type", "must be base64 or url, got %q", src.Type)
 }
 
 // callOf is the tool call of a tool_use or server_tool_use block. A

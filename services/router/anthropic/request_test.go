@@ -20,7 +20,12 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"wrong type", `{"model":"g","max_tokens":"10","messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "must be a number, got string"},
 		{"unknown field", `{"model":"g","max_tokens":10,"nope":1,"messages":[{"role":"user","content":"hi"}]}`, "nope", "unknown field"},
 		{"bad role", `{"model":"g","max_tokens":10,"messages":[{"role":"system","content":"hi"}]}`, "messages[0].role", "must be user or assistant"},
-		{"image", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, "messages[0].content[0].type", "not image blocks"},
+		{"image without source type", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, "messages[0].content[0].source.type", "must be base64 or url"},
+		{"image of a bad type", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/bmp","data":"AA=="}}]}]}`, "messages[0].content[0].source.media_type", "must be image/jpeg"},
+		{"image not base64", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"%%"}}]}]}`, "messages[0].content[0].source.data", "base64"},
+		{"image url", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"file:///etc/passwd"}}]}]}`, "messages[0].content[0].source.url", "http or https"},
+		{"image from the assistant", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"image","source":{"type":"url","url":"https://x.example/a.png"}}]}]}`, "messages[0].content[0].type", "is not a content block"},
+		{"document", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{}}]}]}`, "messages[0].content[0].type", "not document blocks"},
 		{"tool_use from user", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]}]}`, "messages[0].content[0].type", "is not a content block"},
 		{"tool_result without id", `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, "messages[0].content[0].tool_use_id", "is required"},
 		{"other server tool", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}}]}]}`, "messages[0].content[0].name", "bash_code_execution and text_editor_code_execution only"},
@@ -125,5 +130,24 @@ func TestEditorBlocksRoundTrip(t *testing.T) {
 		if typ := blocks[1]["content"].(map[string]any)["type"].(string); !strings.HasPrefix(typ, "text_editor_code_execution_") {
 			t.Errorf("result rendered as %s", typ)
 		}
+	}
+}
+
+// TestImagesGoUpstream: a user message with images is sent in OpenAI's
+// shape, its text and images in order.
+func TestImagesGoUpstream(t *testing.T) {
+	body := `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"what is "},` +
+		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"text","text":"and"},` +
+		`{"type":"image","source":{"type":"url","url":"https://x.example/a.png"}}]},{"role":"user","content":"plain"}]}`
+	r, err := parseRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"content":[{"text":"what is ","type":"text"},{"image_url":{"url":"data:image/png;base64,iVBORw0KGgo="},"type":"image_url"},{"text":"and","type":"text"},{"image_url":{"url":"https://x.example/a.png"},"type":"image_url"}],"role":"user"}`
+	if string(r.Messages[0].Raw) != want || r.Messages[0].Content != "what is and" {
+		t.Errorf("raw %s, content %q", r.Messages[0].Raw, r.Messages[0].Content)
+	}
+	if r.Messages[1].Raw != nil {
+		t.Errorf("a text message has raw %s", r.Messages[1].Raw)
 	}
 }

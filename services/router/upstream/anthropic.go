@@ -39,6 +39,67 @@ type anthropicBlock struct {
 	Input     json.RawMessage `json:"input,omitempty"`
 	ToolUseID string          `json:"tool_use_id,omitempty"`
 	Content   string          `json:"content,omitempty"`
+	Source    *imageSource    `json:"source,omitempty"`
+}
+
+// imageSource is an image block's source: base64 data or a URL.
+type imageSource struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+// userBlocks are the blocks of a user message: its text, or, when the
+// client sent content parts (Raw), each text and image part in order. An
+// image is an OpenAI image_url part, a data: URL of base64 data or an
+// http(s) URL; other parts are not sent.
+func userBlocks(m Message) []anthropicBlock {
+	var raw struct {
+		Content []struct {
+			Type     string `json:"type"`
+			Text     string `json:"text"`
+			ImageURL struct {
+				URL string `json:"url"`
+			} `json:"image_url"`
+		} `json:"content"`
+	}
+	if len(m.Raw) == 0 || wirejson.Lenient(m.Raw, &raw) != nil || len(raw.Content) == 0 {
+		return []anthropicBlock{{Type: "text", Text: nonEmpty(m.Content)}}
+	}
+	var blocks []anthropicBlock
+	for _, p := range raw.Content {
+		switch p.Type {
+		case "text":
+			if p.Text != "" {
+				blocks = append(blocks, anthropicBlock{Type: "text", Text: p.Text})
+			}
+		case "image_url":
+			if src := imageSourceOf(p.ImageURL.URL); src != nil {
+				blocks = append(blocks, anthropicBlock{Type: "image", Source: src})
+			}
+		}
+	}
+	if len(blocks) == 0 {
+		return []anthropicBlock{{Type: "text", Text: nonEmpty(m.Content)}}
+	}
+	return blocks
+}
+
+// imageSourceOf is the source of an image part's URL; nil for a URL that
+// is neither a base64 data: URL nor http(s).
+func imageSourceOf(u string) *imageSource {
+	if rest, ok := strings.CutPrefix(u, "data:"); ok {
+		mediaType, data, ok := strings.Cut(rest, ";base64,")
+		if !ok {
+			return nil
+		}
+		return &imageSource{Type: "base64", MediaType: mediaType, Data: data}
+	}
+	if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
+		return &imageSource{Type: "url", URL: u}
+	}
+	return nil
 }
 
 type anthropicMessage struct {
@@ -62,7 +123,7 @@ func (a *Anthropic) body(req *Request, stream bool) ([]byte, error) {
 		case "system", "developer":
 			system = append(system, m.Content)
 		case "user":
-			appendBlocks("user", anthropicBlock{Type: "text", Text: nonEmpty(m.Content)})
+			appendBlocks("user", userBlocks(m)...)
 		case "assistant":
 			var blocks []anthropicBlock
 			if m.Content != "" {
