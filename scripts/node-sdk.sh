@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # Keep in step with the e2e tests that drive them (services/e2e/nodesdk_test.go):
 # the OpenAI SDK, the OpenAI Agents SDK, Anthropic's SDK, and Vercel's AI SDK
 # with its OpenAI and Anthropic providers.
-OPENAI_NODE_VERSION=7.59.0
+OPENAI_NODE_VERSION=7.60.0
 AGENTS_VERSION=0.20.0
 AI_SDK_VERSION=7.0.185
 AI_SDK_OPENAI_VERSION=4.0.126
