@@ -25,31 +25,36 @@ var codeExecutionTools = map[string]bool{
 	"code_execution_20260521": true,
 }
 
-// clientToolSchemas are the input schemas of Anthropic's client tools, the
-// tools the client itself runs: the model sees each as a tool of that
-// name, and its calls come back to the client as tool_use blocks.
-var clientToolSchemas = map[string]string{
-	"bash_20241022":        `{"type":"object","properties":{"command":{"type":"string","description":"The bash command to run."},"restart":{"type":"boolean","description":"Restart the bash session."}}}`,
-	"bash_20250124":        `{"type":"object","properties":{"command":{"type":"string","description":"The bash command to run."},"restart":{"type":"boolean","description":"Restart the bash session."}}}`,
-	"text_editor_20250124": textEditorSchema,
-	"text_editor_20250429": textEditorSchema,
-	"text_editor_20250728": textEditorSchema,
-}
+// clientTool is one of Anthropic's client tools, the tools the client
+// itself runs, as a model that does not know it by type sees it: its calls
+// come back to the client as tool_use blocks.
+type clientTool struct{ description, schema string }
 
-const textEditorSchema = `{"type":"object","required":["command","path"],"properties":{` +
-	`"command":{"type":"string","enum":["view","create","str_replace","insert","undo_edit"]},` +
-	`"path":{"type":"string","description":"Absolute path of the file or directory."},` +
-	`"file_text":{"type":"string","description":"create: the file's content."},` +
-	`"old_str":{"type":"string","description":"str_replace: the text to replace, which must occur once."},` +
-	`"new_str":{"type":"string","description":"str_replace and insert: the new text."},` +
-	`"insert_line":{"type":"integer","description":"insert: the line after which to insert."},` +
-	`"view_range":{"type":"array","items":{"type":"integer"},"description":"view: the first and last line."}}}`
+const (
+	bashSchema = `{"type":"object","properties":{"command":{"type":"string","description":"The bash command to run."},` +
+		`"restart":{"type":"boolean","description":"Restart the bash session."}}}`
+	textEditorSchema = `{"type":"object","required":["command","path"],"properties":{` +
+		`"command":{"type":"string","enum":["view","create","str_replace","insert","undo_edit"]},` +
+		`"path":{"type":"string","description":"Absolute path of the file or directory."},` +
+		`"file_text":{"type":"string","description":"create: the file's content."},` +
+		`"old_str":{"type":"string","description":"str_replace: the text to replace, which must occur once."},` +
+		`"new_str":{"type":"string","description":"str_replace and insert: the new text."},` +
+		`"insert_line":{"type":"integer","description":"insert: the line after which to insert."},` +
+		`"view_range":{"type":"array","items":{"type":"integer"},"description":"view: the first and last line."}}}`
+)
 
-// toolDescriptions describe Anthropic's client tools to a model that does
-// not know them by type.
-var toolDescriptions = map[string]string{
-	"bash":                        "Run a command in a persistent bash session on the user's machine.",
-	"str_replace_based_edit_tool": "View, create and edit files on the user's machine.",
+var (
+	bashClientTool = clientTool{"Run a command in a persistent bash session on the user's machine.", bashSchema}
+	textEditorTool = clientTool{"View, create and edit files on the user's machine.", textEditorSchema}
+)
+
+// clientTools are Anthropic's client tools by type.
+var clientTools = map[string]clientTool{
+	"bash_20241022":        bashClientTool,
+	"bash_20250124":        bashClientTool,
+	"text_editor_20250124": textEditorTool,
+	"text_editor_20250429": textEditorTool,
+	"text_editor_20250728": textEditorTool,
 }
 
 // messagesFields are the types of the Messages API's fields that conch
@@ -65,9 +70,6 @@ var messagesFields = map[string]string{
 type request struct {
 	completion.Request
 	Stream bool
-	// CodeExecution is the code execution tool's type when the request
-	// gives it: its calls are rendered as that tool's blocks.
-	CodeExecution string
 }
 
 func badField(field, format string, args ...any) *completion.FieldError {
@@ -488,12 +490,13 @@ func (r *request) parseTools(v json.RawMessage) error {
 			if r.Shell != nil {
 				return badField(field, "the code execution tool is given twice")
 			}
-			r.Shell, r.ShellField, r.CodeExecution, r.Editor = &completion.ShellTool{}, field, t.Type, true
-		case clientToolSchemas[t.Type] != "":
+			r.Shell, r.ShellField, r.Editor = &completion.ShellTool{}, field, true
+		case clientTools[t.Type] != (clientTool{}):
 			if err := completion.CheckClientTool(field+".name", t.Name, seen); err != nil {
 				return err
 			}
-			r.ClientTools = append(r.ClientTools, upstream.Tool{Name: t.Name, Description: toolDescriptions[t.Name], Parameters: json.RawMessage(clientToolSchemas[t.Type])})
+			ct := clientTools[t.Type]
+			r.ClientTools = append(r.ClientTools, upstream.Tool{Name: t.Name, Description: ct.description, Parameters: json.RawMessage(ct.schema)})
 		case t.Type == "code_execution_20250522":
 			return badField(field+".type", "code_execution_20250522 ran Python only; conch serves code_execution_20250825 and later (bash in conch's sandbox)")
 		default:

@@ -72,7 +72,7 @@ func TestParseRequestConversation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Model != "g" || r.User != "alice" || r.Container != "sbx-1" || r.CodeExecution != "code_execution_20250825" || r.Shell == nil {
+	if r.Model != "g" || r.User != "alice" || r.Container != "sbx-1" || !r.Editor || r.Shell == nil {
 		t.Errorf("request %+v", r.Request)
 	}
 	if string(r.Extra["tool_choice"]) != `"required"` || string(r.Extra["parallel_tool_calls"]) != "false" || string(r.Extra["stop"]) != `["END"]` {
