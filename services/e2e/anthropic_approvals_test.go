@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -82,4 +83,84 @@ func TestMessagesApprovals(t *testing.T) {
 			t.Errorf("result %+v, text %q", res, text)
 		}
 	})
+}
+
+// TestMessagesPauseTurn: a message without a stream whose command waits
+// for an approval longer than the router's approval pause (1 s here)
+// answers stop_reason pause_turn, the call without its result. Sent back
+// as Anthropic's clients do, the conversation goes on: paused again while
+// the approval is pending, then with the command's result once a human
+// allowed it, the command having run once.
+func TestMessagesPauseTurn(t *testing.T) {
+	d := startDev(t, "CONCH_APPROVAL_PAUSE=1s")
+	createGateway(t, d, map[string]any{"name": "asks", "upstream": map[string]any{"provider": "scripted"},
+		"exec": map[string]any{"security": "allowlist", "ask": "on-miss"}})
+	c := anthropic.NewClient(option.WithBaseURL(d.URL), option.WithAPIKey(d.Key), option.WithMaxRetries(0))
+	params := anthropic.MessageNewParams{
+		Model: "asks", MaxTokens: 256,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("run: uname -r"))},
+		Tools:    []anthropic.ToolUnionParam{{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}}},
+	}
+	types := func(m *anthropic.Message) string {
+		var ts []string
+		for _, b := range m.Content {
+			ts = append(ts, b.Type)
+		}
+		return strings.Join(ts, ",")
+	}
+
+	first, err := c.Messages.New(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.StopReason != anthropic.StopReasonPauseTurn || types(first) != "server_tool_use" || first.Container.ID == "" {
+		t.Fatalf("first: stop %q, content %s, container %q", first.StopReason, types(first), first.Container.ID)
+	}
+	params.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(first.Container.ID)}
+	params.Messages = append(params.Messages, first.ToParam())
+
+	again, err := c.Messages.New(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.StopReason != anthropic.StopReasonPauseTurn || types(again) != "" {
+		t.Fatalf("still pending: stop %q, content %s", again.StopReason, types(again))
+	}
+
+	if code := <-allowWhenPending(t, d, "uname -r", func(pendingApproval) {}); code != 200 {
+		t.Fatalf("approval answered with %d", code)
+	}
+	params.Messages = append(params.Messages, again.ToParam())
+	done, err := c.Messages.New(t.Context(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.StopReason != anthropic.StopReasonEndTurn || types(done) != "bash_code_execution_tool_result,text" {
+		t.Fatalf("resumed: stop %q, content %s", done.StopReason, types(done))
+	}
+	res := done.Content[0].AsBashCodeExecutionToolResult().Content
+	if res.ReturnCode != 0 || res.Stdout == "" || !strings.Contains(done.Content[1].Text, "exited with code 0") {
+		t.Errorf("resumed result %+v, text %q", res, done.Content[1].Text)
+	}
+	// One approval was asked for, across the three requests: the command
+	// was judged, and ran, once.
+	code, body := d.call("GET", "/api/v1/audit?limit=100", d.Key, nil)
+	var audit struct {
+		Records []struct {
+			Command    string `json:"command"`
+			ApprovalID string `json:"approval_id"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal(body, &audit); code != 200 || err != nil {
+		t.Fatalf("audit %d: %s", code, body)
+	}
+	approvals := map[string]bool{}
+	for _, r := range audit.Records {
+		if r.Command == "uname -r" {
+			approvals[r.ApprovalID] = true
+		}
+	}
+	if len(approvals) != 1 {
+		t.Errorf("the command was asked about %d times (%v), want once", len(approvals), approvals)
+	}
 }

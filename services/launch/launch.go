@@ -447,7 +447,7 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 	h, err := router.NewHTTPHandler(ctx, router.HTTPOptions{
 		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
 		UploadIdleTimeout: hc.UploadIdleTimeout, MaxConcurrentCompletions: hc.MaxConcurrentCompletions,
-		ResponseRetention: hc.ResponseRetention, Space: space, ResponseObjects: objects,
+		ResponseRetention: hc.ResponseRetention, ApprovalPause: hc.ApprovalPause, Space: space, ResponseObjects: objects,
 	})
 	if err != nil {
 		return err

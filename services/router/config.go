@@ -82,6 +82,9 @@ type HTTPConfig struct {
 	UploadIdleTimeout time.Duration `flag:"upload-idle-timeout" env:"CONCH_UPLOAD_IDLE_TIMEOUT" default:"30s" usage:"how long a file upload may send no bytes before it is cut"`
 	// MaxConcurrentCompletions sheds load beyond what the router runs.
 	MaxConcurrentCompletions int `flag:"max-concurrent-completions" env:"CONCH_MAX_CONCURRENT_COMPLETIONS" default:"512" usage:"chat completions this router runs at once; beyond, 503 with Retry-After"`
+	// ApprovalPause is how long a Messages API request answered in one
+	// piece waits for an approval before it answers pause_turn.
+	ApprovalPause time.Duration `flag:"approval-pause" env:"CONCH_APPROVAL_PAUSE" default:"30s" usage:"how long a Messages API request without a stream waits for an approval before it answers stop_reason pause_turn, the command waiting on (0: as long as the approval)"`
 	// ResponseRetention is how long the Responses API keeps a response.
 	ResponseRetention time.Duration `flag:"response-retention" env:"CONCH_RESPONSE_RETENTION" default:"720h" usage:"how long a stored response of the Responses API is kept (previous_response_id, GET /v1/responses/{id})"`
 }
@@ -93,6 +96,9 @@ func (c *HTTPConfig) Validate() error {
 	}
 	if c.MaxConcurrentCompletions < 1 || c.MaxConcurrentCompletions > 1<<20 {
 		return config.Invalid("--max-concurrent-completions", "must be between 1 and %d", 1<<20)
+	}
+	if c.ApprovalPause < 0 || c.ApprovalPause > time.Hour {
+		return config.Invalid("--approval-pause", "must be between 0 and 1h")
 	}
 	if c.ResponseRetention < time.Minute || c.ResponseRetention > 366*24*time.Hour {
 		return config.Invalid("--response-retention", "must be between 1m and 8784h (366 days)")

@@ -74,6 +74,9 @@ type HTTPOptions struct {
 	// MaxConcurrentCompletions bounds the completions running at once;
 	// 0 means completion.DefaultMaxConcurrent.
 	MaxConcurrentCompletions int
+	// ApprovalPause is how long a Messages API request without a stream
+	// waits for an approval before it pauses (HTTPConfig).
+	ApprovalPause time.Duration
 	// ResponseRetention is how long stored responses of the Responses
 	// API are kept; 0 means responsestore.DefaultRetention.
 	ResponseRetention time.Duration
@@ -152,7 +155,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		return nil, err
 	}
 	// Anthropic's SDKs send their key as x-api-key.
-	messages := anthropic.NewHandler(core, opts.Logger)
+	messages := anthropic.NewHandler(core, opts.ApprovalPause, opts.Logger)
 	ak := *a
 	ak.apiKeyHeader = true
 	mux.Handle("/v1/messages", ak.wrap(anthropicErrors, messages))

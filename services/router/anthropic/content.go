@@ -150,7 +150,21 @@ func contentOf(res *loop.Result) []map[string]any {
 		}
 	}
 	blocks := []map[string]any{}
+	// A resumed turn starts with the results of the calls a paused one
+	// left unanswered: their calls are in the conversation already.
+	calls := map[string]upstream.ToolCall{}
+	for _, c := range res.ServerToolCalls {
+		calls[c.ID] = upstream.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
+	}
+	resumed := true
 	for _, m := range res.Turn {
+		if m.Role == "tool" && resumed {
+			if c, ok := calls[m.ToolCallID]; ok {
+				blocks = append(blocks, serverResultBlock(c, m.Content))
+			}
+			continue
+		}
+		resumed = false
 		if m.Role != "assistant" {
 			continue
 		}
@@ -190,6 +204,8 @@ func stopReason(finish string) string {
 		return "max_tokens"
 	case "content_filter":
 		return "refusal"
+	case loop.PauseTurn:
+		return loop.PauseTurn
 	}
 	return "end_turn"
 }

@@ -36,16 +36,21 @@ type Handler struct {
 	mux    *http.ServeMux
 	// now is the clock of containers' expires_at.
 	now func() time.Time
+	// pause is how long a request without a stream waits for an approval
+	// before it answers pause_turn; 0: as long as the approval.
+	pause time.Duration
 }
 
 // NewHandler returns the Messages API's handler over the completion
 // service. Requests must carry the caller's tenant scope (the router's
 // auth middleware sets it).
-func NewHandler(core *completion.Service, logger *slog.Logger) *Handler {
+// A request without a stream that waits for an approval longer than pause
+// answers stop_reason pause_turn; sent back, it goes on (loop's pause.go).
+func NewHandler(core *completion.Service, pause time.Duration, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	h := &Handler{core: core, logger: logger, mux: http.NewServeMux(), now: time.Now}
+	h := &Handler{core: core, logger: logger, mux: http.NewServeMux(), now: time.Now, pause: pause}
 	h.mux.HandleFunc("POST /v1/messages", h.messages)
 	h.mux.HandleFunc("POST /v1/messages/count_tokens", h.countTokens)
 	h.mux.HandleFunc("GET /v1/models", h.listModels)
@@ -101,6 +106,12 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 	// idle time, and a request naming it runs there again: Anthropic's
 	// containers live on between requests.
 	req.Keep = true
+	// A call waiting for a human pauses a message without a stream, as
+	// Anthropic pauses long server tools; a stream waits, kept alive.
+	req.Resumable = true
+	if !req.Stream {
+		req.Pause = h.pause
+	}
 	idle := gateways.SessionIdle(g)
 	id := "msg_" + randomHex(12)
 	if !req.Stream {

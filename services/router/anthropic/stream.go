@@ -155,9 +155,10 @@ func (s *stream) Tool(ev loop.ToolEvent) error {
 		s.calls[ev.ID] = call
 		return s.block(serverCallBlock(call))
 	case "tool_result":
+		// A call a paused message announced has no call here.
 		call, ok := s.calls[ev.ID]
 		if !ok {
-			return nil
+			call = upstream.ToolCall{ID: ev.ID, Name: ev.Name}
 		}
 		return s.block(serverResultBlock(call, ev.Result))
 	}

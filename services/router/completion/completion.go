@@ -161,6 +161,12 @@ type Request struct {
 	// Editor offers the file editor beside the shell (Anthropic's code
 	// execution tool has one), when the shell runs in conch's sandbox.
 	Editor bool
+	// Resumable lets a completion end with loop.PauseTurn and go on when
+	// the client sends its turn back (loop's pause.go): a command waiting
+	// for an approval longer than Pause is parked. Pause zero: a command
+	// waits as long as its approval does (a stream).
+	Resumable bool
+	Pause     time.Duration
 	// User is the end user: the owner of a persistent workspace, and the
 	// scope of kept turns.
 	User string
@@ -344,6 +350,7 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 			User:    req.User,
 		},
 		Editor:        plan.editor,
+		Pause:         req.Pause,
 		Direct:        plan.direct,
 		Skills:        plan.skills,
 		ExecOutput:    plan.execOutput,
@@ -356,6 +363,9 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 	}
 	if set != nil {
 		cfg.Tools = set
+	}
+	if req.Resumable && s.opts.Turns != nil {
+		cfg.Parker = &parker{keeper: s.opts.Turns, account: scope.Account, gateway: g.GetName(), user: req.User, log: s.opts.Logger}
 	}
 	messages, err := s.turns.splice(ctx, scope.Account, g.GetName(), req.User, req.Messages)
 	if err != nil {

@@ -83,6 +83,12 @@ type Config struct {
 	Shell *Shell
 	// Editor offers the file editor (EditorTool) beside the shell.
 	Editor bool
+	// Pause is how long a command of a completion without a stream may
+	// wait for an approval before the loop parks it and pauses; Parker
+	// keeps what was parked and resumes it (pause.go). Zero, or no
+	// Parker: a command waits as long as its approval does.
+	Pause  time.Duration
+	Parker Parker
 	// abort ends the loop with an error rather than a tool result.
 	abort error
 	// sandbox is the sandbox's id once the loop has it.
@@ -205,6 +211,16 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 	if ev != nil {
 		onDelta = ev.Delta
 	}
+	if cfg.Parker != nil {
+		paused, err := cfg.resume(ctx, res, req, ev)
+		if err != nil {
+			return nil, err
+		}
+		if paused {
+			res.FinishReason, res.Turn = PauseTurn, req.Messages[start:]
+			return res, nil
+		}
+	}
 	for iter := 0; iter < cfg.MaxIterations; iter++ {
 		resp, err := cfg.Provider.Complete(ctx, req, onDelta)
 		if err != nil {
@@ -234,7 +250,16 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 				client = append(client, call)
 				continue
 			}
-			result := cfg.runServerTool(ctx, res, call, ev)
+			var result string
+			if cfg.pausable(call, ev) {
+				var paused bool
+				if result, paused = cfg.runPausable(ctx, res, call); paused {
+					res.FinishReason, res.Turn = PauseTurn, req.Messages[start:]
+					return res, nil
+				}
+			} else {
+				result = cfg.runServerTool(ctx, res, call, ev)
+			}
 			if cfg.abort != nil {
 				return nil, cfg.abort
 			}
