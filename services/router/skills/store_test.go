@@ -1,0 +1,148 @@
+package skills
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+)
+
+func newStore(t *testing.T, skillsQuota int64) (*Store, store.Store) {
+	t.Helper()
+	objects, err := fsstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := quotas.Defaults.Limits()
+	limits[quotas.Skills] = skillsQuota
+	s, err := New(Options{Etcd: etcdxtest.StartForTest(t), Objects: objects,
+		Limits: func(context.Context, string) (quotas.Limits, error) { return limits, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, objects
+}
+
+func bundle(t *testing.T, name, desc string) *Bundle {
+	t.Helper()
+	u := newUpload("files")
+	_ = u.add("dir/SKILL.md", 0o644, strings.NewReader("---\nname: "+name+"\ndescription: "+desc+"\n---\nbody\n"))
+	_ = u.add("dir/tool.sh", 0o755, strings.NewReader("echo hi"))
+	b, err := u.bundle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func countObjects(t *testing.T, objects store.Store) int {
+	n := 0
+	for _, err := range objects.List(t.Context(), "", true) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
+}
+
+func TestStoreRoundTrip(t *testing.T) {
+	s, objects := newStore(t, 2)
+	ctx := t.Context()
+	sk, err := s.Create(ctx, "acct", "", "display_name", bundle(t, "pdf", "v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sk.ID, IDPrefix) || sk.Title != "pdf" || sk.DefaultVersion != "1" || sk.LatestVersion != "1" {
+		t.Fatalf("created %+v", sk)
+	}
+	// Another account finds nothing.
+	if _, err := s.Get(ctx, "other", sk.ID, "skill_id"); errs.KindOf(err) != errs.NotFound || errs.Public(err).Param != "skill_id" {
+		t.Fatalf("other account: %v", err)
+	}
+	if _, _, err := s.AddVersion(ctx, "acct", sk.ID, bundle(t, "other-name", "x"), false); errs.KindOf(err) != errs.InvalidArgument {
+		t.Fatalf("renamed version: %v", err)
+	}
+	sk, v, err := s.AddVersion(ctx, "acct", sk.ID, bundle(t, "pdf", "v2"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Version != "2" || sk.DefaultVersion != "1" || sk.LatestVersion != "2" {
+		t.Fatalf("after a version: %+v %+v", sk, v)
+	}
+	for _, tt := range []struct{ ref, want string }{{"", "v1"}, {Latest, "v2"}, {"2", "v2"}} {
+		_, got, err := s.Resolve(ctx, "acct", sk.ID, tt.ref, "container.skills[0]")
+		if err != nil || got.Description != tt.want {
+			t.Fatalf("resolve %q: %+v, %v", tt.ref, got, err)
+		}
+		z, err := s.Archive(ctx, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := FromZip("files", z); err != nil || b.Description != tt.want {
+			t.Fatalf("archive of %q: %+v, %v", tt.ref, b, err)
+		}
+	}
+	if _, _, err := s.Resolve(ctx, "acct", sk.ID, "9", "skills[0]"); errs.KindOf(err) != errs.NotFound || errs.Public(err).Param != "skills[0].version" {
+		t.Fatalf("missing version: %v", err)
+	}
+	if sk, err = s.SetDefault(ctx, "acct", sk.ID, "2", "default_version"); err != nil || sk.DefaultVersion != "2" {
+		t.Fatalf("set default: %+v %v", sk, err)
+	}
+	// The quota counts skills, and names itself.
+	if _, err := s.Create(ctx, "acct", "", "display_name", bundle(t, "b", "x")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Create(ctx, "acct", "", "display_name", bundle(t, "c", "x"))
+	if a := errs.Public(err); a.Status != 429 || !strings.Contains(a.Message, "quota skills exceeded (2 of 2)") {
+		t.Fatalf("beyond the quota: %+v", a)
+	}
+	if list, err := s.List(ctx, "acct"); err != nil || len(list) != 2 || list[0].ID != sk.ID {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	if n := countObjects(t, objects); n != 3 {
+		t.Fatalf("%d archives, want 3 (none left of the refused create)", n)
+	}
+	// Deleting the default version moves the default to the newest left.
+	if sk, err = s.DeleteVersion(ctx, "acct", sk.ID, "2"); err != nil || sk.DefaultVersion != "1" || sk.LatestVersion != "1" {
+		t.Fatalf("delete version: %+v %v", sk, err)
+	}
+	if n := countObjects(t, objects); n != 2 {
+		t.Fatalf("%d archives after deleting a version, want 2", n)
+	}
+	if err := s.Delete(ctx, "other", sk.ID); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("delete from another account: %v", err)
+	}
+	if err := s.Delete(ctx, "acct", sk.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "acct", sk.ID, ""); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("deleted skill: %v", err)
+	}
+	if n := countObjects(t, objects); n != 1 {
+		t.Fatalf("%d archives after deleting the skill, want 1", n)
+	}
+}
+
+func TestVersionLimit(t *testing.T) {
+	s, _ := newStore(t, 10)
+	ctx := t.Context()
+	sk, err := s.Create(ctx, "acct", "", "display_name", bundle(t, "pdf", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range MaxVersions - 1 {
+		if _, _, err := s.AddVersion(ctx, "acct", sk.ID, bundle(t, "pdf", "v"), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err = s.AddVersion(ctx, "acct", sk.ID, bundle(t, "pdf", "v"), true)
+	if a := errs.Public(err); a.Status != 429 || !strings.Contains(a.Message, "versions limit exceeded (50 of 50)") {
+		t.Fatalf("beyond the versions: %+v", a)
+	}
+}
