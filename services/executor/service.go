@@ -38,6 +38,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/skillfs"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace/files"
 )
@@ -436,6 +437,9 @@ type CreateParams struct {
 	Idle        time.Duration
 	// Name is returned with the sandbox (a container's name).
 	Name string
+	// Skills are written into the sandbox's skills directory, which it
+	// sees read-only; skillfs.Check has passed them.
+	Skills []skillfs.Skill
 }
 
 var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
@@ -572,6 +576,12 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		if e.tools, err = toolshim.Install(sb.ToolsPath(), sandbox.ToolPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, "", errs.Wrap(errs.InvalidArgument, err, "tools")
+		}
+	}
+	if len(p.Skills) > 0 {
+		if err := skillfs.Write(sb.SkillsPath(), p.Skills); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", fmt.Errorf("executor: write skills: %w", err)
 		}
 	}
 	if p.Persistent {

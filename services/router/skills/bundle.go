@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"mime"
 	"mime/multipart"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -21,39 +20,20 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/skillfs"
 )
 
 // ManifestName is the file at the top of a skill's directory whose front
 // matter names and describes it.
 const ManifestName = "SKILL.md"
 
-const (
-	// MaxNameLen and MaxDescriptionLen bound the front matter's name and
-	// description, as Anthropic's API does.
-	MaxNameLen        = 64
-	MaxDescriptionLen = 1024
-	// MaxPathLen bounds a file's path in a bundle.
-	MaxPathLen = 512
-)
+// MaxDescriptionLen bounds the front matter's description, as
+// Anthropic's API does.
+const MaxDescriptionLen = 1024
 
-// nameRule is the rule of a skill's name: it names its directory in the
-// sandbox too.
-var nameRule = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
-
-// NameRule says what a name must be, for errors.
-const NameRule = "1-64 lowercase letters, digits and hyphens, not starting or ending with a hyphen"
-
-// ValidName reports whether name may name a skill.
-func ValidName(name string) bool { return len(name) <= MaxNameLen && nameRule.MatchString(name) }
-
-// File is a file of a bundle.
-type File struct {
-	// Path is the file's path below the bundle's directory.
-	Path string
-	// Mode is 0o755 for an executable file, else 0o644.
-	Mode    uint32
-	Content []byte
-}
+// File is a file of a bundle: its path below the bundle's directory, its
+// mode (0o755 for an executable file, else 0o644) and its content.
+type File = skillfs.File
 
 // Bundle is a skill version as uploaded and checked: one directory holding
 // SKILL.md and what it refers to.
@@ -84,7 +64,7 @@ func (u *upload) add(name string, mode fs.FileMode, r io.Reader) error {
 	if mode&fs.ModeType != 0 {
 		return errs.Invalid(u.field, "%q is not a regular file: a skill holds regular files and directories only", name)
 	}
-	clean, err := checkPath(name)
+	clean, err := skillfs.CheckPath(name)
 	if err != nil {
 		return errs.Invalid(u.field, "%q: %v", name, err)
 	}
@@ -109,33 +89,6 @@ func (u *upload) add(name string, mode fs.FileMode, r io.Reader) error {
 	}
 	u.files[clean] = File{Path: clean, Mode: fm, Content: b}
 	return nil
-}
-
-// checkPath cleans an uploaded file's path: relative, '/'-separated, with
-// no "." or ".." segment, no empty one and nothing unprintable.
-func checkPath(name string) (string, error) {
-	name = strings.ReplaceAll(name, "\\", "/")
-	switch {
-	case name == "":
-		return "", errors.New("a file needs a name holding its path")
-	case len(name) > MaxPathLen:
-		return "", fmt.Errorf("paths are at most %d bytes", MaxPathLen)
-	case !utf8.ValidString(name):
-		return "", errors.New("paths must be UTF-8")
-	case strings.HasPrefix(name, "/") || (len(name) > 1 && name[1] == ':'):
-		return "", errors.New("paths must be relative")
-	}
-	for seg := range strings.SplitSeq(name, "/") {
-		switch {
-		case seg == "..":
-			return "", errors.New(`paths must not hold ".."`)
-		case seg == "" || seg == ".":
-			return "", errors.New(`paths must not hold empty or "." segments`)
-		case strings.ContainsFunc(seg, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-			return "", errors.New("paths must not hold control characters")
-		}
-	}
-	return name, nil
 }
 
 // bundle checks that the upload is one directory holding SKILL.md, and
@@ -204,8 +157,8 @@ func frontMatter(md []byte) (name, description string, err error) {
 	switch {
 	case name == "":
 		return "", "", errors.New("front matter: name is required, a string")
-	case !ValidName(name):
-		return "", "", fmt.Errorf("front matter: name %q must be %s", name, NameRule)
+	case !skillfs.ValidName(name):
+		return "", "", fmt.Errorf("front matter: name %q must be %s", name, skillfs.NameRule)
 	case description == "":
 		return "", "", errors.New("front matter: description is required, a string")
 	case utf8.RuneCountInString(description) > MaxDescriptionLen:

@@ -808,7 +808,10 @@ type CreateSandboxRequest struct {
 	// Agent (gateway name) whose policy judges its commands.
 	Agent string `protobuf:"bytes,9,opt,name=agent,proto3" json:"agent,omitempty"`
 	// A name for it, at most 256 characters, returned with it.
-	Name          string `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`
+	// Skills to mount read-only at /mnt/skills/<name>, with their files
+	// (docs/reference/skills.md).
+	Skills        []*SkillBundle `protobuf:"bytes,11,rep,name=skills,proto3" json:"skills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -913,6 +916,143 @@ func (x *CreateSandboxRequest) GetName() string {
 	return ""
 }
 
+func (x *CreateSandboxRequest) GetSkills() []*SkillBundle {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// SkillBundle is one version of a skill, with its files.
+type SkillBundle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its name: 1-64 lowercase letters, digits and hyphens, the directory
+	// it is mounted as.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its version, for the record.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Its files.
+	Files         []*SkillFile `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillBundle) Reset() {
+	*x = SkillBundle{}
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillBundle) ProtoMessage() {}
+
+func (x *SkillBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillBundle.ProtoReflect.Descriptor instead.
+func (*SkillBundle) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SkillBundle) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillBundle) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *SkillBundle) GetFiles() []*SkillFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// SkillFile is a file of a skill.
+type SkillFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its path below the skill's directory: relative, '/'-separated,
+	// without "." or ".." segments.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// 0755 for an executable, else 0644.
+	Mode uint32 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Its content.
+	Content       []byte `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillFile) Reset() {
+	*x = SkillFile{}
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillFile) ProtoMessage() {}
+
+func (x *SkillFile) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillFile.ProtoReflect.Descriptor instead.
+func (*SkillFile) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SkillFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SkillFile) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *SkillFile) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 // CreateSandboxResponse names the new sandbox.
 type CreateSandboxResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -926,7 +1066,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1078,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1091,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateSandboxResponse) GetId() string {
@@ -979,7 +1119,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1131,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1144,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetSandboxRequest) GetId() string {
@@ -1025,7 +1165,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1177,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1190,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -1071,7 +1211,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1223,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1236,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSandboxesRequest) GetUser() string {
@@ -1117,7 +1257,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1269,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1282,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -1163,7 +1303,7 @@ type DestroySandboxRequest struct {
 
 func (x *DestroySandboxRequest) Reset() {
 	*x = DestroySandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1315,7 @@ func (x *DestroySandboxRequest) String() string {
 func (*DestroySandboxRequest) ProtoMessage() {}
 
 func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1328,7 @@ func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxRequest.ProtoReflect.Descriptor instead.
 func (*DestroySandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DestroySandboxRequest) GetId() string {
@@ -1207,7 +1347,7 @@ type DestroySandboxResponse struct {
 
 func (x *DestroySandboxResponse) Reset() {
 	*x = DestroySandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1359,7 @@ func (x *DestroySandboxResponse) String() string {
 func (*DestroySandboxResponse) ProtoMessage() {}
 
 func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1372,7 @@ func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxResponse.ProtoReflect.Descriptor instead.
 func (*DestroySandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 var File_conch_executor_v1_sandbox_proto protoreflect.FileDescriptor
@@ -1289,7 +1429,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x04name\x18\x0f \x01(\tR\x04name\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x82\x03\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xba\x03\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1303,7 +1443,16 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x14idle_timeout_seconds\x18\b \x01(\x05R\x12idleTimeoutSeconds\x12\x14\n" +
 	"\x05agent\x18\t \x01(\tR\x05agent\x12\x12\n" +
 	"\x04name\x18\n" +
-	" \x01(\tR\x04name\"]\n" +
+	" \x01(\tR\x04name\x126\n" +
+	"\x06skills\x18\v \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"o\n" +
+	"\vSkillBundle\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x122\n" +
+	"\x05files\x18\x03 \x03(\v2\x1c.conch.executor.v1.SkillFileR\x05files\"M\n" +
+	"\tSkillFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\fR\acontent\"]\n" +
 	"\x15CreateSandboxResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
 	"\asandbox\x18\x02 \x01(\v2\x1a.conch.executor.v1.SandboxR\asandbox\"#\n" +
@@ -1347,7 +1496,7 @@ func file_conch_executor_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(NetworkMode)(0),               // 0: conch.executor.v1.NetworkMode
 	(NetworkAsk)(0),                // 1: conch.executor.v1.NetworkAsk
@@ -1359,14 +1508,16 @@ var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(*Sandbox)(nil),                // 7: conch.executor.v1.Sandbox
 	(*UnsavedPath)(nil),            // 8: conch.executor.v1.UnsavedPath
 	(*CreateSandboxRequest)(nil),   // 9: conch.executor.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 10: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 11: conch.executor.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 12: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 13: conch.executor.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 14: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxRequest)(nil),  // 15: conch.executor.v1.DestroySandboxRequest
-	(*DestroySandboxResponse)(nil), // 16: conch.executor.v1.DestroySandboxResponse
-	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
+	(*SkillBundle)(nil),            // 10: conch.executor.v1.SkillBundle
+	(*SkillFile)(nil),              // 11: conch.executor.v1.SkillFile
+	(*CreateSandboxResponse)(nil),  // 12: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 13: conch.executor.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 14: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 15: conch.executor.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 16: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxRequest)(nil),  // 17: conch.executor.v1.DestroySandboxRequest
+	(*DestroySandboxResponse)(nil), // 18: conch.executor.v1.DestroySandboxResponse
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Network.mode:type_name -> conch.executor.v1.NetworkMode
@@ -1375,20 +1526,22 @@ var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	2,  // 3: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
 	3,  // 4: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
 	4,  // 5: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
-	17, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	17, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	19, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	19, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
 	8,  // 8: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
 	3,  // 9: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
 	4,  // 10: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
 	6,  // 11: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	7,  // 12: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 13: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 14: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	10, // 12: conch.executor.v1.CreateSandboxRequest.skills:type_name -> conch.executor.v1.SkillBundle
+	11, // 13: conch.executor.v1.SkillBundle.files:type_name -> conch.executor.v1.SkillFile
+	7,  // 14: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 15: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 16: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
@@ -1402,7 +1555,7 @@ func file_conch_executor_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_sandbox_proto_rawDesc), len(file_conch_executor_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
