@@ -138,6 +138,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		ToolDeps:   opts.Service.ToolDeps(),
 		HTTPClient: opts.Service.UpstreamClient(),
 		Logger:     opts.Logger,
+		Skills:     skillStore,
 
 		MaxConcurrent: opts.MaxConcurrentCompletions,
 	})
@@ -154,7 +155,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.Handle("GET /readyz", &readiness{conns: opts.Conns, draining: ctx.Done(), space: opts.Space})
 	mux.Handle("GET /metrics", opts.Metrics)
 	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
-	ctr, err := containers.NewHandler(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), opts.Logger)
+	ctr, err := containers.NewHandler(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), skillStore, opts.Logger)
 	if err != nil {
 		return nil, err
 	}

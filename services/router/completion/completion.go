@@ -58,6 +58,9 @@ type Options struct {
 	// Approvals answers /approve in a session's conversation; nil leaves
 	// such messages to the model.
 	Approvals approvalv1.ApprovalServiceClient
+	// Skills finds the skills requests name; nil refuses requests that
+	// name any.
+	Skills SkillSource
 	// MaxConcurrent bounds the completions this router runs at once;
 	// beyond, a completion is refused at once rather than queued. Zero
 	// means DefaultMaxConcurrent.
@@ -148,6 +151,10 @@ type Request struct {
 	// ContainerField is where it was named, for errors.
 	Container      string
 	ContainerField string
+	// Skills are mounted in the sandbox the completion creates;
+	// SkillsField is where the request named them ("container.skills").
+	Skills      []SkillRef
+	SkillsField string
 	// Keep leaves the completion's own sandbox running when it ends, for
 	// the gateway's session idle time: a container of the Responses API,
 	// which the response names and a continuation uses again (OpenAI keeps
@@ -245,6 +252,8 @@ type Result struct {
 	// Workspace is what the completion says of the user's workspace, nil
 	// when it named no user or ran no shell.
 	Workspace *Workspace
+	// Skills are the skills the request named, as mounted.
+	Skills []MountedSkill
 	// end ends the completion's own sandbox; nil when there is none.
 	end func()
 }
@@ -284,7 +293,11 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		}
 		defer set.Close()
 	}
-	plan, err := planTools(g, set, req)
+	mounted, err := s.mountSkills(ctx, scope.Account, req)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := planTools(g, set, req, mounted)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +382,7 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		return nil, err
 	}
 	s.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
-	out := &Result{Result: res, Sandbox: sb.Current(), Workspace: plan.workspace, end: end}
+	out := &Result{Result: res, Sandbox: sb.Current(), Workspace: plan.workspace, Skills: mounted, end: end}
 	end = nil
 	return finish(ctx, req, out, nil)
 }

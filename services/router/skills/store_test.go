@@ -8,6 +8,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/workspace/store"
 	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
@@ -144,5 +145,43 @@ func TestVersionLimit(t *testing.T) {
 	_, _, err = s.AddVersion(ctx, "acct", sk.ID, bundle(t, "pdf", "v"), true)
 	if a := errs.Public(err); a.Status != 429 || !strings.Contains(a.Message, "versions limit exceeded (50 of 50)") {
 		t.Fatalf("beyond the versions: %+v", a)
+	}
+}
+
+func TestMount(t *testing.T) {
+	s, _ := newStore(t, 10)
+	ctx := t.Context()
+	a, err := s.Create(ctx, "acct", "", "display_name", bundle(t, "pdf", "Fill PDFs."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Create(ctx, "acct", "", "display_name", bundle(t, "pdf", "Another."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Mount(ctx, "acct", []completion.SkillRef{{ID: a.ID, Version: Latest, Field: "container.skills[0]"}})
+	if err != nil || len(got) != 1 || got[0].Name != "pdf" || got[0].Description != "Fill PDFs." || len(got[0].Bundle.GetFiles()) != 2 {
+		t.Fatalf("mount: %+v %v", got, err)
+	}
+	if f := got[0].Bundle.GetFiles()[1]; f.GetPath() != "tool.sh" || f.GetMode() != 0o755 || string(f.GetContent()) != "echo hi" {
+		t.Fatalf("file: %v", f)
+	}
+	for _, tt := range []struct {
+		name  string
+		acct  string
+		refs  []completion.SkillRef
+		param string
+		code  int
+	}{
+		{"unknown", "acct", []completion.SkillRef{{ID: "skill_nope", Field: "skills[0]"}}, "skills[0].skill_id", 404},
+		{"another account's", "other", []completion.SkillRef{{ID: a.ID, Field: "skills[0]"}}, "skills[0].skill_id", 404},
+		{"not an id", "acct", []completion.SkillRef{{ID: "../x", Field: "skills[0]"}}, "skills[0].skill_id", 404},
+		{"no version", "acct", []completion.SkillRef{{ID: a.ID, Version: "3", Field: "skills[0]"}}, "skills[0].version", 404},
+		{"one name twice", "acct", []completion.SkillRef{{ID: a.ID, Field: "skills[0]"}, {ID: b.ID, Field: "skills[1]"}}, "skills[1].skill_id", 400},
+	} {
+		_, err := s.Mount(ctx, tt.acct, tt.refs)
+		if a := errs.Public(err); a.Param != tt.param || a.Status != tt.code {
+			t.Errorf("%s: %+v, want %d naming %s", tt.name, a, tt.code, tt.param)
+		}
 	}
 }
