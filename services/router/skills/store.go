@@ -490,7 +490,11 @@ func (s *Store) DeleteVersion(ctx context.Context, account, id, v string) (*Skil
 // Resolve finds the version a reference names: "" the default, Latest
 // the newest, else its number. field names the reference in errors.
 func (s *Store) Resolve(ctx context.Context, account, id, v, field string) (*Skill, *Version, error) {
-	sk, err := s.Get(ctx, account, id, field+".skill_id")
+	idField, versionField := "skill_id", "version"
+	if field != "" {
+		idField, versionField = field+".skill_id", field+".version"
+	}
+	sk, err := s.Get(ctx, account, id, idField)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -504,9 +508,9 @@ func (s *Store) Resolve(ctx context.Context, account, id, v, field string) (*Ski
 	ver := sk.Version(want)
 	if ver == nil {
 		if want == "" {
-			return nil, nil, errs.Invalid(field+".skill_id", "skill %q has no versions left", id)
+			return nil, nil, errs.Invalid(idField, "skill %q has no versions left", id)
 		}
-		return nil, nil, versionNotFound(field+".version", id, v)
+		return nil, nil, versionNotFound(versionField, id, v)
 	}
 	return sk, ver, nil
 }
