@@ -145,6 +145,11 @@ const md = (v) => "---\nname: greeting\ndescription: Greets people in the house 
   const shell = (version) => [{ type: "shell", environment: { type: "container_auto", skills: [{ type: "skill_reference", skill_id: skill.id, version }] } }];
   const r = await client.responses.create({ model: "default", input: "run: cat /mnt/skills/greeting/SKILL.md", tools: shell(undefined) });
   seen.defaultStdout = r.output.find((i) => i.type === "shell_call_output").output[0].stdout;
+  // A continuation goes on in r's container, which has version 1.
+  const cont = await client.responses.create({ model: "default", input: "run: cat /mnt/skills/greeting/SKILL.md", previous_response_id: r.id, tools: shell("1") });
+  seen.continuedStdout = cont.output.find((i) => i.type === "shell_call_output").output[0].stdout;
+  try { await client.responses.create({ model: "default", input: "run: ls", previous_response_id: r.id, tools: shell("latest") }); }
+  catch (e) { seen.continuedOther = [e.constructor.name, e.status, e.param]; }
   const latest = await client.responses.create({ model: "default", input: "run: cat /mnt/skills/greeting/SKILL.md", tools: shell("latest") });
   seen.latestStdout = latest.output.find((i) => i.type === "shell_call_output").output[0].stdout;
 
@@ -191,6 +196,8 @@ func TestSkillsOpenAISDK(t *testing.T) {
 		Version                     struct{ Object, Version, Name string }
 		DefaultStdout, LatestStdout string
 		ContainerStdout             string
+		ContinuedStdout             string
+		ContinuedOther              []any
 		Zip                         string
 		Versions                    []string
 		Deleted                     struct {
@@ -210,6 +217,12 @@ func TestSkillsOpenAISDK(t *testing.T) {
 	}
 	if !strings.Contains(seen.DefaultStdout, "hello-from-skill-1") || !strings.Contains(seen.LatestStdout, "hello-from-skill-2") {
 		t.Errorf("default version read %q, latest %q", seen.DefaultStdout, seen.LatestStdout)
+	}
+	if !strings.Contains(seen.ContinuedStdout, "hello-from-skill-1") {
+		t.Errorf("the continuation read %q", seen.ContinuedStdout)
+	}
+	if got, _ := json.Marshal(seen.ContinuedOther); string(got) != `["BadRequestError",400,"tools[0].environment.skills"]` {
+		t.Errorf("a continuation naming other skills: %s", got)
 	}
 	if !strings.Contains(seen.ContainerStdout, "hello-from-skill-2") {
 		t.Errorf("the container made with the skill read %q", seen.ContainerStdout)

@@ -244,12 +244,16 @@ func skills(b ...*executorv1.SkillBundle) *executorv1.CreateSandboxRequest {
 func TestSkillsMount(t *testing.T) {
 	x := startExecutor(t)
 	ctx := as(t, "acme")
-	resp, err := x.client.CreateSandbox(ctx, skills(&executorv1.SkillBundle{Name: "pdf-tools", Version: "2", Files: []*executorv1.SkillFile{
+	resp, err := x.client.CreateSandbox(ctx, skills(&executorv1.SkillBundle{Name: "pdf-tools", Id: "skill_1", Version: "2", Files: []*executorv1.SkillFile{
 		{Path: "SKILL.md", Mode: 0o644, Content: []byte("---\nname: pdf-tools\n---\n")},
 		{Path: "scripts/run.sh", Mode: 0o755, Content: []byte("#!/bin/sh\necho ran\n")},
 	}}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The sandbox says which skills it has, without their files.
+	if sk := resp.GetSandbox().GetSkills(); len(sk) != 1 || sk[0].GetId() != "skill_1" || sk[0].GetVersion() != "2" || len(sk[0].GetFiles()) != 0 {
+		t.Fatalf("sandbox skills %v", sk)
 	}
 	run := func(cmd string) *executorv1.RunCommandResponse {
 		t.Helper()

@@ -72,7 +72,7 @@ func (s *Server) ResolveCommand(ctx context.Context, req *executorv1.ResolveComm
 func skillsFrom(pb []*executorv1.SkillBundle) []skillfs.Skill {
 	out := make([]skillfs.Skill, len(pb))
 	for i, b := range pb {
-		out[i].Name = b.GetName()
+		out[i].Name, out[i].ID, out[i].Version = b.GetName(), b.GetId(), b.GetVersion()
 		for _, f := range b.GetFiles() {
 			out[i].Files = append(out[i].Files, skillfs.File{Path: f.GetPath(), Mode: f.GetMode(), Content: f.GetContent()})
 		}
@@ -193,6 +193,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		CreatedAt:          timestamppb.New(e.created),
 		LastUsedAt:         timestamppb.New(e.idleSince()),
 		IdleTimeoutSeconds: int32(e.idle / time.Second),
+		Skills:             e.skills,
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
@@ -195,6 +196,8 @@ type entry struct {
 	claim quotas.Usage
 
 	name string
+	// skills are the skills mounted in it, without their files.
+	skills []*executorv1.SkillBundle
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -536,6 +539,9 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	now := time.Now()
 	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now, network: p.Network, claim: claim}
+	for _, sk := range p.Skills {
+		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
+	}
 	if egressApprovals != nil {
 		egressPolicy.Ask = func(ctx context.Context, host string, port int) (bool, string) {
 			v, err := gate.CheckEgress(ctx, egressApprovals, &approvalv1.AuthorizeEgressRequest{

@@ -70,10 +70,12 @@ type File struct {
 	Content []byte
 }
 
-// Skill is a skill to write: its name and files.
+// Skill is a skill to write: its name and files, and its id and version
+// for the record.
 type Skill struct {
-	Name  string
-	Files []File
+	Name        string
+	ID, Version string
+	Files       []File
 }
 
 // Check refuses skills a sandbox may not mount: too many, a bad or

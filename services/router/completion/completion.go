@@ -311,14 +311,32 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 	ready, gone := s.grantHooks(scope.Account, g, plan)
 	own := &sandbox{exec: s.opts.Executor, req: plan.sandboxRequest(g, req), ready: ready, gone: gone, log: s.opts.Logger}
 	var sb completionSandbox = own
+	var continued *executorv1.Sandbox // the running sandbox of the conversation continued
+	if req.Container == "" && scope.Session == "" && req.Continue != "" {
+		continued = s.sandboxRunning(ctx, req.Continue)
+	}
 	switch {
 	case req.Container != "":
 		if sb, err = s.container(ctx, req); err != nil {
 			return nil, err
 		}
 	case scope.Session != "":
+		if len(mounted) > 0 {
+			live, err := s.sessions.Live(ctx, s.opts.Executor, scope.Account, g.GetName(), scope.Session, own.req.GetUser())
+			if err != nil {
+				return nil, err
+			}
+			if live != nil {
+				if err := keptSkills(req, mounted, live, "the session's sandbox"); err != nil {
+					return nil, err
+				}
+			}
+		}
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
-	case req.Continue != "" && s.sandboxRunning(ctx, req.Continue):
+	case continued != nil:
+		if err := keptSkills(req, mounted, continued, "the container of the previous response,"); err != nil {
+			return nil, err
+		}
 		sb = container(req.Continue)
 	case req.Keep:
 		// Kept: the executor ends it once idle (its tool grants expire
@@ -459,13 +477,16 @@ type kept struct{ *sandbox }
 
 func (kept) Destroy(context.Context) {}
 
-// sandboxRunning reports whether id is a running sandbox of the caller's
-// account (the executor answers only for the account in the call's
-// scope). A conversation's sandbox that ended is no error: the
-// continuation gets a new one.
-func (s *Service) sandboxRunning(ctx context.Context, id string) bool {
+// sandboxRunning returns sandbox id when it is a running sandbox of the
+// caller's account (the executor answers only for the account in the
+// call's scope), else nil. A conversation's sandbox that ended is no
+// error: the continuation gets a new one.
+func (s *Service) sandboxRunning(ctx context.Context, id string) *executorv1.Sandbox {
 	resp, err := s.opts.Executor.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
-	return err == nil && resp.GetSandbox().GetState() == executorv1.SandboxState_SANDBOX_STATE_READY
+	if err != nil || resp.GetSandbox().GetState() != executorv1.SandboxState_SANDBOX_STATE_READY {
+		return nil
+	}
+	return resp.GetSandbox()
 }
 
 // container checks that the request's container is a running sandbox of

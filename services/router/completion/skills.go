@@ -3,6 +3,7 @@ package completion
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
@@ -65,4 +66,33 @@ func skillsDescription(mounted []MountedSkill) string {
 	}
 	b.WriteString(" ")
 	return b.String()
+}
+
+// keptSkills refuses skills a request names that the running sandbox it
+// goes on in (a session's, or the container of the response it
+// continues) was not made with: skills are mounted when a sandbox is
+// created, and the model must not be told of skills that are not there.
+// what says which sandbox it is, for the error.
+func keptSkills(req *Request, mounted []MountedSkill, sb *executorv1.Sandbox, what string) error {
+	if len(mounted) == 0 {
+		return nil
+	}
+	want := make([]string, len(mounted))
+	for i, m := range mounted {
+		want[i] = m.ID + "@" + m.Version
+	}
+	have := make([]string, len(sb.GetSkills()))
+	for i, b := range sb.GetSkills() {
+		have[i] = b.GetId() + "@" + b.GetVersion()
+	}
+	slices.Sort(want)
+	slices.Sort(have)
+	if slices.Equal(want, have) {
+		return nil
+	}
+	listed := "none"
+	if len(have) > 0 {
+		listed = strings.Join(have, ", ")
+	}
+	return BadField(req.SkillsField, "%s %s was made with the skills %s (id@version), and skills are mounted only when a sandbox is created: name the same skills, or none", what, sb.GetId(), listed)
 }

@@ -48,3 +48,33 @@ func TestPlanSkills(t *testing.T) {
 		t.Fatalf("skills without a shell: %v", err)
 	}
 }
+
+func TestKeptSkills(t *testing.T) {
+	t.Parallel()
+	req := &Request{SkillsField: "container.skills"}
+	sb := &executorv1.Sandbox{Id: "sb-1", Skills: []*executorv1.SkillBundle{{Id: "skill_a", Version: "2"}, {Id: "skill_b", Version: "1"}}}
+	m := func(ids ...string) []MountedSkill {
+		var out []MountedSkill
+		for _, id := range ids {
+			i, v, _ := strings.Cut(id, "@")
+			out = append(out, MountedSkill{ID: i, Version: v})
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name    string
+		mounted []MountedSkill
+		ok      bool
+	}{
+		{"none named", nil, true},
+		{"the same, in another order", m("skill_b@1", "skill_a@2"), true},
+		{"another version", m("skill_a@1", "skill_b@1"), false},
+		{"fewer", m("skill_a@2"), false},
+	} {
+		err := keptSkills(req, tt.mounted, sb, "the session's sandbox")
+		var fe *FieldError
+		if tt.ok != (err == nil) || (err != nil && (!errors.As(err, &fe) || fe.Field != "container.skills" || !strings.Contains(fe.Msg, "skill_a@2, skill_b@1"))) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+}

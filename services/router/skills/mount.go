@@ -43,7 +43,7 @@ func (s *Store) Mount(ctx context.Context, account string, refs []completion.Ski
 		if err != nil {
 			return nil, fmt.Errorf("skills: the archive of %s version %s: %w", sk.ID, v.Version, err)
 		}
-		pb := &executorv1.SkillBundle{Name: v.Name, Version: v.Version}
+		pb := &executorv1.SkillBundle{Name: v.Name, Version: v.Version, Id: sk.ID}
 		for _, f := range b.Files {
 			pb.Files = append(pb.Files, &executorv1.SkillFile{Path: f.Path, Mode: f.Mode, Content: f.Content})
 		}

@@ -9,16 +9,39 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/workspace/miniotest"
 	"github.com/conch-sh/conch/services/workspace/store"
 	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
+
+// backends are the object stores a Store runs on: the dev directory and
+// MinIO.
+var backends = map[string]func(t *testing.T) store.Store{
+	"fs": func(t *testing.T) store.Store {
+		st, err := fsstore.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	},
+	"minio": func(t *testing.T) store.Store {
+		m := miniotest.Start(t)
+		st, err := s3store.New(t.Context(), s3store.Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: miniotest.Bucket()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	},
+}
 
 func newStore(t *testing.T, skillsQuota int64) (*Store, store.Store) {
 	t.Helper()
-	objects, err := fsstore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	return newStoreOn(t, backends["fs"](t), skillsQuota)
+}
+
+func newStoreOn(t *testing.T, objects store.Store, skillsQuota int64) (*Store, store.Store) {
+	t.Helper()
 	limits := quotas.Defaults.Limits()
 	limits[quotas.Skills] = skillsQuota
 	s, err := New(Options{Etcd: etcdxtest.StartForTest(t), Objects: objects,
@@ -53,7 +76,13 @@ func countObjects(t *testing.T, objects store.Store) int {
 }
 
 func TestStoreRoundTrip(t *testing.T) {
-	s, objects := newStore(t, 2)
+	for name, backend := range backends {
+		t.Run(name, func(t *testing.T) { testRoundTrip(t, backend(t)) })
+	}
+}
+
+func testRoundTrip(t *testing.T, objects store.Store) {
+	s, _ := newStoreOn(t, objects, 2)
 	ctx := t.Context()
 	sk, err := s.Create(ctx, "acct", "", "display_name", bundle(t, "pdf", "v1"))
 	if err != nil {

@@ -589,7 +589,9 @@ type Sandbox struct {
 	// How many more unsaved paths there are than listed.
 	UnsavedOmitted int32 `protobuf:"varint,14,opt,name=unsaved_omitted,json=unsavedOmitted,proto3" json:"unsaved_omitted,omitempty"`
 	// Name given at creation (the Containers API's container name).
-	Name          string `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
+	// Skills mounted in it at creation, without their files.
+	Skills        []*SkillBundle `protobuf:"bytes,16,rep,name=skills,proto3" json:"skills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,6 +729,13 @@ func (x *Sandbox) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *Sandbox) GetSkills() []*SkillBundle {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
 }
 
 // UnsavedPath is a path of a persistent workspace that is not saved.
@@ -932,7 +941,9 @@ type SkillBundle struct {
 	// Its version, for the record.
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Its files.
-	Files         []*SkillFile `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
+	Files []*SkillFile `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
+	// The skill's id, for the record.
+	Id            string `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -986,6 +997,13 @@ func (x *SkillBundle) GetFiles() []*SkillFile {
 		return x.Files
 	}
 	return nil
+}
+
+func (x *SkillBundle) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
 }
 
 // SkillFile is a file of a skill.
@@ -1405,7 +1423,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xd7\x04\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\x8f\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1426,7 +1444,8 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x14idle_timeout_seconds\x18\f \x01(\x05R\x12idleTimeoutSeconds\x128\n" +
 	"\aunsaved\x18\r \x03(\v2\x1e.conch.executor.v1.UnsavedPathR\aunsaved\x12'\n" +
 	"\x0funsaved_omitted\x18\x0e \x01(\x05R\x0eunsavedOmitted\x12\x12\n" +
-	"\x04name\x18\x0f \x01(\tR\x04name\"9\n" +
+	"\x04name\x18\x0f \x01(\tR\x04name\x126\n" +
+	"\x06skills\x18\x10 \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xba\x03\n" +
@@ -1444,11 +1463,12 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x05agent\x18\t \x01(\tR\x05agent\x12\x12\n" +
 	"\x04name\x18\n" +
 	" \x01(\tR\x04name\x126\n" +
-	"\x06skills\x18\v \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"o\n" +
+	"\x06skills\x18\v \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"\x7f\n" +
 	"\vSkillBundle\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x122\n" +
-	"\x05files\x18\x03 \x03(\v2\x1c.conch.executor.v1.SkillFileR\x05files\"M\n" +
+	"\x05files\x18\x03 \x03(\v2\x1c.conch.executor.v1.SkillFileR\x05files\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\"M\n" +
 	"\tSkillFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x18\n" +
@@ -1529,19 +1549,20 @@ var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	19, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
 	19, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
 	8,  // 8: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
-	3,  // 9: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
-	4,  // 10: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
-	6,  // 11: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	10, // 12: conch.executor.v1.CreateSandboxRequest.skills:type_name -> conch.executor.v1.SkillBundle
-	11, // 13: conch.executor.v1.SkillBundle.files:type_name -> conch.executor.v1.SkillFile
-	7,  // 14: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 15: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 16: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	10, // 9: conch.executor.v1.Sandbox.skills:type_name -> conch.executor.v1.SkillBundle
+	3,  // 10: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
+	4,  // 11: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
+	6,  // 12: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
+	10, // 13: conch.executor.v1.CreateSandboxRequest.skills:type_name -> conch.executor.v1.SkillBundle
+	11, // 14: conch.executor.v1.SkillBundle.files:type_name -> conch.executor.v1.SkillFile
+	7,  // 15: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 16: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 17: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
