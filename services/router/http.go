@@ -128,6 +128,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	if err != nil {
 		return nil, err
 	}
+	go skillStore.Run(ctx)
 	core, err := completion.New(completion.Options{
 		Gateways:   opts.Service.Gateways(),
 		Executor:   executorv1.NewExecutorServiceClient(opts.Conns["executor"]),

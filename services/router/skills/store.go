@@ -12,7 +12,8 @@
 //
 // A version's archive is stored before the record that names it, so a
 // record never names an archive that is not there; an archive whose record
-// was never written (the write failed, or lost a race) is deleted at once.
+// was never written (the write failed, or lost a race) is deleted at once,
+// and one a crash left behind by Sweep.
 // Deleting a version or a skill removes its record first and then its
 // archives: a sandbox that mounted them keeps its copy.
 package skills

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
@@ -212,5 +213,38 @@ func TestMount(t *testing.T) {
 		if a := errs.Public(err); a.Param != tt.param || a.Status != tt.code {
 			t.Errorf("%s: %+v, want %d naming %s", tt.name, a, tt.code, tt.param)
 		}
+	}
+}
+
+// TestSweep removes the archives no record names once they are old
+// enough, and keeps every recorded one.
+func TestSweep(t *testing.T) {
+	s, objects := newStore(t, 10)
+	ctx := t.Context()
+	sk, err := s.Create(ctx, "acct", "", "display_name", bundle(t, "pdf", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a crash between storing an archive and its record leaves.
+	if _, err := s.putArchive(ctx, "acct", sk.ID, bundle(t, "pdf", "v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.putArchive(ctx, "acct", "skill_neverrecorded", bundle(t, "pdf", "v")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("young archives: swept %d, %v", n, err)
+	}
+	s.now = func() time.Time { return time.Now().Add(2 * sweepGrace) }
+	if n, err := s.Sweep(ctx); err != nil || n != 2 {
+		t.Fatalf("old archives: swept %d, %v", n, err)
+	}
+	if n := countObjects(t, objects); n != 1 {
+		t.Fatalf("%d archives left, want the recorded one", n)
+	}
+	if _, v, err := s.Resolve(ctx, "acct", sk.ID, "", ""); err != nil {
+		t.Fatal(err)
+	} else if _, err := s.Archive(ctx, v); err != nil {
+		t.Fatal(err)
 	}
 }
