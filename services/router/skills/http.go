@@ -262,6 +262,11 @@ func (h *Handler) list(sh shape, w http.ResponseWriter, r *http.Request, account
 	if err != nil {
 		return err
 	}
+	// Anthropic's lists filter on where a skill comes from: every skill
+	// of conch is the account's own.
+	if src := r.URL.Query().Get("source"); sh.anthropic && src != "" && src != "custom" {
+		list = nil
+	}
 	items := make([]map[string]any, len(list))
 	for i, sk := range list {
 		items[i] = sh.skill(sk)

@@ -93,6 +93,9 @@ func TestHTTPShapes(t *testing.T) {
 	if code, l := an.do("GET", "/v1/skills", nil, ""); code != 200 || len(l["data"].([]any)) != 1 {
 		t.Fatalf("anthropic list: %d %v", code, l)
 	}
+	if code, l := an.do("GET", "/v1/skills?source=anthropic", nil, ""); code != 200 || len(l["data"].([]any)) != 0 {
+		t.Fatalf("anthropic's own skills: %d %v", code, l)
+	}
 
 	var parts [][2]string
 	for i := range 10 {
