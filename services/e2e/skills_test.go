@@ -171,6 +171,8 @@ const md = (v) => "---\nname: greeting\ndescription: Greets people in the house 
   catch (e) { errs.version = [e.constructor.name, e.status, e.param]; }
   try { await client.skills.create({ files: [await toFile(Buffer.from(md(1)), "SKILL.md")] }); }
   catch (e) { errs.flat = [e.constructor.name, e.status, e.param]; }
+  try { await new OpenAI({ baseURL: process.env.CONCH_URL + "/v1", apiKey: "sk-wrong", maxRetries: 0 }).skills.retrieve(skill.id); }
+  catch (e) { errs.auth = [e.constructor.name, e.status]; }
   seen.deleted = await client.skills.delete(skill.id);
   try { await client.skills.retrieve(skill.id); }
   catch (e) { errs.gone = [e.constructor.name, e.status]; }
@@ -237,6 +239,7 @@ func TestSkillsOpenAISDK(t *testing.T) {
 		"version": `["NotFoundError",404,"tools[0].environment.skills[0].version"]`,
 		"flat":    `["BadRequestError",400,"files"]`,
 		"gone":    `["NotFoundError",404]`,
+		"auth":    `["AuthenticationError",401]`,
 	} {
 		if got, _ := json.Marshal(seen.Errors[name]); string(got) != want {
 			t.Errorf("error %s: %s, want %s", name, got, want)
