@@ -102,6 +102,7 @@ func TestHTTPShapes(t *testing.T) {
 		parts = append(parts, [2]string{"pdf/" + strings.Repeat("f", i+1), strings.Repeat("x", 1<<20)})
 	}
 	big, bigCT := multipartBody(t, nil, parts...)
+	badTitle, badTitleCT := multipartBody(t, map[string]string{"display_name": "two\nlines"}, [2]string{"pdf/SKILL.md", manifest})
 	errCases := []struct {
 		c           client
 		method, url string
@@ -122,6 +123,7 @@ func TestHTTPShapes(t *testing.T) {
 		{an, "GET", "/v1/skills?page=nope", nil, "", 400, "page"},
 		{oa, "GET", "/v1/skills/" + id + "/nothing", nil, "", 404, ""},
 		{oa, "POST", "/v1/skills", big, bigCT, 413, "files"},
+		{an, "POST", "/v1/skills", badTitle, badTitleCT, 400, "display_name"},
 	}
 	for _, tt := range errCases {
 		code, m := tt.c.do(tt.method, tt.url, tt.body, tt.ct)

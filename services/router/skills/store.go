@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -171,7 +172,7 @@ func prefixOf(field string) string {
 // validID keeps an id from the path or a request to what an id can be
 // before it reaches a key.
 func validID(id string) bool {
-	rest, ok := cutPrefix(id, IDPrefix)
+	rest, ok := strings.CutPrefix(id, IDPrefix)
 	if !ok || len(rest) == 0 || len(rest) > 64 {
 		return false
 	}
@@ -181,13 +182,6 @@ func validID(id string) bool {
 		}
 	}
 	return true
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) < len(p) || s[:len(p)] != p {
-		return s, false
-	}
-	return s[len(p):], true
 }
 
 func newID() string {
@@ -238,25 +232,15 @@ func (s *Store) List(ctx context.Context, account string) ([]*Skill, error) {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
-		return cmpString(a.ID, b.ID)
+		return strings.Compare(a.ID, b.ID)
 	})
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // checkTitle refuses a title that is not one line of at most MaxTitleLen
 // characters.
 func checkTitle(field, title string) error {
-	if len([]rune(title)) > MaxTitleLen || bytes.ContainsAny([]byte(title), "\r\n") {
+	if utf8.RuneCountInString(title) > MaxTitleLen || strings.ContainsAny(title, "\r\n") {
 		return errs.Invalid(field, "must be one line of at most %d characters", MaxTitleLen)
 	}
 	return nil
