@@ -13,6 +13,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 )
@@ -234,6 +235,53 @@ func TestSandboxesAreAccountScoped(t *testing.T) {
 	}
 }
 
+func skills(b ...*executorv1.SkillBundle) *executorv1.CreateSandboxRequest {
+	return &executorv1.CreateSandboxRequest{Skills: b}
+}
+
+// TestSkillsMount: a sandbox's skills are at /mnt/skills/<name>, their
+// modes kept, and nothing in the sandbox can change them.
+func TestSkillsMount(t *testing.T) {
+	x := startExecutor(t)
+	ctx := as(t, "acme")
+	resp, err := x.client.CreateSandbox(ctx, skills(&executorv1.SkillBundle{Name: "pdf-tools", Id: "skill_1", Version: "2", Files: []*executorv1.SkillFile{
+		{Path: "SKILL.md", Mode: 0o644, Content: []byte("---\nname: pdf-tools\n---\n")},
+		{Path: "scripts/run.sh", Mode: 0o755, Content: []byte("#!/bin/sh\necho ran\n")},
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox says which skills it has, without their files.
+	if sk := resp.GetSandbox().GetSkills(); len(sk) != 1 || sk[0].GetId() != "skill_1" || sk[0].GetVersion() != "2" || len(sk[0].GetFiles()) != 0 {
+		t.Fatalf("sandbox skills %v", sk)
+	}
+	run := func(cmd string) *executorv1.RunCommandResponse {
+		t.Helper()
+		got, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: resp.GetId(), Command: cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := run("head -2 /mnt/skills/pdf-tools/SKILL.md && /mnt/skills/pdf-tools/scripts/run.sh && ls /mnt/skills"); got.GetStdout() != "---\nname: pdf-tools\nran\npdf-tools\n" {
+		t.Fatalf("reading the skill: %v", got)
+	}
+	for _, cmd := range []string{
+		"echo x > /mnt/skills/pdf-tools/SKILL.md",
+		"touch /mnt/skills/pdf-tools/new",
+		"rm /mnt/skills/pdf-tools/scripts/run.sh",
+		"chmod 777 /mnt/skills/pdf-tools/SKILL.md",
+		"mkdir /mnt/skills/other",
+	} {
+		if got := run(cmd); got.GetOutcome().GetExitCode() == 0 {
+			t.Errorf("%q succeeded in the read-only skills: %v", cmd, got)
+		}
+	}
+	if got := run("cat /mnt/skills/pdf-tools/SKILL.md | wc -c"); strings.TrimSpace(got.GetStdout()) != "24" {
+		t.Fatalf("the skill changed: %v", got)
+	}
+}
+
 func TestCreateSandboxValidation(t *testing.T) {
 	x := startExecutor(t)
 	ctx := as(t, "acme")
@@ -260,6 +308,14 @@ func TestCreateSandboxValidation(t *testing.T) {
 		{"relative path_prepend", &executorv1.CreateSandboxRequest{PathPrepend: []string{"bin"}}, codes.InvalidArgument, "path_prepend"},
 		{"negative idle", &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: -1}, codes.InvalidArgument, "idle_timeout_seconds"},
 		{"long name", &executorv1.CreateSandboxRequest{Name: strings.Repeat("n", MaxNameChars+1)}, codes.InvalidArgument, "name"},
+		{"skill name", skills(&executorv1.SkillBundle{Name: "../x", Files: []*executorv1.SkillFile{{Path: "SKILL.md", Mode: 0o644}}}), codes.InvalidArgument, "skills[0].name"},
+		{"skill twice", skills(&executorv1.SkillBundle{Name: "a"}, &executorv1.SkillBundle{Name: "a"}), codes.InvalidArgument, "skills[1].name"},
+		{"skill dotdot", skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: "../../etc/passwd", Mode: 0o644}}}), codes.InvalidArgument, "skills[0].files[0].path"},
+		{"skill absolute", skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: "/etc/passwd", Mode: 0o644}}}), codes.InvalidArgument, "skills[0].files[0].path"},
+		{"skill unclean", skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: `a\b`, Mode: 0o644}}}), codes.InvalidArgument, "skills[0].files[0].path"},
+		{"skill setuid", skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: "x", Mode: 0o4755}}}), codes.InvalidArgument, "skills[0].files[0].mode"},
+		{"skill file and dir", skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: "x", Mode: 0o644}, {Path: "x/y", Mode: 0o644}}}), codes.InvalidArgument, "below a file"},
+		{"skill too large", skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: "x", Mode: 0o644, Content: make([]byte, contract.MaxSkillBytes+1)}}}), codes.InvalidArgument, "skills[0].files: at most"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

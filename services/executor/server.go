@@ -23,6 +23,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/skillfs"
 	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
@@ -65,6 +66,18 @@ func (s *Server) ResolveCommand(ctx context.Context, req *executorv1.ResolveComm
 		return nil, err
 	}
 	return &executorv1.ResolveCommandResponse{Segments: segs}, nil
+}
+
+// skillsFrom reads the skills of a request.
+func skillsFrom(pb []*executorv1.SkillBundle) []skillfs.Skill {
+	out := make([]skillfs.Skill, len(pb))
+	for i, b := range pb {
+		out[i].Name, out[i].ID, out[i].Version = b.GetName(), b.GetId(), b.GetVersion()
+		for _, f := range b.GetFiles() {
+			out[i].Files = append(out[i].Files, skillfs.File{Path: f.GetPath(), Mode: f.GetMode(), Content: f.GetContent()})
+		}
+	}
+	return out
 }
 
 // Register registers the service's gRPC handlers on g.
@@ -116,9 +129,16 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 	if err != nil {
 		return nil, err
 	}
+	skills := skillsFrom(req.GetSkills())
+	// The router checked the skills when they were uploaded; the executor
+	// writes nothing it has not checked itself.
+	if err := skillfs.Check("skills", skills); err != nil {
+		return nil, errs.New(errs.InvalidArgument, "%v", err)
+	}
 	e, id, err := s.svc.Create(ctx, account, CreateParams{
-		Tools: tools,
-		User:  req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
+		Skills: skills,
+		Tools:  tools,
+		User:   req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
 		Network:     network,
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: idle,
@@ -173,6 +193,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		CreatedAt:          timestamppb.New(e.created),
 		LastUsedAt:         timestamppb.New(e.idleSince()),
 		IdleTimeoutSeconds: int32(e.idle / time.Second),
+		Skills:             e.skills,
 	}
 }
 

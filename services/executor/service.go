@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
@@ -38,6 +39,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/skillfs"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace/files"
 )
@@ -194,6 +196,8 @@ type entry struct {
 	claim quotas.Usage
 
 	name string
+	// skills are the skills mounted in it, without their files.
+	skills []*executorv1.SkillBundle
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -436,6 +440,9 @@ type CreateParams struct {
 	Idle        time.Duration
 	// Name is returned with the sandbox (a container's name).
 	Name string
+	// Skills are written into the sandbox's skills directory, which it
+	// sees read-only; skillfs.Check has passed them.
+	Skills []skillfs.Skill
 }
 
 var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
@@ -532,6 +539,9 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	now := time.Now()
 	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now, network: p.Network, claim: claim}
+	for _, sk := range p.Skills {
+		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
+	}
 	if egressApprovals != nil {
 		egressPolicy.Ask = func(ctx context.Context, host string, port int) (bool, string) {
 			v, err := gate.CheckEgress(ctx, egressApprovals, &approvalv1.AuthorizeEgressRequest{
@@ -572,6 +582,12 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		if e.tools, err = toolshim.Install(sb.ToolsPath(), sandbox.ToolPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, "", errs.Wrap(errs.InvalidArgument, err, "tools")
+		}
+	}
+	if len(p.Skills) > 0 {
+		if err := skillfs.Write(sb.SkillsPath(), p.Skills); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", fmt.Errorf("executor: write skills: %w", err)
 		}
 	}
 	if p.Persistent {

@@ -6,6 +6,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/router/skills"
 )
 
 // EtcdUsers are the etcd users of the services, each limited to the key
@@ -17,6 +18,7 @@ var EtcdUsers = map[string][]etcdx.Permission{
 	"router": withDiscovery("router",
 		rw("conch/accounts/"), rw("conch/account-keys/"), rw("conch/apikeys/"), rw("conch/gateways/"),
 		rw("conch/nodes/"), rw("conch/stored-responses/"), rw("conch/sessions/"), rw("conch/toolgrants/"), rw("conch/kept-turns/"),
+		rw(skills.KeyPrefix),
 		rw(quotas.ClaimPrefix(quotas.StoredResponses)), rw(quotas.ClaimPrefix(quotas.MCPSessions)),
 		// The election of the router that maintains etcd's space.
 		rw(etcdx.DefaultSpaceElection+"/"),

@@ -14,6 +14,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/gateways"
+	"github.com/conch-sh/conch/services/router/skills"
 )
 
 // accountServer serves AccountService: thin handlers over accounts.Store,
@@ -161,7 +162,8 @@ func usage(ctx context.Context, kv clientv3.KV, account string) (quotas.Usage, e
 		return nil, err
 	}
 	used[quotas.EgressBytesPerDay] = egress
-	for kind, prefix := range map[quotas.Kind]string{quotas.Gateways: gateways.AccountPrefix(account), quotas.APIKeys: accounts.KeysPrefix(account)} {
+	for kind, prefix := range map[quotas.Kind]string{quotas.Gateways: gateways.AccountPrefix(account), quotas.APIKeys: accounts.KeysPrefix(account),
+		quotas.Skills: skills.AccountPrefix(account)} {
 		resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return nil, fmt.Errorf("router: count %s: %w", kind, err)

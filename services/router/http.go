@@ -35,6 +35,7 @@ import (
 	"github.com/conch-sh/conch/services/router/mcpserver"
 	"github.com/conch-sh/conch/services/router/openai"
 	"github.com/conch-sh/conch/services/router/responsestore"
+	"github.com/conch-sh/conch/services/router/skills"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -124,6 +125,13 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		return nil, err
 	}
 	go stored.Run(ctx)
+	// Skills keep their archives in the same bucket as stored responses.
+	skillStore, err := skills.New(skills.Options{Etcd: opts.Etcd, Objects: opts.ResponseObjects,
+		Limits: opts.Service.Accounts().Limits, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	go skillStore.Run(ctx)
 	core, err := completion.New(completion.Options{
 		Gateways:   opts.Service.Gateways(),
 		Executor:   executorv1.NewExecutorServiceClient(opts.Conns["executor"]),
@@ -134,6 +142,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		ToolDeps:   opts.Service.ToolDeps(),
 		HTTPClient: opts.Service.UpstreamClient(),
 		Logger:     opts.Logger,
+		Skills:     skillStore,
 
 		MaxConcurrent: opts.MaxConcurrentCompletions,
 	})
@@ -150,7 +159,7 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	mux.Handle("GET /readyz", &readiness{conns: opts.Conns, draining: ctx.Done(), space: opts.Space})
 	mux.Handle("GET /metrics", opts.Metrics)
 	mux.Handle("/v1/", a.wrap(openAIErrors, v1))
-	ctr, err := containers.NewHandler(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), opts.Logger)
+	ctr, err := containers.NewHandler(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), skillStore, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +174,11 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	models := bySDK(ak.wrap(anthropicErrors, messages), a.wrap(openAIErrors, v1))
 	mux.Handle("/v1/models", models)
 	mux.Handle("/v1/models/", models)
+	// Skills are OpenAI's and Anthropic's both, in each one's shapes.
+	sk := skills.NewHandler(skillStore, opts.Logger, openAIErrors, anthropicErrors)
+	skillsAPI := bySDK(ak.wrap(anthropicErrors, sk.Anthropic), a.wrap(openAIErrors, sk.OpenAI))
+	mux.Handle("/v1/skills", skillsAPI)
+	mux.Handle("/v1/skills/", skillsAPI)
 	mux.Handle("/v1/containers", a.wrap(openAIErrors, ctr))
 	mux.Handle("/v1/containers/", a.wrap(openAIErrors, ctr))
 	mcpHandler, err := mcpserver.NewHandler(mcpserver.Options{

@@ -41,6 +41,10 @@ const (
 	// one link to the conch binary per tool, and the socket their calls go
 	// through. It is on every sandbox's PATH, read-only.
 	ToolsDir = agentDir + "/tools"
+	// SkillsDir holds the sandbox's skills, one directory each; every
+	// sandbox sees it, read-only, as contract.SkillsDir too (a link), so
+	// that a warm sandbox can be given skills after it started.
+	SkillsDir = agentDir + "/skills"
 	// AgentPath is where the agent binary is inside a sandbox; ToolPath is
 	// the conch binary, to which tool commands link.
 	AgentPath      = agentPath

@@ -87,7 +87,7 @@ func TestCommandCannotBlockOrKillTheAgent(t *testing.T) {
 				t.Fatalf("cwd is %q after the attack", c)
 			}
 			r, timedOut = run(t, sb, Options{Command: "echo hi; ls -A /run/conch", TrackCwd: true}, 2*time.Second)
-			if timedOut || r.stdout != "hi\nagent\ntool\ntools\n" || r.exit.Code != 0 {
+			if timedOut || r.stdout != "hi\nagent\nskills\ntool\ntools\n" || r.exit.Code != 0 {
 				t.Fatalf("next command: timed out %v, %+v", timedOut, r)
 			}
 			long := "v='" + strings.Repeat("x", 100<<10) + "'; echo ${#v}"

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/internal/contract"
 )
 
 // Limits bound what a sandbox may use.
@@ -680,6 +681,9 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 		// one read-only bind: each mount is work for every cold create.
 		mount{op: "--ro-bind", src: runDir(s.dir), dst: agentDir},
 		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
+		// The skills are in the read-only run directory: a link costs
+		// less than a mount of their own.
+		mount{op: "--symlink", src: SkillsDir, dst: contract.SkillsDir},
 	)
 	return ms
 }
@@ -697,8 +701,8 @@ func runPath(stateDir, inside string) string {
 
 // makeRunDir makes the run directory of the sandbox whose state is in
 // stateDir: the runtime's agent and tool binaries linked in (hard links,
-// the same read-only files for every sandbox) and an empty tools
-// directory.
+// the same read-only files for every sandbox) and empty tools and skills
+// directories.
 func (r *Runtime) makeRunDir(stateDir string) error {
 	if err := os.Mkdir(runDir(stateDir), 0o755); err != nil {
 		return fmt.Errorf("sandbox: run dir: %w", err)
@@ -710,6 +714,9 @@ func (r *Runtime) makeRunDir(stateDir string) error {
 	}
 	if err := os.Mkdir(runPath(stateDir, ToolsDir), 0o755); err != nil {
 		return fmt.Errorf("sandbox: tools dir: %w", err)
+	}
+	if err := os.Mkdir(runPath(stateDir, SkillsDir), 0o755); err != nil {
+		return fmt.Errorf("sandbox: skills dir: %w", err)
 	}
 	return nil
 }

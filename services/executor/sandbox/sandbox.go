@@ -71,6 +71,10 @@ func (s *Sandbox) WorkspacePath() string { return s.workspace }
 // as ToolsDir.
 func (s *Sandbox) ToolsPath() string { return runPath(s.dir, ToolsDir) }
 
+// SkillsPath returns the host directory seen inside the sandbox,
+// read-only, as SkillsDir and contract.SkillsDir.
+func (s *Sandbox) SkillsPath() string { return runPath(s.dir, SkillsDir) }
+
 // Egress returns the listener whose connections come from the sandbox's
 // programs through the agent, to be served by the host's egress proxy; nil
 // for a sandbox without network. Destroy closes it.

@@ -36,4 +36,18 @@ const (
 	// DefaultPath is the PATH commands run with, in sandboxes and on
 	// gateway hosts, and the one the policy resolves commands on.
 	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// MaxSkillBytes bounds one skill version's files, uncompressed, in
+	// total (docs/reference/skills.md).
+	MaxSkillBytes = 8 << 20
+	// MaxSkillFiles bounds the files of one skill version.
+	MaxSkillFiles = 500
+	// MaxSandboxSkills bounds the skills one sandbox mounts.
+	MaxSandboxSkills = 8
+	// MaxSandboxSkillBytes bounds the files of all the skills one sandbox
+	// mounts, in total: the router sends them in the request that creates
+	// it, which stays below the executor's message limit.
+	MaxSandboxSkillBytes = 12 << 20
+	// SkillsDir is where a sandbox's skills are, read-only, one directory
+	// per skill named after it.
+	SkillsDir = "/mnt/skills"
 )

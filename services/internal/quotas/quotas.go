@@ -43,10 +43,11 @@ const (
 	APIKeys             Kind = "api_keys"
 	MCPSessions         Kind = "mcp_sessions"
 	EgressBytesPerDay   Kind = "egress_bytes_per_day"
+	Skills              Kind = "skills"
 )
 
 // Kinds are every quota, in the order they are shown.
-var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys, MCPSessions, EgressBytesPerDay}
+var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys, MCPSessions, EgressBytesPerDay, Skills}
 
 // Config is the operator's default quotas, for every account an admin did
 // not give its own. Every service reads the same settings.
@@ -62,6 +63,7 @@ type Config struct {
 	APIKeys             int64 `flag:"quota-api-keys" env:"CONCH_QUOTA_API_KEYS" default:"100" usage:"API keys one account may have"`
 	MCPSessions         int64 `flag:"quota-mcp-sessions" env:"CONCH_QUOTA_MCP_SESSIONS" default:"50" usage:"MCP sessions one account may hold open"`
 	EgressBytesPerDay   int64 `flag:"quota-egress-bytes-per-day" env:"CONCH_QUOTA_EGRESS_BYTES_PER_DAY" default:"21474836480" usage:"bytes one account's sandboxes may send and receive through the egress proxy in a day (UTC), on every executor together"`
+	Skills              int64 `flag:"quota-skills" env:"CONCH_QUOTA_SKILLS" default:"100" usage:"skills one account may keep uploaded (/v1/skills)"`
 }
 
 // Defaults are the quotas of a Config no one set; they match the tags.
@@ -69,7 +71,7 @@ var Defaults = Config{
 	Sandboxes: 20, SandboxMemoryBytes: 16 << 30, SandboxPids: 16384, SandboxCPU: 16000,
 	StoredResponses: 2000, StoredResponseBytes: 64 << 20,
 	PendingApprovals: 100, Gateways: 100, APIKeys: 100, MCPSessions: 50,
-	EgressBytesPerDay: 20 << 30,
+	EgressBytesPerDay: 20 << 30, Skills: 100,
 }
 
 // Limits are an account's quotas, one per kind.
@@ -81,7 +83,7 @@ func (c *Config) Limits() Limits {
 		Sandboxes: c.Sandboxes, SandboxMemoryBytes: c.SandboxMemoryBytes, SandboxPids: c.SandboxPids, SandboxCPU: c.SandboxCPU,
 		StoredResponses: c.StoredResponses, StoredResponseBytes: c.StoredResponseBytes,
 		PendingApprovals: c.PendingApprovals, Gateways: c.Gateways, APIKeys: c.APIKeys, MCPSessions: c.MCPSessions,
-		EgressBytesPerDay: c.EgressBytesPerDay,
+		EgressBytesPerDay: c.EgressBytesPerDay, Skills: c.Skills,
 	}
 }
 

@@ -226,7 +226,11 @@ func containerOf(res *completion.Result, idle time.Duration, now time.Time) any 
 	if res.Sandbox == "" {
 		return nil
 	}
-	return map[string]any{"id": res.Sandbox, "expires_at": now.Add(idle).UTC().Format(time.RFC3339), "skills": nil}
+	var skills []map[string]any // null when none, as Anthropic answers
+	for _, m := range res.Skills {
+		skills = append(skills, map[string]any{"type": "custom", "skill_id": m.ID, "version": m.Version})
+	}
+	return map[string]any{"id": res.Sandbox, "expires_at": now.Add(idle).UTC().Format(time.RFC3339), "skills": skills}
 }
 
 // message is the Messages API's answer to a completion.

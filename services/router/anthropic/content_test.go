@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -83,4 +85,25 @@ func TestErrorTypes(t *testing.T) {
 
 func answer(status int) errs.Answer {
 	return errs.Answer{Status: status, Message: "busy", RetryAfter: "1"}
+}
+
+// The container says which skills were mounted in it, null when none.
+func TestContainerOf(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	if got := containerOf(&completion.Result{}, time.Minute, now); got != nil {
+		t.Errorf("no sandbox: %v", got)
+	}
+	for _, tt := range []struct {
+		skills []completion.MountedSkill
+		want   string
+	}{
+		{nil, `{"expires_at":"2026-12-07T12:01:00Z","id":"sb-1","skills":null}`},
+		{[]completion.MountedSkill{{ID: "skill_a", Version: "2", Name: "a"}},
+			`{"expires_at":"2026-12-07T12:01:00Z","id":"sb-1","skills":[{"skill_id":"skill_a","type":"custom","version":"2"}]}`},
+	} {
+		b, _ := json.Marshal(containerOf(&completion.Result{Sandbox: "sb-1", Skills: tt.skills}, time.Minute, now))
+		if string(b) != tt.want {
+			t.Errorf("container %s, want %s", b, tt.want)
+		}
+	}
 }

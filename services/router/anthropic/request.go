@@ -556,7 +556,9 @@ func (r *request) metadata(v json.RawMessage) error {
 	return nil
 }
 
-// container reads container: a container's id, or {id, skills}.
+// container reads container: a container's id, or {id, skills}. Skills
+// are mounted in a new sandbox: naming them with a container's id is
+// refused when the completion runs.
 func (r *request) container(v json.RawMessage) error {
 	var id string
 	if wirejson.Strict(v, &id) == nil {
@@ -564,17 +566,42 @@ func (r *request) container(v json.RawMessage) error {
 		return nil
 	}
 	var c struct {
-		ID     string          `json:"id"`
-		Skills json.RawMessage `json:"skills"`
+		ID     string            `json:"id"`
+		Skills []json.RawMessage `json:"skills"`
 	}
 	if err := wirejson.Strict(v, &c); err != nil {
 		return badField("container", "must be a container id or {id, skills}")
 	}
-	if len(c.Skills) > 0 && string(c.Skills) != "null" && string(c.Skills) != "[]" {
-		return badField("container.skills", "conch does not mount skill bundles yet; give the gateway's skills instead")
-	}
 	if c.ID != "" {
 		r.Container, r.ContainerField = c.ID, "container.id"
 	}
+	for i, raw := range c.Skills {
+		field := fmt.Sprintf("container.skills[%d]", i)
+		var sk struct {
+			Type    string  `json:"type"`
+			SkillID string  `json:"skill_id"`
+			Version *string `json:"version"`
+		}
+		if err := wirejson.Strict(raw, &sk); err != nil {
+			return badField(field, "must be {type, skill_id, version}")
+		}
+		switch sk.Type {
+		case "custom":
+		case "anthropic":
+			return badField(field+".type", "conch serves no skills of Anthropic's; upload the skill with /v1/skills and name it as custom")
+		default:
+			return badField(field+".type", "must be custom, got %q", sk.Type)
+		}
+		if sk.SkillID == "" {
+			return badField(field+".skill_id", "is required")
+		}
+		// Anthropic's version is the newest unless one is named.
+		version := "latest"
+		if sk.Version != nil {
+			version = *sk.Version
+		}
+		r.Skills = append(r.Skills, completion.SkillRef{ID: sk.SkillID, Version: version, Field: field})
+	}
+	r.SkillsField = "container.skills"
 	return nil
 }

@@ -37,7 +37,9 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"web search", `{"model":"g","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`, "tools[0].type", "does not serve"},
 		{"tool_choice", `{"model":"g","max_tokens":10,"tool_choice":{"type":"some"},"messages":[{"role":"user","content":"hi"}]}`, "tool_choice.type", "must be auto, any, tool or none"},
 		{"user id", `{"model":"g","max_tokens":10,"metadata":{"user_id":"a b"},"messages":[{"role":"user","content":"hi"}]}`, "metadata.user_id", "must be 1-128"},
-		{"skills", `{"model":"g","max_tokens":10,"container":{"skills":[{"type":"custom","skill_id":"s"}]},"messages":[{"role":"user","content":"hi"}]}`, "container.skills", "does not mount"},
+		{"anthropic skill", `{"model":"g","max_tokens":10,"container":{"skills":[{"type":"anthropic","skill_id":"pptx"}]},"messages":[{"role":"user","content":"hi"}]}`, "container.skills[0].type", "upload the skill"},
+		{"skill type", `{"model":"g","max_tokens":10,"container":{"skills":[{"type":"other","skill_id":"s"}]},"messages":[{"role":"user","content":"hi"}]}`, "container.skills[0].type", "must be custom"},
+		{"skill without id", `{"model":"g","max_tokens":10,"container":{"skills":[{"type":"custom"}]},"messages":[{"role":"user","content":"hi"}]}`, "container.skills[0].skill_id", "is required"},
 		{"system blocks", `{"model":"g","max_tokens":10,"system":[{"type":"image"}],"messages":[{"role":"user","content":"hi"}]}`, "system[0].type", "must be text"},
 		{"bash result", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"bash_code_execution_tool_result","tool_use_id":"s","content":{"type":"other"}}]}]}`, "messages[0].content[0].content.type", "must be bash_code_execution_result"},
 	} {
@@ -51,6 +53,17 @@ func TestParseRequestRefuses(t *testing.T) {
 				t.Errorf("error %q at %q, want %q at %q", fe.Msg, fe.Field, tc.msg, tc.field)
 			}
 		})
+	}
+}
+
+func TestParseRequestSkills(t *testing.T) {
+	r, err := parseRequest([]byte(`{"model":"g","max_tokens":10,"container":{"skills":[{"type":"custom","skill_id":"skill_a"},{"type":"custom","skill_id":"skill_b","version":"2"}]},"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []completion.SkillRef{{ID: "skill_a", Version: "latest", Field: "container.skills[0]"}, {ID: "skill_b", Version: "2", Field: "container.skills[1]"}}
+	if len(r.Skills) != 2 || r.Skills[0] != want[0] || r.Skills[1] != want[1] || r.SkillsField != "container.skills" || r.Container != "" {
+		t.Fatalf("skills %+v in %q, container %q", r.Skills, r.SkillsField, r.Container)
 	}
 }
 

@@ -58,6 +58,9 @@ type Options struct {
 	// Approvals answers /approve in a session's conversation; nil leaves
 	// such messages to the model.
 	Approvals approvalv1.ApprovalServiceClient
+	// Skills finds the skills requests name; nil refuses requests that
+	// name any.
+	Skills SkillSource
 	// MaxConcurrent bounds the completions this router runs at once;
 	// beyond, a completion is refused at once rather than queued. Zero
 	// means DefaultMaxConcurrent.
@@ -148,6 +151,10 @@ type Request struct {
 	// ContainerField is where it was named, for errors.
 	Container      string
 	ContainerField string
+	// Skills are mounted in the sandbox the completion creates;
+	// SkillsField is where the request named them ("container.skills").
+	Skills      []SkillRef
+	SkillsField string
 	// Keep leaves the completion's own sandbox running when it ends, for
 	// the gateway's session idle time: a container of the Responses API,
 	// which the response names and a continuation uses again (OpenAI keeps
@@ -254,6 +261,8 @@ type Result struct {
 	// Workspace is what the completion says of the user's workspace, nil
 	// when it named no user or ran no shell.
 	Workspace *Workspace
+	// Skills are the skills the request named, as mounted.
+	Skills []MountedSkill
 	// end ends the completion's own sandbox; nil when there is none.
 	end func()
 }
@@ -293,7 +302,11 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		}
 		defer set.Close()
 	}
-	plan, err := planTools(g, set, req)
+	mounted, err := s.mountSkills(ctx, scope.Account, req)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := planTools(g, set, req, mounted)
 	if err != nil {
 		return nil, err
 	}
@@ -307,14 +320,32 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 	ready, gone := s.grantHooks(scope.Account, g, plan)
 	own := &sandbox{exec: s.opts.Executor, req: plan.sandboxRequest(g, req), ready: ready, gone: gone, log: s.opts.Logger}
 	var sb completionSandbox = own
+	var continued *executorv1.Sandbox // the running sandbox of the conversation continued
+	if req.Container == "" && scope.Session == "" && req.Continue != "" {
+		continued = s.sandboxRunning(ctx, req.Continue)
+	}
 	switch {
 	case req.Container != "":
 		if sb, err = s.container(ctx, req); err != nil {
 			return nil, err
 		}
 	case scope.Session != "":
+		if len(mounted) > 0 {
+			live, err := s.sessions.Live(ctx, s.opts.Executor, scope.Account, g.GetName(), scope.Session, own.req.GetUser())
+			if err != nil {
+				return nil, err
+			}
+			if live != nil {
+				if err := keptSkills(req, mounted, live, "the session's sandbox"); err != nil {
+					return nil, err
+				}
+			}
+		}
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
-	case req.Continue != "" && s.sandboxRunning(ctx, req.Continue):
+	case continued != nil:
+		if err := keptSkills(req, mounted, continued, "the container of the previous response,"); err != nil {
+			return nil, err
+		}
 		sb = container(req.Continue)
 	case req.Keep:
 		// Kept: the executor ends it once idle (its tool grants expire
@@ -383,7 +414,7 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		return nil, err
 	}
 	s.keepTurn(ctx, scope.Account, g.GetName(), req.User, res)
-	out := &Result{Result: res, Sandbox: sb.Current(), Workspace: plan.workspace, end: end}
+	out := &Result{Result: res, Sandbox: sb.Current(), Workspace: plan.workspace, Skills: mounted, end: end}
 	end = nil
 	return finish(ctx, req, out, nil)
 }
@@ -460,13 +491,16 @@ type kept struct{ *sandbox }
 
 func (kept) Destroy(context.Context) {}
 
-// sandboxRunning reports whether id is a running sandbox of the caller's
-// account (the executor answers only for the account in the call's
-// scope). A conversation's sandbox that ended is no error: the
-// continuation gets a new one.
-func (s *Service) sandboxRunning(ctx context.Context, id string) bool {
+// sandboxRunning returns sandbox id when it is a running sandbox of the
+// caller's account (the executor answers only for the account in the
+// call's scope), else nil. A conversation's sandbox that ended is no
+// error: the continuation gets a new one.
+func (s *Service) sandboxRunning(ctx context.Context, id string) *executorv1.Sandbox {
 	resp, err := s.opts.Executor.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
-	return err == nil && resp.GetSandbox().GetState() == executorv1.SandboxState_SANDBOX_STATE_READY
+	if err != nil || resp.GetSandbox().GetState() != executorv1.SandboxState_SANDBOX_STATE_READY {
+		return nil
+	}
+	return resp.GetSandbox()
 }
 
 // container checks that the request's container is a running sandbox of

@@ -48,7 +48,7 @@ func (s *Service) OpenToolbox(ctx context.Context, scope tenant.Scope, g *router
 		}
 		t.set = set
 	}
-	plan, err := planTools(g, t.set, req)
+	plan, err := planTools(g, t.set, req, nil)
 	if err != nil {
 		t.closeSet()
 		return nil, err

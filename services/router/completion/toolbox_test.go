@@ -30,7 +30,7 @@ func TestToolboxTools(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p, err := planTools(tt.g, nil, toolboxRequest(tt.g, tt.user))
+			p, err := planTools(tt.g, nil, toolboxRequest(tt.g, tt.user), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

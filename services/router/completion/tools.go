@@ -29,6 +29,7 @@ type toolPlan struct {
 	execOutput int32             // output limit of exec; 0: not offered
 	editor     bool              // the file editor is offered beside the shell
 	network    *executorv1.Network
+	mounted    []MountedSkill // skills mounted in the sandbox
 }
 
 // Workspace says whether a completion that named a user ran its shell in
@@ -40,10 +41,10 @@ type Workspace struct {
 }
 
 // planTools decides the completion's tools from the gateway, its server
-// tools (nil when it has none) and the request.
-func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan, error) {
+// tools (nil when it has none), the request and the skills it mounts.
+func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request, mounted []MountedSkill) (*toolPlan, error) {
 	sh := g.GetShell()
-	p := &toolPlan{}
+	p := &toolPlan{mounted: mounted}
 	var err error
 	if p.network, err = shellNetwork(g, req); err != nil {
 		return nil, err
@@ -88,7 +89,7 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 			// the model calls the tools directly.
 			p.addDirect(set.Tools())
 		}
-		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.network, p.moved))
+		p.tools = append(p.tools, shellTool(p.shell, p.persistent, p.network, p.moved, mounted))
 		if req.Editor {
 			p.editor = true
 			p.tools = append(p.tools, upstream.Tool{Name: loop.EditorTool, Parameters: json.RawMessage(loop.EditorSchema),
@@ -97,6 +98,9 @@ func planTools(g *routerv1.Gateway, set *toolhost.Set, req *Request) (*toolPlan,
 	case set != nil:
 		// Without a shell there is nowhere to move tools to.
 		p.addDirect(set.Tools())
+	}
+	if len(mounted) > 0 && p.shell == nil {
+		return nil, BadField(req.SkillsField, "skills are mounted in the shell's sandbox, and gateway %q runs no shell for this request: enable the shell (the gateway's shell.enabled, or a shell tool in the request)", g.GetName())
 	}
 	if req.Exec {
 		p.execOutput = gateways.MaxOutputLength(g)
@@ -164,7 +168,7 @@ func readSkillTool(skills []*routerv1.Skill) upstream.Tool {
 var shellParameters = json.RawMessage(`{"type":"object","properties":{"command":{"type":"string","description":"The shell command or script to run with /bin/sh -c."}},"required":["command"],"additionalProperties":false}`)
 
 // shellTool is the function tool the model sees for the shell.
-func shellTool(sh *loop.Shell, persistent bool, network *executorv1.Network, moved []*toolhost.Tool) upstream.Tool {
+func shellTool(sh *loop.Shell, persistent bool, network *executorv1.Network, moved []*toolhost.Tool, mounted []MountedSkill) upstream.Tool {
 	var b strings.Builder
 	b.WriteString("Run a shell command in an isolated Linux sandbox and get its output. ")
 	b.WriteString("The command runs as `/bin/sh -c <command>`; pipes, redirections, && chains and multi-line scripts work as in a terminal. ")
@@ -187,6 +191,7 @@ func shellTool(sh *loop.Shell, persistent bool, network *executorv1.Network, mov
 		}
 		b.WriteString(" ")
 	}
+	b.WriteString(skillsDescription(mounted))
 	fmt.Fprintf(&b, "Limits: a command is killed after %d seconds; ", sh.TimeoutSeconds)
 	fmt.Fprintf(&b, "stdout keeps its first %d characters and stderr what stdout leaves, and a cut field ends with [output truncated]. ", sh.MaxOutputLength)
 	if sh.MaxUses > 0 {
@@ -219,6 +224,9 @@ func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *Request) *executorv1
 	}
 	if e := g.GetExec(); e != nil {
 		r.PathPrepend = e.GetPathPrepend()
+	}
+	for _, m := range p.mounted {
+		r.Skills = append(r.Skills, m.Bundle)
 	}
 	for _, t := range p.moved {
 		r.Tools = append(r.Tools, &executorv1.ToolCommand{Name: t.Name, Description: t.Description, ParametersSchema: string(t.Schema)})

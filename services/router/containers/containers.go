@@ -12,6 +12,8 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/openai"
 )
 
@@ -19,19 +21,22 @@ import (
 // scope (the router's auth middleware sets it).
 type Handler struct {
 	exec executorv1.ExecutorServiceClient
-	log  *slog.Logger
-	mux  *http.ServeMux
+	// skills finds the skills a create names; nil refuses them.
+	skills completion.SkillSource
+	log    *slog.Logger
+	mux    *http.ServeMux
 }
 
-// NewHandler returns the Containers API over the executor service.
-func NewHandler(exec executorv1.ExecutorServiceClient, log *slog.Logger) (*Handler, error) {
+// NewHandler returns the Containers API over the executor service, with
+// skills from skills (nil: none).
+func NewHandler(exec executorv1.ExecutorServiceClient, skills completion.SkillSource, log *slog.Logger) (*Handler, error) {
 	if exec == nil {
 		return nil, errors.New("containers: an executor client is required")
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &Handler{exec: exec, log: log, mux: http.NewServeMux()}
+	h := &Handler{exec: exec, skills: skills, log: log, mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /v1/containers", h.create)
 	h.mux.HandleFunc("GET /v1/containers", h.list)
 	h.mux.HandleFunc("GET /v1/containers/{container_id}", h.retrieve)
@@ -138,11 +143,31 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err, "")
 		return
 	}
-	resp, err := h.exec.CreateSandbox(r.Context(), &executorv1.CreateSandboxRequest{
+	req := &executorv1.CreateSandboxRequest{
 		Name: p.Name, IdleTimeoutSeconds: int32(p.IdleMinutes * 60),
 		Limits: &executorv1.Limits{MemoryBytes: memoryLimits[p.MemoryLimit]},
 		User:   p.User, Persistent: p.User != "",
-	})
+	}
+	if len(p.Skills) > 0 {
+		if h.skills == nil {
+			h.fail(w, r, badField("skills", "this router keeps no skills"), "")
+			return
+		}
+		account, err := tenant.Account(r.Context())
+		if err != nil {
+			h.fail(w, r, err, "")
+			return
+		}
+		mounted, err := h.skills.Mount(r.Context(), account, p.Skills)
+		if err != nil {
+			h.fail(w, r, err, "")
+			return
+		}
+		for _, m := range mounted {
+			req.Skills = append(req.Skills, m.Bundle)
+		}
+	}
+	resp, err := h.exec.CreateSandbox(r.Context(), req)
 	if err != nil {
 		h.fail(w, r, err, "")
 		return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/openai"
 )
 
 // Limits of the API.
@@ -63,6 +66,8 @@ type createParams struct {
 	IdleMinutes int64
 	MemoryLimit string
 	User        string
+	// Skills are mounted in the container (package skills).
+	Skills []completion.SkillRef
 }
 
 // object decodes a JSON object into its fields, refusing any but known;
@@ -192,14 +197,12 @@ func parseCreate(body []byte) (createParams, error) {
 			return p, badField("network_policy.type", "must be disabled")
 		}
 	}
-	if raw, ok := m["skills"]; ok {
-		var skills []json.RawMessage
-		if err := json.Unmarshal(raw, &skills); err != nil {
-			return p, badField("skills", "must be an array")
+	if p.Skills, err = openai.ParseSkillReferences("skills", m["skills"]); err != nil {
+		var fe *completion.FieldError
+		if errors.As(err, &fe) {
+			return p, badField(fe.Field, "%s", fe.Msg)
 		}
-		if len(skills) > 0 {
-			return p, badField("skills", "skills are not supported by conch containers")
-		}
+		return p, err
 	}
 	if user, ok, err := stringField(m, "user", "user"); err != nil {
 		return p, err

@@ -3,8 +3,11 @@ package containers
 import (
 	"errors"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/conch-sh/conch/services/router/completion"
 )
 
 func TestParseCreate(t *testing.T) {
@@ -37,7 +40,12 @@ func TestParseCreate(t *testing.T) {
 		{`{"name":"a","memory_limit":"2g"}`, createParams{}, "memory_limit"},
 		{`{"name":"a","network_policy":{"type":"allowlist","allowed_domains":["x.com"]}}`, createParams{}, "network_policy.type"},
 		{`{"name":"a","network_policy":{}}`, createParams{}, "network_policy.type"},
-		{`{"name":"a","skills":[{"type":"skill_reference","skill_id":"s"}]}`, createParams{}, "skills"},
+		{`{"name":"a","skills":[{"type":"skill_reference","skill_id":"s"},{"type":"skill_reference","skill_id":"t","version":2}]}`,
+			createParams{Name: "a", IdleMinutes: 20, MemoryLimit: "1g", Skills: []completion.SkillRef{{ID: "s", Field: "skills[0]"}, {ID: "t", Version: "2", Field: "skills[1]"}}}, ""},
+		{`{"name":"a","skills":{}}`, createParams{}, "skills"},
+		{`{"name":"a","skills":[{"type":"inline","name":"x"}]}`, createParams{}, "skills[0].type"},
+		{`{"name":"a","skills":[{"type":"skill_reference"}]}`, createParams{}, "skills[0].skill_id"},
+		{`{"name":"a","skills":[{"type":"skill_reference","skill_id":"s","version":1.5}]}`, createParams{}, "skills[0].version"},
 		{`{"name":"a","user":"../etc"}`, createParams{}, "user"},
 		{`{"name":"a","user":true}`, createParams{}, "user"},
 	}
@@ -47,7 +55,7 @@ func TestParseCreate(t *testing.T) {
 		switch {
 		case c.param == "" && err != nil:
 			t.Errorf("%s: %v", c.body, err)
-		case c.param == "" && got != c.want:
+		case c.param == "" && !reflect.DeepEqual(got, c.want):
 			t.Errorf("%s: got %+v, want %+v", c.body, got, c.want)
 		case c.param != "" && !errors.As(err, &fe):
 			t.Errorf("%s: error %v, want a field error", c.body, err)

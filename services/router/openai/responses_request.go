@@ -234,14 +234,20 @@ func (r *responsesRequest) parseShell(field string, raw json.RawMessage) error {
 		return nil
 	}
 	var e struct {
-		Type        string `json:"type"`
-		ContainerID string `json:"container_id"`
+		Type        string          `json:"type"`
+		ContainerID string          `json:"container_id"`
+		Skills      json.RawMessage `json:"skills"`
 	}
 	if err := wirejson.Strict(env, &e); err != nil {
 		return badField(field+".environment", "must be an object with a type")
 	}
 	switch e.Type {
 	case "container_auto":
+		// The container made for the request mounts them.
+		if r.Skills, err = ParseSkillReferences(field+".environment.skills", e.Skills); err != nil {
+			return err
+		}
+		r.SkillsField = field + ".environment.skills"
 	case "container_reference":
 		if e.ContainerID == "" {
 			return badField(field+".environment.container_id", "is required for a container_reference")

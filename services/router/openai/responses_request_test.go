@@ -70,6 +70,8 @@ func TestResponsesRequestErrors(t *testing.T) {
 		{`{"model": "m", "input": "x", "tools": [{"type": "shell"}, {"type": "shell"}]}`, "tools[1]", "twice"},
 		{`{"model": "m", "input": "x", "tools": [{"type": "shell", "timeout_seconds": 900}]}`, "tools[0].timeout_seconds", "1 to 300"},
 		{`{"model": "m", "input": "x", "tools": [{"type": "shell", "environment": {"type": "container_reference"}}]}`, "tools[0].environment.container_id", "required"},
+		{`{"model": "m", "input": "x", "tools": [{"type": "shell", "environment": {"type": "container_auto", "skills": [{"type": "inline"}]}}]}`, "tools[0].environment.skills[0].type", "inline"},
+		{`{"model": "m", "input": "x", "tools": [{"type": "shell", "environment": {"type": "container_auto", "skills": [{"type": "skill_reference", "version": "1"}]}}]}`, "tools[0].environment.skills[0].skill_id", "required"},
 		{`{"model": "m", "input": "x", "tool_choice": {"type": "file_search"}}`, "tool_choice.type", "function or shell"},
 		{`{"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}`, "text.format.type", "json_schema"},
 	}
@@ -111,6 +113,21 @@ func TestResponsesRequestUpstreamFields(t *testing.T) {
 	var echoed map[string]any
 	if err := json.Unmarshal(req.Top["metadata"], &echoed); err != nil || echoed["k"] != "v" {
 		t.Errorf("metadata not kept for the response: %s", req.Top["metadata"])
+	}
+}
+
+// A container_auto environment's skills are mounted in the container
+// made for the request.
+func TestResponsesRequestSkills(t *testing.T) {
+	t.Parallel()
+	req, err := parseResponsesRequest([]byte(`{"model": "m", "input": "x", "tools": [{"type": "shell",
+		"environment": {"type": "container_auto", "skills": [{"type": "skill_reference", "skill_id": "skill_a", "version": "latest"}]}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []completion.SkillRef{{ID: "skill_a", Version: "latest", Field: "tools[0].environment.skills[0]"}}
+	if diff := cmp.Diff(want, req.Skills); diff != "" || req.SkillsField != "tools[0].environment.skills" {
+		t.Errorf("skills in %q (-want +got):\n%s", req.SkillsField, diff)
 	}
 }
 

@@ -116,6 +116,25 @@ func (s *Sandbox) resolve(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("session %q: sandbox keeps changing; try again", s.req.GetSession())
 }
 
+// Live returns the session's running sandbox, nil when it has none (a
+// completion of the session would create one).
+func (s *Store) Live(ctx context.Context, exec executorv1.ExecutorServiceClient, account, gateway, session, user string) (*executorv1.Sandbox, error) {
+	resp, err := s.cli.Get(ctx, sessionKey("sandbox", account, gateway, session, user))
+	if err != nil {
+		return nil, fmt.Errorf("session lookup: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	sb, err := exec.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: string(resp.Kvs[0].Value)})
+	if err != nil || sb.GetSandbox().GetState() != executorv1.SandboxState_SANDBOX_STATE_READY {
+		// Gone, or not there: a completion of the session makes another,
+		// as resolve does.
+		return nil, nil
+	}
+	return sb.GetSandbox(), nil
+}
+
 // Current is the session's sandbox once this completion has it, else "".
 func (s *Sandbox) Current() string {
 	s.mu.Lock()

@@ -589,7 +589,9 @@ type Sandbox struct {
 	// How many more unsaved paths there are than listed.
 	UnsavedOmitted int32 `protobuf:"varint,14,opt,name=unsaved_omitted,json=unsavedOmitted,proto3" json:"unsaved_omitted,omitempty"`
 	// Name given at creation (the Containers API's container name).
-	Name          string `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
+	// Skills mounted in it at creation, without their files.
+	Skills        []*SkillBundle `protobuf:"bytes,16,rep,name=skills,proto3" json:"skills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,6 +731,13 @@ func (x *Sandbox) GetName() string {
 	return ""
 }
 
+func (x *Sandbox) GetSkills() []*SkillBundle {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
 // UnsavedPath is a path of a persistent workspace that is not saved.
 type UnsavedPath struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -808,7 +817,10 @@ type CreateSandboxRequest struct {
 	// Agent (gateway name) whose policy judges its commands.
 	Agent string `protobuf:"bytes,9,opt,name=agent,proto3" json:"agent,omitempty"`
 	// A name for it, at most 256 characters, returned with it.
-	Name          string `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`
+	// Skills to mount read-only at /mnt/skills/<name>, with their files
+	// (docs/reference/skills.md).
+	Skills        []*SkillBundle `protobuf:"bytes,11,rep,name=skills,proto3" json:"skills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -913,6 +925,152 @@ func (x *CreateSandboxRequest) GetName() string {
 	return ""
 }
 
+func (x *CreateSandboxRequest) GetSkills() []*SkillBundle {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// SkillBundle is one version of a skill, with its files.
+type SkillBundle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its name: 1-64 lowercase letters, digits and hyphens, the directory
+	// it is mounted as.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its version, for the record.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Its files.
+	Files []*SkillFile `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
+	// The skill's id, for the record.
+	Id            string `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillBundle) Reset() {
+	*x = SkillBundle{}
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillBundle) ProtoMessage() {}
+
+func (x *SkillBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillBundle.ProtoReflect.Descriptor instead.
+func (*SkillBundle) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SkillBundle) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillBundle) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *SkillBundle) GetFiles() []*SkillFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *SkillBundle) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// SkillFile is a file of a skill.
+type SkillFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its path below the skill's directory: relative, '/'-separated,
+	// without "." or ".." segments.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// 0755 for an executable, else 0644.
+	Mode uint32 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Its content.
+	Content       []byte `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillFile) Reset() {
+	*x = SkillFile{}
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillFile) ProtoMessage() {}
+
+func (x *SkillFile) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillFile.ProtoReflect.Descriptor instead.
+func (*SkillFile) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SkillFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SkillFile) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *SkillFile) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
 // CreateSandboxResponse names the new sandbox.
 type CreateSandboxResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -926,7 +1084,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1096,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1109,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateSandboxResponse) GetId() string {
@@ -979,7 +1137,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1149,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1162,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetSandboxRequest) GetId() string {
@@ -1025,7 +1183,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1195,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1208,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -1071,7 +1229,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1241,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1254,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSandboxesRequest) GetUser() string {
@@ -1117,7 +1275,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1287,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1300,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -1163,7 +1321,7 @@ type DestroySandboxRequest struct {
 
 func (x *DestroySandboxRequest) Reset() {
 	*x = DestroySandboxRequest{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1333,7 @@ func (x *DestroySandboxRequest) String() string {
 func (*DestroySandboxRequest) ProtoMessage() {}
 
 func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[12]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1346,7 @@ func (x *DestroySandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxRequest.ProtoReflect.Descriptor instead.
 func (*DestroySandboxRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DestroySandboxRequest) GetId() string {
@@ -1207,7 +1365,7 @@ type DestroySandboxResponse struct {
 
 func (x *DestroySandboxResponse) Reset() {
 	*x = DestroySandboxResponse{}
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1377,7 @@ func (x *DestroySandboxResponse) String() string {
 func (*DestroySandboxResponse) ProtoMessage() {}
 
 func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[13]
+	mi := &file_conch_executor_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1390,7 @@ func (x *DestroySandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySandboxResponse.ProtoReflect.Descriptor instead.
 func (*DestroySandboxResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_conch_executor_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 var File_conch_executor_v1_sandbox_proto protoreflect.FileDescriptor
@@ -1265,7 +1423,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xd7\x04\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\x8f\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1286,10 +1444,11 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x14idle_timeout_seconds\x18\f \x01(\x05R\x12idleTimeoutSeconds\x128\n" +
 	"\aunsaved\x18\r \x03(\v2\x1e.conch.executor.v1.UnsavedPathR\aunsaved\x12'\n" +
 	"\x0funsaved_omitted\x18\x0e \x01(\x05R\x0eunsavedOmitted\x12\x12\n" +
-	"\x04name\x18\x0f \x01(\tR\x04name\"9\n" +
+	"\x04name\x18\x0f \x01(\tR\x04name\x126\n" +
+	"\x06skills\x18\x10 \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x82\x03\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xba\x03\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1303,7 +1462,17 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x14idle_timeout_seconds\x18\b \x01(\x05R\x12idleTimeoutSeconds\x12\x14\n" +
 	"\x05agent\x18\t \x01(\tR\x05agent\x12\x12\n" +
 	"\x04name\x18\n" +
-	" \x01(\tR\x04name\"]\n" +
+	" \x01(\tR\x04name\x126\n" +
+	"\x06skills\x18\v \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"\x7f\n" +
+	"\vSkillBundle\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x122\n" +
+	"\x05files\x18\x03 \x03(\v2\x1c.conch.executor.v1.SkillFileR\x05files\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\"M\n" +
+	"\tSkillFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\fR\acontent\"]\n" +
 	"\x15CreateSandboxResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
 	"\asandbox\x18\x02 \x01(\v2\x1a.conch.executor.v1.SandboxR\asandbox\"#\n" +
@@ -1347,7 +1516,7 @@ func file_conch_executor_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(NetworkMode)(0),               // 0: conch.executor.v1.NetworkMode
 	(NetworkAsk)(0),                // 1: conch.executor.v1.NetworkAsk
@@ -1359,14 +1528,16 @@ var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(*Sandbox)(nil),                // 7: conch.executor.v1.Sandbox
 	(*UnsavedPath)(nil),            // 8: conch.executor.v1.UnsavedPath
 	(*CreateSandboxRequest)(nil),   // 9: conch.executor.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 10: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 11: conch.executor.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 12: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 13: conch.executor.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 14: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxRequest)(nil),  // 15: conch.executor.v1.DestroySandboxRequest
-	(*DestroySandboxResponse)(nil), // 16: conch.executor.v1.DestroySandboxResponse
-	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
+	(*SkillBundle)(nil),            // 10: conch.executor.v1.SkillBundle
+	(*SkillFile)(nil),              // 11: conch.executor.v1.SkillFile
+	(*CreateSandboxResponse)(nil),  // 12: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 13: conch.executor.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 14: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 15: conch.executor.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 16: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxRequest)(nil),  // 17: conch.executor.v1.DestroySandboxRequest
+	(*DestroySandboxResponse)(nil), // 18: conch.executor.v1.DestroySandboxResponse
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Network.mode:type_name -> conch.executor.v1.NetworkMode
@@ -1375,20 +1546,23 @@ var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	2,  // 3: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
 	3,  // 4: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
 	4,  // 5: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
-	17, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	17, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	19, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	19, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
 	8,  // 8: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
-	3,  // 9: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
-	4,  // 10: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
-	6,  // 11: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	7,  // 12: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 13: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 14: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	10, // 9: conch.executor.v1.Sandbox.skills:type_name -> conch.executor.v1.SkillBundle
+	3,  // 10: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
+	4,  // 11: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
+	6,  // 12: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
+	10, // 13: conch.executor.v1.CreateSandboxRequest.skills:type_name -> conch.executor.v1.SkillBundle
+	11, // 14: conch.executor.v1.SkillBundle.files:type_name -> conch.executor.v1.SkillFile
+	7,  // 15: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 16: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 17: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
@@ -1402,7 +1576,7 @@ func file_conch_executor_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_sandbox_proto_rawDesc), len(file_conch_executor_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -889,7 +889,7 @@ type Quota struct {
 	// Its name: sandboxes, sandbox_memory_bytes, sandbox_pids,
 	// sandbox_cpu_millicores, stored_responses, stored_response_bytes,
 	// pending_approvals, gateways, api_keys, mcp_sessions,
-	// egress_bytes_per_day.
+	// egress_bytes_per_day, skills.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// How much the account may hold.
 	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
