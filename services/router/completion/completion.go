@@ -23,6 +23,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
+	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/gateways"
@@ -302,13 +303,33 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 		}
 		defer set.Close()
 	}
-	mounted, err := s.mountSkills(ctx, scope.Account, req)
+	named, err := s.mountSkills(ctx, scope.Account, req)
 	if err != nil {
 		return nil, err
+	}
+	fromGateway, err := s.gatewaySkills(ctx, scope.Account, g, req)
+	if err != nil {
+		return nil, err
+	}
+	mounted := append(named[:len(named):len(named)], fromGateway...)
+	if len(mounted) > contract.MaxSandboxSkills {
+		return nil, BadField(req.SkillsField, "a sandbox mounts at most %d skills; with gateway %q's %d, this request names %d", contract.MaxSandboxSkills, g.GetName(), len(fromGateway), len(named))
 	}
 	plan, err := planTools(g, set, req, mounted)
 	if err != nil {
 		return nil, err
+	}
+	// goOnIn is a completion going on in a running sandbox: what it names
+	// must be there, and the model is told of the skills that are.
+	goOnIn := func(sb *executorv1.Sandbox, what string) error {
+		if err := keptSkills(req, named, sb, what); err != nil {
+			return err
+		}
+		if kept := inSandbox(mounted, sb); len(kept) != len(mounted) {
+			mounted = kept
+			plan, err = planTools(g, set, req, mounted)
+		}
+		return err
 	}
 	var override sessions.Override
 	if scope.Session != "" {
@@ -336,14 +357,14 @@ func (s *Service) Run(ctx context.Context, scope tenant.Scope, g *routerv1.Gatew
 				return nil, err
 			}
 			if live != nil {
-				if err := keptSkills(req, mounted, live, "the session's sandbox"); err != nil {
+				if err := goOnIn(live, "the session's sandbox"); err != nil {
 					return nil, err
 				}
 			}
 		}
 		sb = s.sessions.Sandbox(s.opts.Executor, plan.sandboxRequest(g, req), g, scope.Account, scope.Session, ready, s.opts.Logger)
 	case continued != nil:
-		if err := keptSkills(req, mounted, continued, "the container of the previous response,"); err != nil {
+		if err := goOnIn(continued, "the container of the previous response,"); err != nil {
 			return nil, err
 		}
 		sb = container(req.Continue)

@@ -3,11 +3,14 @@ package completion
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 	"github.com/conch-sh/conch/services/internal/contract"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
 // SkillRef is a skill a request names to mount in its sandbox.
@@ -73,26 +76,67 @@ func skillsDescription(mounted []MountedSkill) string {
 // continues) was not made with: skills are mounted when a sandbox is
 // created, and the model must not be told of skills that are not there.
 // what says which sandbox it is, for the error.
-func keptSkills(req *Request, mounted []MountedSkill, sb *executorv1.Sandbox, what string) error {
-	if len(mounted) == 0 {
-		return nil
-	}
-	want := make([]string, len(mounted))
-	for i, m := range mounted {
-		want[i] = m.ID + "@" + m.Version
-	}
+func keptSkills(req *Request, named []MountedSkill, sb *executorv1.Sandbox, what string) error {
 	have := make([]string, len(sb.GetSkills()))
 	for i, b := range sb.GetSkills() {
 		have[i] = b.GetId() + "@" + b.GetVersion()
 	}
-	slices.Sort(want)
-	slices.Sort(have)
-	if slices.Equal(want, have) {
-		return nil
+	for _, m := range named {
+		if !slices.Contains(have, m.ID+"@"+m.Version) {
+			slices.Sort(have)
+			listed := "none"
+			if len(have) > 0 {
+				listed = strings.Join(have, ", ")
+			}
+			return BadField(req.SkillsField, "%s %s was made with the skills %s (id@version), and skills are mounted only when a sandbox is created: name those skills, or none", what, sb.GetId(), listed)
+		}
 	}
-	listed := "none"
-	if len(have) > 0 {
-		listed = strings.Join(have, ", ")
+	return nil
+}
+
+// gatewaySkills resolves the skills g's shell mounts in every sandbox it
+// creates (shell.skills), but those the request names itself (its
+// version wins); none for a request that names a running container,
+// which keeps the skills it was made with.
+func (s *Service) gatewaySkills(ctx context.Context, account string, g *routerv1.Gateway, req *Request) ([]MountedSkill, error) {
+	mounts := g.GetShell().GetSkills()
+	if len(mounts) == 0 || req.Container != "" {
+		return nil, nil
 	}
-	return BadField(req.SkillsField, "%s %s was made with the skills %s (id@version), and skills are mounted only when a sandbox is created: name the same skills, or none", what, sb.GetId(), listed)
+	var refs []SkillRef
+	for i, m := range mounts {
+		if slices.ContainsFunc(req.Skills, func(r SkillRef) bool { return r.ID == m.GetSkillId() }) {
+			continue
+		}
+		refs = append(refs, SkillRef{ID: m.GetSkillId(), Version: m.GetVersion(), Field: fmt.Sprintf("shell.skills[%d]", i)})
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if s.opts.Skills == nil {
+		return nil, &FieldError{Status: http.StatusBadRequest, Field: "model", Msg: fmt.Sprintf("gateway %q mounts skills, and this router keeps none", g.GetName())}
+	}
+	mounted, err := s.opts.Skills.Mount(ctx, account, refs)
+	if err != nil {
+		if errs.KindOf(err) == errs.NotFound || errs.KindOf(err) == errs.InvalidArgument {
+			// The gateway's owner must mend it; the caller can do
+			// nothing but say so.
+			return nil, &FieldError{Status: http.StatusBadRequest, Field: "model", Code: "gateway_skill_unavailable",
+				Msg: fmt.Sprintf("gateway %q mounts a skill it cannot: %s", g.GetName(), errs.Public(err).Message)}
+		}
+		return nil, err
+	}
+	return mounted, nil
+}
+
+// inSandbox keeps of mounted the skills sb was made with: the model is told
+// of the skills that are there.
+func inSandbox(mounted []MountedSkill, sb *executorv1.Sandbox) []MountedSkill {
+	var out []MountedSkill
+	for _, m := range mounted {
+		if slices.ContainsFunc(sb.GetSkills(), func(b *executorv1.SkillBundle) bool { return b.GetId() == m.ID && b.GetVersion() == m.Version }) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

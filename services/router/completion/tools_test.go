@@ -69,7 +69,8 @@ func TestKeptSkills(t *testing.T) {
 		{"none named", nil, true},
 		{"the same, in another order", m("skill_b@1", "skill_a@2"), true},
 		{"another version", m("skill_a@1", "skill_b@1"), false},
-		{"fewer", m("skill_a@2"), false},
+		{"some of them", m("skill_a@2"), true},
+		{"one not there", m("skill_a@2", "skill_c@1"), false},
 	} {
 		err := keptSkills(req, tt.mounted, sb, "the session's sandbox")
 		var fe *FieldError

@@ -1,6 +1,7 @@
 package gateways
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,21 @@ func TestValidate(t *testing.T) {
 		{"shell timeout too long", func(g *routerv1.Gateway) { g.Shell.TimeoutSeconds = 301 }, "shell.timeout_seconds"},
 		{"negative output length", func(g *routerv1.Gateway) { g.Shell.MaxOutputLength = -1 }, "shell.max_output_length"},
 		{"tiny memory", func(g *routerv1.Gateway) { g.Shell.Limits = &executorv1.Limits{MemoryBytes: 1024} }, "shell.limits.memory_bytes"},
+		{"skills", func(g *routerv1.Gateway) {
+			g.Shell.Skills = []*routerv1.SkillMount{{SkillId: "skill_0a1b"}, {SkillId: "skill_2c", Version: "latest"}, {SkillId: "skill_3d", Version: "12"}}
+		}, ""},
+		{"a skill id of another kind", func(g *routerv1.Gateway) { g.Shell.Skills = []*routerv1.SkillMount{{SkillId: "../x"}} }, "shell.skills[0].skill_id"},
+		{"a skill version that is no number", func(g *routerv1.Gateway) {
+			g.Shell.Skills = []*routerv1.SkillMount{{SkillId: "skill_a", Version: "v1"}}
+		}, "shell.skills[0].version"},
+		{"a skill twice", func(g *routerv1.Gateway) {
+			g.Shell.Skills = []*routerv1.SkillMount{{SkillId: "skill_a"}, {SkillId: "skill_a", Version: "2"}}
+		}, "shell.skills[1].skill_id"},
+		{"too many skills", func(g *routerv1.Gateway) {
+			for i := range 9 {
+				g.Shell.Skills = append(g.Shell.Skills, &routerv1.SkillMount{SkillId: fmt.Sprintf("skill_%d", i)})
+			}
+		}, "shell.skills"},
 		{"domains without allowlist", func(g *routerv1.Gateway) {
 			g.Shell.Network = &executorv1.Network{AllowedDomains: []string{"example.com"}}
 		}, "shell.network.allowed_domains"},

@@ -142,7 +142,40 @@ func validateShell(s *routerv1.ShellSettings, c ceiling.Config) error {
 			return err
 		}
 	}
+	if err := validateSkillMounts(s.GetSkills()); err != nil {
+		return err
+	}
 	return validateNetwork(s.GetNetwork())
+}
+
+var (
+	skillIDPattern      = regexp.MustCompile(`^skill_[a-z0-9]{1,58}$`)
+	skillVersionPattern = regexp.MustCompile(`^(|latest|[1-9][0-9]{0,8})$`)
+)
+
+// validateSkillMounts checks the uploaded skills a gateway's shell mounts:
+// their ids and versions as the skills store writes them, each once, at
+// most as many as a sandbox mounts. Whether each exists is known only
+// when a sandbox is made (a skill may be deleted after the gateway named
+// it); a completion then names the one missing.
+func validateSkillMounts(mounts []*routerv1.SkillMount) error {
+	if len(mounts) > contract.MaxSandboxSkills {
+		return invalid("shell.skills", "at most %d skills, got %d", contract.MaxSandboxSkills, len(mounts))
+	}
+	seen := map[string]bool{}
+	for i, m := range mounts {
+		field := fmt.Sprintf("shell.skills[%d]", i)
+		switch {
+		case !skillIDPattern.MatchString(m.GetSkillId()):
+			return invalid(field+".skill_id", "must be a skill's id (skill_ and lowercase letters or digits), got %q", m.GetSkillId())
+		case !skillVersionPattern.MatchString(m.GetVersion()):
+			return invalid(field+".version", "must be empty (the default version), latest or a version number, got %q", m.GetVersion())
+		case seen[m.GetSkillId()]:
+			return invalid(field+".skill_id", "%q is named twice", m.GetSkillId())
+		}
+		seen[m.GetSkillId()] = true
+	}
+	return nil
 }
 
 func validateNetwork(n *executorv1.Network) error {

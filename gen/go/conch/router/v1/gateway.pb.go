@@ -302,8 +302,12 @@ type ShellSettings struct {
 	Network *v1.Network `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
 	// Idle time after which a session's sandbox ends; 0 means 1200.
 	SessionIdleSeconds int32 `protobuf:"varint,9,opt,name=session_idle_seconds,json=sessionIdleSeconds,proto3" json:"session_idle_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Uploaded skills (docs/reference/skills.md) mounted in every sandbox
+	// the gateway's shell creates, besides those a request names; at most 8
+	// in all.
+	Skills        []*SkillMount `protobuf:"bytes,10,rep,name=skills,proto3" json:"skills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShellSettings) Reset() {
@@ -399,6 +403,69 @@ func (x *ShellSettings) GetSessionIdleSeconds() int32 {
 	return 0
 }
 
+func (x *ShellSettings) GetSkills() []*SkillMount {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// SkillMount names an uploaded skill and its version.
+type SkillMount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The skill's id (skill_…).
+	SkillId string `protobuf:"bytes,1,opt,name=skill_id,json=skillId,proto3" json:"skill_id,omitempty"`
+	// The version: empty for the skill's default, "latest" for its newest,
+	// or a version number.
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillMount) Reset() {
+	*x = SkillMount{}
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillMount) ProtoMessage() {}
+
+func (x *SkillMount) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillMount.ProtoReflect.Descriptor instead.
+func (*SkillMount) Descriptor() ([]byte, []int) {
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SkillMount) GetSkillId() string {
+	if x != nil {
+		return x.SkillId
+	}
+	return ""
+}
+
+func (x *SkillMount) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // WebhookTool is a server tool the router runs by POSTing the arguments.
 type WebhookTool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -418,7 +485,7 @@ type WebhookTool struct {
 
 func (x *WebhookTool) Reset() {
 	*x = WebhookTool{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[3]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +497,7 @@ func (x *WebhookTool) String() string {
 func (*WebhookTool) ProtoMessage() {}
 
 func (x *WebhookTool) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[3]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +510,7 @@ func (x *WebhookTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookTool.ProtoReflect.Descriptor instead.
 func (*WebhookTool) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WebhookTool) GetName() string {
@@ -497,7 +564,7 @@ type McpServer struct {
 
 func (x *McpServer) Reset() {
 	*x = McpServer{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[4]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +576,7 @@ func (x *McpServer) String() string {
 func (*McpServer) ProtoMessage() {}
 
 func (x *McpServer) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[4]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +589,7 @@ func (x *McpServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServer.ProtoReflect.Descriptor instead.
 func (*McpServer) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *McpServer) GetName() string {
@@ -566,7 +633,7 @@ type BuiltinTools struct {
 
 func (x *BuiltinTools) Reset() {
 	*x = BuiltinTools{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[5]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +645,7 @@ func (x *BuiltinTools) String() string {
 func (*BuiltinTools) ProtoMessage() {}
 
 func (x *BuiltinTools) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[5]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +658,7 @@ func (x *BuiltinTools) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuiltinTools.ProtoReflect.Descriptor instead.
 func (*BuiltinTools) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BuiltinTools) GetRequest() bool {
@@ -644,7 +711,7 @@ type ServerTools struct {
 
 func (x *ServerTools) Reset() {
 	*x = ServerTools{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[6]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +723,7 @@ func (x *ServerTools) String() string {
 func (*ServerTools) ProtoMessage() {}
 
 func (x *ServerTools) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[6]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +736,7 @@ func (x *ServerTools) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerTools.ProtoReflect.Descriptor instead.
 func (*ServerTools) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServerTools) GetWebhooks() []*WebhookTool {
@@ -708,7 +775,7 @@ type Skill struct {
 
 func (x *Skill) Reset() {
 	*x = Skill{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[7]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +787,7 @@ func (x *Skill) String() string {
 func (*Skill) ProtoMessage() {}
 
 func (x *Skill) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[7]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +800,7 @@ func (x *Skill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Skill.ProtoReflect.Descriptor instead.
 func (*Skill) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Skill) GetName() string {
@@ -785,7 +852,7 @@ type Gateway struct {
 
 func (x *Gateway) Reset() {
 	*x = Gateway{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[8]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +864,7 @@ func (x *Gateway) String() string {
 func (*Gateway) ProtoMessage() {}
 
 func (x *Gateway) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[8]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +877,7 @@ func (x *Gateway) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gateway.ProtoReflect.Descriptor instead.
 func (*Gateway) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Gateway) GetName() string {
@@ -887,7 +954,7 @@ type CreateGatewayRequest struct {
 
 func (x *CreateGatewayRequest) Reset() {
 	*x = CreateGatewayRequest{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[9]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +966,7 @@ func (x *CreateGatewayRequest) String() string {
 func (*CreateGatewayRequest) ProtoMessage() {}
 
 func (x *CreateGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[9]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +979,7 @@ func (x *CreateGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGatewayRequest.ProtoReflect.Descriptor instead.
 func (*CreateGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateGatewayRequest) GetGateway() *Gateway {
@@ -933,7 +1000,7 @@ type CreateGatewayResponse struct {
 
 func (x *CreateGatewayResponse) Reset() {
 	*x = CreateGatewayResponse{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[10]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1012,7 @@ func (x *CreateGatewayResponse) String() string {
 func (*CreateGatewayResponse) ProtoMessage() {}
 
 func (x *CreateGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[10]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1025,7 @@ func (x *CreateGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGatewayResponse.ProtoReflect.Descriptor instead.
 func (*CreateGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateGatewayResponse) GetGateway() *Gateway {
@@ -979,7 +1046,7 @@ type GetGatewayRequest struct {
 
 func (x *GetGatewayRequest) Reset() {
 	*x = GetGatewayRequest{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[11]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1058,7 @@ func (x *GetGatewayRequest) String() string {
 func (*GetGatewayRequest) ProtoMessage() {}
 
 func (x *GetGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[11]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1071,7 @@ func (x *GetGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGatewayRequest.ProtoReflect.Descriptor instead.
 func (*GetGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetGatewayRequest) GetName() string {
@@ -1025,7 +1092,7 @@ type GetGatewayResponse struct {
 
 func (x *GetGatewayResponse) Reset() {
 	*x = GetGatewayResponse{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[12]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1104,7 @@ func (x *GetGatewayResponse) String() string {
 func (*GetGatewayResponse) ProtoMessage() {}
 
 func (x *GetGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[12]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1117,7 @@ func (x *GetGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGatewayResponse.ProtoReflect.Descriptor instead.
 func (*GetGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetGatewayResponse) GetGateway() *Gateway {
@@ -1069,7 +1136,7 @@ type ListGatewaysRequest struct {
 
 func (x *ListGatewaysRequest) Reset() {
 	*x = ListGatewaysRequest{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[13]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1148,7 @@ func (x *ListGatewaysRequest) String() string {
 func (*ListGatewaysRequest) ProtoMessage() {}
 
 func (x *ListGatewaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[13]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1161,7 @@ func (x *ListGatewaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysRequest.ProtoReflect.Descriptor instead.
 func (*ListGatewaysRequest) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 // ListGatewaysResponse is the list, by name.
@@ -1108,7 +1175,7 @@ type ListGatewaysResponse struct {
 
 func (x *ListGatewaysResponse) Reset() {
 	*x = ListGatewaysResponse{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[14]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1187,7 @@ func (x *ListGatewaysResponse) String() string {
 func (*ListGatewaysResponse) ProtoMessage() {}
 
 func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[14]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1200,7 @@ func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
 func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListGatewaysResponse) GetGateways() []*Gateway {
@@ -1166,7 +1233,7 @@ type UpdateGatewayRequest struct {
 
 func (x *UpdateGatewayRequest) Reset() {
 	*x = UpdateGatewayRequest{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[15]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1245,7 @@ func (x *UpdateGatewayRequest) String() string {
 func (*UpdateGatewayRequest) ProtoMessage() {}
 
 func (x *UpdateGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[15]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1258,7 @@ func (x *UpdateGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGatewayRequest.ProtoReflect.Descriptor instead.
 func (*UpdateGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{15}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateGatewayRequest) GetName() string {
@@ -1226,7 +1293,7 @@ type UpdateGatewayResponse struct {
 
 func (x *UpdateGatewayResponse) Reset() {
 	*x = UpdateGatewayResponse{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[16]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1305,7 @@ func (x *UpdateGatewayResponse) String() string {
 func (*UpdateGatewayResponse) ProtoMessage() {}
 
 func (x *UpdateGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[16]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1318,7 @@ func (x *UpdateGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGatewayResponse.ProtoReflect.Descriptor instead.
 func (*UpdateGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{16}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateGatewayResponse) GetGateway() *Gateway {
@@ -1272,7 +1339,7 @@ type DeleteGatewayRequest struct {
 
 func (x *DeleteGatewayRequest) Reset() {
 	*x = DeleteGatewayRequest{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[17]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1351,7 @@ func (x *DeleteGatewayRequest) String() string {
 func (*DeleteGatewayRequest) ProtoMessage() {}
 
 func (x *DeleteGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[17]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1364,7 @@ func (x *DeleteGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGatewayRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{17}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteGatewayRequest) GetName() string {
@@ -1316,7 +1383,7 @@ type DeleteGatewayResponse struct {
 
 func (x *DeleteGatewayResponse) Reset() {
 	*x = DeleteGatewayResponse{}
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[18]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1395,7 @@ func (x *DeleteGatewayResponse) String() string {
 func (*DeleteGatewayResponse) ProtoMessage() {}
 
 func (x *DeleteGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_router_v1_gateway_proto_msgTypes[18]
+	mi := &file_conch_router_v1_gateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1408,7 @@ func (x *DeleteGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGatewayResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{18}
+	return file_conch_router_v1_gateway_proto_rawDescGZIP(), []int{19}
 }
 
 var File_conch_router_v1_gateway_proto protoreflect.FileDescriptor
@@ -1359,7 +1426,7 @@ const file_conch_router_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"ShellTools\x12.\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1a.conch.router.v1.ToolsModeR\x04mode\x12\x14\n" +
-	"\x05names\x18\x02 \x03(\tR\x05names\"\xbe\x03\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\"\xf3\x03\n" +
 	"\rShellSettings\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12(\n" +
 	"\rallow_request\x18\x02 \x01(\bH\x00R\fallowRequest\x88\x01\x01\x12'\n" +
@@ -1369,8 +1436,14 @@ const file_conch_router_v1_gateway_proto_rawDesc = "" +
 	"\x05tools\x18\x06 \x01(\v2\x1b.conch.router.v1.ShellToolsR\x05tools\x121\n" +
 	"\x06limits\x18\a \x01(\v2\x19.conch.executor.v1.LimitsR\x06limits\x124\n" +
 	"\anetwork\x18\b \x01(\v2\x1a.conch.executor.v1.NetworkR\anetwork\x120\n" +
-	"\x14session_idle_seconds\x18\t \x01(\x05R\x12sessionIdleSecondsB\x10\n" +
-	"\x0e_allow_request\"\x83\x02\n" +
+	"\x14session_idle_seconds\x18\t \x01(\x05R\x12sessionIdleSeconds\x123\n" +
+	"\x06skills\x18\n" +
+	" \x03(\v2\x1b.conch.router.v1.SkillMountR\x06skillsB\x10\n" +
+	"\x0e_allow_request\"A\n" +
+	"\n" +
+	"SkillMount\x12\x19\n" +
+	"\bskill_id\x18\x01 \x01(\tR\askillId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x83\x02\n" +
 	"\vWebhookTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1459,67 +1532,69 @@ func file_conch_router_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_router_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_router_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_conch_router_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_conch_router_v1_gateway_proto_goTypes = []any{
 	(Provider)(0),                 // 0: conch.router.v1.Provider
 	(ToolsMode)(0),                // 1: conch.router.v1.ToolsMode
 	(*Upstream)(nil),              // 2: conch.router.v1.Upstream
 	(*ShellTools)(nil),            // 3: conch.router.v1.ShellTools
 	(*ShellSettings)(nil),         // 4: conch.router.v1.ShellSettings
-	(*WebhookTool)(nil),           // 5: conch.router.v1.WebhookTool
-	(*McpServer)(nil),             // 6: conch.router.v1.McpServer
-	(*BuiltinTools)(nil),          // 7: conch.router.v1.BuiltinTools
-	(*ServerTools)(nil),           // 8: conch.router.v1.ServerTools
-	(*Skill)(nil),                 // 9: conch.router.v1.Skill
-	(*Gateway)(nil),               // 10: conch.router.v1.Gateway
-	(*CreateGatewayRequest)(nil),  // 11: conch.router.v1.CreateGatewayRequest
-	(*CreateGatewayResponse)(nil), // 12: conch.router.v1.CreateGatewayResponse
-	(*GetGatewayRequest)(nil),     // 13: conch.router.v1.GetGatewayRequest
-	(*GetGatewayResponse)(nil),    // 14: conch.router.v1.GetGatewayResponse
-	(*ListGatewaysRequest)(nil),   // 15: conch.router.v1.ListGatewaysRequest
-	(*ListGatewaysResponse)(nil),  // 16: conch.router.v1.ListGatewaysResponse
-	(*UpdateGatewayRequest)(nil),  // 17: conch.router.v1.UpdateGatewayRequest
-	(*UpdateGatewayResponse)(nil), // 18: conch.router.v1.UpdateGatewayResponse
-	(*DeleteGatewayRequest)(nil),  // 19: conch.router.v1.DeleteGatewayRequest
-	(*DeleteGatewayResponse)(nil), // 20: conch.router.v1.DeleteGatewayResponse
-	nil,                           // 21: conch.router.v1.WebhookTool.HeadersEntry
-	nil,                           // 22: conch.router.v1.McpServer.HeadersEntry
-	(*v1.Limits)(nil),             // 23: conch.executor.v1.Limits
-	(*v1.Network)(nil),            // 24: conch.executor.v1.Network
-	(*v11.ExecSettings)(nil),      // 25: conch.approval.v1.ExecSettings
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 27: google.protobuf.FieldMask
+	(*SkillMount)(nil),            // 5: conch.router.v1.SkillMount
+	(*WebhookTool)(nil),           // 6: conch.router.v1.WebhookTool
+	(*McpServer)(nil),             // 7: conch.router.v1.McpServer
+	(*BuiltinTools)(nil),          // 8: conch.router.v1.BuiltinTools
+	(*ServerTools)(nil),           // 9: conch.router.v1.ServerTools
+	(*Skill)(nil),                 // 10: conch.router.v1.Skill
+	(*Gateway)(nil),               // 11: conch.router.v1.Gateway
+	(*CreateGatewayRequest)(nil),  // 12: conch.router.v1.CreateGatewayRequest
+	(*CreateGatewayResponse)(nil), // 13: conch.router.v1.CreateGatewayResponse
+	(*GetGatewayRequest)(nil),     // 14: conch.router.v1.GetGatewayRequest
+	(*GetGatewayResponse)(nil),    // 15: conch.router.v1.GetGatewayResponse
+	(*ListGatewaysRequest)(nil),   // 16: conch.router.v1.ListGatewaysRequest
+	(*ListGatewaysResponse)(nil),  // 17: conch.router.v1.ListGatewaysResponse
+	(*UpdateGatewayRequest)(nil),  // 18: conch.router.v1.UpdateGatewayRequest
+	(*UpdateGatewayResponse)(nil), // 19: conch.router.v1.UpdateGatewayResponse
+	(*DeleteGatewayRequest)(nil),  // 20: conch.router.v1.DeleteGatewayRequest
+	(*DeleteGatewayResponse)(nil), // 21: conch.router.v1.DeleteGatewayResponse
+	nil,                           // 22: conch.router.v1.WebhookTool.HeadersEntry
+	nil,                           // 23: conch.router.v1.McpServer.HeadersEntry
+	(*v1.Limits)(nil),             // 24: conch.executor.v1.Limits
+	(*v1.Network)(nil),            // 25: conch.executor.v1.Network
+	(*v11.ExecSettings)(nil),      // 26: conch.approval.v1.ExecSettings
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 28: google.protobuf.FieldMask
 }
 var file_conch_router_v1_gateway_proto_depIdxs = []int32{
 	0,  // 0: conch.router.v1.Upstream.provider:type_name -> conch.router.v1.Provider
 	1,  // 1: conch.router.v1.ShellTools.mode:type_name -> conch.router.v1.ToolsMode
 	3,  // 2: conch.router.v1.ShellSettings.tools:type_name -> conch.router.v1.ShellTools
-	23, // 3: conch.router.v1.ShellSettings.limits:type_name -> conch.executor.v1.Limits
-	24, // 4: conch.router.v1.ShellSettings.network:type_name -> conch.executor.v1.Network
-	21, // 5: conch.router.v1.WebhookTool.headers:type_name -> conch.router.v1.WebhookTool.HeadersEntry
-	22, // 6: conch.router.v1.McpServer.headers:type_name -> conch.router.v1.McpServer.HeadersEntry
-	5,  // 7: conch.router.v1.ServerTools.webhooks:type_name -> conch.router.v1.WebhookTool
-	6,  // 8: conch.router.v1.ServerTools.mcp_servers:type_name -> conch.router.v1.McpServer
-	7,  // 9: conch.router.v1.ServerTools.builtins:type_name -> conch.router.v1.BuiltinTools
-	2,  // 10: conch.router.v1.Gateway.upstream:type_name -> conch.router.v1.Upstream
-	4,  // 11: conch.router.v1.Gateway.shell:type_name -> conch.router.v1.ShellSettings
-	25, // 12: conch.router.v1.Gateway.exec:type_name -> conch.approval.v1.ExecSettings
-	8,  // 13: conch.router.v1.Gateway.tools:type_name -> conch.router.v1.ServerTools
-	9,  // 14: conch.router.v1.Gateway.skills:type_name -> conch.router.v1.Skill
-	26, // 15: conch.router.v1.Gateway.created_at:type_name -> google.protobuf.Timestamp
-	26, // 16: conch.router.v1.Gateway.updated_at:type_name -> google.protobuf.Timestamp
-	10, // 17: conch.router.v1.CreateGatewayRequest.gateway:type_name -> conch.router.v1.Gateway
-	10, // 18: conch.router.v1.CreateGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
-	10, // 19: conch.router.v1.GetGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
-	10, // 20: conch.router.v1.ListGatewaysResponse.gateways:type_name -> conch.router.v1.Gateway
-	10, // 21: conch.router.v1.UpdateGatewayRequest.gateway:type_name -> conch.router.v1.Gateway
-	27, // 22: conch.router.v1.UpdateGatewayRequest.update_mask:type_name -> google.protobuf.FieldMask
-	10, // 23: conch.router.v1.UpdateGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	24, // 3: conch.router.v1.ShellSettings.limits:type_name -> conch.executor.v1.Limits
+	25, // 4: conch.router.v1.ShellSettings.network:type_name -> conch.executor.v1.Network
+	5,  // 5: conch.router.v1.ShellSettings.skills:type_name -> conch.router.v1.SkillMount
+	22, // 6: conch.router.v1.WebhookTool.headers:type_name -> conch.router.v1.WebhookTool.HeadersEntry
+	23, // 7: conch.router.v1.McpServer.headers:type_name -> conch.router.v1.McpServer.HeadersEntry
+	6,  // 8: conch.router.v1.ServerTools.webhooks:type_name -> conch.router.v1.WebhookTool
+	7,  // 9: conch.router.v1.ServerTools.mcp_servers:type_name -> conch.router.v1.McpServer
+	8,  // 10: conch.router.v1.ServerTools.builtins:type_name -> conch.router.v1.BuiltinTools
+	2,  // 11: conch.router.v1.Gateway.upstream:type_name -> conch.router.v1.Upstream
+	4,  // 12: conch.router.v1.Gateway.shell:type_name -> conch.router.v1.ShellSettings
+	26, // 13: conch.router.v1.Gateway.exec:type_name -> conch.approval.v1.ExecSettings
+	9,  // 14: conch.router.v1.Gateway.tools:type_name -> conch.router.v1.ServerTools
+	10, // 15: conch.router.v1.Gateway.skills:type_name -> conch.router.v1.Skill
+	27, // 16: conch.router.v1.Gateway.created_at:type_name -> google.protobuf.Timestamp
+	27, // 17: conch.router.v1.Gateway.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 18: conch.router.v1.CreateGatewayRequest.gateway:type_name -> conch.router.v1.Gateway
+	11, // 19: conch.router.v1.CreateGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
+	11, // 20: conch.router.v1.GetGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
+	11, // 21: conch.router.v1.ListGatewaysResponse.gateways:type_name -> conch.router.v1.Gateway
+	11, // 22: conch.router.v1.UpdateGatewayRequest.gateway:type_name -> conch.router.v1.Gateway
+	28, // 23: conch.router.v1.UpdateGatewayRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11, // 24: conch.router.v1.UpdateGatewayResponse.gateway:type_name -> conch.router.v1.Gateway
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_conch_router_v1_gateway_proto_init() }
@@ -1534,7 +1609,7 @@ func file_conch_router_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_router_v1_gateway_proto_rawDesc), len(file_conch_router_v1_gateway_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
