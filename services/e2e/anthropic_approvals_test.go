@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -162,5 +166,53 @@ func TestMessagesPauseTurn(t *testing.T) {
 	}
 	if len(approvals) != 1 {
 		t.Errorf("the command was asked about %d times (%v), want once", len(approvals), approvals)
+	}
+}
+
+// TestMessagesCountTokens: count_tokens asks an Anthropic upstream for
+// the input tokens of what conch would send it — the conversation and
+// conch's own tools, without generation's fields — and answers 501 for
+// an upstream that cannot count, raised by the SDK as its own error.
+func TestMessagesCountTokens(t *testing.T) {
+	var seen struct {
+		path, key string
+		body      map[string]any
+	}
+	var mu sync.Mutex
+	up := serveModel(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen.path, seen.key = r.URL.Path, r.Header.Get("X-Api-Key")
+		_ = json.NewDecoder(r.Body).Decode(&seen.body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"input_tokens": 321}`)
+	}))
+	d := startDev(t)
+	createGateway(t, d, map[string]any{"name": "claude", "upstream": map[string]any{"provider": "anthropic", "model": "claude-x", "base_url": up.URL, "api_key": "sk-up"},
+		"shell": map[string]any{"enabled": true}})
+	c := anthropic.NewClient(option.WithBaseURL(d.URL), option.WithAPIKey(d.Key), option.WithMaxRetries(0))
+	count, err := c.Messages.CountTokens(t.Context(), anthropic.MessageCountTokensParams{
+		Model:    "claude",
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("how many?"))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	tools, _ := json.Marshal(seen.body["tools"])
+	_, hasMax := seen.body["max_tokens"]
+	if count.InputTokens != 321 || seen.path != "/v1/messages/count_tokens" || seen.key != "sk-up" || seen.body["model"] != "claude-x" ||
+		hasMax || !strings.Contains(string(tools), `"name":"shell"`) {
+		t.Errorf("counted %d; upstream saw %s with key %q: %v", count.InputTokens, seen.path, seen.key, seen.body)
+	}
+	mu.Unlock()
+
+	_, err = c.Messages.CountTokens(t.Context(), anthropic.MessageCountTokensParams{
+		Model:    "default",
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("how many?"))},
+	})
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotImplemented || !strings.Contains(apiErr.Error(), "does not count tokens") {
+		t.Errorf("the scripted model's count: %v", err)
 	}
 }

@@ -183,11 +183,32 @@ func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, modelOf(g))
 }
 
-// countTokens answers that conch cannot count tokens: the completion core
-// has no way to ask an upstream, and an estimate would be a number the
-// client might trust.
+// countTokens counts a request's input tokens as its gateway's upstream
+// would see them, conch's tools included, when the upstream can count
+// (Anthropic's); others answer 501.
 func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
-	newError(http.StatusNotImplemented, "conch does not count tokens: send the request to /v1/messages and read usage").write(w)
+	release, scope, body, ok := h.admit(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	ctx := r.Context()
+	req, err := parse(body, false)
+	if err != nil {
+		errorOf(ctx, h.logger, err, "").write(w)
+		return
+	}
+	g, err := h.core.Gateway(ctx, scope.Account, req.Model)
+	if err != nil {
+		errorOf(ctx, h.logger, err, "").write(w)
+		return
+	}
+	n, err := h.core.CountTokens(ctx, scope, g, &req.Request)
+	if err != nil {
+		errorOf(ctx, h.logger, err, g.GetName()).write(w)
+		return
+	}
+	writeJSON(w, map[string]any{"input_tokens": n})
 }
 
 // writeJSON answers v, whole and at once: with its length, and flushed,

@@ -76,8 +76,12 @@ func badField(field, format string, args ...any) *completion.FieldError {
 	return completion.BadField(field, format, args...)
 }
 
-// parseRequest parses and checks a request body.
-func parseRequest(body []byte) (*request, error) {
+// parseRequest parses and checks a request body of POST /v1/messages.
+func parseRequest(body []byte) (*request, error) { return parse(body, true) }
+
+// parse parses and checks a request body; generate says it asks for a
+// message, which needs max_tokens (count_tokens takes none).
+func parse(body []byte, generate bool) (*request, error) {
 	var top map[string]json.RawMessage
 	if err := wirejson.Strict(body, &top); err != nil || top == nil {
 		return nil, badField("", "request body is not a JSON object")
@@ -128,7 +132,7 @@ func parseRequest(body []byte) (*request, error) {
 		return nil, badField("model", "is required: the name of a gateway")
 	case len(r.Messages) == 0:
 		return nil, badField("messages", "is required and must not be empty")
-	case top["max_tokens"] == nil:
+	case generate && top["max_tokens"] == nil:
 		return nil, badField("max_tokens", "is required")
 	}
 	r.Messages = append(system, r.Messages...)

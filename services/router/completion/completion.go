@@ -604,3 +604,39 @@ func reply(text string, err error, ev loop.Events) (*Result, error) {
 	}
 	return &Result{Result: &loop.Result{Content: text, FinishReason: "stop", Turn: []upstream.Message{{Role: "assistant", Content: text}}}}, nil
 }
+
+// CountTokens counts the input tokens of the first model call a
+// completion of req would make: its conversation, with the turns kept for
+// it, and every tool it would offer, skills' descriptions included. An
+// upstream that cannot count (any but Anthropic's) is Unimplemented.
+func (s *Service) CountTokens(ctx context.Context, scope tenant.Scope, g *routerv1.Gateway, req *Request) (int64, error) {
+	counter, ok := s.provider(g).(upstream.TokenCounter)
+	if !ok {
+		return 0, errs.New(errs.Unimplemented, "gateway %q's upstream does not count tokens; send the request to /v1/messages and read its usage", g.GetName())
+	}
+	var set *toolhost.Set
+	if hasServerTools(g) {
+		var err error
+		if set, err = toolhost.Build(ctx, g, s.opts.ToolDeps); err != nil {
+			return 0, &upstream.Error{Status: http.StatusBadGateway, Type: "upstream_error", Code: "tools_unavailable", Message: "gateway " + g.GetName() + ": " + err.Error()}
+		}
+		defer set.Close()
+	}
+	named, err := s.mountSkills(ctx, scope.Account, req)
+	if err != nil {
+		return 0, err
+	}
+	fromGateway, err := s.gatewaySkills(ctx, scope.Account, g, req)
+	if err != nil {
+		return 0, err
+	}
+	plan, err := planTools(g, set, req, append(named, fromGateway...))
+	if err != nil {
+		return 0, err
+	}
+	messages, err := s.turns.splice(ctx, scope.Account, g.GetName(), req.User, req.Messages)
+	if err != nil {
+		return 0, err
+	}
+	return counter.CountTokens(ctx, &upstream.Request{Model: g.GetUpstream().GetModel(), Messages: messages, Tools: plan.tools, Extra: req.Extra})
+}

@@ -228,15 +228,9 @@ func (a *Anthropic) Complete(ctx context.Context, req *Request, onDelta func(str
 	if err != nil {
 		return nil, err
 	}
-	base := a.BaseURL
-	if base == "" {
-		base = DefaultAnthropicBaseURL
-	}
-	// Joined as a URL path: nothing in a base URL turns what conch
-	// appends into a query or another host.
-	endpoint, err := outbound.JoinPath(base, "v1/messages")
+	endpoint, err := a.endpoint("v1/messages")
 	if err != nil {
-		return nil, fmt.Errorf("upstream: base_url: %w", err)
+		return nil, err
 	}
 	started := false
 	return withRetry(ctx, a.Retry, func() bool { return started }, func() (*Response, error) {
@@ -244,11 +238,7 @@ func (a *Anthropic) Complete(ctx context.Context, req *Request, onDelta func(str
 		if err != nil {
 			return nil, err
 		}
-		hreq.Header.Set("Content-Type", "application/json")
-		hreq.Header.Set("anthropic-version", anthropicVersion)
-		if a.APIKey != "" {
-			hreq.Header.Set("x-api-key", a.APIKey)
-		}
+		a.headers(hreq)
 		resp, err := a.Client.Do(hreq)
 		if err != nil {
 			return nil, err
@@ -397,4 +387,82 @@ func decodeAnthropicStream(r io.Reader, onDelta func(string) error) (*Response, 
 	}
 	resp.Usage = usage.usage()
 	return resp, nil
+}
+
+// endpoint is path under the upstream's base URL, joined as a URL path:
+// nothing in a base URL turns what conch appends into a query or another
+// host.
+func (a *Anthropic) endpoint(path string) (string, error) {
+	base := a.BaseURL
+	if base == "" {
+		base = DefaultAnthropicBaseURL
+	}
+	u, err := outbound.JoinPath(base, path)
+	if err != nil {
+		return "", fmt.Errorf("upstream: base_url: %w", err)
+	}
+	return u, nil
+}
+
+func (a *Anthropic) headers(hreq *http.Request) {
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("anthropic-version", anthropicVersion)
+	if a.APIKey != "" {
+		hreq.Header.Set("x-api-key", a.APIKey)
+	}
+}
+
+// TokenCounter is an upstream that counts a request's input tokens.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req *Request) (int64, error)
+}
+
+var _ TokenCounter = (*Anthropic)(nil)
+
+// CountTokens asks Anthropic's count_tokens endpoint for the input tokens
+// of req as Complete would send it.
+func (a *Anthropic) CountTokens(ctx context.Context, req *Request) (int64, error) {
+	full, err := a.body(req, false)
+	if err != nil {
+		return 0, err
+	}
+	// count_tokens takes the request but what only generation reads.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(full, &fields); err != nil {
+		return 0, err
+	}
+	for _, k := range []string{"max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata", "stream"} {
+		delete(fields, k)
+	}
+	body, _ := json.Marshal(fields)
+	endpoint, err := a.endpoint("v1/messages/count_tokens")
+	if err != nil {
+		return 0, err
+	}
+	return withRetry(ctx, a.Retry, nil, func() (int64, error) {
+		hreq, err := http.NewRequestWithContext(ctx, "POST", endpoint, bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		a.headers(hreq)
+		resp, err := a.Client.Do(hreq)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return 0, readError(resp, a.APIKey)
+		}
+		var out struct {
+			InputTokens int64 `json:"input_tokens"`
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			return 0, err
+		}
+		if err := wirejson.Lenient(b, &out); err != nil {
+			return 0, fmt.Errorf("upstream: count_tokens answer: %w", err)
+		}
+		return out.InputTokens, nil
+	})
 }
