@@ -30,7 +30,15 @@ const (
 
 // nameRule is the rule of a skill's name: it names the skill's directory
 // in a sandbox.
-var nameRule = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+var (
+	nameRule = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+	idRule   = regexp.MustCompile(`^skill_[a-z0-9]{1,64}$`)
+)
+
+// ValidID reports whether id is what a skill's id can be (skill_ and
+// lowercase letters or digits), before it reaches a key: the skills store,
+// a gateway's shell.skills and a request's skills all hold ids to it.
+func ValidID(id string) bool { return idRule.MatchString(id) }
 
 // ValidName reports whether name may name a skill.
 func ValidName(name string) bool { return len(name) <= MaxNameLen && nameRule.MatchString(name) }

@@ -18,6 +18,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/skillfs"
 )
 
 var (
@@ -148,10 +149,7 @@ func validateShell(s *routerv1.ShellSettings, c ceiling.Config) error {
 	return validateNetwork(s.GetNetwork())
 }
 
-var (
-	skillIDPattern      = regexp.MustCompile(`^skill_[a-z0-9]{1,58}$`)
-	skillVersionPattern = regexp.MustCompile(`^(|latest|[1-9][0-9]{0,8})$`)
-)
+var skillVersionPattern = regexp.MustCompile(`^(|latest|[1-9][0-9]{0,8})$`)
 
 // validateSkillMounts checks the uploaded skills a gateway's shell mounts:
 // their ids and versions as the skills store writes them, each once, at
@@ -166,7 +164,7 @@ func validateSkillMounts(mounts []*routerv1.SkillMount) error {
 	for i, m := range mounts {
 		field := fmt.Sprintf("shell.skills[%d]", i)
 		switch {
-		case !skillIDPattern.MatchString(m.GetSkillId()):
+		case !skillfs.ValidID(m.GetSkillId()):
 			return invalid(field+".skill_id", "must be a skill's id (skill_ and lowercase letters or digits), got %q", m.GetSkillId())
 		case !skillVersionPattern.MatchString(m.GetVersion()):
 			return invalid(field+".version", "must be empty (the default version), latest or a version number, got %q", m.GetVersion())

@@ -40,6 +40,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/skillfs"
 	"github.com/conch-sh/conch/services/workspace/store"
 )
 
@@ -169,21 +170,6 @@ func prefixOf(field string) string {
 	return field + ": "
 }
 
-// validID keeps an id from the path or a request to what an id can be
-// before it reaches a key.
-func validID(id string) bool {
-	rest, ok := strings.CutPrefix(id, IDPrefix)
-	if !ok || len(rest) == 0 || len(rest) > 64 {
-		return false
-	}
-	for _, c := range rest {
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
 func newID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
@@ -197,7 +183,7 @@ func (s *Store) Get(ctx context.Context, account, id, field string) (*Skill, err
 }
 
 func (s *Store) get(ctx context.Context, account, id, field string) (*Skill, int64, error) {
-	if !validID(id) {
+	if !skillfs.ValidID(id) {
 		return nil, 0, notFound(field, id)
 	}
 	resp, err := s.opts.Etcd.Get(ctx, recordKey(account, id))
@@ -410,7 +396,7 @@ func (s *Store) SetDefault(ctx context.Context, account, id, v, field string) (*
 
 // Delete deletes the account's skill id and its versions' archives.
 func (s *Store) Delete(ctx context.Context, account, id string) error {
-	if !validID(id) {
+	if !skillfs.ValidID(id) {
 		return notFound("", id)
 	}
 	resp, err := s.opts.Etcd.Delete(ctx, recordKey(account, id))
