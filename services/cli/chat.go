@@ -19,6 +19,7 @@ import (
 	"unicode"
 
 	"github.com/conch-sh/conch/services/internal/display"
+	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
 const chatUsage = `usage: conch chat [flags]
@@ -362,16 +363,8 @@ func (ch *chat) showCall(name, arguments string) {
 }
 
 func (ch *chat) showResult(result string) {
-	var r struct {
-		Stdout  string `json:"stdout"`
-		Stderr  string `json:"stderr"`
-		Error   string `json:"error"`
-		Outcome struct {
-			Type     string `json:"type"`
-			ExitCode *int   `json:"exit_code"`
-		} `json:"outcome"`
-	}
-	if json.Unmarshal([]byte(result), &r) != nil || r.Outcome.Type == "" {
+	r, err := toolresult.Decode(result)
+	if err != nil || r.Outcome.Type == "" {
 		fmt.Fprintf(ch.out, "%s\n", Sanitize(firstChars(result, 2000)))
 		return
 	}
@@ -386,8 +379,8 @@ func (ch *chat) showResult(result string) {
 		fmt.Fprintf(ch.out, "  [error: %s]\n", Sanitize(r.Error))
 	case r.Outcome.Type == "timeout":
 		fmt.Fprintln(ch.out, "  [timed out]")
-	case r.Outcome.ExitCode != nil && *r.Outcome.ExitCode != 0:
-		fmt.Fprintf(ch.out, "  [exit %d]\n", *r.Outcome.ExitCode)
+	case r.ExitCode() != 0:
+		fmt.Fprintf(ch.out, "  [exit %d]\n", r.ExitCode())
 	}
 	fmt.Fprintln(ch.out)
 }

@@ -6,6 +6,7 @@
 package toolresult
 
 import (
+	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
@@ -77,6 +78,33 @@ func Error(msg string) *executorv1.RunCommandResponse {
 		Outcome: &executorv1.Outcome{Type: executorv1.OutcomeType_OUTCOME_TYPE_ERROR},
 		Error:   proto.String(msg),
 	}
+}
+
+// Decoded is a result as its JSON reads: what the front ends that show a
+// command's outcome in their own shapes, and the scripted model, decode.
+type Decoded struct {
+	Stdout  string `json:"stdout"`
+	Stderr  string `json:"stderr"`
+	Error   string `json:"error"`
+	Outcome struct {
+		Type     string `json:"type"`
+		ExitCode *int   `json:"exit_code"`
+	} `json:"outcome"`
+}
+
+// Decode reads a result's JSON.
+func Decode(result string) (Decoded, error) {
+	var d Decoded
+	err := json.Unmarshal([]byte(result), &d)
+	return d, err
+}
+
+// ExitCode is an exit outcome's code, 0 when it gives none.
+func (d Decoded) ExitCode() int {
+	if d.Outcome.ExitCode == nil {
+		return 0
+	}
+	return *d.Outcome.ExitCode
 }
 
 // JSON encodes a result as the model receives it.

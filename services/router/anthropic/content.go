@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conch-sh/conch/services/internal/toolresult"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -105,28 +106,16 @@ func inputOf(arguments string) any {
 // reported as 126 ("cannot execute") with conch's reason on stderr, as on
 // the Responses API.
 func bashContent(result string) map[string]any {
-	var r struct {
-		Stdout  string `json:"stdout"`
-		Stderr  string `json:"stderr"`
-		Error   string `json:"error"`
-		Outcome struct {
-			Type     string `json:"type"`
-			ExitCode *int   `json:"exit_code"`
-		} `json:"outcome"`
-	}
 	out := map[string]any{"type": "bash_code_execution_result", "stdout": "", "stderr": "", "return_code": 126, "content": []any{}}
-	if err := json.Unmarshal([]byte(result), &r); err != nil {
+	r, err := toolresult.Decode(result)
+	if err != nil {
 		out["stderr"] = "conch: " + result
 		return out
 	}
 	out["stdout"], out["stderr"] = r.Stdout, r.Stderr
 	switch r.Outcome.Type {
 	case "exit":
-		code := 0
-		if r.Outcome.ExitCode != nil {
-			code = *r.Outcome.ExitCode
-		}
-		out["return_code"] = code
+		out["return_code"] = r.ExitCode()
 	case "timeout":
 		return map[string]any{"type": "bash_code_execution_tool_result_error", "error_code": errTimeExceeded}
 	default:
@@ -139,16 +128,7 @@ func bashContent(result string) map[string]any {
 // announces them: each turn's text, each server call followed by its
 // result, and the client's calls last, as tool_use blocks.
 func contentOf(res *loop.Result) []map[string]any {
-	client := map[string]bool{}
-	for _, c := range res.ToolCalls {
-		client[c.ID] = true
-	}
-	results := map[string]string{}
-	for _, m := range res.Turn {
-		if m.Role == "tool" {
-			results[m.ToolCallID] = m.Content
-		}
-	}
+	client, results := res.Answers()
 	blocks := []map[string]any{}
 	// A resumed turn starts with the results of the calls a paused one
 	// left unanswered: their calls are in the conversation already.

@@ -7,27 +7,17 @@
 package anthropic
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
 
-	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/frontend"
 	"github.com/conch-sh/conch/services/router/gateways"
 )
-
-// maxBody bounds a request body, as on the OpenAI APIs.
-const maxBody = 32 << 20
 
 // Handler serves /v1/messages.
 type Handler struct {
@@ -63,45 +53,34 @@ func NewHandler(core *completion.Service, pause time.Duration, logger *slog.Logg
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// admit takes one of the router's completion slots and reads the caller's
-// scope and the request body. When it cannot, it has answered and ok is
-// false; else release gives the slot back.
-func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (release func(), scope tenant.Scope, body []byte, ok bool) {
-	release, err := h.core.Admit()
+// begin admits a request (frontend.Admit), parses it (generate: for a
+// message, which needs max_tokens) and finds its gateway. When it cannot,
+// it has answered and ok is false; else release gives the slot back.
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, generate bool) (release func(), scope tenant.Scope, req *request, g *routerv1.Gateway, ok bool) {
+	release, scope, body, err := frontend.Admit(h.core, w, r)
+	if err == nil {
+		req, err = parse(body, generate)
+	}
+	if err == nil {
+		g, err = h.core.Gateway(r.Context(), scope.Account, req.Model)
+	}
 	if err != nil {
+		if release != nil {
+			release()
+		}
 		errorOf(r.Context(), h.logger, err, "").write(w)
-		return nil, scope, nil, false
+		return nil, scope, nil, nil, false
 	}
-	if scope, ok = tenant.From(r.Context()); !ok {
-		release()
-		answerOf(errs.Public(errs.New(errs.Unauthenticated, "no account"))).write(w)
-		return nil, scope, nil, false
-	}
-	if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
-		release()
-		newError(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBody)).write(w)
-		return nil, scope, nil, false
-	}
-	return release, scope, body, true
+	return release, scope, req, g, true
 }
 
 func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
-	release, scope, body, ok := h.admit(w, r)
+	release, scope, req, g, ok := h.begin(w, r, true)
 	if !ok {
 		return
 	}
 	defer release()
 	ctx := r.Context()
-	req, err := parseRequest(body)
-	if err != nil {
-		errorOf(ctx, h.logger, err, "").write(w)
-		return
-	}
-	g, err := h.core.Gateway(ctx, scope.Account, req.Model)
-	if err != nil {
-		errorOf(ctx, h.logger, err, "").write(w)
-		return
-	}
 	// The message's own container outlives it, for the gateway's session
 	// idle time, and a request naming it runs there again: Anthropic's
 	// containers live on between requests.
@@ -113,7 +92,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		req.Pause = h.pause
 	}
 	idle := gateways.SessionIdle(g)
-	id := "msg_" + randomHex(12)
+	id := "msg_" + frontend.RandomHex(12)
 	if !req.Stream {
 		res, err := h.core.Run(ctx, scope, g, &req.Request, nil)
 		if err != nil {
@@ -121,7 +100,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer res.End()
-		writeJSON(w, message(id, req.Model, res, containerOf(res, idle, h.now())))
+		frontend.WriteJSON(w, message(id, req.Model, res, containerOf(res, idle, h.now())))
 		return
 	}
 	s := newStream(w, id, req.Model)
@@ -166,7 +145,7 @@ func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
 	if len(list) > 0 {
 		page["first_id"], page["last_id"] = list[0].GetName(), list[len(list)-1].GetName()
 	}
-	writeJSON(w, page)
+	frontend.WriteJSON(w, page)
 }
 
 func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
@@ -180,53 +159,23 @@ func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 		errorOf(r.Context(), h.logger, err, "").write(w)
 		return
 	}
-	writeJSON(w, modelOf(g))
+	frontend.WriteJSON(w, modelOf(g))
 }
 
 // countTokens counts a request's input tokens as its gateway's upstream
 // would see them, conch's tools included, when the upstream can count
 // (Anthropic's); others answer 501.
 func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
-	release, scope, body, ok := h.admit(w, r)
+	release, scope, req, g, ok := h.begin(w, r, false)
 	if !ok {
 		return
 	}
 	defer release()
 	ctx := r.Context()
-	req, err := parse(body, false)
-	if err != nil {
-		errorOf(ctx, h.logger, err, "").write(w)
-		return
-	}
-	g, err := h.core.Gateway(ctx, scope.Account, req.Model)
-	if err != nil {
-		errorOf(ctx, h.logger, err, "").write(w)
-		return
-	}
 	n, err := h.core.CountTokens(ctx, scope, g, &req.Request)
 	if err != nil {
 		errorOf(ctx, h.logger, err, g.GetName()).write(w)
 		return
 	}
-	writeJSON(w, map[string]any{"input_tokens": n})
-}
-
-// writeJSON answers v, whole and at once: with its length, and flushed,
-// so that the client has all of it before the handler goes on (to end the
-// completion's sandbox, say).
-func writeJSON(w http.ResponseWriter, v any) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
-	_, _ = w.Write(b.Bytes())
-	_ = http.NewResponseController(w).Flush()
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
-	return hex.EncodeToString(b)
+	frontend.WriteJSON(w, map[string]any{"input_tokens": n})
 }

@@ -76,9 +76,6 @@ func badField(field, format string, args ...any) *completion.FieldError {
 	return completion.BadField(field, format, args...)
 }
 
-// parseRequest parses and checks a request body of POST /v1/messages.
-func parseRequest(body []byte) (*request, error) { return parse(body, true) }
-
 // parse parses and checks a request body; generate says it asks for a
 // message, which needs max_tokens (count_tokens takes none).
 func parse(body []byte, generate bool) (*request, error) {

@@ -44,10 +44,10 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"bash result", `{"model":"g","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"bash_code_execution_tool_result","tool_use_id":"s","content":{"type":"other"}}]}]}`, "messages[0].content[0].content.type", "must be bash_code_execution_result"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseRequest([]byte(tc.body))
+			_, err := parse([]byte(tc.body), true)
 			fe, ok := err.(*completion.FieldError)
 			if !ok {
-				t.Fatalf("parseRequest: %v, want a field error", err)
+				t.Fatalf("parse: %v, want a field error", err)
 			}
 			if fe.Field != tc.field || !strings.Contains(fe.Msg, tc.msg) {
 				t.Errorf("error %q at %q, want %q at %q", fe.Msg, fe.Field, tc.msg, tc.field)
@@ -57,7 +57,7 @@ func TestParseRequestRefuses(t *testing.T) {
 }
 
 func TestParseRequestSkills(t *testing.T) {
-	r, err := parseRequest([]byte(`{"model":"g","max_tokens":10,"container":{"skills":[{"type":"custom","skill_id":"skill_a"},{"type":"custom","skill_id":"skill_b","version":"2"}]},"messages":[{"role":"user","content":"hi"}]}`))
+	r, err := parse([]byte(`{"model":"g","max_tokens":10,"container":{"skills":[{"type":"custom","skill_id":"skill_a"},{"type":"custom","skill_id":"skill_b","version":"2"}]},"messages":[{"role":"user","content":"hi"}]}`), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestParseRequestConversation(t *testing.T) {
 	  {"type":"tool_use","id":"tu1","name":"weather","input":{"city":"Lisbon"}}]},
 	 {"role":"user","content":[{"type":"tool_result","tool_use_id":"tu1","content":[{"type":"text","text":"sunny"}]},{"type":"text","text":"thanks"}]}
 	]}`
-	r, err := parseRequest([]byte(body))
+	r, err := parse([]byte(body), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestEditorBlocksRoundTrip(t *testing.T) {
 		blocks := []map[string]any{serverCallBlock(call), serverResultBlock(call, result)}
 		content, _ := json.Marshal(blocks)
 		body := `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":` + string(content) + `}]}`
-		r, err := parseRequest([]byte(body))
+		r, err := parse([]byte(body), true)
 		if err != nil {
 			t.Fatalf("%s: %v", content, err)
 		}
@@ -152,7 +152,7 @@ func TestImagesGoUpstream(t *testing.T) {
 	body := `{"model":"g","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"what is "},` +
 		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"text","text":"and"},` +
 		`{"type":"image","source":{"type":"url","url":"https://x.example/a.png"}}]},{"role":"user","content":"plain"}]}`
-	r, err := parseRequest([]byte(body))
+	r, err := parse([]byte(body), true)
 	if err != nil {
 		t.Fatal(err)
 	}

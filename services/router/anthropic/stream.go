@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/frontend"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -48,11 +49,7 @@ func (s *stream) start() error {
 		return nil
 	}
 	s.started = true
-	h := s.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	s.w.WriteHeader(http.StatusOK)
+	frontend.StartEvents(s.w)
 	return s.event("message_start", map[string]any{"message": s.msg})
 }
 

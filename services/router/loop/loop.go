@@ -197,6 +197,21 @@ type Result struct {
 	Turn []upstream.Message
 }
 
+// Answers are what a front end needs to render the turn: the ids of the
+// client's calls it ended on, and each server call's result by call id.
+func (r *Result) Answers() (client map[string]bool, results map[string]string) {
+	client, results = map[string]bool{}, map[string]string{}
+	for _, c := range r.ToolCalls {
+		client[c.ID] = true
+	}
+	for _, m := range r.Turn {
+		if m.Role == "tool" {
+			results[m.ToolCallID] = m.Content
+		}
+	}
+	return client, results
+}
+
 // Run runs the loop on req. ev is nil for a non-streaming completion.
 func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Result, error) {
 	if cfg.MaxIterations <= 0 {

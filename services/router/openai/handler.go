@@ -6,29 +6,18 @@
 package openai
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	routerv1 "github.com/conch-sh/conch/gen/go/conch/router/v1"
-	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/frontend"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/responsestore"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
-
-// maxBody bounds a request body: a 1 MiB command in a long conversation
-// fits many times over.
-const maxBody = 32 << 20
 
 // Handler serves /v1.
 type Handler struct {
@@ -87,7 +76,7 @@ func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
 	for i, g := range list {
 		data[i] = modelOf(g)
 	}
-	writeJSON(w, map[string]any{"object": "list", "data": data})
+	frontend.WriteJSON(w, map[string]any{"object": "list", "data": data})
 }
 
 func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
@@ -101,40 +90,15 @@ func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, modelOf(g))
+	frontend.WriteJSON(w, modelOf(g))
 }
 
-// writeJSON answers v, whole and at once: with its length, and flushed,
-// so that the client has all of it before the handler goes on (to end the
-// completion's sandbox, say).
-func writeJSON(w http.ResponseWriter, v any) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
-	_, _ = w.Write(b.Bytes())
-	_ = http.NewResponseController(w).Flush()
-}
-
-// admit takes one of the router's completion slots and reads the caller's
-// scope and the request body. When it cannot, it has answered and ok is
-// false; else release gives the slot back.
+// admit admits a request (frontend.Admit); when it cannot, it has
+// answered and ok is false.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (release func(), scope tenant.Scope, body []byte, ok bool) {
-	release, err := h.core.Admit()
+	release, scope, body, err := frontend.Admit(h.core, w, r)
 	if err != nil {
 		h.writeErr(w, r, err)
-		return nil, scope, nil, false
-	}
-	if scope, ok = tenant.From(r.Context()); !ok {
-		release()
-		h.writeErr(w, r, errs.New(errs.Unauthenticated, "no account"))
-		return nil, scope, nil, false
-	}
-	if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
-		release()
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("request body is larger than %d bytes", maxBody))
 		return nil, scope, nil, false
 	}
 	return release, scope, body, true
@@ -158,7 +122,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	id := "chatcmpl-" + randomHex(12)
+	id := "chatcmpl-" + frontend.RandomHex(12)
 	created := time.Now().Unix()
 	if !req.Stream {
 		res, err := h.core.Run(ctx, scope, g, &req.Request, nil)
@@ -167,7 +131,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer res.End()
-		writeJSON(w, chatCompletion(id, created, req.Model, res))
+		frontend.WriteJSON(w, chatCompletion(id, created, req.Model, res))
 		return
 	}
 	s := newSSE(w, id, created, req.Model)
@@ -182,12 +146,6 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	defer res.End()
 	s.finish(res)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
-	return hex.EncodeToString(b)
 }
 
 // wire types of the response.

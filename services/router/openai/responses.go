@@ -15,6 +15,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/router/completion"
+	"github.com/conch-sh/conch/services/router/frontend"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/responsestore"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -102,7 +103,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		req.Messages = append([]upstream.Message{{Role: "system", Content: *req.Instructions}}, conv...)
 	}
 
-	id := "resp_" + randomHex(24)
+	id := "resp_" + frontend.RandomHex(24)
 	created := time.Now().Unix()
 	obj := responseObject(id, created, req)
 	var ev loop.Events
@@ -157,7 +158,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		notStored.write(w)
 		return
 	}
-	writeJSON(w, obj)
+	frontend.WriteJSON(w, obj)
 }
 
 // shellLimitsOf is the shell the request gets, for describing its calls;
@@ -256,7 +257,7 @@ func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, storedErr(err, r.PathValue("id"), ""))
 		return
 	}
-	writeJSON(w, st.Response)
+	frontend.WriteJSON(w, st.Response)
 }
 
 func (h *Handler) deleteResponse(w http.ResponseWriter, r *http.Request) {
@@ -275,7 +276,7 @@ func (h *Handler) deleteResponse(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, &completion.FieldError{Status: http.StatusNotFound, Code: "not_found", Msg: fmt.Sprintf("Response with id '%s' not found.", id)})
 		return
 	}
-	writeJSON(w, map[string]any{"id": id, "object": "response.deleted", "deleted": true})
+	frontend.WriteJSON(w, map[string]any{"id": id, "object": "response.deleted", "deleted": true})
 }
 
 // listInputItems lists a stored response's input items, newest first
@@ -333,7 +334,7 @@ func (h *Handler) listInputItems(w http.ResponseWriter, r *http.Request) {
 	if len(items) > 0 {
 		list["first_id"], list["last_id"] = items[0]["id"], items[len(items)-1]["id"]
 	}
-	writeJSON(w, list)
+	frontend.WriteJSON(w, list)
 }
 
 // inputItemsWithIDs gives input items without an id one derived from the

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/conch-sh/conch/services/internal/toolresult"
 	"github.com/conch-sh/conch/services/router/completion"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
@@ -91,34 +92,18 @@ func shellCallItem(id string, call upstream.ToolCall, sh shellView, status strin
 // in OpenAI's terms: it is reported as exit code 126 ("cannot execute")
 // with conch's reason on stderr.
 func shellOutputItem(id, callID, result string, sh shellView) map[string]any {
-	var r struct {
-		Stdout  string `json:"stdout"`
-		Stderr  string `json:"stderr"`
-		Error   string `json:"error"`
-		Outcome struct {
-			Type     string `json:"type"`
-			ExitCode *int   `json:"exit_code"`
-		} `json:"outcome"`
-	}
 	out := map[string]any{"stdout": "", "stderr": "", "outcome": map[string]any{"type": "exit", "exit_code": 126}}
-	if err := json.Unmarshal([]byte(result), &r); err != nil {
+	if r, err := toolresult.Decode(result); err != nil {
 		out["stderr"] = "conch: " + result
 	} else {
 		out["stdout"], out["stderr"] = r.Stdout, r.Stderr
 		switch r.Outcome.Type {
 		case "exit":
-			code := 0
-			if r.Outcome.ExitCode != nil {
-				code = *r.Outcome.ExitCode
-			}
-			out["outcome"] = map[string]any{"type": "exit", "exit_code": code}
+			out["outcome"] = map[string]any{"type": "exit", "exit_code": r.ExitCode()}
 		case "timeout":
 			out["outcome"] = map[string]any{"type": "timeout"}
 		default:
-			out["stderr"] = strings.TrimSuffix(r.Stderr+"\nconch: "+r.Error, "\n")
-			if r.Stderr == "" {
-				out["stderr"] = "conch: " + r.Error
-			}
+			out["stderr"] = strings.TrimPrefix(r.Stderr+"\nconch: "+r.Error, "\n")
 		}
 	}
 	return map[string]any{"type": "shell_call_output", "id": id, "call_id": callID, "status": "completed", "output": []any{out}, "max_output_length": sh.maxOutput}
@@ -143,16 +128,7 @@ func functionCallItem(id string, call upstream.ToolCall, status string) map[stri
 // announces them: each turn's text, each server call followed by its
 // result, and the client's calls last.
 func outputItems(res *completion.Result, ids *itemIDs, sh shellView) []map[string]any {
-	client := map[string]bool{}
-	for _, c := range res.ToolCalls {
-		client[c.ID] = true
-	}
-	results := map[string]string{}
-	for _, m := range res.Turn {
-		if m.Role == "tool" {
-			results[m.ToolCallID] = m.Content
-		}
-	}
+	client, results := res.Answers()
 	items := []map[string]any{}
 	for _, m := range res.Turn {
 		if m.Role != "assistant" {

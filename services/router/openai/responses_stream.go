@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/conch-sh/conch/services/router/frontend"
 	"github.com/conch-sh/conch/services/router/loop"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
@@ -55,11 +56,7 @@ func newResponseStream(w http.ResponseWriter, obj map[string]any, ids *itemIDs, 
 func (s *responseStream) begin() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	s.w.WriteHeader(http.StatusOK)
+	frontend.StartEvents(s.w)
 	if err := s.event("response.created", map[string]any{"response": s.obj}); err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
 // Scripted is the built-in deterministic model of `conch dev`, demos and load
@@ -153,27 +155,15 @@ func commandOf(msgs []Message, id string) string {
 }
 
 func summarise(cmd, result string) string {
-	var r struct {
-		Stdout  string `json:"stdout"`
-		Stderr  string `json:"stderr"`
-		Error   string `json:"error"`
-		Outcome struct {
-			Type     string `json:"type"`
-			ExitCode *int   `json:"exit_code"`
-		} `json:"outcome"`
-	}
-	if err := json.Unmarshal([]byte(result), &r); err != nil {
+	r, err := toolresult.Decode(result)
+	if err != nil {
 		return "The tool answered:\n\n" + fence(result)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "I ran `%s`", cmd)
 	switch r.Outcome.Type {
 	case "exit":
-		code := 0
-		if r.Outcome.ExitCode != nil {
-			code = *r.Outcome.ExitCode
-		}
-		fmt.Fprintf(&b, " and it exited with code %d.", code)
+		fmt.Fprintf(&b, " and it exited with code %d.", r.ExitCode())
 	case "timeout":
 		b.WriteString(" but it timed out.")
 	default:
