@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -85,8 +87,11 @@ func parse(body []byte, generate bool) (*request, error) {
 	}
 	r := &request{Request: completion.Request{Extra: map[string]json.RawMessage{}}}
 	var system []upstream.Message
-	for k, v := range top {
+	// In order, so that of two bad fields the same one is named each time.
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		v := top[k]
 		if string(bytes.TrimSpace(v)) == "null" {
+			delete(top, k)
 			continue
 		}
 		if want, ok := messagesFields[k]; ok && !strings.Contains(want, jsonType(v)) {

@@ -16,6 +16,8 @@ func TestParseRequestRefuses(t *testing.T) {
 		{"not an object", `[1]`, "", "not a JSON object"},
 		{"no model", `{"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "model", "is required"},
 		{"no max_tokens", `{"model":"g","messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "is required"},
+		{"max_tokens null", `{"model":"g","max_tokens":null,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "is required"},
+		{"two bad fields name the first", `{"model":1,"max_tokens":"x","messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "must be a number"},
 		{"no messages", `{"model":"g","max_tokens":10,"messages":[]}`, "messages", "must not be empty"},
 		{"wrong type", `{"model":"g","max_tokens":"10","messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "must be a number, got string"},
 		{"unknown field", `{"model":"g","max_tokens":10,"nope":1,"messages":[{"role":"user","content":"hi"}]}`, "nope", "unknown field"},
