@@ -408,6 +408,7 @@ func BenchmarkShellResponseVsChat(b *testing.B) {
 	d := startDev(b)
 	floor := startWriteFloor(b)
 	client := &http.Client{}
+	reaper := &containerReaper{d: d, client: client}
 	var last []byte
 	run := func(path, body, want string) time.Duration {
 		req, _ := http.NewRequest("POST", d.URL+path, bytes.NewReader([]byte(body)))
@@ -420,11 +421,25 @@ func BenchmarkShellResponseVsChat(b *testing.B) {
 		}
 		out, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		took := time.Since(start)
 		if resp.StatusCode != 200 || !bytes.Contains(out, []byte(want)) {
 			b.Fatalf("%s: status %d: %s", path, resp.StatusCode, out)
 		}
+		if path == "/v1/responses" {
+			var r struct {
+				Output []struct {
+					Environment struct {
+						ContainerID string `json:"container_id"`
+					} `json:"environment"`
+				} `json:"output"`
+			}
+			if err := json.Unmarshal(out, &r); err != nil || len(r.Output) == 0 || r.Output[0].Environment.ContainerID == "" {
+				b.Fatalf("a response without its container: %s", out)
+			}
+			reaper.reap(r.Output[0].Environment.ContainerID)
+		}
 		last = out
-		return time.Since(start)
+		return took
 	}
 	chat := func() time.Duration {
 		return run("/v1/chat/completions", "{\"model\":\"default\",\"messages\":[{\"role\":\"user\",\"content\":\"run `echo hi`\"}],\"tools\":[{\"type\":\"shell\"}]}", "exited with code 0")
@@ -462,6 +477,7 @@ func BenchmarkShellResponseVsChat(b *testing.B) {
 		writes = append(writes, floor.write(b, stored))
 	}
 	b.StopTimer()
+	reaper.wait(b)
 	p50 := func(d []time.Duration) time.Duration {
 		slices.Sort(d)
 		return d[len(d)/2]
@@ -518,18 +534,56 @@ func (f *writeFloor) write(b *testing.B, body []byte) time.Duration {
 	return time.Since(start)
 }
 
+// containerReaper deletes the containers a benchmark's requests keep (a
+// response's or a message's own, kept for its idle time), in the
+// background, as a chat completion's own sandbox is torn down after its
+// answer: the kinds compared then leave the same work behind, and a run
+// does not meet the account's sandbox quotas.
+type containerReaper struct {
+	d      *dev
+	client *http.Client
+	wg     sync.WaitGroup
+	failed atomic.Pointer[error]
+}
+
+// reap deletes container id once the caller's answer is in.
+func (c *containerReaper) reap(id string) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		req, _ := http.NewRequest("DELETE", c.d.URL+"/v1/containers/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+c.d.Key)
+		resp, err := c.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("delete container %s: status %d", id, resp.StatusCode)
+			}
+		}
+		if err != nil {
+			c.failed.Store(&err)
+		}
+	}()
+}
+
+// wait waits for the deletes and fails b if one failed.
+func (c *containerReaper) wait(b *testing.B) {
+	c.wg.Wait()
+	if err := c.failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+}
+
 // BenchmarkMessagesVsChat measures what Anthropic's Messages API adds over
 // chat completions for the same completion: one shell command in a new
 // sandbox through conch dev's scripted model, the two requests in
-// alternating order, a client's turn apart. The container a message keeps
-// for its idle lifetime is deleted once it answered, in the background, as
-// a chat completion's own sandbox is torn down after its answer: both then
-// leave the same work behind. It reports both p50s and their ratio.
+// alternating order, a client's turn apart, each message's container
+// deleted once it answered (containerReaper). It reports both p50s and
+// their ratio.
 func BenchmarkMessagesVsChat(b *testing.B) {
 	d := startDev(b)
 	client := &http.Client{}
-	var deletes sync.WaitGroup
-	var failed atomic.Pointer[error]
+	reaper := &containerReaper{d: d, client: client}
 	run := func(path, body, want string, header ...string) ([]byte, time.Duration) {
 		req, _ := http.NewRequest("POST", d.URL+path, strings.NewReader(body))
 		req.Header.Set(header[0], header[1])
@@ -559,22 +613,7 @@ func BenchmarkMessagesVsChat(b *testing.B) {
 		if err := json.Unmarshal(out, &m); err != nil || m.Container.ID == "" {
 			b.Fatalf("message without a container: %s", out)
 		}
-		deletes.Add(1)
-		go func() {
-			defer deletes.Done()
-			req, _ := http.NewRequest("DELETE", d.URL+"/v1/containers/"+m.Container.ID, nil)
-			req.Header.Set("Authorization", "Bearer "+d.Key)
-			resp, err := client.Do(req)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %d", resp.StatusCode)
-				}
-			}
-			if err != nil {
-				failed.Store(&err)
-			}
-		}()
+		reaper.reap(m.Container.ID)
 		return took
 	}
 	kinds := []func() time.Duration{chat, message}
@@ -592,10 +631,7 @@ func BenchmarkMessagesVsChat(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	deletes.Wait()
-	if err := failed.Load(); err != nil {
-		b.Fatalf("delete a message's container: %v", *err)
-	}
+	reaper.wait(b)
 	p50 := func(d []time.Duration) time.Duration {
 		slices.Sort(d)
 		return d[len(d)/2]
