@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -22,26 +21,7 @@ type apiError struct {
 // rawCall sends body as it is, valid JSON or not.
 func (d *dev) rawCall(method, path, key, body string, headers ...string) (int, http.Header, []byte) {
 	d.t.Helper()
-	req, err := http.NewRequestWithContext(d.t.Context(), method, d.URL+path, strings.NewReader(body))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		d.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
+	return d.send(method, path, key, strings.NewReader(body), headers...)
 }
 
 // leaks are what no answer shows: protobuf's, gRPC's and Go's words, and

@@ -220,7 +220,8 @@ func (d *dev) call(method, path, key string, body any, headers ...string) (int, 
 	return code, b
 }
 
-// do makes an HTTP request and returns status, headers and body.
+// do makes an HTTP request with body as JSON and returns status, headers
+// and body.
 func (d *dev) do(method, path, key string, body any, headers ...string) (int, http.Header, []byte) {
 	d.t.Helper()
 	var r io.Reader
@@ -231,7 +232,14 @@ func (d *dev) do(method, path, key string, body any, headers ...string) (int, ht
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(d.t.Context(), method, d.URL+path, r)
+	return d.send(method, path, key, r, headers...)
+}
+
+// send makes an HTTP request with body as it is and returns status,
+// headers and body.
+func (d *dev) send(method, path, key string, body io.Reader, headers ...string) (int, http.Header, []byte) {
+	d.t.Helper()
+	req, err := http.NewRequestWithContext(d.t.Context(), method, d.URL+path, body)
 	if err != nil {
 		d.t.Fatal(err)
 	}
