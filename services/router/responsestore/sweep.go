@@ -2,13 +2,13 @@ package responsestore
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/conch-sh/conch/services/internal/platform/sweep"
 	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
@@ -18,21 +18,7 @@ const SweepEvery = 10 * time.Minute
 // Run sweeps every SweepEvery, give or take a tenth, until ctx ends. Every
 // router may run it: a sweep only removes what no claim holds.
 func (s *Store) Run(ctx context.Context) {
-	for {
-		wait := SweepEvery + time.Duration(rand.Int64N(int64(SweepEvery/5))) - SweepEvery/10
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		n, err := s.Sweep(ctx)
-		switch {
-		case err != nil:
-			s.opts.Logger.WarnContext(ctx, "sweep of stored responses", "removed", n, "error", err)
-		case n > 0:
-			s.opts.Logger.InfoContext(ctx, "swept stored responses", "conversations", n)
-		}
-	}
+	sweep.Every(ctx, SweepEvery, s.opts.Logger, "stored responses", s.Sweep)
 }
 
 // Sweep removes the objects no claim holds any more (conversations and

@@ -2,10 +2,11 @@ package skills
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/conch-sh/conch/services/internal/platform/sweep"
 )
 
 const (
@@ -20,21 +21,7 @@ const (
 // Run sweeps every SweepEvery, give or take a tenth, until ctx ends. Every
 // router may run it: a sweep removes only archives no record names.
 func (s *Store) Run(ctx context.Context) {
-	for {
-		wait := SweepEvery + time.Duration(rand.Int64N(int64(SweepEvery/5))) - SweepEvery/10
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		n, err := s.Sweep(ctx)
-		switch {
-		case err != nil:
-			s.opts.Logger.WarnContext(ctx, "sweep of skill archives", "removed", n, "error", err)
-		case n > 0:
-			s.opts.Logger.InfoContext(ctx, "swept skill archives", "archives", n)
-		}
-	}
+	sweep.Every(ctx, SweepEvery, s.opts.Logger, "skill archives", s.Sweep)
 }
 
 // Sweep removes the archives no record names that are older than
