@@ -100,7 +100,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer res.End()
-		frontend.WriteJSON(w, message(id, req.Model, res, containerOf(res, idle, h.now())))
+		frontend.WriteJSON(w, http.StatusOK, message(id, req.Model, res, containerOf(res, idle, h.now())))
 		return
 	}
 	s := newStream(w, id, req.Model)
@@ -145,7 +145,7 @@ func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
 	if len(list) > 0 {
 		page["first_id"], page["last_id"] = list[0].GetName(), list[len(list)-1].GetName()
 	}
-	frontend.WriteJSON(w, page)
+	frontend.WriteJSON(w, http.StatusOK, page)
 }
 
 func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
@@ -159,7 +159,7 @@ func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 		errorOf(r.Context(), h.logger, err, "").write(w)
 		return
 	}
-	frontend.WriteJSON(w, modelOf(g))
+	frontend.WriteJSON(w, http.StatusOK, modelOf(g))
 }
 
 // countTokens counts a request's input tokens as its gateway's upstream
@@ -177,5 +177,5 @@ func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
 		errorOf(ctx, h.logger, err, g.GetName()).write(w)
 		return
 	}
-	frontend.WriteJSON(w, map[string]any{"input_tokens": n})
+	frontend.WriteJSON(w, http.StatusOK, map[string]any{"input_tokens": n})
 }

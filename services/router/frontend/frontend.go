@@ -44,16 +44,17 @@ func Admit(core *completion.Service, w http.ResponseWriter, r *http.Request) (re
 	return release, scope, body, nil
 }
 
-// WriteJSON answers v, whole and at once: with its length, and flushed,
-// so that the client has all of it before the handler goes on (to end the
-// completion's sandbox, say).
-func WriteJSON(w http.ResponseWriter, v any) {
+// WriteJSON answers v with status, whole and at once: with its length,
+// and flushed, so that the client has all of it before the handler goes on
+// (to end the completion's sandbox, say).
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 	_ = http.NewResponseController(w).Flush()
 }

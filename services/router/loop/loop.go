@@ -265,21 +265,14 @@ func Run(ctx context.Context, cfg Config, req *upstream.Request, ev Events) (*Re
 				client = append(client, call)
 				continue
 			}
-			var result string
-			if cfg.pausable(call, ev) {
-				var paused bool
-				if result, paused = cfg.runPausable(ctx, res, call); paused {
-					res.FinishReason, res.Turn = PauseTurn, req.Messages[start:]
-					return res, nil
-				}
-			} else {
-				result = cfg.runServerTool(ctx, res, call, ev)
+			paused, err := cfg.callServer(ctx, res, req, call, ev)
+			if err != nil {
+				return nil, err
 			}
-			if cfg.abort != nil {
-				return nil, cfg.abort
+			if paused {
+				res.FinishReason, res.Turn = PauseTurn, req.Messages[start:]
+				return res, nil
 			}
-			res.ServerToolCalls = append(res.ServerToolCalls, ServerToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Result: result})
-			req.Messages = append(req.Messages, upstream.Message{Role: "tool", ToolCallID: call.ID, Content: result})
 		}
 		if len(client) > 0 {
 			res.ToolCalls = client
@@ -347,6 +340,31 @@ func CallTool(ctx context.Context, cfg Config, call upstream.ToolCall, ev Events
 		cfg.Logger = slog.Default()
 	}
 	return cfg.runServerTool(ctx, &Result{}, call, ev), true
+}
+
+// callServer runs a server call of the model's, parking it when it waits
+// too long for an approval (paused), and adds it and its result to res
+// and req's conversation.
+func (cfg *Config) callServer(ctx context.Context, res *Result, req *upstream.Request, call upstream.ToolCall, ev Events) (paused bool, err error) {
+	var result string
+	if cfg.pausable(call, ev) {
+		if result, paused = cfg.runPausable(ctx, res, call); paused {
+			return true, nil
+		}
+	} else {
+		result = cfg.runServerTool(ctx, res, call, ev)
+	}
+	if cfg.abort != nil {
+		return false, cfg.abort
+	}
+	cfg.answer(res, req, call, result)
+	return false, nil
+}
+
+// answer adds call and its result to res and req's conversation.
+func (cfg *Config) answer(res *Result, req *upstream.Request, call upstream.ToolCall, result string) {
+	res.ServerToolCalls = append(res.ServerToolCalls, ServerToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Result: result})
+	req.Messages = append(req.Messages, upstream.Message{Role: "tool", ToolCallID: call.ID, Content: result})
 }
 
 // runServerTool runs one server tool call and returns the result the model

@@ -136,13 +136,9 @@ func (cfg *Config) resume(ctx context.Context, res *Result, req *upstream.Reques
 			continue
 		}
 		// A stream may wait as long as the command does, kept alive.
-		wait := cfg.Pause
+		wait, stop := cfg.Pause, func() {}
 		if ev != nil {
-			wait = maxParked
-		}
-		stop := func() {}
-		if ev != nil {
-			stop = keepAlive(ctx, ev)
+			wait, stop = maxParked, keepAlive(ctx, ev)
 		}
 		result, ran, found, err := cfg.Parker.Resume(ctx, call, wait)
 		stop()
@@ -152,26 +148,19 @@ func (cfg *Config) resume(ctx context.Context, res *Result, req *upstream.Reques
 		switch {
 		case found && !ran:
 			return true, nil
-		case found && ev != nil:
-			// A stream shows the result, whose call it showed before.
-			_ = ev.Tool(ToolEvent{Event: "tool_result", ID: call.ID, Name: call.Name, Result: result})
-		case !found:
+		case found:
+			if ev != nil {
+				// A stream shows the result, whose call it showed before.
+				_ = ev.Tool(ToolEvent{Event: "tool_result", ID: call.ID, Name: call.Name, Result: result})
+			}
+			cfg.answer(res, req, call, result)
+		default:
 			// A call the paused loop never reached: it runs now, and
 			// may pause in turn.
-			if cfg.pausable(call, ev) {
-				var paused bool
-				if result, paused = cfg.runPausable(ctx, res, call); paused {
-					return true, nil
-				}
-			} else {
-				result = cfg.runServerTool(ctx, res, call, ev)
-			}
-			if cfg.abort != nil {
-				return false, cfg.abort
+			if paused, err := cfg.callServer(ctx, res, req, call, ev); err != nil || paused {
+				return paused, err
 			}
 		}
-		res.ServerToolCalls = append(res.ServerToolCalls, ServerToolCall{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Result: result})
-		req.Messages = append(req.Messages, upstream.Message{Role: "tool", ToolCallID: call.ID, Content: result})
 	}
 	return false, nil
 }

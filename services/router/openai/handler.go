@@ -76,7 +76,7 @@ func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
 	for i, g := range list {
 		data[i] = modelOf(g)
 	}
-	frontend.WriteJSON(w, map[string]any{"object": "list", "data": data})
+	frontend.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +90,7 @@ func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	frontend.WriteJSON(w, modelOf(g))
+	frontend.WriteJSON(w, http.StatusOK, modelOf(g))
 }
 
 // admit admits a request (frontend.Admit); when it cannot, it has
@@ -131,7 +131,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer res.End()
-		frontend.WriteJSON(w, chatCompletion(id, created, req.Model, res))
+		frontend.WriteJSON(w, http.StatusOK, chatCompletion(id, created, req.Model, res))
 		return
 	}
 	s := newSSE(w, id, created, req.Model)

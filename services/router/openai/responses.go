@@ -158,7 +158,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 		notStored.write(w)
 		return
 	}
-	frontend.WriteJSON(w, obj)
+	frontend.WriteJSON(w, http.StatusOK, obj)
 }
 
 // shellLimitsOf is the shell the request gets, for describing its calls;
@@ -257,7 +257,7 @@ func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, storedErr(err, r.PathValue("id"), ""))
 		return
 	}
-	frontend.WriteJSON(w, st.Response)
+	frontend.WriteJSON(w, http.StatusOK, st.Response)
 }
 
 func (h *Handler) deleteResponse(w http.ResponseWriter, r *http.Request) {
@@ -276,7 +276,7 @@ func (h *Handler) deleteResponse(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, &completion.FieldError{Status: http.StatusNotFound, Code: "not_found", Msg: fmt.Sprintf("Response with id '%s' not found.", id)})
 		return
 	}
-	frontend.WriteJSON(w, map[string]any{"id": id, "object": "response.deleted", "deleted": true})
+	frontend.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "response.deleted", "deleted": true})
 }
 
 // listInputItems lists a stored response's input items, newest first
@@ -334,7 +334,7 @@ func (h *Handler) listInputItems(w http.ResponseWriter, r *http.Request) {
 	if len(items) > 0 {
 		list["first_id"], list["last_id"] = items[0]["id"], items[len(items)-1]["id"]
 	}
-	frontend.WriteJSON(w, list)
+	frontend.WriteJSON(w, http.StatusOK, list)
 }
 
 // inputItemsWithIDs gives input items without an id one derived from the

@@ -1,7 +1,6 @@
 package skills
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/frontend"
 )
 
 // ErrorWriter writes an error in an API's envelope.
@@ -137,7 +137,7 @@ func (h *Handler) create(sh shape, w http.ResponseWriter, r *http.Request, accou
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sh.skill(sk))
+	frontend.WriteJSON(w, http.StatusOK, sh.skill(sk))
 	return nil
 }
 
@@ -146,7 +146,7 @@ func (h *Handler) get(sh shape, w http.ResponseWriter, r *http.Request, account 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sh.skill(sk))
+	frontend.WriteJSON(w, http.StatusOK, sh.skill(sk))
 	return nil
 }
 
@@ -168,7 +168,7 @@ func (h *Handler) update(sh shape, w http.ResponseWriter, r *http.Request, accou
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sh.skill(sk))
+	frontend.WriteJSON(w, http.StatusOK, sh.skill(sk))
 	return nil
 }
 
@@ -191,9 +191,9 @@ func (h *Handler) delete(sh shape, w http.ResponseWriter, r *http.Request, accou
 		return err
 	}
 	if sh.anthropic {
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "type": "skill_deleted"})
+		frontend.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "type": "skill_deleted"})
 	} else {
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "skill.deleted", "deleted": true})
+		frontend.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "skill.deleted", "deleted": true})
 	}
 	return nil
 }
@@ -231,7 +231,7 @@ func (h *Handler) createVersion(sh shape, w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sh.version(sk, v))
+	frontend.WriteJSON(w, http.StatusOK, sh.version(sk, v))
 	return nil
 }
 
@@ -240,7 +240,7 @@ func (h *Handler) getVersion(sh shape, w http.ResponseWriter, r *http.Request, a
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sh.version(sk, v))
+	frontend.WriteJSON(w, http.StatusOK, sh.version(sk, v))
 	return nil
 }
 
@@ -250,9 +250,9 @@ func (h *Handler) deleteVersion(sh shape, w http.ResponseWriter, r *http.Request
 		return err
 	}
 	if sh.anthropic {
-		writeJSON(w, http.StatusOK, map[string]any{"id": num, "type": "skill_version_deleted"})
+		frontend.WriteJSON(w, http.StatusOK, map[string]any{"id": num, "type": "skill_version_deleted"})
 	} else {
-		writeJSON(w, http.StatusOK, map[string]any{"id": versionID(id, num), "object": "skill.version.deleted", "deleted": true, "version": num})
+		frontend.WriteJSON(w, http.StatusOK, map[string]any{"id": versionID(id, num), "object": "skill.version.deleted", "deleted": true, "version": num})
 	}
 	return nil
 }
@@ -331,14 +331,14 @@ func (sh shape) page(w http.ResponseWriter, r *http.Request, items []map[string]
 		if more {
 			next = data[len(data)-1]["id"]
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"data": data, "has_more": more, "next_page": next})
+		frontend.WriteJSON(w, http.StatusOK, map[string]any{"data": data, "has_more": more, "next_page": next})
 		return nil
 	}
 	var first, last any
 	if len(data) > 0 {
 		first, last = data[0]["id"], data[len(data)-1]["id"]
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": more, "first_id": first, "last_id": last})
+	frontend.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": more, "first_id": first, "last_id": last})
 	return nil
 }
 
@@ -378,14 +378,3 @@ func versionID(skill, version string) string {
 }
 
 func isoTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
-	w.WriteHeader(status)
-	_, _ = w.Write(b.Bytes())
-}

@@ -11,12 +11,13 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/router/frontend"
 )
 
 // testErrors writes errors as {"status", "param", "message"}.
 func testErrors(w http.ResponseWriter, err error) {
 	a := errs.Public(err)
-	writeJSON(w, a.Status, map[string]any{"param": a.Param, "message": a.Message})
+	frontend.WriteJSON(w, a.Status, map[string]any{"param": a.Param, "message": a.Message})
 }
 
 type client struct {
