@@ -20,6 +20,9 @@ type parkedCall struct {
 	Arguments string `json:"arguments"`
 	Ran       bool   `json:"ran"`
 	Result    string `json:"result,omitempty"`
+	// Until is when a call still pending was lost: the router running it
+	// stopped before it could keep the result.
+	Until time.Time `json:"until"`
 }
 
 // parker keeps the calls a completion parks (loop.Parker) with the turn
@@ -46,7 +49,7 @@ func (p *parker) Park(call upstream.ToolCall, done <-chan string) {
 			p.log.Error("a paused call's state not kept", "account", p.account, "gateway", p.gateway, "call", call.ID, "error", err)
 		}
 	}
-	keep(parkedCall{Name: call.Name, Arguments: call.Arguments})
+	keep(parkedCall{Name: call.Name, Arguments: call.Arguments, Until: time.Now().Add(loop.MaxParked)})
 	go func() {
 		result, ok := <-done
 		if !ok {
@@ -65,7 +68,9 @@ func (p *parker) Resume(ctx context.Context, call upstream.ToolCall, wait time.D
 		if err != nil {
 			return "", false, false, err
 		}
-		if !got[0] || v.Name != call.Name || v.Arguments != call.Arguments {
+		// A call lost with its router is not found: it runs anew rather
+		// than pause every resume until the record expires.
+		if !got[0] || v.Name != call.Name || v.Arguments != call.Arguments || (!v.Ran && time.Now().After(v.Until)) {
 			return "", false, false, nil
 		}
 		if v.Ran {

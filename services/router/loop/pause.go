@@ -21,9 +21,10 @@ import (
 // PauseTurn is the finish reason of a loop that parked a call.
 const PauseTurn = "pause_turn"
 
-// maxParked bounds how long a parked command may go on in the background:
-// longer than any approval waits.
-const maxParked = 2 * time.Hour
+// MaxParked bounds how long a parked command may go on in the background:
+// longer than any approval waits. A call still pending after that was
+// lost with the router that ran it.
+const MaxParked = 2 * time.Hour
 
 // Parker keeps parked calls' results for the requests that resume them,
 // on any router.
@@ -68,7 +69,7 @@ func (cfg *Config) runPausable(ctx context.Context, res *Result, call upstream.T
 	bg := *cfg
 	bg.egress, bg.egressOmitted = nil, 0
 	scratch := &Result{ShellCommands: res.ShellCommands}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxParked)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MaxParked)
 	pending := make(chan struct{}, 1)
 	done := make(chan string, 1)
 	go func() {
@@ -138,7 +139,7 @@ func (cfg *Config) resume(ctx context.Context, res *Result, req *upstream.Reques
 		// A stream may wait as long as the command does, kept alive.
 		wait, stop := cfg.Pause, func() {}
 		if ev != nil {
-			wait, stop = maxParked, keepAlive(ctx, ev)
+			wait, stop = MaxParked, keepAlive(ctx, ev)
 		}
 		result, ran, found, err := cfg.Parker.Resume(ctx, call, wait)
 		stop()
