@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -191,8 +193,8 @@ func TestDeadSpareIsReplaced(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{})
 	sh(t, sb, "true")
-	killed := false
-	for deadline := time.Now().Add(10 * time.Second); !killed && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	init := 0
+	for deadline := time.Now().Add(10 * time.Second); init == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		pids, err := sb.HostPIDs()
 		if err != nil {
 			t.Fatal(err)
@@ -200,14 +202,52 @@ func TestDeadSpareIsReplaced(t *testing.T) {
 		for _, pid := range pids {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), spareChildLine) {
-				killed = syscall.Kill(pid, syscall.SIGKILL) == nil
+				if ppid := parentPID(pid); ppid > 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+					init = ppid
+				}
 			}
 		}
 	}
-	if !killed {
+	if init == 0 {
 		t.Fatal("no spare to kill")
+	}
+	// The agent learns of the death when its script pipe has no reader,
+	// that is once the spare's init has ended too (the OOM killer's victim
+	// is gone before anyone asks for a command); until then the command
+	// goes to the dying spare and reports its death, as it would had the
+	// command itself been killed.
+	for deadline := time.Now().Add(10 * time.Second); !ended(init); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spare's init %d outlived its child", init)
+		}
 	}
 	if r := sh(t, sb, "echo ok"); r.stdout != "ok\n" || r.stderr != "" || r.exit.Code != 0 {
 		t.Fatalf("command after the spare died: %+v", r)
 	}
+}
+
+// parentPID is pid's parent as the host sees it, or 0.
+func parentPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// ended reports whether pid has exited: gone, or a zombie, whose fds are
+// closed.
+func ended(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 }
