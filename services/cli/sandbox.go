@@ -6,16 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 )
 
 const sandboxUsage = `usage: conch sandbox <command> [flags]
 
 Commands:
-  create [--user USER] [--persistent]  create a sandbox and print its id
+  create [flags]                       create a sandbox and print its id
   exec [flags] <id> [--] <command...>  run a command; its output and exit code become conch's
-  list                                 list the account's sandboxes: id, state, working directory, user
+  list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
 `
 
@@ -39,10 +41,13 @@ flags need no quoting:
 // sandboxFlags are the values of the flags of a sandbox command.
 type sandboxFlags struct {
 	Options
-	user, workdir      string
-	persistent         bool
-	timeout, maxOutput int
-	env                envFlag
+	user, workdir, name string
+	persistent          bool
+	timeout, maxOutput  int
+	ttl, idle           int
+	env                 envFlag
+	labels              labelFlag
+	status              string
 }
 
 // flagSet is the flag set of sandbox command cmd, bound to f: what the
@@ -53,6 +58,14 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 	case "create":
 		fs.StringVar(&f.user, "user", "", "the end `USER` whose workspace the sandbox uses")
 		fs.BoolVar(&f.persistent, "persistent", false, "use the user's persistent workspace")
+		fs.StringVar(&f.name, "name", "", "a `NAME` returned with it")
+		fs.IntVar(&f.ttl, "ttl", 0, "its lifetime in `SECONDS`, busy or not (0: the operator's ceiling)")
+		fs.IntVar(&f.idle, "idle-timeout", 0, "idle `SECONDS` after which it ends (0: the operator's ceiling)")
+		fs.Var(&f.labels, "label", "a `K=V` label to find it by (repeatable)")
+	case "list":
+		fs.StringVar(&f.user, "user", "", "only the sandboxes of the end `USER`")
+		fs.Var(&f.labels, "label", "only sandboxes labelled `K=V`, or with label K at all (repeatable; all must hold)")
+		fs.StringVar(&f.status, "status", "", "only sandboxes in `STATE`: starting, ready, stopping or gone")
 	case "exec":
 		fs.IntVar(&f.timeout, "timeout", 0, "time limit in `SECONDS`, 1 to 300 (0: the default of 60)")
 		fs.IntVar(&f.maxOutput, "max-output", 0, "`CHARS` of output kept (0: the default of 4096)")
@@ -81,6 +94,15 @@ type SandboxResult struct {
 }
 
 type envFlag []string
+
+// labelFlag is a repeated K=V (or, for a list, K).
+type labelFlag []string
+
+func (l *labelFlag) String() string { return strings.Join(*l, ",") }
+func (l *labelFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
 
 func (e *envFlag) String() string { return strings.Join(*e, ",") }
 func (e *envFlag) Set(v string) error {
@@ -113,7 +135,19 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		var out struct {
 			ID string `json:"id"`
 		}
-		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes", map[string]any{"user": f.user, "persistent": f.persistent}, &out); err != nil {
+		body := map[string]any{"user": f.user, "persistent": f.persistent, "name": f.name, "ttl_seconds": f.ttl, "idle_timeout_seconds": f.idle}
+		if len(f.labels) > 0 {
+			m := map[string]string{}
+			for _, kv := range f.labels {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return &UsageError{Cmd: "conch sandbox create", Msg: fmt.Sprintf("--label: want K=V, got %q (see 'conch sandbox create --help')", kv)}
+				}
+				m[k] = v
+			}
+			body["labels"] = m
+		}
+		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes", body, &out); err != nil {
 			return err
 		}
 		if o.JSON() {
@@ -158,22 +192,40 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "list":
 		var out struct {
 			Sandboxes []struct {
-				ID      string `json:"id"`
-				User    string `json:"user"`
-				Cwd     string `json:"cwd"`
-				State   string `json:"state"`
-				Created string `json:"created_at"`
+				ID      string            `json:"id"`
+				User    string            `json:"user"`
+				Cwd     string            `json:"cwd"`
+				State   string            `json:"state"`
+				Created string            `json:"created_at"`
+				Labels  map[string]string `json:"labels"`
 			} `json:"sandboxes"`
 		}
-		if err := c.JSON(ctx, "GET", "/api/v1/sandboxes", nil, &out); err != nil {
+		q := url.Values{}
+		for _, l := range f.labels {
+			q.Add("label", l)
+		}
+		for k, v := range map[string]string{"user": f.user, "status": f.status} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		path := "/api/v1/sandboxes"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		if err := c.JSON(ctx, "GET", path, nil, &out); err != nil {
 			return err
 		}
 		if o.JSON() {
 			return PrintJSON(stdout, out)
 		}
-		tw := NewTable(stdout, "ID", "STATE", "CWD", "USER", "CREATED")
+		tw := NewTable(stdout, "ID", "STATE", "CWD", "USER", "CREATED", "LABELS")
 		for _, s := range out.Sandboxes {
-			tw.Row(s.ID, s.State, s.Cwd, s.User, s.Created)
+			labels := make([]string, 0, len(s.Labels))
+			for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+				labels = append(labels, k+"="+s.Labels[k])
+			}
+			tw.Row(s.ID, s.State, s.Cwd, s.User, s.Created, strings.Join(labels, ","))
 		}
 		return tw.Flush()
 	case "rm":

@@ -97,14 +97,29 @@ func TestNeverIdleWhereAllowed(t *testing.T) {
 	}
 }
 
-// TestSandboxLifetime: a sandbox busy all the time still ends at the
-// operator's lifetime ceiling.
+// TestSandboxLifetime: a sandbox busy all the time still ends at its
+// lifetime: the operator's ceiling unless it asked for less, and never
+// more.
 func TestSandboxLifetime(t *testing.T) {
 	c := ceiling.Defaults
-	c.SandboxLifetime = 2 * time.Second
+	c.SandboxLifetime = time.Hour
 	x := startExecutor(t, WithCeilings(c))
 	ctx := as(t, "acme")
-	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: 3600})
+	_, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{TtlSeconds: 3601})
+	wantCode(t, err, codes.InvalidArgument, "ttl_seconds: 3601 is above the ceiling of 3600")
+	_, err = x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{TtlSeconds: -1})
+	wantCode(t, err, codes.InvalidArgument, "ttl_seconds: must not be negative")
+
+	ceil, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := ceil.GetSandbox()
+	if sb.GetTtlSeconds() != 3600 || !sb.GetExpiresAt().AsTime().Equal(sb.GetCreatedAt().AsTime().Add(time.Hour)) {
+		t.Errorf("ttl_seconds 0 gave ttl %d, expires_at %v (created %v); want the ceiling's hour", sb.GetTtlSeconds(), sb.GetExpiresAt().AsTime(), sb.GetCreatedAt().AsTime())
+	}
+
+	resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: 3600, TtlSeconds: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +127,32 @@ func TestSandboxLifetime(t *testing.T) {
 		// Busy: a command every 200ms keeps it from being idle.
 		_, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: resp.GetId(), Command: "true"})
 		if status.Code(err) == codes.NotFound {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a sandbox past its lifetime still runs commands: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: ceil.GetId()}); err != nil {
+		t.Errorf("the sandbox of an hour ended with the one of 2 s: %v", err)
+	}
+}
+
+// TestNoLifetimeWhereUnbounded: with no lifetime ceiling, a sandbox that
+// asks for none has none, and any lifetime may be asked for.
+func TestNoLifetimeWhereUnbounded(t *testing.T) {
+	c := ceiling.Defaults
+	c.SandboxLifetime = 0
+	x := startExecutor(t, WithCeilings(c))
+	for _, ttl := range []int32{0, 1 << 30} {
+		resp, err := x.client.CreateSandbox(as(t, "acme"), &executorv1.CreateSandboxRequest{TtlSeconds: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb := resp.GetSandbox(); sb.GetTtlSeconds() != ttl || (ttl == 0) != (sb.GetExpiresAt() == nil) {
+			t.Errorf("ttl_seconds %d gave ttl %d, expires_at %v", ttl, sb.GetTtlSeconds(), sb.GetExpiresAt())
+		}
 	}
 }
 

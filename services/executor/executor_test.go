@@ -3,6 +3,8 @@ package executor
 import (
 	"errors"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -308,6 +310,8 @@ func TestCreateSandboxValidation(t *testing.T) {
 		{"relative path_prepend", &executorv1.CreateSandboxRequest{PathPrepend: []string{"bin"}}, codes.InvalidArgument, "path_prepend"},
 		{"negative idle", &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: -1}, codes.InvalidArgument, "idle_timeout_seconds"},
 		{"long name", &executorv1.CreateSandboxRequest{Name: strings.Repeat("n", MaxNameChars+1)}, codes.InvalidArgument, "name"},
+		{"label key", &executorv1.CreateSandboxRequest{Labels: map[string]string{"a b": "x"}}, codes.InvalidArgument, `labels: key "a b" must be 1-63 characters`},
+		{"label value", &executorv1.CreateSandboxRequest{Labels: map[string]string{"team": "a\nb"}}, codes.InvalidArgument, "labels[team]: must be UTF-8 without control characters"},
 		{"skill name", skills(&executorv1.SkillBundle{Name: "../x", Files: []*executorv1.SkillFile{{Path: "SKILL.md", Mode: 0o644}}}), codes.InvalidArgument, "skills[0].name"},
 		{"skill twice", skills(&executorv1.SkillBundle{Name: "a"}, &executorv1.SkillBundle{Name: "a"}), codes.InvalidArgument, "skills[1].name"},
 		{"skill dotdot", skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: "../../etc/passwd", Mode: 0o644}}}), codes.InvalidArgument, "skills[0].files[0].path"},
@@ -631,4 +635,56 @@ func TestResolveCommand(t *testing.T) {
 			wantCode(t, err, codes.InvalidArgument, tt.msg)
 		})
 	}
+}
+
+// TestListByLabelAndStatus: a list returns the sandboxes that carry every
+// label asked for, in the state asked for, and only the caller's.
+func TestListByLabelAndStatus(t *testing.T) {
+	x := startExecutor(t)
+	ctx := as(t, "acme")
+	ids := map[string]string{}
+	for name, labels := range map[string]map[string]string{
+		"web":   {"team": "infra", "app": "web"},
+		"db":    {"team": "infra", "app": "db"},
+		"other": {"team": "data"},
+	} {
+		resp, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Name: name, Labels: labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(resp.GetSandbox().GetLabels(), labels) {
+			t.Errorf("%s created with labels %v, answered %v", name, labels, resp.GetSandbox().GetLabels())
+		}
+		ids[resp.GetId()] = name
+	}
+	if _, err := x.client.CreateSandbox(as(t, "mallory"), &executorv1.CreateSandboxRequest{Labels: map[string]string{"team": "infra"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req  *executorv1.ListSandboxesRequest
+		want []string
+	}{
+		{&executorv1.ListSandboxesRequest{}, []string{"db", "other", "web"}},
+		{&executorv1.ListSandboxesRequest{Label: []string{"team=infra"}}, []string{"db", "web"}},
+		{&executorv1.ListSandboxesRequest{Label: []string{"team=infra", "app=web"}}, []string{"web"}},
+		{&executorv1.ListSandboxesRequest{Label: []string{"app"}}, []string{"db", "web"}},
+		{&executorv1.ListSandboxesRequest{Label: []string{"team=nobody"}}, nil},
+		{&executorv1.ListSandboxesRequest{Status: executorv1.SandboxState_SANDBOX_STATE_READY, Label: []string{"team=data"}}, []string{"other"}},
+		{&executorv1.ListSandboxesRequest{Status: executorv1.SandboxState_SANDBOX_STATE_GONE}, nil},
+	} {
+		resp, err := x.client.ListSandboxes(ctx, tc.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, sb := range resp.GetSandboxes() {
+			got = append(got, ids[sb.GetId()])
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("list %v = %q, want %q", tc.req, got, tc.want)
+		}
+	}
+	_, err := x.client.ListSandboxes(ctx, &executorv1.ListSandboxesRequest{Label: []string{"bad key"}})
+	wantCode(t, err, codes.InvalidArgument, `label: key "bad key" must be`)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"regexp"
 	"time"
 
@@ -118,6 +119,13 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 	if err != nil {
 		return nil, err
 	}
+	ttl, err := s.svc.ceil.Lifetime("ttl_seconds", int64(req.GetTtlSeconds()))
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLabels("labels", req.GetLabels()); err != nil {
+		return nil, err
+	}
 	var tools []toolshim.Tool
 	for i, t := range req.GetTools() {
 		if !toolName.MatchString(t.GetName()) {
@@ -141,7 +149,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 		User:   req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
 		Network:     network,
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
-		Idle: idle,
+		Idle: idle, TTL: ttl, Labels: req.GetLabels(),
 		Name: req.GetName(),
 	})
 	if err != nil {
@@ -184,7 +192,12 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 	for _, u := range unsaved {
 		upb = append(upb, &executorv1.UnsavedPath{Path: u.display(), Reason: u.reason})
 	}
+	var expires *timestamppb.Timestamp
+	if end := e.expiresAt(); !end.IsZero() {
+		expires = timestamppb.New(end)
+	}
 	return &executorv1.Sandbox{
+		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels,
 		Id: id, Name: e.name, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
 		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,
@@ -216,10 +229,21 @@ func (s *Server) ListSandboxes(ctx context.Context, req *executorv1.ListSandboxe
 	if err != nil {
 		return nil, err
 	}
+	sel, err := parseSelector("label", req.GetLabel())
+	if err != nil {
+		return nil, err
+	}
 	m := s.svc.List(account, req.GetUser())
 	resp := &executorv1.ListSandboxesResponse{Sandboxes: []*executorv1.Sandbox{}}
 	for _, id := range sortedIDs(m) {
-		resp.Sandboxes = append(resp.Sandboxes, s.sandboxPB(id, m[id]))
+		if !sel.matches(m[id].labels) {
+			continue
+		}
+		sb := s.sandboxPB(id, m[id])
+		if st := req.GetStatus(); st != executorv1.SandboxState_SANDBOX_STATE_UNSPECIFIED && sb.GetState() != st {
+			continue
+		}
+		resp.Sandboxes = append(resp.Sandboxes, sb)
 	}
 	return resp, nil
 }

@@ -192,6 +192,10 @@ type entry struct {
 	egress     *egressLog // nil: loopback only
 	idle       time.Duration
 	created    time.Time
+	// ttl is its lifetime from created, busy or not; 0: none.
+	ttl time.Duration
+	// labels are what it was created with, read-only after.
+	labels map[string]string
 	// claim is what it takes of its account's quotas; nil: not counted.
 	claim quotas.Usage
 
@@ -229,6 +233,20 @@ func (e *entry) touch() {
 	e.mu.Lock()
 	e.lastUsed = time.Now()
 	e.mu.Unlock()
+}
+
+// expiresAt is when its lifetime ends; zero when it has none.
+func (e *entry) expiresAt() time.Time {
+	if e.ttl <= 0 {
+		return time.Time{}
+	}
+	return e.created.Add(e.ttl)
+}
+
+// expired reports whether its lifetime has ended by now.
+func (e *entry) expired(now time.Time) bool {
+	end := e.expiresAt()
+	return !end.IsZero() && !now.Before(end)
 }
 
 func (e *entry) idleSince() time.Time {
@@ -364,17 +382,17 @@ func (s *Service) recordOwnership(ctx context.Context, id string, e *entry) erro
 }
 
 // endIdle ends the sandboxes idle longer than their idle timeout, and
-// those older than the operator's lifetime ceiling, busy or not; a
-// persistent workspace is saved first, as on every teardown.
+// those past their lifetime, busy or not; a persistent workspace is saved
+// first, as on every teardown.
 func (s *Service) endIdle(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	ending := map[string]string{}
 	for id, e := range s.sandboxes {
 		switch {
+		case e.expired(now):
+			ending[id] = "ttl"
 		case e.idle > 0 && now.Sub(e.idleSince()) > e.idle:
 			ending[id] = "idle"
-		case s.ceil.SandboxLifetime > 0 && now.Sub(e.created) > s.ceil.SandboxLifetime:
-			ending[id] = "lifetime"
 		}
 	}
 	s.mu.Unlock()
@@ -438,6 +456,11 @@ type CreateParams struct {
 	PathPrepend []string
 	Session     string
 	Idle        time.Duration
+	// TTL is its lifetime, busy or not (ceiling.Config.Lifetime); 0: none.
+	TTL time.Duration
+	// Labels are returned with it and select it in lists; checkLabels has
+	// passed them.
+	Labels map[string]string
 	// Name is returned with the sandbox (a container's name).
 	Name string
 	// Skills are written into the sandbox's skills directory, which it
@@ -538,7 +561,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, created: now, lastUsed: now, network: p.Network, claim: claim}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), created: now, lastUsed: now, network: p.Network, claim: claim}
 	for _, sk := range p.Skills {
 		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
 	}

@@ -33,7 +33,7 @@ type Config struct {
 	OutputLength            int64         `flag:"max-output-length" env:"CONCH_MAX_OUTPUT_LENGTH" default:"1048576" usage:"most characters of a command's output a caller may ask for (max_output_length)"`
 	IdleTimeout             time.Duration `flag:"max-idle-timeout" env:"CONCH_MAX_IDLE_TIMEOUT" default:"24h" usage:"longest idle time a sandbox may ask for (idle_timeout_seconds, shell.session_idle_seconds); a sandbox that asks for none gets this"`
 	NeverIdle               bool          `flag:"allow-no-idle-timeout" env:"CONCH_ALLOW_NO_IDLE_TIMEOUT" usage:"let a sandbox created with idle_timeout_seconds 0 live until destroyed, however long it is idle"`
-	SandboxLifetime         time.Duration `flag:"max-sandbox-lifetime" env:"CONCH_MAX_SANDBOX_LIFETIME" default:"168h" usage:"longest a sandbox lives, busy or not, before the executor ends it (a persistent workspace is saved first); 0: no bound"`
+	SandboxLifetime         time.Duration `flag:"max-sandbox-lifetime" env:"CONCH_MAX_SANDBOX_LIFETIME" default:"168h" usage:"longest lifetime a sandbox may ask for (ttl_seconds), and the lifetime of one that asks for none: at its end the executor ends it, busy or not (a persistent workspace is saved first); 0: no bound"`
 }
 
 // Defaults are the ceilings of a Config no one set, for tests and
@@ -152,6 +152,22 @@ func (c *Config) Idle(field string, seconds int64) (time.Duration, error) {
 	}
 	if seconds == 0 && !c.NeverIdle {
 		return c.IdleTimeout, nil
+	}
+	return time.Duration(seconds) * time.Second, nil
+}
+
+// Lifetime returns the lifetime a sandbox that asked for seconds gets:
+// what it asked for, or, for 0, the operator's lifetime ceiling (0 where
+// the operator sets no bound, and then no lifetime).
+func (c *Config) Lifetime(field string, seconds int64) (time.Duration, error) {
+	if seconds < 0 {
+		return 0, errs.New(errs.InvalidArgument, "%s: must not be negative", field)
+	}
+	if seconds == 0 {
+		return c.SandboxLifetime, nil
+	}
+	if c.SandboxLifetime > 0 && seconds > int64(c.SandboxLifetime/time.Second) {
+		return 0, Above(field, fmt.Sprint(seconds), fmt.Sprint(int64(c.SandboxLifetime/time.Second)))
 	}
 	return time.Duration(seconds) * time.Second, nil
 }

@@ -62,6 +62,33 @@ func TestIdle(t *testing.T) {
 	}
 }
 
+func TestLifetime(t *testing.T) {
+	c := Defaults
+	c.SandboxLifetime = time.Hour
+	unbounded := c
+	unbounded.SandboxLifetime = 0
+	for _, tc := range []struct {
+		c       Config
+		seconds int64
+		want    time.Duration
+		err     string
+	}{
+		{c, 0, time.Hour, ""},
+		{unbounded, 0, 0, ""},
+		{c, 1, time.Second, ""},
+		{c, 3600, time.Hour, ""},
+		{c, 3601, 0, "ttl: 3601 is above the ceiling of 3600"},
+		{unbounded, 1 << 31, 1 << 31 * time.Second, ""},
+		{c, -1, 0, "ttl: must not be negative"},
+		{unbounded, -1, 0, "ttl: must not be negative"},
+	} {
+		got, err := tc.c.Lifetime("ttl", tc.seconds)
+		if errString(err) != tc.err || (err == nil && got != tc.want) {
+			t.Errorf("Lifetime(%d) ceiling=%v = %v, %v; want %v, %q", tc.seconds, tc.c.SandboxLifetime, got, err, tc.want, tc.err)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		edit func(*Config)

@@ -591,7 +591,14 @@ type Sandbox struct {
 	// Name given at creation (the Containers API's container name).
 	Name string `protobuf:"bytes,15,opt,name=name,proto3" json:"name,omitempty"`
 	// Skills mounted in it at creation, without their files.
-	Skills        []*SkillBundle `protobuf:"bytes,16,rep,name=skills,proto3" json:"skills,omitempty"`
+	Skills []*SkillBundle `protobuf:"bytes,16,rep,name=skills,proto3" json:"skills,omitempty"`
+	// Its lifetime from creation, busy or not; 0: none.
+	TtlSeconds int32 `protobuf:"varint,17,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// When its lifetime ends and it is destroyed (a persistent workspace is
+	// saved first); unset when it has none.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Labels given at creation.
+	Labels        map[string]string `protobuf:"bytes,19,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -738,6 +745,27 @@ func (x *Sandbox) GetSkills() []*SkillBundle {
 	return nil
 }
 
+func (x *Sandbox) GetTtlSeconds() int32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *Sandbox) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Sandbox) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // UnsavedPath is a path of a persistent workspace that is not saved.
 type UnsavedPath struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -820,7 +848,17 @@ type CreateSandboxRequest struct {
 	Name string `protobuf:"bytes,10,opt,name=name,proto3" json:"name,omitempty"`
 	// Skills to mount read-only at /mnt/skills/<name>, with their files
 	// (docs/reference/skills.md).
-	Skills        []*SkillBundle `protobuf:"bytes,11,rep,name=skills,proto3" json:"skills,omitempty"`
+	Skills []*SkillBundle `protobuf:"bytes,11,rep,name=skills,proto3" json:"skills,omitempty"`
+	// Lifetime from creation, busy or not, after which it is destroyed (a
+	// persistent workspace is saved first); at most the operator's ceiling
+	// (--max-sandbox-lifetime). 0 takes the ceiling, which is none where the
+	// operator sets none.
+	TtlSeconds int32 `protobuf:"varint,12,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// Labels to find it by (ListSandboxesRequest.label): at most 32; a key
+	// is 1-63 characters of [A-Za-z0-9._/-] starting and ending with a
+	// letter or digit, a value at most 256 characters of UTF-8 without
+	// control characters.
+	Labels        map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -928,6 +966,20 @@ func (x *CreateSandboxRequest) GetName() string {
 func (x *CreateSandboxRequest) GetSkills() []*SkillBundle {
 	if x != nil {
 		return x.Skills
+	}
+	return nil
+}
+
+func (x *CreateSandboxRequest) GetTtlSeconds() int32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *CreateSandboxRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
 	}
 	return nil
 }
@@ -1222,7 +1274,12 @@ func (x *GetSandboxResponse) GetSandbox() *Sandbox {
 type ListSandboxesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only sandboxes of this user.
-	User          string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// Only sandboxes with every one of these labels: "key=value" for that
+	// value, "key" for any value.
+	Label []string `protobuf:"bytes,2,rep,name=label,proto3" json:"label,omitempty"`
+	// Only sandboxes in this state; unspecified: any.
+	Status        SandboxState `protobuf:"varint,3,opt,name=status,proto3,enum=conch.executor.v1.SandboxState" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1262,6 +1319,20 @@ func (x *ListSandboxesRequest) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *ListSandboxesRequest) GetLabel() []string {
+	if x != nil {
+		return x.Label
+	}
+	return nil
+}
+
+func (x *ListSandboxesRequest) GetStatus() SandboxState {
+	if x != nil {
+		return x.Status
+	}
+	return SandboxState_SANDBOX_STATE_UNSPECIFIED
 }
 
 // ListSandboxesResponse is the list.
@@ -1423,7 +1494,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\x8f\x05\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xe6\x06\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1445,10 +1516,18 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\aunsaved\x18\r \x03(\v2\x1e.conch.executor.v1.UnsavedPathR\aunsaved\x12'\n" +
 	"\x0funsaved_omitted\x18\x0e \x01(\x05R\x0eunsavedOmitted\x12\x12\n" +
 	"\x04name\x18\x0f \x01(\tR\x04name\x126\n" +
-	"\x06skills\x18\x10 \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"9\n" +
+	"\x06skills\x18\x10 \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\x12\x1f\n" +
+	"\vttl_seconds\x18\x11 \x01(\x05R\n" +
+	"ttlSeconds\x129\n" +
+	"\n" +
+	"expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12>\n" +
+	"\x06labels\x18\x13 \x03(\v2&.conch.executor.v1.Sandbox.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xba\x03\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xe3\x04\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1463,7 +1542,13 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x05agent\x18\t \x01(\tR\x05agent\x12\x12\n" +
 	"\x04name\x18\n" +
 	" \x01(\tR\x04name\x126\n" +
-	"\x06skills\x18\v \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\"\x7f\n" +
+	"\x06skills\x18\v \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\x12\x1f\n" +
+	"\vttl_seconds\x18\f \x01(\x05R\n" +
+	"ttlSeconds\x12K\n" +
+	"\x06labels\x18\r \x03(\v23.conch.executor.v1.CreateSandboxRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +
 	"\vSkillBundle\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x122\n" +
@@ -1479,9 +1564,11 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x11GetSandboxRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"J\n" +
 	"\x12GetSandboxResponse\x124\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1a.conch.executor.v1.SandboxR\asandbox\"*\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.conch.executor.v1.SandboxR\asandbox\"y\n" +
 	"\x14ListSandboxesRequest\x12\x12\n" +
-	"\x04user\x18\x01 \x01(\tR\x04user\"Q\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
+	"\x05label\x18\x02 \x03(\tR\x05label\x127\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x1f.conch.executor.v1.SandboxStateR\x06status\"Q\n" +
 	"\x15ListSandboxesResponse\x128\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x1a.conch.executor.v1.SandboxR\tsandboxes\"'\n" +
 	"\x15DestroySandboxRequest\x12\x0e\n" +
@@ -1516,7 +1603,7 @@ func file_conch_executor_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_conch_executor_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(NetworkMode)(0),               // 0: conch.executor.v1.NetworkMode
 	(NetworkAsk)(0),                // 1: conch.executor.v1.NetworkAsk
@@ -1537,7 +1624,9 @@ var file_conch_executor_v1_sandbox_proto_goTypes = []any{
 	(*ListSandboxesResponse)(nil),  // 16: conch.executor.v1.ListSandboxesResponse
 	(*DestroySandboxRequest)(nil),  // 17: conch.executor.v1.DestroySandboxRequest
 	(*DestroySandboxResponse)(nil), // 18: conch.executor.v1.DestroySandboxResponse
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	nil,                            // 19: conch.executor.v1.Sandbox.LabelsEntry
+	nil,                            // 20: conch.executor.v1.CreateSandboxRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Network.mode:type_name -> conch.executor.v1.NetworkMode
@@ -1546,23 +1635,27 @@ var file_conch_executor_v1_sandbox_proto_depIdxs = []int32{
 	2,  // 3: conch.executor.v1.Sandbox.state:type_name -> conch.executor.v1.SandboxState
 	3,  // 4: conch.executor.v1.Sandbox.limits:type_name -> conch.executor.v1.Limits
 	4,  // 5: conch.executor.v1.Sandbox.network:type_name -> conch.executor.v1.Network
-	19, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	19, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	21, // 6: conch.executor.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	21, // 7: conch.executor.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
 	8,  // 8: conch.executor.v1.Sandbox.unsaved:type_name -> conch.executor.v1.UnsavedPath
 	10, // 9: conch.executor.v1.Sandbox.skills:type_name -> conch.executor.v1.SkillBundle
-	3,  // 10: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
-	4,  // 11: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
-	6,  // 12: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
-	10, // 13: conch.executor.v1.CreateSandboxRequest.skills:type_name -> conch.executor.v1.SkillBundle
-	11, // 14: conch.executor.v1.SkillBundle.files:type_name -> conch.executor.v1.SkillFile
-	7,  // 15: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 16: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
-	7,  // 17: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	21, // 10: conch.executor.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 11: conch.executor.v1.Sandbox.labels:type_name -> conch.executor.v1.Sandbox.LabelsEntry
+	3,  // 12: conch.executor.v1.CreateSandboxRequest.limits:type_name -> conch.executor.v1.Limits
+	4,  // 13: conch.executor.v1.CreateSandboxRequest.network:type_name -> conch.executor.v1.Network
+	6,  // 14: conch.executor.v1.CreateSandboxRequest.tools:type_name -> conch.executor.v1.ToolCommand
+	10, // 15: conch.executor.v1.CreateSandboxRequest.skills:type_name -> conch.executor.v1.SkillBundle
+	20, // 16: conch.executor.v1.CreateSandboxRequest.labels:type_name -> conch.executor.v1.CreateSandboxRequest.LabelsEntry
+	11, // 17: conch.executor.v1.SkillBundle.files:type_name -> conch.executor.v1.SkillFile
+	7,  // 18: conch.executor.v1.CreateSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	7,  // 19: conch.executor.v1.GetSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	2,  // 20: conch.executor.v1.ListSandboxesRequest.status:type_name -> conch.executor.v1.SandboxState
+	7,  // 21: conch.executor.v1.ListSandboxesResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_sandbox_proto_init() }
@@ -1576,7 +1669,7 @@ func file_conch_executor_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_sandbox_proto_rawDesc), len(file_conch_executor_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
