@@ -52,6 +52,7 @@ func Commands() []Command {
 		{mcpGroup, MCP},
 		{nodesGroup, noStdin(Nodes)},
 		{sandboxGroup, noStdin(RunSandbox)},
+		{snapshotsGroup, noStdin(Snapshots)},
 	} {
 		cmds = append(cmds, Command{Name: c.g.name, Summary: c.g.summary, Run: c.run, group: c.g})
 	}

@@ -19,6 +19,10 @@ Commands:
   exec [flags] <id> [--] <command...>  run a command; its output and exit code become conch's
   list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
+  snapshot [--name NAME] <id>          save a sandbox's /home/workspace and /tmp and print the snapshot's id
+
+A sandbox made with "create --snapshot ID" starts with a snapshot's files
+(not its processes); "conch snapshots" lists and removes snapshots.
 `
 
 var sandboxGroup = &group{
@@ -34,7 +38,7 @@ flags need no quoting:
   conch sandbox exec ID -- ls -la
 `,
 	},
-	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}},
+	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}},
 	flags: func(cmd string) *flag.FlagSet { return new(sandboxFlags).flagSet(cmd) },
 }
 
@@ -42,6 +46,7 @@ flags need no quoting:
 type sandboxFlags struct {
 	Options
 	user, workdir, name string
+	snapshot            string
 	persistent          bool
 	timeout, maxOutput  int
 	ttl, idle           int
@@ -62,6 +67,9 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 		fs.IntVar(&f.ttl, "ttl", 0, "its lifetime in `SECONDS`, busy or not (0: the operator's ceiling)")
 		fs.IntVar(&f.idle, "idle-timeout", 0, "idle `SECONDS` after which it ends (0: the operator's ceiling)")
 		fs.Var(&f.labels, "label", "a `K=V` label to find it by (repeatable)")
+		fs.StringVar(&f.snapshot, "snapshot", "", "start from the files of snapshot `ID`")
+	case "snapshot":
+		fs.StringVar(&f.name, "name", "", "a `NAME` for the snapshot")
 	case "list":
 		fs.StringVar(&f.user, "user", "", "only the sandboxes of the end `USER`")
 		fs.Var(&f.labels, "label", "only sandboxes labelled `K=V`, or with label K at all (repeatable; all must hold)")
@@ -135,7 +143,7 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		var out struct {
 			ID string `json:"id"`
 		}
-		body := map[string]any{"user": f.user, "persistent": f.persistent, "name": f.name, "ttl_seconds": f.ttl, "idle_timeout_seconds": f.idle}
+		body := map[string]any{"user": f.user, "persistent": f.persistent, "name": f.name, "ttl_seconds": f.ttl, "idle_timeout_seconds": f.idle, "snapshot": f.snapshot}
 		if len(f.labels) > 0 {
 			m := map[string]string{}
 			for _, kv := range f.labels {
@@ -234,6 +242,16 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				return err
 			}
 		}
+		return nil
+	case "snapshot":
+		var out Snapshot
+		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(pos[0])+":snapshot", map[string]any{"name": f.name}, &out); err != nil {
+			return err
+		}
+		if o.JSON() {
+			return PrintJSON(stdout, out)
+		}
+		fmt.Fprintln(stdout, out.ID)
 		return nil
 	}
 	return UnknownCommand("conch sandbox", cmd, sandboxGroup.next(""))

@@ -17,6 +17,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
@@ -150,7 +151,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 		Network:     network,
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: idle, TTL: ttl, Labels: req.GetLabels(),
-		Name: req.GetName(),
+		Name: req.GetName(), Snapshot: req.GetSnapshot(),
 	})
 	if err != nil {
 		return nil, err
@@ -197,7 +198,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		expires = timestamppb.New(end)
 	}
 	return &executorv1.Sandbox{
-		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels,
+		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels, Snapshot: e.snapshot,
 		Id: id, Name: e.name, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
 		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,
@@ -246,6 +247,65 @@ func (s *Server) ListSandboxes(ctx context.Context, req *executorv1.ListSandboxe
 		resp.Sandboxes = append(resp.Sandboxes, sb)
 	}
 	return resp, nil
+}
+
+// SnapshotSandbox saves one of the caller's sandboxes' writable state.
+func (s *Server) SnapshotSandbox(ctx context.Context, req *executorv1.SnapshotSandboxRequest) (*executorv1.SnapshotSandboxResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.svc.Snapshot(ctx, account, req.GetSandboxId(), req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.SnapshotSandboxResponse{Snapshot: snapshotPB(rec)}, nil
+}
+
+// ListSnapshots lists the caller's snapshots.
+func (s *Server) ListSnapshots(ctx context.Context, _ *executorv1.ListSnapshotsRequest) (*executorv1.ListSnapshotsResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := s.svc.ListSnapshots(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	out := &executorv1.ListSnapshotsResponse{Snapshots: make([]*executorv1.Snapshot, 0, len(recs))}
+	for _, r := range recs {
+		out.Snapshots = append(out.Snapshots, snapshotPB(r))
+	}
+	return out, nil
+}
+
+// GetSnapshot returns one of the caller's snapshots.
+func (s *Server) GetSnapshot(ctx context.Context, req *executorv1.GetSnapshotRequest) (*executorv1.GetSnapshotResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.svc.GetSnapshot(ctx, account, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.GetSnapshotResponse{Snapshot: snapshotPB(rec)}, nil
+}
+
+// DeleteSnapshot deletes one of the caller's snapshots.
+func (s *Server) DeleteSnapshot(ctx context.Context, req *executorv1.DeleteSnapshotRequest) (*executorv1.DeleteSnapshotResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.svc.DeleteSnapshot(ctx, account, req.GetId()); err != nil {
+		return nil, err
+	}
+	return &executorv1.DeleteSnapshotResponse{}, nil
+}
+
+func snapshotPB(r *workspacev1.SnapshotRecord) *executorv1.Snapshot {
+	return &executorv1.Snapshot{Id: r.GetId(), Name: r.GetName(), SandboxId: r.GetSandboxId(), SizeBytes: r.GetSizeBytes(), CreatedAt: r.GetCreatedAt()}
 }
 
 // DestroySandbox ends one of the caller's sandboxes.

@@ -92,6 +92,7 @@ type Service struct {
 	draining bool // no new sandboxes or nodes, under mu
 
 	ws          Workspaces       // nil: persistent workspaces are refused
+	snaps       Snapshots        // nil: snapshots are refused
 	tools       ToolCaller       // nil: tool commands are refused
 	gateway     *hostexec.Runner // nil: the gateway host is turned off
 	gatewayFull bool             // security full is allowed there
@@ -122,6 +123,9 @@ type Option func(*Service)
 
 // WithWorkspaces lets sandboxes mount persistent workspaces from ws.
 func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws } }
+
+// WithSnapshots keeps sandboxes' snapshots in snaps.
+func WithSnapshots(snaps Snapshots) Option { return func(s *Service) { s.snaps = snaps } }
 
 // DefaultFlushTimeout bounds a workspace flush unless WithFlushTimeout
 // says otherwise.
@@ -196,6 +200,8 @@ type entry struct {
 	ttl time.Duration
 	// labels are what it was created with, read-only after.
 	labels map[string]string
+	// snapshot is the snapshot it started from, if any.
+	snapshot string
 	// claim is what it takes of its account's quotas; nil: not counted.
 	claim quotas.Usage
 
@@ -463,6 +469,8 @@ type CreateParams struct {
 	Labels map[string]string
 	// Name is returned with the sandbox (a container's name).
 	Name string
+	// Snapshot is a snapshot to restore into it before it is returned.
+	Snapshot string
 	// Skills are written into the sandbox's skills directory, which it
 	// sees read-only; skillfs.Check has passed them.
 	Skills []skillfs.Skill
@@ -474,6 +482,14 @@ var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
 func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*entry, string, error) {
 	if p.User != "" && (!userIDPattern.MatchString(p.User) || p.User == "." || p.User == "..") {
 		return nil, "", errs.New(errs.InvalidArgument, "user: must be %s", tenant.UserIDRule)
+	}
+	if p.Snapshot != "" {
+		if err := s.needSnapshots("snapshot"); err != nil {
+			return nil, "", err
+		}
+		if p.Persistent {
+			return nil, "", errs.New(errs.InvalidArgument, "snapshot: a sandbox starts from a snapshot or from a persistent workspace, not both")
+		}
 	}
 	var q quota.Limits
 	if p.Persistent {
@@ -561,7 +577,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), created: now, lastUsed: now, network: p.Network, claim: claim}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, created: now, lastUsed: now, network: p.Network, claim: claim}
 	for _, sk := range p.Skills {
 		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
 	}
@@ -615,6 +631,12 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	if p.Persistent {
 		if err := s.hydrate(ctx, e); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", err
+		}
+	}
+	if p.Snapshot != "" {
+		if err := s.restore(ctx, e, account, p.Snapshot); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, "", err
 		}

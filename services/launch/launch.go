@@ -106,7 +106,8 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			return fmt.Errorf("executor: dial workspace: %w", err)
 		}
 		c.onClose(func() { _ = wsConn.Close() })
-		ws := executor.NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(wsConn), executor.PersistentWorkspaceBytes)
+		wsClient := workspacev1.NewWorkspaceServiceClient(wsConn)
+		ws := executor.NewWorkspaceClient(wsClient, executor.PersistentWorkspaceBytes)
 		routerConn, err := p.dial(ctx, "router")
 		if err != nil {
 			return fmt.Errorf("executor: dial router: %w", err)
@@ -128,7 +129,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			return fmt.Errorf("executor: %w", err)
 		}
 		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
-		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
+		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithSnapshots(executor.NewSnapshotClient(wsClient)), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
 		if cfg.GatewayHost {
 			// Never as root: an unprivileged uid of its own, with no
 			// supplementary groups, whose home no one else reads.

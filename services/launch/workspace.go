@@ -13,6 +13,7 @@ import (
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/workspace/snapshots"
 	"github.com/conch-sh/conch/services/workspace/store"
 	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 	"github.com/conch-sh/conch/services/workspace/store/s3store"
@@ -72,7 +73,7 @@ func buildWorkspace(cfg workspace.Config) builder {
 			return err
 		}
 		c.onClose(fsvc.Close)
-		srv, err := workspace.New(fsvc, signer)
+		srv, err := workspace.New(fsvc, snapshots.New(st), signer)
 		if err != nil {
 			return err
 		}

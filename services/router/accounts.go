@@ -150,7 +150,7 @@ func (s *accountServer) GetQuotas(ctx context.Context, req *routerv1.GetQuotasRe
 // gateways and keys it has.
 func usage(ctx context.Context, kv clientv3.KV, account string) (quotas.Usage, error) {
 	used := quotas.Usage{}
-	for _, kind := range []quotas.Kind{quotas.Sandboxes, quotas.StoredResponses, quotas.PendingApprovals, quotas.MCPSessions} {
+	for _, kind := range []quotas.Kind{quotas.Sandboxes, quotas.StoredResponses, quotas.PendingApprovals, quotas.MCPSessions, quotas.Snapshots} {
 		u, _, err := quotas.Read(ctx, kv, kind, account)
 		if err != nil {
 			return nil, err

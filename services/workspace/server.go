@@ -21,24 +21,26 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/workspace/snapshots"
 )
 
 // Server serves WorkspaceService.
 type Server struct {
 	workspacev1.UnsafeWorkspaceServiceServer
 	files  *files.Service
+	snaps  *snapshots.Store
 	signer *signing.Signer
 }
 
 var _ workspacev1.WorkspaceServiceServer = (*Server)(nil)
 
-// New returns the workspace service over the files domain, signing public
-// URLs with signer.
-func New(fs *files.Service, signer *signing.Signer) (*Server, error) {
-	if fs == nil || signer == nil {
-		return nil, errors.New("workspace: files service and signer are required")
+// New returns the workspace service over the files domain and the
+// sandboxes' snapshots, signing public URLs with signer.
+func New(fs *files.Service, snaps *snapshots.Store, signer *signing.Signer) (*Server, error) {
+	if fs == nil || snaps == nil || signer == nil {
+		return nil, errors.New("workspace: files service, snapshots and signer are required")
 	}
-	return &Server{files: fs, signer: signer}, nil
+	return &Server{files: fs, snaps: snaps, signer: signer}, nil
 }
 
 // Register registers the service's gRPC handlers on g.

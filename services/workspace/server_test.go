@@ -22,6 +22,7 @@ import (
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/workspace/snapshots"
 	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
@@ -40,7 +41,7 @@ func start(t *testing.T) workspacev1.WorkspaceServiceClient {
 	t.Cleanup(fsvc.Close)
 	keys, _ := signing.ParseKeys("k1:" + strings.Repeat("s", 32))
 	sg, _ := signing.New(keys)
-	srv, err := workspace.New(fsvc, sg)
+	srv, err := workspace.New(fsvc, snapshots.New(st), sg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,10 +44,12 @@ const (
 	MCPSessions         Kind = "mcp_sessions"
 	EgressBytesPerDay   Kind = "egress_bytes_per_day"
 	Skills              Kind = "skills"
+	Snapshots           Kind = "snapshots"
+	SnapshotBytes       Kind = "snapshot_bytes"
 )
 
 // Kinds are every quota, in the order they are shown.
-var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys, MCPSessions, EgressBytesPerDay, Skills}
+var Kinds = []Kind{Sandboxes, SandboxMemoryBytes, SandboxPids, SandboxCPU, StoredResponses, StoredResponseBytes, PendingApprovals, Gateways, APIKeys, MCPSessions, EgressBytesPerDay, Skills, Snapshots, SnapshotBytes}
 
 // Config is the operator's default quotas, for every account an admin did
 // not give its own. Every service reads the same settings.
@@ -64,6 +66,8 @@ type Config struct {
 	MCPSessions         int64 `flag:"quota-mcp-sessions" env:"CONCH_QUOTA_MCP_SESSIONS" default:"50" usage:"MCP sessions one account may hold open"`
 	EgressBytesPerDay   int64 `flag:"quota-egress-bytes-per-day" env:"CONCH_QUOTA_EGRESS_BYTES_PER_DAY" default:"21474836480" usage:"bytes one account's sandboxes may send and receive through the egress proxy in a day (UTC), on every executor together"`
 	Skills              int64 `flag:"quota-skills" env:"CONCH_QUOTA_SKILLS" default:"100" usage:"skills one account may keep uploaded (/v1/skills)"`
+	Snapshots           int64 `flag:"quota-snapshots" env:"CONCH_QUOTA_SNAPSHOTS" default:"100" usage:"sandbox snapshots one account may keep"`
+	SnapshotBytes       int64 `flag:"quota-snapshot-bytes" env:"CONCH_QUOTA_SNAPSHOT_BYTES" default:"21474836480" usage:"bytes of one account's sandbox snapshots, in total"`
 }
 
 // Defaults are the quotas of a Config no one set; they match the tags.
@@ -72,6 +76,7 @@ var Defaults = Config{
 	StoredResponses: 2000, StoredResponseBytes: 64 << 20,
 	PendingApprovals: 100, Gateways: 100, APIKeys: 100, MCPSessions: 50,
 	EgressBytesPerDay: 20 << 30, Skills: 100,
+	Snapshots: 100, SnapshotBytes: 20 << 30,
 }
 
 // Limits are an account's quotas, one per kind.
@@ -84,6 +89,7 @@ func (c *Config) Limits() Limits {
 		StoredResponses: c.StoredResponses, StoredResponseBytes: c.StoredResponseBytes,
 		PendingApprovals: c.PendingApprovals, Gateways: c.Gateways, APIKeys: c.APIKeys, MCPSessions: c.MCPSessions,
 		EgressBytesPerDay: c.EgressBytesPerDay, Skills: c.Skills,
+		Snapshots: c.Snapshots, SnapshotBytes: c.SnapshotBytes,
 	}
 }
 

@@ -598,7 +598,9 @@ type Sandbox struct {
 	// saved first); unset when it has none.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// Labels given at creation.
-	Labels        map[string]string `protobuf:"bytes,19,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,19,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The snapshot it started from, if any.
+	Snapshot      string `protobuf:"bytes,20,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -766,6 +768,13 @@ func (x *Sandbox) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *Sandbox) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
 // UnsavedPath is a path of a persistent workspace that is not saved.
 type UnsavedPath struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -858,7 +867,10 @@ type CreateSandboxRequest struct {
 	// is 1-63 characters of [A-Za-z0-9._/-] starting and ending with a
 	// letter or digit, a value at most 256 characters of UTF-8 without
 	// control characters.
-	Labels        map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A snapshot (Snapshot.id) to start from: its /home/workspace and /tmp
+	// are restored before the sandbox is returned. Not with persistent.
+	Snapshot      string `protobuf:"bytes,14,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -982,6 +994,13 @@ func (x *CreateSandboxRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *CreateSandboxRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
 }
 
 // SkillBundle is one version of a skill, with its files.
@@ -1494,7 +1513,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xe6\x06\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\x82\a\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1521,13 +1540,14 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"ttlSeconds\x129\n" +
 	"\n" +
 	"expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12>\n" +
-	"\x06labels\x18\x13 \x03(\v2&.conch.executor.v1.Sandbox.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x13 \x03(\v2&.conch.executor.v1.Sandbox.LabelsEntryR\x06labels\x12\x1a\n" +
+	"\bsnapshot\x18\x14 \x01(\tR\bsnapshot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xe3\x04\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xff\x04\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1545,7 +1565,8 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x06skills\x18\v \x03(\v2\x1e.conch.executor.v1.SkillBundleR\x06skills\x12\x1f\n" +
 	"\vttl_seconds\x18\f \x01(\x05R\n" +
 	"ttlSeconds\x12K\n" +
-	"\x06labels\x18\r \x03(\v23.conch.executor.v1.CreateSandboxRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\r \x03(\v23.conch.executor.v1.CreateSandboxRequest.LabelsEntryR\x06labels\x12\x1a\n" +
+	"\bsnapshot\x18\x0e \x01(\tR\bsnapshot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +

@@ -23,6 +23,10 @@ const (
 	ExecutorService_GetSandbox_FullMethodName         = "/conch.executor.v1.ExecutorService/GetSandbox"
 	ExecutorService_ListSandboxes_FullMethodName      = "/conch.executor.v1.ExecutorService/ListSandboxes"
 	ExecutorService_DestroySandbox_FullMethodName     = "/conch.executor.v1.ExecutorService/DestroySandbox"
+	ExecutorService_SnapshotSandbox_FullMethodName    = "/conch.executor.v1.ExecutorService/SnapshotSandbox"
+	ExecutorService_ListSnapshots_FullMethodName      = "/conch.executor.v1.ExecutorService/ListSnapshots"
+	ExecutorService_GetSnapshot_FullMethodName        = "/conch.executor.v1.ExecutorService/GetSnapshot"
+	ExecutorService_DeleteSnapshot_FullMethodName     = "/conch.executor.v1.ExecutorService/DeleteSnapshot"
 	ExecutorService_Exec_FullMethodName               = "/conch.executor.v1.ExecutorService/Exec"
 	ExecutorService_RunCommand_FullMethodName         = "/conch.executor.v1.ExecutorService/RunCommand"
 	ExecutorService_ResolveCommand_FullMethodName     = "/conch.executor.v1.ExecutorService/ResolveCommand"
@@ -58,6 +62,15 @@ type ExecutorServiceClient interface {
 	// DestroySandbox flushes a persistent workspace, kills every process and
 	// removes the sandbox.
 	DestroySandbox(ctx context.Context, in *DestroySandboxRequest, opts ...grpc.CallOption) (*DestroySandboxResponse, error)
+	// SnapshotSandbox saves a sandbox's writable state (/home/workspace and
+	// /tmp) in the object store while it keeps running.
+	SnapshotSandbox(ctx context.Context, in *SnapshotSandboxRequest, opts ...grpc.CallOption) (*SnapshotSandboxResponse, error)
+	// ListSnapshots lists the account's snapshots.
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
+	// GetSnapshot returns a snapshot.
+	GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*GetSnapshotResponse, error)
+	// DeleteSnapshot deletes a snapshot.
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
 	// Exec runs a command, streaming its output and ending with a Finished or
 	// Backgrounded event. Cancelling the call kills the command.
 	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecResponse], error)
@@ -141,6 +154,46 @@ func (c *executorServiceClient) DestroySandbox(ctx context.Context, in *DestroyS
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DestroySandboxResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_DestroySandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) SnapshotSandbox(ctx context.Context, in *SnapshotSandboxRequest, opts ...grpc.CallOption) (*SnapshotSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotSandboxResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_SnapshotSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*GetSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSnapshotResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_GetSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -348,6 +401,15 @@ type ExecutorServiceServer interface {
 	// DestroySandbox flushes a persistent workspace, kills every process and
 	// removes the sandbox.
 	DestroySandbox(context.Context, *DestroySandboxRequest) (*DestroySandboxResponse, error)
+	// SnapshotSandbox saves a sandbox's writable state (/home/workspace and
+	// /tmp) in the object store while it keeps running.
+	SnapshotSandbox(context.Context, *SnapshotSandboxRequest) (*SnapshotSandboxResponse, error)
+	// ListSnapshots lists the account's snapshots.
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
+	// GetSnapshot returns a snapshot.
+	GetSnapshot(context.Context, *GetSnapshotRequest) (*GetSnapshotResponse, error)
+	// DeleteSnapshot deletes a snapshot.
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
 	// Exec runs a command, streaming its output and ending with a Finished or
 	// Backgrounded event. Cancelling the call kills the command.
 	Exec(*ExecRequest, grpc.ServerStreamingServer[ExecResponse]) error
@@ -408,6 +470,18 @@ func (UnimplementedExecutorServiceServer) ListSandboxes(context.Context, *ListSa
 }
 func (UnimplementedExecutorServiceServer) DestroySandbox(context.Context, *DestroySandboxRequest) (*DestroySandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DestroySandbox not implemented")
+}
+func (UnimplementedExecutorServiceServer) SnapshotSandbox(context.Context, *SnapshotSandboxRequest) (*SnapshotSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SnapshotSandbox not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
+}
+func (UnimplementedExecutorServiceServer) GetSnapshot(context.Context, *GetSnapshotRequest) (*GetSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSnapshot not implemented")
+}
+func (UnimplementedExecutorServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
 }
 func (UnimplementedExecutorServiceServer) Exec(*ExecRequest, grpc.ServerStreamingServer[ExecResponse]) error {
 	return status.Error(codes.Unimplemented, "method Exec not implemented")
@@ -543,6 +617,78 @@ func _ExecutorService_DestroySandbox_Handler(srv interface{}, ctx context.Contex
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ExecutorServiceServer).DestroySandbox(ctx, req.(*DestroySandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_SnapshotSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).SnapshotSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_SnapshotSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).SnapshotSandbox(ctx, req.(*SnapshotSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_GetSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).GetSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_GetSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).GetSnapshot(ctx, req.(*GetSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -796,6 +942,22 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DestroySandbox",
 			Handler:    _ExecutorService_DestroySandbox_Handler,
+		},
+		{
+			MethodName: "SnapshotSandbox",
+			Handler:    _ExecutorService_SnapshotSandbox_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _ExecutorService_ListSnapshots_Handler,
+		},
+		{
+			MethodName: "GetSnapshot",
+			Handler:    _ExecutorService_GetSnapshot_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _ExecutorService_DeleteSnapshot_Handler,
 		},
 		{
 			MethodName: "RunCommand",

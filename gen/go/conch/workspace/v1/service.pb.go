@@ -24,7 +24,7 @@ var File_conch_workspace_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_workspace_v1_service_proto_rawDesc = "" +
 	"\n" +
-	" conch/workspace/v1/service.proto\x12\x12conch.workspace.v1\x1a\x1econch/workspace/v1/files.proto\x1a\x1dconch/workspace/v1/sync.proto2\xd0\a\n" +
+	" conch/workspace/v1/service.proto\x12\x12conch.workspace.v1\x1a\x1econch/workspace/v1/files.proto\x1a!conch/workspace/v1/snapshot.proto\x1a\x1dconch/workspace/v1/sync.proto2\x8a\v\n" +
 	"\x10WorkspaceService\x12I\n" +
 	"\x04List\x12\x1f.conch.workspace.v1.ListRequest\x1a .conch.workspace.v1.ListResponse\x12I\n" +
 	"\x04Stat\x12\x1f.conch.workspace.v1.StatRequest\x1a .conch.workspace.v1.StatResponse\x12W\n" +
@@ -36,31 +36,43 @@ const file_conch_workspace_v1_service_proto_rawDesc = "" +
 	"\x0eReadPublicFile\x12).conch.workspace.v1.ReadPublicFileRequest\x1a*.conch.workspace.v1.ReadPublicFileResponse0\x01\x12T\n" +
 	"\aHydrate\x12\".conch.workspace.v1.HydrateRequest\x1a#.conch.workspace.v1.HydrateResponse0\x01\x12N\n" +
 	"\x05Flush\x12 .conch.workspace.v1.FlushRequest\x1a!.conch.workspace.v1.FlushResponse(\x01\x12U\n" +
-	"\bGetUsage\x12#.conch.workspace.v1.GetUsageRequest\x1a$.conch.workspace.v1.GetUsageResponseBAZ?github.com/conch-sh/conch/gen/go/conch/workspace/v1;workspacev1b\x06proto3"
+	"\bGetUsage\x12#.conch.workspace.v1.GetUsageRequest\x1a$.conch.workspace.v1.GetUsageResponse\x12`\n" +
+	"\vPutSnapshot\x12&.conch.workspace.v1.PutSnapshotRequest\x1a'.conch.workspace.v1.PutSnapshotResponse(\x01\x12c\n" +
+	"\fReadSnapshot\x12'.conch.workspace.v1.ReadSnapshotRequest\x1a(.conch.workspace.v1.ReadSnapshotResponse0\x01\x12v\n" +
+	"\x13ListSnapshotRecords\x12..conch.workspace.v1.ListSnapshotRecordsRequest\x1a/.conch.workspace.v1.ListSnapshotRecordsResponse\x12y\n" +
+	"\x14DeleteSnapshotRecord\x12/.conch.workspace.v1.DeleteSnapshotRecordRequest\x1a0.conch.workspace.v1.DeleteSnapshotRecordResponseBAZ?github.com/conch-sh/conch/gen/go/conch/workspace/v1;workspacev1b\x06proto3"
 
 var file_conch_workspace_v1_service_proto_goTypes = []any{
-	(*ListRequest)(nil),             // 0: conch.workspace.v1.ListRequest
-	(*StatRequest)(nil),             // 1: conch.workspace.v1.StatRequest
-	(*ReadFileRequest)(nil),         // 2: conch.workspace.v1.ReadFileRequest
-	(*WriteFileRequest)(nil),        // 3: conch.workspace.v1.WriteFileRequest
-	(*MkdirRequest)(nil),            // 4: conch.workspace.v1.MkdirRequest
-	(*DeleteRequest)(nil),           // 5: conch.workspace.v1.DeleteRequest
-	(*CreatePublicURLRequest)(nil),  // 6: conch.workspace.v1.CreatePublicURLRequest
-	(*ReadPublicFileRequest)(nil),   // 7: conch.workspace.v1.ReadPublicFileRequest
-	(*HydrateRequest)(nil),          // 8: conch.workspace.v1.HydrateRequest
-	(*FlushRequest)(nil),            // 9: conch.workspace.v1.FlushRequest
-	(*GetUsageRequest)(nil),         // 10: conch.workspace.v1.GetUsageRequest
-	(*ListResponse)(nil),            // 11: conch.workspace.v1.ListResponse
-	(*StatResponse)(nil),            // 12: conch.workspace.v1.StatResponse
-	(*ReadFileResponse)(nil),        // 13: conch.workspace.v1.ReadFileResponse
-	(*WriteFileResponse)(nil),       // 14: conch.workspace.v1.WriteFileResponse
-	(*MkdirResponse)(nil),           // 15: conch.workspace.v1.MkdirResponse
-	(*DeleteResponse)(nil),          // 16: conch.workspace.v1.DeleteResponse
-	(*CreatePublicURLResponse)(nil), // 17: conch.workspace.v1.CreatePublicURLResponse
-	(*ReadPublicFileResponse)(nil),  // 18: conch.workspace.v1.ReadPublicFileResponse
-	(*HydrateResponse)(nil),         // 19: conch.workspace.v1.HydrateResponse
-	(*FlushResponse)(nil),           // 20: conch.workspace.v1.FlushResponse
-	(*GetUsageResponse)(nil),        // 21: conch.workspace.v1.GetUsageResponse
+	(*ListRequest)(nil),                  // 0: conch.workspace.v1.ListRequest
+	(*StatRequest)(nil),                  // 1: conch.workspace.v1.StatRequest
+	(*ReadFileRequest)(nil),              // 2: conch.workspace.v1.ReadFileRequest
+	(*WriteFileRequest)(nil),             // 3: conch.workspace.v1.WriteFileRequest
+	(*MkdirRequest)(nil),                 // 4: conch.workspace.v1.MkdirRequest
+	(*DeleteRequest)(nil),                // 5: conch.workspace.v1.DeleteRequest
+	(*CreatePublicURLRequest)(nil),       // 6: conch.workspace.v1.CreatePublicURLRequest
+	(*ReadPublicFileRequest)(nil),        // 7: conch.workspace.v1.ReadPublicFileRequest
+	(*HydrateRequest)(nil),               // 8: conch.workspace.v1.HydrateRequest
+	(*FlushRequest)(nil),                 // 9: conch.workspace.v1.FlushRequest
+	(*GetUsageRequest)(nil),              // 10: conch.workspace.v1.GetUsageRequest
+	(*PutSnapshotRequest)(nil),           // 11: conch.workspace.v1.PutSnapshotRequest
+	(*ReadSnapshotRequest)(nil),          // 12: conch.workspace.v1.ReadSnapshotRequest
+	(*ListSnapshotRecordsRequest)(nil),   // 13: conch.workspace.v1.ListSnapshotRecordsRequest
+	(*DeleteSnapshotRecordRequest)(nil),  // 14: conch.workspace.v1.DeleteSnapshotRecordRequest
+	(*ListResponse)(nil),                 // 15: conch.workspace.v1.ListResponse
+	(*StatResponse)(nil),                 // 16: conch.workspace.v1.StatResponse
+	(*ReadFileResponse)(nil),             // 17: conch.workspace.v1.ReadFileResponse
+	(*WriteFileResponse)(nil),            // 18: conch.workspace.v1.WriteFileResponse
+	(*MkdirResponse)(nil),                // 19: conch.workspace.v1.MkdirResponse
+	(*DeleteResponse)(nil),               // 20: conch.workspace.v1.DeleteResponse
+	(*CreatePublicURLResponse)(nil),      // 21: conch.workspace.v1.CreatePublicURLResponse
+	(*ReadPublicFileResponse)(nil),       // 22: conch.workspace.v1.ReadPublicFileResponse
+	(*HydrateResponse)(nil),              // 23: conch.workspace.v1.HydrateResponse
+	(*FlushResponse)(nil),                // 24: conch.workspace.v1.FlushResponse
+	(*GetUsageResponse)(nil),             // 25: conch.workspace.v1.GetUsageResponse
+	(*PutSnapshotResponse)(nil),          // 26: conch.workspace.v1.PutSnapshotResponse
+	(*ReadSnapshotResponse)(nil),         // 27: conch.workspace.v1.ReadSnapshotResponse
+	(*ListSnapshotRecordsResponse)(nil),  // 28: conch.workspace.v1.ListSnapshotRecordsResponse
+	(*DeleteSnapshotRecordResponse)(nil), // 29: conch.workspace.v1.DeleteSnapshotRecordResponse
 }
 var file_conch_workspace_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.workspace.v1.WorkspaceService.List:input_type -> conch.workspace.v1.ListRequest
@@ -74,19 +86,27 @@ var file_conch_workspace_v1_service_proto_depIdxs = []int32{
 	8,  // 8: conch.workspace.v1.WorkspaceService.Hydrate:input_type -> conch.workspace.v1.HydrateRequest
 	9,  // 9: conch.workspace.v1.WorkspaceService.Flush:input_type -> conch.workspace.v1.FlushRequest
 	10, // 10: conch.workspace.v1.WorkspaceService.GetUsage:input_type -> conch.workspace.v1.GetUsageRequest
-	11, // 11: conch.workspace.v1.WorkspaceService.List:output_type -> conch.workspace.v1.ListResponse
-	12, // 12: conch.workspace.v1.WorkspaceService.Stat:output_type -> conch.workspace.v1.StatResponse
-	13, // 13: conch.workspace.v1.WorkspaceService.ReadFile:output_type -> conch.workspace.v1.ReadFileResponse
-	14, // 14: conch.workspace.v1.WorkspaceService.WriteFile:output_type -> conch.workspace.v1.WriteFileResponse
-	15, // 15: conch.workspace.v1.WorkspaceService.Mkdir:output_type -> conch.workspace.v1.MkdirResponse
-	16, // 16: conch.workspace.v1.WorkspaceService.Delete:output_type -> conch.workspace.v1.DeleteResponse
-	17, // 17: conch.workspace.v1.WorkspaceService.CreatePublicURL:output_type -> conch.workspace.v1.CreatePublicURLResponse
-	18, // 18: conch.workspace.v1.WorkspaceService.ReadPublicFile:output_type -> conch.workspace.v1.ReadPublicFileResponse
-	19, // 19: conch.workspace.v1.WorkspaceService.Hydrate:output_type -> conch.workspace.v1.HydrateResponse
-	20, // 20: conch.workspace.v1.WorkspaceService.Flush:output_type -> conch.workspace.v1.FlushResponse
-	21, // 21: conch.workspace.v1.WorkspaceService.GetUsage:output_type -> conch.workspace.v1.GetUsageResponse
-	11, // [11:22] is the sub-list for method output_type
-	0,  // [0:11] is the sub-list for method input_type
+	11, // 11: conch.workspace.v1.WorkspaceService.PutSnapshot:input_type -> conch.workspace.v1.PutSnapshotRequest
+	12, // 12: conch.workspace.v1.WorkspaceService.ReadSnapshot:input_type -> conch.workspace.v1.ReadSnapshotRequest
+	13, // 13: conch.workspace.v1.WorkspaceService.ListSnapshotRecords:input_type -> conch.workspace.v1.ListSnapshotRecordsRequest
+	14, // 14: conch.workspace.v1.WorkspaceService.DeleteSnapshotRecord:input_type -> conch.workspace.v1.DeleteSnapshotRecordRequest
+	15, // 15: conch.workspace.v1.WorkspaceService.List:output_type -> conch.workspace.v1.ListResponse
+	16, // 16: conch.workspace.v1.WorkspaceService.Stat:output_type -> conch.workspace.v1.StatResponse
+	17, // 17: conch.workspace.v1.WorkspaceService.ReadFile:output_type -> conch.workspace.v1.ReadFileResponse
+	18, // 18: conch.workspace.v1.WorkspaceService.WriteFile:output_type -> conch.workspace.v1.WriteFileResponse
+	19, // 19: conch.workspace.v1.WorkspaceService.Mkdir:output_type -> conch.workspace.v1.MkdirResponse
+	20, // 20: conch.workspace.v1.WorkspaceService.Delete:output_type -> conch.workspace.v1.DeleteResponse
+	21, // 21: conch.workspace.v1.WorkspaceService.CreatePublicURL:output_type -> conch.workspace.v1.CreatePublicURLResponse
+	22, // 22: conch.workspace.v1.WorkspaceService.ReadPublicFile:output_type -> conch.workspace.v1.ReadPublicFileResponse
+	23, // 23: conch.workspace.v1.WorkspaceService.Hydrate:output_type -> conch.workspace.v1.HydrateResponse
+	24, // 24: conch.workspace.v1.WorkspaceService.Flush:output_type -> conch.workspace.v1.FlushResponse
+	25, // 25: conch.workspace.v1.WorkspaceService.GetUsage:output_type -> conch.workspace.v1.GetUsageResponse
+	26, // 26: conch.workspace.v1.WorkspaceService.PutSnapshot:output_type -> conch.workspace.v1.PutSnapshotResponse
+	27, // 27: conch.workspace.v1.WorkspaceService.ReadSnapshot:output_type -> conch.workspace.v1.ReadSnapshotResponse
+	28, // 28: conch.workspace.v1.WorkspaceService.ListSnapshotRecords:output_type -> conch.workspace.v1.ListSnapshotRecordsResponse
+	29, // 29: conch.workspace.v1.WorkspaceService.DeleteSnapshotRecord:output_type -> conch.workspace.v1.DeleteSnapshotRecordResponse
+	15, // [15:30] is the sub-list for method output_type
+	0,  // [0:15] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -98,6 +118,7 @@ func file_conch_workspace_v1_service_proto_init() {
 		return
 	}
 	file_conch_workspace_v1_files_proto_init()
+	file_conch_workspace_v1_snapshot_proto_init()
 	file_conch_workspace_v1_sync_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

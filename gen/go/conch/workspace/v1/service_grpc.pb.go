@@ -19,17 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkspaceService_List_FullMethodName            = "/conch.workspace.v1.WorkspaceService/List"
-	WorkspaceService_Stat_FullMethodName            = "/conch.workspace.v1.WorkspaceService/Stat"
-	WorkspaceService_ReadFile_FullMethodName        = "/conch.workspace.v1.WorkspaceService/ReadFile"
-	WorkspaceService_WriteFile_FullMethodName       = "/conch.workspace.v1.WorkspaceService/WriteFile"
-	WorkspaceService_Mkdir_FullMethodName           = "/conch.workspace.v1.WorkspaceService/Mkdir"
-	WorkspaceService_Delete_FullMethodName          = "/conch.workspace.v1.WorkspaceService/Delete"
-	WorkspaceService_CreatePublicURL_FullMethodName = "/conch.workspace.v1.WorkspaceService/CreatePublicURL"
-	WorkspaceService_ReadPublicFile_FullMethodName  = "/conch.workspace.v1.WorkspaceService/ReadPublicFile"
-	WorkspaceService_Hydrate_FullMethodName         = "/conch.workspace.v1.WorkspaceService/Hydrate"
-	WorkspaceService_Flush_FullMethodName           = "/conch.workspace.v1.WorkspaceService/Flush"
-	WorkspaceService_GetUsage_FullMethodName        = "/conch.workspace.v1.WorkspaceService/GetUsage"
+	WorkspaceService_List_FullMethodName                 = "/conch.workspace.v1.WorkspaceService/List"
+	WorkspaceService_Stat_FullMethodName                 = "/conch.workspace.v1.WorkspaceService/Stat"
+	WorkspaceService_ReadFile_FullMethodName             = "/conch.workspace.v1.WorkspaceService/ReadFile"
+	WorkspaceService_WriteFile_FullMethodName            = "/conch.workspace.v1.WorkspaceService/WriteFile"
+	WorkspaceService_Mkdir_FullMethodName                = "/conch.workspace.v1.WorkspaceService/Mkdir"
+	WorkspaceService_Delete_FullMethodName               = "/conch.workspace.v1.WorkspaceService/Delete"
+	WorkspaceService_CreatePublicURL_FullMethodName      = "/conch.workspace.v1.WorkspaceService/CreatePublicURL"
+	WorkspaceService_ReadPublicFile_FullMethodName       = "/conch.workspace.v1.WorkspaceService/ReadPublicFile"
+	WorkspaceService_Hydrate_FullMethodName              = "/conch.workspace.v1.WorkspaceService/Hydrate"
+	WorkspaceService_Flush_FullMethodName                = "/conch.workspace.v1.WorkspaceService/Flush"
+	WorkspaceService_GetUsage_FullMethodName             = "/conch.workspace.v1.WorkspaceService/GetUsage"
+	WorkspaceService_PutSnapshot_FullMethodName          = "/conch.workspace.v1.WorkspaceService/PutSnapshot"
+	WorkspaceService_ReadSnapshot_FullMethodName         = "/conch.workspace.v1.WorkspaceService/ReadSnapshot"
+	WorkspaceService_ListSnapshotRecords_FullMethodName  = "/conch.workspace.v1.WorkspaceService/ListSnapshotRecords"
+	WorkspaceService_DeleteSnapshotRecord_FullMethodName = "/conch.workspace.v1.WorkspaceService/DeleteSnapshotRecord"
 )
 
 // WorkspaceServiceClient is the client API for WorkspaceService service.
@@ -67,6 +71,15 @@ type WorkspaceServiceClient interface {
 	Flush(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[FlushRequest, FlushResponse], error)
 	// GetUsage returns a workspace's usage and quota.
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
+	// PutSnapshot stores a snapshot's archive and record, for the executor:
+	// visible once whole, never in part.
+	PutSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutSnapshotRequest, PutSnapshotResponse], error)
+	// ReadSnapshot streams a snapshot's record and archive.
+	ReadSnapshot(ctx context.Context, in *ReadSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadSnapshotResponse], error)
+	// ListSnapshotRecords lists the account's snapshots.
+	ListSnapshotRecords(ctx context.Context, in *ListSnapshotRecordsRequest, opts ...grpc.CallOption) (*ListSnapshotRecordsResponse, error)
+	// DeleteSnapshotRecord deletes a snapshot.
+	DeleteSnapshotRecord(ctx context.Context, in *DeleteSnapshotRecordRequest, opts ...grpc.CallOption) (*DeleteSnapshotRecordResponse, error)
 }
 
 type workspaceServiceClient struct {
@@ -220,6 +233,58 @@ func (c *workspaceServiceClient) GetUsage(ctx context.Context, in *GetUsageReque
 	return out, nil
 }
 
+func (c *workspaceServiceClient) PutSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutSnapshotRequest, PutSnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WorkspaceService_ServiceDesc.Streams[5], WorkspaceService_PutSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PutSnapshotRequest, PutSnapshotResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkspaceService_PutSnapshotClient = grpc.ClientStreamingClient[PutSnapshotRequest, PutSnapshotResponse]
+
+func (c *workspaceServiceClient) ReadSnapshot(ctx context.Context, in *ReadSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadSnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WorkspaceService_ServiceDesc.Streams[6], WorkspaceService_ReadSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadSnapshotRequest, ReadSnapshotResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkspaceService_ReadSnapshotClient = grpc.ServerStreamingClient[ReadSnapshotResponse]
+
+func (c *workspaceServiceClient) ListSnapshotRecords(ctx context.Context, in *ListSnapshotRecordsRequest, opts ...grpc.CallOption) (*ListSnapshotRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotRecordsResponse)
+	err := c.cc.Invoke(ctx, WorkspaceService_ListSnapshotRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workspaceServiceClient) DeleteSnapshotRecord(ctx context.Context, in *DeleteSnapshotRecordRequest, opts ...grpc.CallOption) (*DeleteSnapshotRecordResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotRecordResponse)
+	err := c.cc.Invoke(ctx, WorkspaceService_DeleteSnapshotRecord_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkspaceServiceServer is the server API for WorkspaceService service.
 // All implementations must embed UnimplementedWorkspaceServiceServer
 // for forward compatibility.
@@ -255,6 +320,15 @@ type WorkspaceServiceServer interface {
 	Flush(grpc.ClientStreamingServer[FlushRequest, FlushResponse]) error
 	// GetUsage returns a workspace's usage and quota.
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
+	// PutSnapshot stores a snapshot's archive and record, for the executor:
+	// visible once whole, never in part.
+	PutSnapshot(grpc.ClientStreamingServer[PutSnapshotRequest, PutSnapshotResponse]) error
+	// ReadSnapshot streams a snapshot's record and archive.
+	ReadSnapshot(*ReadSnapshotRequest, grpc.ServerStreamingServer[ReadSnapshotResponse]) error
+	// ListSnapshotRecords lists the account's snapshots.
+	ListSnapshotRecords(context.Context, *ListSnapshotRecordsRequest) (*ListSnapshotRecordsResponse, error)
+	// DeleteSnapshotRecord deletes a snapshot.
+	DeleteSnapshotRecord(context.Context, *DeleteSnapshotRecordRequest) (*DeleteSnapshotRecordResponse, error)
 	mustEmbedUnimplementedWorkspaceServiceServer()
 }
 
@@ -297,6 +371,18 @@ func (UnimplementedWorkspaceServiceServer) Flush(grpc.ClientStreamingServer[Flus
 }
 func (UnimplementedWorkspaceServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
+}
+func (UnimplementedWorkspaceServiceServer) PutSnapshot(grpc.ClientStreamingServer[PutSnapshotRequest, PutSnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method PutSnapshot not implemented")
+}
+func (UnimplementedWorkspaceServiceServer) ReadSnapshot(*ReadSnapshotRequest, grpc.ServerStreamingServer[ReadSnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadSnapshot not implemented")
+}
+func (UnimplementedWorkspaceServiceServer) ListSnapshotRecords(context.Context, *ListSnapshotRecordsRequest) (*ListSnapshotRecordsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshotRecords not implemented")
+}
+func (UnimplementedWorkspaceServiceServer) DeleteSnapshotRecord(context.Context, *DeleteSnapshotRecordRequest) (*DeleteSnapshotRecordResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshotRecord not implemented")
 }
 func (UnimplementedWorkspaceServiceServer) mustEmbedUnimplementedWorkspaceServiceServer() {}
 func (UnimplementedWorkspaceServiceServer) testEmbeddedByValue()                          {}
@@ -474,6 +560,60 @@ func _WorkspaceService_GetUsage_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkspaceService_PutSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(WorkspaceServiceServer).PutSnapshot(&grpc.GenericServerStream[PutSnapshotRequest, PutSnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkspaceService_PutSnapshotServer = grpc.ClientStreamingServer[PutSnapshotRequest, PutSnapshotResponse]
+
+func _WorkspaceService_ReadSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadSnapshotRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WorkspaceServiceServer).ReadSnapshot(m, &grpc.GenericServerStream[ReadSnapshotRequest, ReadSnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WorkspaceService_ReadSnapshotServer = grpc.ServerStreamingServer[ReadSnapshotResponse]
+
+func _WorkspaceService_ListSnapshotRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkspaceServiceServer).ListSnapshotRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkspaceService_ListSnapshotRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkspaceServiceServer).ListSnapshotRecords(ctx, req.(*ListSnapshotRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkspaceService_DeleteSnapshotRecord_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRecordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkspaceServiceServer).DeleteSnapshotRecord(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkspaceService_DeleteSnapshotRecord_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkspaceServiceServer).DeleteSnapshotRecord(ctx, req.(*DeleteSnapshotRecordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkspaceService_ServiceDesc is the grpc.ServiceDesc for WorkspaceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -505,6 +645,14 @@ var WorkspaceService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetUsage",
 			Handler:    _WorkspaceService_GetUsage_Handler,
 		},
+		{
+			MethodName: "ListSnapshotRecords",
+			Handler:    _WorkspaceService_ListSnapshotRecords_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshotRecord",
+			Handler:    _WorkspaceService_DeleteSnapshotRecord_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -531,6 +679,16 @@ var WorkspaceService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Flush",
 			Handler:       _WorkspaceService_Flush_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "PutSnapshot",
+			Handler:       _WorkspaceService_PutSnapshot_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadSnapshot",
+			Handler:       _WorkspaceService_ReadSnapshot_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "conch/workspace/v1/service.proto",

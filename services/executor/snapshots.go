@@ -1,0 +1,420 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/internal/platform/chunks"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/router/accounts"
+)
+
+// Snapshots keeps snapshots' archives and records: the workspace service.
+type Snapshots interface {
+	// Put stores a snapshot of account from its archive r, at most
+	// maxBytes of it, and returns its record with size and hash.
+	Put(ctx context.Context, account string, rec *workspacev1.SnapshotRecord, r io.Reader, maxBytes int64) (*workspacev1.SnapshotRecord, error)
+	// Open returns a snapshot's record and archive, which the caller
+	// closes.
+	Open(ctx context.Context, account, id string) (*workspacev1.SnapshotRecord, io.ReadCloser, error)
+	List(ctx context.Context, account string) ([]*workspacev1.SnapshotRecord, error)
+	// Delete reports whether there was a snapshot to delete.
+	Delete(ctx context.Context, account, id string) (bool, error)
+}
+
+// A snapshot is an archive of what a sandbox may write: its workspace and
+// /tmp. The sandbox's own tar makes and restores it, as the sandbox's
+// user inside the sandbox, so that an archive can neither read nor write
+// anything the sandbox could not; the executor only carries its bytes.
+// TAR_OPTIONS, which a sandbox's environment could set, is cleared;
+// GNU tar refuses members with ".." and strips a leading "/" besides.
+const (
+	snapshotMembers = "home/workspace tmp"
+	archiveCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --create --file=- --format=posix --numeric-owner --sparse --directory=/ " + snapshotMembers
+	restoreCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --extract --file=- --no-same-owner --preserve-permissions --no-overwrite-dir --directory=/ " + snapshotMembers
+	// tarChanged is GNU tar's exit status when a file changed while it
+	// read it: the archive is whole, with that file as tar found it.
+	tarChanged = 1
+	// snapshotTimeout bounds the making or restoring of one snapshot.
+	snapshotTimeout = 30 * time.Minute
+	// restoreBlock is what one write to a restoring tar carries: the
+	// agent holds a few of them, in the sandbox's memory.
+	restoreBlock = 64 << 10
+)
+
+// needSnapshots is the refusal of an executor without snapshot storage.
+func (s *Service) needSnapshots(field string) error {
+	if s.snaps == nil {
+		return errs.New(errs.FailedPrecondition, "%s: snapshots need the workspace service, which this executor is not connected to", field)
+	}
+	return nil
+}
+
+// Snapshot saves the writable state of account's sandbox id while it runs
+// on: whatever its commands write meanwhile may or may not be in it.
+func (s *Service) Snapshot(ctx context.Context, account, id, name string) (*workspacev1.SnapshotRecord, error) {
+	e, err := s.lookup(ctx, account, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.needSnapshots("snapshot"); err != nil {
+		return nil, err
+	}
+	if utf8.RuneCountInString(name) > MaxNameChars || !utf8.ValidString(name) {
+		return nil, errs.New(errs.InvalidArgument, "name: must be at most %d characters of UTF-8", MaxNameChars)
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	snapID := "snap-" + hex.EncodeToString(b)
+	room, limits, err := s.snapshotRoom(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	pr, pw := io.Pipe()
+	stderr := &head{max: 4 << 10}
+	p, err := e.sb.Start(sandbox.Options{
+		Command: archiveCommand, Workdir: "/", Budget: -1,
+		OnOutput: func(st sandbox.Stream, b []byte) {
+			if st == sandbox.Stderr {
+				stderr.Write(b)
+				return
+			}
+			// The archive flows at the pace the store takes it; a
+			// failed upload closes the pipe, and the rest is dropped.
+			_, _ = pw.Write(b)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("executor: start archive of %s: %w", id, err)
+	}
+	go func() {
+		select {
+		case <-p.Done():
+			if x := p.Exit(); x.Err != nil || (x.Code != 0 && x.Code != tarChanged) {
+				pw.CloseWithError(archiveFailed(x, stderr.String()))
+				return
+			}
+			pw.Close()
+		case <-ctx.Done():
+			_ = p.Kill()
+			pw.CloseWithError(ctx.Err())
+		}
+	}()
+	rec, err := s.snaps.Put(ctx, account, &workspacev1.SnapshotRecord{
+		Id: snapID, Name: name, SandboxId: id, CreatedAt: timestamppb.Now(),
+	}, pr, room)
+	if err != nil {
+		_ = p.Kill()
+		pr.CloseWithError(err)
+		var failed *tarError
+		if errors.As(err, &failed) {
+			return nil, errs.New(errs.FailedPrecondition, "snapshot of %s: %s", id, failed.msg)
+		}
+		return nil, err
+	}
+	if limits != nil {
+		amounts := quotas.Usage{quotas.Snapshots: 1, quotas.SnapshotBytes: rec.GetSizeBytes()}
+		if err := quotas.Claim(ctx, s.etcd, quotas.Snapshots, account, snapID, amounts, limits, nil); err != nil {
+			_, _ = s.snaps.Delete(context.WithoutCancel(ctx), account, snapID)
+			return nil, err
+		}
+	}
+	s.log.Info("sandbox snapshot taken", "sandbox", id, "snapshot", snapID, "bytes", rec.GetSizeBytes())
+	return rec, nil
+}
+
+// snapshotRoom checks that account may keep one more snapshot and
+// returns the bytes its snapshots may still grow by, with its quotas (nil
+// when nothing is counted).
+func (s *Service) snapshotRoom(ctx context.Context, account string) (int64, quotas.Limits, error) {
+	if s.quota == nil {
+		return 1 << 62, nil, nil
+	}
+	limits, err := accounts.Limits(ctx, s.etcd, s.quota, account)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := quotas.Check(ctx, s.etcd, quotas.Snapshots, account, quotas.Usage{quotas.Snapshots: 1}, limits); err != nil {
+		return 0, nil, err
+	}
+	used, _, err := quotas.Read(ctx, s.etcd, quotas.Snapshots, account)
+	if err != nil {
+		return 0, nil, err
+	}
+	room := limits[quotas.SnapshotBytes] - used[quotas.SnapshotBytes]
+	if room <= 0 {
+		return 0, nil, quotas.Exceeded(quotas.SnapshotBytes, used[quotas.SnapshotBytes], limits[quotas.SnapshotBytes])
+	}
+	return room, limits, nil
+}
+
+// restore fills a new sandbox with snapshot id's archive.
+func (s *Service) restore(ctx context.Context, e *entry, account, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	_, rc, err := s.snaps.Open(ctx, account, id)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	stderr := &head{max: 4 << 10}
+	p, err := e.sb.Start(sandbox.Options{
+		Command: restoreCommand, Workdir: "/", Budget: -1,
+		OnOutput: func(st sandbox.Stream, b []byte) {
+			if st == sandbox.Stderr {
+				stderr.Write(b)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("executor: start restore of %s: %w", id, err)
+	}
+	buf := make([]byte, restoreBlock)
+	var sendErr error
+	for sendErr == nil {
+		n, rerr := io.ReadFull(rc, buf)
+		if n > 0 {
+			sendErr = p.Write(buf[:n], false)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			sendErr = p.Write(nil, true)
+			break
+		}
+		if rerr != nil {
+			sendErr = fmt.Errorf("read snapshot %s: %w", id, rerr)
+		}
+	}
+	if sendErr != nil {
+		_ = p.Kill()
+	}
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		_ = p.Kill()
+		<-p.Done()
+		return errs.New(errs.DeadlineExceeded, "snapshot: restoring %s took longer than %v", id, snapshotTimeout)
+	}
+	if x := p.Exit(); x.Err != nil || x.Code != 0 || sendErr != nil {
+		if sendErr != nil && x.Err == nil && x.Code == 0 {
+			return fmt.Errorf("executor: restore %s: %w", id, sendErr)
+		}
+		return errs.New(errs.FailedPrecondition, "snapshot: restoring %s failed: %s", id, archiveFailed(x, stderr.String()).msg)
+	}
+	return nil
+}
+
+// tarError is tar's failure, in its own words.
+type tarError struct{ msg string }
+
+func (e *tarError) Error() string { return e.msg }
+
+func archiveFailed(x sandbox.Exit, stderr string) *tarError {
+	msg := strings.TrimSpace(stderr)
+	switch {
+	case x.OOMKilled:
+		msg = "tar ran out of the sandbox's memory"
+	case x.Err != nil:
+		msg = x.Err.Error()
+	case x.Code == 127:
+		msg = "the sandbox's root has no /bin/tar"
+	case msg == "":
+		msg = fmt.Sprintf("tar exited with status %d", x.Code)
+	}
+	return &tarError{msg: msg}
+}
+
+// head keeps the first max bytes written to it.
+type head struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (t *head) Write(b []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - t.buf.Len(); room > 0 {
+		t.buf.Write(b[:min(len(b), room)])
+	}
+}
+
+func (t *head) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.buf.String()
+}
+
+// ListSnapshots returns account's snapshots, newest first.
+func (s *Service) ListSnapshots(ctx context.Context, account string) ([]*workspacev1.SnapshotRecord, error) {
+	if err := s.needSnapshots("snapshots"); err != nil {
+		return nil, err
+	}
+	return s.snaps.List(ctx, account)
+}
+
+// GetSnapshot returns one of account's snapshots.
+func (s *Service) GetSnapshot(ctx context.Context, account, id string) (*workspacev1.SnapshotRecord, error) {
+	if err := s.needSnapshots("snapshot"); err != nil {
+		return nil, err
+	}
+	rec, rc, err := s.snaps.Open(ctx, account, id)
+	if err != nil {
+		return nil, err
+	}
+	rc.Close()
+	return rec, nil
+}
+
+// DeleteSnapshot deletes one of account's snapshots and frees its quota.
+func (s *Service) DeleteSnapshot(ctx context.Context, account, id string) error {
+	if err := s.needSnapshots("snapshot"); err != nil {
+		return err
+	}
+	deleted, err := s.snaps.Delete(ctx, account, id)
+	if err != nil {
+		return err
+	}
+	if !deleted {
+		return errs.New(errs.NotFound, "snapshot %q not found", id)
+	}
+	return quotas.Release(ctx, s.etcd, quotas.Snapshots, account, id)
+}
+
+// snapshotClient is Snapshots over the workspace service's gRPC API.
+type snapshotClient struct {
+	c workspacev1.WorkspaceServiceClient
+}
+
+// NewSnapshotClient returns Snapshots over c.
+func NewSnapshotClient(c workspacev1.WorkspaceServiceClient) Snapshots {
+	return &snapshotClient{c: c}
+}
+
+// Put implements Snapshots. An error reading r (the archive failing) is
+// returned as is, the stream cancelled so that nothing is kept.
+func (c *snapshotClient) Put(ctx context.Context, account string, rec *workspacev1.SnapshotRecord, r io.Reader, maxBytes int64) (*workspacev1.SnapshotRecord, error) {
+	ctx, cancel := context.WithCancel(scoped(ctx, account, ""))
+	defer cancel()
+	stream, err := c.c.PutSnapshot(ctx)
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	if err := stream.Send(&workspacev1.PutSnapshotRequest{Message: &workspacev1.PutSnapshotRequest_Record{Record: rec}, MaxBytes: maxBytes}); err != nil {
+		_, err = stream.CloseAndRecv()
+		return nil, errs.FromStatus(err)
+	}
+	buf := make([]byte, chunks.Size)
+	for {
+		n, rerr := chunks.Fill(r, buf)
+		if n > 0 {
+			if err := stream.Send(&workspacev1.PutSnapshotRequest{Message: &workspacev1.PutSnapshotRequest_Data{Data: buf[:n]}}); err != nil {
+				// The service refused: its answer says why.
+				_, err = stream.CloseAndRecv()
+				return nil, errs.FromStatus(err)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return nil, rerr
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return resp.GetRecord(), nil
+}
+
+// Open implements Snapshots.
+func (c *snapshotClient) Open(ctx context.Context, account, id string) (*workspacev1.SnapshotRecord, io.ReadCloser, error) {
+	ctx, cancel := context.WithCancel(scoped(ctx, account, ""))
+	stream, err := c.c.ReadSnapshot(ctx, &workspacev1.ReadSnapshotRequest{Id: id})
+	if err != nil {
+		cancel()
+		return nil, nil, errs.FromStatus(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		cancel()
+		return nil, nil, errs.FromStatus(err)
+	}
+	rec := first.GetRecord()
+	if rec == nil {
+		cancel()
+		return nil, nil, fmt.Errorf("executor: snapshot %s: the stream did not begin with its record", id)
+	}
+	return rec, &snapshotReader{stream: stream, cancel: cancel, left: rec.GetSizeBytes()}, nil
+}
+
+// snapshotReader reads an archive from a ReadSnapshot stream, and fails
+// unless it gets exactly the size its record says.
+type snapshotReader struct {
+	stream workspacev1.WorkspaceService_ReadSnapshotClient
+	cancel context.CancelFunc
+	buf    []byte
+	left   int64
+}
+
+func (r *snapshotReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		m, err := r.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if r.left != 0 {
+				return 0, io.ErrUnexpectedEOF
+			}
+			return 0, io.EOF
+		}
+		if err != nil {
+			return 0, errs.FromStatus(err)
+		}
+		r.buf = m.GetData()
+		if int64(len(r.buf)) > r.left {
+			return 0, errors.New("executor: snapshot archive longer than its record says")
+		}
+		r.left -= int64(len(r.buf))
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *snapshotReader) Close() error {
+	r.cancel()
+	return nil
+}
+
+// List implements Snapshots.
+func (c *snapshotClient) List(ctx context.Context, account string) ([]*workspacev1.SnapshotRecord, error) {
+	resp, err := c.c.ListSnapshotRecords(scoped(ctx, account, ""), &workspacev1.ListSnapshotRecordsRequest{})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return resp.GetRecords(), nil
+}
+
+// Delete implements Snapshots.
+func (c *snapshotClient) Delete(ctx context.Context, account, id string) (bool, error) {
+	resp, err := c.c.DeleteSnapshotRecord(scoped(ctx, account, ""), &workspacev1.DeleteSnapshotRecordRequest{Id: id})
+	if err != nil {
+		return false, errs.FromStatus(err)
+	}
+	return resp.GetDeleted(), nil
+}

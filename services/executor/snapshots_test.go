@@ -1,0 +1,217 @@
+package executor
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/workspace"
+	"github.com/conch-sh/conch/services/workspace/files"
+	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/workspace/snapshots"
+	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+)
+
+// startSnapshotStore serves a real workspace service on loopback and
+// returns the executor's client of its snapshots.
+func startSnapshotStore(t *testing.T) Snapshots {
+	t.Helper()
+	st, err := fsstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsvc, err := files.New(st, etcdxtest.StartForTest(t), files.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fsvc.Close)
+	keys, _ := signing.ParseKeys("k1:" + strings.Repeat("s", 32))
+	sg, _ := signing.New(keys)
+	srv, err := workspace.New(fsvc, snapshots.New(st), sg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := tenant.NewSigner("test-internal-secret-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(signer.UnaryServerInterceptor(), errs.UnaryServerInterceptor(nil)),
+		grpc.ChainStreamInterceptor(signer.StreamServerInterceptor(), errs.StreamServerInterceptor(nil)),
+	)
+	srv.Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(signer.StreamClientInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return NewSnapshotClient(workspacev1.NewWorkspaceServiceClient(conn))
+}
+
+// The state a snapshot must keep: files with their modes and times,
+// directories, symbolic and hard links, empty and sparse files, names
+// with spaces and newlines, in the workspace and in /tmp.
+const snapshotFixture = `set -e
+cd /home/workspace
+mkdir -p src/deep && printf 'hello\n' > src/deep/a.txt && chmod 640 src/deep/a.txt
+touch -d '2001-02-03 04:05:06' src/deep/a.txt
+printf '#!/bin/sh\necho run\n' > run.sh && chmod 755 run.sh
+ln -s src/deep/a.txt link && ln src/deep/a.txt hard
+: > empty && truncate -s 10M sparse && printf x >> sparse
+printf 'odd' > 'a name
+with a newline' && mkdir 'dir with spaces'
+mkdir -p /tmp/cache && printf tmp > /tmp/cache/t && chmod 700 /tmp/cache
+`
+
+// snapshotState prints what snapshotFixture made, for comparison.
+const snapshotState = `cd /home/workspace && find . /tmp/cache -printf '%p %y %m %s %l\n' | LC_ALL=C sort
+stat -c '%Y %h' src/deep/a.txt; cat link run.sh /tmp/cache/t; ./run.sh`
+
+func TestSnapshotAndRestore(t *testing.T) {
+	x := startExecutor(t, WithSnapshots(startSnapshotStore(t)), WithQuotas(quotas.Defaults))
+	ctx := as(t, "acme")
+	src := createSandbox(t, x, "acme")
+	run := func(id, cmd string) string {
+		t.Helper()
+		resp, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: cmd, MaxOutputLength: 100000})
+		if err != nil || resp.GetOutcome().GetExitCode() != 0 || resp.GetOutcome().ExitCode == nil {
+			t.Fatalf("%s: %v %v", cmd, resp, err)
+		}
+		return resp.GetStdout()
+	}
+	run(src, snapshotFixture)
+	want := run(src, snapshotState)
+
+	snap, err := x.client.SnapshotSandbox(ctx, &executorv1.SnapshotSandboxRequest{SandboxId: src, Name: "fixture"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snap.GetSnapshot()
+	if !strings.HasPrefix(s.GetId(), "snap-") || s.GetName() != "fixture" || s.GetSandboxId() != src || s.GetSizeBytes() <= 0 || s.GetSizeBytes() > 1<<20 {
+		t.Fatalf("snapshot %v: want an id, its name and source, and a sparse file not stored whole", s)
+	}
+	// The source runs on, and what it does next is not in the snapshot.
+	run(src, "echo later > /home/workspace/later")
+
+	restored, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Snapshot: s.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restored.GetSandbox().GetSnapshot() != s.GetId() {
+		t.Errorf("restored sandbox says it started from %q", restored.GetSandbox().GetSnapshot())
+	}
+	if got := run(restored.GetId(), snapshotState); got != want {
+		t.Errorf("restored state:\n%s\nwant:\n%s", got, want)
+	}
+	if got := run(restored.GetId(), "test -e /home/workspace/later && echo present || echo absent"); got != "absent\n" {
+		t.Errorf("a file written after the snapshot is %s", got)
+	}
+
+	list, err := x.client.ListSnapshots(ctx, &executorv1.ListSnapshotsRequest{})
+	if err != nil || len(list.GetSnapshots()) != 1 || list.GetSnapshots()[0].GetId() != s.GetId() {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	got, err := x.client.GetSnapshot(ctx, &executorv1.GetSnapshotRequest{Id: s.GetId()})
+	if err != nil || got.GetSnapshot().GetSizeBytes() != s.GetSizeBytes() {
+		t.Fatalf("get: %v %v", got, err)
+	}
+	used, _, err := quotas.Read(ctx, x.svc.etcd, quotas.Snapshots, "acme")
+	if err != nil || used[quotas.Snapshots] != 1 || used[quotas.SnapshotBytes] != s.GetSizeBytes() {
+		t.Errorf("quota usage %v %v, want one snapshot of %d bytes", used, err, s.GetSizeBytes())
+	}
+
+	// Another account sees none of it.
+	other := as(t, "mallory")
+	_, err = x.client.GetSnapshot(other, &executorv1.GetSnapshotRequest{Id: s.GetId()})
+	wantCode(t, err, codes.NotFound, "not found")
+	_, err = x.client.CreateSandbox(other, &executorv1.CreateSandboxRequest{Snapshot: s.GetId()})
+	wantCode(t, err, codes.NotFound, "not found")
+	_, err = x.client.DeleteSnapshot(other, &executorv1.DeleteSnapshotRequest{Id: s.GetId()})
+	wantCode(t, err, codes.NotFound, "not found")
+	_, err = x.client.SnapshotSandbox(other, &executorv1.SnapshotSandboxRequest{SandboxId: src})
+	wantCode(t, err, codes.NotFound, "not found")
+	if l, err := x.client.ListSnapshots(other, &executorv1.ListSnapshotsRequest{}); err != nil || len(l.GetSnapshots()) != 0 {
+		t.Errorf("another account's list: %v %v", l, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		req  *executorv1.CreateSandboxRequest
+		code codes.Code
+		msg  string
+	}{
+		{"unknown", &executorv1.CreateSandboxRequest{Snapshot: "snap-00000000000000000000000000000000"}, codes.NotFound, "not found"},
+		{"not an id", &executorv1.CreateSandboxRequest{Snapshot: "../../etc"}, codes.NotFound, "not found"},
+		{"with persistent", &executorv1.CreateSandboxRequest{Snapshot: s.GetId(), Persistent: true, User: "alice"}, codes.InvalidArgument, "not both"},
+	} {
+		_, err := x.client.CreateSandbox(ctx, tc.req)
+		wantCode(t, err, tc.code, tc.msg)
+	}
+	_, err = x.client.SnapshotSandbox(ctx, &executorv1.SnapshotSandboxRequest{SandboxId: src, Name: strings.Repeat("n", MaxNameChars+1)})
+	wantCode(t, err, codes.InvalidArgument, "name")
+
+	if _, err := x.client.DeleteSnapshot(ctx, &executorv1.DeleteSnapshotRequest{Id: s.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.client.GetSnapshot(ctx, &executorv1.GetSnapshotRequest{Id: s.GetId()})
+	wantCode(t, err, codes.NotFound, "not found")
+	_, err = x.client.DeleteSnapshot(ctx, &executorv1.DeleteSnapshotRequest{Id: s.GetId()})
+	wantCode(t, err, codes.NotFound, "not found")
+	if used, _, _ := quotas.Read(ctx, x.svc.etcd, quotas.Snapshots, "acme"); used[quotas.Snapshots] != 0 || used[quotas.SnapshotBytes] != 0 {
+		t.Errorf("quota usage after delete %v, want none", used)
+	}
+}
+
+// TestSnapshotQuota: an account keeps at most its quota of snapshots and
+// of their bytes; one over either is refused and nothing of it is kept.
+func TestSnapshotQuota(t *testing.T) {
+	q := quotas.Defaults
+	q.Snapshots, q.SnapshotBytes = 1, 2<<20
+	x := startExecutor(t, WithSnapshots(startSnapshotStore(t)), WithQuotas(q))
+	ctx := as(t, "acme")
+	id := createSandbox(t, x, "acme")
+	if _, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "head -c 3000000 /dev/urandom > /home/workspace/big"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := x.client.SnapshotSandbox(ctx, &executorv1.SnapshotSandboxRequest{SandboxId: id})
+	wantCode(t, err, codes.ResourceExhausted, "snapshot is larger than the 2097152 bytes the account's snapshot quota leaves")
+	if l, err := x.client.ListSnapshots(ctx, &executorv1.ListSnapshotsRequest{}); err != nil || len(l.GetSnapshots()) != 0 {
+		t.Fatalf("after a refused snapshot: %v %v", l, err)
+	}
+	if _, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "rm /home/workspace/big"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.client.SnapshotSandbox(ctx, &executorv1.SnapshotSandboxRequest{SandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.client.SnapshotSandbox(ctx, &executorv1.SnapshotSandboxRequest{SandboxId: id})
+	wantCode(t, err, codes.ResourceExhausted, "quota snapshots exceeded (1 of 1)")
+}
+
+// An executor without snapshot storage says so.
+func TestSnapshotsNeedStorage(t *testing.T) {
+	x := startExecutor(t)
+	ctx := as(t, "acme")
+	id := createSandbox(t, x, "acme")
+	_, err := x.client.SnapshotSandbox(ctx, &executorv1.SnapshotSandboxRequest{SandboxId: id})
+	wantCode(t, err, codes.FailedPrecondition, "snapshots need the workspace service")
+	_, err = x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Snapshot: "snap-00000000000000000000000000000000"})
+	wantCode(t, err, codes.FailedPrecondition, "snapshots need the workspace service")
+}
