@@ -157,20 +157,22 @@ func (a *agent) serve(r *bufio.Reader) error {
 			}
 			a.start(f.id, m)
 		case frameStdin, frameEOF:
-			a.mu.Lock()
-			p := a.procs[f.id]
-			a.mu.Unlock()
-			if p == nil {
-				continue
-			}
 			data := f.payload
 			if f.typ == frameEOF {
 				data = nil
 			}
-			select {
-			case p.stdin <- data:
-			default: // a command that does not read its input loses it
+			// Under a.mu: the process's end closes its queue under it.
+			a.mu.Lock()
+			if p := a.procs[f.id]; p != nil {
+				select {
+				case p.stdin <- data:
+				default:
+					// Only a host beyond its window fills the queue;
+					// the input is dropped rather than the agent held.
+					_ = a.out.write(frameStdinOK, f.id, nil)
+				}
 			}
+			a.mu.Unlock()
 		case frameKill:
 			a.mu.Lock()
 			p := a.procs[f.id]
@@ -617,12 +619,12 @@ func (a *agent) start(id uint32, m startMsg) {
 			return
 		}
 	}
-	p := &agentProc{cmd: in.cmd, stdin: make(chan []byte, 64)}
+	p := &agentProc{cmd: in.cmd, stdin: make(chan []byte, agentStdinQueue)}
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
 	_ = a.out.write(frameStarted, id, nil)
-	go feedStdin(in.stdin, p.stdin, m.Pty)
+	go feedStdin(in.stdin, p.stdin, m.Pty, func() { _ = a.out.write(frameStdinOK, id, nil) })
 
 	dropped := make([]bool, len(in.readers))
 	var wg sync.WaitGroup
@@ -641,8 +643,8 @@ func (a *agent) start(id uint32, m startMsg) {
 		}
 		a.mu.Lock()
 		delete(a.procs, id)
-		a.mu.Unlock()
 		close(p.stdin)
+		a.mu.Unlock()
 		res := exitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
 		res.Code, res.Signal = exitStatus(in.cmd, err)
 		if m.TrackCwd {
@@ -680,16 +682,24 @@ func (a *agent) forward(id uint32, typ byte, r io.Reader, budget int64) bool {
 	}
 }
 
-func feedStdin(w io.WriteCloser, in <-chan []byte, isPty bool) {
+// feedStdin writes the host's input to the process in order, and tells
+// the host of each frame handed on (ack), so that it sends more only as
+// the process reads. Input after the process stopped reading is dropped,
+// and acknowledged all the same.
+func feedStdin(w io.WriteCloser, in <-chan []byte, isPty bool, ack func()) {
 	for data := range in {
 		if data == nil {
 			if isPty {
 				_, _ = w.Write([]byte{4}) // ^D: end of input on a terminal
+				ack()
 				continue
 			}
+			ack()
 			break
 		}
-		if _, err := w.Write(data); err != nil {
+		_, err := w.Write(data)
+		ack()
+		if err != nil {
 			break
 		}
 	}
@@ -697,6 +707,7 @@ func feedStdin(w io.WriteCloser, in <-chan []byte, isPty bool) {
 		_ = w.Close()
 	}
 	for range in { // keep the channel drained until the process ends
+		ack()
 	}
 }
 

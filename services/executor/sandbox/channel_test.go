@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strconv"
@@ -250,4 +252,36 @@ func ended(pid int) bool {
 	}
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+}
+
+// Input flows at the pace the process reads it: a writer far faster than
+// its reader loses nothing, however much it sends.
+func TestStdinIsNeverDropped(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, Spec{})
+	data := make([]byte, 100<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var out bytes.Buffer
+	var mu sync.Mutex
+	// The reader starts a second late, and reads slowly besides.
+	p, err := sb.Start(Options{Command: "sleep 1; dd bs=4096 2>/dev/null | sha256sum", Budget: -1, OnOutput: func(_ Stream, b []byte) {
+		mu.Lock()
+		out.Write(b)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(data, true); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	sum := sha256.Sum256(data)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := hex.EncodeToString(sum[:]) + "  -\n"; out.String() != want || p.Exit().Code != 0 {
+		t.Errorf("the process read input hashing to %q (exit %+v), want %q", out.String(), p.Exit(), want)
+	}
 }

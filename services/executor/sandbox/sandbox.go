@@ -170,6 +170,8 @@ type Process struct {
 	exitOnce sync.Once
 	// oomBefore is the group's OOM kill count when the process started.
 	oomBefore int64
+	// credit holds a token for each stdin frame the agent has room for.
+	credit chan struct{}
 
 	// Owned by the sandbox's read loop: whether the agent reported the
 	// process started, and how much of each stream reached OnOutput.
@@ -189,19 +191,54 @@ func (p *Process) Kill() error {
 	return p.sb.send(frameKill, p.id, nil)
 }
 
-// Write sends data to the process's standard input, then closes it when eof.
+// StdinWait is how long Write waits for a process to read its input
+// before it fails with ErrNotReading.
+const StdinWait = 30 * time.Second
+
+// ErrNotReading is Write's error when the process has not read its input
+// for StdinWait: nothing of it is lost, but what was not sent is not.
+var ErrNotReading = errors.New("sandbox: the process has not read its input for " + StdinWait.String())
+
+// Write sends data to the process's standard input, then closes it when
+// eof. It sends as fast as the process reads: never more than the agent
+// holds, so that no input is dropped, waiting up to StdinWait for room.
 func (p *Process) Write(data []byte, eof bool) error {
 	for len(data) > 0 {
-		n := min(len(data), 1<<20)
+		n := min(len(data), stdinFrame)
+		if err := p.acquire(); err != nil {
+			return err
+		}
 		if err := p.sb.send(frameStdin, p.id, data[:n]); err != nil {
 			return err
 		}
 		data = data[n:]
 	}
 	if eof {
+		if err := p.acquire(); err != nil {
+			return err
+		}
 		return p.sb.send(frameEOF, p.id, nil)
 	}
 	return nil
+}
+
+// acquire takes room for one frame of input in the agent's queue.
+func (p *Process) acquire() error {
+	select {
+	case <-p.credit:
+		return nil
+	default:
+	}
+	t := time.NewTimer(StdinWait)
+	defer t.Stop()
+	select {
+	case <-p.credit:
+		return nil
+	case <-p.done:
+		return ErrGone
+	case <-t.C:
+		return ErrNotReading
+	}
 }
 
 func (p *Process) finish(e Exit) {
@@ -233,7 +270,10 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	}
 	s.nextID++
 	s.rt.quiet.mark()
-	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills()}
+	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills(), credit: make(chan struct{}, stdinWindow)}
+	for range stdinWindow {
+		p.credit <- struct{}{}
+	}
 	s.procs[p.id] = p
 	dir := startDir(s.cwd, opts.Workdir)
 	// A command may delete the directory it leaves the shell in; the
@@ -348,6 +388,12 @@ func (s *Sandbox) dispatch(f frame) error {
 			return fmt.Errorf("output from process %d before it started", f.id)
 		}
 		p.output(f.typ, f.payload)
+	case frameStdinOK:
+		select {
+		case p.credit <- struct{}{}:
+		default:
+			return fmt.Errorf("process %d acknowledged input that was never sent", f.id)
+		}
 	case frameExit:
 		e, cwd, err := s.decodeExit(p, f.payload)
 		if err != nil {

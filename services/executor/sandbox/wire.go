@@ -22,6 +22,17 @@ const (
 	frameStderr  byte = 'e' // agent → host: stderr bytes
 	frameStarted byte = 's' // agent → host: the process started
 	frameExit    byte = 'X' // agent → host: the process ended (JSON exitMsg)
+	frameStdinOK byte = 'A' // agent → host: a stdin or EOF frame was handed to the process (or dropped: it reads no more)
+
+	// stdinWindow is how many stdin and EOF frames of one process the
+	// host may have sent that the agent has not handed on (frameStdinOK);
+	// the agent holds up to agentStdinQueue, so a host that keeps to the
+	// window never has input dropped, and a slow reader slows its writer.
+	stdinWindow     = 32
+	agentStdinQueue = 64
+	// stdinFrame is the most input one frame carries: the window holds
+	// at most 8 MiB in the agent, in the sandbox's memory.
+	stdinFrame = 256 << 10
 
 	frameHeader = 9
 	// maxFrame bounds a frame: a command of up to 1 MiB plus its JSON
