@@ -44,8 +44,11 @@ type Snapshots interface {
 // GNU tar refuses members with ".." and strips a leading "/" besides.
 const (
 	snapshotMembers = "home/workspace tmp"
-	archiveCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --create --file=- --format=posix --numeric-owner --sparse --directory=/ " + snapshotMembers
-	restoreCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --extract --file=- --no-same-owner --preserve-permissions --no-overwrite-dir --directory=/ " + snapshotMembers
+	archiveCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --create --file=- " + tarRecords + " --format=posix --numeric-owner --sparse --directory=/ " + snapshotMembers
+	restoreCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --extract --file=- " + tarRecords + " --read-full-records --no-same-owner --preserve-permissions --no-overwrite-dir --directory=/ " + snapshotMembers
+	// tarRecords makes tar move 256 KiB at a time rather than its 10 KiB
+	// default: a tenth of the writes, frames and hand-offs on the way.
+	tarRecords = "--blocking-factor=512"
 	// tarChanged is GNU tar's exit status when a file changed while it
 	// read it: the archive is whole, with that file as tar found it.
 	tarChanged = 1

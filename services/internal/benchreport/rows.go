@@ -425,6 +425,12 @@ var Rows = []Row{
 		Anchor: &Anchor{Name: "the same chat completion", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkShellResponseVsChat", Unit: "chat-p50-ms"}},
 	},
 	{
+		Service: "executor", Metric: "snapshot and restore of a sandbox with 100 MB written, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkSnapshotRestore", Unit: "snapshot-restore-p50-ms"},
+		Anchor: &Anchor{Name: "a put and a get of the same bytes straight to MinIO, same iterations", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkSnapshotRestore", Unit: "minio-put-get-p50-ms"}},
+		Target: Target{MaxRatio: 1.5},
+	},
+	{
 		Service: "router", Metric: "Anthropic Messages API with one code execution call, p50", Unit: "ms",
 		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkMessagesVsChat", Unit: "messages-p50-ms"},
 		Anchor: &Anchor{Name: "the same chat completion, same run", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkMessagesVsChat", Unit: "chat-p50-ms"}},

@@ -12,12 +12,9 @@ package snapshots
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"regexp"
 	"slices"
@@ -104,7 +101,7 @@ func (s *Store) Put(ctx context.Context, account string, rec Record, r io.Reader
 	if _, err := s.st.Stat(ctx, d+recordName); err == nil {
 		return Record{}, errs.New(errs.AlreadyExists, "snapshot %s exists", rec.ID)
 	}
-	cr := &counted{r: r, h: sha256.New(), max: maxBytes}
+	cr := &counted{r: r, max: maxBytes}
 	staged, err := s.st.Stage(ctx, d+archiveName, cr, store.PutOptions{Size: -1, Mode: 0o600, ModTime: rec.Created})
 	if cr.over {
 		if err == nil {
@@ -115,7 +112,7 @@ func (s *Store) Put(ctx context.Context, account string, rec Record, r io.Reader
 	if err != nil {
 		return Record{}, fmt.Errorf("snapshots: stage archive: %w", err)
 	}
-	rec.Size, rec.SHA256 = cr.n, hex.EncodeToString(cr.h.Sum(nil))
+	rec.Size, rec.SHA256 = staged.Size, staged.SHA256
 	if _, err := s.st.Publish(ctx, staged, store.PutOptions{Mode: 0o600, ModTime: rec.Created}); err != nil {
 		_ = s.st.Discard(ctx, staged)
 		return Record{}, fmt.Errorf("snapshots: publish archive: %w", err)
@@ -131,10 +128,9 @@ func (s *Store) Put(ctx context.Context, account string, rec Record, r io.Reader
 	return rec, nil
 }
 
-// counted hashes and counts what it reads, refusing more than max bytes.
+// counted counts what it reads, refusing more than max bytes.
 type counted struct {
 	r    io.Reader
-	h    hash.Hash
 	n    int64
 	max  int64
 	over bool
@@ -144,7 +140,6 @@ var errTooLarge = errors.New("snapshots: archive too large")
 
 func (c *counted) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.h.Write(p[:n])
 	c.n += int64(n)
 	if c.n > c.max {
 		c.over = true

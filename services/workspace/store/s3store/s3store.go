@@ -242,6 +242,10 @@ func (s *Store) Stage(ctx context.Context, key string, r io.Reader, o store.PutO
 		size, opts.DisableMultipart = o.Size, true
 	}
 	if !opts.DisableMultipart {
+		// The next part is read while the last one uploads, so that a
+		// reader that is itself a stream (a snapshot's archive) does
+		// not wait on each part's round trip: two parts, 16 MiB.
+		opts.ConcurrentStreamParts, opts.NumThreads = true, 2
 		// A multipart upload cut by a crash keeps its parts, which no
 		// listing of objects shows; the marker lets Collect find it.
 		marker := bk + uploadSuffix
