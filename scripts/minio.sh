@@ -4,7 +4,7 @@
 # `make cluster` find it there, or through CONCH_MINIO_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Keep in step with miniotest.Version in services/workspace/miniotest.
+# Keep in step with miniotest.Version in services/internal/store/miniotest.
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 bin="$PWD/.cache/bin/minio"
 if [ ! -x "$bin" ] || [ "$(cat .cache/minio.version 2>/dev/null)" != "$MINIO_VERSION" ]; then

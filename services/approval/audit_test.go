@@ -16,7 +16,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 )
 
 // Every verdict and approval event of the service is a record: the ask,

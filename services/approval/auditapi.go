@@ -11,7 +11,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
-	objstore "github.com/conch-sh/conch/services/workspace/store"
+	objstore "github.com/conch-sh/conch/services/internal/store"
 )
 
 // Page sizes of ListAuditRecords.

@@ -19,7 +19,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
 )
 
 // TestWorkspaceDurability runs the services as separate processes on real

@@ -19,9 +19,9 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/conch-sh/conch/services/workspace/miniotest"
-	"github.com/conch-sh/conch/services/workspace/store"
-	"github.com/conch-sh/conch/services/workspace/store/s3store"
+	"github.com/conch-sh/conch/services/internal/store"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/s3store"
 )
 
 // BenchmarkFilesTransfer uploads and downloads a 100 MB file through the

@@ -20,7 +20,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
 )
 
 // fileClient calls the Shell file API of a running conch as one user.

@@ -12,7 +12,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
 )
 
 // BenchmarkSnapshotRestore snapshots a sandbox holding 100 MB of files

@@ -8,7 +8,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 )
 
 // BenchmarkCommandRoundTripAudit runs `true` alternately on an executor

@@ -14,7 +14,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/egress"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/quotas"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 )
 
 // TestSandboxEgress checks, from inside real sandboxes, that the proxy is

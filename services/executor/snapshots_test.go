@@ -15,11 +15,11 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
 // startSnapshotStore serves a real workspace service on loopback and

@@ -11,7 +11,7 @@ import (
 
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/internal/audit"
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 // auditTrail is an open audit trail: its writer and its reader.

@@ -47,9 +47,9 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/store"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/accounts"
-	"github.com/conch-sh/conch/services/workspace/store"
 )
 
 // egressGuard is the guard of sandbox egress: the executor's

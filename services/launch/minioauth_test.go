@@ -13,7 +13,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
 )
 
 // TestMinIOAuth runs `conch minio-auth` against a real MinIO, twice as a

@@ -20,9 +20,9 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/seal"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/apierror"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
 const adminKey = "errors-test-admin-key-0123456789"

@@ -27,6 +27,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/telemetry"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/store"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/router/anthropic"
 	"github.com/conch-sh/conch/services/router/apierror"
@@ -36,7 +37,6 @@ import (
 	"github.com/conch-sh/conch/services/router/openai"
 	"github.com/conch-sh/conch/services/router/responsestore"
 	"github.com/conch-sh/conch/services/router/skills"
-	"github.com/conch-sh/conch/services/workspace/store"
 )
 
 // ServiceNames are the four services, in the order /readyz reports them.

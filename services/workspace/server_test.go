@@ -19,11 +19,11 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
 // start serves the workspace service on loopback with the cluster's

@@ -25,8 +25,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/seal"
 	"github.com/conch-sh/conch/services/internal/platform/seal/sealtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/router"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
 )
 
 const apiKey = "page-test-key-0123456789"

@@ -24,7 +24,7 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/conchtest"
 	"github.com/conch-sh/conch/services/internal/localcluster"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
 )
 
 // conchBin is the binary under test.

@@ -16,10 +16,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
-	"github.com/conch-sh/conch/services/workspace/store"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
-	"github.com/conch-sh/conch/services/workspace/store/s3store"
+	"github.com/conch-sh/conch/services/internal/store"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/s3store"
 )
 
 func newTestWriter(t *testing.T, st store.Store, cli *clientv3.Client, prefix string, max int) *Writer {

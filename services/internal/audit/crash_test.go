@@ -16,8 +16,8 @@ import (
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
-	"github.com/conch-sh/conch/services/workspace/store"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
 )
 
 const crashFlush = 200 * time.Millisecond

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 // Segment is one stored segment and the records read from it.

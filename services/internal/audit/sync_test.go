@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
-	"github.com/conch-sh/conch/services/workspace/store/s3store"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/s3store"
 )
 
 // storedCommands is the commands of account's records in the trail.

@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 // Defaults of Config.

@@ -284,11 +284,11 @@ var Rows = []Row{
 	},
 	{
 		Service: "workspace", Metric: "store put 100 MB, size known", Unit: "MB/s",
-		Value: Ref{Pkg: "workspace/store/s3store", Bench: "BenchmarkLargeObject/known-size-true", Unit: "MB/s"},
+		Value: Ref{Pkg: "internal/store/s3store", Bench: "BenchmarkLargeObject/known-size-true", Unit: "MB/s"},
 	},
 	{
 		Service: "workspace", Metric: "store put 100 MB, size unknown", Unit: "MB/s",
-		Value: Ref{Pkg: "workspace/store/s3store", Bench: "BenchmarkLargeObject/known-size-false", Unit: "MB/s"},
+		Value: Ref{Pkg: "internal/store/s3store", Bench: "BenchmarkLargeObject/known-size-false", Unit: "MB/s"},
 	},
 	{
 		Service: "approval", Metric: "policy Evaluate, 3-segment command", Unit: "op/s",

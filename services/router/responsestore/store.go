@@ -40,8 +40,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/store"
 	"github.com/conch-sh/conch/services/router/upstream"
-	"github.com/conch-sh/conch/services/workspace/store"
 )
 
 const (

@@ -14,11 +14,11 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/store"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/s3store"
 	"github.com/conch-sh/conch/services/router/upstream"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
-	"github.com/conch-sh/conch/services/workspace/store"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
-	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
 func fsBackend(tb testing.TB) store.Store {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/store"
 	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/workspace/store"
 	"golang.org/x/sys/unix"
 )
 

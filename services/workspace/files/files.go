@@ -28,7 +28,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 // Type is the kind of an entry.

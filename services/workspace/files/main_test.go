@@ -6,11 +6,11 @@ import (
 	"testing"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/store"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/s3store"
 	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
-	"github.com/conch-sh/conch/services/workspace/store"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
-	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
 // minio is shared by the package's tests; each test uses its own bucket.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 // A workspace's listing is kept beside it, so that a service that has not

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 // Packs keep a workspace's small files in a few objects beside it, so that

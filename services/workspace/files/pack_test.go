@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
+	"github.com/conch-sh/conch/services/internal/store"
 	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/workspace/store"
 )
 
 // packKeys lists the keys below the packs of w.

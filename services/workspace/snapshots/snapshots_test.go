@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
-	"github.com/conch-sh/conch/services/workspace/miniotest"
+	"github.com/conch-sh/conch/services/internal/store"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/miniotest"
+	"github.com/conch-sh/conch/services/internal/store/s3store"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
-	"github.com/conch-sh/conch/services/workspace/store"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
-	"github.com/conch-sh/conch/services/workspace/store/s3store"
 )
 
 func stores(t *testing.T) map[string]func(t *testing.T) store.Store {

@@ -7,9 +7,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/conch-sh/conch/services/workspace/store"
-	"github.com/conch-sh/conch/services/workspace/store/fsstore"
-	"github.com/conch-sh/conch/services/workspace/store/storetest"
+	"github.com/conch-sh/conch/services/internal/store"
+	"github.com/conch-sh/conch/services/internal/store/fsstore"
+	"github.com/conch-sh/conch/services/internal/store/storetest"
 )
 
 func TestContract(t *testing.T) {

@@ -1,7 +1,9 @@
-// Package store is the object storage behind workspaces: one small interface
-// with an S3 implementation (s3store, for MinIO) and a local-directory one
-// (fsstore, for conch dev). Both follow the same contract, checked by the
-// storetest suite:
+// Package store is conch's object storage: workspaces and snapshots (the
+// workspace service), stored responses and skills (the router) and the
+// audit trail (the approval service) each keep their objects through it,
+// in a bucket of their own. One small interface with an S3 implementation
+// (s3store, for MinIO) and a local-directory one (fsstore, for conch dev).
+// Both follow the same contract, checked by the storetest suite:
 //
 //   - keys are '/'-separated relative paths without empty, "." or ".."
 //     segments; a key ending in '/' is a directory marker;

@@ -38,7 +38,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 const (

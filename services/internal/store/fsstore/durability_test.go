@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/conch-sh/conch/services/workspace/store"
+	"github.com/conch-sh/conch/services/internal/store"
 )
 
 // syncs records the directories a store syncs, and fails the syncs of
