@@ -20,6 +20,7 @@ Commands:
   list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
   snapshot [--name NAME] <id>          save a sandbox's /home/workspace and /tmp and print the snapshot's id
+  fork [--count N] <id>                copy a running sandbox's files and settings; print the copies' ids
 
 A sandbox made with "create --snapshot ID" starts with a snapshot's files
 (not its processes); "conch snapshots" lists and removes snapshots.
@@ -38,7 +39,7 @@ flags need no quoting:
   conch sandbox exec ID -- ls -la
 `,
 	},
-	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}},
+	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}},
 	flags: func(cmd string) *flag.FlagSet { return new(sandboxFlags).flagSet(cmd) },
 }
 
@@ -49,6 +50,7 @@ type sandboxFlags struct {
 	snapshot            string
 	persistent          bool
 	timeout, maxOutput  int
+	count               int
 	ttl, idle           int
 	env                 envFlag
 	labels              labelFlag
@@ -70,6 +72,8 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 		fs.StringVar(&f.snapshot, "snapshot", "", "start from the files of snapshot `ID`")
 	case "snapshot":
 		fs.StringVar(&f.name, "name", "", "a `NAME` for the snapshot")
+	case "fork":
+		fs.IntVar(&f.count, "count", 1, "how many copies, 1 to 16")
 	case "list":
 		fs.StringVar(&f.user, "user", "", "only the sandboxes of the end `USER`")
 		fs.Var(&f.labels, "label", "only sandboxes labelled `K=V`, or with label K at all (repeatable; all must hold)")
@@ -252,6 +256,22 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return PrintJSON(stdout, out)
 		}
 		fmt.Fprintln(stdout, out.ID)
+		return nil
+	case "fork":
+		var out struct {
+			Sandboxes []struct {
+				ID string `json:"id"`
+			} `json:"sandboxes"`
+		}
+		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(pos[0])+":fork", map[string]any{"count": f.count}, &out); err != nil {
+			return err
+		}
+		if o.JSON() {
+			return PrintJSON(stdout, out)
+		}
+		for _, sb := range out.Sandboxes {
+			fmt.Fprintln(stdout, sb.ID)
+		}
 		return nil
 	}
 	return UnknownCommand("conch sandbox", cmd, sandboxGroup.next(""))

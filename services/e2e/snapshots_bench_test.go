@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +18,7 @@ import (
 )
 
 // BenchmarkSnapshotRestore snapshots a sandbox holding 100 MB of files
-// and starts a sandbox from that snapshot, through conch dev's REST API
+// and starts a sandbox from that snapshot, then forks it, through conch dev's REST API
 // on a local MinIO; its floor, interleaved with it in the same
 // iterations, puts and gets the same number of bytes straight to and
 // from the same MinIO, one request each. A snapshot's path: tar in the
@@ -58,7 +60,7 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	var conch, snap, restore, floor []time.Duration
+	var conch, snap, restore, floor, fork, cp []time.Duration
 	var size int64
 	b.ResetTimer()
 	for range b.N {
@@ -75,7 +77,22 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 		conch, snap, restore = append(conch, end.Sub(start)), append(snap, taken.Sub(start)), append(restore, end.Sub(taken))
 		size = s.SizeBytes
 
+		// A fork streams the same archive into a copy's tar; its floor
+		// is cp of the same files in a sandbox, timed inside it.
+		start = time.Now()
+		var forked struct{ Sandboxes []struct{ ID string } }
+		post("/api/v1/sandboxes/"+src.ID+":fork", map[string]any{"count": 1}, &forked)
+		fork = append(fork, time.Since(start))
+		var out struct{ Stdout string }
+		post("/api/v1/sandboxes/"+restored.ID+"/commands", map[string]any{"command": "s=$(date +%s%N); cp -a /home/workspace /tmp/copy; e=$(date +%s%N); rm -rf /tmp/copy; echo $((e-s))", "timeout_seconds": 120}, &out)
+		ns, err := strconv.ParseInt(strings.TrimSpace(out.Stdout), 10, 64)
+		if err != nil {
+			b.Fatalf("cp timing %q: %v", out.Stdout, err)
+		}
+		cp = append(cp, time.Duration(ns))
+
 		b.StopTimer()
+		del("/api/v1/sandboxes/" + forked.Sandboxes[0].ID)
 		del("/api/v1/sandboxes/" + restored.ID)
 		del("/api/v1/snapshots/" + s.ID)
 		data := make([]byte, size)
@@ -109,6 +126,8 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 	b.ReportMetric(p50(restore), "restore-p50-ms")
 	b.ReportMetric(p50(floor), "minio-put-get-p50-ms")
 	b.ReportMetric(float64(size)/1e6, "archive-MB")
-	b.Logf("snapshot+restore %.0f ms (snapshot %.0f, restore %.0f), MinIO put+get of the same %s %.0f ms",
-		p50(conch), p50(snap), p50(restore), fmt.Sprintf("%.1f MB", float64(size)/1e6), p50(floor))
+	b.ReportMetric(p50(fork), "fork-p50-ms")
+	b.ReportMetric(p50(cp), "cp-p50-ms")
+	b.Logf("snapshot+restore %.0f ms (snapshot %.0f, restore %.0f), MinIO put+get of the same %s %.0f ms; fork %.0f ms, cp %.0f ms",
+		p50(conch), p50(snap), p50(restore), fmt.Sprintf("%.1f MB", float64(size)/1e6), p50(floor), p50(fork), p50(cp))
 }

@@ -74,6 +74,21 @@ func TestSnapshots(t *testing.T) {
 		}
 	}
 
+	// A fork copies a running sandbox's files, not its later ones.
+	copies := strings.Fields(conch("sandbox", "fork", "--count", "2", restored))
+	conch("sandbox", "exec", restored, "echo after > /tmp/after")
+	if len(copies) != 2 {
+		t.Fatalf("fork --count 2 printed %q", copies)
+	}
+	for _, c := range copies {
+		if got := conch("sandbox", "exec", c, "cat link /tmp/s; ls /tmp/after 2>/dev/null || echo absent"); got != "kept\nscratch\nabsent\n" {
+			t.Errorf("copy %s reads %q", c, got)
+		}
+	}
+	if status, body := d.call("POST", "/api/v1/sandboxes/"+restored+":fork", d.Key, map[string]any{"count": 17}); status != 400 || !strings.Contains(string(body), "count: must be 1 to 16, got 17") {
+		t.Errorf("fork of 17 = %d %s", status, body)
+	}
+
 	conch("snapshots", "rm", snap)
 	if status, body := d.call("GET", "/api/v1/snapshots/"+snap, d.Key, nil); status != 404 {
 		t.Errorf("GET after rm = %d %s", status, body)

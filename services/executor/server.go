@@ -262,6 +262,23 @@ func (s *Server) SnapshotSandbox(ctx context.Context, req *executorv1.SnapshotSa
 	return &executorv1.SnapshotSandboxResponse{Snapshot: snapshotPB(rec)}, nil
 }
 
+// ForkSandbox copies one of the caller's sandboxes.
+func (s *Server) ForkSandbox(ctx context.Context, req *executorv1.ForkSandboxRequest) (*executorv1.ForkSandboxResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	entries, ids, err := s.svc.Fork(ctx, account, req.GetSandboxId(), int(req.GetCount()))
+	if err != nil {
+		return nil, err
+	}
+	out := &executorv1.ForkSandboxResponse{}
+	for i, e := range entries {
+		out.Sandboxes = append(out.Sandboxes, s.sandboxPB(ids[i], e))
+	}
+	return out, nil
+}
+
 // ListSnapshots lists the caller's snapshots.
 func (s *Server) ListSnapshots(ctx context.Context, _ *executorv1.ListSnapshotsRequest) (*executorv1.ListSnapshotsResponse, error) {
 	account, err := tenant.Account(ctx)

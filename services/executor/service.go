@@ -202,6 +202,8 @@ type entry struct {
 	labels map[string]string
 	// snapshot is the snapshot it started from, if any.
 	snapshot string
+	// params are what it was created with: a fork's copies get them.
+	params CreateParams
 	// claim is what it takes of its account's quotas; nil: not counted.
 	claim quotas.Usage
 
@@ -577,7 +579,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, created: now, lastUsed: now, network: p.Network, claim: claim}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, params: p, created: now, lastUsed: now, network: p.Network, claim: claim}
 	for _, sk := range p.Skills {
 		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
 	}

@@ -89,42 +89,15 @@ func (s *Service) Snapshot(ctx context.Context, account, id, name string) (*work
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
-	pr, pw := io.Pipe()
-	stderr := &head{max: 4 << 10}
-	p, err := e.sb.Start(sandbox.Options{
-		Command: archiveCommand, Workdir: "/", Budget: -1,
-		OnOutput: func(st sandbox.Stream, b []byte) {
-			if st == sandbox.Stderr {
-				stderr.Write(b)
-				return
-			}
-			// The archive flows at the pace the store takes it; a
-			// failed upload closes the pipe, and the rest is dropped.
-			_, _ = pw.Write(b)
-		},
-	})
+	ar, err := s.archive(ctx, e)
 	if err != nil {
-		return nil, fmt.Errorf("executor: start archive of %s: %w", id, err)
+		return nil, err
 	}
-	go func() {
-		select {
-		case <-p.Done():
-			if x := p.Exit(); x.Err != nil || (x.Code != 0 && x.Code != tarChanged) {
-				pw.CloseWithError(archiveFailed(x, stderr.String()))
-				return
-			}
-			pw.Close()
-		case <-ctx.Done():
-			_ = p.Kill()
-			pw.CloseWithError(ctx.Err())
-		}
-	}()
+	defer ar.Close()
 	rec, err := s.snaps.Put(ctx, account, &workspacev1.SnapshotRecord{
 		Id: snapID, Name: name, SandboxId: id, CreatedAt: timestamppb.Now(),
-	}, pr, room)
+	}, ar, room)
 	if err != nil {
-		_ = p.Kill()
-		pr.CloseWithError(err)
 		var failed *tarError
 		if errors.As(err, &failed) {
 			return nil, errs.New(errs.FailedPrecondition, "snapshot of %s: %s", id, failed.msg)
@@ -176,6 +149,61 @@ func (s *Service) restore(ctx context.Context, e *entry, account, id string) err
 		return err
 	}
 	defer rc.Close()
+	return s.extract(ctx, e, rc, "snapshot "+id)
+}
+
+// archive starts tar in e's sandbox and returns the archive it writes, at
+// the pace the caller reads it. The stream fails with a *tarError when
+// tar does, and with ctx's error when ctx ends first; closing it kills
+// tar.
+func (s *Service) archive(ctx context.Context, e *entry) (io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	stderr := &head{max: 4 << 10}
+	p, err := e.sb.Start(sandbox.Options{
+		Command: archiveCommand, Workdir: "/", Budget: -1,
+		OnOutput: func(st sandbox.Stream, b []byte) {
+			if st == sandbox.Stderr {
+				stderr.Write(b)
+				return
+			}
+			// A reader that stopped closed the pipe; the rest is
+			// dropped.
+			_, _ = pw.Write(b)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("executor: start archive: %w", err)
+	}
+	go func() {
+		select {
+		case <-p.Done():
+			if x := p.Exit(); x.Err != nil || (x.Code != 0 && x.Code != tarChanged) {
+				pw.CloseWithError(archiveFailed(x, stderr.String()))
+				return
+			}
+			pw.Close()
+		case <-ctx.Done():
+			_ = p.Kill()
+			pw.CloseWithError(ctx.Err())
+		}
+	}()
+	return &archiveReader{PipeReader: pr, p: p}, nil
+}
+
+// archiveReader is an archive's stream; closing it ends its tar.
+type archiveReader struct {
+	*io.PipeReader
+	p *sandbox.Process
+}
+
+func (a *archiveReader) Close() error {
+	_ = a.p.Kill()
+	return a.PipeReader.Close()
+}
+
+// extract runs tar in e's sandbox on the archive r (what names it in
+// errors), at the pace tar reads it.
+func (s *Service) extract(ctx context.Context, e *entry, r io.Reader, what string) error {
 	stderr := &head{max: 4 << 10}
 	p, err := e.sb.Start(sandbox.Options{
 		Command: restoreCommand, Workdir: "/", Budget: -1,
@@ -186,12 +214,12 @@ func (s *Service) restore(ctx context.Context, e *entry, account, id string) err
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("executor: start restore of %s: %w", id, err)
+		return fmt.Errorf("executor: start restore of %s: %w", what, err)
 	}
 	buf := make([]byte, restoreBlock)
 	var sendErr error
 	for sendErr == nil {
-		n, rerr := io.ReadFull(rc, buf)
+		n, rerr := io.ReadFull(r, buf)
 		if n > 0 {
 			sendErr = p.Write(buf[:n], false)
 		}
@@ -200,7 +228,7 @@ func (s *Service) restore(ctx context.Context, e *entry, account, id string) err
 			break
 		}
 		if rerr != nil {
-			sendErr = fmt.Errorf("read snapshot %s: %w", id, rerr)
+			sendErr = fmt.Errorf("read %s: %w", what, rerr)
 		}
 	}
 	if sendErr != nil {
@@ -211,15 +239,107 @@ func (s *Service) restore(ctx context.Context, e *entry, account, id string) err
 	case <-ctx.Done():
 		_ = p.Kill()
 		<-p.Done()
-		return errs.New(errs.DeadlineExceeded, "snapshot: restoring %s took longer than %v", id, snapshotTimeout)
+		return errs.New(errs.DeadlineExceeded, "restoring %s took longer than %v", what, snapshotTimeout)
 	}
-	if x := p.Exit(); x.Err != nil || x.Code != 0 || sendErr != nil {
-		if sendErr != nil && x.Err == nil && x.Code == 0 {
-			return fmt.Errorf("executor: restore %s: %w", id, sendErr)
+	x := p.Exit()
+	if x.Err == nil && x.Code == 0 {
+		// tar may end before the last record's padding is sent.
+		if sendErr != nil && !errors.Is(sendErr, sandbox.ErrGone) {
+			return fmt.Errorf("executor: restore %s: %w", what, sendErr)
 		}
-		return errs.New(errs.FailedPrecondition, "snapshot: restoring %s failed: %s", id, archiveFailed(x, stderr.String()).msg)
+		return nil
 	}
-	return nil
+	var failed *tarError
+	if errors.As(sendErr, &failed) {
+		// The archive failed first: tar's complaint is only its end.
+		return errs.New(errs.FailedPrecondition, "%s: %s", what, failed.msg)
+	}
+	return errs.New(errs.FailedPrecondition, "restoring %s failed: %s", what, archiveFailed(x, stderr.String()).msg)
+}
+
+// MaxForks bounds the copies one fork makes.
+const MaxForks = 16
+
+// Fork makes count copies of account's sandbox id on this executor, each
+// with its files (an archive of the source streamed into each copy's
+// tar, never stored), its settings and labels; the source runs on. A
+// copy failing fails the fork, and no copy is kept.
+func (s *Service) Fork(ctx context.Context, account, id string, count int) ([]*entry, []string, error) {
+	src, err := s.lookup(ctx, account, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if count == 0 {
+		count = 1
+	}
+	if count < 1 || count > MaxForks {
+		return nil, nil, errs.New(errs.InvalidArgument, "count: must be 1 to %d, got %d", MaxForks, count)
+	}
+	if src.persistent {
+		return nil, nil, errs.New(errs.InvalidArgument, "sandbox %s mounts a persistent workspace, which its copies would share; snapshot it instead", id)
+	}
+	p := src.params
+	p.Snapshot, p.Session = "", ""
+	entries, ids := make([]*entry, 0, count), make([]string, 0, count)
+	done := false
+	defer func() {
+		if !done {
+			for _, cid := range ids {
+				_ = s.destroy(context.WithoutCancel(ctx), cid)
+			}
+		}
+	}()
+	for range count {
+		e, cid, err := s.Create(ctx, account, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		entries, ids = append(entries, e), append(ids, cid)
+	}
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	ar, err := s.archive(ctx, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ar.Close()
+	writers := make([]io.Writer, len(entries))
+	pipes := make([]*io.PipeWriter, len(entries))
+	errc := make(chan error, len(entries))
+	for i, e := range entries {
+		pr, pw := io.Pipe()
+		writers[i], pipes[i] = pw, pw
+		go func() {
+			err := s.extract(ctx, e, pr, "the copy of "+id)
+			// A copy that failed stops the others' stream too.
+			pr.CloseWithError(cmpErr(err, errors.New("the copy ended early")))
+			errc <- err
+		}()
+	}
+	_, copyErr := io.Copy(io.MultiWriter(writers...), ar)
+	for _, pw := range pipes {
+		pw.CloseWithError(copyErr)
+	}
+	var first error
+	for range entries {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return nil, nil, first
+	}
+	done = true
+	s.log.Info("sandbox forked", "sandbox", id, "copies", ids)
+	return entries, ids, nil
+}
+
+// cmpErr is err, or alt when err is nil.
+func cmpErr(err, alt error) error {
+	if err != nil {
+		return err
+	}
+	return alt
 }
 
 // tarError is tar's failure, in its own words.

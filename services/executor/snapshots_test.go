@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -215,4 +216,82 @@ func TestSnapshotsNeedStorage(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "snapshots need the workspace service")
 	_, err = x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Snapshot: "snap-00000000000000000000000000000000"})
 	wantCode(t, err, codes.FailedPrecondition, "snapshots need the workspace service")
+}
+
+func TestFork(t *testing.T) {
+	x := startExecutor(t, WithQuotas(quotas.Defaults))
+	ctx := as(t, "acme")
+	src, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Name: "src", Labels: map[string]string{"team": "infra"}, Limits: &executorv1.Limits{MemoryBytes: 256 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(id, cmd string) string {
+		t.Helper()
+		resp, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: cmd, MaxOutputLength: 100000})
+		if err != nil || resp.GetOutcome().ExitCode == nil || resp.GetOutcome().GetExitCode() != 0 {
+			t.Fatalf("%s: %v %v", cmd, resp, err)
+		}
+		return resp.GetStdout()
+	}
+	run(src.GetId(), snapshotFixture)
+	want := run(src.GetId(), snapshotState)
+	resp, err := x.client.ForkSandbox(ctx, &executorv1.ForkSandboxRequest{SandboxId: src.GetId(), Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetSandboxes()) != 2 {
+		t.Fatalf("fork of 2 made %d", len(resp.GetSandboxes()))
+	}
+	for _, c := range resp.GetSandboxes() {
+		if c.GetId() == src.GetId() || c.GetName() != "src" || c.GetLabels()["team"] != "infra" || c.GetLimits().GetMemoryBytes() != 256<<20 {
+			t.Errorf("copy %v: want a new id with the source's name, labels and limits", c)
+		}
+		if got := run(c.GetId(), snapshotState); got != want {
+			t.Errorf("copy %s state:\n%s\nwant:\n%s", c.GetId(), got, want)
+		}
+	}
+	// Copies and source are apart from then on.
+	a, b := resp.GetSandboxes()[0].GetId(), resp.GetSandboxes()[1].GetId()
+	run(a, "echo mine > /home/workspace/only-a")
+	if got := run(b, "ls /home/workspace/only-a 2>/dev/null || echo absent"); got != "absent\n" {
+		t.Errorf("a copy sees another's file: %q", got)
+	}
+	if got := run(src.GetId(), "ls /home/workspace/only-a 2>/dev/null || echo absent"); got != "absent\n" {
+		t.Errorf("the source sees a copy's file: %q", got)
+	}
+	used, _, err := quotas.Read(ctx, x.svc.etcd, quotas.Sandboxes, "acme")
+	if err != nil || used[quotas.Sandboxes] != 3 || used[quotas.SandboxMemoryBytes] != 3*(256<<20) {
+		t.Errorf("quota usage %v %v, want the source and two copies", used, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		req  *executorv1.ForkSandboxRequest
+		code codes.Code
+		msg  string
+	}{
+		{"too many", ctx, &executorv1.ForkSandboxRequest{SandboxId: src.GetId(), Count: MaxForks + 1}, codes.InvalidArgument, "count: must be 1 to 16, got 17"},
+		{"negative", ctx, &executorv1.ForkSandboxRequest{SandboxId: src.GetId(), Count: -1}, codes.InvalidArgument, "count"},
+		{"unknown", ctx, &executorv1.ForkSandboxRequest{SandboxId: "sb-nope", Count: 1}, codes.NotFound, "not found"},
+		{"another account's", as(t, "mallory"), &executorv1.ForkSandboxRequest{SandboxId: src.GetId(), Count: 1}, codes.NotFound, "not found"},
+	} {
+		_, err := x.client.ForkSandbox(tc.ctx, tc.req)
+		wantCode(t, err, tc.code, tc.msg)
+	}
+}
+
+// A fork beyond the account's sandbox quota makes no copy at all.
+func TestForkOverQuota(t *testing.T) {
+	q := quotas.Defaults
+	q.Sandboxes = 2
+	x := startExecutor(t, WithQuotas(q))
+	ctx := as(t, "acme")
+	src := createSandbox(t, x, "acme")
+	_, err := x.client.ForkSandbox(ctx, &executorv1.ForkSandboxRequest{SandboxId: src, Count: 2})
+	wantCode(t, err, codes.ResourceExhausted, "quota sandboxes exceeded (2 of 2)")
+	list, err := x.client.ListSandboxes(ctx, &executorv1.ListSandboxesRequest{})
+	if err != nil || len(list.GetSandboxes()) != 1 {
+		t.Errorf("after a refused fork: %v %v, want the source alone", list, err)
+	}
 }

@@ -24,6 +24,7 @@ const (
 	ExecutorService_ListSandboxes_FullMethodName      = "/conch.executor.v1.ExecutorService/ListSandboxes"
 	ExecutorService_DestroySandbox_FullMethodName     = "/conch.executor.v1.ExecutorService/DestroySandbox"
 	ExecutorService_SnapshotSandbox_FullMethodName    = "/conch.executor.v1.ExecutorService/SnapshotSandbox"
+	ExecutorService_ForkSandbox_FullMethodName        = "/conch.executor.v1.ExecutorService/ForkSandbox"
 	ExecutorService_ListSnapshots_FullMethodName      = "/conch.executor.v1.ExecutorService/ListSnapshots"
 	ExecutorService_GetSnapshot_FullMethodName        = "/conch.executor.v1.ExecutorService/GetSnapshot"
 	ExecutorService_DeleteSnapshot_FullMethodName     = "/conch.executor.v1.ExecutorService/DeleteSnapshot"
@@ -65,6 +66,9 @@ type ExecutorServiceClient interface {
 	// SnapshotSandbox saves a sandbox's writable state (/home/workspace and
 	// /tmp) in the object store while it keeps running.
 	SnapshotSandbox(ctx context.Context, in *SnapshotSandboxRequest, opts ...grpc.CallOption) (*SnapshotSandboxResponse, error)
+	// ForkSandbox makes copies of a sandbox's files and settings while it
+	// keeps running.
+	ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error)
 	// ListSnapshots lists the account's snapshots.
 	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
 	// GetSnapshot returns a snapshot.
@@ -164,6 +168,16 @@ func (c *executorServiceClient) SnapshotSandbox(ctx context.Context, in *Snapsho
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SnapshotSandboxResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_SnapshotSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkSandboxResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ForkSandbox_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -404,6 +418,9 @@ type ExecutorServiceServer interface {
 	// SnapshotSandbox saves a sandbox's writable state (/home/workspace and
 	// /tmp) in the object store while it keeps running.
 	SnapshotSandbox(context.Context, *SnapshotSandboxRequest) (*SnapshotSandboxResponse, error)
+	// ForkSandbox makes copies of a sandbox's files and settings while it
+	// keeps running.
+	ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error)
 	// ListSnapshots lists the account's snapshots.
 	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
 	// GetSnapshot returns a snapshot.
@@ -473,6 +490,9 @@ func (UnimplementedExecutorServiceServer) DestroySandbox(context.Context, *Destr
 }
 func (UnimplementedExecutorServiceServer) SnapshotSandbox(context.Context, *SnapshotSandboxRequest) (*SnapshotSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SnapshotSandbox not implemented")
+}
+func (UnimplementedExecutorServiceServer) ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkSandbox not implemented")
 }
 func (UnimplementedExecutorServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
@@ -635,6 +655,24 @@ func _ExecutorService_SnapshotSandbox_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ExecutorServiceServer).SnapshotSandbox(ctx, req.(*SnapshotSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ForkSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ForkSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ForkSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ForkSandbox(ctx, req.(*ForkSandboxRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -946,6 +984,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SnapshotSandbox",
 			Handler:    _ExecutorService_SnapshotSandbox_Handler,
+		},
+		{
+			MethodName: "ForkSandbox",
+			Handler:    _ExecutorService_ForkSandbox_Handler,
 		},
 		{
 			MethodName: "ListSnapshots",

@@ -208,6 +208,108 @@ func (x *SnapshotSandboxResponse) GetSnapshot() *Snapshot {
 	return nil
 }
 
+// ForkSandboxRequest copies a running sandbox.
+type ForkSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox to copy.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// How many copies: 1 to 16; 0 means 1.
+	Count         int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxRequest) Reset() {
+	*x = ForkSandboxRequest{}
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxRequest) ProtoMessage() {}
+
+func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ForkSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ForkSandboxRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// ForkSandboxResponse is the copies.
+type ForkSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new sandboxes, each with the source's files (/home/workspace and
+	// /tmp), settings and labels, on the source's executor.
+	Sandboxes     []*Sandbox `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxResponse) Reset() {
+	*x = ForkSandboxResponse{}
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxResponse) ProtoMessage() {}
+
+func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ForkSandboxResponse) GetSandboxes() []*Sandbox {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
 // ListSnapshotsRequest lists the account's snapshots.
 type ListSnapshotsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -217,7 +319,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +331,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[3]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +344,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{3}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{5}
 }
 
 // ListSnapshotsResponse is the list, newest first.
@@ -256,7 +358,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +370,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[4]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +383,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{4}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -302,7 +404,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +416,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +429,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{5}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -348,7 +450,7 @@ type GetSnapshotResponse struct {
 
 func (x *GetSnapshotResponse) Reset() {
 	*x = GetSnapshotResponse{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +462,7 @@ func (x *GetSnapshotResponse) String() string {
 func (*GetSnapshotResponse) ProtoMessage() {}
 
 func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +475,7 @@ func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{6}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSnapshotResponse) GetSnapshot() *Snapshot {
@@ -394,7 +496,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +508,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +521,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteSnapshotRequest) GetId() string {
@@ -438,7 +540,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +552,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,14 +565,14 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{10}
 }
 
 var File_conch_executor_v1_snapshot_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_snapshot_proto_rawDesc = "" +
 	"\n" +
-	" conch/executor/v1/snapshot.proto\x12\x11conch.executor.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x01\n" +
+	" conch/executor/v1/snapshot.proto\x12\x11conch.executor.v1\x1a\x1fconch/executor/v1/sandbox.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x01\n" +
 	"\bSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -485,7 +587,13 @@ const file_conch_executor_v1_snapshot_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"R\n" +
 	"\x17SnapshotSandboxResponse\x127\n" +
-	"\bsnapshot\x18\x01 \x01(\v2\x1b.conch.executor.v1.SnapshotR\bsnapshot\"\x16\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1b.conch.executor.v1.SnapshotR\bsnapshot\"I\n" +
+	"\x12ForkSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"O\n" +
+	"\x13ForkSandboxResponse\x128\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x1a.conch.executor.v1.SandboxR\tsandboxes\"\x16\n" +
 	"\x14ListSnapshotsRequest\"R\n" +
 	"\x15ListSnapshotsResponse\x129\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x1b.conch.executor.v1.SnapshotR\tsnapshots\"$\n" +
@@ -509,29 +617,33 @@ func file_conch_executor_v1_snapshot_proto_rawDescGZIP() []byte {
 	return file_conch_executor_v1_snapshot_proto_rawDescData
 }
 
-var file_conch_executor_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_conch_executor_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_conch_executor_v1_snapshot_proto_goTypes = []any{
 	(*Snapshot)(nil),                // 0: conch.executor.v1.Snapshot
 	(*SnapshotSandboxRequest)(nil),  // 1: conch.executor.v1.SnapshotSandboxRequest
 	(*SnapshotSandboxResponse)(nil), // 2: conch.executor.v1.SnapshotSandboxResponse
-	(*ListSnapshotsRequest)(nil),    // 3: conch.executor.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),   // 4: conch.executor.v1.ListSnapshotsResponse
-	(*GetSnapshotRequest)(nil),      // 5: conch.executor.v1.GetSnapshotRequest
-	(*GetSnapshotResponse)(nil),     // 6: conch.executor.v1.GetSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),   // 7: conch.executor.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),  // 8: conch.executor.v1.DeleteSnapshotResponse
-	(*timestamppb.Timestamp)(nil),   // 9: google.protobuf.Timestamp
+	(*ForkSandboxRequest)(nil),      // 3: conch.executor.v1.ForkSandboxRequest
+	(*ForkSandboxResponse)(nil),     // 4: conch.executor.v1.ForkSandboxResponse
+	(*ListSnapshotsRequest)(nil),    // 5: conch.executor.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),   // 6: conch.executor.v1.ListSnapshotsResponse
+	(*GetSnapshotRequest)(nil),      // 7: conch.executor.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),     // 8: conch.executor.v1.GetSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),   // 9: conch.executor.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),  // 10: conch.executor.v1.DeleteSnapshotResponse
+	(*timestamppb.Timestamp)(nil),   // 11: google.protobuf.Timestamp
+	(*Sandbox)(nil),                 // 12: conch.executor.v1.Sandbox
 }
 var file_conch_executor_v1_snapshot_proto_depIdxs = []int32{
-	9, // 0: conch.executor.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	0, // 1: conch.executor.v1.SnapshotSandboxResponse.snapshot:type_name -> conch.executor.v1.Snapshot
-	0, // 2: conch.executor.v1.ListSnapshotsResponse.snapshots:type_name -> conch.executor.v1.Snapshot
-	0, // 3: conch.executor.v1.GetSnapshotResponse.snapshot:type_name -> conch.executor.v1.Snapshot
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	11, // 0: conch.executor.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 1: conch.executor.v1.SnapshotSandboxResponse.snapshot:type_name -> conch.executor.v1.Snapshot
+	12, // 2: conch.executor.v1.ForkSandboxResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	0,  // 3: conch.executor.v1.ListSnapshotsResponse.snapshots:type_name -> conch.executor.v1.Snapshot
+	0,  // 4: conch.executor.v1.GetSnapshotResponse.snapshot:type_name -> conch.executor.v1.Snapshot
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_snapshot_proto_init() }
@@ -539,13 +651,14 @@ func file_conch_executor_v1_snapshot_proto_init() {
 	if File_conch_executor_v1_snapshot_proto != nil {
 		return
 	}
+	file_conch_executor_v1_sandbox_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_snapshot_proto_rawDesc), len(file_conch_executor_v1_snapshot_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
