@@ -164,7 +164,7 @@ func approvalTo(a *store.Approval) *approvalv1.Approval {
 		CreatedAt: timestamppb.New(a.CreatedAt), ExpiresAt: timestamppb.New(a.ExpiresAt),
 		ResolvedBy: a.ResolvedBy, ResolvedAt: optionalTime(a.ResolvedAt), Node: a.Node,
 		Reason: a.Reason, ReviewerNote: a.ReviewerNote, Reviewing: a.UnderReview(time.Now()),
-		Egress: a.Egress, Sandbox: a.Sandbox,
+		Egress: a.Egress, Sandbox: a.Sandbox, Preview: a.Preview,
 	}
 	for _, s := range a.Segments {
 		out.Segments = append(out.Segments, &approvalv1.Segment{Argv: s.Argv, ResolvedPath: s.ResolvedPath, Decision: decisionByName(s.Decision), Reason: s.Reason})

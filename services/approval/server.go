@@ -328,7 +328,15 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 			out.Reason = fmt.Sprintf("%s: command longer than %d bytes cannot be put to a human", policy.ErrNotAllowed, MaxAskBytes)
 			return out, nil
 		}
-		a, err := s.createApproval(ctx, account, b, j, digest)
+		if req.GetAskWithoutApproval() {
+			// The caller previews the command, then asks again.
+			out.Decision, out.Reason = approvalv1.PolicyDecision_POLICY_DECISION_ASK, j.res.Reason
+			return out, nil
+		}
+		if err := checkPreview(req.GetPreview()); err != nil {
+			return nil, err
+		}
+		a, err := s.createApproval(ctx, account, b, j, digest, req.GetPreview())
 		if err != nil {
 			return nil, err
 		}
@@ -339,7 +347,27 @@ func (s *Server) Authorize(ctx context.Context, req *approvalv1.AuthorizeRequest
 	return out, nil
 }
 
-func (s *Server) createApproval(ctx context.Context, account string, b *approvalv1.Binding, j *judgement, digest string) (*store.Approval, error) {
+// checkPreview refuses a preview beyond contract's bounds: it is stored
+// with the approval, in etcd.
+func checkPreview(p *approvalv1.Preview) error {
+	if p == nil {
+		return nil
+	}
+	if len(p.GetStdout()) > contract.PreviewOutputBytes || len(p.GetStderr()) > contract.PreviewOutputBytes || len(p.GetError()) > contract.PreviewOutputBytes {
+		return errs.New(errs.InvalidArgument, "preview: stdout, stderr and error hold at most %d bytes each", contract.PreviewOutputBytes)
+	}
+	if len(p.GetChanges()) > contract.PreviewChanges {
+		return errs.New(errs.InvalidArgument, "preview.changes: at most %d", contract.PreviewChanges)
+	}
+	for i, c := range p.GetChanges() {
+		if len(c.GetPath()) > contract.PreviewPathBytes {
+			return errs.New(errs.InvalidArgument, "preview.changes[%d].path: at most %d bytes", i, contract.PreviewPathBytes)
+		}
+	}
+	return nil
+}
+
+func (s *Server) createApproval(ctx context.Context, account string, b *approvalv1.Binding, j *judgement, digest string, preview *approvalv1.Preview) (*store.Approval, error) {
 	now := s.cfg.Now()
 	fallback := policy.Fallback(j.res, j.settings.AskFallback)
 	a := &store.Approval{
@@ -349,6 +377,7 @@ func (s *Server) createApproval(ctx context.Context, account string, b *approval
 		CreatedAt: now, ExpiresAt: now.Add(j.timeout), Segments: segmentsStored(j.res.Segments),
 		Binding: digest, Recordable: j.res.Recordable(), FallbackAllows: fallback.Decision == policy.Allow,
 		SessionTTLSeconds: int(sessionTTL(j.exec) / time.Second), SessionByShape: j.exec.GetApprovalSessionByShape(),
+		Preview: preview,
 	}
 	rv := j.exec.GetReviewer()
 	reviewed := s.cfg.Reviewer != nil && rv.GetGateway() != "" && len(rv.GetMay()) > 0

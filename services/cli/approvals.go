@@ -19,6 +19,7 @@ const approvalsUsage = `usage: conch approvals <command> [flags]
 Commands:
   list [--state STATE] [--agent NAME]
                                  list approvals (default: pending)
+  show ID                        show an approval whole, with its preview
   approve ID [--session|--always]
                                  allow a pending command once (or for its session, or always)
   deny ID                        deny a pending command
@@ -36,7 +37,7 @@ var approvalsGroup = &group{
 	summary: "list and answer exec approvals, edit allowlists, export/import the document",
 	usage:   approvalsUsage,
 	args: map[string]arity{
-		"approve": {1, 1}, "deny": {1, 1},
+		"approve": {1, 1}, "deny": {1, 1}, "show": {1, 1},
 		"allowlist list": {1, 1}, "allowlist add": {2, 2}, "allowlist rm": {2, 2},
 		"export": {0, 1}, "import": {1, 1}, "replay": {0, 1},
 	},
@@ -72,19 +73,47 @@ func (f *approvalsFlags) flagSet(cmd string) *flag.FlagSet {
 
 // apiApproval is an approval as the REST API returns it.
 type apiApproval struct {
-	ID            string   `json:"id"`
-	State         string   `json:"state"`
-	Decision      string   `json:"decision"`
-	Command       string   `json:"command"`
-	Cwd           string   `json:"cwd"`
-	Agent         string   `json:"agent"`
-	ResolvedPaths []string `json:"resolved_paths"`
-	Host          string   `json:"host"`
-	Security      string   `json:"security"`
-	Session       string   `json:"session"`
-	CreatedAt     string   `json:"created_at"`
-	ExpiresAt     string   `json:"expires_at"`
-	ResolvedBy    string   `json:"resolved_by"`
+	ID            string      `json:"id"`
+	State         string      `json:"state"`
+	Decision      string      `json:"decision"`
+	Command       string      `json:"command"`
+	Cwd           string      `json:"cwd"`
+	Agent         string      `json:"agent"`
+	ResolvedPaths []string    `json:"resolved_paths"`
+	Host          string      `json:"host"`
+	Security      string      `json:"security"`
+	Session       string      `json:"session"`
+	CreatedAt     string      `json:"created_at"`
+	ExpiresAt     string      `json:"expires_at"`
+	ResolvedBy    string      `json:"resolved_by"`
+	Preview       *apiPreview `json:"preview"`
+}
+
+// apiPreview is an approval's preview as the REST API returns it.
+type apiPreview struct {
+	ExitCode int    `json:"exit_code"`
+	TimedOut bool   `json:"timed_out"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	Changes  []struct {
+		Path      string `json:"path"`
+		Change    string `json:"change"`
+		SizeBytes int64  `json:"size_bytes"`
+	} `json:"changes"`
+	ChangesOmitted int    `json:"changes_omitted"`
+	Error          string `json:"error"`
+}
+
+// lines is the preview as every surface shows it, or nothing for none.
+func (p *apiPreview) lines() []string {
+	if p == nil {
+		return nil
+	}
+	d := &display.Preview{ExitCode: p.ExitCode, TimedOut: p.TimedOut, Stdout: p.Stdout, Stderr: p.Stderr, ChangesOmitted: p.ChangesOmitted, Error: p.Error}
+	for _, c := range p.Changes {
+		d.Changes = append(d.Changes, display.PreviewChange{Path: c.Path, Change: c.Change, SizeBytes: c.SizeBytes})
+	}
+	return d.Lines()
 }
 
 type apiEntry struct {
@@ -115,6 +144,22 @@ func Approvals(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return replayPolicy(ctx, c, o, pos, replayFlags{since: f.since, until: f.until, agent: f.agent, exec: f.exec}, stdout)
 	case "list":
 		return listApprovals(ctx, c, o, f.state, f.agent, stdout)
+	case "show":
+		var a apiApproval
+		if err := c.JSON(ctx, "GET", "/api/v1/approvals/"+url.PathEscape(pos[0]), nil, &a); err != nil {
+			return err
+		}
+		if o.JSON() {
+			return PrintJSON(stdout, a)
+		}
+		// Escaped as on every surface that asks a human.
+		fmt.Fprintf(stdout, "approval %s: %s\ncommand: %s\ncwd: %s\nagent: %s\nhost: %s, security %s\nruns: %s\n",
+			display.Escape(a.ID), a.State, display.Escape(a.Command), display.Escape(a.Cwd), display.Escape(a.Agent), a.Host, a.Security,
+			display.Escape(strings.Join(a.ResolvedPaths, ", ")))
+		for _, l := range a.Preview.lines() {
+			fmt.Fprintln(stdout, l)
+		}
+		return nil
 	case "approve", "deny":
 		decision := "deny"
 		if cmd == "approve" {

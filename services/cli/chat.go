@@ -388,12 +388,13 @@ func (ch *chat) showResult(result string) {
 // askApproval shows a pending approval and sends the user's decision.
 func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
 	var a struct {
-		ID            string   `json:"id"`
-		Command       string   `json:"command"`
-		Cwd           string   `json:"cwd"`
-		ResolvedPaths []string `json:"resolved_paths"`
-		Host          string   `json:"host"`
-		Security      string   `json:"security"`
+		ID            string      `json:"id"`
+		Command       string      `json:"command"`
+		Cwd           string      `json:"cwd"`
+		ResolvedPaths []string    `json:"resolved_paths"`
+		Host          string      `json:"host"`
+		Security      string      `json:"security"`
+		Preview       *apiPreview `json:"preview"`
 	}
 	if json.Unmarshal(raw, &a) != nil || a.ID == "" {
 		return
@@ -403,6 +404,9 @@ func (ch *chat) askApproval(ctx context.Context, raw json.RawMessage) {
 	fmt.Fprintf(ch.out, "  approval needed (%s): %s\n    cwd %s, host %s, security %s, runs %s\n",
 		display.Escape(a.ID), display.Escape(a.Command), display.Escape(a.Cwd), display.Escape(a.Host), display.Escape(a.Security),
 		display.Escape(strings.Join(a.ResolvedPaths, ", ")))
+	for _, l := range a.Preview.lines() {
+		fmt.Fprintln(ch.out, "    "+l)
+	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	elsewhere := ch.watchApproval(wctx, a.ID)

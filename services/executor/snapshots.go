@@ -261,9 +261,8 @@ func (s *Service) extract(ctx context.Context, e *entry, r io.Reader, what strin
 const MaxForks = 16
 
 // Fork makes count copies of account's sandbox id on this executor, each
-// with its files (an archive of the source streamed into each copy's
-// tar, never stored), its settings and labels; the source runs on. A
-// copy failing fails the fork, and no copy is kept.
+// with its files, its settings and labels, not its conversation; the
+// source runs on. A copy failing fails the fork, and no copy is kept.
 func (s *Service) Fork(ctx context.Context, account, id string, count int) ([]*entry, []string, error) {
 	src, err := s.lookup(ctx, account, id)
 	if err != nil {
@@ -278,8 +277,16 @@ func (s *Service) Fork(ctx context.Context, account, id string, count int) ([]*e
 	if src.persistent {
 		return nil, nil, errs.New(errs.InvalidArgument, "sandbox %s mounts a persistent workspace, which its copies would share; snapshot it instead", id)
 	}
+	return s.copies(ctx, account, id, src, count, func(p *CreateParams) { p.Session = "" })
+}
+
+// copies makes count sandboxes with src's CreateParams, as edit changes
+// them, and src's files: one archive of src streamed from its tar into
+// every copy's, never stored. It keeps every copy or none.
+func (s *Service) copies(ctx context.Context, account, id string, src *entry, count int, edit func(*CreateParams)) ([]*entry, []string, error) {
 	p := src.params
-	p.Snapshot, p.Session = "", ""
+	p.Snapshot = ""
+	edit(&p)
 	entries, ids := make([]*entry, 0, count), make([]string, 0, count)
 	done := false
 	defer func() {
@@ -330,7 +337,7 @@ func (s *Service) Fork(ctx context.Context, account, id string, count int) ([]*e
 		return nil, nil, first
 	}
 	done = true
-	s.log.Info("sandbox forked", "sandbox", id, "copies", ids)
+	s.log.Info("sandbox copied", "sandbox", id, "copies", ids)
 	return entries, ids, nil
 }
 

@@ -109,6 +109,7 @@ func (s *Service) authorize(ctx context.Context, account string, t *target, p *E
 		},
 		Settings:  p.Settings,
 		OnPending: func(a *approvalv1.Approval) { _ = ev.ApprovalPending(a) },
+		Preview:   t.preview(s, account, p),
 	})
 	if err != nil {
 		return "", "", err
@@ -117,6 +118,15 @@ func (s *Service) authorize(ctx context.Context, account string, t *target, p *E
 		return "", v.Reason, nil
 	}
 	return v.Plan, "", nil
+}
+
+// preview returns how to preview p at t before a human is asked: on a
+// copy of its sandbox, for a sandbox command only.
+func (t *target) preview(s *Service, account string, p *ExecParams) func(context.Context) *approvalv1.Preview {
+	if t.e == nil || p.outside() {
+		return nil
+	}
+	return func(ctx context.Context) *approvalv1.Preview { return s.preview(ctx, account, t.e, p, t.dir) }
 }
 
 // documentMayDeny reports whether the account's exec-approvals document

@@ -57,6 +57,10 @@ type Request struct {
 	// Digest returns the content digest of a resolved file, binding an
 	// approval to it (see FileDigest); nil sends none.
 	Digest func(path string) (string, error)
+	// Preview runs the command on a throwaway copy of where it would run,
+	// before a human is asked, when the settings ask for previews (its
+	// error goes in the preview); nil makes none.
+	Preview func(ctx context.Context) *approvalv1.Preview
 }
 
 // MaxDigestBytes is the largest file FileDigest hashes.
@@ -145,9 +149,19 @@ func Check(ctx context.Context, c Client, req Request) (Verdict, error) {
 	if reason := prepare(areq, req); reason != "" {
 		return Verdict{Reason: reason}, nil
 	}
+	preview := req.Preview != nil && req.Settings.GetPreview()
+	areq.AskWithoutApproval = preview
 	resp, err := c.Authorize(ctx, areq)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: authorize: %w", err)
+	}
+	if preview && resp.GetDecision() == approvalv1.PolicyDecision_POLICY_DECISION_ASK {
+		// Asked again, the same request creates the approval, with
+		// what the command did on a copy; the service judges it anew.
+		areq.AskWithoutApproval, areq.Preview = false, req.Preview(ctx)
+		if resp, err = c.Authorize(ctx, areq); err != nil {
+			return Verdict{}, fmt.Errorf("gate: authorize: %w", err)
+		}
 	}
 	switch resp.GetDecision() {
 	case approvalv1.PolicyDecision_POLICY_DECISION_ALLOW:

@@ -46,6 +46,9 @@ func Text(a *approvalv1.Approval) string {
 	if a.GetExpiresAt() != nil {
 		fmt.Fprintf(&b, "Expires: %s\n", a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
 	}
+	if p := display.PreviewFrom(a.GetPreview()); p != nil {
+		b.WriteString(strings.Join(p.Lines(), "\n") + "\n")
+	}
 	b.WriteString("\nReply with:\n")
 	for _, d := range []string{"allow-once", "allow-session", "allow-always", "deny"} {
 		if d == "allow-session" && a.GetSession() == "" {

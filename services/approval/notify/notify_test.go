@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/internal/display/displaytest"
 )
 
@@ -120,5 +121,21 @@ func TestSendFailuresAndSignature(t *testing.T) {
 	}
 	if err := s.Send(t.Context(), ch, &approvalv1.ForwardTarget{Channel: approvalv1.Channel_CHANNEL_TELEGRAM, To: "1"}, a); err == nil || !strings.Contains(err.Error(), "502") {
 		t.Fatalf("telegram failure: %v", err)
+	}
+}
+
+// A chat message shows an approval's preview, with what it is.
+func TestTextShowsThePreview(t *testing.T) {
+	a := &approvalv1.Approval{Id: "a1", Command: "touch x", Preview: &approvalv1.Preview{ExitCode: 0, Changes: []*approvalv1.PreviewChange{
+		{Path: "/home/workspace/x", Change: approvalv1.PreviewChangeKind_PREVIEW_CHANGE_KIND_CREATED},
+	}}}
+	got := Text(a)
+	for _, want := range []string{"Preview (" + display.PreviewCaveat + "):", "created /home/workspace/x (0 bytes)", "/approve a1 allow-once"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Text = %q, want it to contain %q", got, want)
+		}
+	}
+	if strings.Contains(Text(&approvalv1.Approval{Id: "a2"}), "Preview") {
+		t.Error("an approval without a preview shows one")
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/seal"
 	"github.com/conch-sh/conch/services/internal/quotas"
+
+	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 )
 
 // States of an approval.
@@ -88,6 +90,9 @@ type Approval struct {
 	// answer grants: for how long, and whether by argument shape.
 	SessionTTLSeconds int  `json:"sessionTTLSeconds,omitempty"`
 	SessionByShape    bool `json:"sessionByShape,omitempty"`
+	// Preview is what the command did on a copy of its sandbox before
+	// anyone was asked, within contract's preview bounds.
+	Preview *approvalv1.Preview `json:"preview,omitempty"`
 	// Reviewing is set while a reviewer model has the approval, until
 	// ReviewUntil at the latest; ReviewerNote is its answer and reasoning.
 	Reviewing    bool      `json:"reviewing,omitempty"`

@@ -25,6 +25,16 @@ const (
 	// ExecTimeout is the exec tool's default timeout, and the longest a
 	// command may ask for (the --max-command-timeout ceiling's default).
 	ExecTimeout = 30 * time.Minute
+	// DefaultPreviewTimeout and MaxPreviewTimeout bound a command's
+	// preview on a copy of its sandbox (exec.preview_timeout_seconds).
+	DefaultPreviewTimeout = 10 * time.Second
+	MaxPreviewTimeout     = 60 * time.Second
+	// A preview is stored with its approval: its stdout, stderr and error
+	// keep at most PreviewOutputBytes each, its changes at most
+	// PreviewChanges paths of at most PreviewPathBytes.
+	PreviewOutputBytes = 2048
+	PreviewChanges     = 50
+	PreviewPathBytes   = 512
 	// MaxFileBytes bounds one file written through the file APIs (REST,
 	// the Containers API, the executor's file calls).
 	MaxFileBytes = 100 << 20

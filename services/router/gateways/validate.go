@@ -284,6 +284,9 @@ func validateExec(e *approvalv1.ExecSettings) error {
 	if a := e.GetAudit(); a != "" && a != "async" && a != "sync" {
 		return invalid("exec.audit", "must be async or sync, got %q", a)
 	}
+	if t := e.GetPreviewTimeoutSeconds(); t < 0 || t > int32(contract.MaxPreviewTimeout/time.Second) {
+		return invalid("exec.preview_timeout_seconds", "must be 0 (the default, %d) to %d, got %d", int(contract.DefaultPreviewTimeout/time.Second), int(contract.MaxPreviewTimeout/time.Second), t)
+	}
 	for i, b := range e.GetSafeBins() {
 		if b == "" || strings.ContainsAny(b, "/ \t\n") {
 			return invalid(fmt.Sprintf("exec.safe_bins[%d]", i), "must be a bare program name, got %q", b)

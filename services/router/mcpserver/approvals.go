@@ -209,5 +209,8 @@ func approvalText(a *approvalv1.Approval) string {
 		fmt.Fprintf(&b, "Resolved: %s\n", display.Escape(strings.Join(paths, ", ")))
 	}
 	fmt.Fprintf(&b, "Host: %s", strings.ToLower(strings.TrimPrefix(a.GetHost().String(), "HOST_")))
+	if p := display.PreviewFrom(a.GetPreview()); p != nil {
+		b.WriteString("\n" + strings.Join(p.Lines(), "\n"))
+	}
 	return b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
+	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/router/toolhost"
 )
 
@@ -105,6 +106,19 @@ func TestApprovalTextEscapes(t *testing.T) {
 	t.Parallel()
 	got := approvalText(&approvalv1.Approval{Id: "ap1", Command: "echo a\nrm -rf / \u202e", Cwd: "/home/workspace", Host: approvalv1.Host_HOST_SANDBOX})
 	for _, want := range []string{`Command: echo a\nrm -rf / \u202e`, "CWD: /home/workspace", "Host: sandbox", "approval ap1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("approvalText = %q, want it to contain %q", got, want)
+		}
+	}
+}
+
+// An elicitation shows the approval's preview, with what it is.
+func TestApprovalTextShowsThePreview(t *testing.T) {
+	t.Parallel()
+	got := approvalText(&approvalv1.Approval{Id: "ap1", Command: "rm x", Host: approvalv1.Host_HOST_SANDBOX, Preview: &approvalv1.Preview{
+		Changes: []*approvalv1.PreviewChange{{Path: "/home/workspace/x", Change: approvalv1.PreviewChangeKind_PREVIEW_CHANGE_KIND_DELETED, SizeBytes: 4}},
+	}})
+	for _, want := range []string{"Preview (" + display.PreviewCaveat + "):", "deleted /home/workspace/x (4 bytes)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("approvalText = %q, want it to contain %q", got, want)
 		}

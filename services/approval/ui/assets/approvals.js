@@ -99,6 +99,32 @@
     dl.appendChild(escapedNode("dd", value));
   }
 
+  // Said wherever a preview is shown (display.PreviewCaveat).
+  const previewCaveat = "what the command did on a copy of the sandbox, without network or secrets; not a promise: time, network and randomness differ when it runs";
+  function previewNode(p) {
+    const div = document.createElement("div");
+    div.className = "preview";
+    const h = document.createElement("p");
+    h.textContent = "Preview (" + previewCaveat + "):";
+    div.appendChild(h);
+    const dl = document.createElement("dl");
+    if (p.timed_out) field(dl, "ended", "stopped at the preview's time limit");
+    else if ((p.exit_code || 0) >= 0) field(dl, "exit code", String(p.exit_code || 0));
+    if (p.error) field(dl, "note", p.error);
+    if (p.stdout) field(dl, "stdout", p.stdout);
+    if (p.stderr) field(dl, "stderr", p.stderr);
+    div.appendChild(dl);
+    const ul = document.createElement("ul");
+    ul.className = "changes";
+    for (const c of p.changes || []) {
+      ul.appendChild(escapedNode("li", c.change + " " + c.path + " (" + c.size_bytes + " bytes)", "change " + c.change));
+    }
+    if (p.changes_omitted) ul.appendChild(escapedNode("li", "and " + p.changes_omitted + " more changes"));
+    if (!(p.changes || []).length && !p.error) ul.appendChild(escapedNode("li", "no file changed in /home/workspace or /tmp"));
+    div.appendChild(ul);
+    return div;
+  }
+
   let shown = "";
   function renderPending(list) {
     const sig = JSON.stringify(list.map((a) => a.id));
@@ -124,6 +150,7 @@
       field(dl, "user", a.user);
       field(dl, "expires", a.expires_at);
       li.appendChild(dl);
+      if (a.preview) li.appendChild(previewNode(a.preview));
       if ((a.segments || []).length) {
         const ul = document.createElement("ul");
         ul.className = "segments";

@@ -148,6 +148,64 @@ func (ApprovalDecision) EnumDescriptor() ([]byte, []int) {
 	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{1}
 }
 
+// PreviewChangeKind is how a path changed.
+type PreviewChangeKind int32
+
+const (
+	// PREVIEW_CHANGE_KIND_UNSPECIFIED is never sent.
+	PreviewChangeKind_PREVIEW_CHANGE_KIND_UNSPECIFIED PreviewChangeKind = 0
+	// PREVIEW_CHANGE_KIND_CREATED is a path that did not exist.
+	PreviewChangeKind_PREVIEW_CHANGE_KIND_CREATED PreviewChangeKind = 1
+	// PREVIEW_CHANGE_KIND_MODIFIED is a path whose type, size, mode or
+	// modification time changed.
+	PreviewChangeKind_PREVIEW_CHANGE_KIND_MODIFIED PreviewChangeKind = 2
+	// PREVIEW_CHANGE_KIND_DELETED is a path that no longer exists.
+	PreviewChangeKind_PREVIEW_CHANGE_KIND_DELETED PreviewChangeKind = 3
+)
+
+// Enum value maps for PreviewChangeKind.
+var (
+	PreviewChangeKind_name = map[int32]string{
+		0: "PREVIEW_CHANGE_KIND_UNSPECIFIED",
+		1: "PREVIEW_CHANGE_KIND_CREATED",
+		2: "PREVIEW_CHANGE_KIND_MODIFIED",
+		3: "PREVIEW_CHANGE_KIND_DELETED",
+	}
+	PreviewChangeKind_value = map[string]int32{
+		"PREVIEW_CHANGE_KIND_UNSPECIFIED": 0,
+		"PREVIEW_CHANGE_KIND_CREATED":     1,
+		"PREVIEW_CHANGE_KIND_MODIFIED":    2,
+		"PREVIEW_CHANGE_KIND_DELETED":     3,
+	}
+)
+
+func (x PreviewChangeKind) Enum() *PreviewChangeKind {
+	p := new(PreviewChangeKind)
+	*p = x
+	return p
+}
+
+func (x PreviewChangeKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PreviewChangeKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_conch_approval_v1_approval_proto_enumTypes[2].Descriptor()
+}
+
+func (PreviewChangeKind) Type() protoreflect.EnumType {
+	return &file_conch_approval_v1_approval_proto_enumTypes[2]
+}
+
+func (x PreviewChangeKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PreviewChangeKind.Descriptor instead.
+func (PreviewChangeKind) EnumDescriptor() ([]byte, []int) {
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{2}
+}
+
 // Approval is a request for a human decision on one command, bound to
 // account, session, argv, cwd, env and resolved paths.
 type Approval struct {
@@ -202,7 +260,10 @@ type Approval struct {
 	// egress proxy for (the command then describes it); empty for a command.
 	Egress string `protobuf:"bytes,21,opt,name=egress,proto3" json:"egress,omitempty"`
 	// Sandbox whose program asked, for a network approval.
-	Sandbox       string `protobuf:"bytes,22,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Sandbox string `protobuf:"bytes,22,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// What the command did on a throwaway copy of its sandbox before anyone
+	// was asked (gateway exec.preview): a preview, not a promise.
+	Preview       *Preview `protobuf:"bytes,23,opt,name=preview,proto3" json:"preview,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +452,13 @@ func (x *Approval) GetSandbox() string {
 	return ""
 }
 
+func (x *Approval) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
 // Binding is what an approval is bound to besides the account: a decision
 // cannot be reused for a request that differs in any of these.
 type Binding struct {
@@ -518,7 +586,12 @@ type AuthorizeRequest struct {
 	// The caller resolved the command's programs: a program missing from
 	// segments was not found where the command runs, even when segments is
 	// empty, and is never looked up on the service's host.
-	Resolved      bool `protobuf:"varint,5,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	Resolved bool `protobuf:"varint,5,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	// When the verdict is ask, answer it without creating the approval, so
+	// that the caller can preview the command first and ask again with it.
+	AskWithoutApproval bool `protobuf:"varint,6,opt,name=ask_without_approval,json=askWithoutApproval,proto3" json:"ask_without_approval,omitempty"`
+	// The preview of the command, kept with the approval this call creates.
+	Preview       *Preview `protobuf:"bytes,7,opt,name=preview,proto3" json:"preview,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +661,189 @@ func (x *AuthorizeRequest) GetResolved() bool {
 	return false
 }
 
+func (x *AuthorizeRequest) GetAskWithoutApproval() bool {
+	if x != nil {
+		return x.AskWithoutApproval
+	}
+	return false
+}
+
+func (x *AuthorizeRequest) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+// Preview is what a command did on a throwaway copy of its sandbox, with
+// no network and no secrets, bounded by the gateway's
+// preview_timeout_seconds: a preview, not a promise (time, network and
+// randomness differ when it runs for real).
+type Preview struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its exit code; -1 when it did not run to an end.
+	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// Whether the preview timeout ended it.
+	TimedOut bool `protobuf:"varint,2,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// The head of its standard output, at most 2 KiB.
+	Stdout string `protobuf:"bytes,3,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// The head of its standard error, at most 2 KiB.
+	Stderr string `protobuf:"bytes,4,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// What it changed below /home/workspace and /tmp, by path (at most 512
+	// bytes of it), at most 50.
+	Changes []*PreviewChange `protobuf:"bytes,5,rep,name=changes,proto3" json:"changes,omitempty"`
+	// How many more changes there were than listed.
+	ChangesOmitted int32 `protobuf:"varint,6,opt,name=changes_omitted,json=changesOmitted,proto3" json:"changes_omitted,omitempty"`
+	// Why there is no preview, when it could not be made; the approval is
+	// asked all the same.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Preview) Reset() {
+	*x = Preview{}
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Preview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Preview) ProtoMessage() {}
+
+func (x *Preview) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Preview.ProtoReflect.Descriptor instead.
+func (*Preview) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Preview) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *Preview) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+func (x *Preview) GetStdout() string {
+	if x != nil {
+		return x.Stdout
+	}
+	return ""
+}
+
+func (x *Preview) GetStderr() string {
+	if x != nil {
+		return x.Stderr
+	}
+	return ""
+}
+
+func (x *Preview) GetChanges() []*PreviewChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *Preview) GetChangesOmitted() int32 {
+	if x != nil {
+		return x.ChangesOmitted
+	}
+	return 0
+}
+
+func (x *Preview) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// PreviewChange is one changed path.
+type PreviewChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The path, absolute.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// How it changed.
+	Change PreviewChangeKind `protobuf:"varint,2,opt,name=change,proto3,enum=conch.approval.v1.PreviewChangeKind" json:"change,omitempty"`
+	// Its size after (before, when deleted), in bytes.
+	SizeBytes     int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewChange) Reset() {
+	*x = PreviewChange{}
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewChange) ProtoMessage() {}
+
+func (x *PreviewChange) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewChange.ProtoReflect.Descriptor instead.
+func (*PreviewChange) Descriptor() ([]byte, []int) {
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PreviewChange) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *PreviewChange) GetChange() PreviewChangeKind {
+	if x != nil {
+		return x.Change
+	}
+	return PreviewChangeKind_PREVIEW_CHANGE_KIND_UNSPECIFIED
+}
+
+func (x *PreviewChange) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 // AuthorizeResponse is the verdict for an execution.
 type AuthorizeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -613,7 +869,7 @@ type AuthorizeResponse struct {
 
 func (x *AuthorizeResponse) Reset() {
 	*x = AuthorizeResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +881,7 @@ func (x *AuthorizeResponse) String() string {
 func (*AuthorizeResponse) ProtoMessage() {}
 
 func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[3]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +894,7 @@ func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeResponse.ProtoReflect.Descriptor instead.
 func (*AuthorizeResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{3}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AuthorizeResponse) GetDecision() PolicyDecision {
@@ -707,7 +963,7 @@ type AuthorizeEgressRequest struct {
 
 func (x *AuthorizeEgressRequest) Reset() {
 	*x = AuthorizeEgressRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +975,7 @@ func (x *AuthorizeEgressRequest) String() string {
 func (*AuthorizeEgressRequest) ProtoMessage() {}
 
 func (x *AuthorizeEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[4]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +988,7 @@ func (x *AuthorizeEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeEgressRequest.ProtoReflect.Descriptor instead.
 func (*AuthorizeEgressRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{4}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AuthorizeEgressRequest) GetAgent() string {
@@ -800,7 +1056,7 @@ type AuthorizeEgressResponse struct {
 
 func (x *AuthorizeEgressResponse) Reset() {
 	*x = AuthorizeEgressResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1068,7 @@ func (x *AuthorizeEgressResponse) String() string {
 func (*AuthorizeEgressResponse) ProtoMessage() {}
 
 func (x *AuthorizeEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[5]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1081,7 @@ func (x *AuthorizeEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeEgressResponse.ProtoReflect.Descriptor instead.
 func (*AuthorizeEgressResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{5}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AuthorizeEgressResponse) GetDecision() PolicyDecision {
@@ -860,7 +1116,7 @@ type WatchApprovalRequest struct {
 
 func (x *WatchApprovalRequest) Reset() {
 	*x = WatchApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1128,7 @@ func (x *WatchApprovalRequest) String() string {
 func (*WatchApprovalRequest) ProtoMessage() {}
 
 func (x *WatchApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[6]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1141,7 @@ func (x *WatchApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchApprovalRequest.ProtoReflect.Descriptor instead.
 func (*WatchApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{6}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchApprovalRequest) GetId() string {
@@ -907,7 +1163,7 @@ type WatchApprovalResponse struct {
 
 func (x *WatchApprovalResponse) Reset() {
 	*x = WatchApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1175,7 @@ func (x *WatchApprovalResponse) String() string {
 func (*WatchApprovalResponse) ProtoMessage() {}
 
 func (x *WatchApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[7]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1188,7 @@ func (x *WatchApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchApprovalResponse.ProtoReflect.Descriptor instead.
 func (*WatchApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{7}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchApprovalResponse) GetApproval() *Approval {
@@ -953,7 +1209,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1221,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[8]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1234,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{8}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetApprovalRequest) GetId() string {
@@ -999,7 +1255,7 @@ type GetApprovalResponse struct {
 
 func (x *GetApprovalResponse) Reset() {
 	*x = GetApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1267,7 @@ func (x *GetApprovalResponse) String() string {
 func (*GetApprovalResponse) ProtoMessage() {}
 
 func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[9]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1280,7 @@ func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalResponse.ProtoReflect.Descriptor instead.
 func (*GetApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{9}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetApprovalResponse) GetApproval() *Approval {
@@ -1049,7 +1305,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1317,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[10]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1330,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{10}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListApprovalsRequest) GetState() ApprovalState {
@@ -1109,7 +1365,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1377,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[11]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1390,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{11}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -1162,7 +1418,7 @@ type ResolveApprovalRequest struct {
 
 func (x *ResolveApprovalRequest) Reset() {
 	*x = ResolveApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1430,7 @@ func (x *ResolveApprovalRequest) String() string {
 func (*ResolveApprovalRequest) ProtoMessage() {}
 
 func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[12]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1443,7 @@ func (x *ResolveApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{12}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResolveApprovalRequest) GetId() string {
@@ -1222,7 +1478,7 @@ type ResolveApprovalResponse struct {
 
 func (x *ResolveApprovalResponse) Reset() {
 	*x = ResolveApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1490,7 @@ func (x *ResolveApprovalResponse) String() string {
 func (*ResolveApprovalResponse) ProtoMessage() {}
 
 func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[13]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1503,7 @@ func (x *ResolveApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ResolveApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{13}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResolveApprovalResponse) GetApproval() *Approval {
@@ -1271,7 +1527,7 @@ type AbandonApprovalRequest struct {
 
 func (x *AbandonApprovalRequest) Reset() {
 	*x = AbandonApprovalRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1539,7 @@ func (x *AbandonApprovalRequest) String() string {
 func (*AbandonApprovalRequest) ProtoMessage() {}
 
 func (x *AbandonApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[14]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1552,7 @@ func (x *AbandonApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonApprovalRequest.ProtoReflect.Descriptor instead.
 func (*AbandonApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{14}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AbandonApprovalRequest) GetId() string {
@@ -1324,7 +1580,7 @@ type AbandonApprovalResponse struct {
 
 func (x *AbandonApprovalResponse) Reset() {
 	*x = AbandonApprovalResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1592,7 @@ func (x *AbandonApprovalResponse) String() string {
 func (*AbandonApprovalResponse) ProtoMessage() {}
 
 func (x *AbandonApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[15]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1605,7 @@ func (x *AbandonApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonApprovalResponse.ProtoReflect.Descriptor instead.
 func (*AbandonApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{15}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AbandonApprovalResponse) GetApproval() *Approval {
@@ -1368,7 +1624,7 @@ type GetExecApprovalsRequest struct {
 
 func (x *GetExecApprovalsRequest) Reset() {
 	*x = GetExecApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1636,7 @@ func (x *GetExecApprovalsRequest) String() string {
 func (*GetExecApprovalsRequest) ProtoMessage() {}
 
 func (x *GetExecApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[16]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1649,7 @@ func (x *GetExecApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*GetExecApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{16}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{18}
 }
 
 // GetExecApprovalsResponse carries the document.
@@ -1410,7 +1666,7 @@ type GetExecApprovalsResponse struct {
 
 func (x *GetExecApprovalsResponse) Reset() {
 	*x = GetExecApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1678,7 @@ func (x *GetExecApprovalsResponse) String() string {
 func (*GetExecApprovalsResponse) ProtoMessage() {}
 
 func (x *GetExecApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[17]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1691,7 @@ func (x *GetExecApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*GetExecApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{17}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetExecApprovalsResponse) GetDocument() []byte {
@@ -1466,7 +1722,7 @@ type PutExecApprovalsRequest struct {
 
 func (x *PutExecApprovalsRequest) Reset() {
 	*x = PutExecApprovalsRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1734,7 @@ func (x *PutExecApprovalsRequest) String() string {
 func (*PutExecApprovalsRequest) ProtoMessage() {}
 
 func (x *PutExecApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[18]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1747,7 @@ func (x *PutExecApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExecApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*PutExecApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{18}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutExecApprovalsRequest) GetDocument() []byte {
@@ -1521,7 +1777,7 @@ type PutExecApprovalsResponse struct {
 
 func (x *PutExecApprovalsResponse) Reset() {
 	*x = PutExecApprovalsResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1789,7 @@ func (x *PutExecApprovalsResponse) String() string {
 func (*PutExecApprovalsResponse) ProtoMessage() {}
 
 func (x *PutExecApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[19]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1802,7 @@ func (x *PutExecApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutExecApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*PutExecApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{19}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutExecApprovalsResponse) GetDocument() []byte {
@@ -1582,7 +1838,7 @@ type AllowlistEntry struct {
 
 func (x *AllowlistEntry) Reset() {
 	*x = AllowlistEntry{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1850,7 @@ func (x *AllowlistEntry) String() string {
 func (*AllowlistEntry) ProtoMessage() {}
 
 func (x *AllowlistEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[20]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1863,7 @@ func (x *AllowlistEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowlistEntry.ProtoReflect.Descriptor instead.
 func (*AllowlistEntry) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{20}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AllowlistEntry) GetId() string {
@@ -1658,7 +1914,7 @@ type AddAllowlistEntryRequest struct {
 
 func (x *AddAllowlistEntryRequest) Reset() {
 	*x = AddAllowlistEntryRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1926,7 @@ func (x *AddAllowlistEntryRequest) String() string {
 func (*AddAllowlistEntryRequest) ProtoMessage() {}
 
 func (x *AddAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[21]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1939,7 @@ func (x *AddAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddAllowlistEntryRequest.ProtoReflect.Descriptor instead.
 func (*AddAllowlistEntryRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{21}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AddAllowlistEntryRequest) GetAgent() string {
@@ -1711,7 +1967,7 @@ type AddAllowlistEntryResponse struct {
 
 func (x *AddAllowlistEntryResponse) Reset() {
 	*x = AddAllowlistEntryResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1979,7 @@ func (x *AddAllowlistEntryResponse) String() string {
 func (*AddAllowlistEntryResponse) ProtoMessage() {}
 
 func (x *AddAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[22]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1992,7 @@ func (x *AddAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddAllowlistEntryResponse.ProtoReflect.Descriptor instead.
 func (*AddAllowlistEntryResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{22}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddAllowlistEntryResponse) GetEntry() *AllowlistEntry {
@@ -1759,7 +2015,7 @@ type RemoveAllowlistEntryRequest struct {
 
 func (x *RemoveAllowlistEntryRequest) Reset() {
 	*x = RemoveAllowlistEntryRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2027,7 @@ func (x *RemoveAllowlistEntryRequest) String() string {
 func (*RemoveAllowlistEntryRequest) ProtoMessage() {}
 
 func (x *RemoveAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[23]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2040,7 @@ func (x *RemoveAllowlistEntryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllowlistEntryRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllowlistEntryRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{23}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveAllowlistEntryRequest) GetAgent() string {
@@ -1810,7 +2066,7 @@ type RemoveAllowlistEntryResponse struct {
 
 func (x *RemoveAllowlistEntryResponse) Reset() {
 	*x = RemoveAllowlistEntryResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2078,7 @@ func (x *RemoveAllowlistEntryResponse) String() string {
 func (*RemoveAllowlistEntryResponse) ProtoMessage() {}
 
 func (x *RemoveAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[24]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2091,7 @@ func (x *RemoveAllowlistEntryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllowlistEntryResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAllowlistEntryResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{24}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{26}
 }
 
 // ListAllowlistRequest names an agent.
@@ -1849,7 +2105,7 @@ type ListAllowlistRequest struct {
 
 func (x *ListAllowlistRequest) Reset() {
 	*x = ListAllowlistRequest{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[25]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2117,7 @@ func (x *ListAllowlistRequest) String() string {
 func (*ListAllowlistRequest) ProtoMessage() {}
 
 func (x *ListAllowlistRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[25]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2130,7 @@ func (x *ListAllowlistRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllowlistRequest.ProtoReflect.Descriptor instead.
 func (*ListAllowlistRequest) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{25}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListAllowlistRequest) GetAgent() string {
@@ -1895,7 +2151,7 @@ type ListAllowlistResponse struct {
 
 func (x *ListAllowlistResponse) Reset() {
 	*x = ListAllowlistResponse{}
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[26]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2163,7 @@ func (x *ListAllowlistResponse) String() string {
 func (*ListAllowlistResponse) ProtoMessage() {}
 
 func (x *ListAllowlistResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_approval_v1_approval_proto_msgTypes[26]
+	mi := &file_conch_approval_v1_approval_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2176,7 @@ func (x *ListAllowlistResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllowlistResponse.ProtoReflect.Descriptor instead.
 func (*ListAllowlistResponse) Descriptor() ([]byte, []int) {
-	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{26}
+	return file_conch_approval_v1_approval_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListAllowlistResponse) GetEntries() []*AllowlistEntry {
@@ -1934,7 +2190,7 @@ var File_conch_approval_v1_approval_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\n" +
-	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x06\n" +
+	" conch/approval/v1/approval.proto\x12\x11conch.approval.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x06\n" +
 	"\bApproval\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .conch.approval.v1.ApprovalStateR\x05state\x12?\n" +
@@ -1962,7 +2218,8 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\rreviewer_note\x18\x13 \x01(\tR\freviewerNote\x12\x1c\n" +
 	"\treviewing\x18\x14 \x01(\bR\treviewing\x12\x16\n" +
 	"\x06egress\x18\x15 \x01(\tR\x06egress\x12\x18\n" +
-	"\asandbox\x18\x16 \x01(\tR\asandbox\"\xa9\x02\n" +
+	"\asandbox\x18\x16 \x01(\tR\asandbox\x124\n" +
+	"\apreview\x18\x17 \x01(\v2\x1a.conch.approval.v1.PreviewR\apreview\"\xa9\x02\n" +
 	"\aBinding\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x125\n" +
@@ -1974,14 +2231,29 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\x04user\x18\b \x01(\tR\x04user\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x02\n" +
 	"\x10AuthorizeRequest\x124\n" +
 	"\abinding\x18\x01 \x01(\v2\x1a.conch.approval.v1.BindingR\abinding\x126\n" +
 	"\bsegments\x18\x02 \x03(\v2\x1a.conch.approval.v1.SegmentR\bsegments\x12;\n" +
 	"\bsettings\x18\x03 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\bsettings\x12\x1f\n" +
 	"\vapproval_id\x18\x04 \x01(\tR\n" +
 	"approvalId\x12\x1a\n" +
-	"\bresolved\x18\x05 \x01(\bR\bresolved\"\xa8\x02\n" +
+	"\bresolved\x18\x05 \x01(\bR\bresolved\x120\n" +
+	"\x14ask_without_approval\x18\x06 \x01(\bR\x12askWithoutApproval\x124\n" +
+	"\apreview\x18\a \x01(\v2\x1a.conch.approval.v1.PreviewR\apreview\"\xee\x01\n" +
+	"\aPreview\x12\x1b\n" +
+	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x1b\n" +
+	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\x12\x16\n" +
+	"\x06stdout\x18\x03 \x01(\tR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x04 \x01(\tR\x06stderr\x12:\n" +
+	"\achanges\x18\x05 \x03(\v2 .conch.approval.v1.PreviewChangeR\achanges\x12'\n" +
+	"\x0fchanges_omitted\x18\x06 \x01(\x05R\x0echangesOmitted\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\x80\x01\n" +
+	"\rPreviewChange\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12<\n" +
+	"\x06change\x18\x02 \x01(\x0e2$.conch.approval.v1.PreviewChangeKindR\x06change\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\"\xa8\x02\n" +
 	"\x11AuthorizeResponse\x12=\n" +
 	"\bdecision\x18\x01 \x01(\x0e2!.conch.approval.v1.PolicyDecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x127\n" +
@@ -2067,7 +2339,12 @@ const file_conch_approval_v1_approval_proto_rawDesc = "" +
 	"\x1cAPPROVAL_DECISION_ALLOW_ONCE\x10\x01\x12\"\n" +
 	"\x1eAPPROVAL_DECISION_ALLOW_ALWAYS\x10\x02\x12\x1a\n" +
 	"\x16APPROVAL_DECISION_DENY\x10\x03\x12#\n" +
-	"\x1fAPPROVAL_DECISION_ALLOW_SESSION\x10\x04B?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
+	"\x1fAPPROVAL_DECISION_ALLOW_SESSION\x10\x04*\x9c\x01\n" +
+	"\x11PreviewChangeKind\x12#\n" +
+	"\x1fPREVIEW_CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bPREVIEW_CHANGE_KIND_CREATED\x10\x01\x12 \n" +
+	"\x1cPREVIEW_CHANGE_KIND_MODIFIED\x10\x02\x12\x1f\n" +
+	"\x1bPREVIEW_CHANGE_KIND_DELETED\x10\x03B?Z=github.com/conch-sh/conch/gen/go/conch/approval/v1;approvalv1b\x06proto3"
 
 var (
 	file_conch_approval_v1_approval_proto_rawDescOnce sync.Once
@@ -2081,80 +2358,87 @@ func file_conch_approval_v1_approval_proto_rawDescGZIP() []byte {
 	return file_conch_approval_v1_approval_proto_rawDescData
 }
 
-var file_conch_approval_v1_approval_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_approval_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_conch_approval_v1_approval_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_conch_approval_v1_approval_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_conch_approval_v1_approval_proto_goTypes = []any{
 	(ApprovalState)(0),                   // 0: conch.approval.v1.ApprovalState
 	(ApprovalDecision)(0),                // 1: conch.approval.v1.ApprovalDecision
-	(*Approval)(nil),                     // 2: conch.approval.v1.Approval
-	(*Binding)(nil),                      // 3: conch.approval.v1.Binding
-	(*AuthorizeRequest)(nil),             // 4: conch.approval.v1.AuthorizeRequest
-	(*AuthorizeResponse)(nil),            // 5: conch.approval.v1.AuthorizeResponse
-	(*AuthorizeEgressRequest)(nil),       // 6: conch.approval.v1.AuthorizeEgressRequest
-	(*AuthorizeEgressResponse)(nil),      // 7: conch.approval.v1.AuthorizeEgressResponse
-	(*WatchApprovalRequest)(nil),         // 8: conch.approval.v1.WatchApprovalRequest
-	(*WatchApprovalResponse)(nil),        // 9: conch.approval.v1.WatchApprovalResponse
-	(*GetApprovalRequest)(nil),           // 10: conch.approval.v1.GetApprovalRequest
-	(*GetApprovalResponse)(nil),          // 11: conch.approval.v1.GetApprovalResponse
-	(*ListApprovalsRequest)(nil),         // 12: conch.approval.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),        // 13: conch.approval.v1.ListApprovalsResponse
-	(*ResolveApprovalRequest)(nil),       // 14: conch.approval.v1.ResolveApprovalRequest
-	(*ResolveApprovalResponse)(nil),      // 15: conch.approval.v1.ResolveApprovalResponse
-	(*AbandonApprovalRequest)(nil),       // 16: conch.approval.v1.AbandonApprovalRequest
-	(*AbandonApprovalResponse)(nil),      // 17: conch.approval.v1.AbandonApprovalResponse
-	(*GetExecApprovalsRequest)(nil),      // 18: conch.approval.v1.GetExecApprovalsRequest
-	(*GetExecApprovalsResponse)(nil),     // 19: conch.approval.v1.GetExecApprovalsResponse
-	(*PutExecApprovalsRequest)(nil),      // 20: conch.approval.v1.PutExecApprovalsRequest
-	(*PutExecApprovalsResponse)(nil),     // 21: conch.approval.v1.PutExecApprovalsResponse
-	(*AllowlistEntry)(nil),               // 22: conch.approval.v1.AllowlistEntry
-	(*AddAllowlistEntryRequest)(nil),     // 23: conch.approval.v1.AddAllowlistEntryRequest
-	(*AddAllowlistEntryResponse)(nil),    // 24: conch.approval.v1.AddAllowlistEntryResponse
-	(*RemoveAllowlistEntryRequest)(nil),  // 25: conch.approval.v1.RemoveAllowlistEntryRequest
-	(*RemoveAllowlistEntryResponse)(nil), // 26: conch.approval.v1.RemoveAllowlistEntryResponse
-	(*ListAllowlistRequest)(nil),         // 27: conch.approval.v1.ListAllowlistRequest
-	(*ListAllowlistResponse)(nil),        // 28: conch.approval.v1.ListAllowlistResponse
-	nil,                                  // 29: conch.approval.v1.Binding.EnvEntry
-	(Host)(0),                            // 30: conch.approval.v1.Host
-	(Security)(0),                        // 31: conch.approval.v1.Security
-	(*timestamppb.Timestamp)(nil),        // 32: google.protobuf.Timestamp
-	(*Segment)(nil),                      // 33: conch.approval.v1.Segment
-	(*ExecSettings)(nil),                 // 34: conch.approval.v1.ExecSettings
-	(PolicyDecision)(0),                  // 35: conch.approval.v1.PolicyDecision
+	(PreviewChangeKind)(0),               // 2: conch.approval.v1.PreviewChangeKind
+	(*Approval)(nil),                     // 3: conch.approval.v1.Approval
+	(*Binding)(nil),                      // 4: conch.approval.v1.Binding
+	(*AuthorizeRequest)(nil),             // 5: conch.approval.v1.AuthorizeRequest
+	(*Preview)(nil),                      // 6: conch.approval.v1.Preview
+	(*PreviewChange)(nil),                // 7: conch.approval.v1.PreviewChange
+	(*AuthorizeResponse)(nil),            // 8: conch.approval.v1.AuthorizeResponse
+	(*AuthorizeEgressRequest)(nil),       // 9: conch.approval.v1.AuthorizeEgressRequest
+	(*AuthorizeEgressResponse)(nil),      // 10: conch.approval.v1.AuthorizeEgressResponse
+	(*WatchApprovalRequest)(nil),         // 11: conch.approval.v1.WatchApprovalRequest
+	(*WatchApprovalResponse)(nil),        // 12: conch.approval.v1.WatchApprovalResponse
+	(*GetApprovalRequest)(nil),           // 13: conch.approval.v1.GetApprovalRequest
+	(*GetApprovalResponse)(nil),          // 14: conch.approval.v1.GetApprovalResponse
+	(*ListApprovalsRequest)(nil),         // 15: conch.approval.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),        // 16: conch.approval.v1.ListApprovalsResponse
+	(*ResolveApprovalRequest)(nil),       // 17: conch.approval.v1.ResolveApprovalRequest
+	(*ResolveApprovalResponse)(nil),      // 18: conch.approval.v1.ResolveApprovalResponse
+	(*AbandonApprovalRequest)(nil),       // 19: conch.approval.v1.AbandonApprovalRequest
+	(*AbandonApprovalResponse)(nil),      // 20: conch.approval.v1.AbandonApprovalResponse
+	(*GetExecApprovalsRequest)(nil),      // 21: conch.approval.v1.GetExecApprovalsRequest
+	(*GetExecApprovalsResponse)(nil),     // 22: conch.approval.v1.GetExecApprovalsResponse
+	(*PutExecApprovalsRequest)(nil),      // 23: conch.approval.v1.PutExecApprovalsRequest
+	(*PutExecApprovalsResponse)(nil),     // 24: conch.approval.v1.PutExecApprovalsResponse
+	(*AllowlistEntry)(nil),               // 25: conch.approval.v1.AllowlistEntry
+	(*AddAllowlistEntryRequest)(nil),     // 26: conch.approval.v1.AddAllowlistEntryRequest
+	(*AddAllowlistEntryResponse)(nil),    // 27: conch.approval.v1.AddAllowlistEntryResponse
+	(*RemoveAllowlistEntryRequest)(nil),  // 28: conch.approval.v1.RemoveAllowlistEntryRequest
+	(*RemoveAllowlistEntryResponse)(nil), // 29: conch.approval.v1.RemoveAllowlistEntryResponse
+	(*ListAllowlistRequest)(nil),         // 30: conch.approval.v1.ListAllowlistRequest
+	(*ListAllowlistResponse)(nil),        // 31: conch.approval.v1.ListAllowlistResponse
+	nil,                                  // 32: conch.approval.v1.Binding.EnvEntry
+	(Host)(0),                            // 33: conch.approval.v1.Host
+	(Security)(0),                        // 34: conch.approval.v1.Security
+	(*timestamppb.Timestamp)(nil),        // 35: google.protobuf.Timestamp
+	(*Segment)(nil),                      // 36: conch.approval.v1.Segment
+	(*ExecSettings)(nil),                 // 37: conch.approval.v1.ExecSettings
+	(PolicyDecision)(0),                  // 38: conch.approval.v1.PolicyDecision
 }
 var file_conch_approval_v1_approval_proto_depIdxs = []int32{
 	0,  // 0: conch.approval.v1.Approval.state:type_name -> conch.approval.v1.ApprovalState
 	1,  // 1: conch.approval.v1.Approval.decision:type_name -> conch.approval.v1.ApprovalDecision
-	30, // 2: conch.approval.v1.Approval.host:type_name -> conch.approval.v1.Host
-	31, // 3: conch.approval.v1.Approval.security:type_name -> conch.approval.v1.Security
-	32, // 4: conch.approval.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
-	32, // 5: conch.approval.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 6: conch.approval.v1.Approval.resolved_at:type_name -> google.protobuf.Timestamp
-	33, // 7: conch.approval.v1.Approval.segments:type_name -> conch.approval.v1.Segment
-	29, // 8: conch.approval.v1.Binding.env:type_name -> conch.approval.v1.Binding.EnvEntry
-	30, // 9: conch.approval.v1.Binding.host:type_name -> conch.approval.v1.Host
-	3,  // 10: conch.approval.v1.AuthorizeRequest.binding:type_name -> conch.approval.v1.Binding
-	33, // 11: conch.approval.v1.AuthorizeRequest.segments:type_name -> conch.approval.v1.Segment
-	34, // 12: conch.approval.v1.AuthorizeRequest.settings:type_name -> conch.approval.v1.ExecSettings
-	35, // 13: conch.approval.v1.AuthorizeResponse.decision:type_name -> conch.approval.v1.PolicyDecision
-	2,  // 14: conch.approval.v1.AuthorizeResponse.approval:type_name -> conch.approval.v1.Approval
-	33, // 15: conch.approval.v1.AuthorizeResponse.segments:type_name -> conch.approval.v1.Segment
-	31, // 16: conch.approval.v1.AuthorizeResponse.security:type_name -> conch.approval.v1.Security
-	35, // 17: conch.approval.v1.AuthorizeEgressResponse.decision:type_name -> conch.approval.v1.PolicyDecision
-	2,  // 18: conch.approval.v1.AuthorizeEgressResponse.approval:type_name -> conch.approval.v1.Approval
-	2,  // 19: conch.approval.v1.WatchApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	2,  // 20: conch.approval.v1.GetApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	0,  // 21: conch.approval.v1.ListApprovalsRequest.state:type_name -> conch.approval.v1.ApprovalState
-	2,  // 22: conch.approval.v1.ListApprovalsResponse.approvals:type_name -> conch.approval.v1.Approval
-	1,  // 23: conch.approval.v1.ResolveApprovalRequest.decision:type_name -> conch.approval.v1.ApprovalDecision
-	2,  // 24: conch.approval.v1.ResolveApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	2,  // 25: conch.approval.v1.AbandonApprovalResponse.approval:type_name -> conch.approval.v1.Approval
-	22, // 26: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
-	22, // 27: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	33, // 2: conch.approval.v1.Approval.host:type_name -> conch.approval.v1.Host
+	34, // 3: conch.approval.v1.Approval.security:type_name -> conch.approval.v1.Security
+	35, // 4: conch.approval.v1.Approval.created_at:type_name -> google.protobuf.Timestamp
+	35, // 5: conch.approval.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 6: conch.approval.v1.Approval.resolved_at:type_name -> google.protobuf.Timestamp
+	36, // 7: conch.approval.v1.Approval.segments:type_name -> conch.approval.v1.Segment
+	6,  // 8: conch.approval.v1.Approval.preview:type_name -> conch.approval.v1.Preview
+	32, // 9: conch.approval.v1.Binding.env:type_name -> conch.approval.v1.Binding.EnvEntry
+	33, // 10: conch.approval.v1.Binding.host:type_name -> conch.approval.v1.Host
+	4,  // 11: conch.approval.v1.AuthorizeRequest.binding:type_name -> conch.approval.v1.Binding
+	36, // 12: conch.approval.v1.AuthorizeRequest.segments:type_name -> conch.approval.v1.Segment
+	37, // 13: conch.approval.v1.AuthorizeRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	6,  // 14: conch.approval.v1.AuthorizeRequest.preview:type_name -> conch.approval.v1.Preview
+	7,  // 15: conch.approval.v1.Preview.changes:type_name -> conch.approval.v1.PreviewChange
+	2,  // 16: conch.approval.v1.PreviewChange.change:type_name -> conch.approval.v1.PreviewChangeKind
+	38, // 17: conch.approval.v1.AuthorizeResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	3,  // 18: conch.approval.v1.AuthorizeResponse.approval:type_name -> conch.approval.v1.Approval
+	36, // 19: conch.approval.v1.AuthorizeResponse.segments:type_name -> conch.approval.v1.Segment
+	34, // 20: conch.approval.v1.AuthorizeResponse.security:type_name -> conch.approval.v1.Security
+	38, // 21: conch.approval.v1.AuthorizeEgressResponse.decision:type_name -> conch.approval.v1.PolicyDecision
+	3,  // 22: conch.approval.v1.AuthorizeEgressResponse.approval:type_name -> conch.approval.v1.Approval
+	3,  // 23: conch.approval.v1.WatchApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	3,  // 24: conch.approval.v1.GetApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	0,  // 25: conch.approval.v1.ListApprovalsRequest.state:type_name -> conch.approval.v1.ApprovalState
+	3,  // 26: conch.approval.v1.ListApprovalsResponse.approvals:type_name -> conch.approval.v1.Approval
+	1,  // 27: conch.approval.v1.ResolveApprovalRequest.decision:type_name -> conch.approval.v1.ApprovalDecision
+	3,  // 28: conch.approval.v1.ResolveApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	3,  // 29: conch.approval.v1.AbandonApprovalResponse.approval:type_name -> conch.approval.v1.Approval
+	25, // 30: conch.approval.v1.AddAllowlistEntryResponse.entry:type_name -> conch.approval.v1.AllowlistEntry
+	25, // 31: conch.approval.v1.ListAllowlistResponse.entries:type_name -> conch.approval.v1.AllowlistEntry
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_conch_approval_v1_approval_proto_init() }
@@ -2168,8 +2452,8 @@ func file_conch_approval_v1_approval_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_approval_v1_approval_proto_rawDesc), len(file_conch_approval_v1_approval_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   28,
+			NumEnums:      3,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

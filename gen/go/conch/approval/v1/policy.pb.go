@@ -294,9 +294,15 @@ type ExecSettings struct {
 	// store that is down never blocks a command) or "sync" (written before
 	// the verdict or result returns; a command whose record cannot be
 	// written fails).
-	Audit         string `protobuf:"bytes,15,opt,name=audit,proto3" json:"audit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Audit string `protobuf:"bytes,15,opt,name=audit,proto3" json:"audit,omitempty"`
+	// Before a sandbox command is asked, run it on a throwaway copy of its
+	// sandbox (no network, no secrets, no tool commands) and show the
+	// approver what it did (Approval.preview).
+	Preview bool `protobuf:"varint,16,opt,name=preview,proto3" json:"preview,omitempty"`
+	// How long a preview may run, 1 to 60 seconds; 0 means 10.
+	PreviewTimeoutSeconds int32 `protobuf:"varint,17,opt,name=preview_timeout_seconds,json=previewTimeoutSeconds,proto3" json:"preview_timeout_seconds,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ExecSettings) Reset() {
@@ -432,6 +438,20 @@ func (x *ExecSettings) GetAudit() string {
 		return x.Audit
 	}
 	return ""
+}
+
+func (x *ExecSettings) GetPreview() bool {
+	if x != nil {
+		return x.Preview
+	}
+	return false
+}
+
+func (x *ExecSettings) GetPreviewTimeoutSeconds() int32 {
+	if x != nil {
+		return x.PreviewTimeoutSeconds
+	}
+	return 0
 }
 
 // Reviewer sends an allowlist miss first to a gateway's model, which may
@@ -897,7 +917,7 @@ var File_conch_approval_v1_policy_proto protoreflect.FileDescriptor
 
 const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\xcb\x05\n" +
+	"\x1econch/approval/v1/policy.proto\x12\x11conch.approval.v1\"\x9d\x06\n" +
 	"\fExecSettings\x12+\n" +
 	"\x04host\x18\x01 \x01(\x0e2\x17.conch.approval.v1.HostR\x04host\x127\n" +
 	"\bsecurity\x18\x02 \x01(\x0e2\x1b.conch.approval.v1.SecurityR\bsecurity\x12(\n" +
@@ -914,7 +934,9 @@ const file_conch_approval_v1_policy_proto_rawDesc = "" +
 	"\x1capproval_session_ttl_seconds\x18\f \x01(\x05R\x19approvalSessionTtlSeconds\x129\n" +
 	"\x19approval_session_by_shape\x18\r \x01(\bR\x16approvalSessionByShape\x127\n" +
 	"\breviewer\x18\x0e \x01(\v2\x1b.conch.approval.v1.ReviewerR\breviewer\x12\x14\n" +
-	"\x05audit\x18\x0f \x01(\tR\x05audit\"6\n" +
+	"\x05audit\x18\x0f \x01(\tR\x05audit\x12\x18\n" +
+	"\apreview\x18\x10 \x01(\bR\apreview\x126\n" +
+	"\x17preview_timeout_seconds\x18\x11 \x01(\x05R\x15previewTimeoutSeconds\"6\n" +
 	"\bReviewer\x12\x18\n" +
 	"\agateway\x18\x01 \x01(\tR\agateway\x12\x10\n" +
 	"\x03may\x18\x02 \x03(\tR\x03may\"U\n" +
