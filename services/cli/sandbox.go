@@ -21,6 +21,8 @@ Commands:
   rm <id>...                           destroy sandboxes
   snapshot [--name NAME] <id>          save a sandbox's /home/workspace and /tmp and print the snapshot's id
   fork [--count N] <id>                copy a running sandbox's files and settings; print the copies' ids
+  pause <id>...                        save sandboxes' files and settings and end their processes
+  resume <id>...                       bring paused sandboxes back (a command to one does too)
 
 A sandbox made with "create --snapshot ID" starts with a snapshot's files
 (not its processes); "conch snapshots" lists and removes snapshots.
@@ -39,7 +41,7 @@ flags need no quoting:
   conch sandbox exec ID -- ls -la
 `,
 	},
-	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}},
+	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}, "pause": {1, -1}, "resume": {1, -1}},
 	flags: func(cmd string) *flag.FlagSet { return new(sandboxFlags).flagSet(cmd) },
 }
 
@@ -77,7 +79,7 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 	case "list":
 		fs.StringVar(&f.user, "user", "", "only the sandboxes of the end `USER`")
 		fs.Var(&f.labels, "label", "only sandboxes labelled `K=V`, or with label K at all (repeatable; all must hold)")
-		fs.StringVar(&f.status, "status", "", "only sandboxes in `STATE`: starting, ready, stopping or gone")
+		fs.StringVar(&f.status, "status", "", "only sandboxes in `STATE`: starting, ready, stopping, gone or paused")
 	case "exec":
 		fs.IntVar(&f.timeout, "timeout", 0, "time limit in `SECONDS`, 1 to 300 (0: the default of 60)")
 		fs.IntVar(&f.maxOutput, "max-output", 0, "`CHARS` of output kept (0: the default of 4096)")
@@ -256,6 +258,13 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return PrintJSON(stdout, out)
 		}
 		fmt.Fprintln(stdout, out.ID)
+		return nil
+	case "pause", "resume":
+		for _, id := range pos {
+			if err := c.JSON(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(id)+":"+cmd, map[string]any{}, nil); err != nil {
+				return err
+			}
+		}
 		return nil
 	case "fork":
 		var out struct {

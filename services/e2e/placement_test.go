@@ -308,3 +308,32 @@ func TestExecutorDrainServesItsSandboxes(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A paused sandbox belongs to no executor: with two, it is listed once,
+// and a command to it resumes it on whichever the call reaches.
+func TestPausedAcrossExecutors(t *testing.T) {
+	c := startCluster(t, 2)
+	d := c.dev
+	code, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+	var created struct{ ID string }
+	if err := json.Unmarshal(body, &created); code != http.StatusOK || err != nil {
+		t.Fatalf("create = %d %s", code, body)
+	}
+	id := created.ID
+	if code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": "echo kept > f"}); code != http.StatusOK {
+		t.Fatalf("command = %d %s", code, body)
+	}
+	if code, body := d.call("POST", "/api/v1/sandboxes/"+id+":pause", d.Key, map[string]any{}); code != http.StatusOK || !strings.Contains(string(body), `"state":"paused"`) {
+		t.Fatalf("pause = %d %s", code, body)
+	}
+	code, body = d.call("GET", "/api/v1/sandboxes", d.Key, nil)
+	if code != http.StatusOK || strings.Count(string(body), `"id":"`+id+`"`) != 1 {
+		t.Errorf("list = %d %s, want the paused sandbox once", code, body)
+	}
+	for i := range 3 {
+		code, body := d.call("POST", "/api/v1/sandboxes/"+id+"/commands", d.Key, map[string]any{"command": "cat f"})
+		if code != http.StatusOK || !strings.Contains(string(body), `"stdout":"kept\n"`) {
+			t.Fatalf("command %d after the pause = %d %s", i, code, body)
+		}
+	}
+}

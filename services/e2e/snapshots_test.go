@@ -97,3 +97,44 @@ func TestSnapshots(t *testing.T) {
 		t.Errorf("list after rm:\n%s", out)
 	}
 }
+
+// A paused sandbox keeps its id and files; a command to it resumes it.
+func TestPauseAndResume(t *testing.T) {
+	d := startDev(t)
+	env := []string{"CONCH_URL=" + d.URL, "CONCH_API_KEY=" + d.Key}
+	conch := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runConch(t, env, args...)
+		if code != 0 {
+			t.Fatalf("conch %q: %q %q %d", args, out, errOut, code)
+		}
+		return out
+	}
+	id := strings.TrimSpace(conch("sandbox", "create", "--label", "app=web"))
+	conch("sandbox", "exec", id, "echo kept > f")
+	conch("sandbox", "pause", id)
+	if out := conch("sandbox", "list", "--status", "paused"); !strings.Contains(out, id) || !strings.Contains(out, "paused") {
+		t.Errorf("list --status paused:\n%s", out)
+	}
+	status, body := d.call("GET", "/api/v1/sandboxes/"+id, d.Key, nil)
+	if status != 200 || !strings.Contains(string(body), `"state":"paused"`) {
+		t.Errorf("GET paused = %d %s", status, body)
+	}
+	if got := conch("sandbox", "exec", id, "cat f"); got != "kept\n" {
+		t.Errorf("a command to the paused sandbox read %q", got)
+	}
+	status, body = d.call("GET", "/api/v1/sandboxes/"+id, d.Key, nil)
+	if status != 200 || !strings.Contains(string(body), `"state":"ready"`) {
+		t.Errorf("GET resumed = %d %s", status, body)
+	}
+	conch("sandbox", "pause", id)
+	conch("sandbox", "resume", id)
+	conch("sandbox", "pause", id)
+	conch("sandbox", "rm", id)
+	if status, body := d.call("GET", "/api/v1/sandboxes/"+id, d.Key, nil); status != 404 {
+		t.Errorf("GET after rm = %d %s", status, body)
+	}
+	if out := conch("snapshots", "list"); strings.Contains(out, "snap-") {
+		t.Errorf("snapshots left:\n%s", out)
+	}
+}

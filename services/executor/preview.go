@@ -63,13 +63,10 @@ func (s *Service) preview(ctx context.Context, account string, e *entry, p *Exec
 		return failed("the copy's files could not be listed: %s", errs.Public(err).Message)
 	}
 
-	var mu sync.Mutex
-	var out, errOut bytes.Buffer
+	out, errOut := &head{max: contract.PreviewOutputBytes}, &head{max: contract.PreviewOutputBytes}
 	proc, err := c.sb.Start(sandbox.Options{
 		Command: p.Command, Workdir: dir, Env: p.Env, Budget: contract.PreviewOutputBytes,
 		OnOutput: func(st sandbox.Stream, b []byte) {
-			mu.Lock()
-			defer mu.Unlock()
 			if st == sandbox.Stderr {
 				errOut.Write(b)
 			} else {
@@ -95,9 +92,7 @@ func (s *Service) preview(ctx context.Context, account string, e *entry, p *Exec
 		return failed("the request ended during the preview")
 	}
 	pv.ExitCode = int32(proc.Exit().Code)
-	mu.Lock()
 	pv.Stdout, pv.Stderr = clip(out.String(), contract.PreviewOutputBytes), clip(errOut.String(), contract.PreviewOutputBytes)
-	mu.Unlock()
 
 	after, complete2, err := listFiles(cctx, c.sb)
 	if err != nil {

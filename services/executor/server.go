@@ -108,43 +108,58 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 	if err != nil {
 		return nil, err
 	}
-	limits, err := limitsFrom(req.GetLimits(), s.svc.ceil)
+	p, err := paramsFrom(req, s.svc.ceil)
 	if err != nil {
 		return nil, err
+	}
+	e, id, err := s.svc.Create(ctx, account, p)
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.CreateSandboxResponse{Id: id, Sandbox: s.sandboxPB(id, e)}, nil
+}
+
+// paramsFrom checks a create request against the floors and the
+// operator's ceilings c and returns what to build: the one reading of a
+// request, for a create and for the resume of a paused sandbox.
+func paramsFrom(req *executorv1.CreateSandboxRequest, c ceiling.Config) (CreateParams, error) {
+	limits, err := limitsFrom(req.GetLimits(), c)
+	if err != nil {
+		return CreateParams{}, err
 	}
 	if req.GetPersistent() {
 		// A persistent workspace has its own quota.
 		limits.WorkspaceBytes = req.GetLimits().GetWorkspaceBytes()
 	}
-	idle, err := s.svc.ceil.Idle("idle_timeout_seconds", int64(req.GetIdleTimeoutSeconds()))
+	idle, err := c.Idle("idle_timeout_seconds", int64(req.GetIdleTimeoutSeconds()))
 	if err != nil {
-		return nil, err
+		return CreateParams{}, err
 	}
-	ttl, err := s.svc.ceil.Lifetime("ttl_seconds", int64(req.GetTtlSeconds()))
+	ttl, err := c.Lifetime("ttl_seconds", int64(req.GetTtlSeconds()))
 	if err != nil {
-		return nil, err
+		return CreateParams{}, err
 	}
 	if err := checkLabels("labels", req.GetLabels()); err != nil {
-		return nil, err
+		return CreateParams{}, err
 	}
 	var tools []toolshim.Tool
 	for i, t := range req.GetTools() {
 		if !toolName.MatchString(t.GetName()) {
-			return nil, errs.New(errs.InvalidArgument, "tools[%d].name: must be 1-64 characters of [A-Za-z0-9_-], starting with a letter", i)
+			return CreateParams{}, errs.New(errs.InvalidArgument, "tools[%d].name: must be 1-64 characters of [A-Za-z0-9_-], starting with a letter", i)
 		}
 		tools = append(tools, toolshim.Tool{Name: t.GetName(), Description: t.GetDescription(), Schema: json.RawMessage(t.GetParametersSchema())})
 	}
 	network, err := networkFrom(req.GetNetwork(), req.GetAgent())
 	if err != nil {
-		return nil, err
+		return CreateParams{}, err
 	}
 	skills := skillsFrom(req.GetSkills())
 	// The router checked the skills when they were uploaded; the executor
 	// writes nothing it has not checked itself.
 	if err := skillfs.Check("skills", skills); err != nil {
-		return nil, errs.New(errs.InvalidArgument, "%v", err)
+		return CreateParams{}, errs.New(errs.InvalidArgument, "%v", err)
 	}
-	e, id, err := s.svc.Create(ctx, account, CreateParams{
+	return CreateParams{
 		Skills: skills,
 		Tools:  tools,
 		User:   req.GetUser(), Persistent: req.GetPersistent(), Limits: limits,
@@ -152,11 +167,8 @@ func (s *Server) CreateSandbox(ctx context.Context, req *executorv1.CreateSandbo
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: idle, TTL: ttl, Labels: req.GetLabels(),
 		Name: req.GetName(), Snapshot: req.GetSnapshot(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &executorv1.CreateSandboxResponse{Id: id, Sandbox: s.sandboxPB(id, e)}, nil
+		Request: req,
+	}, nil
 }
 
 func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
@@ -218,6 +230,15 @@ func (s *Server) GetSandbox(ctx context.Context, req *executorv1.GetSandboxReque
 		return nil, err
 	}
 	e, err := s.svc.lookup(ctx, account, req.GetId())
+	if errs.KindOf(err) == errs.NotFound {
+		if p, _, perr := s.svc.pausedRecord(ctx, account, req.GetId()); perr != nil || p != nil {
+			if perr != nil {
+				return nil, perr
+			}
+			sb, err := pausedPB(req.GetId(), p)
+			return &executorv1.GetSandboxResponse{Sandbox: sb}, err
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -235,13 +256,24 @@ func (s *Server) ListSandboxes(ctx context.Context, req *executorv1.ListSandboxe
 		return nil, err
 	}
 	m := s.svc.List(account, req.GetUser())
-	resp := &executorv1.ListSandboxesResponse{Sandboxes: []*executorv1.Sandbox{}}
+	// Every executor lists the account's paused sandboxes; the router
+	// keeps one of each.
+	paused, err := s.svc.listPaused(ctx, account, req.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	all := make([]*executorv1.Sandbox, 0, len(m)+len(paused))
 	for _, id := range sortedIDs(m) {
-		if !sel.matches(m[id].labels) {
-			continue
+		all = append(all, s.sandboxPB(id, m[id]))
+	}
+	for _, id := range pausedIDs(paused) {
+		if _, live := m[id]; !live {
+			all = append(all, paused[id])
 		}
-		sb := s.sandboxPB(id, m[id])
-		if st := req.GetStatus(); st != executorv1.SandboxState_SANDBOX_STATE_UNSPECIFIED && sb.GetState() != st {
+	}
+	resp := &executorv1.ListSandboxesResponse{Sandboxes: []*executorv1.Sandbox{}}
+	for _, sb := range all {
+		if st := req.GetStatus(); !sel.matches(sb.GetLabels()) || st != executorv1.SandboxState_SANDBOX_STATE_UNSPECIFIED && sb.GetState() != st {
 			continue
 		}
 		resp.Sandboxes = append(resp.Sandboxes, sb)
@@ -277,6 +309,32 @@ func (s *Server) ForkSandbox(ctx context.Context, req *executorv1.ForkSandboxReq
 		out.Sandboxes = append(out.Sandboxes, s.sandboxPB(ids[i], e))
 	}
 	return out, nil
+}
+
+// PauseSandbox pauses one of the caller's sandboxes.
+func (s *Server) PauseSandbox(ctx context.Context, req *executorv1.PauseSandboxRequest) (*executorv1.PauseSandboxResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := s.svc.Pause(ctx, account, req.GetSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.PauseSandboxResponse{Sandbox: sb}, nil
+}
+
+// ResumeSandbox resumes one of the caller's paused sandboxes.
+func (s *Server) ResumeSandbox(ctx context.Context, req *executorv1.ResumeSandboxRequest) (*executorv1.ResumeSandboxResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.svc.Resume(ctx, account, req.GetSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.ResumeSandboxResponse{Sandbox: s.sandboxPB(req.GetSandboxId(), e)}, nil
 }
 
 // ListSnapshots lists the caller's snapshots.
@@ -331,7 +389,13 @@ func (s *Server) DestroySandbox(ctx context.Context, req *executorv1.DestroySand
 	if err != nil {
 		return nil, err
 	}
-	if err := s.svc.Destroy(ctx, account, req.GetId()); err != nil {
+	err = s.svc.Destroy(ctx, account, req.GetId())
+	if errs.KindOf(err) == errs.NotFound {
+		if was, perr := s.svc.destroyPaused(ctx, account, req.GetId()); was || perr != nil {
+			err = perr
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &executorv1.DestroySandboxResponse{}, nil

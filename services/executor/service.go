@@ -473,6 +473,12 @@ type CreateParams struct {
 	Name string
 	// Snapshot is a snapshot to restore into it before it is returned.
 	Snapshot string
+	// Request is the request these were read from (paramsFrom), kept to
+	// build it again when it resumes from a pause; nil for none.
+	Request *executorv1.CreateSandboxRequest
+	// ID and Created, when set, are those of a paused sandbox resumed.
+	ID      string
+	Created time.Time
 	// Skills are written into the sandbox's skills directory, which it
 	// sees read-only; skillfs.Check has passed them.
 	Skills []skillfs.Skill
@@ -554,7 +560,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		s.creating--
 		s.mu.Unlock()
 	}()
-	id := "sb-" + randomID()
+	id := cmp.Or(p.ID, "sb-"+randomID())
 	// The account's quotas, counted across every executor; the claim
 	// goes with this executor's lease, so that its end frees it.
 	claim, err := s.claim(ctx, account, id, p.Limits, lease)
@@ -579,7 +585,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, params: p, created: now, lastUsed: now, network: p.Network, claim: claim}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, params: p, created: cmp.Or(p.Created, now), lastUsed: now, network: p.Network, claim: claim}
 	for _, sk := range p.Skills {
 		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
 	}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -319,7 +320,7 @@ func (s *Service) copies(ctx context.Context, account, id string, src *entry, co
 		go func() {
 			err := s.extract(ctx, e, pr, "the copy of "+id)
 			// A copy that failed stops the others' stream too.
-			pr.CloseWithError(cmpErr(err, errors.New("the copy ended early")))
+			pr.CloseWithError(cmp.Or(err, errors.New("the copy ended early")))
 			errc <- err
 		}()
 	}
@@ -339,14 +340,6 @@ func (s *Service) copies(ctx context.Context, account, id string, src *entry, co
 	done = true
 	s.log.Info("sandbox copied", "sandbox", id, "copies", ids)
 	return entries, ids, nil
-}
-
-// cmpErr is err, or alt when err is nil.
-func cmpErr(err, alt error) error {
-	if err != nil {
-		return err
-	}
-	return alt
 }
 
 // tarError is tar's failure, in its own words.

@@ -295,3 +295,89 @@ func TestForkOverQuota(t *testing.T) {
 		t.Errorf("after a refused fork: %v %v, want the source alone", list, err)
 	}
 }
+
+func TestPauseAndResume(t *testing.T) {
+	x := startExecutor(t, WithSnapshots(startSnapshotStore(t)), WithQuotas(quotas.Defaults))
+	ctx := as(t, "acme")
+	created, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Name: "p", Labels: map[string]string{"team": "infra"}, TtlSeconds: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetId()
+	if _, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "echo kept > /home/workspace/f; echo tmp > /tmp/t; cd /tmp"}); err != nil {
+		t.Fatal(err)
+	}
+	paused, err := x.client.PauseSandbox(ctx, &executorv1.PauseSandboxRequest{SandboxId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb := paused.GetSandbox(); sb.GetState() != executorv1.SandboxState_SANDBOX_STATE_PAUSED || sb.GetName() != "p" || sb.GetLabels()["team"] != "infra" ||
+		!sb.GetCreatedAt().AsTime().Equal(created.GetSandbox().GetCreatedAt().AsTime()) {
+		t.Errorf("paused sandbox %v", sb)
+	}
+	if n := len(x.svc.List("acme", "")); n != 0 {
+		t.Errorf("%d sandboxes running after the pause, want none", n)
+	}
+	used, _, _ := quotas.Read(ctx, x.svc.etcd, quotas.Sandboxes, "acme")
+	if used[quotas.Sandboxes] != 0 {
+		t.Errorf("a paused sandbox counts in the sandboxes quota: %v", used)
+	}
+	got, err := x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
+	if err != nil || got.GetSandbox().GetState() != executorv1.SandboxState_SANDBOX_STATE_PAUSED {
+		t.Errorf("GET of the paused sandbox: %v %v", got, err)
+	}
+	list, err := x.client.ListSandboxes(ctx, &executorv1.ListSandboxesRequest{Status: executorv1.SandboxState_SANDBOX_STATE_PAUSED, Label: []string{"team=infra"}})
+	if err != nil || len(list.GetSandboxes()) != 1 || list.GetSandboxes()[0].GetId() != id {
+		t.Errorf("list of paused: %v %v", list, err)
+	}
+	if l, _ := x.client.ListSandboxes(as(t, "mallory"), &executorv1.ListSandboxesRequest{}); len(l.GetSandboxes()) != 0 {
+		t.Errorf("another account lists %v", l)
+	}
+	_, err = x.client.RunCommand(as(t, "mallory"), &executorv1.RunCommandRequest{SandboxId: id, Command: "true"})
+	wantCode(t, err, codes.NotFound, "not found")
+
+	// A command resumes it, with its id, files and settings; processes
+	// and the shell's directory are not kept.
+	out, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "cat /home/workspace/f /tmp/t; pwd"})
+	if err != nil || out.GetStdout() != "kept\ntmp\n/home/workspace\n" {
+		t.Fatalf("a command to the paused sandbox: %q %v", out.GetStdout(), err)
+	}
+	got, err = x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
+	if sb := got.GetSandbox(); err != nil || sb.GetState() != executorv1.SandboxState_SANDBOX_STATE_READY || sb.GetName() != "p" || sb.GetTtlSeconds() != 3600 ||
+		!sb.GetExpiresAt().AsTime().Equal(created.GetSandbox().GetExpiresAt().AsTime()) {
+		t.Errorf("resumed sandbox %v %v: want it ready, with its name and its first lifetime", sb, err)
+	}
+	if l, _ := x.client.ListSnapshots(ctx, &executorv1.ListSnapshotsRequest{}); len(l.GetSnapshots()) != 0 {
+		t.Errorf("the pause's snapshot is left after the resume: %v", l)
+	}
+
+	// Paused again, a resume brings it back; paused a third time, a
+	// delete removes it with its snapshot.
+	if _, err := x.client.PauseSandbox(ctx, &executorv1.PauseSandboxRequest{SandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := x.client.ResumeSandbox(ctx, &executorv1.ResumeSandboxRequest{SandboxId: id}); err != nil || r.GetSandbox().GetState() != executorv1.SandboxState_SANDBOX_STATE_READY {
+		t.Fatalf("resume: %v %v", r, err)
+	}
+	if _, err := x.client.PauseSandbox(ctx, &executorv1.PauseSandboxRequest{SandboxId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.client.DestroySandbox(ctx, &executorv1.DestroySandboxRequest{Id: id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
+	wantCode(t, err, codes.NotFound, "not found")
+	if l, _ := x.client.ListSnapshots(ctx, &executorv1.ListSnapshotsRequest{}); len(l.GetSnapshots()) != 0 {
+		t.Errorf("a deleted paused sandbox left its snapshot: %v", l)
+	}
+	_, err = x.client.ResumeSandbox(ctx, &executorv1.ResumeSandboxRequest{SandboxId: id})
+	wantCode(t, err, codes.NotFound, "not found")
+
+	// What a pause cannot keep is refused.
+	sk, err := x.client.CreateSandbox(ctx, skills(&executorv1.SkillBundle{Name: "a", Files: []*executorv1.SkillFile{{Path: "SKILL.md", Mode: 0o644, Content: []byte("x")}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.client.PauseSandbox(ctx, &executorv1.PauseSandboxRequest{SandboxId: sk.GetId()})
+	wantCode(t, err, codes.InvalidArgument, "skills, which are not kept while paused")
+}

@@ -41,7 +41,8 @@ type target struct {
 func (s *Service) target(ctx context.Context, account string, p *ExecParams) (*target, error) {
 	t := &target{}
 	if p.Host != approvalv1.Host_HOST_NODE && (!p.outside() || p.SandboxID != "") {
-		e, err := s.lookup(ctx, account, p.SandboxID)
+		// A command to a paused sandbox resumes it.
+		e, err := s.Resume(ctx, account, p.SandboxID)
 		if err != nil {
 			return nil, err
 		}

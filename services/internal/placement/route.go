@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
@@ -200,11 +201,29 @@ func (r *Router) listAll(ctx context.Context, method string, req, reply any, cc 
 	if got == 0 {
 		return first
 	}
-	slices.SortFunc(out.Sandboxes, func(a, b *executorv1.Sandbox) int { return strings.Compare(a.GetId(), b.GetId()) })
+	// A paused sandbox is listed by every executor (and, resumed
+	// meanwhile, by its new one too): one of each id, a live one first.
+	paused := func(sb *executorv1.Sandbox) bool {
+		return sb.GetState() == executorv1.SandboxState_SANDBOX_STATE_PAUSED
+	}
+	slices.SortFunc(out.Sandboxes, func(a, b *executorv1.Sandbox) int {
+		if c := strings.Compare(a.GetId(), b.GetId()); c != 0 {
+			return c
+		}
+		return cmp.Compare(b2i(paused(a)), b2i(paused(b)))
+	})
+	out.Sandboxes = slices.CompactFunc(out.Sandboxes, func(a, b *executorv1.Sandbox) bool { return a.GetId() == b.GetId() })
 	if out.Sandboxes == nil {
 		out.Sandboxes = []*executorv1.Sandbox{}
 	}
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // StreamClientInterceptor pins server- and client-streaming executor

@@ -143,6 +143,9 @@ const (
 	SandboxState_SANDBOX_STATE_STOPPING SandboxState = 3
 	// SANDBOX_STATE_GONE has ended, or its executor died.
 	SandboxState_SANDBOX_STATE_GONE SandboxState = 4
+	// SANDBOX_STATE_PAUSED has its files saved and no executor: its
+	// processes ended; a command to it, or a resume, brings it back.
+	SandboxState_SANDBOX_STATE_PAUSED SandboxState = 5
 )
 
 // Enum value maps for SandboxState.
@@ -153,6 +156,7 @@ var (
 		2: "SANDBOX_STATE_READY",
 		3: "SANDBOX_STATE_STOPPING",
 		4: "SANDBOX_STATE_GONE",
+		5: "SANDBOX_STATE_PAUSED",
 	}
 	SandboxState_value = map[string]int32{
 		"SANDBOX_STATE_UNSPECIFIED": 0,
@@ -160,6 +164,7 @@ var (
 		"SANDBOX_STATE_READY":       2,
 		"SANDBOX_STATE_STOPPING":    3,
 		"SANDBOX_STATE_GONE":        4,
+		"SANDBOX_STATE_PAUSED":      5,
 	}
 )
 
@@ -1603,13 +1608,14 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"NetworkAsk\x12\x1b\n" +
 	"\x17NETWORK_ASK_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fNETWORK_ASK_OFF\x10\x01\x12\x17\n" +
-	"\x13NETWORK_ASK_ON_MISS\x10\x02*\x96\x01\n" +
+	"\x13NETWORK_ASK_ON_MISS\x10\x02*\xb0\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_STARTING\x10\x01\x12\x17\n" +
 	"\x13SANDBOX_STATE_READY\x10\x02\x12\x1a\n" +
 	"\x16SANDBOX_STATE_STOPPING\x10\x03\x12\x16\n" +
-	"\x12SANDBOX_STATE_GONE\x10\x04B?Z=github.com/conch-sh/conch/gen/go/conch/executor/v1;executorv1b\x06proto3"
+	"\x12SANDBOX_STATE_GONE\x10\x04\x12\x18\n" +
+	"\x14SANDBOX_STATE_PAUSED\x10\x05B?Z=github.com/conch-sh/conch/gen/go/conch/executor/v1;executorv1b\x06proto3"
 
 var (
 	file_conch_executor_v1_sandbox_proto_rawDescOnce sync.Once

@@ -265,6 +265,96 @@ func local_request_ExecutorService_ForkSandbox_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
+func request_ExecutorService_PauseSandbox_0(ctx context.Context, marshaler runtime.Marshaler, client ExecutorServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq PauseSandboxRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["sandbox_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "sandbox_id")
+	}
+	protoReq.SandboxId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "sandbox_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.PauseSandbox(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ExecutorService_PauseSandbox_0(ctx context.Context, marshaler runtime.Marshaler, server ExecutorServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq PauseSandboxRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["sandbox_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "sandbox_id")
+	}
+	protoReq.SandboxId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "sandbox_id", err)
+	}
+	msg, err := server.PauseSandbox(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_ExecutorService_ResumeSandbox_0(ctx context.Context, marshaler runtime.Marshaler, client ExecutorServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResumeSandboxRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["sandbox_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "sandbox_id")
+	}
+	protoReq.SandboxId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "sandbox_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ResumeSandbox(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ExecutorService_ResumeSandbox_0(ctx context.Context, marshaler runtime.Marshaler, server ExecutorServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResumeSandboxRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["sandbox_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "sandbox_id")
+	}
+	protoReq.SandboxId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "sandbox_id", err)
+	}
+	msg, err := server.ResumeSandbox(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_ExecutorService_ListSnapshots_0(ctx context.Context, marshaler runtime.Marshaler, client ExecutorServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListSnapshotsRequest
@@ -826,6 +916,46 @@ func RegisterExecutorServiceHandlerServer(ctx context.Context, mux *runtime.Serv
 		}
 		forward_ExecutorService_ForkSandbox_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_ExecutorService_PauseSandbox_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/conch.executor.v1.ExecutorService/PauseSandbox", runtime.WithHTTPPathPattern("/api/v1/sandboxes/{sandbox_id}:pause"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ExecutorService_PauseSandbox_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ExecutorService_PauseSandbox_0(annotatedContext, mux, outboundMarshaler, w, req, response_ExecutorService_PauseSandbox_0{resp.(*PauseSandboxResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_ExecutorService_ResumeSandbox_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/conch.executor.v1.ExecutorService/ResumeSandbox", runtime.WithHTTPPathPattern("/api/v1/sandboxes/{sandbox_id}:resume"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ExecutorService_ResumeSandbox_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ExecutorService_ResumeSandbox_0(annotatedContext, mux, outboundMarshaler, w, req, response_ExecutorService_ResumeSandbox_0{resp.(*ResumeSandboxResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_ExecutorService_ListSnapshots_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1148,6 +1278,40 @@ func RegisterExecutorServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 		}
 		forward_ExecutorService_ForkSandbox_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_ExecutorService_PauseSandbox_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/conch.executor.v1.ExecutorService/PauseSandbox", runtime.WithHTTPPathPattern("/api/v1/sandboxes/{sandbox_id}:pause"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ExecutorService_PauseSandbox_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ExecutorService_PauseSandbox_0(annotatedContext, mux, outboundMarshaler, w, req, response_ExecutorService_PauseSandbox_0{resp.(*PauseSandboxResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_ExecutorService_ResumeSandbox_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/conch.executor.v1.ExecutorService/ResumeSandbox", runtime.WithHTTPPathPattern("/api/v1/sandboxes/{sandbox_id}:resume"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ExecutorService_ResumeSandbox_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ExecutorService_ResumeSandbox_0(annotatedContext, mux, outboundMarshaler, w, req, response_ExecutorService_ResumeSandbox_0{resp.(*ResumeSandboxResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_ExecutorService_ListSnapshots_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1322,6 +1486,24 @@ func (m response_ExecutorService_SnapshotSandbox_0) XXX_ResponseBody() interface
 	return response.Snapshot
 }
 
+type response_ExecutorService_PauseSandbox_0 struct {
+	*PauseSandboxResponse
+}
+
+func (m response_ExecutorService_PauseSandbox_0) XXX_ResponseBody() interface{} {
+	response := m.PauseSandboxResponse
+	return response.Sandbox
+}
+
+type response_ExecutorService_ResumeSandbox_0 struct {
+	*ResumeSandboxResponse
+}
+
+func (m response_ExecutorService_ResumeSandbox_0) XXX_ResponseBody() interface{} {
+	response := m.ResumeSandboxResponse
+	return response.Sandbox
+}
+
 type response_ExecutorService_GetSnapshot_0 struct {
 	*GetSnapshotResponse
 }
@@ -1338,6 +1520,8 @@ var (
 	pattern_ExecutorService_DestroySandbox_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "sandboxes", "id"}, ""))
 	pattern_ExecutorService_SnapshotSandbox_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "sandboxes", "sandbox_id"}, "snapshot"))
 	pattern_ExecutorService_ForkSandbox_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "sandboxes", "sandbox_id"}, "fork"))
+	pattern_ExecutorService_PauseSandbox_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "sandboxes", "sandbox_id"}, "pause"))
+	pattern_ExecutorService_ResumeSandbox_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "sandboxes", "sandbox_id"}, "resume"))
 	pattern_ExecutorService_ListSnapshots_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "snapshots"}, ""))
 	pattern_ExecutorService_GetSnapshot_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "snapshots", "id"}, ""))
 	pattern_ExecutorService_DeleteSnapshot_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "snapshots", "id"}, ""))
@@ -1356,6 +1540,8 @@ var (
 	forward_ExecutorService_DestroySandbox_0  = runtime.ForwardResponseMessage
 	forward_ExecutorService_SnapshotSandbox_0 = runtime.ForwardResponseMessage
 	forward_ExecutorService_ForkSandbox_0     = runtime.ForwardResponseMessage
+	forward_ExecutorService_PauseSandbox_0    = runtime.ForwardResponseMessage
+	forward_ExecutorService_ResumeSandbox_0   = runtime.ForwardResponseMessage
 	forward_ExecutorService_ListSnapshots_0   = runtime.ForwardResponseMessage
 	forward_ExecutorService_GetSnapshot_0     = runtime.ForwardResponseMessage
 	forward_ExecutorService_DeleteSnapshot_0  = runtime.ForwardResponseMessage

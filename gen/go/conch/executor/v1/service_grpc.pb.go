@@ -25,6 +25,8 @@ const (
 	ExecutorService_DestroySandbox_FullMethodName     = "/conch.executor.v1.ExecutorService/DestroySandbox"
 	ExecutorService_SnapshotSandbox_FullMethodName    = "/conch.executor.v1.ExecutorService/SnapshotSandbox"
 	ExecutorService_ForkSandbox_FullMethodName        = "/conch.executor.v1.ExecutorService/ForkSandbox"
+	ExecutorService_PauseSandbox_FullMethodName       = "/conch.executor.v1.ExecutorService/PauseSandbox"
+	ExecutorService_ResumeSandbox_FullMethodName      = "/conch.executor.v1.ExecutorService/ResumeSandbox"
 	ExecutorService_ListSnapshots_FullMethodName      = "/conch.executor.v1.ExecutorService/ListSnapshots"
 	ExecutorService_GetSnapshot_FullMethodName        = "/conch.executor.v1.ExecutorService/GetSnapshot"
 	ExecutorService_DeleteSnapshot_FullMethodName     = "/conch.executor.v1.ExecutorService/DeleteSnapshot"
@@ -69,6 +71,12 @@ type ExecutorServiceClient interface {
 	// ForkSandbox makes copies of a sandbox's files and settings while it
 	// keeps running.
 	ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error)
+	// PauseSandbox saves a sandbox's files and settings and ends it: its
+	// processes end and its executor is freed. It keeps its id.
+	PauseSandbox(ctx context.Context, in *PauseSandboxRequest, opts ...grpc.CallOption) (*PauseSandboxResponse, error)
+	// ResumeSandbox brings a paused sandbox back, on any executor; a
+	// command to a paused sandbox resumes it too.
+	ResumeSandbox(ctx context.Context, in *ResumeSandboxRequest, opts ...grpc.CallOption) (*ResumeSandboxResponse, error)
 	// ListSnapshots lists the account's snapshots.
 	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
 	// GetSnapshot returns a snapshot.
@@ -178,6 +186,26 @@ func (c *executorServiceClient) ForkSandbox(ctx context.Context, in *ForkSandbox
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ForkSandboxResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_ForkSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) PauseSandbox(ctx context.Context, in *PauseSandboxRequest, opts ...grpc.CallOption) (*PauseSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseSandboxResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_PauseSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ResumeSandbox(ctx context.Context, in *ResumeSandboxRequest, opts ...grpc.CallOption) (*ResumeSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeSandboxResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ResumeSandbox_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -421,6 +449,12 @@ type ExecutorServiceServer interface {
 	// ForkSandbox makes copies of a sandbox's files and settings while it
 	// keeps running.
 	ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error)
+	// PauseSandbox saves a sandbox's files and settings and ends it: its
+	// processes end and its executor is freed. It keeps its id.
+	PauseSandbox(context.Context, *PauseSandboxRequest) (*PauseSandboxResponse, error)
+	// ResumeSandbox brings a paused sandbox back, on any executor; a
+	// command to a paused sandbox resumes it too.
+	ResumeSandbox(context.Context, *ResumeSandboxRequest) (*ResumeSandboxResponse, error)
 	// ListSnapshots lists the account's snapshots.
 	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
 	// GetSnapshot returns a snapshot.
@@ -493,6 +527,12 @@ func (UnimplementedExecutorServiceServer) SnapshotSandbox(context.Context, *Snap
 }
 func (UnimplementedExecutorServiceServer) ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForkSandbox not implemented")
+}
+func (UnimplementedExecutorServiceServer) PauseSandbox(context.Context, *PauseSandboxRequest) (*PauseSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSandbox not implemented")
+}
+func (UnimplementedExecutorServiceServer) ResumeSandbox(context.Context, *ResumeSandboxRequest) (*ResumeSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSandbox not implemented")
 }
 func (UnimplementedExecutorServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
@@ -673,6 +713,42 @@ func _ExecutorService_ForkSandbox_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ExecutorServiceServer).ForkSandbox(ctx, req.(*ForkSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_PauseSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).PauseSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_PauseSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).PauseSandbox(ctx, req.(*PauseSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ResumeSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ResumeSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ResumeSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ResumeSandbox(ctx, req.(*ResumeSandboxRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -988,6 +1064,14 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForkSandbox",
 			Handler:    _ExecutorService_ForkSandbox_Handler,
+		},
+		{
+			MethodName: "PauseSandbox",
+			Handler:    _ExecutorService_PauseSandbox_Handler,
+		},
+		{
+			MethodName: "ResumeSandbox",
+			Handler:    _ExecutorService_ResumeSandbox_Handler,
 		},
 		{
 			MethodName: "ListSnapshots",

@@ -310,6 +310,190 @@ func (x *ForkSandboxResponse) GetSandboxes() []*Sandbox {
 	return nil
 }
 
+// PauseSandboxRequest pauses a sandbox.
+type PauseSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSandboxRequest) Reset() {
+	*x = PauseSandboxRequest{}
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSandboxRequest) ProtoMessage() {}
+
+func (x *PauseSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSandboxRequest.ProtoReflect.Descriptor instead.
+func (*PauseSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PauseSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// PauseSandboxResponse is the paused sandbox.
+type PauseSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox, paused.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSandboxResponse) Reset() {
+	*x = PauseSandboxResponse{}
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSandboxResponse) ProtoMessage() {}
+
+func (x *PauseSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSandboxResponse.ProtoReflect.Descriptor instead.
+func (*PauseSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PauseSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+// ResumeSandboxRequest resumes a paused sandbox.
+type ResumeSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSandboxRequest) Reset() {
+	*x = ResumeSandboxRequest{}
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSandboxRequest) ProtoMessage() {}
+
+func (x *ResumeSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ResumeSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// ResumeSandboxResponse is the resumed sandbox.
+type ResumeSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox, ready.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSandboxResponse) Reset() {
+	*x = ResumeSandboxResponse{}
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSandboxResponse) ProtoMessage() {}
+
+func (x *ResumeSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ResumeSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResumeSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 // ListSnapshotsRequest lists the account's snapshots.
 type ListSnapshotsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -319,7 +503,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +515,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[5]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +528,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{5}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{9}
 }
 
 // ListSnapshotsResponse is the list, newest first.
@@ -358,7 +542,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +554,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[6]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +567,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{6}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -404,7 +588,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +600,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[7]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +613,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{7}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetSnapshotRequest) GetId() string {
@@ -450,7 +634,7 @@ type GetSnapshotResponse struct {
 
 func (x *GetSnapshotResponse) Reset() {
 	*x = GetSnapshotResponse{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +646,7 @@ func (x *GetSnapshotResponse) String() string {
 func (*GetSnapshotResponse) ProtoMessage() {}
 
 func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[8]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +659,7 @@ func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{8}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetSnapshotResponse) GetSnapshot() *Snapshot {
@@ -496,7 +680,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +692,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +705,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteSnapshotRequest) GetId() string {
@@ -540,7 +724,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +736,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_snapshot_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +749,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_snapshot_proto_rawDescGZIP(), []int{14}
 }
 
 var File_conch_executor_v1_snapshot_proto protoreflect.FileDescriptor
@@ -593,7 +777,17 @@ const file_conch_executor_v1_snapshot_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\"O\n" +
 	"\x13ForkSandboxResponse\x128\n" +
-	"\tsandboxes\x18\x01 \x03(\v2\x1a.conch.executor.v1.SandboxR\tsandboxes\"\x16\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x1a.conch.executor.v1.SandboxR\tsandboxes\"4\n" +
+	"\x13PauseSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"L\n" +
+	"\x14PauseSandboxResponse\x124\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.conch.executor.v1.SandboxR\asandbox\"5\n" +
+	"\x14ResumeSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"M\n" +
+	"\x15ResumeSandboxResponse\x124\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.conch.executor.v1.SandboxR\asandbox\"\x16\n" +
 	"\x14ListSnapshotsRequest\"R\n" +
 	"\x15ListSnapshotsResponse\x129\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x1b.conch.executor.v1.SnapshotR\tsnapshots\"$\n" +
@@ -617,33 +811,39 @@ func file_conch_executor_v1_snapshot_proto_rawDescGZIP() []byte {
 	return file_conch_executor_v1_snapshot_proto_rawDescData
 }
 
-var file_conch_executor_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_conch_executor_v1_snapshot_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_conch_executor_v1_snapshot_proto_goTypes = []any{
 	(*Snapshot)(nil),                // 0: conch.executor.v1.Snapshot
 	(*SnapshotSandboxRequest)(nil),  // 1: conch.executor.v1.SnapshotSandboxRequest
 	(*SnapshotSandboxResponse)(nil), // 2: conch.executor.v1.SnapshotSandboxResponse
 	(*ForkSandboxRequest)(nil),      // 3: conch.executor.v1.ForkSandboxRequest
 	(*ForkSandboxResponse)(nil),     // 4: conch.executor.v1.ForkSandboxResponse
-	(*ListSnapshotsRequest)(nil),    // 5: conch.executor.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),   // 6: conch.executor.v1.ListSnapshotsResponse
-	(*GetSnapshotRequest)(nil),      // 7: conch.executor.v1.GetSnapshotRequest
-	(*GetSnapshotResponse)(nil),     // 8: conch.executor.v1.GetSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),   // 9: conch.executor.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),  // 10: conch.executor.v1.DeleteSnapshotResponse
-	(*timestamppb.Timestamp)(nil),   // 11: google.protobuf.Timestamp
-	(*Sandbox)(nil),                 // 12: conch.executor.v1.Sandbox
+	(*PauseSandboxRequest)(nil),     // 5: conch.executor.v1.PauseSandboxRequest
+	(*PauseSandboxResponse)(nil),    // 6: conch.executor.v1.PauseSandboxResponse
+	(*ResumeSandboxRequest)(nil),    // 7: conch.executor.v1.ResumeSandboxRequest
+	(*ResumeSandboxResponse)(nil),   // 8: conch.executor.v1.ResumeSandboxResponse
+	(*ListSnapshotsRequest)(nil),    // 9: conch.executor.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),   // 10: conch.executor.v1.ListSnapshotsResponse
+	(*GetSnapshotRequest)(nil),      // 11: conch.executor.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),     // 12: conch.executor.v1.GetSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),   // 13: conch.executor.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),  // 14: conch.executor.v1.DeleteSnapshotResponse
+	(*timestamppb.Timestamp)(nil),   // 15: google.protobuf.Timestamp
+	(*Sandbox)(nil),                 // 16: conch.executor.v1.Sandbox
 }
 var file_conch_executor_v1_snapshot_proto_depIdxs = []int32{
-	11, // 0: conch.executor.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	15, // 0: conch.executor.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: conch.executor.v1.SnapshotSandboxResponse.snapshot:type_name -> conch.executor.v1.Snapshot
-	12, // 2: conch.executor.v1.ForkSandboxResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
-	0,  // 3: conch.executor.v1.ListSnapshotsResponse.snapshots:type_name -> conch.executor.v1.Snapshot
-	0,  // 4: conch.executor.v1.GetSnapshotResponse.snapshot:type_name -> conch.executor.v1.Snapshot
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	16, // 2: conch.executor.v1.ForkSandboxResponse.sandboxes:type_name -> conch.executor.v1.Sandbox
+	16, // 3: conch.executor.v1.PauseSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	16, // 4: conch.executor.v1.ResumeSandboxResponse.sandbox:type_name -> conch.executor.v1.Sandbox
+	0,  // 5: conch.executor.v1.ListSnapshotsResponse.snapshots:type_name -> conch.executor.v1.Snapshot
+	0,  // 6: conch.executor.v1.GetSnapshotResponse.snapshot:type_name -> conch.executor.v1.Snapshot
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_snapshot_proto_init() }
@@ -658,7 +858,7 @@ func file_conch_executor_v1_snapshot_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_snapshot_proto_rawDesc), len(file_conch_executor_v1_snapshot_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
