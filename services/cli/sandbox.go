@@ -48,15 +48,15 @@ flags need no quoting:
 // sandboxFlags are the values of the flags of a sandbox command.
 type sandboxFlags struct {
 	Options
-	user, workdir, name string
-	snapshot            string
-	persistent          bool
-	timeout, maxOutput  int
-	count               int
-	ttl, idle           int
-	env                 envFlag
-	labels              labelFlag
-	status              string
+	user, workdir, name   string
+	snapshot              string
+	persistent, idlePause bool
+	timeout, maxOutput    int
+	count                 int
+	ttl, idle             int
+	env                   envFlag
+	labels                labelFlag
+	status                string
 }
 
 // flagSet is the flag set of sandbox command cmd, bound to f: what the
@@ -72,6 +72,7 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 		fs.IntVar(&f.idle, "idle-timeout", 0, "idle `SECONDS` after which it ends (0: the operator's ceiling)")
 		fs.Var(&f.labels, "label", "a `K=V` label to find it by (repeatable)")
 		fs.StringVar(&f.snapshot, "snapshot", "", "start from the files of snapshot `ID`")
+		fs.BoolVar(&f.idlePause, "pause-when-idle", false, "pause it at its idle timeout rather than end it")
 	case "snapshot":
 		fs.StringVar(&f.name, "name", "", "a `NAME` for the snapshot")
 	case "fork":
@@ -149,7 +150,7 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		var out struct {
 			ID string `json:"id"`
 		}
-		body := map[string]any{"user": f.user, "persistent": f.persistent, "name": f.name, "ttl_seconds": f.ttl, "idle_timeout_seconds": f.idle, "snapshot": f.snapshot}
+		body := map[string]any{"user": f.user, "persistent": f.persistent, "name": f.name, "ttl_seconds": f.ttl, "idle_timeout_seconds": f.idle, "snapshot": f.snapshot, "pause_when_idle": f.idlePause}
 		if len(f.labels) > 0 {
 			m := map[string]string{}
 			for _, kv := range f.labels {

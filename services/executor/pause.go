@@ -43,6 +43,54 @@ type paused struct {
 	Request  []byte    `json:"request"` // CreateSandboxRequest, proto
 	Created  time.Time `json:"created"`
 	PausedAt time.Time `json:"paused_at"`
+	// Expires is the end of its lifetime, zero for none: a paused
+	// sandbox past it is deleted.
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// pausedSweep is how often an executor deletes the paused sandboxes past
+// their lifetime (every executor does; one transaction wins each).
+const pausedSweep = time.Minute
+
+// pauseIdle pauses the idle sandbox id if it asked for that and can be;
+// it reports whether it was.
+func (s *Service) pauseIdle(ctx context.Context, id string) bool {
+	s.mu.Lock()
+	e := s.sandboxes[id]
+	s.mu.Unlock()
+	if e == nil || !e.params.PauseWhenIdle {
+		return false
+	}
+	if _, err := s.Pause(ctx, e.account, id); err != nil {
+		s.log.Warn("idle sandbox not paused; ending it", "sandbox", id, "error", err)
+		return false
+	}
+	return true
+}
+
+// endPaused deletes the paused sandboxes past their lifetime, with their
+// snapshots.
+func (s *Service) endPaused(ctx context.Context, now time.Time) {
+	resp, err := s.etcd.Get(ctx, pausedPrefix, clientv3.WithPrefix())
+	if err != nil {
+		s.log.Warn("paused sandboxes not swept", "error", err)
+		return
+	}
+	for _, kv := range resp.Kvs {
+		var p paused
+		if json.Unmarshal(kv.Value, &p) != nil || p.Expires.IsZero() || now.Before(p.Expires) {
+			continue
+		}
+		account, id, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), pausedPrefix), "/")
+		if !ok {
+			continue
+		}
+		if _, err := s.destroyPaused(ctx, account, id); err != nil {
+			s.log.Warn("paused sandbox past its lifetime not deleted", "sandbox", id, "error", err)
+			continue
+		}
+		s.log.Info("paused sandbox deleted", "sandbox", id, "reason", "ttl")
+	}
 }
 
 // Pause saves account's sandbox id and ends it.
@@ -81,7 +129,7 @@ func (s *Service) Pause(ctx context.Context, account, id string) (*executorv1.Sa
 	if err != nil {
 		return nil, err
 	}
-	p := &paused{Snapshot: rec.GetId(), Request: b, Created: e.created, PausedAt: time.Now().UTC()}
+	p := &paused{Snapshot: rec.GetId(), Request: b, Created: e.created, PausedAt: time.Now().UTC(), Expires: e.expiresAt()}
 	v, err := json.Marshal(p)
 	if err != nil {
 		return nil, err
@@ -229,6 +277,10 @@ func pausedPB(id string, p *paused) (*executorv1.Sandbox, error) {
 		Id: id, User: req.GetUser(), State: executorv1.SandboxState_SANDBOX_STATE_PAUSED, Name: req.GetName(),
 		Limits: req.GetLimits(), Network: req.GetNetwork(), CreatedAt: timestamppb.New(p.Created), LastUsedAt: timestamppb.New(p.PausedAt),
 		IdleTimeoutSeconds: req.GetIdleTimeoutSeconds(), TtlSeconds: req.GetTtlSeconds(), Labels: labels, Snapshot: p.Snapshot,
+		PauseWhenIdle: req.GetPauseWhenIdle(),
+	}
+	if !p.Expires.IsZero() {
+		sb.ExpiresAt, sb.TtlSeconds = timestamppb.New(p.Expires), int32(p.Expires.Sub(p.Created)/time.Second)
 	}
 	return sb, nil
 }

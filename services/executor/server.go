@@ -167,7 +167,8 @@ func paramsFrom(req *executorv1.CreateSandboxRequest, c ceiling.Config) (CreateP
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: idle, TTL: ttl, Labels: req.GetLabels(),
 		Name: req.GetName(), Snapshot: req.GetSnapshot(),
-		Request: req,
+		PauseWhenIdle: req.GetPauseWhenIdle(),
+		Request:       req,
 	}, nil
 }
 
@@ -210,7 +211,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		expires = timestamppb.New(end)
 	}
 	return &executorv1.Sandbox{
-		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels, Snapshot: e.snapshot,
+		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels, Snapshot: e.snapshot, PauseWhenIdle: e.params.PauseWhenIdle,
 		Id: id, Name: e.name, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
 		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,

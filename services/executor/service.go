@@ -116,6 +116,9 @@ type Service struct {
 	quota *quotas.Config
 	// daily counts accounts' egress bytes of the day; nil with quota.
 	daily *egressDaily
+	// pausedSwept is when Run last ended paused sandboxes past their
+	// lifetime.
+	pausedSwept time.Time
 }
 
 // Option configures a Service.
@@ -405,10 +408,17 @@ func (s *Service) endIdle(ctx context.Context, now time.Time) {
 	}
 	s.mu.Unlock()
 	for id, why := range ending {
+		if why == "idle" && s.pauseIdle(ctx, id) {
+			continue
+		}
 		s.log.Info("ending sandbox", "sandbox", id, "reason", why)
 		if err := s.destroy(ctx, id); err != nil {
 			s.log.Warn("sandbox teardown failed", "sandbox", id, "reason", why, "error", err)
 		}
+	}
+	if now.Sub(s.pausedSwept) >= pausedSweep {
+		s.pausedSwept = now
+		s.endPaused(ctx, now)
 	}
 }
 
@@ -473,6 +483,8 @@ type CreateParams struct {
 	Name string
 	// Snapshot is a snapshot to restore into it before it is returned.
 	Snapshot string
+	// PauseWhenIdle pauses it at its idle timeout rather than ending it.
+	PauseWhenIdle bool
 	// Request is the request these were read from (paramsFrom), kept to
 	// build it again when it resumes from a pause; nil for none.
 	Request *executorv1.CreateSandboxRequest

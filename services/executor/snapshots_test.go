@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -380,4 +381,44 @@ func TestPauseAndResume(t *testing.T) {
 	}
 	_, err = x.client.PauseSandbox(ctx, &executorv1.PauseSandboxRequest{SandboxId: sk.GetId()})
 	wantCode(t, err, codes.InvalidArgument, "skills, which are not kept while paused")
+}
+
+// A sandbox that asked to pause when idle is paused at its idle timeout,
+// and a paused sandbox past its lifetime is deleted with its snapshot.
+func TestPauseWhenIdleAndLifetime(t *testing.T) {
+	x := startExecutor(t, WithSnapshots(startSnapshotStore(t)))
+	ctx := as(t, "acme")
+	created, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{IdleTimeoutSeconds: 1, PauseWhenIdle: true, TtlSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetId()
+	if !created.GetSandbox().GetPauseWhenIdle() {
+		t.Errorf("created %v, want pause_when_idle", created.GetSandbox())
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		got, err := x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb := got.GetSandbox(); sb.GetState() == executorv1.SandboxState_SANDBOX_STATE_PAUSED {
+			if sb.GetTtlSeconds() != 600 || !sb.GetExpiresAt().AsTime().Equal(created.GetSandbox().GetExpiresAt().AsTime()) {
+				t.Errorf("paused %v: want its lifetime kept", sb)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an idle sandbox that asked to pause was not paused")
+		}
+	}
+	x.svc.endPaused(ctx, time.Now())
+	if _, err := x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id}); err != nil {
+		t.Errorf("a paused sandbox within its lifetime was deleted: %v", err)
+	}
+	x.svc.endPaused(ctx, time.Now().Add(11*time.Minute))
+	_, err = x.client.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id})
+	wantCode(t, err, codes.NotFound, "not found")
+	if l, _ := x.client.ListSnapshots(ctx, &executorv1.ListSnapshotsRequest{}); len(l.GetSnapshots()) != 0 {
+		t.Errorf("a paused sandbox past its lifetime left its snapshot: %v", l)
+	}
 }

@@ -605,7 +605,9 @@ type Sandbox struct {
 	// Labels given at creation.
 	Labels map[string]string `protobuf:"bytes,19,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The snapshot it started from, if any.
-	Snapshot      string `protobuf:"bytes,20,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot string `protobuf:"bytes,20,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// Whether its idle timeout pauses it rather than ends it.
+	PauseWhenIdle bool `protobuf:"varint,21,opt,name=pause_when_idle,json=pauseWhenIdle,proto3" json:"pause_when_idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -780,6 +782,13 @@ func (x *Sandbox) GetSnapshot() string {
 	return ""
 }
 
+func (x *Sandbox) GetPauseWhenIdle() bool {
+	if x != nil {
+		return x.PauseWhenIdle
+	}
+	return false
+}
+
 // UnsavedPath is a path of a persistent workspace that is not saved.
 type UnsavedPath struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -875,7 +884,10 @@ type CreateSandboxRequest struct {
 	Labels map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// A snapshot (Snapshot.id) to start from: its /home/workspace and /tmp
 	// are restored before the sandbox is returned. Not with persistent.
-	Snapshot      string `protobuf:"bytes,14,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot string `protobuf:"bytes,14,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// At its idle timeout, pause it (PauseSandbox) rather than end it; one
+	// that cannot be paused (docs/reference/sandboxes.md) ends.
+	PauseWhenIdle bool `protobuf:"varint,15,opt,name=pause_when_idle,json=pauseWhenIdle,proto3" json:"pause_when_idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1006,6 +1018,13 @@ func (x *CreateSandboxRequest) GetSnapshot() string {
 		return x.Snapshot
 	}
 	return ""
+}
+
+func (x *CreateSandboxRequest) GetPauseWhenIdle() bool {
+	if x != nil {
+		return x.PauseWhenIdle
+	}
+	return false
 }
 
 // SkillBundle is one version of a skill, with its files.
@@ -1518,7 +1537,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\x82\a\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xaa\a\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1546,13 +1565,14 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12>\n" +
 	"\x06labels\x18\x13 \x03(\v2&.conch.executor.v1.Sandbox.LabelsEntryR\x06labels\x12\x1a\n" +
-	"\bsnapshot\x18\x14 \x01(\tR\bsnapshot\x1a9\n" +
+	"\bsnapshot\x18\x14 \x01(\tR\bsnapshot\x12&\n" +
+	"\x0fpause_when_idle\x18\x15 \x01(\bR\rpauseWhenIdle\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xff\x04\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa7\x05\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1571,7 +1591,8 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vttl_seconds\x18\f \x01(\x05R\n" +
 	"ttlSeconds\x12K\n" +
 	"\x06labels\x18\r \x03(\v23.conch.executor.v1.CreateSandboxRequest.LabelsEntryR\x06labels\x12\x1a\n" +
-	"\bsnapshot\x18\x0e \x01(\tR\bsnapshot\x1a9\n" +
+	"\bsnapshot\x18\x0e \x01(\tR\bsnapshot\x12&\n" +
+	"\x0fpause_when_idle\x18\x0f \x01(\bR\rpauseWhenIdle\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +
