@@ -6,7 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -347,4 +350,64 @@ func BenchmarkColdStartSteps(b *testing.B) {
 	for unit, ds := range steps {
 		reportP50As(b, ds, unit)
 	}
+}
+
+// BenchmarkIdleDensity holds 32 idle sandboxes, each after one command
+// (so that its shell's spare is started, as an executor's idle sandbox
+// has), and reports what each costs the machine: the drop of
+// MemAvailable per sandbox, kernel memory, tmpfs and page tables
+// included, and the sandboxes one GiB holds at that cost. The runtime
+// keeps no pool, so nothing but the 32 is built meanwhile.
+func BenchmarkIdleDensity(b *testing.B) {
+	r := poolRuntime(b, 0)
+	const n = 32
+	var per []float64
+	for i := range b.N {
+		runtime.GC()
+		time.Sleep(500 * time.Millisecond)
+		before := memAvailable(b)
+		sbs := make([]*Sandbox, 0, n)
+		for j := range n {
+			sb, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("dens%d-%d-%d", os.Getpid(), i, j)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sbs = append(sbs, sb)
+			if res, _ := run(b, sb, Options{Command: "true"}, 30*time.Second); res.exit.Code != 0 {
+				b.Fatalf("true in an idle sandbox: %+v", res)
+			}
+		}
+		time.Sleep(time.Second) // the spares start after each command
+		after := memAvailable(b)
+		per = append(per, float64(before-after)/n)
+		for _, sb := range sbs {
+			if err := sb.Destroy(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	slices.Sort(per)
+	p50 := per[len(per)/2]
+	b.ReportMetric(p50/(1<<20), "MiB/idle-sandbox")
+	b.ReportMetric((1<<30)/p50, "idle-sandboxes/GiB")
+}
+
+// memAvailable is the kernel's estimate of the memory available for new
+// work, in bytes.
+func memAvailable(tb testing.TB) int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	tb.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
 }

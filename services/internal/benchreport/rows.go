@@ -431,6 +431,16 @@ var Rows = []Row{
 		Target: Target{MaxRatio: 1.5},
 	},
 	{
+		// What an idle sandbox (after one command, its spare started)
+		// costs the machine, measured as the drop of MemAvailable.
+		Service: "executor", Metric: "idle sandboxes per GiB of memory", Unit: "sandboxes",
+		Value: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkIdleDensity", Unit: "idle-sandboxes/GiB"},
+	},
+	{
+		Service: "executor", Metric: "memory of one idle sandbox", Unit: "MiB",
+		Value: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkIdleDensity", Unit: "MiB/idle-sandbox"},
+	},
+	{
 		// A copy, not copy-on-write: a workspace is a tmpfs, which has
 		// no reflinks (docs/reference/sandboxes.md#fork).
 		Service: "executor", Metric: "fork of a sandbox with 100 MB written, p50", Unit: "ms",
