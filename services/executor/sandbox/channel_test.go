@@ -285,3 +285,22 @@ func TestStdinIsNeverDropped(t *testing.T) {
 		t.Errorf("the process read input hashing to %q (exit %+v), want %q", out.String(), p.Exit(), want)
 	}
 }
+
+// A process that ends before reading all its input leaves the agent
+// acknowledging the rest after its exit; the sandbox lives on.
+func TestInputLeftAtExitKeepsTheSandbox(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t, Spec{})
+	for range 20 {
+		p, err := sb.Start(Options{Command: "head -c 1 >/dev/null", Budget: -1, OnOutput: func(Stream, []byte) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Most of it is queued in the agent when head exits.
+		_ = p.Write(make([]byte, 4<<20), true)
+		<-p.Done()
+	}
+	if r := sh(t, sb, "echo alive"); r.stdout != "alive\n" {
+		t.Fatalf("after processes left input unread: %+v", r)
+	}
+}

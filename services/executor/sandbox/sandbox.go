@@ -371,8 +371,14 @@ func (s *Sandbox) dispatch(f frame) error {
 		return nil
 	}
 	p := s.procs[f.id]
+	started := f.id != 0 && f.id <= s.nextID
 	s.mu.Unlock()
 	if p == nil {
+		if f.typ == frameStdinOK && started {
+			// Input the agent dropped after its process ended: the
+			// process is forgotten, and its credit with it.
+			return nil
+		}
 		// The host forgets a process only after its exit, and allocates
 		// ids itself: the agent names no other.
 		return fmt.Errorf("frame %q for unknown process %d", f.typ, f.id)
