@@ -2,69 +2,21 @@ package executor
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
-	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
-	"github.com/conch-sh/conch/services/internal/platform/errs"
-	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
-	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quotas"
-	"github.com/conch-sh/conch/services/internal/store/fsstore"
-	"github.com/conch-sh/conch/services/workspace"
-	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/workspace/signing"
-	"github.com/conch-sh/conch/services/workspace/snapshots"
+	"github.com/conch-sh/conch/services/workspace/workspacetest"
 )
 
 // startSnapshotStore serves a real workspace service on loopback and
 // returns the executor's client of its snapshots.
 func startSnapshotStore(t *testing.T) Snapshots {
-	t.Helper()
-	st, err := fsstore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fsvc, err := files.New(st, etcdxtest.StartForTest(t), files.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fsvc.Close)
-	keys, _ := signing.ParseKeys("k1:" + strings.Repeat("s", 32))
-	sg, _ := signing.New(keys)
-	srv, err := workspace.New(fsvc, snapshots.New(st), sg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := tenant.NewSigner("test-internal-secret-0123456789")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(signer.UnaryServerInterceptor(), errs.UnaryServerInterceptor(nil)),
-		grpc.ChainStreamInterceptor(signer.StreamServerInterceptor(), errs.StreamServerInterceptor(nil)),
-	)
-	srv.Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(signer.StreamClientInterceptor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return NewSnapshotClient(workspacev1.NewWorkspaceServiceClient(conn))
+	return NewSnapshotClient(workspacetest.Start(t))
 }
 
 // The state a snapshot must keep: files with their modes and times,

@@ -4,69 +4,24 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
-	"github.com/conch-sh/conch/services/internal/platform/errs"
-	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/internal/quota"
-	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/workspace"
-	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/workspace/signing"
-	"github.com/conch-sh/conch/services/workspace/snapshots"
+	"github.com/conch-sh/conch/services/workspace/workspacetest"
 )
 
 // start serves the workspace service on loopback with the cluster's
 // interceptors and returns a client that signs scopes like the router.
 func start(t *testing.T) workspacev1.WorkspaceServiceClient {
-	t.Helper()
-	st, err := fsstore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fsvc, err := files.New(st, etcdxtest.StartForTest(t), files.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fsvc.Close)
-	keys, _ := signing.ParseKeys("k1:" + strings.Repeat("s", 32))
-	sg, _ := signing.New(keys)
-	srv, err := workspace.New(fsvc, snapshots.New(st), sg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := tenant.NewSigner("test-internal-secret-0123456789")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(signer.UnaryServerInterceptor(), errs.UnaryServerInterceptor(nil)),
-		grpc.ChainStreamInterceptor(signer.StreamServerInterceptor(), errs.StreamServerInterceptor(nil)),
-	)
-	srv.Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(signer.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(signer.StreamClientInterceptor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return workspacev1.NewWorkspaceServiceClient(conn)
+	return workspacetest.Start(t)
 }
 
 func scoped(t *testing.T, user string) context.Context {
