@@ -618,7 +618,7 @@ func (a *analyzer) expand(w word) word {
 		}
 		b.add(p.kind, p.text)
 	}
-	w.parts, w.val, w.quotedVar = b.parts, b.value(), vars
+	w.parts, w.val, w.quotedVar = b.parts(), b.value(), vars
 	return w
 }
 

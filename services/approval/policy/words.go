@@ -131,7 +131,7 @@ func evalWord(w *syntax.Word) (word, *refusal) {
 			return out, refuse("?")
 		}
 	}
-	out.parts = b.parts
+	out.parts = b.parts()
 	out.val = b.value()
 	if out.brace {
 		// Only {a,b} and {x..y} expand; a lone {} (find's placeholder)
@@ -143,24 +143,51 @@ func evalWord(w *syntax.Word) (word, *refusal) {
 }
 
 // wordBuilder collects a word's parts, merging neighbours of one kind.
-type wordBuilder struct{ parts []wordPart }
+// The last part's text grows in tail, so that a word built a byte at a
+// time (a megabyte of escaped characters) costs linear time, not
+// quadratic; parts returns them whole.
+type wordBuilder struct {
+	list []wordPart
+	tail strings.Builder
+	open bool // the last part's text is in tail
+}
 
 func (b *wordBuilder) add(k partKind, s string) {
 	if s == "" && k != partVar {
 		return
 	}
-	if n := len(b.parts); n > 0 && k != partVar && b.parts[n-1].kind == k {
-		b.parts[n-1].text += s
+	if n := len(b.list); n > 0 && k != partVar && b.list[n-1].kind == k && b.open {
+		b.tail.WriteString(s)
 		return
 	}
-	b.parts = append(b.parts, wordPart{kind: k, text: s})
+	b.close()
+	b.list = append(b.list, wordPart{kind: k, text: s})
+	if k != partVar {
+		b.tail.WriteString(s)
+		b.open = true
+	}
+}
+
+// close ends the growth of the last part.
+func (b *wordBuilder) close() {
+	if b.open {
+		b.list[len(b.list)-1].text = b.tail.String()
+		b.tail = strings.Builder{}
+		b.open = false
+	}
+}
+
+// parts returns the word's parts.
+func (b *wordBuilder) parts() []wordPart {
+	b.close()
+	return b.list
 }
 
 // value is the word as the engine judges it; a variable keeps its $NAME
 // spelling.
 func (b *wordBuilder) value() string {
 	var s strings.Builder
-	for _, p := range b.parts {
+	for _, p := range b.parts() {
 		if p.kind == partVar {
 			s.WriteString("$" + p.text)
 			continue
