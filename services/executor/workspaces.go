@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
@@ -180,8 +182,23 @@ func (w *workspaceClient) hydrate(ctx context.Context, account, user string, roo
 }
 
 // Usage implements Workspaces.
+//
+// It is a persistent sandbox's first call to the workspace service, and
+// a read: one the connection could not make (a name not resolved yet, a
+// service restarting) is tried again, twice, before the create fails.
 func (w *workspaceClient) Usage(ctx context.Context, account, user string) (bytes, files int64, err error) {
-	u, err := w.c.GetUsage(scoped(ctx, account, user), &workspacev1.GetUsageRequest{User: user})
+	var u *workspacev1.GetUsageResponse
+	for attempt, wait := 0, 250*time.Millisecond; ; attempt, wait = attempt+1, 2*wait {
+		u, err = w.c.GetUsage(scoped(ctx, account, user), &workspacev1.GetUsageRequest{User: user})
+		if status.Code(err) != codes.Unavailable || attempt == 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("executor: usage of %s: %w", user, errs.FromStatus(err))
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("executor: usage of %s: %w", user, errs.FromStatus(err))
 	}
