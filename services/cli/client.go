@@ -213,6 +213,11 @@ func (c *Client) JSON(ctx context.Context, method, path string, body, out any) e
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return c.DoJSON(req, out)
+}
+
+// DoJSON sends req and decodes a JSON answer into out (nil to discard it).
+func (c *Client) DoJSON(req *http.Request, out any) error {
 	resp, err := c.Do(req)
 	if err != nil {
 		return err
@@ -223,7 +228,7 @@ func (c *Client) JSON(ctx context.Context, method, path string, body, out any) e
 		return err
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		return fmt.Errorf("%s %s: decode answer: %w", req.Method, req.URL.Path, err)
 	}
 	return nil
 }

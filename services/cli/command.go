@@ -53,6 +53,7 @@ func Commands() []Command {
 		{nodesGroup, noStdin(Nodes)},
 		{sandboxGroup, noStdin(RunSandbox)},
 		{snapshotsGroup, noStdin(Snapshots)},
+		{templatesGroup, Templates},
 	} {
 		cmds = append(cmds, Command{Name: c.g.name, Summary: c.g.summary, Run: c.run, group: c.g})
 	}

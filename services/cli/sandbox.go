@@ -25,7 +25,9 @@ Commands:
   resume <id>...                       bring paused sandboxes back (a command to one does too)
 
 A sandbox made with "create --snapshot ID" starts with a snapshot's files
-(not its processes); "conch snapshots" lists and removes snapshots.
+(not its processes); "conch snapshots" lists and removes snapshots. One
+made with "create --template NAME" starts from a template's root
+filesystem and settings; "conch templates" makes them from images.
 `
 
 var sandboxGroup = &group{
@@ -49,7 +51,7 @@ flags need no quoting:
 type sandboxFlags struct {
 	Options
 	user, workdir, name   string
-	snapshot              string
+	snapshot, template    string
 	persistent, idlePause bool
 	timeout, maxOutput    int
 	count                 int
@@ -72,6 +74,7 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 		fs.IntVar(&f.idle, "idle-timeout", 0, "idle `SECONDS` after which it ends (0: the operator's ceiling)")
 		fs.Var(&f.labels, "label", "a `K=V` label to find it by (repeatable)")
 		fs.StringVar(&f.snapshot, "snapshot", "", "start from the files of snapshot `ID`")
+		fs.StringVar(&f.template, "template", "", "start from template `NAME` (conch templates)")
 		fs.BoolVar(&f.idlePause, "pause-when-idle", false, "pause it at its idle timeout rather than end it")
 	case "snapshot":
 		fs.StringVar(&f.name, "name", "", "a `NAME` for the snapshot")
@@ -150,7 +153,7 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		var out struct {
 			ID string `json:"id"`
 		}
-		body := map[string]any{"user": f.user, "persistent": f.persistent, "name": f.name, "ttl_seconds": f.ttl, "idle_timeout_seconds": f.idle, "snapshot": f.snapshot, "pause_when_idle": f.idlePause}
+		body := map[string]any{"user": f.user, "persistent": f.persistent, "name": f.name, "ttl_seconds": f.ttl, "idle_timeout_seconds": f.idle, "snapshot": f.snapshot, "pause_when_idle": f.idlePause, "template": f.template}
 		if len(f.labels) > 0 {
 			m := map[string]string{}
 			for _, kv := range f.labels {

@@ -45,6 +45,10 @@ type Config struct {
 	// etcd's; these are refused besides (MinIO's, say, when it has a
 	// public address).
 	EgressDeny []string `flag:"egress-deny" env:"CONCH_EGRESS_DENY" usage:"extra CIDRs, addresses or host names (each with an optional :port) sandbox egress never reaches, comma separated"`
+	// Template roots are unpacked on local disk, where sandboxes' uids
+	// can reach them: every parent must be searchable by others.
+	TemplateCacheDir   string `flag:"template-cache-dir" env:"CONCH_TEMPLATE_CACHE_DIR" default:"/var/lib/conch-executor/templates" usage:"host directory where templates' roots are unpacked, shared by the host's executors; every parent must be searchable by others"`
+	TemplateCacheBytes int64  `flag:"template-cache-bytes" env:"CONCH_TEMPLATE_CACHE_BYTES" default:"21474836480" usage:"bytes of unused template roots this executor keeps unpacked; those in use are kept whatever their size"`
 }
 
 // LaunchAhead is SandboxLaunchAhead as the sandbox runtime takes it,

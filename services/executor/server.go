@@ -167,8 +167,8 @@ func paramsFrom(req *executorv1.CreateSandboxRequest, c ceiling.Config) (CreateP
 		PathPrepend: req.GetPathPrepend(), Session: req.GetSession(),
 		Idle: idle, TTL: ttl, Labels: req.GetLabels(),
 		Name: req.GetName(), Snapshot: req.GetSnapshot(),
-		PauseWhenIdle: req.GetPauseWhenIdle(),
-		Request:       req,
+		PauseWhenIdle: req.GetPauseWhenIdle(), Template: req.GetTemplate(),
+		Request: req,
 	}, nil
 }
 
@@ -211,7 +211,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		expires = timestamppb.New(end)
 	}
 	return &executorv1.Sandbox{
-		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels, Snapshot: e.snapshot, PauseWhenIdle: e.params.PauseWhenIdle,
+		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels, Snapshot: e.snapshot, PauseWhenIdle: e.params.PauseWhenIdle, Template: e.params.Template,
 		Id: id, Name: e.name, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
 		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,
@@ -381,7 +381,7 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *executorv1.DeleteSnaps
 }
 
 func snapshotPB(r *workspacev1.SnapshotRecord) *executorv1.Snapshot {
-	return &executorv1.Snapshot{Id: r.GetId(), Name: r.GetName(), SandboxId: r.GetSandboxId(), SizeBytes: r.GetSizeBytes(), CreatedAt: r.GetCreatedAt()}
+	return &executorv1.Snapshot{Id: r.GetId(), Name: r.GetName(), SandboxId: r.GetSandboxId(), SizeBytes: r.GetSizeBytes(), CreatedAt: r.GetCreatedAt(), Template: r.GetTemplate()}
 }
 
 // DestroySandbox ends one of the caller's sandboxes.

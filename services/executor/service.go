@@ -29,6 +29,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/executor/templatecache"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/ceiling"
@@ -91,11 +92,16 @@ type Service struct {
 	creating int  // sandboxes being built, under mu
 	draining bool // no new sandboxes or nodes, under mu
 
-	ws          Workspaces       // nil: persistent workspaces are refused
-	snaps       Snapshots        // nil: snapshots are refused
-	tools       ToolCaller       // nil: tool commands are refused
-	gateway     *hostexec.Runner // nil: the gateway host is turned off
-	gatewayFull bool             // security full is allowed there
+	ws    Workspaces // nil: persistent workspaces are refused
+	snaps Snapshots  // nil: snapshots are refused
+	// templates are the accounts' templates, their roots kept in
+	// templateRoots; nil: templates are refused.
+	templates     Templates
+	templateRoots *templatecache.Cache
+	readyTimeout  time.Duration
+	tools         ToolCaller       // nil: tool commands are refused
+	gateway       *hostexec.Runner // nil: the gateway host is turned off
+	gatewayFull   bool             // security full is allowed there
 	// flushTimeout bounds one flush to the workspace service: a hung
 	// service must not hold a sandbox's sync lock, and so its every later
 	// command, forever.
@@ -205,6 +211,8 @@ type entry struct {
 	labels map[string]string
 	// snapshot is the snapshot it started from, if any.
 	snapshot string
+	// template is the template it started from, if any.
+	template *usedTemplate
 	// params are what it was created with: a fork's copies get them.
 	params CreateParams
 	// claim is what it takes of its account's quotas; nil: not counted.
@@ -485,6 +493,11 @@ type CreateParams struct {
 	Snapshot string
 	// PauseWhenIdle pauses it at its idle timeout rather than ending it.
 	PauseWhenIdle bool
+	// Template is a template of the account to start from. Workdir and
+	// Env are set from it (useTemplate), never from a request.
+	Template string
+	Workdir  string
+	Env      map[string]string
 	// Request is the request these were read from (paramsFrom), kept to
 	// build it again when it resumes from a pause; nil for none.
 	Request *executorv1.CreateSandboxRequest
@@ -509,6 +522,14 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		}
 		if p.Persistent {
 			return nil, "", errs.New(errs.InvalidArgument, "snapshot: a sandbox starts from a snapshot or from a persistent workspace, not both")
+		}
+		if p.Template == "" {
+			// The snapshot's files belong on its template's root.
+			rec, err := s.GetSnapshot(ctx, account, p.Snapshot)
+			if err != nil {
+				return nil, "", err
+			}
+			p.Template = rec.GetTemplate()
 		}
 	}
 	var q quota.Limits
@@ -551,6 +572,16 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	if err := checkPathPrepend("path_prepend", p.PathPrepend); err != nil {
 		return nil, "", err
 	}
+	tpl, err := s.useTemplate(ctx, account, &p)
+	if err != nil {
+		return nil, "", err
+	}
+	created := false
+	defer func() {
+		if !created && tpl != nil {
+			tpl.release()
+		}
+	}()
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
@@ -579,13 +610,23 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	if err != nil {
 		return nil, "", err
 	}
-	created := false
 	defer func() {
 		if !created {
 			_ = quotas.Release(context.WithoutCancel(ctx), s.etcd, quotas.Sandboxes, account, id)
 		}
 	}()
-	spec := sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil, Env: secretEnv}
+	env := p.Env
+	if len(secretEnv) > 0 {
+		env = maps.Clone(p.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, secretEnv)
+	}
+	spec := sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil, Env: env, Workdir: p.Workdir}
+	if tpl != nil {
+		spec.Image = tpl.image
+	}
 	if egressPolicy != nil && egressPolicy.CA != nil {
 		spec.EgressCA = egressPolicy.CA.PEM
 	}
@@ -597,7 +638,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, params: p, created: cmp.Or(p.Created, now), lastUsed: now, network: p.Network, claim: claim}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, params: p, created: cmp.Or(p.Created, now), lastUsed: now, network: p.Network, claim: claim, template: tpl}
 	for _, sk := range p.Skills {
 		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
 	}
@@ -657,6 +698,12 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 	}
 	if p.Snapshot != "" {
 		if err := s.restore(ctx, e, account, p.Snapshot); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			return nil, "", err
+		}
+	}
+	if tpl != nil {
+		if err := s.startTemplate(ctx, e, tpl.t); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, "", err
 		}
@@ -786,6 +833,9 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 		e.tools.Close()
 	}
 	err = e.sb.Destroy(ctx)
+	if e.template != nil {
+		e.template.release()
+	}
 	if e.persistent {
 		// Every command is gone and the workspace unmounted, but its
 		// filesystem lives on through the open root: the last changes,

@@ -21,6 +21,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/shellquote"
 	"github.com/conch-sh/conch/services/router/accounts"
 )
 
@@ -37,16 +38,16 @@ type Snapshots interface {
 	Delete(ctx context.Context, account, id string) (bool, error)
 }
 
-// A snapshot is an archive of what a sandbox may write: its workspace and
-// /tmp. The sandbox's own tar makes and restores it, as the sandbox's
+// A snapshot is an archive of what a sandbox may write: its workspace,
+// /tmp and its template's workdir. The sandbox's own tar makes and restores it, as the sandbox's
 // user inside the sandbox, so that an archive can neither read nor write
 // anything the sandbox could not; the executor only carries its bytes.
 // TAR_OPTIONS, which a sandbox's environment could set, is cleared;
 // GNU tar refuses members with ".." and strips a leading "/" besides.
 const (
 	snapshotMembers = "home/workspace tmp"
-	archiveCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --create --file=- " + tarRecords + " --format=posix --numeric-owner --sparse --directory=/ " + snapshotMembers
-	restoreCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --extract --file=- " + tarRecords + " --read-full-records --no-same-owner --preserve-permissions --no-overwrite-dir --directory=/ " + snapshotMembers
+	archiveCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --create --file=- " + tarRecords + " --format=posix --numeric-owner --sparse --directory=/ "
+	restoreCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --extract --file=- " + tarRecords + " --read-full-records --no-same-owner --preserve-permissions --no-overwrite-dir --directory=/ "
 	// tarRecords makes tar move 256 KiB at a time rather than its 10 KiB
 	// default: a tenth of the writes, frames and hand-offs on the way.
 	tarRecords = "--blocking-factor=512"
@@ -96,7 +97,7 @@ func (s *Service) Snapshot(ctx context.Context, account, id, name string) (*work
 	}
 	defer ar.Close()
 	rec, err := s.snaps.Put(ctx, account, &workspacev1.SnapshotRecord{
-		Id: snapID, Name: name, SandboxId: id, CreatedAt: timestamppb.Now(),
+		Id: snapID, Name: name, SandboxId: id, CreatedAt: timestamppb.Now(), Template: e.params.Template,
 	}, ar, room)
 	if err != nil {
 		var failed *tarError
@@ -153,6 +154,18 @@ func (s *Service) restore(ctx context.Context, e *entry, account, id string) err
 	return s.extract(ctx, e, rc, "snapshot "+id)
 }
 
+// snapshotMembers are the directories a snapshot of e holds, relative to
+// /: its workspace, /tmp, and a template's workdir when that is writable
+// on its own. The workdir was checked when the template was made, and is
+// quoted all the same.
+func (e *entry) snapshotMembers() string {
+	m := snapshotMembers
+	if w := e.params.Workdir; e.template != nil && e.template.image != nil && sandbox.OwnWorkdir(w) {
+		m += " " + shellquote.Quote(strings.TrimPrefix(w, "/"))
+	}
+	return m
+}
+
 // archive starts tar in e's sandbox and returns the archive it writes, at
 // the pace the caller reads it. The stream fails with a *tarError when
 // tar does, and with ctx's error when ctx ends first; closing it kills
@@ -161,7 +174,7 @@ func (s *Service) archive(ctx context.Context, e *entry) (io.ReadCloser, error) 
 	pr, pw := io.Pipe()
 	stderr := &head{max: 4 << 10}
 	p, err := e.sb.Start(sandbox.Options{
-		Command: archiveCommand, Workdir: "/", Budget: -1,
+		Command: archiveCommand + e.snapshotMembers(), Workdir: "/", Budget: -1,
 		OnOutput: func(st sandbox.Stream, b []byte) {
 			if st == sandbox.Stderr {
 				stderr.Write(b)
@@ -207,7 +220,7 @@ func (a *archiveReader) Close() error {
 func (s *Service) extract(ctx context.Context, e *entry, r io.Reader, what string) error {
 	stderr := &head{max: 4 << 10}
 	p, err := e.sb.Start(sandbox.Options{
-		Command: restoreCommand, Workdir: "/", Budget: -1,
+		Command: restoreCommand + e.snapshotMembers(), Workdir: "/", Budget: -1,
 		OnOutput: func(st sandbox.Stream, b []byte) {
 			if st == sandbox.Stderr {
 				stderr.Write(b)

@@ -60,6 +60,8 @@ type DevConfig struct {
 	// in `conch workspace`.
 	QuotaBytes int64 `env:"CONCH_WORKSPACE_QUOTA_BYTES" usage:"bytes one workspace may store (0: the default of 1 GiB)"`
 	QuotaFiles int64 `env:"CONCH_WORKSPACE_QUOTA_FILES" usage:"files and directories one workspace may hold (0: the default of 100000)"`
+	// Templates, as `conch workspace` takes them.
+	workspace.TemplateConfig
 	// EtcdQuotaBytes is the embedded etcd's backend quota.
 	EtcdQuotaBytes int64 `flag:"etcd-quota-bytes" env:"CONCH_ETCD_QUOTA_BYTES" usage:"backend quota of the embedded etcd, in bytes: past it etcd raises NOSPACE and refuses writes (0: 2 GiB)"`
 	router.HTTPConfig
@@ -93,6 +95,9 @@ func (c *DevConfig) Validate() error {
 	}
 	if c.QuotaBytes < 0 {
 		return config.Invalid("CONCH_WORKSPACE_QUOTA_BYTES", "must not be negative")
+	}
+	if err := c.TemplateConfig.Validate(); err != nil {
+		return err
 	}
 	if c.QuotaFiles < 0 {
 		return config.Invalid("CONCH_WORKSPACE_QUOTA_FILES", "must not be negative")
@@ -224,6 +229,7 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 		{"workspace", buildWorkspace(workspace.Config{
 			Dir: filepath.Join(cfg.DataDir, "workspaces"), S3Endpoint: cfg.S3Endpoint, S3AccessKey: cfg.S3AccessKey, S3SecretKey: cfg.S3SecretKey,
 			S3Bucket: cfg.S3Bucket, S3Secure: cfg.S3Secure, SigningKeys: signingKeys, QuotaBytes: cfg.QuotaBytes, QuotaFiles: cfg.QuotaFiles,
+			TemplateConfig: cfg.TemplateConfig,
 		})},
 		{"executor", buildExecutor(devExecutor(cfg.Executor), ac.AuditFlush)},
 		{"approval", buildApproval(approval.Config{AuditConfig: ac, KeyConfig: sealing})},

@@ -38,7 +38,9 @@ import (
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
+	"github.com/conch-sh/conch/services/executor/templatecache"
 	"github.com/conch-sh/conch/services/internal/audit"
+	"github.com/conch-sh/conch/services/internal/image"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
@@ -130,6 +132,18 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 		}
 		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
 		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithSnapshots(executor.NewSnapshotClient(wsClient)), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
+		if cfg.TemplateCacheDir != "" {
+			templates := executor.NewTemplateClient(workspacev1.NewTemplateServiceClient(wsConn))
+			// The workspace service bounded each root when it built it;
+			// the cache holds it to no more than it keeps in all, and
+			// checks its digest.
+			cache, err := templatecache.New(cfg.TemplateCacheDir, name, cfg.TemplateCacheBytes, image.Limits{MaxBytes: cfg.TemplateCacheBytes, MaxFiles: 1 << 22}, templates, p.log)
+			if err != nil {
+				return fmt.Errorf("executor: %w", err)
+			}
+			c.onClose(func() { _ = cache.Close() })
+			opts = append(opts, executor.WithTemplates(templates, cache))
+		}
 		if cfg.GatewayHost {
 			// Never as root: an unprivileged uid of its own, with no
 			// supplementary groups, whose home no one else reads.

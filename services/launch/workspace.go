@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"google.golang.org/grpc"
+
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/store"
 	"github.com/conch-sh/conch/services/internal/store/fsstore"
@@ -17,6 +19,7 @@ import (
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
+	"github.com/conch-sh/conch/services/workspace/templates"
 )
 
 // objectStorage is an S3 bucket when an endpoint is set, else a local
@@ -77,7 +80,21 @@ func buildWorkspace(cfg workspace.Config) builder {
 		if err != nil {
 			return err
 		}
-		c.register = srv.Register
+		// A registry is a tenant's URL: it is reached through the guard.
+		tpl := templates.New(st, templates.Config{
+			MaxTemplates: cfg.MaxTemplates, MaxBytes: cfg.MaxTemplateBytes, MaxFiles: cfg.MaxTemplateFiles,
+			Registries: cfg.TemplateRegistries, Insecure: cfg.TemplateInsecureRegistries,
+			Transport: p.outbound.Transport(), BuildDir: cfg.TemplateBuildDir, Logger: p.log,
+		})
+		c.onClose(tpl.Close)
+		tsrv, err := workspace.NewTemplates(tpl)
+		if err != nil {
+			return err
+		}
+		c.register = func(g *grpc.Server) {
+			srv.Register(g)
+			tsrv.Register(g)
+		}
 		c.run = fsvc.Run
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/internal/contract"
@@ -235,34 +236,66 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 		apiErrors(w, errs.Invalid("path", "exactly one path query parameter is required"))
 		return
 	}
-	tooLarge := func() {
-		w.Header().Set("Connection", "close")
-		apiErrors(w, errs.NewReason(errs.ResourceExhausted, errs.ReasonRequestTooLarge, "upload larger than the limit of %d bytes (%d MiB)", MaxUploadBytes, MaxUploadBytes>>20))
-	}
-	if r.ContentLength > MaxUploadBytes {
-		tooLarge()
-		return
-	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stream, err := f.ws.WriteFile(ctx, chunks.CallOption())
-	if err != nil {
-		f.fail(w, r, err)
-		return
-	}
 	header := &workspacev1.WriteFileHeader{Path: p}
 	if r.ContentLength >= 0 {
 		header.Size = &r.ContentLength
 	}
-	if err := stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Header{Header: header}}); err != nil && !errors.Is(err, io.EOF) {
-		f.fail(w, r, err)
-		return
+	var stream workspacev1.WorkspaceService_WriteFileClient
+	resp, ok := streamBody(w, r, cancel, body{max: MaxUploadBytes, idle: f.idle, fail: f.fail},
+		func() error {
+			var err error
+			if stream, err = f.ws.WriteFile(ctx, chunks.CallOption()); err != nil {
+				return err
+			}
+			return stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Header{Header: header}})
+		},
+		func(b []byte) error {
+			return stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Data{Data: b}})
+		},
+		func() (proto.Message, error) {
+			resp, err := stream.CloseAndRecv()
+			return resp.GetEntry(), err
+		})
+	if ok {
+		writeProto(w, r, f.fail, resp)
+	}
+}
+
+// body bounds a request body streamed to a service: at most max bytes,
+// none of its reads waiting longer than idle; fail answers a service's
+// error.
+type body struct {
+	max  int64
+	idle time.Duration
+	fail func(http.ResponseWriter, *http.Request, error)
+}
+
+// streamBody streams r's body to a client stream: open starts it, send
+// sends each chunk, and closeRecv ends it and returns what to answer. A
+// body over b.max is 413, whatever Content-Length said; a stalled one
+// 408; in both, cancel ends the stream before its end, which stores
+// nothing. It reports whether it answered nothing yet, so the caller
+// writes the answer.
+func streamBody(w http.ResponseWriter, r *http.Request, cancel func(), b body, open func() error, send func([]byte) error, closeRecv func() (proto.Message, error)) (proto.Message, bool) {
+	tooLarge := func() {
+		w.Header().Set("Connection", "close")
+		apiErrors(w, errs.NewReason(errs.ResourceExhausted, errs.ReasonRequestTooLarge, "upload larger than the limit of %d bytes (%d MiB)", b.max, b.max>>20))
+	}
+	if r.ContentLength > b.max {
+		tooLarge()
+		return nil, false
+	}
+	if err := open(); err != nil && !errors.Is(err, io.EOF) {
+		b.fail(w, r, err)
+		return nil, false
 	}
 	rc := http.NewResponseController(w)
-	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxUploadBytes), rc: rc, idle: f.idle}
+	in := &idleReader{r: http.MaxBytesReader(w, r.Body, b.max), rc: rc, idle: b.idle}
 	buf := make([]byte, chunks.Size)
 	for {
-		n, rerr := chunks.Fill(body, buf)
+		n, rerr := chunks.Fill(in, buf)
 		if rerr != nil && rerr != io.EOF {
 			// A failed body is answered before anything else: the bytes
 			// read with it are dropped and the canceled stream stores
@@ -274,38 +307,43 @@ func (f *fileRoutes) upload(w http.ResponseWriter, r *http.Request) {
 				tooLarge()
 			case errors.Is(rerr, os.ErrDeadlineExceeded):
 				w.Header().Set("Connection", "close")
-				apiErrors(w, errs.NewReason(errs.DeadlineExceeded, errs.ReasonRequestTimeout, "the upload body stalled: no bytes for %s", f.idle))
+				apiErrors(w, errs.NewReason(errs.DeadlineExceeded, errs.ReasonRequestTimeout, "the upload body stalled: no bytes for %s", b.idle))
 			default:
 				w.Header().Set("Connection", "close")
 				apiErrors(w, errs.New(errs.InvalidArgument, "reading the request body failed: %v", rerr))
 			}
-			return
+			return nil, false
 		}
 		if n > 0 {
-			err := stream.Send(&workspacev1.WriteFileRequest{Message: &workspacev1.WriteFileRequest_Data{Data: buf[:n]}})
+			err := send(buf[:n])
 			if errors.Is(err, io.EOF) {
-				break // the service ended the stream; CloseAndRecv has why
+				break // the service ended the stream; closeRecv has why
 			}
 			if err != nil {
-				drain(body)
-				f.fail(w, r, err)
-				return
+				drain(in)
+				b.fail(w, r, err)
+				return nil, false
 			}
 		}
 		if rerr == io.EOF {
 			break // the body is complete
 		}
 	}
-	resp, err := stream.CloseAndRecv()
+	resp, err := closeRecv()
 	if err != nil {
-		drain(body)
-		f.fail(w, r, err)
-		return
+		drain(in)
+		b.fail(w, r, err)
+		return nil, false
 	}
 	_ = rc.SetReadDeadline(time.Time{})
-	b, err := restjson.New().Marshal(resp.GetEntry())
+	return resp, true
+}
+
+// writeProto answers m in the API's JSON.
+func writeProto(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, *http.Request, error), m proto.Message) {
+	b, err := restjson.New().Marshal(m)
 	if err != nil {
-		f.fail(w, r, errs.Wrap(errs.Internal, err, "encode the uploaded entry"))
+		fail(w, r, errs.Wrap(errs.Internal, err, "encode the answer"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

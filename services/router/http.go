@@ -207,6 +207,8 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) }, gw)
+	tpl := &templateRoutes{t: workspacev1.NewTemplateServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
+	tpl.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	// The global providers forward to the process's once telemetry is set
 	// up.
 	api, err := telemetry.NewHTTPHandler(recoverPanics(opts.Logger, mux), otel.GetTracerProvider(), otel.GetMeterProvider())
@@ -263,6 +265,7 @@ func newGatewayMux(ctx context.Context, conns map[string]*grpc.ClientConn, gatew
 		{"router", routerv1.RegisterNodeServiceHandler},
 		{"executor", executorv1.RegisterExecutorServiceHandler},
 		{"workspace", workspacev1.RegisterWorkspaceServiceHandler},
+		{"workspace", workspacev1.RegisterTemplateServiceHandler},
 		{"approval", approvalv1.RegisterAuditServiceHandler},
 	}
 	for _, r := range register {

@@ -2,13 +2,10 @@ package workspace
 
 import (
 	"context"
-	"errors"
-	"io"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
-	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
@@ -33,7 +30,7 @@ func (s *Server) PutSnapshot(stream workspacev1.WorkspaceService_PutSnapshotServ
 	if first.GetMaxBytes() <= 0 {
 		return errs.New(errs.InvalidArgument, "max_bytes: must be positive")
 	}
-	rec := snapshots.Record{ID: pb.GetId(), Name: pb.GetName(), SandboxID: pb.GetSandboxId(), Created: pb.GetCreatedAt().AsTime()}
+	rec := snapshots.Record{ID: pb.GetId(), Name: pb.GetName(), SandboxID: pb.GetSandboxId(), Created: pb.GetCreatedAt().AsTime(), Template: pb.GetTemplate()}
 	m := new(workspacev1.PutSnapshotRequest)
 	r := &dataReader{recv: func() ([]byte, error) {
 		if err := stream.RecvMsg(m); err != nil {
@@ -66,21 +63,9 @@ func (s *Server) ReadSnapshot(req *workspacev1.ReadSnapshotRequest, stream works
 	if err := stream.Send(&workspacev1.ReadSnapshotResponse{Message: &workspacev1.ReadSnapshotResponse_Record{Record: recordPB(rec)}}); err != nil {
 		return err
 	}
-	buf := make([]byte, chunks.Size)
-	for {
-		n, err := chunks.Fill(rc, buf)
-		if n > 0 {
-			if err := stream.Send(&workspacev1.ReadSnapshotResponse{Message: &workspacev1.ReadSnapshotResponse_Data{Data: buf[:n]}}); err != nil {
-				return err
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return sendChunks(rc, func(b []byte) error {
+		return stream.Send(&workspacev1.ReadSnapshotResponse{Message: &workspacev1.ReadSnapshotResponse_Data{Data: b}})
+	})
 }
 
 // ListSnapshotRecords lists the account's snapshots.
@@ -115,6 +100,6 @@ func (s *Server) DeleteSnapshotRecord(ctx context.Context, req *workspacev1.Dele
 
 func recordPB(r snapshots.Record) *workspacev1.SnapshotRecord {
 	return &workspacev1.SnapshotRecord{
-		Id: r.ID, Name: r.Name, SandboxId: r.SandboxID, SizeBytes: r.Size, Sha256: r.SHA256, CreatedAt: timestamppb.New(r.Created),
+		Id: r.ID, Name: r.Name, SandboxId: r.SandboxID, SizeBytes: r.Size, Sha256: r.SHA256, CreatedAt: timestamppb.New(r.Created), Template: r.Template,
 	}
 }

@@ -137,8 +137,10 @@ type Runtime struct {
 	// template is the view of a new sandbox, made on first use.
 	template func() (*fsview.View, error)
 
-	etc  *etcCopy
-	stop chan struct{} // closed by Close
+	etc *etcCopy
+	// imageEtc are the /etc copies of template roots.
+	imageEtc imageEtcs
+	stop     chan struct{} // closed by Close
 }
 
 // ErrUnsupported marks a requested feature this executor cannot provide yet.
@@ -218,6 +220,7 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer("github.com/conch-sh/conch/services/executor/sandbox"), stop: make(chan struct{})}
 	r.template = sync.OnceValues(r.newTemplate)
+	r.imageEtc.state = cfg.StateDir
 	if r.etc, err = newEtcCopy(cfg.RootFS, cfg.StateDir); err != nil {
 		r.removeState()
 		return nil, err
@@ -298,6 +301,15 @@ type Spec struct {
 	PathPrepend []string
 	// Env is extra environment for every command.
 	Env map[string]string
+	// Image, when set, is the root it starts from instead of the
+	// runtime's.
+	Image *ImageRoot
+	// Workdir, when set, is where commands start instead of the
+	// workspace. Outside the workspace and /tmp it needs Image: it is
+	// made writable, an overlay over the image's copy of it (or over
+	// nothing when the image has none) whose changes go to a tmpfs of the
+	// sandbox's own as large as its workspace.
+	Workdir string
 }
 
 func (s *Spec) withDefaults() {
@@ -336,14 +348,20 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: invalid id %q", spec.ID)
 	}
 	spec.withDefaults()
+	if w := spec.Workdir; w != "" && (!filepath.IsAbs(w) || filepath.Clean(w) != w || w == "/") {
+		return nil, fmt.Errorf("sandbox: workdir %q must be a clean absolute path below /", w)
+	}
+	if spec.Image == nil && OwnWorkdir(spec.Workdir) {
+		return nil, fmt.Errorf("sandbox: workdir %s: outside %s and /tmp, a workdir needs a template image", spec.Workdir, WorkspaceDir)
+	}
 	r.quiet.mark()
 	for _, d := range spec.PathPrepend {
 		if !filepath.IsAbs(d) || strings.ContainsAny(d, ":\x00") {
 			return nil, fmt.Errorf("sandbox: path_prepend entry %q must be an absolute path without ':'", d)
 		}
 	}
-	// Warm sandboxes have no egress socket.
-	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network {
+	// Warm sandboxes have no egress socket, and the runtime's root.
+	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network && spec.Image == nil && spec.Workdir == "" {
 		if s, ok := r.pool.take(); ok {
 			if err := s.fit(spec); err == nil {
 				return s, nil
@@ -368,6 +386,9 @@ func (r *Runtime) build(ctx context.Context, spec Spec) (_ *Sandbox, err error) 
 	defer cancel()
 
 	s := &Sandbox{rt: r, spec: spec, procs: map[uint32]*Process{}, cwd: WorkspaceDir, done: make(chan struct{})}
+	if spec.Workdir != "" {
+		s.cwd = spec.Workdir
+	}
 	var cleanups []func()
 	defer func() {
 		if err != nil {
@@ -443,13 +464,27 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 		return fmt.Errorf("sandbox: mount workspace: %w", err)
 	}
 	*cleanups = append(*cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
+	if img := spec.Image; img != nil {
+		etc, err := r.imageEtc.get(img.Dir)
+		if err != nil {
+			return err
+		}
+		if s.system, err = imageMounts(img, etc); err != nil {
+			return err
+		}
+		if OwnWorkdir(spec.Workdir) {
+			if err := s.makeLayer(img, spec.Workdir, cleanups); err != nil {
+				return err
+			}
+		}
+	}
 	if spec.Network {
 		if s.egress, err = listenEgress(runPath(s.dir, egressDir), s.uid); err != nil {
 			return err
 		}
 		*cleanups = append(*cleanups, func() { _ = s.egress.Close() })
 		if spec.EgressCA != nil {
-			if err := writeTrust(runPath(s.dir, egressDir), r.cfg.RootFS, spec.EgressCA); err != nil {
+			if err := writeTrust(runPath(s.dir, egressDir), s.rootFS(), spec.EgressCA); err != nil {
 				return err
 			}
 		}
@@ -531,11 +566,16 @@ var systemBundles = []string{"etc/ssl/certs/ca-certificates.crt", "etc/pki/tls/c
 // the egress dir the sandbox sees.
 func writeTrust(dir, rootFS string, ca []byte) error {
 	var bundle []byte
-	for _, b := range systemBundles {
-		if data, err := os.ReadFile(filepath.Join(rootFS, b)); err == nil {
-			bundle = append(data, '\n')
-			break
+	// Within the root: an image's bundle may be a symlink, which must
+	// not lead to a host file.
+	if root, err := os.OpenRoot(rootFS); err == nil {
+		for _, b := range systemBundles {
+			if data, err := root.ReadFile(b); err == nil {
+				bundle = append(data, '\n')
+				break
+			}
 		}
+		root.Close()
 	}
 	bundle = append(bundle, ca...)
 	for name, data := range map[string][]byte{trustCA: ca, trustBundle: bundle} {
@@ -577,6 +617,12 @@ func listenEgress(d string, uid int) (*net.UnixListener, error) {
 // commandPath is the PATH of a command: the directories prepended, then
 // the system's, then the tools'.
 func commandPath(prepend []string) []string {
+	return CommandPath(prepend)
+}
+
+// CommandPath is the PATH of a command, as directories: those prepended,
+// then the system's, then the tools'.
+func CommandPath(prepend []string) []string {
 	return append(slices.Clone(prepend), "/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin", ToolsDir)
 }
 
@@ -658,6 +704,31 @@ func (r *Runtime) newTemplate() (*fsview.View, error) {
 // mounts is the mount table of s in the order bubblewrap makes it; the
 // sandbox's processes see nothing else.
 func (r *Runtime) mounts(s *Sandbox) []mount {
+	ms := r.system(s)
+	ms = append(ms,
+		mount{op: "--proc", dst: "/proc"},
+		mount{op: "--dev", dst: "/dev"},
+		mount{op: "--tmpfs", dst: "/tmp", size: s.spec.Limits.TmpBytes},
+		// The agent, the tool binary, the tools and the egress socket in
+		// one read-only bind: each mount is work for every cold create.
+		mount{op: "--ro-bind", src: runDir(s.dir), dst: agentDir},
+		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
+		// The skills are in the read-only run directory: a link costs
+		// less than a mount of their own.
+		mount{op: "--symlink", src: SkillsDir, dst: contract.SkillsDir},
+	)
+	if s.spec.Image != nil && OwnWorkdir(s.spec.Workdir) {
+		ms = append(ms, mount{op: "--bind", src: filepath.Join(s.dir, workdirDir), dst: s.spec.Workdir})
+	}
+	return ms
+}
+
+// system is the read-only system of s's mount table: its image root's, or
+// the runtime's /usr, /bin, /lib* and /etc copy.
+func (r *Runtime) system(s *Sandbox) []mount {
+	if s.spec.Image != nil {
+		return s.system
+	}
 	root := r.cfg.RootFS
 	var ms []mount
 	for _, d := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
@@ -672,20 +743,7 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 			ms = append(ms, mount{op: "--ro-bind", src: src, dst: "/" + d})
 		}
 	}
-	ms = append(ms, mount{op: "--ro-bind", src: r.etc.current(), dst: "/etc"})
-	ms = append(ms,
-		mount{op: "--proc", dst: "/proc"},
-		mount{op: "--dev", dst: "/dev"},
-		mount{op: "--tmpfs", dst: "/tmp", size: s.spec.Limits.TmpBytes},
-		// The agent, the tool binary, the tools and the egress socket in
-		// one read-only bind: each mount is work for every cold create.
-		mount{op: "--ro-bind", src: runDir(s.dir), dst: agentDir},
-		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
-		// The skills are in the read-only run directory: a link costs
-		// less than a mount of their own.
-		mount{op: "--symlink", src: SkillsDir, dst: contract.SkillsDir},
-	)
-	return ms
+	return append(ms, mount{op: "--ro-bind", src: r.etc.current(), dst: "/etc"})
 }
 
 // runDir is the host directory a sandbox sees as agentDir (/run/conch):

@@ -46,6 +46,11 @@ type Sandbox struct {
 	stdin     io.WriteCloser
 	mounts    []mount
 	view      *fsview.View
+	// system is the read-only system of a sandbox on an image root
+	// (imageMounts); hostMounts are the mounts its state holds besides
+	// the workspace (its workdir's layer), unmounted when it ends.
+	system     []mount
+	hostMounts []string
 	// egress is the socket of the host's proxy, for a sandbox with network.
 	egress *net.UnixListener
 
@@ -506,6 +511,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		if err := s.cg.remove(); err != nil {
 			errs = append(errs, err)
 		}
+		if err := s.unmountHost(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := unix.Unmount(s.workspace, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("sandbox: unmount workspace: %w", err))
 		}
@@ -516,6 +524,14 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		s.destroyErr = errors.Join(errs...)
 	})
 	return s.destroyErr
+}
+
+// rootFS is the root filesystem s's system comes from.
+func (s *Sandbox) rootFS() string {
+	if s.spec.Image != nil {
+		return s.spec.Image.Dir
+	}
+	return s.rt.cfg.RootFS
 }
 
 // HostUID is the host uid the sandbox's user maps to; files the host puts in

@@ -215,9 +215,10 @@ func localShellDescription(sh *loop.Shell) string {
 func (p *toolPlan) sandboxRequest(g *routerv1.Gateway, req *Request) *executorv1.CreateSandboxRequest {
 	sh := g.GetShell()
 	r := &executorv1.CreateSandboxRequest{
-		Limits:  sh.GetLimits(),
-		Network: p.network,
-		Agent:   g.GetName(),
+		Limits:   sh.GetLimits(),
+		Network:  p.network,
+		Agent:    g.GetName(),
+		Template: sh.GetTemplate(),
 	}
 	if p.persistent {
 		r.User, r.Persistent = req.User, true

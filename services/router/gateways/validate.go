@@ -132,6 +132,9 @@ func validateShell(s *routerv1.ShellSettings, c ceiling.Config) error {
 	if err := ceiling.Check("shell.max_output_length", int64(s.GetMaxOutputLength()), 1, min(contract.MaxOutputLength, c.OutputLength)); err != nil {
 		return err
 	}
+	if t := s.GetTemplate(); t != "" && !contract.ValidTemplateName(t) {
+		return invalid("shell.template", "%s, got %q", contract.TemplateNameRule, t)
+	}
 	if n := s.GetSessionIdleSeconds(); n < 0 {
 		return invalid("shell.session_idle_seconds", "must not be negative (0 means the default, %d), got %d", DefaultSessionIdleSeconds, n)
 	}

@@ -50,6 +50,7 @@ type Record struct {
 	Size      int64     `json:"size_bytes"`
 	SHA256    string    `json:"sha256"`
 	Created   time.Time `json:"created_at"`
+	Template  string    `json:"template,omitempty"`
 }
 
 // Store keeps snapshots in an object store.

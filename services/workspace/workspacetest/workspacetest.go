@@ -5,6 +5,7 @@
 package workspacetest
 
 import (
+	"cmp"
 	"net"
 	"strings"
 	"testing"
@@ -21,11 +22,26 @@ import (
 	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
+	"github.com/conch-sh/conch/services/workspace/templates"
 )
 
 // Start serves the workspace service until the test ends and returns a
 // client that signs scopes like the router.
 func Start(t testing.TB) workspacev1.WorkspaceServiceClient {
+	t.Helper()
+	return workspacev1.NewWorkspaceServiceClient(serve(t, templates.Config{}))
+}
+
+// StartTemplates serves the workspace service with its templates, bounded
+// by cfg (its zero fields take small test defaults), and returns clients
+// of both.
+func StartTemplates(t testing.TB, cfg templates.Config) (workspacev1.WorkspaceServiceClient, workspacev1.TemplateServiceClient) {
+	t.Helper()
+	conn := serve(t, cfg)
+	return workspacev1.NewWorkspaceServiceClient(conn), workspacev1.NewTemplateServiceClient(conn)
+}
+
+func serve(t testing.TB, tc templates.Config) *grpc.ClientConn {
 	t.Helper()
 	st, err := fsstore.New(t.TempDir())
 	if err != nil {
@@ -51,6 +67,17 @@ func Start(t testing.TB) workspacev1.WorkspaceServiceClient {
 		grpc.ChainStreamInterceptor(signer.StreamServerInterceptor(), errs.StreamServerInterceptor(nil)),
 	)
 	srv.Register(g)
+	tc.MaxTemplates = cmp.Or(tc.MaxTemplates, 5)
+	tc.MaxBytes = cmp.Or(tc.MaxBytes, 256<<20)
+	tc.MaxFiles = cmp.Or(tc.MaxFiles, 100000)
+	tc.BuildDir = cmp.Or(tc.BuildDir, t.TempDir())
+	tpl := templates.New(st, tc)
+	t.Cleanup(tpl.Close)
+	tsrv, err := workspace.NewTemplates(tpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tsrv.Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -63,5 +90,5 @@ func Start(t testing.TB) workspacev1.WorkspaceServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return workspacev1.NewWorkspaceServiceClient(conn)
+	return conn
 }

@@ -608,6 +608,8 @@ type Sandbox struct {
 	Snapshot string `protobuf:"bytes,20,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// Whether its idle timeout pauses it rather than ends it.
 	PauseWhenIdle bool `protobuf:"varint,21,opt,name=pause_when_idle,json=pauseWhenIdle,proto3" json:"pause_when_idle,omitempty"`
+	// The template it started from, if any.
+	Template      string `protobuf:"bytes,22,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -789,6 +791,13 @@ func (x *Sandbox) GetPauseWhenIdle() bool {
 	return false
 }
 
+func (x *Sandbox) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
 // UnsavedPath is a path of a persistent workspace that is not saved.
 type UnsavedPath struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -888,6 +897,10 @@ type CreateSandboxRequest struct {
 	// At its idle timeout, pause it (PauseSandbox) rather than end it; one
 	// that cannot be paused (docs/reference/sandboxes.md) ends.
 	PauseWhenIdle bool `protobuf:"varint,15,opt,name=pause_when_idle,json=pauseWhenIdle,proto3" json:"pause_when_idle,omitempty"`
+	// A template of the account (workspace TemplateService) to start from:
+	// its root, start and ready commands, environment and working
+	// directory. Empty is the executor's own root.
+	Template      string `protobuf:"bytes,16,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1025,6 +1038,13 @@ func (x *CreateSandboxRequest) GetPauseWhenIdle() bool {
 		return x.PauseWhenIdle
 	}
 	return false
+}
+
+func (x *CreateSandboxRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
 }
 
 // SkillBundle is one version of a skill, with its files.
@@ -1537,7 +1557,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xaa\a\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xc6\a\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1566,13 +1586,14 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12>\n" +
 	"\x06labels\x18\x13 \x03(\v2&.conch.executor.v1.Sandbox.LabelsEntryR\x06labels\x12\x1a\n" +
 	"\bsnapshot\x18\x14 \x01(\tR\bsnapshot\x12&\n" +
-	"\x0fpause_when_idle\x18\x15 \x01(\bR\rpauseWhenIdle\x1a9\n" +
+	"\x0fpause_when_idle\x18\x15 \x01(\bR\rpauseWhenIdle\x12\x1a\n" +
+	"\btemplate\x18\x16 \x01(\tR\btemplate\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
 	"\vUnsavedPath\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa7\x05\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc3\x05\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1e\n" +
 	"\n" +
@@ -1592,7 +1613,8 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"ttlSeconds\x12K\n" +
 	"\x06labels\x18\r \x03(\v23.conch.executor.v1.CreateSandboxRequest.LabelsEntryR\x06labels\x12\x1a\n" +
 	"\bsnapshot\x18\x0e \x01(\tR\bsnapshot\x12&\n" +
-	"\x0fpause_when_idle\x18\x0f \x01(\bR\rpauseWhenIdle\x1a9\n" +
+	"\x0fpause_when_idle\x18\x0f \x01(\bR\rpauseWhenIdle\x12\x1a\n" +
+	"\btemplate\x18\x10 \x01(\tR\btemplate\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +

@@ -37,7 +37,10 @@ type Snapshot struct {
 	// The size of its archive in bytes.
 	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// When it was taken.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The template of the sandbox it was taken of, if any: a sandbox made
+	// from it starts from that template unless told another.
+	Template      string `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -105,6 +108,13 @@ func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Snapshot) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
 }
 
 // SnapshotSandboxRequest saves a sandbox's writable state.
@@ -756,7 +766,7 @@ var File_conch_executor_v1_snapshot_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_snapshot_proto_rawDesc = "" +
 	"\n" +
-	" conch/executor/v1/snapshot.proto\x12\x11conch.executor.v1\x1a\x1fconch/executor/v1/sandbox.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x01\n" +
+	" conch/executor/v1/snapshot.proto\x12\x11conch.executor.v1\x1a\x1fconch/executor/v1/sandbox.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x01\n" +
 	"\bSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -765,7 +775,8 @@ const file_conch_executor_v1_snapshot_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"K\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
+	"\btemplate\x18\x06 \x01(\tR\btemplate\"K\n" +
 	"\x16SnapshotSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +

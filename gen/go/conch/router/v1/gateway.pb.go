@@ -305,7 +305,11 @@ type ShellSettings struct {
 	// Uploaded skills (docs/reference/skills.md) mounted in every sandbox
 	// the gateway's shell creates, besides those a request names; at most 8
 	// in all.
-	Skills        []*SkillMount `protobuf:"bytes,10,rep,name=skills,proto3" json:"skills,omitempty"`
+	Skills []*SkillMount `protobuf:"bytes,10,rep,name=skills,proto3" json:"skills,omitempty"`
+	// A template of the account (docs/reference/sandboxes.md, Templates)
+	// every sandbox of the gateway's shell starts from; empty: the
+	// executor's own root.
+	Template      string `protobuf:"bytes,11,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +412,13 @@ func (x *ShellSettings) GetSkills() []*SkillMount {
 		return x.Skills
 	}
 	return nil
+}
+
+func (x *ShellSettings) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
 }
 
 // SkillMount names an uploaded skill and its version.
@@ -1426,7 +1437,7 @@ const file_conch_router_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"ShellTools\x12.\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1a.conch.router.v1.ToolsModeR\x04mode\x12\x14\n" +
-	"\x05names\x18\x02 \x03(\tR\x05names\"\xf3\x03\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\"\x8f\x04\n" +
 	"\rShellSettings\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12(\n" +
 	"\rallow_request\x18\x02 \x01(\bH\x00R\fallowRequest\x88\x01\x01\x12'\n" +
@@ -1438,7 +1449,8 @@ const file_conch_router_v1_gateway_proto_rawDesc = "" +
 	"\anetwork\x18\b \x01(\v2\x1a.conch.executor.v1.NetworkR\anetwork\x120\n" +
 	"\x14session_idle_seconds\x18\t \x01(\x05R\x12sessionIdleSeconds\x123\n" +
 	"\x06skills\x18\n" +
-	" \x03(\v2\x1b.conch.router.v1.SkillMountR\x06skillsB\x10\n" +
+	" \x03(\v2\x1b.conch.router.v1.SkillMountR\x06skills\x12\x1a\n" +
+	"\btemplate\x18\v \x01(\tR\btemplateB\x10\n" +
 	"\x0e_allow_request\"A\n" +
 	"\n" +
 	"SkillMount\x12\x19\n" +

@@ -24,7 +24,7 @@ var File_conch_workspace_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_workspace_v1_service_proto_rawDesc = "" +
 	"\n" +
-	" conch/workspace/v1/service.proto\x12\x12conch.workspace.v1\x1a\x1econch/workspace/v1/files.proto\x1a!conch/workspace/v1/snapshot.proto\x1a\x1dconch/workspace/v1/sync.proto2\x8a\v\n" +
+	" conch/workspace/v1/service.proto\x12\x12conch.workspace.v1\x1a\x1econch/workspace/v1/files.proto\x1a!conch/workspace/v1/snapshot.proto\x1a\x1dconch/workspace/v1/sync.proto\x1a!conch/workspace/v1/template.proto2\x8a\v\n" +
 	"\x10WorkspaceService\x12I\n" +
 	"\x04List\x12\x1f.conch.workspace.v1.ListRequest\x1a .conch.workspace.v1.ListResponse\x12I\n" +
 	"\x04Stat\x12\x1f.conch.workspace.v1.StatRequest\x1a .conch.workspace.v1.StatResponse\x12W\n" +
@@ -40,7 +40,14 @@ const file_conch_workspace_v1_service_proto_rawDesc = "" +
 	"\vPutSnapshot\x12&.conch.workspace.v1.PutSnapshotRequest\x1a'.conch.workspace.v1.PutSnapshotResponse(\x01\x12c\n" +
 	"\fReadSnapshot\x12'.conch.workspace.v1.ReadSnapshotRequest\x1a(.conch.workspace.v1.ReadSnapshotResponse0\x01\x12v\n" +
 	"\x13ListSnapshotRecords\x12..conch.workspace.v1.ListSnapshotRecordsRequest\x1a/.conch.workspace.v1.ListSnapshotRecordsResponse\x12y\n" +
-	"\x14DeleteSnapshotRecord\x12/.conch.workspace.v1.DeleteSnapshotRecordRequest\x1a0.conch.workspace.v1.DeleteSnapshotRecordResponseBAZ?github.com/conch-sh/conch/gen/go/conch/workspace/v1;workspacev1b\x06proto3"
+	"\x14DeleteSnapshotRecord\x12/.conch.workspace.v1.DeleteSnapshotRecordRequest\x1a0.conch.workspace.v1.DeleteSnapshotRecordResponse2\x8b\x05\n" +
+	"\x0fTemplateService\x12g\n" +
+	"\x0eCreateTemplate\x12).conch.workspace.v1.CreateTemplateRequest\x1a*.conch.workspace.v1.CreateTemplateResponse\x12o\n" +
+	"\x10PutTemplateImage\x12+.conch.workspace.v1.PutTemplateImageRequest\x1a,.conch.workspace.v1.PutTemplateImageResponse(\x01\x12^\n" +
+	"\vGetTemplate\x12&.conch.workspace.v1.GetTemplateRequest\x1a'.conch.workspace.v1.GetTemplateResponse\x12d\n" +
+	"\rListTemplates\x12(.conch.workspace.v1.ListTemplatesRequest\x1a).conch.workspace.v1.ListTemplatesResponse\x12g\n" +
+	"\x0eDeleteTemplate\x12).conch.workspace.v1.DeleteTemplateRequest\x1a*.conch.workspace.v1.DeleteTemplateResponse\x12o\n" +
+	"\x10ReadTemplateRoot\x12+.conch.workspace.v1.ReadTemplateRootRequest\x1a,.conch.workspace.v1.ReadTemplateRootResponse0\x01BAZ?github.com/conch-sh/conch/gen/go/conch/workspace/v1;workspacev1b\x06proto3"
 
 var file_conch_workspace_v1_service_proto_goTypes = []any{
 	(*ListRequest)(nil),                  // 0: conch.workspace.v1.ListRequest
@@ -58,21 +65,33 @@ var file_conch_workspace_v1_service_proto_goTypes = []any{
 	(*ReadSnapshotRequest)(nil),          // 12: conch.workspace.v1.ReadSnapshotRequest
 	(*ListSnapshotRecordsRequest)(nil),   // 13: conch.workspace.v1.ListSnapshotRecordsRequest
 	(*DeleteSnapshotRecordRequest)(nil),  // 14: conch.workspace.v1.DeleteSnapshotRecordRequest
-	(*ListResponse)(nil),                 // 15: conch.workspace.v1.ListResponse
-	(*StatResponse)(nil),                 // 16: conch.workspace.v1.StatResponse
-	(*ReadFileResponse)(nil),             // 17: conch.workspace.v1.ReadFileResponse
-	(*WriteFileResponse)(nil),            // 18: conch.workspace.v1.WriteFileResponse
-	(*MkdirResponse)(nil),                // 19: conch.workspace.v1.MkdirResponse
-	(*DeleteResponse)(nil),               // 20: conch.workspace.v1.DeleteResponse
-	(*CreatePublicURLResponse)(nil),      // 21: conch.workspace.v1.CreatePublicURLResponse
-	(*ReadPublicFileResponse)(nil),       // 22: conch.workspace.v1.ReadPublicFileResponse
-	(*HydrateResponse)(nil),              // 23: conch.workspace.v1.HydrateResponse
-	(*FlushResponse)(nil),                // 24: conch.workspace.v1.FlushResponse
-	(*GetUsageResponse)(nil),             // 25: conch.workspace.v1.GetUsageResponse
-	(*PutSnapshotResponse)(nil),          // 26: conch.workspace.v1.PutSnapshotResponse
-	(*ReadSnapshotResponse)(nil),         // 27: conch.workspace.v1.ReadSnapshotResponse
-	(*ListSnapshotRecordsResponse)(nil),  // 28: conch.workspace.v1.ListSnapshotRecordsResponse
-	(*DeleteSnapshotRecordResponse)(nil), // 29: conch.workspace.v1.DeleteSnapshotRecordResponse
+	(*CreateTemplateRequest)(nil),        // 15: conch.workspace.v1.CreateTemplateRequest
+	(*PutTemplateImageRequest)(nil),      // 16: conch.workspace.v1.PutTemplateImageRequest
+	(*GetTemplateRequest)(nil),           // 17: conch.workspace.v1.GetTemplateRequest
+	(*ListTemplatesRequest)(nil),         // 18: conch.workspace.v1.ListTemplatesRequest
+	(*DeleteTemplateRequest)(nil),        // 19: conch.workspace.v1.DeleteTemplateRequest
+	(*ReadTemplateRootRequest)(nil),      // 20: conch.workspace.v1.ReadTemplateRootRequest
+	(*ListResponse)(nil),                 // 21: conch.workspace.v1.ListResponse
+	(*StatResponse)(nil),                 // 22: conch.workspace.v1.StatResponse
+	(*ReadFileResponse)(nil),             // 23: conch.workspace.v1.ReadFileResponse
+	(*WriteFileResponse)(nil),            // 24: conch.workspace.v1.WriteFileResponse
+	(*MkdirResponse)(nil),                // 25: conch.workspace.v1.MkdirResponse
+	(*DeleteResponse)(nil),               // 26: conch.workspace.v1.DeleteResponse
+	(*CreatePublicURLResponse)(nil),      // 27: conch.workspace.v1.CreatePublicURLResponse
+	(*ReadPublicFileResponse)(nil),       // 28: conch.workspace.v1.ReadPublicFileResponse
+	(*HydrateResponse)(nil),              // 29: conch.workspace.v1.HydrateResponse
+	(*FlushResponse)(nil),                // 30: conch.workspace.v1.FlushResponse
+	(*GetUsageResponse)(nil),             // 31: conch.workspace.v1.GetUsageResponse
+	(*PutSnapshotResponse)(nil),          // 32: conch.workspace.v1.PutSnapshotResponse
+	(*ReadSnapshotResponse)(nil),         // 33: conch.workspace.v1.ReadSnapshotResponse
+	(*ListSnapshotRecordsResponse)(nil),  // 34: conch.workspace.v1.ListSnapshotRecordsResponse
+	(*DeleteSnapshotRecordResponse)(nil), // 35: conch.workspace.v1.DeleteSnapshotRecordResponse
+	(*CreateTemplateResponse)(nil),       // 36: conch.workspace.v1.CreateTemplateResponse
+	(*PutTemplateImageResponse)(nil),     // 37: conch.workspace.v1.PutTemplateImageResponse
+	(*GetTemplateResponse)(nil),          // 38: conch.workspace.v1.GetTemplateResponse
+	(*ListTemplatesResponse)(nil),        // 39: conch.workspace.v1.ListTemplatesResponse
+	(*DeleteTemplateResponse)(nil),       // 40: conch.workspace.v1.DeleteTemplateResponse
+	(*ReadTemplateRootResponse)(nil),     // 41: conch.workspace.v1.ReadTemplateRootResponse
 }
 var file_conch_workspace_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.workspace.v1.WorkspaceService.List:input_type -> conch.workspace.v1.ListRequest
@@ -90,23 +109,35 @@ var file_conch_workspace_v1_service_proto_depIdxs = []int32{
 	12, // 12: conch.workspace.v1.WorkspaceService.ReadSnapshot:input_type -> conch.workspace.v1.ReadSnapshotRequest
 	13, // 13: conch.workspace.v1.WorkspaceService.ListSnapshotRecords:input_type -> conch.workspace.v1.ListSnapshotRecordsRequest
 	14, // 14: conch.workspace.v1.WorkspaceService.DeleteSnapshotRecord:input_type -> conch.workspace.v1.DeleteSnapshotRecordRequest
-	15, // 15: conch.workspace.v1.WorkspaceService.List:output_type -> conch.workspace.v1.ListResponse
-	16, // 16: conch.workspace.v1.WorkspaceService.Stat:output_type -> conch.workspace.v1.StatResponse
-	17, // 17: conch.workspace.v1.WorkspaceService.ReadFile:output_type -> conch.workspace.v1.ReadFileResponse
-	18, // 18: conch.workspace.v1.WorkspaceService.WriteFile:output_type -> conch.workspace.v1.WriteFileResponse
-	19, // 19: conch.workspace.v1.WorkspaceService.Mkdir:output_type -> conch.workspace.v1.MkdirResponse
-	20, // 20: conch.workspace.v1.WorkspaceService.Delete:output_type -> conch.workspace.v1.DeleteResponse
-	21, // 21: conch.workspace.v1.WorkspaceService.CreatePublicURL:output_type -> conch.workspace.v1.CreatePublicURLResponse
-	22, // 22: conch.workspace.v1.WorkspaceService.ReadPublicFile:output_type -> conch.workspace.v1.ReadPublicFileResponse
-	23, // 23: conch.workspace.v1.WorkspaceService.Hydrate:output_type -> conch.workspace.v1.HydrateResponse
-	24, // 24: conch.workspace.v1.WorkspaceService.Flush:output_type -> conch.workspace.v1.FlushResponse
-	25, // 25: conch.workspace.v1.WorkspaceService.GetUsage:output_type -> conch.workspace.v1.GetUsageResponse
-	26, // 26: conch.workspace.v1.WorkspaceService.PutSnapshot:output_type -> conch.workspace.v1.PutSnapshotResponse
-	27, // 27: conch.workspace.v1.WorkspaceService.ReadSnapshot:output_type -> conch.workspace.v1.ReadSnapshotResponse
-	28, // 28: conch.workspace.v1.WorkspaceService.ListSnapshotRecords:output_type -> conch.workspace.v1.ListSnapshotRecordsResponse
-	29, // 29: conch.workspace.v1.WorkspaceService.DeleteSnapshotRecord:output_type -> conch.workspace.v1.DeleteSnapshotRecordResponse
-	15, // [15:30] is the sub-list for method output_type
-	0,  // [0:15] is the sub-list for method input_type
+	15, // 15: conch.workspace.v1.TemplateService.CreateTemplate:input_type -> conch.workspace.v1.CreateTemplateRequest
+	16, // 16: conch.workspace.v1.TemplateService.PutTemplateImage:input_type -> conch.workspace.v1.PutTemplateImageRequest
+	17, // 17: conch.workspace.v1.TemplateService.GetTemplate:input_type -> conch.workspace.v1.GetTemplateRequest
+	18, // 18: conch.workspace.v1.TemplateService.ListTemplates:input_type -> conch.workspace.v1.ListTemplatesRequest
+	19, // 19: conch.workspace.v1.TemplateService.DeleteTemplate:input_type -> conch.workspace.v1.DeleteTemplateRequest
+	20, // 20: conch.workspace.v1.TemplateService.ReadTemplateRoot:input_type -> conch.workspace.v1.ReadTemplateRootRequest
+	21, // 21: conch.workspace.v1.WorkspaceService.List:output_type -> conch.workspace.v1.ListResponse
+	22, // 22: conch.workspace.v1.WorkspaceService.Stat:output_type -> conch.workspace.v1.StatResponse
+	23, // 23: conch.workspace.v1.WorkspaceService.ReadFile:output_type -> conch.workspace.v1.ReadFileResponse
+	24, // 24: conch.workspace.v1.WorkspaceService.WriteFile:output_type -> conch.workspace.v1.WriteFileResponse
+	25, // 25: conch.workspace.v1.WorkspaceService.Mkdir:output_type -> conch.workspace.v1.MkdirResponse
+	26, // 26: conch.workspace.v1.WorkspaceService.Delete:output_type -> conch.workspace.v1.DeleteResponse
+	27, // 27: conch.workspace.v1.WorkspaceService.CreatePublicURL:output_type -> conch.workspace.v1.CreatePublicURLResponse
+	28, // 28: conch.workspace.v1.WorkspaceService.ReadPublicFile:output_type -> conch.workspace.v1.ReadPublicFileResponse
+	29, // 29: conch.workspace.v1.WorkspaceService.Hydrate:output_type -> conch.workspace.v1.HydrateResponse
+	30, // 30: conch.workspace.v1.WorkspaceService.Flush:output_type -> conch.workspace.v1.FlushResponse
+	31, // 31: conch.workspace.v1.WorkspaceService.GetUsage:output_type -> conch.workspace.v1.GetUsageResponse
+	32, // 32: conch.workspace.v1.WorkspaceService.PutSnapshot:output_type -> conch.workspace.v1.PutSnapshotResponse
+	33, // 33: conch.workspace.v1.WorkspaceService.ReadSnapshot:output_type -> conch.workspace.v1.ReadSnapshotResponse
+	34, // 34: conch.workspace.v1.WorkspaceService.ListSnapshotRecords:output_type -> conch.workspace.v1.ListSnapshotRecordsResponse
+	35, // 35: conch.workspace.v1.WorkspaceService.DeleteSnapshotRecord:output_type -> conch.workspace.v1.DeleteSnapshotRecordResponse
+	36, // 36: conch.workspace.v1.TemplateService.CreateTemplate:output_type -> conch.workspace.v1.CreateTemplateResponse
+	37, // 37: conch.workspace.v1.TemplateService.PutTemplateImage:output_type -> conch.workspace.v1.PutTemplateImageResponse
+	38, // 38: conch.workspace.v1.TemplateService.GetTemplate:output_type -> conch.workspace.v1.GetTemplateResponse
+	39, // 39: conch.workspace.v1.TemplateService.ListTemplates:output_type -> conch.workspace.v1.ListTemplatesResponse
+	40, // 40: conch.workspace.v1.TemplateService.DeleteTemplate:output_type -> conch.workspace.v1.DeleteTemplateResponse
+	41, // 41: conch.workspace.v1.TemplateService.ReadTemplateRoot:output_type -> conch.workspace.v1.ReadTemplateRootResponse
+	21, // [21:42] is the sub-list for method output_type
+	0,  // [0:21] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -120,6 +151,7 @@ func file_conch_workspace_v1_service_proto_init() {
 	file_conch_workspace_v1_files_proto_init()
 	file_conch_workspace_v1_snapshot_proto_init()
 	file_conch_workspace_v1_sync_proto_init()
+	file_conch_workspace_v1_template_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
@@ -128,7 +160,7 @@ func file_conch_workspace_v1_service_proto_init() {
 			NumEnums:      0,
 			NumMessages:   0,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_conch_workspace_v1_service_proto_goTypes,
 		DependencyIndexes: file_conch_workspace_v1_service_proto_depIdxs,

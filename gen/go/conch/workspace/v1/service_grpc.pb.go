@@ -693,3 +693,318 @@ var WorkspaceService_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "conch/workspace/v1/service.proto",
 }
+
+const (
+	TemplateService_CreateTemplate_FullMethodName   = "/conch.workspace.v1.TemplateService/CreateTemplate"
+	TemplateService_PutTemplateImage_FullMethodName = "/conch.workspace.v1.TemplateService/PutTemplateImage"
+	TemplateService_GetTemplate_FullMethodName      = "/conch.workspace.v1.TemplateService/GetTemplate"
+	TemplateService_ListTemplates_FullMethodName    = "/conch.workspace.v1.TemplateService/ListTemplates"
+	TemplateService_DeleteTemplate_FullMethodName   = "/conch.workspace.v1.TemplateService/DeleteTemplate"
+	TemplateService_ReadTemplateRoot_FullMethodName = "/conch.workspace.v1.TemplateService/ReadTemplateRoot"
+)
+
+// TemplateServiceClient is the client API for TemplateService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// TemplateService keeps each account's templates: named root filesystems,
+// flattened from container images, that sandboxes start from.
+type TemplateServiceClient interface {
+	// CreateTemplate makes a template; with an image reference, it is
+	// pulled in the background.
+	CreateTemplate(ctx context.Context, in *CreateTemplateRequest, opts ...grpc.CallOption) (*CreateTemplateResponse, error)
+	// PutTemplateImage gives a template an image from an archive, and
+	// returns once it is built or failed.
+	PutTemplateImage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutTemplateImageRequest, PutTemplateImageResponse], error)
+	// GetTemplate returns a template.
+	GetTemplate(ctx context.Context, in *GetTemplateRequest, opts ...grpc.CallOption) (*GetTemplateResponse, error)
+	// ListTemplates lists the account's templates.
+	ListTemplates(ctx context.Context, in *ListTemplatesRequest, opts ...grpc.CallOption) (*ListTemplatesResponse, error)
+	// DeleteTemplate deletes a template; sandboxes running from it keep
+	// their root.
+	DeleteTemplate(ctx context.Context, in *DeleteTemplateRequest, opts ...grpc.CallOption) (*DeleteTemplateResponse, error)
+	// ReadTemplateRoot streams a ready template's flattened root, for an
+	// executor's cache.
+	ReadTemplateRoot(ctx context.Context, in *ReadTemplateRootRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadTemplateRootResponse], error)
+}
+
+type templateServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewTemplateServiceClient(cc grpc.ClientConnInterface) TemplateServiceClient {
+	return &templateServiceClient{cc}
+}
+
+func (c *templateServiceClient) CreateTemplate(ctx context.Context, in *CreateTemplateRequest, opts ...grpc.CallOption) (*CreateTemplateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTemplateResponse)
+	err := c.cc.Invoke(ctx, TemplateService_CreateTemplate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *templateServiceClient) PutTemplateImage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutTemplateImageRequest, PutTemplateImageResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TemplateService_ServiceDesc.Streams[0], TemplateService_PutTemplateImage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PutTemplateImageRequest, PutTemplateImageResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TemplateService_PutTemplateImageClient = grpc.ClientStreamingClient[PutTemplateImageRequest, PutTemplateImageResponse]
+
+func (c *templateServiceClient) GetTemplate(ctx context.Context, in *GetTemplateRequest, opts ...grpc.CallOption) (*GetTemplateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTemplateResponse)
+	err := c.cc.Invoke(ctx, TemplateService_GetTemplate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *templateServiceClient) ListTemplates(ctx context.Context, in *ListTemplatesRequest, opts ...grpc.CallOption) (*ListTemplatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTemplatesResponse)
+	err := c.cc.Invoke(ctx, TemplateService_ListTemplates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *templateServiceClient) DeleteTemplate(ctx context.Context, in *DeleteTemplateRequest, opts ...grpc.CallOption) (*DeleteTemplateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTemplateResponse)
+	err := c.cc.Invoke(ctx, TemplateService_DeleteTemplate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *templateServiceClient) ReadTemplateRoot(ctx context.Context, in *ReadTemplateRootRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadTemplateRootResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TemplateService_ServiceDesc.Streams[1], TemplateService_ReadTemplateRoot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadTemplateRootRequest, ReadTemplateRootResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TemplateService_ReadTemplateRootClient = grpc.ServerStreamingClient[ReadTemplateRootResponse]
+
+// TemplateServiceServer is the server API for TemplateService service.
+// All implementations must embed UnimplementedTemplateServiceServer
+// for forward compatibility.
+//
+// TemplateService keeps each account's templates: named root filesystems,
+// flattened from container images, that sandboxes start from.
+type TemplateServiceServer interface {
+	// CreateTemplate makes a template; with an image reference, it is
+	// pulled in the background.
+	CreateTemplate(context.Context, *CreateTemplateRequest) (*CreateTemplateResponse, error)
+	// PutTemplateImage gives a template an image from an archive, and
+	// returns once it is built or failed.
+	PutTemplateImage(grpc.ClientStreamingServer[PutTemplateImageRequest, PutTemplateImageResponse]) error
+	// GetTemplate returns a template.
+	GetTemplate(context.Context, *GetTemplateRequest) (*GetTemplateResponse, error)
+	// ListTemplates lists the account's templates.
+	ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error)
+	// DeleteTemplate deletes a template; sandboxes running from it keep
+	// their root.
+	DeleteTemplate(context.Context, *DeleteTemplateRequest) (*DeleteTemplateResponse, error)
+	// ReadTemplateRoot streams a ready template's flattened root, for an
+	// executor's cache.
+	ReadTemplateRoot(*ReadTemplateRootRequest, grpc.ServerStreamingServer[ReadTemplateRootResponse]) error
+	mustEmbedUnimplementedTemplateServiceServer()
+}
+
+// UnimplementedTemplateServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedTemplateServiceServer struct{}
+
+func (UnimplementedTemplateServiceServer) CreateTemplate(context.Context, *CreateTemplateRequest) (*CreateTemplateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateTemplate not implemented")
+}
+func (UnimplementedTemplateServiceServer) PutTemplateImage(grpc.ClientStreamingServer[PutTemplateImageRequest, PutTemplateImageResponse]) error {
+	return status.Error(codes.Unimplemented, "method PutTemplateImage not implemented")
+}
+func (UnimplementedTemplateServiceServer) GetTemplate(context.Context, *GetTemplateRequest) (*GetTemplateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTemplate not implemented")
+}
+func (UnimplementedTemplateServiceServer) ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTemplates not implemented")
+}
+func (UnimplementedTemplateServiceServer) DeleteTemplate(context.Context, *DeleteTemplateRequest) (*DeleteTemplateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteTemplate not implemented")
+}
+func (UnimplementedTemplateServiceServer) ReadTemplateRoot(*ReadTemplateRootRequest, grpc.ServerStreamingServer[ReadTemplateRootResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadTemplateRoot not implemented")
+}
+func (UnimplementedTemplateServiceServer) mustEmbedUnimplementedTemplateServiceServer() {}
+func (UnimplementedTemplateServiceServer) testEmbeddedByValue()                         {}
+
+// UnsafeTemplateServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to TemplateServiceServer will
+// result in compilation errors.
+type UnsafeTemplateServiceServer interface {
+	mustEmbedUnimplementedTemplateServiceServer()
+}
+
+func RegisterTemplateServiceServer(s grpc.ServiceRegistrar, srv TemplateServiceServer) {
+	// If the following call panics, it indicates UnimplementedTemplateServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&TemplateService_ServiceDesc, srv)
+}
+
+func _TemplateService_CreateTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TemplateServiceServer).CreateTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TemplateService_CreateTemplate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TemplateServiceServer).CreateTemplate(ctx, req.(*CreateTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TemplateService_PutTemplateImage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TemplateServiceServer).PutTemplateImage(&grpc.GenericServerStream[PutTemplateImageRequest, PutTemplateImageResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TemplateService_PutTemplateImageServer = grpc.ClientStreamingServer[PutTemplateImageRequest, PutTemplateImageResponse]
+
+func _TemplateService_GetTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TemplateServiceServer).GetTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TemplateService_GetTemplate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TemplateServiceServer).GetTemplate(ctx, req.(*GetTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TemplateService_ListTemplates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTemplatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TemplateServiceServer).ListTemplates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TemplateService_ListTemplates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TemplateServiceServer).ListTemplates(ctx, req.(*ListTemplatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TemplateService_DeleteTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TemplateServiceServer).DeleteTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TemplateService_DeleteTemplate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TemplateServiceServer).DeleteTemplate(ctx, req.(*DeleteTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TemplateService_ReadTemplateRoot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadTemplateRootRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TemplateServiceServer).ReadTemplateRoot(m, &grpc.GenericServerStream[ReadTemplateRootRequest, ReadTemplateRootResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TemplateService_ReadTemplateRootServer = grpc.ServerStreamingServer[ReadTemplateRootResponse]
+
+// TemplateService_ServiceDesc is the grpc.ServiceDesc for TemplateService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var TemplateService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "conch.workspace.v1.TemplateService",
+	HandlerType: (*TemplateServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CreateTemplate",
+			Handler:    _TemplateService_CreateTemplate_Handler,
+		},
+		{
+			MethodName: "GetTemplate",
+			Handler:    _TemplateService_GetTemplate_Handler,
+		},
+		{
+			MethodName: "ListTemplates",
+			Handler:    _TemplateService_ListTemplates_Handler,
+		},
+		{
+			MethodName: "DeleteTemplate",
+			Handler:    _TemplateService_DeleteTemplate_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "PutTemplateImage",
+			Handler:       _TemplateService_PutTemplateImage_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadTemplateRoot",
+			Handler:       _TemplateService_ReadTemplateRoot_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "conch/workspace/v1/service.proto",
+}

@@ -37,7 +37,10 @@ type SnapshotRecord struct {
 	// The archive's hex SHA-256.
 	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// When it was taken.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The template of the sandbox it was taken of, if any: a sandbox made
+	// from it starts from that template unless told another.
+	Template      string `protobuf:"bytes,7,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -112,6 +115,13 @@ func (x *SnapshotRecord) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *SnapshotRecord) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
 }
 
 // PutSnapshotRequest is one message of a snapshot's upload: the record
@@ -568,7 +578,7 @@ var File_conch_workspace_v1_snapshot_proto protoreflect.FileDescriptor
 
 const file_conch_workspace_v1_snapshot_proto_rawDesc = "" +
 	"\n" +
-	"!conch/workspace/v1/snapshot.proto\x12\x12conch.workspace.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc5\x01\n" +
+	"!conch/workspace/v1/snapshot.proto\x12\x12conch.workspace.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x01\n" +
 	"\x0eSnapshotRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -578,7 +588,8 @@ const file_conch_workspace_v1_snapshot_proto_rawDesc = "" +
 	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x129\n" +
 	"\n" +
-	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x90\x01\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
+	"\btemplate\x18\a \x01(\tR\btemplate\"\x90\x01\n" +
 	"\x12PutSnapshotRequest\x12<\n" +
 	"\x06record\x18\x01 \x01(\v2\".conch.workspace.v1.SnapshotRecordH\x00R\x06record\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x1b\n" +
