@@ -107,7 +107,13 @@ func (f *flattener) walk(ctx context.Context, img v1.Image) error {
 		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			// mutate.Extract closes its tar, end marker and all, before it
+			// hands its error to the pipe: a merge that failed part way
+			// reads as a whole but shorter root. The error follows the end.
+			_, err = io.Copy(io.Discard, merged)
+			if err == nil {
+				return nil
+			}
 		}
 		if err == nil {
 			err = f.add(hdr, tr)
