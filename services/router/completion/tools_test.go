@@ -42,6 +42,11 @@ func TestPlanSkills(t *testing.T) {
 	if sr := p.sandboxRequest(g, req); len(sr.GetSkills()) != 1 || sr.GetSkills()[0].GetName() != "pdf-tools" {
 		t.Fatalf("sandbox request: %v", sr)
 	}
+	// The gateway's template is the sandbox's.
+	g.Shell = &routerv1.ShellSettings{Template: "py"}
+	if sr := p.sandboxRequest(g, req); sr.GetTemplate() != "py" {
+		t.Fatalf("sandbox request of a gateway with a template: %v", sr)
+	}
 	_, err = planTools(g, nil, &Request{Skills: req.Skills, SkillsField: "container.skills"}, mounted)
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "container.skills" {

@@ -147,6 +147,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		Name: p.Name, IdleTimeoutSeconds: int32(p.IdleMinutes * 60),
 		Limits: &executorv1.Limits{MemoryBytes: memoryLimits[p.MemoryLimit]},
 		User:   p.User, Persistent: p.User != "",
+		Template: p.Template,
 	}
 	if len(p.Skills) > 0 {
 		if h.skills == nil {

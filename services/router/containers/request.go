@@ -68,6 +68,9 @@ type createParams struct {
 	User        string
 	// Skills are mounted in the container (package skills).
 	Skills []completion.SkillRef
+	// Template is conch's extension: a template of the account the
+	// container starts from.
+	Template string
 }
 
 // object decodes a JSON object into its fields, refusing any but known;
@@ -126,7 +129,7 @@ func integerField(m map[string]json.RawMessage, param, key string) (int64, bool,
 // parseCreate parses the body of POST /v1/containers.
 func parseCreate(body []byte) (createParams, error) {
 	p := createParams{IdleMinutes: DefaultIdleMinutes, MemoryLimit: "1g"}
-	m, err := object(body, "", "name", "expires_after", "file_ids", "memory_limit", "network_policy", "skills", "user")
+	m, err := object(body, "", "name", "expires_after", "file_ids", "memory_limit", "network_policy", "skills", "user", "template")
 	if err != nil {
 		return p, err
 	}
@@ -211,6 +214,14 @@ func parseCreate(body []byte) (createParams, error) {
 			return p, badField("user", "must be "+tenant.UserIDRule)
 		}
 		p.User = user
+	}
+	if tpl, ok, err := stringField(m, "template", "template"); err != nil {
+		return p, err
+	} else if ok {
+		if !contract.ValidTemplateName(tpl) {
+			return p, badField("template", "must be "+contract.TemplateNameRule)
+		}
+		p.Template = tpl
 	}
 	return p, nil
 }

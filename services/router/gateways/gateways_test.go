@@ -54,6 +54,7 @@ func TestValidate(t *testing.T) {
 		{"base url with credentials", func(g *routerv1.Gateway) { g.Upstream.BaseUrl = "http://u:p@x/v1" }, "upstream.base_url"},
 		{"shell timeout too long", func(g *routerv1.Gateway) { g.Shell.TimeoutSeconds = 301 }, "shell.timeout_seconds"},
 		{"negative output length", func(g *routerv1.Gateway) { g.Shell.MaxOutputLength = -1 }, "shell.max_output_length"},
+		{"a template of no template's name", func(g *routerv1.Gateway) { g.Shell.Template = "../root" }, "shell.template"},
 		{"tiny memory", func(g *routerv1.Gateway) { g.Shell.Limits = &executorv1.Limits{MemoryBytes: 1024} }, "shell.limits.memory_bytes"},
 		{"skills", func(g *routerv1.Gateway) {
 			g.Shell.Skills = []*routerv1.SkillMount{{SkillId: "skill_0a1b"}, {SkillId: "skill_2c", Version: "latest"}, {SkillId: "skill_3d", Version: "12"}}
