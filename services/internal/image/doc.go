@@ -20,7 +20,9 @@
 //   - Entries are regular files, directories, symlinks (any target, since
 //     the sandbox reads them in its own mount namespace, of at most 4096
 //     bytes) and hardlinks to a regular file earlier in the root. Devices,
-//     fifos and anything else are refused.
+//     fifos and anything else are refused. (mutate.Extract itself drops a
+//     symlink whose relative target climbs above the root from where the
+//     link sits; absolute targets it keeps.)
 //   - A file with the setuid or setgid bit is refused: sandboxes never run
 //     setuid programs, and a tenant should hear that rather than find the
 //     bit gone. On a directory the bits run nothing and are dropped, since

@@ -17,8 +17,9 @@ import (
 // parent directory earlier in the tar. Everything is written through an
 // os.Root on dir and no entry's parent is ever a symlink, so nothing lands
 // outside dir. Files belong to the caller, whatever uid the tar names, and
-// keep their mode and mtime; a symlink keeps its target unresolved. On error
-// dir holds part of the root and the caller removes it.
+// keep their mode and mtime; a symlink keeps its target unresolved, and the
+// time it was made, as os.Root cannot set a link's own times. On error dir
+// holds part of the root and the caller removes it.
 func Extract(ctx context.Context, r io.Reader, dir string, lim Limits) error {
 	if err := lim.validate(); err != nil {
 		return err

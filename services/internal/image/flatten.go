@@ -42,7 +42,9 @@ type Root struct {
 // first, so when a layer names a/b but not a, a's own entry from a lower
 // layer only comes after a/b. A directory must be written before what is
 // in it, and with its own mode, so a first pass learns every directory's
-// entry and the second writes.
+// entry and the second writes. A pulled image's layers are fetched twice
+// too; a caller that minds can cache them (go-containerregistry's
+// pkg/v1/cache).
 func Flatten(ctx context.Context, img v1.Image, w io.Writer, lim Limits) (Root, error) {
 	if err := lim.validate(); err != nil {
 		return Root{}, err
@@ -115,11 +117,11 @@ func (f *flattener) walk(ctx context.Context, img v1.Image) error {
 				return nil
 			}
 		}
-		if err == nil {
-			err = f.add(hdr, tr)
-		}
 		if err != nil {
-			return escapeRefusal(err)
+			return layerError(err)
+		}
+		if err := f.add(hdr, tr); err != nil {
+			return err
 		}
 	}
 }
@@ -184,14 +186,12 @@ func (f *flattener) write(e entry, content io.Reader) error {
 	return nil
 }
 
-// escapeRefusal turns mutate.Extract's stop at a layer path that climbs out
-// of the root (a whiteout's too) into a refusal. The error has no type to
-// match, so its text is the only sign; the tests pin it.
-func escapeRefusal(err error) error {
+// layerError says why the merge of the layers stopped. mutate.Extract
+// stops at a layer path that climbs out of the root (a whiteout's too), and
+// that is a refusal; its error has no type to match, so its text is the
+// only sign, and the tests pin it.
+func layerError(err error) error {
 	const sign = "unsafe tar path "
-	if errors.Is(err, ErrRefused) {
-		return err
-	}
 	msg := err.Error()
 	i := strings.Index(msg, sign)
 	if i < 0 {

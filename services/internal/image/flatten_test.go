@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
@@ -43,6 +45,7 @@ func appImage(t testing.TB) v1.Image {
 			hardlink("bin/tool2", "bin/tool"),
 			symlink("bin/sh", "/bin/busybox"),
 			symlink("lib", "usr/lib"),
+			symlink("escape", "../../etc"), // dropped by mutate.Extract
 			dir("gone/", 0o755),
 			{name: "gone/a", body: "a"},
 			dir("opq/", 0o755),
@@ -191,7 +194,7 @@ func TestOpenChoosesThePlatform(t *testing.T) {
 	here := imageOf(t, []file{{name: "arch", body: runtime.GOARCH}})
 	there := withPlatform(t, imageOf(t, []file{{name: "arch", body: other}}), "linux", other)
 	attestation := withPlatform(t, imageOf(t, []file{{name: "sbom.json", body: "{}"}}), "unknown", "unknown")
-	platform := func(os, arch string) *v1.Platform { return &v1.Platform{OS: os, Architecture: arch} }
+	platform := func(goos, goarch string) *v1.Platform { return &v1.Platform{OS: goos, Architecture: goarch} }
 	multi := indexOf([]v1.Image{there, here, attestation},
 		platform("linux", other), platform("linux", runtime.GOARCH), platform("unknown", "unknown"))
 
@@ -293,6 +296,24 @@ func TestOpenRefuses(t *testing.T) {
 		{"blob not matching its digest", func(t *testing.T) string {
 			return writeFile(t, tarOf(t, append(layoutHead, file{name: name, body: "[]"})...))
 		}, name + ": content does not match its digest"},
+		{"OCI layout without a layer", func(t *testing.T) string {
+			dir := t.TempDir()
+			if _, err := layout.Write(dir, indexOf([]v1.Image{img})); err != nil {
+				t.Fatal(err)
+			}
+			layers, err := img.Layers()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := layers[0].Digest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(filepath.Join(dir, "blobs", d.Algorithm, d.Hex)); err != nil {
+				t.Fatal(err)
+			}
+			return tarDir(t, dir)
+		}, "layer missing from the archive"},
 		{"index naming a missing manifest", func(t *testing.T) string {
 			index := `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:` +
 				strings.Repeat("0", 64) + `","size":2}]}`

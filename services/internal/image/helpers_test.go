@@ -105,14 +105,14 @@ func imageOf(t testing.TB, layers ...[]file) v1.Image {
 	return withPlatform(t, img, "linux", runtime.GOARCH)
 }
 
-func withPlatform(t testing.TB, img v1.Image, os, arch string) v1.Image {
+func withPlatform(t testing.TB, img v1.Image, goos, goarch string) v1.Image {
 	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = os, arch
+	cf.OS, cf.Architecture = goos, goarch
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		t.Fatal(err)

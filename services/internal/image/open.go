@@ -54,8 +54,7 @@ func Open(ctx context.Context, archive, tmpDir string) (img v1.Image, cleanup fu
 	case docker:
 		// docker save writes an OCI layout beside manifest.json since
 		// Docker 25; manifest.json is in every docker archive.
-		img, err := openDocker(archive, members)
-		if err != nil {
+		if img, err = openDocker(archive, members); err != nil {
 			return nil, nil, err
 		}
 		return img, func() error { return nil }, nil
@@ -206,6 +205,13 @@ func readLayout(ctx context.Context, archive, dir string) (v1.Image, error) {
 	if err := blobs.small(m.Config.Digest); err != nil {
 		return nil, err
 	}
+	for _, l := range m.Layers {
+		// Refused now rather than half way through Flatten; a foreign
+		// layer, fetched from elsewhere, is missing too.
+		if _, ok := blobs[l.Digest]; !ok {
+			return nil, refuse("blobs/"+l.Digest.Algorithm+"/"+l.Digest.Hex, "layer missing from the archive")
+		}
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, refuse("", "unreadable image config: %v", err)
@@ -324,6 +330,9 @@ func chooseImage(idx v1.ImageIndex, blobs blobSizes) (v1.Image, error) {
 		desc v1.Descriptor
 	}
 	var images []found
+	// An index may name another twice; each is read once, or a chain of
+	// them would be read exponentially often.
+	seen := map[v1.Hash]bool{}
 	var collect func(idx v1.ImageIndex) error
 	collect = func(idx v1.ImageIndex) error {
 		im, err := idx.IndexManifest()
@@ -334,9 +343,10 @@ func chooseImage(idx v1.ImageIndex, blobs blobSizes) (v1.Image, error) {
 			switch {
 			case d.MediaType.IsImage():
 				images = append(images, found{idx, d})
-			case d.MediaType.IsIndex():
+			case d.MediaType.IsIndex() && !seen[d.Digest]:
 				// Blobs are checked against their digests, so an index
 				// cannot hold itself: the descent ends.
+				seen[d.Digest] = true
 				if err := blobs.small(d.Digest); err != nil {
 					return err
 				}

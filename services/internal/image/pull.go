@@ -88,7 +88,7 @@ func containsFold(list []string, s string) bool {
 }
 
 // CheckReference checks, without reaching anything, that ref is an image
-// reference whose registry is in allowed: what Pull would refuse at once.
+// reference whose registry is in allowed: what Pull refuses at once.
 func CheckReference(ref string, allowed []string) error {
 	r, err := name.ParseReference(ref)
 	if err != nil {

@@ -27,9 +27,9 @@ func refuse(path, format string, args ...any) *Refusal {
 
 func (r *Refusal) Error() string {
 	if r.Path == "" {
-		return "template: " + r.Reason
+		return "template: " + printable(r.Reason)
 	}
-	return "template: " + printable(r.Path) + ": " + r.Reason
+	return "template: " + printable(r.Path) + ": " + printable(r.Reason)
 }
 
 // Is makes errors.Is(err, ErrRefused) true for every refusal.

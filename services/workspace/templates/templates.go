@@ -32,6 +32,7 @@ import (
 	"unicode/utf8"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/cache"
 
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/execenv"
@@ -500,7 +501,16 @@ func (s *Store) pull(account string, rec Record) {
 	defer func() { <-s.slots }()
 	_, err = s.build(ctx, account, rec, func() (v1.Image, func() error, error) {
 		img, err := image.Pull(ctx, rec.Image, s.cfg.Registries, s.cfg.Insecure, s.cfg.Transport)
-		return img, func() error { return nil }, err
+		if err != nil {
+			return nil, nil, err
+		}
+		// Flatten reads the layers twice: the second time from disk,
+		// not from the registry.
+		dir, err := os.MkdirTemp(s.cfg.BuildDir, "template-layers-*")
+		if err != nil {
+			return nil, nil, fmt.Errorf("templates: layer cache: %w", err)
+		}
+		return cache.Image(img, cache.NewFilesystemCache(dir)), func() error { return os.RemoveAll(dir) }, nil
 	})
 	if err != nil {
 		s.cfg.Logger.Info("template pull failed", "account", account, "template", rec.Name, "error", err)
@@ -549,7 +559,7 @@ func (s *Store) build(ctx context.Context, account string, rec Record, open func
 func (s *Store) flatten(ctx context.Context, d string, open func() (v1.Image, func() error, error)) (image.Root, error) {
 	img, closeImage, err := open()
 	if err != nil {
-		return image.Root{}, err
+		return image.Root{}, unreadable(ctx, err)
 	}
 	defer closeImage()
 	f, err := os.CreateTemp(s.cfg.BuildDir, "template-root-*")
@@ -560,7 +570,7 @@ func (s *Store) flatten(ctx context.Context, d string, open func() (v1.Image, fu
 	defer f.Close()
 	root, err := image.Flatten(ctx, img, f, image.Limits{MaxBytes: s.cfg.MaxBytes, MaxFiles: s.cfg.MaxFiles})
 	if err != nil {
-		return image.Root{}, err
+		return image.Root{}, unreadable(ctx, err)
 	}
 	if ctx.Err() != nil {
 		return image.Root{}, ctx.Err()
@@ -573,6 +583,17 @@ func (s *Store) flatten(ctx context.Context, d string, open func() (v1.Image, fu
 		return image.Root{}, fmt.Errorf("templates: store root: %w", err)
 	}
 	return root, nil
+}
+
+// unreadable is the error of an image that could not be read: a refusal
+// as it is; a broken archive or layer (bad compression, cut short) or a
+// failed pull an InvalidArgument that says so, as nothing tells those
+// apart from the image's own fault; the end of ctx as it is.
+func unreadable(ctx context.Context, err error) error {
+	if errors.Is(err, image.ErrRefused) || ctx.Err() != nil {
+		return err
+	}
+	return errs.New(errs.InvalidArgument, "the image could not be read: %v", err)
 }
 
 // size says n bytes in the largest binary unit that divides it.
