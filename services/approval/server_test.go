@@ -18,7 +18,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/notify"
 	"github.com/conch-sh/conch/services/approval/policy"
 	"github.com/conch-sh/conch/services/approval/store"
-	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
@@ -645,7 +645,7 @@ func TestSessionChatCommands(t *testing.T) {
 
 // The skill dirs are where sandboxes put the commands of moved tools.
 func TestDefaultSkillDirsAreTheSandboxTools(t *testing.T) {
-	if !slices.Contains(DefaultSkillDirs, sandbox.ToolsDir) {
-		t.Fatalf("DefaultSkillDirs %v lack the sandbox's %s", DefaultSkillDirs, sandbox.ToolsDir)
+	if !slices.Contains(DefaultSkillDirs, wire.ToolsDir) {
+		t.Fatalf("DefaultSkillDirs %v lack the sandbox's %s", DefaultSkillDirs, wire.ToolsDir)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 )
 
@@ -496,7 +497,7 @@ func (s *Service) ResolveCommand(command, cwd string, pathPrepend []string) ([]*
 	case len(command) > MaxCommandBytes:
 		return nil, errs.New(errs.InvalidArgument, "command: longer than the limit of %d bytes (1 MiB)", MaxCommandBytes)
 	case cwd == "":
-		cwd = sandbox.WorkspaceDir
+		cwd = wire.WorkspaceDir
 	case !path.IsAbs(cwd) || strings.ContainsRune(cwd, 0) || len(cwd) > 4096:
 		return nil, errs.New(errs.InvalidArgument, "cwd: must be an absolute path without NUL bytes, at most 4096 bytes")
 	}
@@ -507,7 +508,7 @@ func (s *Service) ResolveCommand(command, cwd string, pathPrepend []string) ([]*
 	if err != nil {
 		return nil, err
 	}
-	return gate.Segments(command, path.Clean(cwd), sandbox.WorkspaceDir, r), nil
+	return gate.Segments(command, path.Clean(cwd), wire.WorkspaceDir, r), nil
 }
 
 // checkPathPrepend refuses a PATH entry that is not an absolute directory

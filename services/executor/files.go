@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
@@ -29,7 +29,7 @@ const (
 
 // File is a regular file of a sandbox's workspace.
 type File struct {
-	// Path is absolute in the sandbox, beneath sandbox.WorkspaceDir.
+	// Path is absolute in the sandbox, beneath wire.WorkspaceDir.
 	Path string
 	wsync.Meta
 	// WrittenByAPI says the content is what WriteFile last wrote there.
@@ -40,13 +40,13 @@ type File struct {
 // the workspace-absolute path wsync works with. Nothing is resolved here:
 // wsync refuses a symlink anywhere on the way.
 func workspaceRel(p string) (string, error) {
-	rel, ok := strings.CutPrefix(p, sandbox.WorkspaceDir+"/")
+	rel, ok := strings.CutPrefix(p, wire.WorkspaceDir+"/")
 	if !ok || rel == "" || strings.ContainsRune(p, 0) || len(p) > 4096 || path.Clean(p) != p {
-		return "", errs.New(errs.InvalidArgument, "path: must be a clean absolute path beneath %s", sandbox.WorkspaceDir)
+		return "", errs.New(errs.InvalidArgument, "path: must be a clean absolute path beneath %s", wire.WorkspaceDir)
 	}
 	for _, part := range strings.Split(rel, "/") {
 		if part == "." || part == ".." || len(part) > 255 {
-			return "", errs.New(errs.InvalidArgument, "path: must be a clean absolute path beneath %s, with names of at most 255 bytes", sandbox.WorkspaceDir)
+			return "", errs.New(errs.InvalidArgument, "path: must be a clean absolute path beneath %s, with names of at most 255 bytes", wire.WorkspaceDir)
 		}
 	}
 	return "/" + rel, nil
@@ -198,7 +198,7 @@ func (s *Service) ListFiles(ctx context.Context, account, id string) ([]File, bo
 		}
 		out, truncated = make([]File, 0, len(files)), more
 		for _, f := range files {
-			out = append(out, e.fileOf(sandbox.WorkspaceDir+f.Path, f.Meta))
+			out = append(out, e.fileOf(wire.WorkspaceDir+f.Path, f.Meta))
 		}
 		return nil
 	})

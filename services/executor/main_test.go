@@ -14,7 +14,9 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/agent"
 	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/discovery"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
@@ -25,11 +27,11 @@ import (
 // TestMain lets the test binary serve as the sandbox agent, and as the
 // tool commands of a sandbox, as the conch binary does.
 func TestMain(m *testing.M) {
-	if name, ok := toolshim.Command(os.Args[0], sandbox.ToolsDir); ok {
-		os.Exit(toolshim.Run(sandbox.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
+	if name, ok := toolshim.Command(os.Args[0], wire.ToolsDir); ok {
+		os.Exit(toolshim.Run(wire.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
 	}
-	if len(os.Args) > 1 && os.Args[1] == sandbox.AgentCommand {
-		if err := sandbox.RunAgent(); err != nil {
+	if len(os.Args) > 1 && os.Args[1] == wire.AgentCommand {
+		if err := agent.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

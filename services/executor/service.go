@@ -29,6 +29,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/executor/templatecache"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/executor/wsync"
@@ -679,7 +680,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 			defer span.End()
 			return s.tools(ctx, account, id, req.Tool, req.Arguments)
 		}
-		if e.tools, err = toolshim.Install(sb.ToolsPath(), sandbox.ToolPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
+		if e.tools, err = toolshim.Install(sb.ToolsPath(), wire.ToolPath, sb.HostUID(), p.Tools, call, s.log); err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, "", errs.Wrap(errs.InvalidArgument, err, "tools")
 		}
@@ -1007,7 +1008,7 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 	for _, k := range res.Conflicts {
 		// What the service kept is not in this sandbox; the model is told
 		// where its own errors are, like an unsaved path.
-		notes = append(notes, "conch: "+display.Escape(sandbox.WorkspaceDir+k.Path)+": kept: "+display.Escape(k.Reason))
+		notes = append(notes, "conch: "+display.Escape(wire.WorkspaceDir+k.Path)+": kept: "+display.Escape(k.Reason))
 	}
 	e.revision, e.synced = res.Revision, scan
 	e.unsaved.forget(c.Changed, scan)

@@ -11,6 +11,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/router/accounts"
@@ -84,7 +85,7 @@ func (s *Service) target(ctx context.Context, account string, p *ExecParams) (*t
 		// another command's cd does meanwhile.
 		sb := t.e.sb
 		r := sb.Resolver(p.PathPrepend)
-		t.resolver, t.digest, t.home = r, sandboxDigest(r.View), sandbox.WorkspaceDir
+		t.resolver, t.digest, t.home = r, sandboxDigest(r.View), wire.WorkspaceDir
 		t.dir = sb.Dir(p.Workdir)
 		t.start = func(o sandbox.Options) (proc, error) { return sb.Start(o) }
 	}
@@ -155,7 +156,7 @@ func sandboxDigest(v *fsview.View) func(string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("executor: digest %s: %w", p, err)
 		}
-		if gate.SystemFile(real) || real == sandbox.AgentPath || real == sandbox.ToolPath {
+		if gate.SystemFile(real) || real == wire.AgentPath || real == wire.ToolPath {
 			return "", nil
 		}
 		f, err := v.Open(real)

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/display"
 )
@@ -24,7 +24,7 @@ type unsavedPath struct {
 // display is the path as the sandbox sees it, escaped so that any bytes
 // can be shown (and sent in a proto string).
 func (u unsavedPath) display() string {
-	return display.Escape(sandbox.WorkspaceDir + u.path)
+	return display.Escape(wire.WorkspaceDir + u.path)
 }
 
 // unsavedPaths is what of a sandbox's workspace is not saved, and why,

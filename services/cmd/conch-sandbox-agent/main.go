@@ -10,15 +10,16 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/agent"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 func main() {
-	if len(os.Args) != 2 || os.Args[1] != sandbox.AgentCommand {
-		fmt.Fprintf(os.Stderr, "%s runs only as the agent of a conch sandbox, started by the executor\n", sandbox.AgentBinaryName)
+	if len(os.Args) != 2 || os.Args[1] != wire.AgentCommand {
+		fmt.Fprintf(os.Stderr, "%s runs only as the agent of a conch sandbox, started by the executor\n", wire.AgentBinaryName)
 		os.Exit(2)
 	}
-	if err := sandbox.RunAgent(); err != nil {
+	if err := agent.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

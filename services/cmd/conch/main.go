@@ -16,7 +16,8 @@ import (
 	"syscall"
 
 	"github.com/conch-sh/conch/services/cli"
-	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/agent"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/executor/toolshim"
 	"github.com/conch-sh/conch/services/internal/platform/config"
 	"github.com/conch-sh/conch/services/internal/platform/dirlock"
@@ -45,8 +46,8 @@ var commit = "unknown"
 
 func main() {
 	// Inside a sandbox the conch binary also runs as each tool command.
-	if name, ok := toolshim.Command(os.Args[0], sandbox.ToolsDir); ok {
-		os.Exit(toolshim.Run(sandbox.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
+	if name, ok := toolshim.Command(os.Args[0], wire.ToolsDir); ok {
+		os.Exit(toolshim.Run(wire.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), stopSignals(os.Args[1:])...)
 	defer stop()
@@ -171,9 +172,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return launch.RunMinIOAuth(ctx, cfg, stdout)
-	case sandbox.AgentCommand:
+	case wire.AgentCommand:
 		// Hidden: the resident agent inside each sandbox.
-		return sandbox.RunAgent()
+		return agent.Run()
 	case "approval":
 		var cfg launch.ApprovalConfig
 		if err := load(cmd, args, &cfg, stdout); err != nil {

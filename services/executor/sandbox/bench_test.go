@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -103,7 +104,7 @@ func BenchmarkSandboxCreateColdAgent(b *testing.B) {
 	if bin == "" {
 		b.Skip("CONCH_BIN names no conch binary (make bench sets it)")
 	}
-	agent := filepath.Join(filepath.Dir(bin), AgentBinaryName)
+	agent := filepath.Join(filepath.Dir(bin), wire.AgentBinaryName)
 	for _, agent := range []string{agent, bin} {
 		b.Run(filepath.Base(agent), func(b *testing.B) { benchCreateCold(b, agent, 0) })
 	}
@@ -241,7 +242,7 @@ func BenchmarkTwoShells(b *testing.B) {
 func BenchmarkColdStartSteps(b *testing.B) {
 	agent := ""
 	if bin := os.Getenv("CONCH_BIN"); bin != "" {
-		agent = filepath.Join(filepath.Dir(bin), AgentBinaryName)
+		agent = filepath.Join(filepath.Dir(bin), wire.AgentBinaryName)
 	}
 	r := ownRuntime(b, Config{AgentBinary: agent})
 
@@ -303,7 +304,7 @@ func BenchmarkColdStartSteps(b *testing.B) {
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		d := time.Since(start)
-		if prog == agentPath && cmd.ProcessState.ExitCode() == 2 && bytes.Contains(out, []byte(AgentBinaryName)) {
+		if prog == wire.AgentPath && cmd.ProcessState.ExitCode() == 2 && bytes.Contains(out, []byte(wire.AgentBinaryName)) {
 			err = nil
 		}
 		if err != nil {
@@ -320,7 +321,7 @@ func BenchmarkColdStartSteps(b *testing.B) {
 		steps["mounts-p50-ms"] = append(steps["mounts-p50-ms"], bwrap(noFilter, "/bin/true", false, nil))
 		steps["seccomp-p50-ms"] = append(steps["seccomp-p50-ms"], bwrap(withFilter, "/bin/true", true, nil))
 		if agent != "" {
-			steps["agent-p50-ms"] = append(steps["agent-p50-ms"], bwrap(withFilter, agentPath, true, nil))
+			steps["agent-p50-ms"] = append(steps["agent-p50-ms"], bwrap(withFilter, wire.AgentPath, true, nil))
 		}
 		if r.cgroups.v2 {
 			b.StopTimer()

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/agent"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 // The agent's channel to the host cannot be reached from a command: there
@@ -87,7 +90,7 @@ func TestCommandCannotBlockOrKillTheAgent(t *testing.T) {
 			if timedOut {
 				t.Fatalf("attack hung its own command: %+v", r)
 			}
-			if c := sb.Cwd(); c != WorkspaceDir && c != "/tmp" {
+			if c := sb.Cwd(); c != wire.WorkspaceDir && c != "/tmp" {
 				t.Fatalf("cwd is %q after the attack", c)
 			}
 			r, timedOut = run(t, sb, Options{Command: "echo hi; ls -A /run/conch", TrackCwd: true}, 2*time.Second)
@@ -195,6 +198,7 @@ func TestDeadSpareIsReplaced(t *testing.T) {
 	t.Parallel()
 	sb := newSandbox(t, Spec{})
 	sh(t, sb, "true")
+	_, spareChildLine := agent.SpareCommandLines()
 	init := 0
 	for deadline := time.Now().Add(10 * time.Second); init == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		pids, err := sb.HostPIDs()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,7 +33,7 @@ var hiddenTop = []string{"proc", "dev", "sys", "tmp", "run", "etc", "home"}
 // OwnWorkdir reports whether a workdir needs a writable layer of its own:
 // one outside the workspace and /tmp, which are writable already.
 func OwnWorkdir(w string) bool {
-	for _, d := range []string{WorkspaceDir, "/tmp"} {
+	for _, d := range []string{wire.WorkspaceDir, "/tmp"} {
 		if w == d || strings.HasPrefix(w, d+"/") {
 			return false
 		}

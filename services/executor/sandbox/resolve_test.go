@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 // The host resolves a sandbox's programs to what the sandbox's own shell
@@ -15,16 +16,16 @@ import (
 // host's.
 func TestResolverAgreesWithTheShell(t *testing.T) {
 	t.Parallel()
-	sb := newSandbox(t, Spec{PathPrepend: []string{WorkspaceDir + "/pre"}})
+	sb := newSandbox(t, Spec{PathPrepend: []string{wire.WorkspaceDir + "/pre"}})
 	setup := `mkdir -p bin pre sub dirprog && printf '#!/bin/sh\necho ws\n' > bin/tool && chmod +x bin/tool && cp bin/tool pre/pretool && printf x > bin/plain &&
 		ln -s /usr/bin/env bin/envlink && ln -s ../../../etc/shadow bin/shadow && ln -s /bin bin/binlink && ln -s .. up &&
-		ln -s loop2 loop1 && ln -s loop1 loop2 && ln -s ` + AgentPath + ` bin/agentlink && ln -s ../../agent hostlink &&
+		ln -s loop2 loop1 && ln -s loop1 loop2 && ln -s ` + wire.AgentPath + ` bin/agentlink && ln -s ../../agent hostlink &&
 		printf '#!/bin/sh\n' > /tmp/tmptool && chmod +x /tmp/tmptool`
 	if r := sh(t, sb, setup); r.exit.Code != 0 {
 		t.Fatalf("setup: %+v", r)
 	}
 	// A tool command, as package toolshim installs it.
-	if err := os.Symlink(AgentPath, filepath.Join(sb.ToolsPath(), "mytool")); err != nil {
+	if err := os.Symlink(wire.AgentPath, filepath.Join(sb.ToolsPath(), "mytool")); err != nil {
 		t.Fatal(err)
 	}
 	// On the host, hostlink leads from the workspace to the agent binary
@@ -58,7 +59,7 @@ func TestResolverAgreesWithTheShell(t *testing.T) {
 	res := sb.Resolver(nil)
 	for i, n := range names {
 		host := "-"
-		if p, err := res.LookPath(n, WorkspaceDir); err == nil {
+		if p, err := res.LookPath(n, wire.WorkspaceDir); err == nil {
 			host = res.RealPath(p)
 		}
 		if host != shell[i] {
@@ -70,7 +71,7 @@ func TestResolverAgreesWithTheShell(t *testing.T) {
 	}
 
 	// What lies in the sandbox's own /tmp is neither found nor missing.
-	if p, err := res.LookPath("/tmp/tmptool", WorkspaceDir); !errors.Is(err, fsview.ErrPrivate) {
+	if p, err := res.LookPath("/tmp/tmptool", wire.WorkspaceDir); !errors.Is(err, fsview.ErrPrivate) {
 		t.Errorf("LookPath(/tmp/tmptool) = %q, %v; want ErrPrivate", p, err)
 	}
 }
@@ -118,7 +119,7 @@ func TestRuntimeResolverSeesTheRootFS(t *testing.T) {
 		{"/etc/passwd", ""},
 	}
 	for _, tt := range tests {
-		got, err := res.LookPath(tt.name, WorkspaceDir)
+		got, err := res.LookPath(tt.name, wire.WorkspaceDir)
 		if tt.want == "" {
 			if err == nil {
 				t.Errorf("LookPath(%q) = %q, want not found", tt.name, got)

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/internal/contract"
 )
 
@@ -68,19 +69,17 @@ type Config struct {
 	RootFS string
 	// Bwrap is the bubblewrap binary.
 	Bwrap string
-	// AgentBinary runs the resident agent (its AgentCommand subcommand);
+	// AgentBinary runs the resident agent (its wire.AgentCommand subcommand);
 	// ToolBinary runs the tool commands moved into the shell (the conch
 	// binary, which dispatches on its name). Both default to the running
-	// binary, except that a conch-sandbox-agent beside it (AgentBinaryName)
+	// binary, except that a conch-sandbox-agent beside it (wire.AgentBinaryName)
 	// is preferred as the agent: it links the agent and nothing else, so
 	// it starts in a fraction of the time the whole conch binary takes to
 	// initialise, which every cold sandbox pays.
 	AgentBinary, ToolBinary string
 	// Seccomp is the filter bubblewrap loads into every sandbox, as
-	// package seccomp builds it (seccomp.Program). Required: a runtime
-	// without it refuses to start. It is given rather than built here so
-	// that the agent binary, which links this package, does not link the
-	// filter's system call tables and build them at every start.
+	// package seccomp builds it (seccomp.Program), once per process.
+	// Required: a runtime without it refuses to start.
 	Seccomp []byte
 	// CgroupMount is where cgroups are mounted; CgroupParent the group
 	// under which sandboxes' groups are made.
@@ -112,9 +111,7 @@ type Config struct {
 	// Logger receives the runtime's logs.
 	Logger *slog.Logger
 	// TracerProvider receives the spans of each sandbox's build; none
-	// when nil. It is given, not taken from OpenTelemetry's global: the
-	// agent binary links this package, and the global's package links
-	// net/http and its TLS, which the agent would load at every start.
+	// when nil.
 	TracerProvider trace.TracerProvider
 }
 
@@ -204,8 +201,8 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		}
 		if cfg.AgentBinary == "" {
 			cfg.AgentBinary = self
-			if st, err := os.Stat(filepath.Join(filepath.Dir(self), AgentBinaryName)); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-				cfg.AgentBinary = filepath.Join(filepath.Dir(self), AgentBinaryName)
+			if st, err := os.Stat(filepath.Join(filepath.Dir(self), wire.AgentBinaryName)); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+				cfg.AgentBinary = filepath.Join(filepath.Dir(self), wire.AgentBinaryName)
 			}
 		}
 	}
@@ -290,7 +287,7 @@ type Spec struct {
 	// Limits; zero fields take DefaultLimits.
 	Limits Limits
 	// Network gives the sandbox a way out: a unix socket the host serves
-	// (Sandbox.Egress) that the agent bridges to EgressProxyAddr, named in
+	// (Sandbox.Egress) that the agent bridges to wire.EgressProxyAddr, named in
 	// the proxy variables of every command. What it reaches is the host's
 	// proxy's to decide.
 	Network bool
@@ -352,7 +349,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: workdir %q must be a clean absolute path below /", w)
 	}
 	if spec.Image == nil && OwnWorkdir(spec.Workdir) {
-		return nil, fmt.Errorf("sandbox: workdir %s: outside %s and /tmp, a workdir needs a template image", spec.Workdir, WorkspaceDir)
+		return nil, fmt.Errorf("sandbox: workdir %s: outside %s and /tmp, a workdir needs a template image", spec.Workdir, wire.WorkspaceDir)
 	}
 	r.quiet.mark()
 	for _, d := range spec.PathPrepend {
@@ -385,7 +382,7 @@ func (r *Runtime) build(ctx context.Context, spec Spec) (_ *Sandbox, err error) 
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
 
-	s := &Sandbox{rt: r, spec: spec, procs: map[uint32]*Process{}, cwd: WorkspaceDir, done: make(chan struct{})}
+	s := &Sandbox{rt: r, spec: spec, procs: map[uint32]*Process{}, cwd: wire.WorkspaceDir, done: make(chan struct{})}
 	if spec.Workdir != "" {
 		s.cwd = spec.Workdir
 	}
@@ -479,12 +476,12 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 		}
 	}
 	if spec.Network {
-		if s.egress, err = listenEgress(runPath(s.dir, egressDir), s.uid); err != nil {
+		if s.egress, err = listenEgress(runPath(s.dir, wire.EgressDir), s.uid); err != nil {
 			return err
 		}
 		*cleanups = append(*cleanups, func() { _ = s.egress.Close() })
 		if spec.EgressCA != nil {
-			if err := writeTrust(runPath(s.dir, egressDir), s.rootFS(), spec.EgressCA); err != nil {
+			if err := writeTrust(runPath(s.dir, wire.EgressDir), s.rootFS(), spec.EgressCA); err != nil {
 				return err
 			}
 		}
@@ -513,7 +510,7 @@ func (s *Sandbox) makeView(ctx context.Context) (err error) {
 func sandboxEnv(spec Spec) []string {
 	env := []string{
 		"PATH=" + strings.Join(commandPath(spec.PathPrepend), ":"),
-		"HOME=" + WorkspaceDir,
+		"HOME=" + wire.WorkspaceDir,
 		"USER=user", "LOGNAME=user", "SHELL=/bin/sh",
 		"LANG=C.UTF-8", "TERM=xterm-256color", "TMPDIR=/tmp",
 	}
@@ -529,17 +526,13 @@ func sandboxEnv(spec Spec) []string {
 	return env
 }
 
-// EgressProxyAddr is where, inside a sandbox with network, the agent
-// listens for proxy clients.
-const EgressProxyAddr = "127.0.0.1:3128"
-
 // proxyEnv points every common client at the agent's port; names are
 // resolved by the proxy (socks5h), as the sandbox has no DNS.
 var proxyEnv = func() []string {
 	var env []string
 	for _, kv := range [][2]string{
-		{"HTTP_PROXY", "http://" + EgressProxyAddr}, {"HTTPS_PROXY", "http://" + EgressProxyAddr},
-		{"ALL_PROXY", "socks5h://" + EgressProxyAddr}, {"NO_PROXY", "localhost,127.0.0.1,::1"},
+		{"HTTP_PROXY", "http://" + wire.EgressProxyAddr}, {"HTTPS_PROXY", "http://" + wire.EgressProxyAddr},
+		{"ALL_PROXY", "socks5h://" + wire.EgressProxyAddr}, {"NO_PROXY", "localhost,127.0.0.1,::1"},
 	} {
 		env = append(env, kv[0]+"="+kv[1], strings.ToLower(kv[0])+"="+kv[1])
 	}
@@ -549,9 +542,9 @@ var proxyEnv = func() []string {
 // trustEnv points common clients at the bundle that adds the egress CA
 // to the system's roots (Node.js takes the CA alone, on top of its own).
 var trustEnv = []string{
-	"SSL_CERT_FILE=" + egressDir + "/" + trustBundle, "REQUESTS_CA_BUNDLE=" + egressDir + "/" + trustBundle,
-	"CURL_CA_BUNDLE=" + egressDir + "/" + trustBundle, "GIT_SSL_CAINFO=" + egressDir + "/" + trustBundle,
-	"NODE_EXTRA_CA_CERTS=" + egressDir + "/" + trustCA,
+	"SSL_CERT_FILE=" + wire.EgressDir + "/" + trustBundle, "REQUESTS_CA_BUNDLE=" + wire.EgressDir + "/" + trustBundle,
+	"CURL_CA_BUNDLE=" + wire.EgressDir + "/" + trustBundle, "GIT_SSL_CAINFO=" + wire.EgressDir + "/" + trustBundle,
+	"NODE_EXTRA_CA_CERTS=" + wire.EgressDir + "/" + trustCA,
 }
 
 const (
@@ -586,13 +579,6 @@ func writeTrust(dir, rootFS string, ca []byte) error {
 	return nil
 }
 
-// egressDir holds, inside a sandbox with network, the socket of the
-// host's proxy.
-const (
-	egressDir    = agentDir + "/egress"
-	egressSocket = "proxy.sock"
-)
-
 // listenEgress makes the sandbox's proxy socket in the directory d,
 // connectable by the sandbox's uid alone.
 func listenEgress(d string, uid int) (*net.UnixListener, error) {
@@ -602,12 +588,12 @@ func listenEgress(d string, uid int) (*net.UnixListener, error) {
 	if err := os.Chown(d, 0, uid); err != nil {
 		return nil, fmt.Errorf("sandbox: egress dir: %w", err)
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(d, egressSocket), Net: "unix"})
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(d, wire.EgressSocket), Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: egress socket: %w", err)
 	}
 	l.SetUnlinkOnClose(false)
-	if err := os.Chmod(filepath.Join(d, egressSocket), 0o666); err != nil {
+	if err := os.Chmod(filepath.Join(d, wire.EgressSocket), 0o666); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("sandbox: egress socket: %w", err)
 	}
@@ -623,7 +609,7 @@ func commandPath(prepend []string) []string {
 // CommandPath is the PATH of a command, as directories: those prepended,
 // then the system's, then the tools'.
 func CommandPath(prepend []string) []string {
-	return append(slices.Clone(prepend), "/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin", ToolsDir)
+	return append(slices.Clone(prepend), "/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin", wire.ToolsDir)
 }
 
 // mount is one entry of a sandbox's mount table: a bubblewrap option and
@@ -711,11 +697,11 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 		mount{op: "--tmpfs", dst: "/tmp", size: s.spec.Limits.TmpBytes},
 		// The agent, the tool binary, the tools and the egress socket in
 		// one read-only bind: each mount is work for every cold create.
-		mount{op: "--ro-bind", src: runDir(s.dir), dst: agentDir},
-		mount{op: "--bind", src: s.workspace, dst: WorkspaceDir},
+		mount{op: "--ro-bind", src: runDir(s.dir), dst: wire.AgentDir},
+		mount{op: "--bind", src: s.workspace, dst: wire.WorkspaceDir},
 		// The skills are in the read-only run directory: a link costs
 		// less than a mount of their own.
-		mount{op: "--symlink", src: SkillsDir, dst: contract.SkillsDir},
+		mount{op: "--symlink", src: wire.SkillsDir, dst: contract.SkillsDir},
 	)
 	if s.spec.Image != nil && OwnWorkdir(s.spec.Workdir) {
 		ms = append(ms, mount{op: "--bind", src: filepath.Join(s.dir, workdirDir), dst: s.spec.Workdir})
@@ -746,15 +732,15 @@ func (r *Runtime) system(s *Sandbox) []mount {
 	return append(ms, mount{op: "--ro-bind", src: r.etc.current(), dst: "/etc"})
 }
 
-// runDir is the host directory a sandbox sees as agentDir (/run/conch):
+// runDir is the host directory a sandbox sees as wire.AgentDir (/run/conch):
 // the agent, the tool binary, the tools directory and, with network, the
 // egress directory.
 func runDir(stateDir string) string { return filepath.Join(stateDir, "run") }
 
-// runPath is the host path of inside, a path under agentDir, for the
+// runPath is the host path of inside, a path under wire.AgentDir, for the
 // sandbox whose state is in stateDir.
 func runPath(stateDir, inside string) string {
-	return filepath.Join(runDir(stateDir), strings.TrimPrefix(inside, agentDir))
+	return filepath.Join(runDir(stateDir), strings.TrimPrefix(inside, wire.AgentDir))
 }
 
 // makeRunDir makes the run directory of the sandbox whose state is in
@@ -765,15 +751,15 @@ func (r *Runtime) makeRunDir(stateDir string) error {
 	if err := os.Mkdir(runDir(stateDir), 0o755); err != nil {
 		return fmt.Errorf("sandbox: run dir: %w", err)
 	}
-	for _, l := range []struct{ src, dst string }{{r.agent, agentPath}, {r.tool, ToolPath}} {
+	for _, l := range []struct{ src, dst string }{{r.agent, wire.AgentPath}, {r.tool, wire.ToolPath}} {
 		if err := os.Link(l.src, runPath(stateDir, l.dst)); err != nil {
 			return fmt.Errorf("sandbox: run dir: %w", err)
 		}
 	}
-	if err := os.Mkdir(runPath(stateDir, ToolsDir), 0o755); err != nil {
+	if err := os.Mkdir(runPath(stateDir, wire.ToolsDir), 0o755); err != nil {
 		return fmt.Errorf("sandbox: tools dir: %w", err)
 	}
-	if err := os.Mkdir(runPath(stateDir, SkillsDir), 0o755); err != nil {
+	if err := os.Mkdir(runPath(stateDir, wire.SkillsDir), 0o755); err != nil {
 		return fmt.Errorf("sandbox: skills dir: %w", err)
 	}
 	return nil
@@ -783,7 +769,7 @@ func (r *Runtime) makeRunDir(stateDir string) error {
 func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup",
-		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
+		"--uid", strconv.Itoa(wire.UID), "--gid", strconv.Itoa(wire.GID),
 		"--hostname", "sandbox",
 		"--die-with-parent", "--new-session",
 		"--clearenv",
@@ -805,7 +791,7 @@ func (r *Runtime) bwrapArgs(s *Sandbox) []string {
 	// Nothing under /run is the commands' to write: /run is a directory of
 	// the root, read-only with it, and the agent's files come from the
 	// host, read-only.
-	return append(a, "--chdir", WorkspaceDir, "--remount-ro", "/")
+	return append(a, "--chdir", wire.WorkspaceDir, "--remount-ro", "/")
 }
 
 // DefaultLaunchAhead is how many launches a runtime keeps ready.
@@ -864,7 +850,7 @@ func (r *Runtime) launch() (_ *launch, err error) {
 	}
 	defer args.Close()
 	l.args = argsW
-	cmd := exec.Command(r.cfg.Bwrap, "--args", "4", agentPath, AgentCommand)
+	cmd := exec.Command(r.cfg.Bwrap, "--args", "4", wire.AgentPath, wire.AgentCommand)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{prog, args}
@@ -958,13 +944,13 @@ func (s *Sandbox) start(ctx context.Context, l *launch) error {
 		_ = l.args.Close()
 	}()
 	s.cmd, s.stdin = l.cmd, l.stdin
-	s.in = newFrameWriter(l.stdin)
+	s.in = wire.NewWriter(l.stdin)
 	out := bufio.NewReaderSize(l.stdout, 64<<10)
 	hello := make(chan error, 1)
 	go func() {
-		f, err := readFrame(out, maxAgentFrame)
-		if err == nil && f.typ != frameReady {
-			err = fmt.Errorf("unexpected frame %q", f.typ)
+		f, err := wire.ReadFrame(out, wire.MaxAgentFrame)
+		if err == nil && f.Type != wire.FrameReady {
+			err = fmt.Errorf("unexpected frame %q", f.Type)
 		}
 		hello <- err
 	}()

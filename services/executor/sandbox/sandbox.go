@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 // Stream names an output stream.
@@ -42,7 +43,7 @@ type Sandbox struct {
 	workspace string
 	cg        *cgroup
 	cmd       *exec.Cmd
-	in        *frameWriter
+	in        *wire.Writer
 	stdin     io.WriteCloser
 	mounts    []mount
 	view      *fsview.View
@@ -73,12 +74,12 @@ func (s *Sandbox) ID() string { return s.spec.ID }
 func (s *Sandbox) WorkspacePath() string { return s.workspace }
 
 // ToolsPath returns the host directory seen inside the sandbox, read-only,
-// as ToolsDir.
-func (s *Sandbox) ToolsPath() string { return runPath(s.dir, ToolsDir) }
+// as wire.ToolsDir.
+func (s *Sandbox) ToolsPath() string { return runPath(s.dir, wire.ToolsDir) }
 
 // SkillsPath returns the host directory seen inside the sandbox,
-// read-only, as SkillsDir and contract.SkillsDir.
-func (s *Sandbox) SkillsPath() string { return runPath(s.dir, SkillsDir) }
+// read-only, as wire.SkillsDir and contract.SkillsDir.
+func (s *Sandbox) SkillsPath() string { return runPath(s.dir, wire.SkillsDir) }
 
 // Egress returns the listener whose connections come from the sandbox's
 // programs through the agent, to be served by the host's egress proxy; nil
@@ -193,7 +194,7 @@ func (p *Process) Exit() Exit { return p.exit }
 
 // Kill kills the process and everything it started.
 func (p *Process) Kill() error {
-	return p.sb.send(frameKill, p.id, nil)
+	return p.sb.send(wire.FrameKill, p.id, nil)
 }
 
 // StdinWait is how long Write waits for a process to read its input
@@ -209,11 +210,11 @@ var ErrNotReading = errors.New("sandbox: the process has not read its input for 
 // holds, so that no input is dropped, waiting up to StdinWait for room.
 func (p *Process) Write(data []byte, eof bool) error {
 	for len(data) > 0 {
-		n := min(len(data), stdinFrame)
+		n := min(len(data), wire.StdinFrame)
 		if err := p.acquire(); err != nil {
 			return err
 		}
-		if err := p.sb.send(frameStdin, p.id, data[:n]); err != nil {
+		if err := p.sb.send(wire.FrameStdin, p.id, data[:n]); err != nil {
 			return err
 		}
 		data = data[n:]
@@ -222,7 +223,7 @@ func (p *Process) Write(data []byte, eof bool) error {
 		if err := p.acquire(); err != nil {
 			return err
 		}
-		return p.sb.send(frameEOF, p.id, nil)
+		return p.sb.send(wire.FrameEOF, p.id, nil)
 	}
 	return nil
 }
@@ -260,7 +261,7 @@ func (s *Sandbox) send(typ byte, id uint32, payload []byte) error {
 		return ErrGone
 	default:
 	}
-	if err := s.in.write(typ, id, payload); err != nil {
+	if err := s.in.Write(typ, id, payload); err != nil {
 		return fmt.Errorf("sandbox: write to agent: %w", err)
 	}
 	return nil
@@ -275,8 +276,8 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	}
 	s.nextID++
 	s.rt.quiet.mark()
-	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills(), credit: make(chan struct{}, stdinWindow)}
-	for range stdinWindow {
+	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills(), credit: make(chan struct{}, wire.StdinWindow)}
+	for range wire.StdinWindow {
 		p.credit <- struct{}{}
 	}
 	s.procs[p.id] = p
@@ -285,8 +286,8 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	// sandbox must not be stuck there. A directory named for this command
 	// alone has no such fallback: it must exist.
 	fallback := ""
-	if dir == s.cwd && dir != WorkspaceDir {
-		fallback = WorkspaceDir
+	if dir == s.cwd && dir != wire.WorkspaceDir {
+		fallback = wire.WorkspaceDir
 	}
 	s.mu.Unlock()
 	spec := s.spec
@@ -298,14 +299,14 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	if opts.Pty {
 		env = append(env, "COLUMNS=80", "LINES=24")
 	}
-	msg, err := json.Marshal(startMsg{
+	msg, err := json.Marshal(wire.StartMsg{
 		Command: opts.Command, Dir: dir, Env: env, Pty: opts.Pty, Rows: 24, Cols: 80,
 		Budget: opts.Budget, TrackCwd: opts.TrackCwd, FallbackDir: fallback,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode start: %w", err)
 	}
-	if err := s.send(frameStart, p.id, msg); err != nil {
+	if err := s.send(wire.FrameStart, p.id, msg); err != nil {
 		s.forget(p.id)
 		return nil, err
 	}
@@ -328,9 +329,9 @@ func (s *Sandbox) proc(id uint32) *Process {
 // or breaks the protocol.
 func (s *Sandbox) readLoop(r *bufio.Reader) {
 	for {
-		f, err := readFrame(r, maxAgentFrame)
+		f, err := wire.ReadFrame(r, wire.MaxAgentFrame)
 		switch {
-		case errors.Is(err, errFrameTooLarge):
+		case errors.Is(err, wire.ErrFrameTooLarge):
 			s.violation(err)
 			return
 		case err != nil:
@@ -369,63 +370,63 @@ func (s *Sandbox) violation(cause error) {
 // process and applies it. A process is announced started at most once,
 // sends output only once started, and exits once (possibly without having
 // started, when its shell failed to start); any other frame is an error.
-func (s *Sandbox) dispatch(f frame) error {
+func (s *Sandbox) dispatch(f wire.Frame) error {
 	s.mu.Lock()
 	if s.dead != nil {
 		s.mu.Unlock()
 		return nil
 	}
-	p := s.procs[f.id]
-	started := f.id != 0 && f.id <= s.nextID
+	p := s.procs[f.ID]
+	started := f.ID != 0 && f.ID <= s.nextID
 	s.mu.Unlock()
 	if p == nil {
-		if f.typ == frameStdinOK && started {
+		if f.Type == wire.FrameStdinOK && started {
 			// Input the agent dropped after its process ended: the
 			// process is forgotten, and its credit with it.
 			return nil
 		}
 		// The host forgets a process only after its exit, and allocates
 		// ids itself: the agent names no other.
-		return fmt.Errorf("frame %q for unknown process %d", f.typ, f.id)
+		return fmt.Errorf("frame %q for unknown process %d", f.Type, f.ID)
 	}
-	switch f.typ {
-	case frameStarted:
-		if p.running || len(f.payload) != 0 {
-			return fmt.Errorf("process %d reported started twice or with a payload", f.id)
+	switch f.Type {
+	case wire.FrameStarted:
+		if p.running || len(f.Payload) != 0 {
+			return fmt.Errorf("process %d reported started twice or with a payload", f.ID)
 		}
 		p.running = true
-	case frameStdout, frameStderr:
+	case wire.FrameStdout, wire.FrameStderr:
 		if !p.running {
-			return fmt.Errorf("output from process %d before it started", f.id)
+			return fmt.Errorf("output from process %d before it started", f.ID)
 		}
-		p.output(f.typ, f.payload)
-	case frameStdinOK:
+		p.output(f.Type, f.Payload)
+	case wire.FrameStdinOK:
 		select {
 		case p.credit <- struct{}{}:
 		default:
-			return fmt.Errorf("process %d acknowledged input that was never sent", f.id)
+			return fmt.Errorf("process %d acknowledged input that was never sent", f.ID)
 		}
-	case frameExit:
-		e, cwd, err := s.decodeExit(p, f.payload)
+	case wire.FrameExit:
+		e, cwd, err := s.decodeExit(p, f.Payload)
 		if err != nil {
-			return fmt.Errorf("exit of process %d: %w", f.id, err)
+			return fmt.Errorf("exit of process %d: %w", f.ID, err)
 		}
 		s.mu.Lock()
 		if p.opts.TrackCwd && cwd != "" {
 			s.cwd = cwd
 		}
-		delete(s.procs, f.id)
+		delete(s.procs, f.ID)
 		s.mu.Unlock()
 		p.finish(e)
 	default:
-		return fmt.Errorf("unexpected frame %q for process %d", f.typ, f.id)
+		return fmt.Errorf("unexpected frame %q for process %d", f.Type, f.ID)
 	}
 	return nil
 }
 
 // decodeExit validates an exit report.
 func (s *Sandbox) decodeExit(p *Process, payload []byte) (Exit, string, error) {
-	var m exitMsg
+	var m wire.ExitMsg
 	if err := json.Unmarshal(payload, &m); err != nil {
 		return Exit{}, "", fmt.Errorf("decode report: %w", err)
 	}
@@ -452,14 +453,14 @@ func (s *Sandbox) decodeExit(p *Process, payload []byte) (Exit, string, error) {
 // validCwd accepts a directory as the shell's pwd prints it: absolute,
 // clean, without NUL, at most PATH_MAX.
 func validCwd(d string) bool {
-	return len(d) <= maxCwd && path.IsAbs(d) && path.Clean(d) == d && !strings.ContainsRune(d, 0)
+	return len(d) <= wire.MaxCwd && path.IsAbs(d) && path.Clean(d) == d && !strings.ContainsRune(d, 0)
 }
 
 // output passes a frame of output to the caller within the budget; the
 // agent enforces the budget too, but the host does not rely on it.
 func (p *Process) output(typ byte, b []byte) {
 	i, st := 0, Stdout
-	if typ == frameStderr {
+	if typ == wire.FrameStderr {
 		i, st = 1, Stderr
 	}
 	if budget := p.opts.Budget; budget >= 0 {

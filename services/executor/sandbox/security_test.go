@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/agent"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 // commandProcs lists the command lines of the sandbox's host processes
@@ -19,7 +22,7 @@ func commandProcs(t *testing.T, sb *Sandbox) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spare := strings.Join(append([]string{shellPath}, spareArgs...), " ")
+	spare, spareChildLine := agent.SpareCommandLines()
 	var names []string
 	for _, p := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
@@ -27,17 +30,13 @@ func commandProcs(t *testing.T, sb *Sandbox) []string {
 			continue // ended since
 		}
 		name := strings.TrimSuffix(strings.ReplaceAll(string(b), "\x00", " "), " ")
-		if strings.HasSuffix(name, agentPath+" "+AgentCommand) || name == spare || strings.HasPrefix(name, spareChildLine) {
+		if strings.HasSuffix(name, wire.AgentPath+" "+wire.AgentCommand) || name == spare || strings.HasPrefix(name, spareChildLine) {
 			continue
 		}
 		names = append(names, name)
 	}
 	return names
 }
-
-// spareChildLine starts the command line of a spare's child shell, which
-// ends with its init's fds.
-var spareChildLine = strings.Join([]string{shellPath, "-c", spareChild, "sh", "/proc/"}, " ")
 
 // waitIdle polls until the sandbox has only its residents.
 func waitIdle(t *testing.T, sb *Sandbox) {

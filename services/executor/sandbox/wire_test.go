@@ -10,24 +10,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 // encodeFrame is a frame as the agent writes it.
 func encodeFrame(typ byte, id uint32, payload []byte) []byte {
 	var b bytes.Buffer
-	fw := newFrameWriter(&b)
-	if err := fw.write(typ, id, payload); err != nil {
+	fw := wire.NewWriter(&b)
+	if err := fw.Write(typ, id, payload); err != nil {
 		panic(err)
 	}
 	return b.Bytes()
 }
 
-func exitFrame(id uint32, m exitMsg) []byte {
+func exitFrame(id uint32, m wire.ExitMsg) []byte {
 	b, err := json.Marshal(m)
 	if err != nil {
 		panic(err)
 	}
-	return encodeFrame(frameExit, id, b)
+	return encodeFrame(wire.FrameExit, id, b)
 }
 
 // protoSandbox is a sandbox with no agent behind it, holding the processes
@@ -44,7 +46,7 @@ func newProtoSandbox(n int, budget int64) *protoSandbox {
 		Sandbox: &Sandbox{
 			rt:    &Runtime{log: slog.New(slog.DiscardHandler)},
 			procs: map[uint32]*Process{},
-			cwd:   WorkspaceDir,
+			cwd:   wire.WorkspaceDir,
 			done:  make(chan struct{}),
 			// No group behind it: an OOM check counts nothing.
 			cg: &cgroup{root: &cgroupRoot{v2: true}, dirs: []string{"/nonexistent"}},
@@ -67,39 +69,39 @@ func newProtoSandbox(n int, budget int64) *protoSandbox {
 // is released, and nothing panics or hangs.
 func TestForgedFrames(t *testing.T) {
 	t.Parallel()
-	started := encodeFrame(frameStarted, 1, nil)
+	started := encodeFrame(wire.FrameStarted, 1, nil)
 	cases := []struct {
 		name   string
 		frames [][]byte
 	}{
 		{"second started", [][]byte{started, started}},
-		{"started with payload", [][]byte{encodeFrame(frameStarted, 1, []byte("x"))}},
-		{"output before started", [][]byte{encodeFrame(frameStdout, 1, []byte("hi"))}},
-		{"stderr before started", [][]byte{encodeFrame(frameStderr, 1, []byte("hi"))}},
-		{"exit twice", [][]byte{started, exitFrame(1, exitMsg{}), exitFrame(1, exitMsg{})}},
-		{"started after exit", [][]byte{exitFrame(1, exitMsg{}), started}},
-		{"output after exit", [][]byte{started, exitFrame(1, exitMsg{}), encodeFrame(frameStdout, 1, []byte("late"))}},
-		{"unknown process", [][]byte{encodeFrame(frameStarted, 99, nil)}},
-		{"process zero", [][]byte{encodeFrame(frameExit, 0, []byte("{}"))}},
-		{"second ready", [][]byte{encodeFrame(frameReady, 0, nil)}},
-		{"host frame type", [][]byte{encodeFrame(frameStart, 1, []byte("{}"))}},
+		{"started with payload", [][]byte{encodeFrame(wire.FrameStarted, 1, []byte("x"))}},
+		{"output before started", [][]byte{encodeFrame(wire.FrameStdout, 1, []byte("hi"))}},
+		{"stderr before started", [][]byte{encodeFrame(wire.FrameStderr, 1, []byte("hi"))}},
+		{"exit twice", [][]byte{started, exitFrame(1, wire.ExitMsg{}), exitFrame(1, wire.ExitMsg{})}},
+		{"started after exit", [][]byte{exitFrame(1, wire.ExitMsg{}), started}},
+		{"output after exit", [][]byte{started, exitFrame(1, wire.ExitMsg{}), encodeFrame(wire.FrameStdout, 1, []byte("late"))}},
+		{"unknown process", [][]byte{encodeFrame(wire.FrameStarted, 99, nil)}},
+		{"process zero", [][]byte{encodeFrame(wire.FrameExit, 0, []byte("{}"))}},
+		{"second ready", [][]byte{encodeFrame(wire.FrameReady, 0, nil)}},
+		{"host frame type", [][]byte{encodeFrame(wire.FrameStart, 1, []byte("{}"))}},
 		{"unknown type", [][]byte{encodeFrame('Z', 1, nil)}},
-		{"exit not JSON", [][]byte{encodeFrame(frameExit, 1, []byte("{"))}},
-		{"exit code out of range", [][]byte{exitFrame(1, exitMsg{Code: 1 << 20})}},
-		{"negative signal", [][]byte{exitFrame(1, exitMsg{Code: 1, Signal: -9})}},
-		{"relative cwd", [][]byte{exitFrame(1, exitMsg{Cwd: "tmp"})}},
-		{"unclean cwd", [][]byte{exitFrame(1, exitMsg{Cwd: "/tmp/../etc"})}},
-		{"cwd with NUL", [][]byte{exitFrame(1, exitMsg{Cwd: "/tmp\x00x"})}},
-		{"cwd too long", [][]byte{exitFrame(1, exitMsg{Cwd: "/" + strings.Repeat("a", maxCwd)})}},
-		{"oversized frame", [][]byte{binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32([]byte{frameStdout}, 1), maxAgentFrame+1)}},
-		{"gigantic frame", [][]byte{binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32([]byte{frameStdout}, 1), 1<<32-1)}},
+		{"exit not JSON", [][]byte{encodeFrame(wire.FrameExit, 1, []byte("{"))}},
+		{"exit code out of range", [][]byte{exitFrame(1, wire.ExitMsg{Code: 1 << 20})}},
+		{"negative signal", [][]byte{exitFrame(1, wire.ExitMsg{Code: 1, Signal: -9})}},
+		{"relative cwd", [][]byte{exitFrame(1, wire.ExitMsg{Cwd: "tmp"})}},
+		{"unclean cwd", [][]byte{exitFrame(1, wire.ExitMsg{Cwd: "/tmp/../etc"})}},
+		{"cwd with NUL", [][]byte{exitFrame(1, wire.ExitMsg{Cwd: "/tmp\x00x"})}},
+		{"cwd too long", [][]byte{exitFrame(1, wire.ExitMsg{Cwd: "/" + strings.Repeat("a", wire.MaxCwd)})}},
+		{"oversized frame", [][]byte{binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32([]byte{wire.FrameStdout}, 1), wire.MaxAgentFrame+1)}},
+		{"gigantic frame", [][]byte{binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32([]byte{wire.FrameStdout}, 1), 1<<32-1)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ps := newProtoSandbox(2, -1)
 			// A frame after the violation must never be applied.
-			frames := append(bytes.Join(c.frames, nil), exitFrame(2, exitMsg{Code: 7, Cwd: "/forged"})...)
+			frames := append(bytes.Join(c.frames, nil), exitFrame(2, wire.ExitMsg{Code: 7, Cwd: "/forged"})...)
 			ps.readLoop(bufio.NewReader(bytes.NewReader(frames)))
 			select {
 			case <-ps.Done():
@@ -132,13 +134,13 @@ func TestHonestFrames(t *testing.T) {
 	t.Parallel()
 	ps := newProtoSandbox(2, 5)
 	frames := bytes.Join([][]byte{
-		encodeFrame(frameStarted, 1, nil),
-		encodeFrame(frameStdout, 1, []byte("hello world")),
-		encodeFrame(frameStderr, 1, []byte("ab")),
-		encodeFrame(frameStderr, 1, []byte("cd")),
+		encodeFrame(wire.FrameStarted, 1, nil),
+		encodeFrame(wire.FrameStdout, 1, []byte("hello world")),
+		encodeFrame(wire.FrameStderr, 1, []byte("ab")),
+		encodeFrame(wire.FrameStderr, 1, []byte("cd")),
 		// A shell that failed to start exits without having started.
-		exitFrame(2, exitMsg{Code: -1, Error: "start shell: boom"}),
-		exitFrame(1, exitMsg{Code: 3, Cwd: "/tmp/x"}),
+		exitFrame(2, wire.ExitMsg{Code: -1, Error: "start shell: boom"}),
+		exitFrame(1, wire.ExitMsg{Code: 3, Cwd: "/tmp/x"}),
 	}, nil)
 	ps.readLoop(bufio.NewReader(bytes.NewReader(frames)))
 	if errors.Is(ps.dead, ErrProtocol) {
@@ -163,17 +165,17 @@ func TestHonestFrames(t *testing.T) {
 // protocol state machine: nothing panics, no process hears output before
 // it started or after it ended, and no stream gets more than its budget.
 func FuzzAgentFrames(f *testing.F) {
-	started := encodeFrame(frameStarted, 1, nil)
+	started := encodeFrame(wire.FrameStarted, 1, nil)
 	for _, seed := range [][]byte{
 		nil,
-		bytes.Join([][]byte{started, encodeFrame(frameStdout, 1, []byte("out")), exitFrame(1, exitMsg{Cwd: "/tmp"})}, nil),
+		bytes.Join([][]byte{started, encodeFrame(wire.FrameStdout, 1, []byte("out")), exitFrame(1, wire.ExitMsg{Cwd: "/tmp"})}, nil),
 		bytes.Join([][]byte{started, started}, nil),
-		bytes.Join([][]byte{encodeFrame(frameStderr, 2, []byte("early")), exitFrame(2, exitMsg{Code: 137, Signal: 9})}, nil),
-		bytes.Join([][]byte{exitFrame(1, exitMsg{}), exitFrame(1, exitMsg{})}, nil),
-		encodeFrame(frameExit, 3, []byte(`{"code":1e9,"cwd":"\u0000"}`)),
-		encodeFrame(frameReady, 0, nil),
-		{frameStdout, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff},
-		{frameStdout, 0, 0, 0, 1, 0, 0, 0, 9, 'x'},
+		bytes.Join([][]byte{encodeFrame(wire.FrameStderr, 2, []byte("early")), exitFrame(2, wire.ExitMsg{Code: 137, Signal: 9})}, nil),
+		bytes.Join([][]byte{exitFrame(1, wire.ExitMsg{}), exitFrame(1, wire.ExitMsg{})}, nil),
+		encodeFrame(wire.FrameExit, 3, []byte(`{"code":1e9,"cwd":"\u0000"}`)),
+		encodeFrame(wire.FrameReady, 0, nil),
+		{wire.FrameStdout, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff},
+		{wire.FrameStdout, 0, 0, 0, 1, 0, 0, 0, 9, 'x'},
 	} {
 		f.Add(seed)
 	}
@@ -182,15 +184,15 @@ func FuzzAgentFrames(f *testing.F) {
 		ps := newProtoSandbox(3, budget)
 		r := bufio.NewReader(bytes.NewReader(data))
 		for {
-			fr, err := readFrame(r, maxAgentFrame)
+			fr, err := wire.ReadFrame(r, wire.MaxAgentFrame)
 			if err != nil {
 				break
 			}
 			var before [2]int
 			var p *Process
-			if int(fr.id) >= 1 && int(fr.id) <= len(ps.procs) {
-				p = ps.procs[fr.id-1]
-				before = [2]int{ps.out[fr.id-1][0].Len(), ps.out[fr.id-1][1].Len()}
+			if int(fr.ID) >= 1 && int(fr.ID) <= len(ps.procs) {
+				p = ps.procs[fr.ID-1]
+				before = [2]int{ps.out[fr.ID-1][0].Len(), ps.out[fr.ID-1][1].Len()}
 			}
 			wasRunning, wasDone := p != nil && p.running, p != nil && closed(p.Done())
 			if err := ps.dispatch(fr); err != nil {
@@ -199,10 +201,10 @@ func FuzzAgentFrames(f *testing.F) {
 				}
 				break
 			}
-			if p != nil && (fr.typ == frameStdout || fr.typ == frameStderr) && (!wasRunning || wasDone) {
-				after := [2]int{ps.out[fr.id-1][0].Len(), ps.out[fr.id-1][1].Len()}
+			if p != nil && (fr.Type == wire.FrameStdout || fr.Type == wire.FrameStderr) && (!wasRunning || wasDone) {
+				after := [2]int{ps.out[fr.ID-1][0].Len(), ps.out[fr.ID-1][1].Len()}
 				if after != before {
-					t.Fatalf("output reached process %d outside its run", fr.id)
+					t.Fatalf("output reached process %d outside its run", fr.ID)
 				}
 			}
 		}
@@ -211,7 +213,7 @@ func FuzzAgentFrames(f *testing.F) {
 				t.Fatalf("process %d got %d+%d bytes, budget %d", i+1, ps.out[i][0].Len(), ps.out[i][1].Len(), budget)
 			}
 		}
-		if c := ps.Cwd(); c != WorkspaceDir && !validCwd(c) {
+		if c := ps.Cwd(); c != wire.WorkspaceDir && !validCwd(c) {
 			t.Fatalf("took directory %q", c)
 		}
 	})

@@ -15,13 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/conch-sh/conch/services/executor/sandbox"
+	"github.com/conch-sh/conch/services/executor/sandbox/agent"
 	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 // TestMain lets the test binary serve as the sandbox agent.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == sandbox.AgentCommand {
-		if err := sandbox.RunAgent(); err != nil {
+	if len(os.Args) > 1 && os.Args[1] == wire.AgentCommand {
+		if err := agent.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -1,4 +1,8 @@
-package sandbox
+// Package agent is the resident agent inside each sandbox: it starts the
+// host's commands as the sandbox's user, streams their output back and
+// reports how they ended, over the frames of package wire. It runs on the
+// untrusted side of the boundary, and links nothing of the host.
+package agent
 
 import (
 	"bufio"
@@ -20,45 +24,13 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"github.com/conch-sh/conch/services/internal/contract"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/internal/shellquote"
 )
 
-// AgentCommand is the hidden subcommand of the conch binary (and the only
-// one of conch-sandbox-agent) that runs as the resident agent inside each
-// sandbox.
-const AgentCommand = "sandbox-agent"
-
-// AgentBinaryName is the agent-only binary the executor prefers, found
-// beside its own.
-const AgentBinaryName = "conch-sandbox-agent"
-
-// Paths inside the sandbox.
-const (
-	agentDir  = "/run/conch"
-	agentPath = agentDir + "/agent"
-	// ToolsDir holds the commands of tools moved into the shell: a manifest,
-	// one link to the conch binary per tool, and the socket their calls go
-	// through. It is on every sandbox's PATH, read-only.
-	ToolsDir = agentDir + "/tools"
-	// SkillsDir holds the sandbox's skills, one directory each; every
-	// sandbox sees it, read-only, as contract.SkillsDir too (a link), so
-	// that a warm sandbox can be given skills after it started.
-	SkillsDir = agentDir + "/skills"
-	// AgentPath is where the agent binary is inside a sandbox; ToolPath is
-	// the conch binary, to which tool commands link.
-	AgentPath      = agentPath
-	ToolPath       = agentDir + "/tool"
-	WorkspaceDir   = contract.WorkspaceDir
-	sandboxUID     = 1000
-	sandboxGID     = 1000
-	shellPath      = "/bin/sh"
-	agentReadBlock = 32 << 10
-)
-
-// RunAgent is the main of the agent inside a sandbox. It reads requests on
+// Run is the main of the agent inside a sandbox. It reads requests on
 // stdin and answers on stdout until stdin closes, then kills what it started.
-func RunAgent() error {
+func Run() error {
 	// Nothing the agent was given beyond stdio may reach a command.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("agent: mark fds close-on-exec: %w", err)
@@ -70,7 +42,7 @@ func RunAgent() error {
 		return fmt.Errorf("agent: make non-dumpable: %w", err)
 	}
 	a := &agent{
-		out:   newFrameWriter(os.Stdout),
+		out:   wire.NewWriter(os.Stdout),
 		procs: map[uint32]*agentProc{},
 		spawn: make(chan spawnReq),
 	}
@@ -78,7 +50,7 @@ func RunAgent() error {
 	if err := bridgeEgress(); err != nil {
 		return err
 	}
-	if err := a.out.write(frameReady, 0, nil); err != nil {
+	if err := a.out.Write(wire.FrameReady, 0, nil); err != nil {
 		return fmt.Errorf("agent: announce: %w", err)
 	}
 	// The sandbox's cgroups held bubblewrap before it started anything,
@@ -95,7 +67,7 @@ func RunAgent() error {
 }
 
 type agent struct {
-	out   *frameWriter
+	out   *wire.Writer
 	spawn chan spawnReq
 
 	mu     sync.Mutex
@@ -144,38 +116,38 @@ func (a *agent) spawner() {
 
 func (a *agent) serve(r *bufio.Reader) error {
 	for {
-		f, err := readFrame(r, maxFrame)
+		f, err := wire.ReadFrame(r, wire.MaxFrame)
 		if err != nil {
 			return err
 		}
-		switch f.typ {
-		case frameStart:
-			var m startMsg
-			if err := json.Unmarshal(f.payload, &m); err != nil {
-				a.exitWith(f.id, exitMsg{Code: -1, Error: "bad start request"})
+		switch f.Type {
+		case wire.FrameStart:
+			var m wire.StartMsg
+			if err := json.Unmarshal(f.Payload, &m); err != nil {
+				a.exitWith(f.ID, wire.ExitMsg{Code: -1, Error: "bad start request"})
 				continue
 			}
-			a.start(f.id, m)
-		case frameStdin, frameEOF:
-			data := f.payload
-			if f.typ == frameEOF {
+			a.start(f.ID, m)
+		case wire.FrameStdin, wire.FrameEOF:
+			data := f.Payload
+			if f.Type == wire.FrameEOF {
 				data = nil
 			}
 			// Under a.mu: the process's end closes its queue under it.
 			a.mu.Lock()
-			if p := a.procs[f.id]; p != nil {
+			if p := a.procs[f.ID]; p != nil {
 				select {
 				case p.stdin <- data:
 				default:
 					// Only a host beyond its window fills the queue;
 					// the input is dropped rather than the agent held.
-					_ = a.out.write(frameStdinOK, f.id, nil)
+					_ = a.out.Write(wire.FrameStdinOK, f.ID, nil)
 				}
 			}
 			a.mu.Unlock()
-		case frameKill:
+		case wire.FrameKill:
 			a.mu.Lock()
-			p := a.procs[f.id]
+			p := a.procs[f.ID]
 			a.mu.Unlock()
 			if p != nil {
 				// The shell is the init of its own pid namespace: when it
@@ -186,9 +158,9 @@ func (a *agent) serve(r *bufio.Reader) error {
 	}
 }
 
-func (a *agent) exitWith(id uint32, m exitMsg) {
+func (a *agent) exitWith(id uint32, m wire.ExitMsg) {
 	b, _ := json.Marshal(m)
-	_ = a.out.write(frameExit, id, b)
+	_ = a.out.Write(wire.FrameExit, id, b)
 }
 
 // inlineMax is the longest command written into its init's script; longer
@@ -246,14 +218,14 @@ func runCommand(track, fromFile bool) string {
 // else can change. It changes to the directory, runs the command in a
 // child shell, so that the command is an ordinary process (pid 1 ignores
 // signals it has no handler for), and exits with its status.
-func initArgs(m startMsg, fromFile bool) []string {
+func initArgs(m wire.StartMsg, fromFile bool) []string {
 	cmd := m.Command
 	if fromFile {
 		cmd = ""
 	}
 	return []string{"-c", initPrelude + `__conch_dir=$1 __conch_fallback=$2 __conch_cmd=$3
 ` + chdir(`"$__conch_dir"`, `"$__conch_fallback"`) +
-		shellPath + ` -c ` + shellquote.Quote(childScript(m.TrackCwd, fromFile)) + ` sh "$__conch_cmd" "/proc/$__conch_pid/fd"
+		wire.ShellPath + ` -c ` + shellquote.Quote(childScript(m.TrackCwd, fromFile)) + ` sh "$__conch_cmd" "/proc/$__conch_pid/fd"
 exit $?
 `, "sh", m.Dir, m.FallbackDir, cmd}
 }
@@ -278,7 +250,7 @@ func childScript(track, fromFile bool) string {
 // before their command: the child sources what the agent writes to the
 // script pipe (spareScript), the init waits for it, so that starting the
 // command costs neither a fork nor an exec.
-var spareArgs = []string{"-c", initPrelude + shellPath + ` -c ` + shellquote.Quote(spareChild) + ` sh "/proc/$__conch_pid/fd"
+var spareArgs = []string{"-c", initPrelude + wire.ShellPath + ` -c ` + shellquote.Quote(spareChild) + ` sh "/proc/$__conch_pid/fd"
 exit $?
 `, "sh"}
 
@@ -291,7 +263,7 @@ var spareChild = `exec ` + strconv.Itoa(cwdFD) + `>&- ` + strconv.Itoa(cmdFD) + 
 // the child shell, it does what an init started for m and its child
 // would: it exports m's environment, which a spare is started without,
 // changes to m's directory and runs m.
-func spareScript(m startMsg) string {
+func spareScript(m wire.StartMsg) string {
 	var b strings.Builder
 	b.WriteString(`exec ` + strconv.Itoa(scriptFD) + "<&-\n")
 	if len(m.Env) > 0 {
@@ -390,7 +362,7 @@ func readCwd(fd int) string {
 		}
 		total += n
 		tail = append(tail, buf[:n]...)
-		if keep := 2*maxCwd + 2; len(tail) > keep {
+		if keep := 2*wire.MaxCwd + 2; len(tail) > keep {
 			tail = append(tail[:0], tail[len(tail)-keep:]...)
 		}
 	}
@@ -398,7 +370,7 @@ func readCwd(fd int) string {
 	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
 		line = line[i+1:]
 	}
-	if line == "" || len(line) > maxCwd || !filepath.IsAbs(line) || strings.ContainsRune(line, 0) {
+	if line == "" || len(line) > wire.MaxCwd || !filepath.IsAbs(line) || strings.ContainsRune(line, 0) {
 		return ""
 	}
 	return filepath.Clean(line)
@@ -453,7 +425,7 @@ func (a *agent) newInit(sp initSpec) (*initProc, error) {
 		}
 		defer scriptR.Close()
 	}
-	cmd := exec.Command(shellPath, sp.args...)
+	cmd := exec.Command(wire.ShellPath, sp.args...)
 	cmd.Env = sp.env
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{cwdW, scriptR, sp.cmdF}
@@ -577,18 +549,18 @@ func (s *spare) discard() {
 	}
 }
 
-func (a *agent) start(id uint32, m startMsg) {
+func (a *agent) start(id uint32, m wire.StartMsg) {
 	if m.Dir == "" {
-		m.Dir = WorkspaceDir
+		m.Dir = wire.WorkspaceDir
 	}
 	if strings.ContainsRune(m.Dir, 0) || strings.ContainsRune(m.FallbackDir, 0) {
-		a.exitWith(id, exitMsg{Code: -1, Error: "start shell: a directory's name holds a NUL"})
+		a.exitWith(id, wire.ExitMsg{Code: -1, Error: "start shell: a directory's name holds a NUL"})
 		return
 	}
 	fromFile := len(m.Command) > inlineMax || strings.ContainsRune(m.Command, 0)
 	fail := func(what string, err error) {
 		a.end()
-		a.exitWith(id, exitMsg{Code: -1, Error: what + ": " + err.Error()})
+		a.exitWith(id, wire.ExitMsg{Code: -1, Error: what + ": " + err.Error()})
 	}
 	var in *initProc
 	if s := a.begin(); s != nil {
@@ -619,19 +591,19 @@ func (a *agent) start(id uint32, m startMsg) {
 			return
 		}
 	}
-	p := &agentProc{cmd: in.cmd, stdin: make(chan []byte, agentStdinQueue)}
+	p := &agentProc{cmd: in.cmd, stdin: make(chan []byte, wire.AgentStdinQueue)}
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
-	_ = a.out.write(frameStarted, id, nil)
-	go feedStdin(in.stdin, p.stdin, m.Pty, func() { _ = a.out.write(frameStdinOK, id, nil) })
+	_ = a.out.Write(wire.FrameStarted, id, nil)
+	go feedStdin(in.stdin, p.stdin, m.Pty, func() { _ = a.out.Write(wire.FrameStdinOK, id, nil) })
 
 	dropped := make([]bool, len(in.readers))
 	var wg sync.WaitGroup
 	for i, r := range in.readers {
-		typ := frameStdout
+		typ := wire.FrameStdout
 		if i == 1 {
-			typ = frameStderr
+			typ = wire.FrameStderr
 		}
 		wg.Go(func() { dropped[i] = a.forward(id, typ, r, m.Budget) })
 	}
@@ -645,7 +617,7 @@ func (a *agent) start(id uint32, m startMsg) {
 		delete(a.procs, id)
 		close(p.stdin)
 		a.mu.Unlock()
-		res := exitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
+		res := wire.ExitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
 		res.Code, res.Signal = exitStatus(in.cmd, err)
 		if m.TrackCwd {
 			res.Cwd = readCwd(in.cwdR)
@@ -661,7 +633,7 @@ func (a *agent) start(id uint32, m startMsg) {
 // so that a flood never blocks the command nor grows any buffer. It reports
 // whether anything was dropped.
 func (a *agent) forward(id uint32, typ byte, r io.Reader, budget int64) bool {
-	buf := make([]byte, agentReadBlock)
+	buf := make([]byte, wire.ReadBlock)
 	dropped := false
 	for {
 		n, err := r.Read(buf)
@@ -672,7 +644,7 @@ func (a *agent) forward(id uint32, typ byte, r io.Reader, budget int64) bool {
 				dropped = true
 			}
 			if keep > 0 {
-				_ = a.out.write(typ, id, buf[:keep])
+				_ = a.out.Write(typ, id, buf[:keep])
 				budget -= keep
 			}
 		}
@@ -734,16 +706,16 @@ func (a *agent) killAll() {
 	}
 }
 
-// bridgeEgress, in a sandbox with network, listens on EgressProxyAddr and
+// bridgeEgress, in a sandbox with network, listens on wire.EgressProxyAddr and
 // joins each connection to the host's proxy socket: the only way out of
 // the sandbox's network namespace, which has loopback alone. It is ready
 // before the agent announces itself.
 func bridgeEgress() error {
-	sock := filepath.Join(egressDir, egressSocket)
+	sock := filepath.Join(wire.EgressDir, wire.EgressSocket)
 	if _, err := os.Lstat(sock); err != nil {
 		return nil
 	}
-	l, err := net.Listen("tcp", EgressProxyAddr)
+	l, err := net.Listen("tcp", wire.EgressProxyAddr)
 	if err != nil {
 		return fmt.Errorf("agent: egress listener: %w", err)
 	}
@@ -781,4 +753,13 @@ func bridge(c net.Conn, sock string) {
 	_, _ = io.Copy(c, up)
 	_ = c.(*net.TCPConn).CloseWrite()
 	<-done
+}
+
+// SpareCommandLines are the command lines, as /proc/<pid>/cmdline holds
+// them with spaces for NULs, of an agent's spare init and the start of
+// its child shell's: what tells them from commands in a listing of a
+// sandbox's processes.
+func SpareCommandLines() (init, childPrefix string) {
+	return strings.Join(append([]string{wire.ShellPath}, spareArgs...), " "),
+		strings.Join([]string{wire.ShellPath, "-c", spareChild, "sh", "/proc/"}, " ")
 }

@@ -1,4 +1,4 @@
-package sandbox
+package agent
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,7 +26,7 @@ func hostAgent(t *testing.T) *agent {
 // runInit runs the init of m through the agent's own newInit, on the host:
 // started for its command, or as a spare given its script. It returns what
 // the command printed, its exit code and the directory it reported.
-func runInit(t *testing.T, a *agent, m startMsg, spare bool) (stdout, stderr string, code int, cwd string) {
+func runInit(t *testing.T, a *agent, m wire.StartMsg, spare bool) (stdout, stderr string, code int, cwd string) {
 	t.Helper()
 	sp := initSpec{args: initArgs(m, false), env: m.Env}
 	if spare {
@@ -71,22 +72,22 @@ func TestSpareRunsLikeAFreshInit(t *testing.T) {
 	env := []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "A='quoted'", `B="$(touch /nope) ` + "`x`" + ` \`, "C=line one\nline two", "D=", "E=a=b=c", "F=olá ☃", "G=\\'"}
 	cases := []struct {
 		name string
-		m    startMsg
+		m    wire.StartMsg
 	}{
-		{"environment", startMsg{Command: "env -0 | LC_ALL=C sort -z | tr '\\0' '|'", Dir: dir, Env: env}},
-		{"arguments and variables", startMsg{Command: `echo "$0|$#|$*|${__conch_dir-unset}|${__conch_pid-unset}"; set | grep -c __conch_`, Dir: dir, Env: env}},
-		{"quotes and newlines in the command", startMsg{Command: "printf '%s\\n' 'it'\\''s' \"two\nlines\"; echo \"$C\"", Dir: dir, Env: env}},
-		{"exit status", startMsg{Command: "echo out; echo err >&2; exit 7", Dir: dir, Env: env}},
-		{"signal", startMsg{Command: "kill -9 $$", Dir: dir, Env: env}},
-		{"fds", startMsg{Command: "ls /proc/self/fd | LC_ALL=C sort", Dir: dir, Env: env}},
-		{"directory with every quote", startMsg{Command: "pwd", Dir: odd, Env: env, TrackCwd: true}},
-		{"cwd tracked", startMsg{Command: "cd /tmp && echo moved", Dir: dir, Env: env, TrackCwd: true}},
-		{"fallback", startMsg{Command: "pwd", Dir: dir + "/gone", FallbackDir: dir, Env: env, TrackCwd: true}},
-		{"no such directory", startMsg{Command: "pwd", Dir: dir + "/gone", Env: env}},
-		{"stdin is empty", startMsg{Command: "cat; echo end", Dir: dir, Env: env}},
-		{"return at the top", startMsg{Command: "echo a; return 3; echo b", Dir: dir, Env: env, TrackCwd: true}},
-		{"process ids", startMsg{Command: `echo "$$ $PPID"; sh -c 'echo $PPID'`, Dir: dir, Env: env}},
-		{"trap of its own", startMsg{Command: "trap 'echo bye' EXIT; cd /tmp", Dir: dir, Env: env, TrackCwd: true}},
+		{"environment", wire.StartMsg{Command: "env -0 | LC_ALL=C sort -z | tr '\\0' '|'", Dir: dir, Env: env}},
+		{"arguments and variables", wire.StartMsg{Command: `echo "$0|$#|$*|${__conch_dir-unset}|${__conch_pid-unset}"; set | grep -c __conch_`, Dir: dir, Env: env}},
+		{"quotes and newlines in the command", wire.StartMsg{Command: "printf '%s\\n' 'it'\\''s' \"two\nlines\"; echo \"$C\"", Dir: dir, Env: env}},
+		{"exit status", wire.StartMsg{Command: "echo out; echo err >&2; exit 7", Dir: dir, Env: env}},
+		{"signal", wire.StartMsg{Command: "kill -9 $$", Dir: dir, Env: env}},
+		{"fds", wire.StartMsg{Command: "ls /proc/self/fd | LC_ALL=C sort", Dir: dir, Env: env}},
+		{"directory with every quote", wire.StartMsg{Command: "pwd", Dir: odd, Env: env, TrackCwd: true}},
+		{"cwd tracked", wire.StartMsg{Command: "cd /tmp && echo moved", Dir: dir, Env: env, TrackCwd: true}},
+		{"fallback", wire.StartMsg{Command: "pwd", Dir: dir + "/gone", FallbackDir: dir, Env: env, TrackCwd: true}},
+		{"no such directory", wire.StartMsg{Command: "pwd", Dir: dir + "/gone", Env: env}},
+		{"stdin is empty", wire.StartMsg{Command: "cat; echo end", Dir: dir, Env: env}},
+		{"return at the top", wire.StartMsg{Command: "echo a; return 3; echo b", Dir: dir, Env: env, TrackCwd: true}},
+		{"process ids", wire.StartMsg{Command: `echo "$$ $PPID"; sh -c 'echo $PPID'`, Dir: dir, Env: env}},
+		{"trap of its own", wire.StartMsg{Command: "trap 'echo bye' EXIT; cd /tmp", Dir: dir, Env: env, TrackCwd: true}},
 	}
 	a := hostAgent(t)
 	for _, c := range cases {
