@@ -26,6 +26,7 @@ import (
 	"github.com/conch-sh/conch/services/approval/gate"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
+	"github.com/conch-sh/conch/services/executor/nodes"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
@@ -86,7 +87,7 @@ type Service struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry
-	nodes     map[string]*nodeConn // account/name → attached node
+	nodes     map[string]*nodes.Conn // account/name → attached node
 	lease     clientv3.LeaseID
 
 	max      int  // sandboxes this executor holds at most
@@ -285,7 +286,7 @@ func NewService(ctx context.Context, name, addr string, rt Runtime, etcd *client
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodeConn{}, max: DefaultMaxSandboxes, flushTimeout: DefaultFlushTimeout, ceil: ceiling.Defaults}
+	s := &Service{name: name, addr: addr, rt: rt, etcd: etcd, log: log, procs: process.NewTable(ProcessRetention), sandboxes: map[string]*entry{}, nodes: map[string]*nodes.Conn{}, max: DefaultMaxSandboxes, flushTimeout: DefaultFlushTimeout, ceil: ceiling.Defaults}
 	for _, o := range opts {
 		o(s)
 	}
@@ -367,9 +368,9 @@ func (s *Service) renewLease(ctx context.Context) (<-chan *clientv3.LeaseKeepAli
 	for id, e := range s.sandboxes {
 		entries[id] = e
 	}
-	nodes := make([]*nodeConn, 0, len(s.nodes))
+	attached := make([]*nodes.Conn, 0, len(s.nodes))
 	for _, c := range s.nodes {
-		nodes = append(nodes, c)
+		attached = append(attached, c)
 	}
 	s.mu.Unlock()
 	for id, e := range entries {
@@ -382,7 +383,7 @@ func (s *Service) renewLease(ctx context.Context) (<-chan *clientv3.LeaseKeepAli
 			}
 		}
 	}
-	for _, c := range nodes {
+	for _, c := range attached {
 		if err := s.recordNode(ctx, c, time.Now().UTC()); err != nil {
 			return nil, err
 		}
@@ -454,13 +455,13 @@ func (s *Service) shutdown(ctx context.Context) {
 func (s *Service) Drain() {
 	s.mu.Lock()
 	s.draining = true
-	nodes := make([]*nodeConn, 0, len(s.nodes))
+	attached := make([]*nodes.Conn, 0, len(s.nodes))
 	for _, c := range s.nodes {
-		nodes = append(nodes, c)
+		attached = append(attached, c)
 	}
 	s.mu.Unlock()
-	for _, c := range nodes {
-		c.close(s.shuttingDown())
+	for _, c := range attached {
+		c.Close(s.shuttingDown())
 	}
 }
 

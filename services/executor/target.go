@@ -72,11 +72,11 @@ func (s *Service) target(ctx context.Context, account string, p *ExecParams) (*t
 			return nil, errs.New(errs.InvalidArgument, "background: not available for commands on a node")
 		}
 		// The node resolves and digests programs on its own filesystem.
-		r := &nodeResolver{ctx: ctx, c: c, pathPrepend: p.PathPrepend, digests: map[string]string{}}
+		r := c.Resolver(ctx, p.PathPrepend)
 		t.resolver, t.digest = r, r.Digest
-		t.dir = c.dir(p.Workdir)
-		params := *p
-		t.start = func(o sandbox.Options) (proc, error) { return c.start(params, o) }
+		t.dir = c.Dir(p.Workdir)
+		timeout := p.Timeout
+		t.start = func(o sandbox.Options) (proc, error) { return c.Start(timeout, o) }
 	default:
 		// The command runs in the sandbox: its programs are resolved, and
 		// bound by content, in the sandbox's own filesystem and PATH,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -291,5 +292,38 @@ func TestNetworkSecretsAreWriteOnly(t *testing.T) {
 	g2.Name = "fresh"
 	if _, err := s.Create(ctx, "acme", g2); errs.KindOf(err) != errs.InvalidArgument || !strings.Contains(err.Error(), "shell.network.secrets[0].value") {
 		t.Fatalf("create without a value = %v", err)
+	}
+}
+
+// A write through a store is read back from it at once, whether or not its
+// watch has brought the write yet: here no watch runs after the cache was
+// loaded, as when its events lag.
+func TestReadYourWrites(t *testing.T) {
+	cli := etcdxtest.StartForTest(t)
+	s := newStore(t, cli, newRing(t, newKey(t, "k1")))
+	ctx := t.Context()
+	if _, err := s.Create(ctx, "acme", valid()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.load(resp.Kvs, resp.Header.GetRevision()); err != nil {
+		t.Fatal(err)
+	}
+	g := valid()
+	g.Shell.TimeoutSeconds = 77
+	if _, err := s.Update(ctx, "acme", g.GetName(), g, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "acme", g.GetName()); err != nil || got.GetShell().GetTimeoutSeconds() != 77 {
+		t.Fatalf("read after update: %v %v", got.GetShell(), err)
+	}
+	if err := s.Delete(ctx, "acme", g.GetName()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "acme", g.GetName()); errs.KindOf(err) != errs.NotFound {
+		t.Fatalf("read after delete: %v", err)
 	}
 }

@@ -43,6 +43,18 @@ type Store struct {
 	mu     sync.RWMutex
 	synced bool
 	cache  map[string]*routerv1.Gateway // key → gateway, with secrets
+	// seen is the etcd revision the cache holds every change up to; wrote
+	// the revision of this store's last write. A read after a write goes
+	// to etcd until the watch has brought the write: a client that
+	// changed a gateway reads its change.
+	seen, wrote int64
+}
+
+// noteWrite notes a write of this store at revision rev.
+func (s *Store) noteWrite(rev int64) {
+	s.mu.Lock()
+	s.wrote = max(s.wrote, rev)
+	s.mu.Unlock()
 }
 
 // New returns a Store that seals secrets with keys and whose saves judge
@@ -107,6 +119,7 @@ func (s *Store) Create(ctx context.Context, account string, g *routerv1.Gateway)
 			return nil, fmt.Errorf("gateways: create %s: %w", g.GetName(), err)
 		}
 		if resp.Succeeded {
+			s.noteWrite(resp.Header.GetRevision())
 			return g, nil
 		}
 		// Taken, or another gateway was made meanwhile: count again.
@@ -131,7 +144,7 @@ func (s *Store) SetQuotaLimits(limits func(ctx context.Context, account string) 
 // The result may be shared: callers must not modify it.
 func (s *Store) Get(ctx context.Context, account, name string) (*routerv1.Gateway, error) {
 	s.mu.RLock()
-	g, synced := s.cache[key(account, name)], s.synced
+	g, synced := s.cache[key(account, name)], s.synced && s.seen >= s.wrote
 	s.mu.RUnlock()
 	// A cached gateway's name was checked when it was created, so a hit
 	// on that very name needs no check (a regular expression, on every
@@ -243,6 +256,7 @@ func (s *Store) Update(ctx context.Context, account, name string, g *routerv1.Ga
 			return nil, fmt.Errorf("gateways: update %s: %w", name, err)
 		}
 		if resp.Succeeded {
+			s.noteWrite(resp.Header.GetRevision())
 			return next, nil
 		}
 		if attempt == 4 {
@@ -263,6 +277,7 @@ func (s *Store) Delete(ctx context.Context, account, name string) error {
 	if resp.Deleted == 0 {
 		return errs.New(errs.NotFound, "gateway %q not found", name)
 	}
+	s.noteWrite(resp.Header.GetRevision())
 	return nil
 }
 
@@ -296,7 +311,7 @@ func (s *Store) unsync() {
 // secrets do not open (a key removed too early), is left out rather than
 // failing the list, which a retry would not mend: a read of it goes to
 // etcd and reports why.
-func (s *Store) load(kvs []*mvccpb.KeyValue, _ int64) error {
+func (s *Store) load(kvs []*mvccpb.KeyValue, rev int64) error {
 	cache := make(map[string]*routerv1.Gateway, len(kvs))
 	for _, kv := range kvs {
 		g, err := s.decode(string(kv.Key), kv.Value)
@@ -307,7 +322,7 @@ func (s *Store) load(kvs []*mvccpb.KeyValue, _ int64) error {
 		cache[string(kv.Key)] = g
 	}
 	s.mu.Lock()
-	s.cache, s.synced = cache, true
+	s.cache, s.synced, s.seen = cache, true, rev
 	s.mu.Unlock()
 	return nil
 }
@@ -317,6 +332,7 @@ func (s *Store) apply(ctx context.Context, evs []*clientv3.Event) {
 	defer s.mu.Unlock()
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
+		s.seen = max(s.seen, ev.Kv.ModRevision)
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(s.cache, k)
 			continue
