@@ -7,8 +7,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/toolresult"
 )
 
-// capture keeps the first bytes of one stream, enough for limit characters,
-// and remembers whether anything beyond was seen.
+// capture keeps the first maxBytes bytes of one stream, and remembers
+// whether anything beyond was seen.
 type capture struct {
 	mu       sync.Mutex
 	maxBytes int
@@ -16,8 +16,19 @@ type capture struct {
 	over     bool
 }
 
+// newCapture keeps enough of a stream for limit characters.
 func newCapture(limitChars int) *capture {
 	return &capture{maxBytes: utf8.UTFMax*limitChars + utf8.UTFMax}
+}
+
+// head keeps the first n bytes of a stream.
+func head(n int) *capture { return &capture{maxBytes: n} }
+
+// String is what it kept.
+func (c *capture) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return string(c.b)
 }
 
 // budget is how many bytes the agent needs to forward for limit characters.

@@ -63,14 +63,14 @@ func (s *Service) preview(ctx context.Context, account string, e *entry, p *Exec
 		return failed("the copy's files could not be listed: %s", errs.Public(err).Message)
 	}
 
-	out, errOut := &head{max: contract.PreviewOutputBytes}, &head{max: contract.PreviewOutputBytes}
+	out, errOut := head(contract.PreviewOutputBytes), head(contract.PreviewOutputBytes)
 	proc, err := c.sb.Start(sandbox.Options{
 		Command: p.Command, Workdir: dir, Env: p.Env, Budget: contract.PreviewOutputBytes,
 		OnOutput: func(st sandbox.Stream, b []byte) {
 			if st == sandbox.Stderr {
-				errOut.Write(b)
+				errOut.write(b)
 			} else {
-				out.Write(b)
+				out.write(b)
 			}
 		},
 	})

@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -172,12 +170,12 @@ func (e *entry) snapshotMembers() string {
 // tar.
 func (s *Service) archive(ctx context.Context, e *entry) (io.ReadCloser, error) {
 	pr, pw := io.Pipe()
-	stderr := &head{max: 4 << 10}
+	stderr := head(4 << 10)
 	p, err := e.sb.Start(sandbox.Options{
 		Command: archiveCommand + e.snapshotMembers(), Workdir: "/", Budget: -1,
 		OnOutput: func(st sandbox.Stream, b []byte) {
 			if st == sandbox.Stderr {
-				stderr.Write(b)
+				stderr.write(b)
 				return
 			}
 			// A reader that stopped closed the pipe; the rest is
@@ -218,12 +216,12 @@ func (a *archiveReader) Close() error {
 // extract runs tar in e's sandbox on the archive r (what names it in
 // errors), at the pace tar reads it.
 func (s *Service) extract(ctx context.Context, e *entry, r io.Reader, what string) error {
-	stderr := &head{max: 4 << 10}
+	stderr := head(4 << 10)
 	p, err := e.sb.Start(sandbox.Options{
 		Command: restoreCommand + e.snapshotMembers(), Workdir: "/", Budget: -1,
 		OnOutput: func(st sandbox.Stream, b []byte) {
 			if st == sandbox.Stderr {
-				stderr.Write(b)
+				stderr.write(b)
 			}
 		},
 	})
@@ -373,27 +371,6 @@ func archiveFailed(x sandbox.Exit, stderr string) *tarError {
 		msg = fmt.Sprintf("tar exited with status %d", x.Code)
 	}
 	return &tarError{msg: msg}
-}
-
-// head keeps the first max bytes written to it.
-type head struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (t *head) Write(b []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if room := t.max - t.buf.Len(); room > 0 {
-		t.buf.Write(b[:min(len(b), room)])
-	}
-}
-
-func (t *head) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
 }
 
 // ListSnapshots returns account's snapshots, newest first.

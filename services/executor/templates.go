@@ -118,10 +118,10 @@ func (s *Service) startTemplate(ctx context.Context, e *entry, t *workspacev1.Te
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		stderr := &head{max: 1 << 10}
+		stderr := head(1 << 10)
 		p, err := e.sb.Start(sandbox.Options{Command: c, Budget: 4 << 10, OnOutput: func(st sandbox.Stream, b []byte) {
 			if st == sandbox.Stderr {
-				stderr.Write(b)
+				stderr.write(b)
 			}
 		}})
 		if err != nil {
