@@ -16,7 +16,7 @@ const sandboxUsage = `usage: conch sandbox <command> [flags]
 
 Commands:
   create [flags]                       create a sandbox and print its id
-  exec [flags] <id> [--] <command...>  run a command; its output and exit code become conch's
+  exec [flags] <id> [--] <command...>  run a command, printing its output as it comes; its exit code becomes conch's
   list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
   snapshot [--name NAME] <id>          save a sandbox's /home/workspace and /tmp and print the snapshot's id
@@ -183,30 +183,17 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			body["env"] = m
 		}
+		path := "/api/v1/sandboxes/" + url.PathEscape(pos[0]) + "/commands"
+		if !o.JSON() {
+			// Output is printed as it comes.
+			body["stream"] = true
+			return streamCommand(ctx, c, path, body, stdout, stderr)
+		}
 		var res SandboxResult
-		if err := c.JSON(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(pos[0])+"/commands", body, &res); err != nil {
+		if err := c.JSON(ctx, "POST", path, body, &res); err != nil {
 			return err
 		}
-		if o.JSON() {
-			return PrintJSON(stdout, res)
-		}
-		fmt.Fprint(stdout, res.Stdout)
-		fmt.Fprint(stderr, res.Stderr)
-		switch res.Outcome.Type {
-		case "exit":
-			if res.Outcome.ExitCode != nil && *res.Outcome.ExitCode != 0 {
-				return &ExitError{Code: *res.Outcome.ExitCode}
-			}
-			return nil
-		case "timeout":
-			return fmt.Errorf("command %w", ErrTimeout)
-		default:
-			msg := "sandbox error"
-			if res.Error != nil {
-				msg = *res.Error
-			}
-			return fmt.Errorf("%s", msg)
-		}
+		return PrintJSON(stdout, res)
 	case "list":
 		var out struct {
 			Sandboxes []struct {

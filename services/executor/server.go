@@ -407,7 +407,9 @@ var toolName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 
 // execStream sends Exec events on a gRPC stream.
 type execStream struct {
-	stream executorv1.ExecutorService_ExecServer
+	stream interface {
+		Send(*executorv1.ExecResponse) error
+	}
 }
 
 func (x execStream) Started(id string) error {
@@ -475,10 +477,15 @@ func (s *Server) Exec(req *executorv1.ExecRequest, stream executorv1.ExecutorSer
 	if err != nil || res == nil {
 		return err
 	}
-	return stream.Send(&executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
+	return stream.Send(finishedPB(res))
+}
+
+// finishedPB is a command's last event.
+func finishedPB(res *Result) *executorv1.ExecResponse {
+	return &executorv1.ExecResponse{Event: &executorv1.ExecResponse_Finished{Finished: &executorv1.Finished{
 		Outcome: outcomePB(res), Error: res.Error, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		DurationMs: res.Duration.Milliseconds(), Egress: res.Egress, EgressOmitted: res.EgressOmitted,
-	}}})
+	}}}
 }
 
 func outcomePB(r *Result) *executorv1.Outcome {
@@ -535,22 +542,14 @@ func (discard) ApprovalPending(*approvalv1.Approval) error { return nil }
 // RunCommand runs a command to its end and returns the shell's result
 // (docs/reference/openai-api.md).
 func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandRequest) (*executorv1.RunCommandResponse, error) {
-	account, err := tenant.Account(ctx)
+	account, p, err := s.runParams(ctx, &executorv1.StreamCommandRequest{
+		SandboxId: req.GetSandboxId(), Command: req.GetCommand(), TimeoutSeconds: req.GetTimeoutSeconds(),
+		MaxOutputLength: req.GetMaxOutputLength(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
+	})
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultRunTimeout, MaxRunTimeout, s.svc.ceil)
-	if err != nil {
-		return nil, err
-	}
-	maxOut, err := outputLimit(req.GetMaxOutputLength(), s.svc.ceil)
-	if err != nil {
-		return nil, err
-	}
-	res, err := s.svc.Exec(ctx, account, ExecParams{
-		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
-		Timeout: timeout, MaxOutput: maxOut,
-	}, discard{})
+	res, err := s.svc.Exec(ctx, account, p, discard{})
 	if err != nil {
 		return nil, err
 	}
@@ -560,6 +559,51 @@ func (s *Server) RunCommand(ctx context.Context, req *executorv1.RunCommandReque
 		out.Error = &res.Error
 	}
 	return out, nil
+}
+
+// StreamCommand runs a command as RunCommand does, streaming its events.
+func (s *Server) StreamCommand(req *executorv1.StreamCommandRequest, stream executorv1.ExecutorService_StreamCommandServer) error {
+	ctx := stream.Context()
+	account, p, err := s.runParams(ctx, req)
+	if err != nil {
+		return err
+	}
+	send := commandStream{stream}
+	res, err := s.svc.Exec(ctx, account, p, execStream{send})
+	if err != nil || res == nil {
+		return err
+	}
+	return send.Send(finishedPB(res))
+}
+
+// commandStream sends a command's events as StreamCommand's.
+type commandStream struct {
+	stream executorv1.ExecutorService_StreamCommandServer
+}
+
+func (c commandStream) Send(ev *executorv1.ExecResponse) error {
+	return c.stream.Send(&executorv1.StreamCommandResponse{Event: ev})
+}
+
+// runParams reads a REST command: its defaults and bounds are the
+// sandbox API's (docs/reference/sandboxes.md).
+func (s *Server) runParams(ctx context.Context, req *executorv1.StreamCommandRequest) (string, ExecParams, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return "", ExecParams{}, err
+	}
+	timeout, err := seconds("timeout_seconds", req.GetTimeoutSeconds(), DefaultRunTimeout, MaxRunTimeout, s.svc.ceil)
+	if err != nil {
+		return "", ExecParams{}, err
+	}
+	maxOut, err := outputLimit(req.GetMaxOutputLength(), s.svc.ceil)
+	if err != nil {
+		return "", ExecParams{}, err
+	}
+	return account, ExecParams{
+		SandboxID: req.GetSandboxId(), Command: req.GetCommand(), Workdir: req.GetWorkdir(), Env: req.GetEnv(),
+		Timeout: timeout, MaxOutput: maxOut,
+	}, nil
 }
 
 func processPB(p process.Snapshot) *executorv1.Process {

@@ -207,6 +207,8 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) }, gw)
+	cmds := &commandRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), gw: gw, log: opts.Logger}
+	cmds.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	tpl := &templateRoutes{t: workspacev1.NewTemplateServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	tpl.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	// The global providers forward to the process's once telemetry is set

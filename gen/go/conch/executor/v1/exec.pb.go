@@ -889,7 +889,10 @@ type RunCommandRequest struct {
 	// Working directory.
 	Workdir string `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
 	// Extra environment.
-	Env           map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Env map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Over REST, answer text/event-stream: the output as it comes, then the
+	// end (StreamCommand). RunCommand itself ignores it.
+	Stream        bool `protobuf:"varint,7,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -966,6 +969,152 @@ func (x *RunCommandRequest) GetEnv() map[string]string {
 	return nil
 }
 
+func (x *RunCommandRequest) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
+// StreamCommandRequest runs a command as RunCommandRequest does, its
+// output streamed.
+type StreamCommandRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The command line.
+	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// Timeout in seconds, 1-300; 0 means 60.
+	TimeoutSeconds int32 `protobuf:"varint,3,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	// Characters kept of stdout; stderr keeps what stdout left. 0 means 4096.
+	MaxOutputLength int32 `protobuf:"varint,4,opt,name=max_output_length,json=maxOutputLength,proto3" json:"max_output_length,omitempty"`
+	// Working directory.
+	Workdir string `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	// Extra environment.
+	Env           map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamCommandRequest) Reset() {
+	*x = StreamCommandRequest{}
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamCommandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamCommandRequest) ProtoMessage() {}
+
+func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
+func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StreamCommandRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *StreamCommandRequest) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *StreamCommandRequest) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *StreamCommandRequest) GetMaxOutputLength() int32 {
+	if x != nil {
+		return x.MaxOutputLength
+	}
+	return 0
+}
+
+func (x *StreamCommandRequest) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *StreamCommandRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+// StreamCommandResponse is one event of a streamed command: output as it
+// comes, an approval pending, and last the Finished event.
+type StreamCommandResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	Event         *ExecResponse `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamCommandResponse) Reset() {
+	*x = StreamCommandResponse{}
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamCommandResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamCommandResponse) ProtoMessage() {}
+
+func (x *StreamCommandResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamCommandResponse.ProtoReflect.Descriptor instead.
+func (*StreamCommandResponse) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StreamCommandResponse) GetEvent() *ExecResponse {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // RunCommandResponse is the result as the model receives it.
 type RunCommandResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -983,7 +1132,7 @@ type RunCommandResponse struct {
 
 func (x *RunCommandResponse) Reset() {
 	*x = RunCommandResponse{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1144,7 @@ func (x *RunCommandResponse) String() string {
 func (*RunCommandResponse) ProtoMessage() {}
 
 func (x *RunCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[9]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1157,7 @@ func (x *RunCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandResponse.ProtoReflect.Descriptor instead.
 func (*RunCommandResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{9}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunCommandResponse) GetStdout() string {
@@ -1054,7 +1203,7 @@ type ResolveCommandRequest struct {
 
 func (x *ResolveCommandRequest) Reset() {
 	*x = ResolveCommandRequest{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1215,7 @@ func (x *ResolveCommandRequest) String() string {
 func (*ResolveCommandRequest) ProtoMessage() {}
 
 func (x *ResolveCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[10]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1228,7 @@ func (x *ResolveCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCommandRequest.ProtoReflect.Descriptor instead.
 func (*ResolveCommandRequest) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{10}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolveCommandRequest) GetCommand() string {
@@ -1115,7 +1264,7 @@ type ResolveCommandResponse struct {
 
 func (x *ResolveCommandResponse) Reset() {
 	*x = ResolveCommandResponse{}
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1276,7 @@ func (x *ResolveCommandResponse) String() string {
 func (*ResolveCommandResponse) ProtoMessage() {}
 
 func (x *ResolveCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_conch_executor_v1_exec_proto_msgTypes[11]
+	mi := &file_conch_executor_v1_exec_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1289,7 @@ func (x *ResolveCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCommandResponse.ProtoReflect.Descriptor instead.
 func (*ResolveCommandResponse) Descriptor() ([]byte, []int) {
-	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{11}
+	return file_conch_executor_v1_exec_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolveCommandResponse) GetSegments() []*v1.Segment {
@@ -1218,7 +1367,7 @@ const file_conch_executor_v1_exec_proto_rawDesc = "" +
 	"\rstill_running\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\fstillRunning\x12E\n" +
 	"\fbackgrounded\x18\x05 \x01(\v2\x1f.conch.executor.v1.BackgroundedH\x00R\fbackgrounded\x129\n" +
 	"\bfinished\x18\x06 \x01(\v2\x1b.conch.executor.v1.FinishedH\x00R\bfinishedB\a\n" +
-	"\x05event\"\xb4\x02\n" +
+	"\x05event\"\xcc\x02\n" +
 	"\x11RunCommandRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
@@ -1226,10 +1375,24 @@ const file_conch_executor_v1_exec_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\x03 \x01(\x05R\x0etimeoutSeconds\x12*\n" +
 	"\x11max_output_length\x18\x04 \x01(\x05R\x0fmaxOutputLength\x12\x18\n" +
 	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x12?\n" +
-	"\x03env\x18\x06 \x03(\v2-.conch.executor.v1.RunCommandRequest.EnvEntryR\x03env\x1a6\n" +
+	"\x03env\x18\x06 \x03(\v2-.conch.executor.v1.RunCommandRequest.EnvEntryR\x03env\x12\x16\n" +
+	"\x06stream\x18\a \x01(\bR\x06stream\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\x02\n" +
+	"\x14StreamCommandRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12'\n" +
+	"\x0ftimeout_seconds\x18\x03 \x01(\x05R\x0etimeoutSeconds\x12*\n" +
+	"\x11max_output_length\x18\x04 \x01(\x05R\x0fmaxOutputLength\x12\x18\n" +
+	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x12B\n" +
+	"\x03env\x18\x06 \x03(\v20.conch.executor.v1.StreamCommandRequest.EnvEntryR\x03env\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\x15StreamCommandResponse\x125\n" +
+	"\x05event\x18\x01 \x01(\v2\x1f.conch.executor.v1.ExecResponseR\x05event\"\x9f\x01\n" +
 	"\x12RunCommandResponse\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\tR\x06stderr\x124\n" +
@@ -1266,7 +1429,7 @@ func file_conch_executor_v1_exec_proto_rawDescGZIP() []byte {
 }
 
 var file_conch_executor_v1_exec_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_conch_executor_v1_exec_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_conch_executor_v1_exec_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_conch_executor_v1_exec_proto_goTypes = []any{
 	(OutcomeType)(0),               // 0: conch.executor.v1.OutcomeType
 	(StreamName)(0),                // 1: conch.executor.v1.StreamName
@@ -1279,39 +1442,44 @@ var file_conch_executor_v1_exec_proto_goTypes = []any{
 	(*EgressConnection)(nil),       // 8: conch.executor.v1.EgressConnection
 	(*ExecResponse)(nil),           // 9: conch.executor.v1.ExecResponse
 	(*RunCommandRequest)(nil),      // 10: conch.executor.v1.RunCommandRequest
-	(*RunCommandResponse)(nil),     // 11: conch.executor.v1.RunCommandResponse
-	(*ResolveCommandRequest)(nil),  // 12: conch.executor.v1.ResolveCommandRequest
-	(*ResolveCommandResponse)(nil), // 13: conch.executor.v1.ResolveCommandResponse
-	nil,                            // 14: conch.executor.v1.ExecRequest.EnvEntry
-	nil,                            // 15: conch.executor.v1.RunCommandRequest.EnvEntry
-	(v1.Host)(0),                   // 16: conch.approval.v1.Host
-	(*v1.ExecSettings)(nil),        // 17: conch.approval.v1.ExecSettings
-	(*v1.Approval)(nil),            // 18: conch.approval.v1.Approval
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
-	(*v1.Segment)(nil),             // 20: conch.approval.v1.Segment
+	(*StreamCommandRequest)(nil),   // 11: conch.executor.v1.StreamCommandRequest
+	(*StreamCommandResponse)(nil),  // 12: conch.executor.v1.StreamCommandResponse
+	(*RunCommandResponse)(nil),     // 13: conch.executor.v1.RunCommandResponse
+	(*ResolveCommandRequest)(nil),  // 14: conch.executor.v1.ResolveCommandRequest
+	(*ResolveCommandResponse)(nil), // 15: conch.executor.v1.ResolveCommandResponse
+	nil,                            // 16: conch.executor.v1.ExecRequest.EnvEntry
+	nil,                            // 17: conch.executor.v1.RunCommandRequest.EnvEntry
+	nil,                            // 18: conch.executor.v1.StreamCommandRequest.EnvEntry
+	(v1.Host)(0),                   // 19: conch.approval.v1.Host
+	(*v1.ExecSettings)(nil),        // 20: conch.approval.v1.ExecSettings
+	(*v1.Approval)(nil),            // 21: conch.approval.v1.Approval
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*v1.Segment)(nil),             // 23: conch.approval.v1.Segment
 }
 var file_conch_executor_v1_exec_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.Outcome.type:type_name -> conch.executor.v1.OutcomeType
-	14, // 1: conch.executor.v1.ExecRequest.env:type_name -> conch.executor.v1.ExecRequest.EnvEntry
-	16, // 2: conch.executor.v1.ExecRequest.host:type_name -> conch.approval.v1.Host
-	17, // 3: conch.executor.v1.ExecRequest.settings:type_name -> conch.approval.v1.ExecSettings
+	16, // 1: conch.executor.v1.ExecRequest.env:type_name -> conch.executor.v1.ExecRequest.EnvEntry
+	19, // 2: conch.executor.v1.ExecRequest.host:type_name -> conch.approval.v1.Host
+	20, // 3: conch.executor.v1.ExecRequest.settings:type_name -> conch.approval.v1.ExecSettings
 	1,  // 4: conch.executor.v1.Output.stream:type_name -> conch.executor.v1.StreamName
-	18, // 5: conch.executor.v1.ApprovalPending.approval:type_name -> conch.approval.v1.Approval
+	21, // 5: conch.executor.v1.ApprovalPending.approval:type_name -> conch.approval.v1.Approval
 	2,  // 6: conch.executor.v1.Finished.outcome:type_name -> conch.executor.v1.Outcome
 	8,  // 7: conch.executor.v1.Finished.egress:type_name -> conch.executor.v1.EgressConnection
 	4,  // 8: conch.executor.v1.ExecResponse.output:type_name -> conch.executor.v1.Output
 	5,  // 9: conch.executor.v1.ExecResponse.approval_pending:type_name -> conch.executor.v1.ApprovalPending
-	19, // 10: conch.executor.v1.ExecResponse.still_running:type_name -> google.protobuf.Timestamp
+	22, // 10: conch.executor.v1.ExecResponse.still_running:type_name -> google.protobuf.Timestamp
 	6,  // 11: conch.executor.v1.ExecResponse.backgrounded:type_name -> conch.executor.v1.Backgrounded
 	7,  // 12: conch.executor.v1.ExecResponse.finished:type_name -> conch.executor.v1.Finished
-	15, // 13: conch.executor.v1.RunCommandRequest.env:type_name -> conch.executor.v1.RunCommandRequest.EnvEntry
-	2,  // 14: conch.executor.v1.RunCommandResponse.outcome:type_name -> conch.executor.v1.Outcome
-	20, // 15: conch.executor.v1.ResolveCommandResponse.segments:type_name -> conch.approval.v1.Segment
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	17, // 13: conch.executor.v1.RunCommandRequest.env:type_name -> conch.executor.v1.RunCommandRequest.EnvEntry
+	18, // 14: conch.executor.v1.StreamCommandRequest.env:type_name -> conch.executor.v1.StreamCommandRequest.EnvEntry
+	9,  // 15: conch.executor.v1.StreamCommandResponse.event:type_name -> conch.executor.v1.ExecResponse
+	2,  // 16: conch.executor.v1.RunCommandResponse.outcome:type_name -> conch.executor.v1.Outcome
+	23, // 17: conch.executor.v1.ResolveCommandResponse.segments:type_name -> conch.approval.v1.Segment
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_exec_proto_init() }
@@ -1328,14 +1496,14 @@ func file_conch_executor_v1_exec_proto_init() {
 		(*ExecResponse_Backgrounded)(nil),
 		(*ExecResponse_Finished)(nil),
 	}
-	file_conch_executor_v1_exec_proto_msgTypes[9].OneofWrappers = []any{}
+	file_conch_executor_v1_exec_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_exec_proto_rawDesc), len(file_conch_executor_v1_exec_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

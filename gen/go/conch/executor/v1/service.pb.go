@@ -24,7 +24,7 @@ var File_conch_executor_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/file.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a conch/executor/v1/snapshot.proto2\xd3\x13\n" +
+	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/file.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a conch/executor/v1/snapshot.proto2\xb9\x14\n" +
 	"\x0fExecutorService\x12b\n" +
 	"\rCreateSandbox\x12'.conch.executor.v1.CreateSandboxRequest\x1a(.conch.executor.v1.CreateSandboxResponse\x12Y\n" +
 	"\n" +
@@ -40,7 +40,8 @@ const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\x0eDeleteSnapshot\x12(.conch.executor.v1.DeleteSnapshotRequest\x1a).conch.executor.v1.DeleteSnapshotResponse\x12I\n" +
 	"\x04Exec\x12\x1e.conch.executor.v1.ExecRequest\x1a\x1f.conch.executor.v1.ExecResponse0\x01\x12Y\n" +
 	"\n" +
-	"RunCommand\x12$.conch.executor.v1.RunCommandRequest\x1a%.conch.executor.v1.RunCommandResponse\x12e\n" +
+	"RunCommand\x12$.conch.executor.v1.RunCommandRequest\x1a%.conch.executor.v1.RunCommandResponse\x12d\n" +
+	"\rStreamCommand\x12'.conch.executor.v1.StreamCommandRequest\x1a(.conch.executor.v1.StreamCommandResponse0\x01\x12e\n" +
 	"\x0eResolveCommand\x12(.conch.executor.v1.ResolveCommandRequest\x1a).conch.executor.v1.ResolveCommandResponse\x12b\n" +
 	"\rListProcesses\x12'.conch.executor.v1.ListProcessesRequest\x1a(.conch.executor.v1.ListProcessesResponse\x12\\\n" +
 	"\vPollProcess\x12%.conch.executor.v1.PollProcessRequest\x1a&.conch.executor.v1.PollProcessResponse\x12e\n" +
@@ -71,45 +72,47 @@ var file_conch_executor_v1_service_proto_goTypes = []any{
 	(*DeleteSnapshotRequest)(nil),      // 10: conch.executor.v1.DeleteSnapshotRequest
 	(*ExecRequest)(nil),                // 11: conch.executor.v1.ExecRequest
 	(*RunCommandRequest)(nil),          // 12: conch.executor.v1.RunCommandRequest
-	(*ResolveCommandRequest)(nil),      // 13: conch.executor.v1.ResolveCommandRequest
-	(*ListProcessesRequest)(nil),       // 14: conch.executor.v1.ListProcessesRequest
-	(*PollProcessRequest)(nil),         // 15: conch.executor.v1.PollProcessRequest
-	(*ReadProcessLogRequest)(nil),      // 16: conch.executor.v1.ReadProcessLogRequest
-	(*WriteProcessRequest)(nil),        // 17: conch.executor.v1.WriteProcessRequest
-	(*KillProcessRequest)(nil),         // 18: conch.executor.v1.KillProcessRequest
-	(*WatchSandboxEventsRequest)(nil),  // 19: conch.executor.v1.WatchSandboxEventsRequest
-	(*WriteFileRequest)(nil),           // 20: conch.executor.v1.WriteFileRequest
-	(*ReadFileRequest)(nil),            // 21: conch.executor.v1.ReadFileRequest
-	(*StatFileRequest)(nil),            // 22: conch.executor.v1.StatFileRequest
-	(*ListFilesRequest)(nil),           // 23: conch.executor.v1.ListFilesRequest
-	(*DeleteFileRequest)(nil),          // 24: conch.executor.v1.DeleteFileRequest
-	(*AttachNodeRequest)(nil),          // 25: conch.executor.v1.AttachNodeRequest
-	(*CreateSandboxResponse)(nil),      // 26: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxResponse)(nil),         // 27: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesResponse)(nil),      // 28: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxResponse)(nil),     // 29: conch.executor.v1.DestroySandboxResponse
-	(*SnapshotSandboxResponse)(nil),    // 30: conch.executor.v1.SnapshotSandboxResponse
-	(*ForkSandboxResponse)(nil),        // 31: conch.executor.v1.ForkSandboxResponse
-	(*PauseSandboxResponse)(nil),       // 32: conch.executor.v1.PauseSandboxResponse
-	(*ResumeSandboxResponse)(nil),      // 33: conch.executor.v1.ResumeSandboxResponse
-	(*ListSnapshotsResponse)(nil),      // 34: conch.executor.v1.ListSnapshotsResponse
-	(*GetSnapshotResponse)(nil),        // 35: conch.executor.v1.GetSnapshotResponse
-	(*DeleteSnapshotResponse)(nil),     // 36: conch.executor.v1.DeleteSnapshotResponse
-	(*ExecResponse)(nil),               // 37: conch.executor.v1.ExecResponse
-	(*RunCommandResponse)(nil),         // 38: conch.executor.v1.RunCommandResponse
-	(*ResolveCommandResponse)(nil),     // 39: conch.executor.v1.ResolveCommandResponse
-	(*ListProcessesResponse)(nil),      // 40: conch.executor.v1.ListProcessesResponse
-	(*PollProcessResponse)(nil),        // 41: conch.executor.v1.PollProcessResponse
-	(*ReadProcessLogResponse)(nil),     // 42: conch.executor.v1.ReadProcessLogResponse
-	(*WriteProcessResponse)(nil),       // 43: conch.executor.v1.WriteProcessResponse
-	(*KillProcessResponse)(nil),        // 44: conch.executor.v1.KillProcessResponse
-	(*WatchSandboxEventsResponse)(nil), // 45: conch.executor.v1.WatchSandboxEventsResponse
-	(*WriteFileResponse)(nil),          // 46: conch.executor.v1.WriteFileResponse
-	(*ReadFileResponse)(nil),           // 47: conch.executor.v1.ReadFileResponse
-	(*StatFileResponse)(nil),           // 48: conch.executor.v1.StatFileResponse
-	(*ListFilesResponse)(nil),          // 49: conch.executor.v1.ListFilesResponse
-	(*DeleteFileResponse)(nil),         // 50: conch.executor.v1.DeleteFileResponse
-	(*AttachNodeResponse)(nil),         // 51: conch.executor.v1.AttachNodeResponse
+	(*StreamCommandRequest)(nil),       // 13: conch.executor.v1.StreamCommandRequest
+	(*ResolveCommandRequest)(nil),      // 14: conch.executor.v1.ResolveCommandRequest
+	(*ListProcessesRequest)(nil),       // 15: conch.executor.v1.ListProcessesRequest
+	(*PollProcessRequest)(nil),         // 16: conch.executor.v1.PollProcessRequest
+	(*ReadProcessLogRequest)(nil),      // 17: conch.executor.v1.ReadProcessLogRequest
+	(*WriteProcessRequest)(nil),        // 18: conch.executor.v1.WriteProcessRequest
+	(*KillProcessRequest)(nil),         // 19: conch.executor.v1.KillProcessRequest
+	(*WatchSandboxEventsRequest)(nil),  // 20: conch.executor.v1.WatchSandboxEventsRequest
+	(*WriteFileRequest)(nil),           // 21: conch.executor.v1.WriteFileRequest
+	(*ReadFileRequest)(nil),            // 22: conch.executor.v1.ReadFileRequest
+	(*StatFileRequest)(nil),            // 23: conch.executor.v1.StatFileRequest
+	(*ListFilesRequest)(nil),           // 24: conch.executor.v1.ListFilesRequest
+	(*DeleteFileRequest)(nil),          // 25: conch.executor.v1.DeleteFileRequest
+	(*AttachNodeRequest)(nil),          // 26: conch.executor.v1.AttachNodeRequest
+	(*CreateSandboxResponse)(nil),      // 27: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxResponse)(nil),         // 28: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesResponse)(nil),      // 29: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxResponse)(nil),     // 30: conch.executor.v1.DestroySandboxResponse
+	(*SnapshotSandboxResponse)(nil),    // 31: conch.executor.v1.SnapshotSandboxResponse
+	(*ForkSandboxResponse)(nil),        // 32: conch.executor.v1.ForkSandboxResponse
+	(*PauseSandboxResponse)(nil),       // 33: conch.executor.v1.PauseSandboxResponse
+	(*ResumeSandboxResponse)(nil),      // 34: conch.executor.v1.ResumeSandboxResponse
+	(*ListSnapshotsResponse)(nil),      // 35: conch.executor.v1.ListSnapshotsResponse
+	(*GetSnapshotResponse)(nil),        // 36: conch.executor.v1.GetSnapshotResponse
+	(*DeleteSnapshotResponse)(nil),     // 37: conch.executor.v1.DeleteSnapshotResponse
+	(*ExecResponse)(nil),               // 38: conch.executor.v1.ExecResponse
+	(*RunCommandResponse)(nil),         // 39: conch.executor.v1.RunCommandResponse
+	(*StreamCommandResponse)(nil),      // 40: conch.executor.v1.StreamCommandResponse
+	(*ResolveCommandResponse)(nil),     // 41: conch.executor.v1.ResolveCommandResponse
+	(*ListProcessesResponse)(nil),      // 42: conch.executor.v1.ListProcessesResponse
+	(*PollProcessResponse)(nil),        // 43: conch.executor.v1.PollProcessResponse
+	(*ReadProcessLogResponse)(nil),     // 44: conch.executor.v1.ReadProcessLogResponse
+	(*WriteProcessResponse)(nil),       // 45: conch.executor.v1.WriteProcessResponse
+	(*KillProcessResponse)(nil),        // 46: conch.executor.v1.KillProcessResponse
+	(*WatchSandboxEventsResponse)(nil), // 47: conch.executor.v1.WatchSandboxEventsResponse
+	(*WriteFileResponse)(nil),          // 48: conch.executor.v1.WriteFileResponse
+	(*ReadFileResponse)(nil),           // 49: conch.executor.v1.ReadFileResponse
+	(*StatFileResponse)(nil),           // 50: conch.executor.v1.StatFileResponse
+	(*ListFilesResponse)(nil),          // 51: conch.executor.v1.ListFilesResponse
+	(*DeleteFileResponse)(nil),         // 52: conch.executor.v1.DeleteFileResponse
+	(*AttachNodeResponse)(nil),         // 53: conch.executor.v1.AttachNodeResponse
 }
 var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.ExecutorService.CreateSandbox:input_type -> conch.executor.v1.CreateSandboxRequest
@@ -125,47 +128,49 @@ var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	10, // 10: conch.executor.v1.ExecutorService.DeleteSnapshot:input_type -> conch.executor.v1.DeleteSnapshotRequest
 	11, // 11: conch.executor.v1.ExecutorService.Exec:input_type -> conch.executor.v1.ExecRequest
 	12, // 12: conch.executor.v1.ExecutorService.RunCommand:input_type -> conch.executor.v1.RunCommandRequest
-	13, // 13: conch.executor.v1.ExecutorService.ResolveCommand:input_type -> conch.executor.v1.ResolveCommandRequest
-	14, // 14: conch.executor.v1.ExecutorService.ListProcesses:input_type -> conch.executor.v1.ListProcessesRequest
-	15, // 15: conch.executor.v1.ExecutorService.PollProcess:input_type -> conch.executor.v1.PollProcessRequest
-	16, // 16: conch.executor.v1.ExecutorService.ReadProcessLog:input_type -> conch.executor.v1.ReadProcessLogRequest
-	17, // 17: conch.executor.v1.ExecutorService.WriteProcess:input_type -> conch.executor.v1.WriteProcessRequest
-	18, // 18: conch.executor.v1.ExecutorService.KillProcess:input_type -> conch.executor.v1.KillProcessRequest
-	19, // 19: conch.executor.v1.ExecutorService.WatchSandboxEvents:input_type -> conch.executor.v1.WatchSandboxEventsRequest
-	20, // 20: conch.executor.v1.ExecutorService.WriteFile:input_type -> conch.executor.v1.WriteFileRequest
-	21, // 21: conch.executor.v1.ExecutorService.ReadFile:input_type -> conch.executor.v1.ReadFileRequest
-	22, // 22: conch.executor.v1.ExecutorService.StatFile:input_type -> conch.executor.v1.StatFileRequest
-	23, // 23: conch.executor.v1.ExecutorService.ListFiles:input_type -> conch.executor.v1.ListFilesRequest
-	24, // 24: conch.executor.v1.ExecutorService.DeleteFile:input_type -> conch.executor.v1.DeleteFileRequest
-	25, // 25: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
-	26, // 26: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
-	27, // 27: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
-	28, // 28: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
-	29, // 29: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
-	30, // 30: conch.executor.v1.ExecutorService.SnapshotSandbox:output_type -> conch.executor.v1.SnapshotSandboxResponse
-	31, // 31: conch.executor.v1.ExecutorService.ForkSandbox:output_type -> conch.executor.v1.ForkSandboxResponse
-	32, // 32: conch.executor.v1.ExecutorService.PauseSandbox:output_type -> conch.executor.v1.PauseSandboxResponse
-	33, // 33: conch.executor.v1.ExecutorService.ResumeSandbox:output_type -> conch.executor.v1.ResumeSandboxResponse
-	34, // 34: conch.executor.v1.ExecutorService.ListSnapshots:output_type -> conch.executor.v1.ListSnapshotsResponse
-	35, // 35: conch.executor.v1.ExecutorService.GetSnapshot:output_type -> conch.executor.v1.GetSnapshotResponse
-	36, // 36: conch.executor.v1.ExecutorService.DeleteSnapshot:output_type -> conch.executor.v1.DeleteSnapshotResponse
-	37, // 37: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
-	38, // 38: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
-	39, // 39: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
-	40, // 40: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
-	41, // 41: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
-	42, // 42: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
-	43, // 43: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
-	44, // 44: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
-	45, // 45: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
-	46, // 46: conch.executor.v1.ExecutorService.WriteFile:output_type -> conch.executor.v1.WriteFileResponse
-	47, // 47: conch.executor.v1.ExecutorService.ReadFile:output_type -> conch.executor.v1.ReadFileResponse
-	48, // 48: conch.executor.v1.ExecutorService.StatFile:output_type -> conch.executor.v1.StatFileResponse
-	49, // 49: conch.executor.v1.ExecutorService.ListFiles:output_type -> conch.executor.v1.ListFilesResponse
-	50, // 50: conch.executor.v1.ExecutorService.DeleteFile:output_type -> conch.executor.v1.DeleteFileResponse
-	51, // 51: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
-	26, // [26:52] is the sub-list for method output_type
-	0,  // [0:26] is the sub-list for method input_type
+	13, // 13: conch.executor.v1.ExecutorService.StreamCommand:input_type -> conch.executor.v1.StreamCommandRequest
+	14, // 14: conch.executor.v1.ExecutorService.ResolveCommand:input_type -> conch.executor.v1.ResolveCommandRequest
+	15, // 15: conch.executor.v1.ExecutorService.ListProcesses:input_type -> conch.executor.v1.ListProcessesRequest
+	16, // 16: conch.executor.v1.ExecutorService.PollProcess:input_type -> conch.executor.v1.PollProcessRequest
+	17, // 17: conch.executor.v1.ExecutorService.ReadProcessLog:input_type -> conch.executor.v1.ReadProcessLogRequest
+	18, // 18: conch.executor.v1.ExecutorService.WriteProcess:input_type -> conch.executor.v1.WriteProcessRequest
+	19, // 19: conch.executor.v1.ExecutorService.KillProcess:input_type -> conch.executor.v1.KillProcessRequest
+	20, // 20: conch.executor.v1.ExecutorService.WatchSandboxEvents:input_type -> conch.executor.v1.WatchSandboxEventsRequest
+	21, // 21: conch.executor.v1.ExecutorService.WriteFile:input_type -> conch.executor.v1.WriteFileRequest
+	22, // 22: conch.executor.v1.ExecutorService.ReadFile:input_type -> conch.executor.v1.ReadFileRequest
+	23, // 23: conch.executor.v1.ExecutorService.StatFile:input_type -> conch.executor.v1.StatFileRequest
+	24, // 24: conch.executor.v1.ExecutorService.ListFiles:input_type -> conch.executor.v1.ListFilesRequest
+	25, // 25: conch.executor.v1.ExecutorService.DeleteFile:input_type -> conch.executor.v1.DeleteFileRequest
+	26, // 26: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
+	27, // 27: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
+	28, // 28: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
+	29, // 29: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
+	30, // 30: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
+	31, // 31: conch.executor.v1.ExecutorService.SnapshotSandbox:output_type -> conch.executor.v1.SnapshotSandboxResponse
+	32, // 32: conch.executor.v1.ExecutorService.ForkSandbox:output_type -> conch.executor.v1.ForkSandboxResponse
+	33, // 33: conch.executor.v1.ExecutorService.PauseSandbox:output_type -> conch.executor.v1.PauseSandboxResponse
+	34, // 34: conch.executor.v1.ExecutorService.ResumeSandbox:output_type -> conch.executor.v1.ResumeSandboxResponse
+	35, // 35: conch.executor.v1.ExecutorService.ListSnapshots:output_type -> conch.executor.v1.ListSnapshotsResponse
+	36, // 36: conch.executor.v1.ExecutorService.GetSnapshot:output_type -> conch.executor.v1.GetSnapshotResponse
+	37, // 37: conch.executor.v1.ExecutorService.DeleteSnapshot:output_type -> conch.executor.v1.DeleteSnapshotResponse
+	38, // 38: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
+	39, // 39: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
+	40, // 40: conch.executor.v1.ExecutorService.StreamCommand:output_type -> conch.executor.v1.StreamCommandResponse
+	41, // 41: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
+	42, // 42: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
+	43, // 43: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
+	44, // 44: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
+	45, // 45: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
+	46, // 46: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
+	47, // 47: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
+	48, // 48: conch.executor.v1.ExecutorService.WriteFile:output_type -> conch.executor.v1.WriteFileResponse
+	49, // 49: conch.executor.v1.ExecutorService.ReadFile:output_type -> conch.executor.v1.ReadFileResponse
+	50, // 50: conch.executor.v1.ExecutorService.StatFile:output_type -> conch.executor.v1.StatFileResponse
+	51, // 51: conch.executor.v1.ExecutorService.ListFiles:output_type -> conch.executor.v1.ListFilesResponse
+	52, // 52: conch.executor.v1.ExecutorService.DeleteFile:output_type -> conch.executor.v1.DeleteFileResponse
+	53, // 53: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
+	27, // [27:54] is the sub-list for method output_type
+	0,  // [0:27] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -32,6 +32,7 @@ const (
 	ExecutorService_DeleteSnapshot_FullMethodName     = "/conch.executor.v1.ExecutorService/DeleteSnapshot"
 	ExecutorService_Exec_FullMethodName               = "/conch.executor.v1.ExecutorService/Exec"
 	ExecutorService_RunCommand_FullMethodName         = "/conch.executor.v1.ExecutorService/RunCommand"
+	ExecutorService_StreamCommand_FullMethodName      = "/conch.executor.v1.ExecutorService/StreamCommand"
 	ExecutorService_ResolveCommand_FullMethodName     = "/conch.executor.v1.ExecutorService/ResolveCommand"
 	ExecutorService_ListProcesses_FullMethodName      = "/conch.executor.v1.ExecutorService/ListProcesses"
 	ExecutorService_PollProcess_FullMethodName        = "/conch.executor.v1.ExecutorService/PollProcess"
@@ -89,6 +90,10 @@ type ExecutorServiceClient interface {
 	// RunCommand runs a command to its end and returns the result as the
 	// model receives it.
 	RunCommand(ctx context.Context, in *RunCommandRequest, opts ...grpc.CallOption) (*RunCommandResponse, error)
+	// StreamCommand runs a command as RunCommand does, streaming its output
+	// as it comes and ending with a Finished event: what REST's "stream":
+	// true answers as server-sent events.
+	StreamCommand(ctx context.Context, in *StreamCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamCommandResponse], error)
 	// ResolveCommand finds the programs of a command as the shell of a new
 	// sandbox of this executor would, without running anything: what the
 	// exec policy judges for host sandbox when no sandbox is named.
@@ -271,6 +276,25 @@ func (c *executorServiceClient) RunCommand(ctx context.Context, in *RunCommandRe
 	return out, nil
 }
 
+func (c *executorServiceClient) StreamCommand(ctx context.Context, in *StreamCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamCommandResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[1], ExecutorService_StreamCommand_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamCommandRequest, StreamCommandResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_StreamCommandClient = grpc.ServerStreamingClient[StreamCommandResponse]
+
 func (c *executorServiceClient) ResolveCommand(ctx context.Context, in *ResolveCommandRequest, opts ...grpc.CallOption) (*ResolveCommandResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveCommandResponse)
@@ -333,7 +357,7 @@ func (c *executorServiceClient) KillProcess(ctx context.Context, in *KillProcess
 
 func (c *executorServiceClient) WatchSandboxEvents(ctx context.Context, in *WatchSandboxEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSandboxEventsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[1], ExecutorService_WatchSandboxEvents_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[2], ExecutorService_WatchSandboxEvents_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +376,7 @@ type ExecutorService_WatchSandboxEventsClient = grpc.ServerStreamingClient[Watch
 
 func (c *executorServiceClient) WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[2], ExecutorService_WriteFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[3], ExecutorService_WriteFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +389,7 @@ type ExecutorService_WriteFileClient = grpc.ClientStreamingClient[WriteFileReque
 
 func (c *executorServiceClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[3], ExecutorService_ReadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[4], ExecutorService_ReadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +438,7 @@ func (c *executorServiceClient) DeleteFile(ctx context.Context, in *DeleteFileRe
 
 func (c *executorServiceClient) AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[4], ExecutorService_AttachNode_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[5], ExecutorService_AttachNode_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -467,6 +491,10 @@ type ExecutorServiceServer interface {
 	// RunCommand runs a command to its end and returns the result as the
 	// model receives it.
 	RunCommand(context.Context, *RunCommandRequest) (*RunCommandResponse, error)
+	// StreamCommand runs a command as RunCommand does, streaming its output
+	// as it comes and ending with a Finished event: what REST's "stream":
+	// true answers as server-sent events.
+	StreamCommand(*StreamCommandRequest, grpc.ServerStreamingServer[StreamCommandResponse]) error
 	// ResolveCommand finds the programs of a command as the shell of a new
 	// sandbox of this executor would, without running anything: what the
 	// exec policy judges for host sandbox when no sandbox is named.
@@ -548,6 +576,9 @@ func (UnimplementedExecutorServiceServer) Exec(*ExecRequest, grpc.ServerStreamin
 }
 func (UnimplementedExecutorServiceServer) RunCommand(context.Context, *RunCommandRequest) (*RunCommandResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunCommand not implemented")
+}
+func (UnimplementedExecutorServiceServer) StreamCommand(*StreamCommandRequest, grpc.ServerStreamingServer[StreamCommandResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamCommand not implemented")
 }
 func (UnimplementedExecutorServiceServer) ResolveCommand(context.Context, *ResolveCommandRequest) (*ResolveCommandResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveCommand not implemented")
@@ -835,6 +866,17 @@ func _ExecutorService_RunCommand_Handler(srv interface{}, ctx context.Context, d
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _ExecutorService_StreamCommand_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamCommandRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServiceServer).StreamCommand(m, &grpc.GenericServerStream[StreamCommandRequest, StreamCommandResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_StreamCommandServer = grpc.ServerStreamingServer[StreamCommandResponse]
 
 func _ExecutorService_ResolveCommand_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResolveCommandRequest)
@@ -1130,6 +1172,11 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Exec",
 			Handler:       _ExecutorService_Exec_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "StreamCommand",
+			Handler:       _ExecutorService_StreamCommand_Handler,
 			ServerStreams: true,
 		},
 		{

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// streamCommand runs a sandbox command with "stream": true and copies its
+// output to stdout and stderr as the server-sent events bring it; the
+// exit event decides the result, as for a command run to its end.
+func streamCommand(ctx context.Context, c *Client, path string, body map[string]any, stdout, stderr io.Writer) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := c.Request(ctx, "POST", path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var exit *struct {
+		ExitCode *int   `json:"exit_code"`
+		TimedOut bool   `json:"timed_out"`
+		Error    string `json:"error"`
+	}
+	err = readEvents(resp.Body, func(name string, data []byte) error {
+		switch name {
+		case "stdout", "stderr":
+			var d struct{ Data, Encoding string }
+			if err := json.Unmarshal(data, &d); err != nil {
+				return fmt.Errorf("%s event: %w", name, err)
+			}
+			out := []byte(d.Data)
+			if d.Encoding == "base64" {
+				if out, err = base64.StdEncoding.DecodeString(d.Data); err != nil {
+					return fmt.Errorf("%s event: %w", name, err)
+				}
+			}
+			w := stdout
+			if name == "stderr" {
+				w = stderr
+			}
+			_, err := w.Write(out)
+			return err
+		case "exit":
+			return json.Unmarshal(data, &exit)
+		case "error":
+			var e struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			_ = json.Unmarshal(data, &e)
+			return fmt.Errorf("%s", e.Error.Message)
+		}
+		return nil // approval and events of later versions
+	})
+	switch {
+	case err != nil:
+		return err
+	case exit == nil:
+		return fmt.Errorf("POST %s: the stream ended before the command did", path)
+	case exit.TimedOut:
+		return fmt.Errorf("command %w", ErrTimeout)
+	case exit.Error != "":
+		return fmt.Errorf("%s", exit.Error)
+	case exit.ExitCode != nil && *exit.ExitCode != 0:
+		return &ExitError{Code: *exit.ExitCode}
+	}
+	return nil
+}
+
+// readEvents calls fn with each server-sent event's name and data.
+func readEvents(r io.Reader, fn func(name string, data []byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var name string
+	var data []byte
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if name != "" || data != nil {
+				if err := fn(name, data); err != nil {
+					return err
+				}
+			}
+			name, data = "", nil
+		case strings.HasPrefix(line, "event:"):
+			name = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")...)
+		}
+	}
+	return sc.Err()
+}
