@@ -15,6 +15,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
+	"github.com/conch-sh/conch/services/executor/wsclient"
 )
 
 // hungWorkspace is a workspace service whose first flush never answers:
@@ -75,7 +76,7 @@ func TestFlushTimeout(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 
 	const timeout = 2 * time.Second
-	x := startExecutor(t, WithWorkspaces(NewWorkspaceClient(workspacev1.NewWorkspaceServiceClient(conn), 1<<20)), WithFlushTimeout(timeout))
+	x := startExecutor(t, WithWorkspaces(wsclient.NewWorkspaces(workspacev1.NewWorkspaceServiceClient(conn), 1<<20)), WithFlushTimeout(timeout))
 	t.Cleanup(func() { close(ws.release) })
 	ctx := as(t, "acct")
 	created, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Persistent: true, User: "alice"})

@@ -33,6 +33,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/executor/templatecache"
 	"github.com/conch-sh/conch/services/executor/toolshim"
+	"github.com/conch-sh/conch/services/executor/wsclient"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/contract"
@@ -976,7 +977,7 @@ func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
 	// command of the sandbox.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.flushTimeout)
 	defer cancel()
-	res, err := s.ws.Flush(fctx, e.account, e.user, FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Synced: e.synced, Changes: c, ETags: e.etags})
+	res, err := s.ws.Flush(fctx, e.account, e.user, wsclient.FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Synced: e.synced, Changes: c, ETags: e.etags})
 	if err != nil {
 		// The service has the same deadline and may end the call a moment
 		// before this side's timer marks fctx: the clock decides.

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/executor/wsclient"
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/workspace/workspacetest"
 )
@@ -16,7 +17,7 @@ import (
 // startSnapshotStore serves a real workspace service on loopback and
 // returns the executor's client of its snapshots.
 func startSnapshotStore(t *testing.T) Snapshots {
-	return NewSnapshotClient(workspacetest.Start(t))
+	return wsclient.NewSnapshots(workspacetest.Start(t))
 }
 
 // The state a snapshot must keep: files with their modes and times,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -150,65 +149,4 @@ func (s *Service) startTemplate(ctx context.Context, e *entry, t *workspacev1.Te
 		case <-time.After(readyPoll):
 		}
 	}
-}
-
-// templateClient is Templates over the workspace service's gRPC API.
-type templateClient struct {
-	c workspacev1.TemplateServiceClient
-}
-
-// NewTemplateClient returns Templates over c.
-func NewTemplateClient(c workspacev1.TemplateServiceClient) Templates {
-	return &templateClient{c: c}
-}
-
-// Get implements Templates.
-func (c *templateClient) Get(ctx context.Context, account, name string) (*workspacev1.Template, error) {
-	resp, err := c.c.GetTemplate(scoped(ctx, account, ""), &workspacev1.GetTemplateRequest{Name: name})
-	if err != nil {
-		return nil, errs.FromStatus(err)
-	}
-	return resp.GetTemplate(), nil
-}
-
-// OpenRoot implements templatecache.Source.
-func (c *templateClient) OpenRoot(ctx context.Context, account, name, digest string) (io.ReadCloser, error) {
-	ctx, cancel := context.WithCancel(scoped(ctx, account, ""))
-	stream, err := c.c.ReadTemplateRoot(ctx, &workspacev1.ReadTemplateRootRequest{Name: name, Digest: digest})
-	if err != nil {
-		cancel()
-		return nil, errs.FromStatus(err)
-	}
-	return &streamReader{recv: func() ([]byte, error) {
-		m, err := stream.Recv()
-		return m.GetData(), err
-	}, cancel: cancel}, nil
-}
-
-// streamReader reads the data of a server stream's messages.
-type streamReader struct {
-	recv   func() ([]byte, error)
-	cancel context.CancelFunc
-	buf    []byte
-}
-
-func (r *streamReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		b, err := r.recv()
-		if errors.Is(err, io.EOF) {
-			return 0, io.EOF
-		}
-		if err != nil {
-			return 0, errs.FromStatus(err)
-		}
-		r.buf = b
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
-}
-
-func (r *streamReader) Close() error {
-	r.cancel()
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/executor/templatecache"
+	"github.com/conch-sh/conch/services/executor/wsclient"
 	"github.com/conch-sh/conch/services/internal/image"
 	"github.com/conch-sh/conch/services/internal/image/imagetest"
 	"github.com/conch-sh/conch/services/internal/quotas"
@@ -32,13 +33,13 @@ func templateExecutor(t *testing.T) (*testExecutor, workspacev1.TemplateServiceC
 			t.Fatal(err)
 		}
 	}
-	src := NewTemplateClient(tc)
+	src := wsclient.NewTemplates(tc)
 	cache, err := templatecache.New(dir, "test", 1<<30, image.Limits{MaxBytes: 1 << 30, MaxFiles: 1 << 20}, src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cache.Close() })
-	x := startExecutor(t, WithSnapshots(NewSnapshotClient(ws)), WithTemplates(src, cache), WithQuotas(quotas.Defaults), WithReadyTimeout(3*time.Second))
+	x := startExecutor(t, WithSnapshots(wsclient.NewSnapshots(ws)), WithTemplates(src, cache), WithQuotas(quotas.Defaults), WithReadyTimeout(3*time.Second))
 	return x, tc, cache
 }
 

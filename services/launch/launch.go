@@ -39,6 +39,7 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 	"github.com/conch-sh/conch/services/executor/templatecache"
+	"github.com/conch-sh/conch/services/executor/wsclient"
 	"github.com/conch-sh/conch/services/internal/audit"
 	"github.com/conch-sh/conch/services/internal/image"
 	"github.com/conch-sh/conch/services/internal/outbound"
@@ -109,7 +110,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 		}
 		c.onClose(func() { _ = wsConn.Close() })
 		wsClient := workspacev1.NewWorkspaceServiceClient(wsConn)
-		ws := executor.NewWorkspaceClient(wsClient, executor.PersistentWorkspaceBytes)
+		ws := wsclient.NewWorkspaces(wsClient, executor.PersistentWorkspaceBytes)
 		routerConn, err := p.dial(ctx, "router")
 		if err != nil {
 			return fmt.Errorf("executor: dial router: %w", err)
@@ -131,9 +132,9 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			return fmt.Errorf("executor: %w", err)
 		}
 		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
-		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithSnapshots(executor.NewSnapshotClient(wsClient)), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
+		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithSnapshots(wsclient.NewSnapshots(wsClient)), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
 		if cfg.TemplateCacheDir != "" {
-			templates := executor.NewTemplateClient(workspacev1.NewTemplateServiceClient(wsConn))
+			templates := wsclient.NewTemplates(workspacev1.NewTemplateServiceClient(wsConn))
 			// The workspace service bounded each root when it built it;
 			// the cache holds it to no more than it keeps in all, and
 			// checks its digest.

@@ -1,4 +1,4 @@
-package executor
+package wsclient
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func TestFlushReportsUnsentFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &flushRecorder{}
-	w := NewWorkspaceClient(flushOnly{stream: rec}, 1<<20)
+	w := NewWorkspaces(flushOnly{stream: rec}, 1<<20)
 	res, err := w.Flush(t.Context(), "acme", "u", FlushInput{Base: 3, Root: root, Scan: scan, Changes: wsync.Diff(nil, scan)})
 	if err != nil || res.Revision != 7 {
 		t.Fatalf("flush: %+v %v", res, err)
@@ -108,7 +108,7 @@ func TestFlushQuotaETagsConflicts(t *testing.T) {
 	changes := wsync.Diff(before, scan)
 
 	rec := &flushRecorder{conflicts: []*workspacev1.Conflict{{Path: "/old", Reason: "changed"}}}
-	w := NewWorkspaceClient(flushOnly{stream: rec}, 1<<20)
+	w := NewWorkspaces(flushOnly{stream: rec}, 1<<20)
 	if _, err := w.Flush(t.Context(), "acme", "u", FlushInput{Quota: quota.Limits{Bytes: 5, Files: 10}, Root: root, Scan: scan, Changes: changes}); err == nil || errs.KindOf(err) != errs.ResourceExhausted || !strings.Contains(err.Error(), "workspace quota exceeded") {
 		t.Fatalf("flush of 11 bytes under a quota of 5: %v, want a quota refusal", err)
 	}
