@@ -175,6 +175,9 @@ type chat struct {
 	history []map[string]any
 	// interrupts yields a Ctrl-C, which cancels the turn under way.
 	interrupts <-chan os.Signal
+	// live says the running call's output was shown as it came, and
+	// midLine that the last piece shown ended inside a line.
+	live, midLine bool
 }
 
 // turn sends one user message and shows the answer: streamed as it
@@ -285,6 +288,8 @@ func (ch *chat) stream(ctx context.Context, body map[string]any) (string, error)
 				Result    string          `json:"result"`
 				Name      string          `json:"name"`
 				Approval  json.RawMessage `json:"approval"`
+				Output    string          `json:"output"`
+				Encoding  string          `json:"encoding"`
 			} `json:"conch_event"`
 			Error *struct {
 				Message string `json:"message"`
@@ -302,6 +307,10 @@ func (ch *chat) stream(ctx context.Context, body map[string]any) (string, error)
 				ch.showCall(e.Name, e.Arguments)
 			case "approval_pending":
 				ch.askApproval(ctx, e.Approval)
+			case "tool_output":
+				if e.Encoding == "" {
+					ch.showOutput(e.Output)
+				}
 			case "tool_result":
 				ch.showResult(e.Result)
 			}
@@ -362,16 +371,44 @@ func (ch *chat) showCall(name, arguments string) {
 	fmt.Fprintf(ch.out, "$ %s\n", display.Escape(a.Command))
 }
 
+// showOutput shows a piece of the running call's output as it comes,
+// indented as its result would be.
+func (ch *chat) showOutput(text string) {
+	text = Sanitize(text)
+	if text == "" {
+		return
+	}
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(text, "\n") {
+		if line == "" {
+			continue
+		}
+		if !ch.midLine {
+			b.WriteString("  ")
+		}
+		b.WriteString(line)
+		ch.midLine = !strings.HasSuffix(line, "\n")
+	}
+	fmt.Fprint(ch.out, b.String())
+	ch.live = true
+}
+
 func (ch *chat) showResult(result string) {
+	live := ch.live
+	if ch.midLine {
+		fmt.Fprintln(ch.out)
+	}
+	ch.live, ch.midLine = false, false
 	r, err := toolresult.Decode(result)
 	if err != nil || r.Outcome.Type == "" {
 		fmt.Fprintf(ch.out, "%s\n", Sanitize(firstChars(result, 2000)))
 		return
 	}
-	if r.Stdout != "" {
+	// Output already shown as it came is not shown twice.
+	if r.Stdout != "" && !live {
 		fmt.Fprint(ch.out, indent(Sanitize(r.Stdout)))
 	}
-	if r.Stderr != "" {
+	if r.Stderr != "" && !live {
 		fmt.Fprint(ch.out, indent(Sanitize(r.Stderr)))
 	}
 	switch {

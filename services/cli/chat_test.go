@@ -162,3 +162,31 @@ func TestChatJSON(t *testing.T) {
 		t.Errorf("second turn sent %v, want user, the first answer, user", msgs)
 	}
 }
+
+// A shell call's output is shown as it comes, once: the result that follows
+// adds only how the command ended.
+func TestChatShowsLiveOutput(t *testing.T) {
+	t.Parallel()
+	turn := sseOf(
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":null}],"conch_event":{"event":"tool_call","id":"c1","name":"shell","arguments":"{\"command\":\"make\"}"}}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":null}],"conch_event":{"event":"tool_output","id":"c1","name":"shell","stream":"stdout","output":"building "}}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":null}],"conch_event":{"event":"tool_output","id":"c1","name":"shell","stream":"stdout","output":"a\nlinking\n"}}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":null}],"conch_event":{"event":"tool_output","id":"c1","name":"shell","stream":"stderr","output":"/w==","encoding":"base64"}}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":null}],"conch_event":{"event":"tool_result","id":"c1","name":"shell","result":"{\"stdout\":\"building a\\nlinking\\n\",\"stderr\":\"\",\"outcome\":{\"type\":\"exit\",\"exit_code\":2}}"}}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"It failed."},"finish_reason":null}]}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"conch":{"server_tool_calls":[]}}`,
+	)
+	f := newFakeCompletions(t, func(int, map[string]any) string { return turn })
+	c, err := NewClient(&Options{Server: f.srv.URL, APIKey: "k", Output: "text"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ch := &chat{c: c, in: readLines(strings.NewReader("")), out: &out, model: "default"}
+	if err := ch.turn(t.Context(), "build"); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); strings.Count(got, "linking") != 1 || !strings.Contains(got, "  building a\n  linking\n  [exit 2]\n") {
+		t.Errorf("turn shown as %q", got)
+	}
+}

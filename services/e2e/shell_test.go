@@ -74,7 +74,7 @@ func TestShellLoop(t *testing.T) {
 			Model: "streamed", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("go")},
 		})
 		var acc openai.ChatCompletionAccumulator
-		var sawCall, sawResult bool
+		var sawCall, sawResult, outputFirst bool
 		conchChunks := 0
 		for stream.Next() {
 			ch := stream.Current()
@@ -88,13 +88,15 @@ func TestShellLoop(t *testing.T) {
 				}
 			}
 			sawCall = sawCall || strings.Contains(raw, `"event":"tool_call"`)
+			// The output as it ran comes before the result.
+			outputFirst = outputFirst || !sawResult && strings.Contains(raw, `"event":"tool_output"`) && strings.Contains(raw, `"stream":"stdout"`) && strings.Contains(raw, `"output":"streamed\n"`)
 			sawResult = sawResult || strings.Contains(raw, `"event":"tool_result"`) && strings.Contains(raw, `streamed\\n`)
 		}
 		if err := stream.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if conchChunks != 1 || !sawCall || !sawResult || acc.Choices[0].Message.Content != "done" || acc.Choices[0].FinishReason != "stop" {
-			t.Errorf("stream: %d chunks with conch, call %v result %v content %q", conchChunks, sawCall, sawResult, acc.Choices[0].Message.Content)
+		if conchChunks != 1 || !sawCall || !sawResult || !outputFirst || acc.Choices[0].Message.Content != "done" || acc.Choices[0].FinishReason != "stop" {
+			t.Errorf("stream: %d chunks with conch, call %v output first %v result %v content %q", conchChunks, sawCall, outputFirst, sawResult, acc.Choices[0].Message.Content)
 		}
 	})
 

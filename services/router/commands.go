@@ -3,18 +3,17 @@ package router
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"unicode/utf8"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/contract"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
+	"github.com/conch-sh/conch/services/internal/utf8stream"
 	"github.com/conch-sh/conch/services/router/apierror"
 )
 
@@ -72,7 +71,7 @@ func (c *commandRoutes) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
-	var text [2]utf8Carry
+	var text [2]utf8stream.Splitter
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -93,7 +92,7 @@ func (c *commandRoutes) serve(w http.ResponseWriter, r *http.Request) {
 			if e.Output.GetStream() == executorv1.StreamName_STREAM_NAME_STDERR {
 				i, name = 1, "stderr"
 			}
-			for _, d := range text[i].split(e.Output.GetData()) {
+			for _, d := range text[i].Split(e.Output.GetData()) {
 				ev.send(name, d)
 			}
 		case *executorv1.ExecResponse_ApprovalPending:
@@ -101,7 +100,7 @@ func (c *commandRoutes) serve(w http.ResponseWriter, r *http.Request) {
 			ev.send("approval", json.RawMessage(a))
 		case *executorv1.ExecResponse_Finished:
 			for i, name := range []string{"stdout", "stderr"} {
-				for _, d := range text[i].flush() {
+				for _, d := range text[i].Flush() {
 					ev.send(name, d)
 				}
 			}
@@ -159,50 +158,4 @@ func (e *eventWriter) send(name string, data any) {
 	if _, e.err = io.WriteString(e.w, "event: "+name+"\ndata: "+string(b)+"\n\n"); e.err == nil {
 		e.err = e.rc.Flush()
 	}
-}
-
-// outputData is one output event's payload: UTF-8 text, or, for bytes
-// that are not, base64 with encoding "base64".
-type outputData struct {
-	Data     string `json:"data"`
-	Encoding string `json:"encoding,omitempty"`
-}
-
-// utf8Carry splits a stream's chunks into whole UTF-8 text, holding back
-// the start of a character a chunk ends in until the next brings the rest.
-type utf8Carry struct{ held []byte }
-
-// split returns the events of chunk b.
-func (c *utf8Carry) split(b []byte) []outputData {
-	data := append(c.held, b...)
-	c.held = nil
-	// Hold back an incomplete last character (at most 3 bytes).
-	for n := 1; n <= utf8.UTFMax-1 && n <= len(data); n++ {
-		i := len(data) - n
-		if utf8.RuneStart(data[i]) {
-			if !utf8.FullRune(data[i:]) {
-				c.held = bytes.Clone(data[i:])
-				data = data[:i]
-			}
-			break
-		}
-	}
-	return encode(data)
-}
-
-// flush returns what is held back, as the stream ended.
-func (c *utf8Carry) flush() []outputData {
-	data := c.held
-	c.held = nil
-	return encode(data)
-}
-
-func encode(data []byte) []outputData {
-	switch {
-	case len(data) == 0:
-		return nil
-	case utf8.Valid(data):
-		return []outputData{{Data: string(data)}}
-	}
-	return []outputData{{Data: base64.StdEncoding.EncodeToString(data), Encoding: "base64"}}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/wirejson"
 	"github.com/conch-sh/conch/services/internal/toolresult"
+	"github.com/conch-sh/conch/services/internal/utf8stream"
 	"github.com/conch-sh/conch/services/router/upstream"
 )
 
@@ -128,7 +129,7 @@ type Events interface {
 // ToolEvent is a step of a server tool call, for streaming clients such as
 // conch chat.
 type ToolEvent struct {
-	Event     string `json:"event"` // tool_call, approval_pending, tool_result
+	Event     string `json:"event"` // tool_call, approval_pending, tool_output, tool_result
 	ID        string `json:"id"`
 	Name      string `json:"name,omitempty"`
 	Arguments string `json:"arguments,omitempty"`
@@ -137,6 +138,12 @@ type ToolEvent struct {
 	Approval json.RawMessage `json:"approval,omitempty"`
 	// Sandbox is the sandbox a shell call ran in, on its tool_result.
 	Sandbox string `json:"sandbox,omitempty"`
+	// Stream ("stdout" or "stderr"), Output and Encoding are a piece of a
+	// running command's output, for tool_output: UTF-8 text, or base64
+	// with Encoding "base64" for bytes that are not.
+	Stream   string `json:"stream,omitempty"`
+	Output   string `json:"output,omitempty"`
+	Encoding string `json:"encoding,omitempty"`
 }
 
 // ServerToolCall is one server tool call and its result, as reported in the
@@ -509,6 +516,12 @@ func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call u
 		return nil, errors.New("exec: " + streamMessage(err, false))
 	}
 	run := &execRun{}
+	var live [2]utf8stream.Splitter // stdout, stderr
+	output := func(i int, chunks []utf8stream.Chunk) {
+		for _, c := range chunks {
+			_ = ev.Tool(ToolEvent{Event: "tool_output", ID: call.ID, Name: call.Name, Stream: [2]string{"stdout", "stderr"}[i], Output: c.Data, Encoding: c.Encoding})
+		}
+	}
 	for {
 		msg, err := stream.Recv()
 		if err == io.EOF {
@@ -521,10 +534,16 @@ func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call u
 		case *executorv1.ExecResponse_Started:
 			run.processID = e.Started
 		case *executorv1.ExecResponse_Output:
+			i := 0
 			if e.Output.GetStream() == executorv1.StreamName_STREAM_NAME_STDERR {
+				i = 1
 				run.stderr = append(run.stderr, e.Output.GetData()...)
 			} else {
 				run.stdout = append(run.stdout, e.Output.GetData()...)
+			}
+			// A streaming client sees the output as it comes.
+			if ev != nil {
+				output(i, live[i].Split(e.Output.GetData()))
 			}
 		case *executorv1.ExecResponse_ApprovalPending:
 			if ev != nil {
@@ -535,6 +554,10 @@ func (cfg *Config) exec(ctx context.Context, req *executorv1.ExecRequest, call u
 			run.backgrounded = e.Backgrounded.GetProcessId()
 			return run, nil
 		case *executorv1.ExecResponse_Finished:
+			if ev != nil {
+				output(0, live[0].Flush())
+				output(1, live[1].Flush())
+			}
 			run.finished = e.Finished
 			for _, c := range e.Finished.GetEgress() {
 				cfg.egress = append(cfg.egress, EgressConnection{

@@ -105,6 +105,14 @@ func (e *callEvents) KeepAlive() error {
 
 // Tool implements loop.Events.
 func (e *callEvents) Tool(ev loop.ToolEvent) error {
+	if ev.Event == "tool_output" {
+		// The output as it comes, for a client that asked for progress;
+		// the result holds it whole.
+		if ev.Encoding == "" {
+			e.notify(ev.Stream + ": " + display.Escape(ev.Output))
+		}
+		return nil
+	}
 	if ev.Event != "approval_pending" {
 		return nil
 	}

@@ -145,7 +145,8 @@ func (s *responseStream) KeepAlive() error {
 
 // Tool implements loop.Events: a server call is announced when it starts
 // and completed with its result; a pending approval is the event
-// conch.approval_pending, naming the call's item.
+// conch.approval_pending, and the output of a running command the events
+// conch.tool_output.delta, each naming the call's item.
 func (s *responseStream) Tool(ev loop.ToolEvent) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -185,6 +186,16 @@ func (s *responseStream) Tool(ev loop.ToolEvent) error {
 	case "approval_pending":
 		p := s.calls[ev.ID]
 		return s.event("conch.approval_pending", map[string]any{"item_id": p.id, "output_index": p.index, "approval": ev.Approval})
+	case "tool_output":
+		p, ok := s.calls[ev.ID]
+		if !ok {
+			return nil
+		}
+		out := map[string]any{"item_id": p.id, "output_index": p.index, "stream": ev.Stream, "delta": ev.Output}
+		if ev.Encoding != "" {
+			out["encoding"] = ev.Encoding
+		}
+		return s.event("conch.tool_output.delta", out)
 	case "tool_result":
 		p, ok := s.calls[ev.ID]
 		if !ok {
