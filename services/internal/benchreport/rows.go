@@ -437,6 +437,12 @@ var Rows = []Row{
 		Target: Target{MaxRatio: 1.5},
 	},
 	{
+		Service: "router", Metric: "streamed command (REST, \"stream\": true): time to its first output, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkStreamFirstByte", Unit: "p50-ms"},
+		Anchor: &Anchor{Name: "the same command's first byte through a bare pipe (fork+exec), plus one HTTP round trip, same iterations", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkStreamFirstByte", Unit: "floor-p50-ms"}},
+		Target: Target{MaxRatio: 1.5},
+	},
+	{
 		// What an idle sandbox (after one command, its spare started)
 		// costs the machine, measured as the drop of MemAvailable.
 		Service: "executor", Metric: "idle sandboxes per GiB of memory", Unit: "sandboxes",
