@@ -78,6 +78,10 @@ func (s *Service) useTemplate(ctx context.Context, account string, p *CreatePara
 		u.image, u.release = &sandbox.ImageRoot{Dir: dir}, release
 	}
 	p.Workdir = t.GetWorkdir()
+	if u.image == nil && sandbox.OwnWorkdir(p.Workdir) {
+		u.release()
+		return nil, errs.New(errs.FailedPrecondition, "template %q: its workdir %s is outside /home/workspace and /tmp, which needs an image; push one (conch templates push)", p.Template, p.Workdir)
+	}
 	p.Env = maps.Clone(t.GetEnv())
 	if path, ok := p.Env["PATH"]; ok {
 		delete(p.Env, "PATH")

@@ -16,6 +16,8 @@ package templates
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +84,8 @@ type Record struct {
 	Size        int64             `json:"size_bytes,omitempty"`
 	Created     time.Time         `json:"created_at"`
 	Updated     time.Time         `json:"updated_at"`
+	// Build names the build that last wrote the record.
+	Build string `json:"build,omitempty"`
 }
 
 // Config bounds templates.
@@ -524,11 +528,24 @@ func (s *Store) build(ctx context.Context, account string, rec Record, open func
 	if err != nil {
 		return Record{}, err
 	}
-	rec.Status, rec.Error, rec.Updated = Building, "", time.Now().UTC()
+	// A template deleted before or while it is built stays deleted: the
+	// build marks the record it writes, and keeps nothing unless the
+	// record is still its own at the end.
+	if _, err := s.Get(ctx, account, rec.Name); err != nil {
+		return Record{}, err
+	}
+	rec.Status, rec.Error, rec.Updated, rec.Build = Building, "", time.Now().UTC(), randomBuild()
 	if err := s.write(ctx, d, rec); err != nil {
 		return Record{}, err
 	}
 	built, err := s.flatten(ctx, d, open)
+	if cur, gerr := s.Get(context.WithoutCancel(ctx), account, rec.Name); gerr != nil || cur.Build != rec.Build {
+		// Its root goes, unless the build that won made the same one.
+		if err == nil && (gerr != nil || cur.Digest != built.Digest) {
+			_ = s.st.Delete(context.WithoutCancel(ctx), []string{rootKey(d, built.Digest)})
+		}
+		return Record{}, NotFound(rec.Name)
+	}
 	if err != nil {
 		msg := err.Error()
 		if !errors.Is(err, image.ErrRefused) && errs.KindOf(err) != errs.InvalidArgument {
@@ -594,6 +611,13 @@ func unreadable(ctx context.Context, err error) error {
 		return err
 	}
 	return errs.New(errs.InvalidArgument, "the image could not be read: %v", err)
+}
+
+// randomBuild names a build.
+func randomBuild() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // size says n bytes in the largest binary unit that divides it.

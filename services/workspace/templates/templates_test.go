@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -203,4 +204,46 @@ func TestPullFromAllowedRegistry(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A template deleted while its image is built stays deleted, and its
+// root is not kept.
+func TestDeletedWhileBuilding(t *testing.T) {
+	s := newStore(t, Config{})
+	ctx := context.Background()
+	if _, err := s.Create(ctx, "acme", Record{Name: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(imagetest.Save(t, imagetest.Minimal(t, imagetest.Options{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The delete lands while the archive is read.
+	r := &deleteAfterRead{r: f, del: func() { _, _ = s.Delete(ctx, "acme", "gone") }}
+	if _, err := s.PutImage(ctx, "acme", "gone", r); errs.KindOf(err) != errs.NotFound {
+		t.Errorf("a build of a deleted template: %v", err)
+	}
+	if _, err := s.Get(ctx, "acme", "gone"); errs.KindOf(err) != errs.NotFound {
+		t.Errorf("the deleted template is back: %v", err)
+	}
+	for info, err := range s.st.List(ctx, prefix("acme")+"gone/", true) {
+		t.Errorf("left after the build: %v %v", info.Key, err)
+	}
+}
+
+// deleteAfterRead calls del once r is read to its end.
+type deleteAfterRead struct {
+	r    io.Reader
+	del  func()
+	done bool
+}
+
+func (d *deleteAfterRead) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	if err == io.EOF && !d.done {
+		d.done = true
+		d.del()
+	}
+	return n, err
 }
