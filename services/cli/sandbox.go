@@ -123,6 +123,16 @@ func (l *labelFlag) Set(v string) error {
 }
 
 func (e *envFlag) String() string { return strings.Join(*e, ",") }
+
+// vars are the variables the flags set, K → V.
+func (e envFlag) vars() map[string]string {
+	m := make(map[string]string, len(e))
+	for _, kv := range e {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
 func (e *envFlag) Set(v string) error {
 	if !strings.Contains(v, "=") {
 		return fmt.Errorf("want K=V, got %q", v)
@@ -176,12 +186,7 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "exec":
 		body := map[string]any{"command": strings.Join(pos[1:], " "), "timeout_seconds": f.timeout, "max_output_length": f.maxOutput, "workdir": f.workdir}
 		if len(f.env) > 0 {
-			m := map[string]string{}
-			for _, kv := range f.env {
-				k, v, _ := strings.Cut(kv, "=")
-				m[k] = v
-			}
-			body["env"] = m
+			body["env"] = f.env.vars()
 		}
 		path := "/api/v1/sandboxes/" + url.PathEscape(pos[0]) + "/commands"
 		if !o.JSON() {

@@ -99,12 +99,7 @@ func Templates(ctx context.Context, args []string, stdin io.Reader, stdout, _ io
 	case "create":
 		body := map[string]any{"name": pos[0], "image": f.image, "start_command": f.start, "ready_command": f.ready, "workdir": f.workdir}
 		if len(f.env) > 0 {
-			m := map[string]string{}
-			for _, kv := range f.env {
-				k, v, _ := strings.Cut(kv, "=")
-				m[k] = v
-			}
-			body["env"] = m
+			body["env"] = f.env.vars()
 		}
 		var t Template
 		if err := c.JSON(ctx, "POST", "/api/v1/templates", body, &t); err != nil {
