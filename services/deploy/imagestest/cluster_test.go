@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/internal/conchtest"
+	"github.com/conch-sh/conch/services/internal/image/imagetest"
 )
 
 // repo is the repository root, relative to this package.
@@ -86,6 +87,24 @@ func TestComposeCluster(t *testing.T) {
 		if want := strings.ToUpper(string(content)); string(got) != want {
 			t.Fatalf("downloaded %q, want %q", got, want)
 		}
+	})
+
+	t.Run("a template pushed and a sandbox started from it", func(t *testing.T) {
+		// Built on the workspace service, unpacked and overlaid on an
+		// executor in its container.
+		archive := imagetest.Save(t, imagetest.Minimal(t, imagetest.Options{
+			Files:   []imagetest.File{{Path: "opt", Dir: true}, {Path: "opt/marker", Body: "from the image\n"}},
+			Workdir: "/app",
+		}))
+		c.cli(t, "templates", "create", "mini")
+		if out := c.cli(t, "templates", "push", "mini", archive); !strings.Contains(out, "status:   ready") {
+			t.Fatalf("push printed %q", out)
+		}
+		id := strings.TrimSpace(c.cli(t, "sandbox", "create", "--template", "mini"))
+		if out := c.cli(t, "sandbox", "exec", id, "pwd; cat /opt/marker; echo w > file && cat file"); out != "/app\nfrom the image\nw\n" {
+			t.Fatalf("the template's sandbox printed %q", out)
+		}
+		c.cli(t, "sandbox", "rm", id)
 	})
 
 	t.Run("approval answered over REST", func(t *testing.T) {

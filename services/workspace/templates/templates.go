@@ -133,6 +133,8 @@ func New(st store.Store, cfg Config) *Store {
 	if cfg.BuildDir == "" {
 		cfg.BuildDir = os.TempDir()
 	}
+	// Made on first use when missing; a failure is the build's to report.
+	_ = os.MkdirAll(cfg.BuildDir, 0o700)
 	if cfg.Transport == nil {
 		// Never the default transport: a registry is a tenant's URL.
 		cfg.Registries = nil
