@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -105,5 +106,38 @@ func TestPty(t *testing.T) {
 	r, _ = run(t, sb, Options{Command: "test -t 1 || echo pipe"}, 10*time.Second)
 	if r.stdout != "pipe\n" {
 		t.Fatalf("non-pty output %q", r.stdout)
+	}
+}
+
+// A terminal starts at the size asked for, and takes a new one while its
+// program runs.
+func TestTerminalResize(t *testing.T) {
+	sb := newSandbox(t, Spec{ID: "resize"})
+	var mu sync.Mutex
+	var out strings.Builder
+	p, err := sb.Start(Options{Command: "stty size; read x; stty size", Pty: true, Rows: 40, Cols: 100, Budget: -1,
+		OnOutput: func(_ Stream, b []byte) { mu.Lock(); out.Write(b); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := func(s string) bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(out.String(), s) }
+	for deadline := time.Now().Add(10 * time.Second); !seen("40 100"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("first size: %q", out.String())
+		}
+	}
+	if err := p.Resize(50, 120); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write([]byte("\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not end")
+	}
+	if !seen("50 120") {
+		t.Errorf("after the resize: %q", out.String())
 	}
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -139,8 +141,10 @@ type Options struct {
 	Workdir string
 	// Env is extra environment, already validated.
 	Env map[string]string
-	// Pty runs the command under a pseudo-terminal.
-	Pty bool
+	// Pty runs the command under a pseudo-terminal, of Rows by Cols
+	// (0: 24 by 80).
+	Pty        bool
+	Rows, Cols uint16
 	// Budget is how many bytes of each stream reach OnOutput; the rest is
 	// drained and dropped inside the sandbox. Negative means no limit.
 	Budget int64
@@ -195,6 +199,12 @@ func (p *Process) Exit() Exit { return p.exit }
 // Kill kills the process and everything it started.
 func (p *Process) Kill() error {
 	return p.sb.send(wire.FrameKill, p.id, nil)
+}
+
+// Resize sets the size of the terminal of a process started with Pty; it
+// is nothing for one without.
+func (p *Process) Resize(rows, cols uint16) error {
+	return p.sb.send(wire.FrameResize, p.id, binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, rows), cols))
 }
 
 // StdinWait is how long Write waits for a process to read its input
@@ -297,10 +307,13 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 		env = append(env, k+"="+v)
 	}
 	if opts.Pty {
-		env = append(env, "COLUMNS=80", "LINES=24")
+		if opts.Rows == 0 || opts.Cols == 0 {
+			opts.Rows, opts.Cols = 24, 80
+		}
+		env = append(env, "COLUMNS="+strconv.Itoa(int(opts.Cols)), "LINES="+strconv.Itoa(int(opts.Rows)))
 	}
 	msg, err := json.Marshal(wire.StartMsg{
-		Command: opts.Command, Dir: dir, Env: env, Pty: opts.Pty, Rows: 24, Cols: 80,
+		Command: opts.Command, Dir: dir, Env: env, Pty: opts.Pty, Rows: opts.Rows, Cols: opts.Cols,
 		Budget: opts.Budget, TrackCwd: opts.TrackCwd, FallbackDir: fallback,
 	})
 	if err != nil {

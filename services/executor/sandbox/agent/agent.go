@@ -6,6 +6,7 @@ package agent
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,6 +82,7 @@ type agent struct {
 type agentProc struct {
 	cmd   *exec.Cmd
 	stdin chan []byte // nil entry closes stdin
+	tty   *os.File    // the terminal's master, for a process on one
 }
 
 type spawnReq struct {
@@ -153,6 +155,18 @@ func (a *agent) serve(r *bufio.Reader) error {
 				// The shell is the init of its own pid namespace: when it
 				// dies the kernel kills everything the command started.
 				_ = p.cmd.Process.Kill()
+			}
+		case wire.FrameResize:
+			a.mu.Lock()
+			p := a.procs[f.ID]
+			a.mu.Unlock()
+			// A resize of a process that ended, or has no terminal, or
+			// of no size is nothing to do.
+			if p != nil && p.tty != nil && len(f.Payload) == 4 {
+				rows, cols := binary.BigEndian.Uint16(f.Payload[:2]), binary.BigEndian.Uint16(f.Payload[2:])
+				if rows > 0 && cols > 0 {
+					_ = pty.Setsize(p.tty, &pty.Winsize{Rows: rows, Cols: cols})
+				}
 			}
 		}
 	}
@@ -592,6 +606,9 @@ func (a *agent) start(id uint32, m wire.StartMsg) {
 		}
 	}
 	p := &agentProc{cmd: in.cmd, stdin: make(chan []byte, wire.AgentStdinQueue)}
+	if m.Pty {
+		p.tty, _ = in.stdin.(*os.File)
+	}
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()

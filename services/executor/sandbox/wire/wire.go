@@ -26,6 +26,7 @@ const (
 	FrameStdin   byte = 'I' // host → agent: bytes for stdin
 	FrameEOF     byte = 'E' // host → agent: close stdin
 	FrameKill    byte = 'K' // host → agent: kill the process and its tree
+	FrameResize  byte = 'W' // host → agent: resize the process's terminal (4 bytes: rows, cols, big-endian uint16s)
 	FrameStdout  byte = 'O' // agent → host: stdout bytes
 	FrameStderr  byte = 'e' // agent → host: stderr bytes
 	FrameStarted byte = 's' // agent → host: the process started
