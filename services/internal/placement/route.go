@@ -70,6 +70,8 @@ func target(ctx context.Context, req any) string {
 		id = r.GetId()
 	case *executorv1.DestroySandboxRequest:
 		id = r.GetId()
+	case *executorv1.TerminalRequest:
+		id = r.GetStart().GetSandboxId()
 	}
 	if !validName(id) {
 		return ""
@@ -226,13 +228,14 @@ func b2i(b bool) int {
 	return 0
 }
 
-// StreamClientInterceptor pins server- and client-streaming executor
-// calls (a client stream's first message names its sandbox). The request
-// is only known at the stream's first SendMsg, so the real stream is
-// opened then. Bidirectional streams (a node's) are not pinned.
+// StreamClientInterceptor pins streaming executor calls (a client
+// stream's first message names its sandbox, a terminal's too). The
+// request is only known at the stream's first SendMsg, so the real stream
+// is opened then. A node's stream is not pinned: the node goes where it
+// is placed.
 func (r *Router) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		if !strings.HasPrefix(method, executorService) || desc.ClientStreams && desc.ServerStreams {
+		if !strings.HasPrefix(method, executorService) || method == executorv1.ExecutorService_AttachNode_FullMethodName {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		return &pinnedStream{r: r, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts}, nil

@@ -24,7 +24,7 @@ var File_conch_executor_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/file.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a conch/executor/v1/snapshot.proto2\xb9\x14\n" +
+	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/file.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a conch/executor/v1/snapshot.proto\x1a conch/executor/v1/terminal.proto2\x92\x15\n" +
 	"\x0fExecutorService\x12b\n" +
 	"\rCreateSandbox\x12'.conch.executor.v1.CreateSandboxRequest\x1a(.conch.executor.v1.CreateSandboxResponse\x12Y\n" +
 	"\n" +
@@ -41,7 +41,8 @@ const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\x04Exec\x12\x1e.conch.executor.v1.ExecRequest\x1a\x1f.conch.executor.v1.ExecResponse0\x01\x12Y\n" +
 	"\n" +
 	"RunCommand\x12$.conch.executor.v1.RunCommandRequest\x1a%.conch.executor.v1.RunCommandResponse\x12d\n" +
-	"\rStreamCommand\x12'.conch.executor.v1.StreamCommandRequest\x1a(.conch.executor.v1.StreamCommandResponse0\x01\x12e\n" +
+	"\rStreamCommand\x12'.conch.executor.v1.StreamCommandRequest\x1a(.conch.executor.v1.StreamCommandResponse0\x01\x12W\n" +
+	"\bTerminal\x12\".conch.executor.v1.TerminalRequest\x1a#.conch.executor.v1.TerminalResponse(\x010\x01\x12e\n" +
 	"\x0eResolveCommand\x12(.conch.executor.v1.ResolveCommandRequest\x1a).conch.executor.v1.ResolveCommandResponse\x12b\n" +
 	"\rListProcesses\x12'.conch.executor.v1.ListProcessesRequest\x1a(.conch.executor.v1.ListProcessesResponse\x12\\\n" +
 	"\vPollProcess\x12%.conch.executor.v1.PollProcessRequest\x1a&.conch.executor.v1.PollProcessResponse\x12e\n" +
@@ -73,46 +74,48 @@ var file_conch_executor_v1_service_proto_goTypes = []any{
 	(*ExecRequest)(nil),                // 11: conch.executor.v1.ExecRequest
 	(*RunCommandRequest)(nil),          // 12: conch.executor.v1.RunCommandRequest
 	(*StreamCommandRequest)(nil),       // 13: conch.executor.v1.StreamCommandRequest
-	(*ResolveCommandRequest)(nil),      // 14: conch.executor.v1.ResolveCommandRequest
-	(*ListProcessesRequest)(nil),       // 15: conch.executor.v1.ListProcessesRequest
-	(*PollProcessRequest)(nil),         // 16: conch.executor.v1.PollProcessRequest
-	(*ReadProcessLogRequest)(nil),      // 17: conch.executor.v1.ReadProcessLogRequest
-	(*WriteProcessRequest)(nil),        // 18: conch.executor.v1.WriteProcessRequest
-	(*KillProcessRequest)(nil),         // 19: conch.executor.v1.KillProcessRequest
-	(*WatchSandboxEventsRequest)(nil),  // 20: conch.executor.v1.WatchSandboxEventsRequest
-	(*WriteFileRequest)(nil),           // 21: conch.executor.v1.WriteFileRequest
-	(*ReadFileRequest)(nil),            // 22: conch.executor.v1.ReadFileRequest
-	(*StatFileRequest)(nil),            // 23: conch.executor.v1.StatFileRequest
-	(*ListFilesRequest)(nil),           // 24: conch.executor.v1.ListFilesRequest
-	(*DeleteFileRequest)(nil),          // 25: conch.executor.v1.DeleteFileRequest
-	(*AttachNodeRequest)(nil),          // 26: conch.executor.v1.AttachNodeRequest
-	(*CreateSandboxResponse)(nil),      // 27: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxResponse)(nil),         // 28: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesResponse)(nil),      // 29: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxResponse)(nil),     // 30: conch.executor.v1.DestroySandboxResponse
-	(*SnapshotSandboxResponse)(nil),    // 31: conch.executor.v1.SnapshotSandboxResponse
-	(*ForkSandboxResponse)(nil),        // 32: conch.executor.v1.ForkSandboxResponse
-	(*PauseSandboxResponse)(nil),       // 33: conch.executor.v1.PauseSandboxResponse
-	(*ResumeSandboxResponse)(nil),      // 34: conch.executor.v1.ResumeSandboxResponse
-	(*ListSnapshotsResponse)(nil),      // 35: conch.executor.v1.ListSnapshotsResponse
-	(*GetSnapshotResponse)(nil),        // 36: conch.executor.v1.GetSnapshotResponse
-	(*DeleteSnapshotResponse)(nil),     // 37: conch.executor.v1.DeleteSnapshotResponse
-	(*ExecResponse)(nil),               // 38: conch.executor.v1.ExecResponse
-	(*RunCommandResponse)(nil),         // 39: conch.executor.v1.RunCommandResponse
-	(*StreamCommandResponse)(nil),      // 40: conch.executor.v1.StreamCommandResponse
-	(*ResolveCommandResponse)(nil),     // 41: conch.executor.v1.ResolveCommandResponse
-	(*ListProcessesResponse)(nil),      // 42: conch.executor.v1.ListProcessesResponse
-	(*PollProcessResponse)(nil),        // 43: conch.executor.v1.PollProcessResponse
-	(*ReadProcessLogResponse)(nil),     // 44: conch.executor.v1.ReadProcessLogResponse
-	(*WriteProcessResponse)(nil),       // 45: conch.executor.v1.WriteProcessResponse
-	(*KillProcessResponse)(nil),        // 46: conch.executor.v1.KillProcessResponse
-	(*WatchSandboxEventsResponse)(nil), // 47: conch.executor.v1.WatchSandboxEventsResponse
-	(*WriteFileResponse)(nil),          // 48: conch.executor.v1.WriteFileResponse
-	(*ReadFileResponse)(nil),           // 49: conch.executor.v1.ReadFileResponse
-	(*StatFileResponse)(nil),           // 50: conch.executor.v1.StatFileResponse
-	(*ListFilesResponse)(nil),          // 51: conch.executor.v1.ListFilesResponse
-	(*DeleteFileResponse)(nil),         // 52: conch.executor.v1.DeleteFileResponse
-	(*AttachNodeResponse)(nil),         // 53: conch.executor.v1.AttachNodeResponse
+	(*TerminalRequest)(nil),            // 14: conch.executor.v1.TerminalRequest
+	(*ResolveCommandRequest)(nil),      // 15: conch.executor.v1.ResolveCommandRequest
+	(*ListProcessesRequest)(nil),       // 16: conch.executor.v1.ListProcessesRequest
+	(*PollProcessRequest)(nil),         // 17: conch.executor.v1.PollProcessRequest
+	(*ReadProcessLogRequest)(nil),      // 18: conch.executor.v1.ReadProcessLogRequest
+	(*WriteProcessRequest)(nil),        // 19: conch.executor.v1.WriteProcessRequest
+	(*KillProcessRequest)(nil),         // 20: conch.executor.v1.KillProcessRequest
+	(*WatchSandboxEventsRequest)(nil),  // 21: conch.executor.v1.WatchSandboxEventsRequest
+	(*WriteFileRequest)(nil),           // 22: conch.executor.v1.WriteFileRequest
+	(*ReadFileRequest)(nil),            // 23: conch.executor.v1.ReadFileRequest
+	(*StatFileRequest)(nil),            // 24: conch.executor.v1.StatFileRequest
+	(*ListFilesRequest)(nil),           // 25: conch.executor.v1.ListFilesRequest
+	(*DeleteFileRequest)(nil),          // 26: conch.executor.v1.DeleteFileRequest
+	(*AttachNodeRequest)(nil),          // 27: conch.executor.v1.AttachNodeRequest
+	(*CreateSandboxResponse)(nil),      // 28: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxResponse)(nil),         // 29: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesResponse)(nil),      // 30: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxResponse)(nil),     // 31: conch.executor.v1.DestroySandboxResponse
+	(*SnapshotSandboxResponse)(nil),    // 32: conch.executor.v1.SnapshotSandboxResponse
+	(*ForkSandboxResponse)(nil),        // 33: conch.executor.v1.ForkSandboxResponse
+	(*PauseSandboxResponse)(nil),       // 34: conch.executor.v1.PauseSandboxResponse
+	(*ResumeSandboxResponse)(nil),      // 35: conch.executor.v1.ResumeSandboxResponse
+	(*ListSnapshotsResponse)(nil),      // 36: conch.executor.v1.ListSnapshotsResponse
+	(*GetSnapshotResponse)(nil),        // 37: conch.executor.v1.GetSnapshotResponse
+	(*DeleteSnapshotResponse)(nil),     // 38: conch.executor.v1.DeleteSnapshotResponse
+	(*ExecResponse)(nil),               // 39: conch.executor.v1.ExecResponse
+	(*RunCommandResponse)(nil),         // 40: conch.executor.v1.RunCommandResponse
+	(*StreamCommandResponse)(nil),      // 41: conch.executor.v1.StreamCommandResponse
+	(*TerminalResponse)(nil),           // 42: conch.executor.v1.TerminalResponse
+	(*ResolveCommandResponse)(nil),     // 43: conch.executor.v1.ResolveCommandResponse
+	(*ListProcessesResponse)(nil),      // 44: conch.executor.v1.ListProcessesResponse
+	(*PollProcessResponse)(nil),        // 45: conch.executor.v1.PollProcessResponse
+	(*ReadProcessLogResponse)(nil),     // 46: conch.executor.v1.ReadProcessLogResponse
+	(*WriteProcessResponse)(nil),       // 47: conch.executor.v1.WriteProcessResponse
+	(*KillProcessResponse)(nil),        // 48: conch.executor.v1.KillProcessResponse
+	(*WatchSandboxEventsResponse)(nil), // 49: conch.executor.v1.WatchSandboxEventsResponse
+	(*WriteFileResponse)(nil),          // 50: conch.executor.v1.WriteFileResponse
+	(*ReadFileResponse)(nil),           // 51: conch.executor.v1.ReadFileResponse
+	(*StatFileResponse)(nil),           // 52: conch.executor.v1.StatFileResponse
+	(*ListFilesResponse)(nil),          // 53: conch.executor.v1.ListFilesResponse
+	(*DeleteFileResponse)(nil),         // 54: conch.executor.v1.DeleteFileResponse
+	(*AttachNodeResponse)(nil),         // 55: conch.executor.v1.AttachNodeResponse
 }
 var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.ExecutorService.CreateSandbox:input_type -> conch.executor.v1.CreateSandboxRequest
@@ -129,48 +132,50 @@ var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	11, // 11: conch.executor.v1.ExecutorService.Exec:input_type -> conch.executor.v1.ExecRequest
 	12, // 12: conch.executor.v1.ExecutorService.RunCommand:input_type -> conch.executor.v1.RunCommandRequest
 	13, // 13: conch.executor.v1.ExecutorService.StreamCommand:input_type -> conch.executor.v1.StreamCommandRequest
-	14, // 14: conch.executor.v1.ExecutorService.ResolveCommand:input_type -> conch.executor.v1.ResolveCommandRequest
-	15, // 15: conch.executor.v1.ExecutorService.ListProcesses:input_type -> conch.executor.v1.ListProcessesRequest
-	16, // 16: conch.executor.v1.ExecutorService.PollProcess:input_type -> conch.executor.v1.PollProcessRequest
-	17, // 17: conch.executor.v1.ExecutorService.ReadProcessLog:input_type -> conch.executor.v1.ReadProcessLogRequest
-	18, // 18: conch.executor.v1.ExecutorService.WriteProcess:input_type -> conch.executor.v1.WriteProcessRequest
-	19, // 19: conch.executor.v1.ExecutorService.KillProcess:input_type -> conch.executor.v1.KillProcessRequest
-	20, // 20: conch.executor.v1.ExecutorService.WatchSandboxEvents:input_type -> conch.executor.v1.WatchSandboxEventsRequest
-	21, // 21: conch.executor.v1.ExecutorService.WriteFile:input_type -> conch.executor.v1.WriteFileRequest
-	22, // 22: conch.executor.v1.ExecutorService.ReadFile:input_type -> conch.executor.v1.ReadFileRequest
-	23, // 23: conch.executor.v1.ExecutorService.StatFile:input_type -> conch.executor.v1.StatFileRequest
-	24, // 24: conch.executor.v1.ExecutorService.ListFiles:input_type -> conch.executor.v1.ListFilesRequest
-	25, // 25: conch.executor.v1.ExecutorService.DeleteFile:input_type -> conch.executor.v1.DeleteFileRequest
-	26, // 26: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
-	27, // 27: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
-	28, // 28: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
-	29, // 29: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
-	30, // 30: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
-	31, // 31: conch.executor.v1.ExecutorService.SnapshotSandbox:output_type -> conch.executor.v1.SnapshotSandboxResponse
-	32, // 32: conch.executor.v1.ExecutorService.ForkSandbox:output_type -> conch.executor.v1.ForkSandboxResponse
-	33, // 33: conch.executor.v1.ExecutorService.PauseSandbox:output_type -> conch.executor.v1.PauseSandboxResponse
-	34, // 34: conch.executor.v1.ExecutorService.ResumeSandbox:output_type -> conch.executor.v1.ResumeSandboxResponse
-	35, // 35: conch.executor.v1.ExecutorService.ListSnapshots:output_type -> conch.executor.v1.ListSnapshotsResponse
-	36, // 36: conch.executor.v1.ExecutorService.GetSnapshot:output_type -> conch.executor.v1.GetSnapshotResponse
-	37, // 37: conch.executor.v1.ExecutorService.DeleteSnapshot:output_type -> conch.executor.v1.DeleteSnapshotResponse
-	38, // 38: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
-	39, // 39: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
-	40, // 40: conch.executor.v1.ExecutorService.StreamCommand:output_type -> conch.executor.v1.StreamCommandResponse
-	41, // 41: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
-	42, // 42: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
-	43, // 43: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
-	44, // 44: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
-	45, // 45: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
-	46, // 46: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
-	47, // 47: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
-	48, // 48: conch.executor.v1.ExecutorService.WriteFile:output_type -> conch.executor.v1.WriteFileResponse
-	49, // 49: conch.executor.v1.ExecutorService.ReadFile:output_type -> conch.executor.v1.ReadFileResponse
-	50, // 50: conch.executor.v1.ExecutorService.StatFile:output_type -> conch.executor.v1.StatFileResponse
-	51, // 51: conch.executor.v1.ExecutorService.ListFiles:output_type -> conch.executor.v1.ListFilesResponse
-	52, // 52: conch.executor.v1.ExecutorService.DeleteFile:output_type -> conch.executor.v1.DeleteFileResponse
-	53, // 53: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
-	27, // [27:54] is the sub-list for method output_type
-	0,  // [0:27] is the sub-list for method input_type
+	14, // 14: conch.executor.v1.ExecutorService.Terminal:input_type -> conch.executor.v1.TerminalRequest
+	15, // 15: conch.executor.v1.ExecutorService.ResolveCommand:input_type -> conch.executor.v1.ResolveCommandRequest
+	16, // 16: conch.executor.v1.ExecutorService.ListProcesses:input_type -> conch.executor.v1.ListProcessesRequest
+	17, // 17: conch.executor.v1.ExecutorService.PollProcess:input_type -> conch.executor.v1.PollProcessRequest
+	18, // 18: conch.executor.v1.ExecutorService.ReadProcessLog:input_type -> conch.executor.v1.ReadProcessLogRequest
+	19, // 19: conch.executor.v1.ExecutorService.WriteProcess:input_type -> conch.executor.v1.WriteProcessRequest
+	20, // 20: conch.executor.v1.ExecutorService.KillProcess:input_type -> conch.executor.v1.KillProcessRequest
+	21, // 21: conch.executor.v1.ExecutorService.WatchSandboxEvents:input_type -> conch.executor.v1.WatchSandboxEventsRequest
+	22, // 22: conch.executor.v1.ExecutorService.WriteFile:input_type -> conch.executor.v1.WriteFileRequest
+	23, // 23: conch.executor.v1.ExecutorService.ReadFile:input_type -> conch.executor.v1.ReadFileRequest
+	24, // 24: conch.executor.v1.ExecutorService.StatFile:input_type -> conch.executor.v1.StatFileRequest
+	25, // 25: conch.executor.v1.ExecutorService.ListFiles:input_type -> conch.executor.v1.ListFilesRequest
+	26, // 26: conch.executor.v1.ExecutorService.DeleteFile:input_type -> conch.executor.v1.DeleteFileRequest
+	27, // 27: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
+	28, // 28: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
+	29, // 29: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
+	30, // 30: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
+	31, // 31: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
+	32, // 32: conch.executor.v1.ExecutorService.SnapshotSandbox:output_type -> conch.executor.v1.SnapshotSandboxResponse
+	33, // 33: conch.executor.v1.ExecutorService.ForkSandbox:output_type -> conch.executor.v1.ForkSandboxResponse
+	34, // 34: conch.executor.v1.ExecutorService.PauseSandbox:output_type -> conch.executor.v1.PauseSandboxResponse
+	35, // 35: conch.executor.v1.ExecutorService.ResumeSandbox:output_type -> conch.executor.v1.ResumeSandboxResponse
+	36, // 36: conch.executor.v1.ExecutorService.ListSnapshots:output_type -> conch.executor.v1.ListSnapshotsResponse
+	37, // 37: conch.executor.v1.ExecutorService.GetSnapshot:output_type -> conch.executor.v1.GetSnapshotResponse
+	38, // 38: conch.executor.v1.ExecutorService.DeleteSnapshot:output_type -> conch.executor.v1.DeleteSnapshotResponse
+	39, // 39: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
+	40, // 40: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
+	41, // 41: conch.executor.v1.ExecutorService.StreamCommand:output_type -> conch.executor.v1.StreamCommandResponse
+	42, // 42: conch.executor.v1.ExecutorService.Terminal:output_type -> conch.executor.v1.TerminalResponse
+	43, // 43: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
+	44, // 44: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
+	45, // 45: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
+	46, // 46: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
+	47, // 47: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
+	48, // 48: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
+	49, // 49: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
+	50, // 50: conch.executor.v1.ExecutorService.WriteFile:output_type -> conch.executor.v1.WriteFileResponse
+	51, // 51: conch.executor.v1.ExecutorService.ReadFile:output_type -> conch.executor.v1.ReadFileResponse
+	52, // 52: conch.executor.v1.ExecutorService.StatFile:output_type -> conch.executor.v1.StatFileResponse
+	53, // 53: conch.executor.v1.ExecutorService.ListFiles:output_type -> conch.executor.v1.ListFilesResponse
+	54, // 54: conch.executor.v1.ExecutorService.DeleteFile:output_type -> conch.executor.v1.DeleteFileResponse
+	55, // 55: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
+	28, // [28:56] is the sub-list for method output_type
+	0,  // [0:28] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -187,6 +192,7 @@ func file_conch_executor_v1_service_proto_init() {
 	file_conch_executor_v1_process_proto_init()
 	file_conch_executor_v1_sandbox_proto_init()
 	file_conch_executor_v1_snapshot_proto_init()
+	file_conch_executor_v1_terminal_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -33,6 +33,7 @@ const (
 	ExecutorService_Exec_FullMethodName               = "/conch.executor.v1.ExecutorService/Exec"
 	ExecutorService_RunCommand_FullMethodName         = "/conch.executor.v1.ExecutorService/RunCommand"
 	ExecutorService_StreamCommand_FullMethodName      = "/conch.executor.v1.ExecutorService/StreamCommand"
+	ExecutorService_Terminal_FullMethodName           = "/conch.executor.v1.ExecutorService/Terminal"
 	ExecutorService_ResolveCommand_FullMethodName     = "/conch.executor.v1.ExecutorService/ResolveCommand"
 	ExecutorService_ListProcesses_FullMethodName      = "/conch.executor.v1.ExecutorService/ListProcesses"
 	ExecutorService_PollProcess_FullMethodName        = "/conch.executor.v1.ExecutorService/PollProcess"
@@ -94,6 +95,11 @@ type ExecutorServiceClient interface {
 	// as it comes and ending with a Finished event: what REST's "stream":
 	// true answers as server-sent events.
 	StreamCommand(ctx context.Context, in *StreamCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamCommandResponse], error)
+	// Terminal runs a login shell on a terminal in a sandbox, judged as any
+	// command of its gateway: keystrokes and sizes in, the terminal's
+	// output out, until the shell exits, the client leaves or the sandbox's
+	// idle time passes without a byte either way.
+	Terminal(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TerminalRequest, TerminalResponse], error)
 	// ResolveCommand finds the programs of a command as the shell of a new
 	// sandbox of this executor would, without running anything: what the
 	// exec policy judges for host sandbox when no sandbox is named.
@@ -295,6 +301,19 @@ func (c *executorServiceClient) StreamCommand(ctx context.Context, in *StreamCom
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_StreamCommandClient = grpc.ServerStreamingClient[StreamCommandResponse]
 
+func (c *executorServiceClient) Terminal(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TerminalRequest, TerminalResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[2], ExecutorService_Terminal_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TerminalRequest, TerminalResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_TerminalClient = grpc.BidiStreamingClient[TerminalRequest, TerminalResponse]
+
 func (c *executorServiceClient) ResolveCommand(ctx context.Context, in *ResolveCommandRequest, opts ...grpc.CallOption) (*ResolveCommandResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveCommandResponse)
@@ -357,7 +376,7 @@ func (c *executorServiceClient) KillProcess(ctx context.Context, in *KillProcess
 
 func (c *executorServiceClient) WatchSandboxEvents(ctx context.Context, in *WatchSandboxEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSandboxEventsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[2], ExecutorService_WatchSandboxEvents_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[3], ExecutorService_WatchSandboxEvents_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +395,7 @@ type ExecutorService_WatchSandboxEventsClient = grpc.ServerStreamingClient[Watch
 
 func (c *executorServiceClient) WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[3], ExecutorService_WriteFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[4], ExecutorService_WriteFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +408,7 @@ type ExecutorService_WriteFileClient = grpc.ClientStreamingClient[WriteFileReque
 
 func (c *executorServiceClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[4], ExecutorService_ReadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[5], ExecutorService_ReadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +457,7 @@ func (c *executorServiceClient) DeleteFile(ctx context.Context, in *DeleteFileRe
 
 func (c *executorServiceClient) AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[5], ExecutorService_AttachNode_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[6], ExecutorService_AttachNode_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -495,6 +514,11 @@ type ExecutorServiceServer interface {
 	// as it comes and ending with a Finished event: what REST's "stream":
 	// true answers as server-sent events.
 	StreamCommand(*StreamCommandRequest, grpc.ServerStreamingServer[StreamCommandResponse]) error
+	// Terminal runs a login shell on a terminal in a sandbox, judged as any
+	// command of its gateway: keystrokes and sizes in, the terminal's
+	// output out, until the shell exits, the client leaves or the sandbox's
+	// idle time passes without a byte either way.
+	Terminal(grpc.BidiStreamingServer[TerminalRequest, TerminalResponse]) error
 	// ResolveCommand finds the programs of a command as the shell of a new
 	// sandbox of this executor would, without running anything: what the
 	// exec policy judges for host sandbox when no sandbox is named.
@@ -579,6 +603,9 @@ func (UnimplementedExecutorServiceServer) RunCommand(context.Context, *RunComman
 }
 func (UnimplementedExecutorServiceServer) StreamCommand(*StreamCommandRequest, grpc.ServerStreamingServer[StreamCommandResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamCommand not implemented")
+}
+func (UnimplementedExecutorServiceServer) Terminal(grpc.BidiStreamingServer[TerminalRequest, TerminalResponse]) error {
+	return status.Error(codes.Unimplemented, "method Terminal not implemented")
 }
 func (UnimplementedExecutorServiceServer) ResolveCommand(context.Context, *ResolveCommandRequest) (*ResolveCommandResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveCommand not implemented")
@@ -877,6 +904,13 @@ func _ExecutorService_StreamCommand_Handler(srv interface{}, stream grpc.ServerS
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_StreamCommandServer = grpc.ServerStreamingServer[StreamCommandResponse]
+
+func _ExecutorService_Terminal_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecutorServiceServer).Terminal(&grpc.GenericServerStream[TerminalRequest, TerminalResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_TerminalServer = grpc.BidiStreamingServer[TerminalRequest, TerminalResponse]
 
 func _ExecutorService_ResolveCommand_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResolveCommandRequest)
@@ -1178,6 +1212,12 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "StreamCommand",
 			Handler:       _ExecutorService_StreamCommand_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Terminal",
+			Handler:       _ExecutorService_Terminal_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "WatchSandboxEvents",
