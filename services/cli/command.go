@@ -51,7 +51,7 @@ func Commands() []Command {
 		{gatewaysGroup, noStdin(Gateways)},
 		{mcpGroup, MCP},
 		{nodesGroup, noStdin(Nodes)},
-		{sandboxGroup, noStdin(RunSandbox)},
+		{sandboxGroup, RunSandbox},
 		{snapshotsGroup, noStdin(Snapshots)},
 		{templatesGroup, Templates},
 	} {

@@ -17,6 +17,7 @@ const sandboxUsage = `usage: conch sandbox <command> [flags]
 Commands:
   create [flags]                       create a sandbox and print its id
   exec [flags] <id> [--] <command...>  run a command, printing its output as it comes; its exit code becomes conch's
+  attach <id>                          a login shell in the sandbox on this terminal (Ctrl-] detaches)
   list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
   snapshot [--name NAME] <id>          save a sandbox's /home/workspace and /tmp and print the snapshot's id
@@ -43,7 +44,7 @@ flags need no quoting:
   conch sandbox exec ID -- ls -la
 `,
 	},
-	args:  map[string]arity{"exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}, "pause": {1, -1}, "resume": {1, -1}},
+	args:  map[string]arity{"attach": {1, 1}, "exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}, "pause": {1, -1}, "resume": {1, -1}},
 	flags: func(cmd string) *flag.FlagSet { return new(sandboxFlags).flagSet(cmd) },
 }
 
@@ -142,7 +143,7 @@ func (e *envFlag) Set(v string) error {
 }
 
 // RunSandbox runs `conch sandbox …`.
-func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func RunSandbox(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var f sandboxFlags
 	cmd, pos, err := sandboxGroup.parse(stdout, args, f.flagSet)
 	var bad *UsageError
@@ -183,6 +184,8 @@ func RunSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintln(stdout, out.ID)
 		return nil
+	case "attach":
+		return attach(ctx, c, pos[0], stdin, stdout, stderr)
 	case "exec":
 		body := map[string]any{"command": strings.Join(pos[1:], " "), "timeout_seconds": f.timeout, "max_output_length": f.maxOutput, "workdir": f.workdir}
 		if len(f.env) > 0 {

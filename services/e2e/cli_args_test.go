@@ -14,12 +14,19 @@ import (
 // and returns its stdout, stderr and exit code.
 func runConch(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
+	return runConchInput(t, env, "", args...)
+}
+
+// runConchInput is runConch with stdin.
+func runConchInput(t *testing.T, env []string, stdin string, args ...string) (string, string, int) {
+	t.Helper()
 	bin, err := conchBin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()

@@ -211,7 +211,7 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		expires = timestamppb.New(end)
 	}
 	return &executorv1.Sandbox{
-		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels, Snapshot: e.snapshot, PauseWhenIdle: e.params.PauseWhenIdle, Template: e.params.Template,
+		TtlSeconds: int32(min(e.ttl/time.Second, math.MaxInt32)), ExpiresAt: expires, Labels: e.labels, Snapshot: e.snapshot, PauseWhenIdle: e.params.PauseWhenIdle, Template: e.params.Template, Agent: e.params.Request.GetAgent(),
 		Id: id, Name: e.name, User: e.user, Persistent: e.persistent, State: state, Executor: s.svc.name, Session: e.session,
 		Unsaved: upb, UnsavedOmitted: int32(omitted),
 		Limits:             pl,

@@ -34,8 +34,8 @@ type terminal struct {
 // openTerminal judges a login shell in account's sandbox id as its
 // gateway's policy judges any command (a refusal is PermissionDenied with
 // the policy's reason), then starts it on a terminal of rows by cols.
-func (s *Service) openTerminal(ctx context.Context, account, id string, rows, cols uint16, ev ExecEvents) (*terminal, error) {
-	p := ExecParams{SandboxID: id, Command: TerminalCommand, Pty: true}
+func (s *Service) openTerminal(ctx context.Context, account string, start *executorv1.TerminalStart, rows, cols uint16, ev ExecEvents) (*terminal, error) {
+	p := ExecParams{SandboxID: start.GetSandboxId(), Command: TerminalCommand, Pty: true, Agent: start.GetAgent(), Settings: start.GetSettings()}
 	t, err := s.target(ctx, account, &p)
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func (s *Server) Terminal(stream executorv1.ExecutorService_TerminalServer) erro
 	if err != nil {
 		return err
 	}
-	term, err := s.svc.openTerminal(ctx, account, start.GetSandboxId(), rows, cols, execStream{terminalEvents{stream}})
+	term, err := s.svc.openTerminal(ctx, account, start, rows, cols, execStream{terminalEvents{stream}})
 	if err != nil {
 		return err
 	}

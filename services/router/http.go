@@ -207,6 +207,8 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) }, gw)
+	term := &terminalRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), gateways: opts.Service.Gateways(), log: opts.Logger}
+	term.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	cmds := &commandRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), gw: gw, log: opts.Logger}
 	cmds.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	tpl := &templateRoutes{t: workspacev1.NewTemplateServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}

@@ -609,7 +609,9 @@ type Sandbox struct {
 	// Whether its idle timeout pauses it rather than ends it.
 	PauseWhenIdle bool `protobuf:"varint,21,opt,name=pause_when_idle,json=pauseWhenIdle,proto3" json:"pause_when_idle,omitempty"`
 	// The template it started from, if any.
-	Template      string `protobuf:"bytes,22,opt,name=template,proto3" json:"template,omitempty"`
+	Template string `protobuf:"bytes,22,opt,name=template,proto3" json:"template,omitempty"`
+	// The agent (gateway name) it was made for, if any.
+	Agent         string `protobuf:"bytes,23,opt,name=agent,proto3" json:"agent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -794,6 +796,13 @@ func (x *Sandbox) GetPauseWhenIdle() bool {
 func (x *Sandbox) GetTemplate() string {
 	if x != nil {
 		return x.Template
+	}
+	return ""
+}
+
+func (x *Sandbox) GetAgent() string {
+	if x != nil {
+		return x.Agent
 	}
 	return ""
 }
@@ -1557,7 +1566,7 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\vToolCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xc6\a\n" +
+	"\x11parameters_schema\x18\x03 \x01(\tR\x10parametersSchema\"\xdc\a\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1e\n" +
@@ -1587,7 +1596,8 @@ const file_conch_executor_v1_sandbox_proto_rawDesc = "" +
 	"\x06labels\x18\x13 \x03(\v2&.conch.executor.v1.Sandbox.LabelsEntryR\x06labels\x12\x1a\n" +
 	"\bsnapshot\x18\x14 \x01(\tR\bsnapshot\x12&\n" +
 	"\x0fpause_when_idle\x18\x15 \x01(\bR\rpauseWhenIdle\x12\x1a\n" +
-	"\btemplate\x18\x16 \x01(\tR\btemplate\x1a9\n" +
+	"\btemplate\x18\x16 \x01(\tR\btemplate\x12\x14\n" +
+	"\x05agent\x18\x17 \x01(\tR\x05agent\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +

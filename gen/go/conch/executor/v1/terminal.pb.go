@@ -7,6 +7,7 @@
 package executorv1
 
 import (
+	v1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -82,7 +83,11 @@ type TerminalStart struct {
 	// The sandbox.
 	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// Its first size; unset is 24 by 80.
-	Size          *TerminalSize `protobuf:"bytes,2,opt,name=size,proto3" json:"size,omitempty"`
+	Size *TerminalSize `protobuf:"bytes,2,opt,name=size,proto3" json:"size,omitempty"`
+	// The sandbox's gateway and its exec settings, which judge the login
+	// shell as any of its commands (the router's, from the gateway).
+	Agent         string           `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	Settings      *v1.ExecSettings `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -127,6 +132,20 @@ func (x *TerminalStart) GetSandboxId() string {
 func (x *TerminalStart) GetSize() *TerminalSize {
 	if x != nil {
 		return x.Size
+	}
+	return nil
+}
+
+func (x *TerminalStart) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *TerminalStart) GetSettings() *v1.ExecSettings {
+	if x != nil {
+		return x.Settings
 	}
 	return nil
 }
@@ -394,14 +413,16 @@ var File_conch_executor_v1_terminal_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_terminal_proto_rawDesc = "" +
 	"\n" +
-	" conch/executor/v1/terminal.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\"6\n" +
+	" conch/executor/v1/terminal.proto\x12\x11conch.executor.v1\x1a\x1econch/approval/v1/policy.proto\x1a\x1cconch/executor/v1/exec.proto\"6\n" +
 	"\fTerminalSize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04cols\x18\x02 \x01(\rR\x04cols\"c\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xb6\x01\n" +
 	"\rTerminalStart\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
-	"\x04size\x18\x02 \x01(\v2\x1f.conch.executor.v1.TerminalSizeR\x04size\"\xa9\x01\n" +
+	"\x04size\x18\x02 \x01(\v2\x1f.conch.executor.v1.TerminalSizeR\x04size\x12\x14\n" +
+	"\x05agent\x18\x03 \x01(\tR\x05agent\x12;\n" +
+	"\bsettings\x18\x04 \x01(\v2\x1f.conch.approval.v1.ExecSettingsR\bsettings\"\xa9\x01\n" +
 	"\x0fTerminalRequest\x128\n" +
 	"\x05start\x18\x01 \x01(\v2 .conch.executor.v1.TerminalStartH\x00R\x05start\x12\x16\n" +
 	"\x05input\x18\x02 \x01(\fH\x00R\x05input\x129\n" +
@@ -435,19 +456,21 @@ var file_conch_executor_v1_terminal_proto_goTypes = []any{
 	(*TerminalRequest)(nil),  // 2: conch.executor.v1.TerminalRequest
 	(*TerminalExit)(nil),     // 3: conch.executor.v1.TerminalExit
 	(*TerminalResponse)(nil), // 4: conch.executor.v1.TerminalResponse
-	(*ApprovalPending)(nil),  // 5: conch.executor.v1.ApprovalPending
+	(*v1.ExecSettings)(nil),  // 5: conch.approval.v1.ExecSettings
+	(*ApprovalPending)(nil),  // 6: conch.executor.v1.ApprovalPending
 }
 var file_conch_executor_v1_terminal_proto_depIdxs = []int32{
 	0, // 0: conch.executor.v1.TerminalStart.size:type_name -> conch.executor.v1.TerminalSize
-	1, // 1: conch.executor.v1.TerminalRequest.start:type_name -> conch.executor.v1.TerminalStart
-	0, // 2: conch.executor.v1.TerminalRequest.resize:type_name -> conch.executor.v1.TerminalSize
-	5, // 3: conch.executor.v1.TerminalResponse.approval_pending:type_name -> conch.executor.v1.ApprovalPending
-	3, // 4: conch.executor.v1.TerminalResponse.exit:type_name -> conch.executor.v1.TerminalExit
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 1: conch.executor.v1.TerminalStart.settings:type_name -> conch.approval.v1.ExecSettings
+	1, // 2: conch.executor.v1.TerminalRequest.start:type_name -> conch.executor.v1.TerminalStart
+	0, // 3: conch.executor.v1.TerminalRequest.resize:type_name -> conch.executor.v1.TerminalSize
+	6, // 4: conch.executor.v1.TerminalResponse.approval_pending:type_name -> conch.executor.v1.ApprovalPending
+	3, // 5: conch.executor.v1.TerminalResponse.exit:type_name -> conch.executor.v1.TerminalExit
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_conch_executor_v1_terminal_proto_init() }
