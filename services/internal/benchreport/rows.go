@@ -443,6 +443,14 @@ var Rows = []Row{
 		Target: Target{MaxRatio: 1.5},
 	},
 	{
+		Service: "router", Metric: "terminal keystroke echo through the WebSocket, p50", Unit: "ms",
+		Value: Ref{Pkg: "e2e", Bench: "BenchmarkTerminalEcho", Unit: "p50-ms"},
+	},
+	{
+		Service: "router", Metric: "terminal keystroke echo through the WebSocket, p99", Unit: "ms",
+		Value: Ref{Pkg: "e2e", Bench: "BenchmarkTerminalEcho", Unit: "p99-ms"},
+	},
+	{
 		// What an idle sandbox (after one command, its spare started)
 		// costs the machine, measured as the drop of MemAvailable.
 		Service: "executor", Metric: "idle sandboxes per GiB of memory", Unit: "sandboxes",
