@@ -20,7 +20,7 @@ Commands:
   attach <id>                          a login shell in the sandbox on this terminal (Ctrl-] detaches)
   list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
-  snapshot [--name NAME] <id>          save a sandbox's /home/workspace and /tmp and print the snapshot's id
+  snapshot [--name NAME] <id>          save a sandbox's /home/workspace, /tmp and template workdir; print the snapshot's id
   fork [--count N] <id>                copy a running sandbox's files and settings; print the copies' ids
   pause <id>...                        save sandboxes' files and settings and end their processes
   resume <id>...                       bring paused sandboxes back (a command to one does too)
