@@ -26,7 +26,10 @@ import (
 //     judges the delimiter quoted, a shell removes it and may find it
 //     unquoted, its body expanded;
 //   - "$(\⏎(": the parser reads a subshell in a command substitution, a
-//     shell the arithmetic expansion "$((".
+//     shell the arithmetic expansion "$((";
+//   - the body of a quoted <<- here-document: the parser reads a
+//     backslash-newline before a line of leading tabs otherwise than dash,
+//     which strips the tabs and may find the delimiter there.
 //
 // Rather than follow each of those, the engine accepts a backslash-newline
 // only where every reader agrees it changes nothing but the line count:
@@ -34,14 +37,14 @@ import (
 //   - between the words and operators of a command, after an unquoted
 //     blank, or after an operator when what follows cannot continue it:
 //     the way a long command is continued on the next line;
-//   - inside single quotes and in the body of a quoted here-document, where
-//     it is literal in every shell;
+//   - inside single quotes and in the body of a quoted << here-document,
+//     where it is literal in every shell;
 //   - inside double quotes, except right after a $, where the text on both
 //     sides is data.
 //
 // Everywhere else — in a comment, an unquoted word, a parameter expansion,
-// a $'…' string, a here-document's delimiter or unquoted body, right after
-// a $, inside an operator — the command is refused in every mode, as
+// a $'…' string, a here-document's delimiter, unquoted body or <<- body,
+// right after a $, inside an operator — the command is refused in every mode, as
 // control characters are: what the engine would report, and a human
 // approve, might not be what the shell runs.
 
@@ -68,7 +71,7 @@ const (
 )
 
 // enter moves r into node n, which holds the backslash-newline.
-func (r reading) enter(n syntax.Node, delimiters map[*syntax.Word]bool, bodies map[*syntax.Word]bool) reading {
+func (r reading) enter(n syntax.Node, delimiters, bodies, dashBodies map[*syntax.Word]bool) reading {
 	if r.refused != "" {
 		return r
 	}
@@ -82,6 +85,8 @@ func (r reading) enter(n syntax.Node, delimiters map[*syntax.Word]bool, bodies m
 			r.refused = "backslash-newline in a here-document delimiter"
 		case body && !quoted:
 			r.refused = "backslash-newline in an unquoted here-document"
+		case dashBodies[n]:
+			r.refused = "backslash-newline in a <<- here-document"
 		case body:
 			r.where = literal
 		default:
@@ -154,7 +159,7 @@ func continuation(src string, f *syntax.File) (string, bool) {
 		return "", false
 	}
 	readings := make([]reading, len(at))
-	delimiters, bodies := map[*syntax.Word]bool{}, map[*syntax.Word]bool{}
+	delimiters, bodies, dashBodies := map[*syntax.Word]bool{}, map[*syntax.Word]bool{}, map[*syntax.Word]bool{}
 	// Walk enters the nodes holding an offset from the outermost in: each
 	// one narrows the reading of the backslash-newlines inside it.
 	syntax.Walk(f, func(n syntax.Node) bool {
@@ -165,12 +170,13 @@ func continuation(src string, f *syntax.File) (string, bool) {
 			delimiters[rd.Word] = true
 			if rd.Hdoc != nil {
 				bodies[rd.Hdoc] = quotedHeredoc(rd.Word)
+				dashBodies[rd.Hdoc] = rd.Op == syntax.DashHdoc
 			}
 		}
 		from, end := int(n.Pos().Offset()), int(n.End().Offset())
 		k, _ := slices.BinarySearch(at, from)
 		for ; k < len(at) && at[k] < end; k++ {
-			readings[k] = readings[k].enter(n, delimiters, bodies)
+			readings[k] = readings[k].enter(n, delimiters, bodies, dashBodies)
 		}
 		return true
 	})

@@ -52,6 +52,9 @@ func TestLineContinuations(t *testing.T) {
 		// read unquoted (body expanded) once the shell removed it.
 		{"a heredoc delimiter", "cat <<\\E\\\nOF\nx\nEOF", allowlist, delimiter},
 		{"an unquoted heredoc delimiter", "cat <<E\\\nOF\n$(id)\nEOF", allowlist, delimiter},
+		// A quoted <<- body: dash strips the tabs after the backslash-
+		// newline and may find the delimiter there; the parser does not.
+		{"a quoted <<- body", "cat <<-'E'\n0\\\n\tE", full, tok + "backslash-newline in a <<- here-document"},
 		// Inside a word the text on both sides makes one token.
 		{"a program name", "l\\\ns", allowlist, inWord},
 		{"an argument", "ls -\\\n-all", allowlist, inWord},
