@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/coder/websocket"
@@ -79,7 +79,7 @@ func attach(ctx context.Context, c *Client, id string, stdin io.Reader, stdout, 
 			n, err := stdin.Read(buf)
 			if n > 0 {
 				data := buf[:n]
-				if i := strings.IndexByte(string(data), detachKey); i >= 0 && isTerm {
+				if i := bytes.IndexByte(data, detachKey); i >= 0 && isTerm {
 					_ = conn.Write(ctx, websocket.MessageBinary, data[:i])
 					close(detached)
 					cancel()

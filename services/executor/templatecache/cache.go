@@ -14,8 +14,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -199,7 +199,10 @@ func (c *Cache) unpack(ctx context.Context, account, name, digest string) (int64
 		return 0, err
 	}
 	defer rc.Close()
-	h := sha256.New()
+	// The archive is hashed, and counted, as it is read: its size is the
+	// root's in the cache's bound (a little over its files', for the
+	// archive's headers), with no walk of the tree it made.
+	h := &countedHash{Hash: sha256.New()}
 	if err := image.Extract(ctx, io.TeeReader(rc, h), root, c.limits); err != nil {
 		return 0, fmt.Errorf("templatecache: unpack %s: %w", name, err)
 	}
@@ -211,7 +214,7 @@ func (c *Cache) unpack(ctx context.Context, account, name, digest string) (int64
 		return 0, fmt.Errorf("templatecache: root of %s is %s, not the %s its template names", name, got, digest)
 	}
 	ok = true
-	return duSize(root), nil
+	return h.n, nil
 }
 
 // evict removes the least recently used roots no sandbox holds until the
@@ -262,19 +265,13 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// duSize is the bytes of the regular files below dir.
-func duSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
+// countedHash is a hash that counts what it was written.
+type countedHash struct {
+	hash.Hash
+	n int64
+}
+
+func (c *countedHash) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.Hash.Write(p)
 }

@@ -79,44 +79,10 @@ func (c *Snapshots) Open(ctx context.Context, account, id string) (*workspacev1.
 		cancel()
 		return nil, nil, fmt.Errorf("wsclient: snapshot %s: the stream did not begin with its record", id)
 	}
-	return rec, &snapshotReader{stream: stream, cancel: cancel, left: rec.GetSizeBytes()}, nil
-}
-
-// snapshotReader reads an archive from a ReadSnapshot stream, and fails
-// unless it gets exactly the size its record says.
-type snapshotReader struct {
-	stream workspacev1.WorkspaceService_ReadSnapshotClient
-	cancel context.CancelFunc
-	buf    []byte
-	left   int64
-}
-
-func (r *snapshotReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		m, err := r.stream.Recv()
-		if errors.Is(err, io.EOF) {
-			if r.left != 0 {
-				return 0, io.ErrUnexpectedEOF
-			}
-			return 0, io.EOF
-		}
-		if err != nil {
-			return 0, errs.FromStatus(err)
-		}
-		r.buf = m.GetData()
-		if int64(len(r.buf)) > r.left {
-			return 0, errors.New("wsclient: snapshot archive longer than its record says")
-		}
-		r.left -= int64(len(r.buf))
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
-}
-
-func (r *snapshotReader) Close() error {
-	r.cancel()
-	return nil
+	return rec, &streamReader{recv: func() ([]byte, error) {
+		m, err := stream.Recv()
+		return m.GetData(), err
+	}, cancel: cancel, left: rec.GetSizeBytes()}, nil
 }
 
 // List returns the account's snapshots' records.

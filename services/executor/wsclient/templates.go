@@ -41,24 +41,36 @@ func (c *Templates) OpenRoot(ctx context.Context, account, name, digest string) 
 	return &streamReader{recv: func() ([]byte, error) {
 		m, err := stream.Recv()
 		return m.GetData(), err
-	}, cancel: cancel}, nil
+	}, cancel: cancel, left: -1}, nil
 }
 
-// streamReader reads the data of a server stream's messages.
+// streamReader reads the data of a server stream's messages. With left
+// set (not -1) it fails unless it gets exactly that many bytes: the size
+// the stream's record says.
 type streamReader struct {
 	recv   func() ([]byte, error)
 	cancel context.CancelFunc
 	buf    []byte
+	left   int64
 }
 
 func (r *streamReader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
 		b, err := r.recv()
 		if errors.Is(err, io.EOF) {
+			if r.left > 0 {
+				return 0, io.ErrUnexpectedEOF
+			}
 			return 0, io.EOF
 		}
 		if err != nil {
 			return 0, errs.FromStatus(err)
+		}
+		if r.left >= 0 {
+			if int64(len(b)) > r.left {
+				return 0, errors.New("wsclient: stream longer than its record says")
+			}
+			r.left -= int64(len(b))
 		}
 		r.buf = b
 	}

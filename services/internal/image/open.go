@@ -155,7 +155,7 @@ func small(name string, m member) error {
 	case m.typ != tar.TypeReg:
 		return refuse(name, "must be a regular file")
 	case m.size > maxMetadataBytes:
-		return refuse(name, "larger than %s", formatBytes(maxMetadataBytes))
+		return refuse(name, "larger than %s", FormatBytes(maxMetadataBytes))
 	}
 	return nil
 }

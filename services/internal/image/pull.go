@@ -53,7 +53,7 @@ func Pull(ctx context.Context, ref string, allowed, insecure []string, rt http.R
 		return nil, refuse("", "image has %d layers, more than the limit of %d", len(m.Layers), maxLayers)
 	}
 	if m.Config.Size > maxMetadataBytes {
-		return nil, refuse("", "image config is larger than %s", formatBytes(maxMetadataBytes))
+		return nil, refuse("", "image config is larger than %s", FormatBytes(maxMetadataBytes))
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {

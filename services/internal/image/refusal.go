@@ -72,15 +72,15 @@ func (t *tally) add(e entry) error {
 	}
 	if e.typ == tar.TypeReg {
 		if e.size > t.lim.MaxBytes-t.bytes {
-			return refuse("", "image root is larger than the limit of %s", formatBytes(t.lim.MaxBytes))
+			return refuse("", "image root is larger than the limit of %s", FormatBytes(t.lim.MaxBytes))
 		}
 		t.bytes += e.size
 	}
 	return nil
 }
 
-// formatBytes writes n in the largest binary unit that holds it whole.
-func formatBytes(n int64) string {
+// FormatBytes writes n in the largest binary unit that holds it whole.
+func FormatBytes(n int64) string {
 	for _, u := range []struct {
 		size int64
 		name string

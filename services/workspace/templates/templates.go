@@ -194,11 +194,11 @@ func (s *Store) Create(ctx context.Context, account string, rec Record) (Record,
 	if _, err := s.st.Stat(ctx, d+recordName); err == nil {
 		return Record{}, errs.New(errs.AlreadyExists, "template %q exists", rec.Name)
 	}
-	n := 0
-	for range s.names(ctx, account) {
-		n++
+	names, err := s.names(ctx, account)
+	if err != nil {
+		return Record{}, err
 	}
-	if n >= s.cfg.MaxTemplates {
+	if n := len(names); n >= s.cfg.MaxTemplates {
 		return Record{}, errs.NewReason(errs.ResourceExhausted, errs.ReasonQuotaExceeded, "quota templates exceeded (%d of %d)", n, s.cfg.MaxTemplates)
 	}
 	now := time.Now().UTC()
@@ -296,19 +296,19 @@ func imageVars(kvs []string) (map[string]string, []string) {
 	return env, warnings
 }
 
-// names yields the names of account's templates.
-func (s *Store) names(ctx context.Context, account string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for info, err := range s.st.List(ctx, prefix(account), false) {
-			if err != nil {
-				return
-			}
-			name := strings.TrimSuffix(strings.TrimPrefix(info.Key, prefix(account)), "/")
-			if info.IsDir() && ValidName(name) && !yield(name) {
-				return
-			}
+// names are the names of account's templates; a listing that fails is
+// an error, never a shorter list.
+func (s *Store) names(ctx context.Context, account string) ([]string, error) {
+	var names []string
+	for info, err := range s.st.List(ctx, prefix(account), false) {
+		if err != nil {
+			return nil, fmt.Errorf("templates: list: %w", err)
+		}
+		if name := strings.TrimSuffix(strings.TrimPrefix(info.Key, prefix(account)), "/"); info.IsDir() && ValidName(name) {
+			names = append(names, name)
 		}
 	}
+	return names, nil
 }
 
 func (s *Store) write(ctx context.Context, d string, rec Record) error {
@@ -351,8 +351,12 @@ func (s *Store) List(ctx context.Context, account string) ([]Record, error) {
 	if !tenant.ValidUserID(account) {
 		return nil, errs.New(errs.Unauthenticated, "no valid account in the call")
 	}
+	names, err := s.names(ctx, account)
+	if err != nil {
+		return nil, err
+	}
 	var out []Record
-	for name := range s.names(ctx, account) {
+	for _, name := range names {
 		rec, err := s.Get(ctx, account, name)
 		if errs.KindOf(err) == errs.NotFound {
 			continue
@@ -471,7 +475,7 @@ func (s *Store) PutImage(ctx context.Context, account, name string, r io.Reader)
 		return Record{}, err
 	}
 	if n > s.cfg.MaxBytes {
-		return Record{}, errs.NewReason(errs.ResourceExhausted, errs.ReasonRequestTooLarge, "image archive larger than the limit of %s", size(s.cfg.MaxBytes))
+		return Record{}, errs.NewReason(errs.ResourceExhausted, errs.ReasonRequestTooLarge, "image archive larger than the limit of %s", image.FormatBytes(s.cfg.MaxBytes))
 	}
 	if err := s.slot(ctx); err != nil {
 		return Record{}, err
@@ -620,17 +624,4 @@ func randomBuild() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// size says n bytes in the largest binary unit that divides it.
-func size(n int64) string {
-	for _, u := range []struct {
-		shift int
-		name  string
-	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
-		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
-			return fmt.Sprintf("%d %s", n>>u.shift, u.name)
-		}
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
