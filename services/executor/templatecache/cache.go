@@ -24,9 +24,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/conch-sh/conch/services/internal/image"
+	"github.com/conch-sh/conch/services/internal/platform/dirlock"
 )
 
 // Source opens the root archive of an account's template.
@@ -39,7 +38,7 @@ var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 // Cache is a directory of unpacked roots.
 type Cache struct {
 	dir    string
-	lock   *os.File
+	inst   *dirlock.Instance
 	max    int64
 	limits image.Limits
 	src    Source
@@ -69,53 +68,20 @@ func New(dir, instance string, maxBytes int64, limits image.Limits, src Source, 
 	}
 	// Sandboxes' uids bind roots from below it: it must be searchable,
 	// never listable or writable by them.
-	for _, d := range []string{dir, filepath.Join(dir, instance)} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			return nil, fmt.Errorf("templatecache: %w", err)
-		}
-		if err := os.Chmod(d, 0o711); err != nil {
-			return nil, fmt.Errorf("templatecache: %w", err)
-		}
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, instance+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	inst, stale, err := dirlock.TakeInstance(dir, instance, os.RemoveAll)
 	if err != nil {
 		return nil, fmt.Errorf("templatecache: %w", err)
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("templatecache: instance %s holds its cache already: %w", instance, err)
+	if stale != nil {
+		log.Warn("stale template roots not removed", "error", stale)
 	}
-	sweep(dir, instance, log)
-	return &Cache{dir: filepath.Join(dir, instance), lock: lock, max: maxBytes, limits: limits, src: src, log: log, entries: map[string]*entry{}}, nil
-}
-
-// sweep removes the roots of instances whose lock no one holds.
-func sweep(dir, self string, log *slog.Logger) {
-	locks, _ := filepath.Glob(filepath.Join(dir, "*.lock"))
-	for _, l := range locks {
-		name := strings.TrimSuffix(filepath.Base(l), ".lock")
-		if name == self {
-			continue
-		}
-		f, err := os.OpenFile(l, os.O_RDWR, 0)
-		if err != nil {
-			continue
-		}
-		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-				log.Warn("stale template roots not removed", "instance", name, "error", err)
-			} else {
-				_ = os.Remove(l)
-			}
-		}
-		f.Close()
-	}
+	return &Cache{dir: inst.Dir, inst: inst, max: maxBytes, limits: limits, src: src, log: log, entries: map[string]*entry{}}, nil
 }
 
 // Close frees the instance's lock: the next executor to start on the
 // host removes its roots, which sandboxes still ending may hold now.
 func (c *Cache) Close() error {
-	return c.lock.Close()
+	return c.inst.Close()
 }
 
 // Root returns the unpacked root of account's template name at digest,
