@@ -19,6 +19,8 @@ if [ "${1:-}" = "--test" ]; then
 	command -v chromium >/dev/null || need+=(chromium)
 	command -v node >/dev/null || need+=(nodejs)
 	command -v npm >/dev/null || need+=(npm)
+	# The sandbox storage tests make btrfs filesystems on loop devices.
+	command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 fi
 # --images adds what `make images-test` needs: Podman and podman-compose,
 # runc (for hosts with hybrid cgroups, which crun refuses) and debootstrap

@@ -14,7 +14,10 @@ import (
 type Config struct {
 	SandboxStateDir string `flag:"sandbox-state-dir" env:"CONCH_SANDBOX_STATE_DIR" default:"/run/conch-executor" usage:"host directory for sandbox state; every parent must be searchable by others"`
 	SandboxRootFS   string `flag:"sandbox-rootfs" env:"CONCH_SANDBOX_ROOTFS" default:"/" usage:"root filesystem whose /usr, /bin, /lib* and chosen /etc files sandboxes see read-only"`
-	SandboxUIDBase  int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
+	// Storage on btrfs makes forks and previews copy-on-write snapshots
+	// (sandbox.Config.Storage); empty keeps writable state in tmpfs.
+	SandboxStorage string `flag:"sandbox-storage" env:"CONCH_SANDBOX_STORAGE" usage:"directory on btrfs where sandboxes keep their workspace, /tmp and workdir layer as subvolumes held to their sizes by quotas, so that forks and previews are copy-on-write (empty: in memory, tmpfs); every parent must be searchable by others"`
+	SandboxUIDBase int    `flag:"sandbox-uid-base" env:"CONCH_SANDBOX_UID_BASE" default:"200000" usage:"first host uid given to sandboxes (each live sandbox has its own)"`
 	// Every executor of a host must share the uid lock dir: it is where a
 	// live sandbox's uid is claimed host-wide (its default is
 	// sandbox.DefaultUIDLockDir).
@@ -70,6 +73,9 @@ func (c *Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.SandboxStateDir) {
 		return config.Invalid("--sandbox-state-dir", "must be an absolute path")
+	}
+	if c.SandboxStorage != "" && !filepath.IsAbs(c.SandboxStorage) {
+		return config.Invalid("--sandbox-storage", "must be an absolute path")
 	}
 	if !filepath.IsAbs(c.SandboxRootFS) {
 		return config.Invalid("--sandbox-rootfs", "must be an absolute path")

@@ -50,7 +50,11 @@ var (
 )
 
 // newRuntime returns a sandbox runtime with its own state dir and cgroup.
-func newRuntime(t testing.TB) *sandbox.Runtime {
+func newRuntime(t testing.TB) *sandbox.Runtime { return newRuntimeOn(t, "") }
+
+// newRuntimeOn is newRuntime with its sandboxes' writable state in
+// storage ("": tmpfs).
+func newRuntimeOn(t testing.TB, storage string) *sandbox.Runtime {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "conch-executor-test-")
 	if err != nil {
@@ -62,9 +66,14 @@ func newRuntime(t testing.TB) *sandbox.Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := sandbox.NewRuntime(sandbox.Config{Seccomp: prog, StateDir: filepath.Join(dir, "state"), CgroupParent: "conch-test/" + filepath.Base(dir)})
+	r, err := sandbox.NewRuntime(sandbox.Config{Seccomp: prog, StateDir: filepath.Join(dir, "state"), Storage: storage, CgroupParent: "conch-test/" + filepath.Base(dir)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if storage != "" {
+		// Before its storage goes, which the caller's cleanup removes.
+		t.Cleanup(r.Close)
+		return r
 	}
 	rtMu.Lock()
 	runtimes = append(runtimes, r)
@@ -80,12 +89,18 @@ type testExecutor struct {
 
 func startExecutor(t testing.TB, opts ...Option) *testExecutor {
 	t.Helper()
+	return startExecutorOn(t, newRuntime(t), opts...)
+}
+
+// startExecutorOn is startExecutor on the runtime rt.
+func startExecutorOn(t testing.TB, rt Runtime, opts ...Option) *testExecutor {
+	t.Helper()
 	cli := etcdxtest.StartForTest(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := startService(t, lis.Addr().String(), cli, opts...)
+	svc := startServiceOn(t, rt, lis.Addr().String(), cli, opts...)
 	signer, err := tenant.NewSigner("test-secret-0123456789")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +133,12 @@ func startExecutor(t testing.TB, opts ...Option) *testExecutor {
 // etcd cli, until the test ends.
 func startService(t testing.TB, addr string, cli *clientv3.Client, opts ...Option) *Service {
 	t.Helper()
-	svc, err := NewService(t.Context(), "test-executor", addr, newRuntime(t), cli, nil, opts...)
+	return startServiceOn(t, newRuntime(t), addr, cli, opts...)
+}
+
+func startServiceOn(t testing.TB, rt Runtime, addr string, cli *clientv3.Client, opts ...Option) *Service {
+	t.Helper()
+	svc, err := NewService(t.Context(), "test-executor", addr, rt, cli, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,6 +74,9 @@ type Runtime interface {
 	Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error)
 	// Resolver finds programs as a new sandbox would.
 	Resolver(pathPrepend []string) (fsview.Resolver, error)
+	// CopyOnWrite reports whether a sandbox can start from another's
+	// files, copy-on-write (sandbox.Spec.From).
+	CopyOnWrite() bool
 }
 
 // Service is the executor's domain: the sandboxes of this executor, their
@@ -510,6 +513,10 @@ type CreateParams struct {
 	// Skills are written into the sandbox's skills directory, which it
 	// sees read-only; skillfs.Check has passed them.
 	Skills []skillfs.Skill
+	// from, set by copies only, is a sandbox of this executor whose files
+	// the new one starts with, as a copy-on-write snapshot
+	// (sandbox.Spec.From).
+	from *sandbox.Sandbox
 }
 
 var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
@@ -626,7 +633,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		}
 		maps.Copy(env, secretEnv)
 	}
-	spec := sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil, Env: env, Workdir: p.Workdir}
+	spec := sandbox.Spec{ID: id, Limits: p.Limits, PathPrepend: p.PathPrepend, Network: egressPolicy != nil, Env: env, Workdir: p.Workdir, From: p.from}
 	if tpl != nil {
 		spec.Image = tpl.image
 	}

@@ -292,12 +292,17 @@ func (s *Service) Fork(ctx context.Context, account, id string, count int) ([]*e
 }
 
 // copies makes count sandboxes with src's CreateParams, as edit changes
-// them, and src's files: one archive of src streamed from its tar into
-// every copy's, never stored. It keeps every copy or none.
+// them, and src's files: copy-on-write snapshots of src's when the
+// runtime keeps sandboxes on btrfs storage, else one archive of src
+// streamed from its tar into every copy's, never stored. It keeps every
+// copy or none.
 func (s *Service) copies(ctx context.Context, account, id string, src *entry, count int, edit func(*CreateParams)) ([]*entry, []string, error) {
 	p := src.params
 	p.Snapshot = ""
 	edit(&p)
+	if s.rt.CopyOnWrite() {
+		p.from = src.sb
+	}
 	entries, ids := make([]*entry, 0, count), make([]string, 0, count)
 	done := false
 	defer func() {
@@ -313,6 +318,11 @@ func (s *Service) copies(ctx context.Context, account, id string, src *entry, co
 			return nil, nil, err
 		}
 		entries, ids = append(entries, e), append(ids, cid)
+	}
+	if p.from != nil {
+		done = true
+		s.log.Info("sandbox copied", "sandbox", id, "copies", ids, "copy_on_write", true)
+		return entries, ids, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/executor/wsclient"
+	"github.com/conch-sh/conch/services/internal/conchtest"
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/workspace/workspacetest"
 )
@@ -172,8 +174,21 @@ func TestSnapshotsNeedStorage(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "snapshots need the workspace service")
 }
 
+// A fork copies the same state whether sandboxes keep it in memory
+// (streamed through tar) or on btrfs (snapshots).
 func TestFork(t *testing.T) {
-	x := startExecutor(t, WithQuotas(quotas.Defaults))
+	t.Run("tmpfs", func(t *testing.T) { testFork(t, newRuntime(t)) })
+	t.Run("btrfs", func(t *testing.T) {
+		rt := newRuntimeOn(t, filepath.Join(conchtest.Btrfs(t, 2<<30), "storage"))
+		if !rt.CopyOnWrite() {
+			t.Fatal("a runtime on btrfs storage does not copy on write")
+		}
+		testFork(t, rt)
+	})
+}
+
+func testFork(t *testing.T, rt Runtime) {
+	x := startExecutorOn(t, rt, WithQuotas(quotas.Defaults))
 	ctx := as(t, "acme")
 	src, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{Name: "src", Labels: map[string]string{"team": "infra"}, Limits: &executorv1.Limits{MemoryBytes: 256 << 20}})
 	if err != nil {

@@ -96,7 +96,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			return fmt.Errorf("executor: %w", err)
 		}
 		rt, err := sandbox.NewRuntime(sandbox.Config{
-			StateDir: dir, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
+			StateDir: dir, Storage: cfg.SandboxStorage, RootFS: cfg.SandboxRootFS, UIDBase: cfg.SandboxUIDBase, UIDLockDir: cfg.SandboxUIDLockDir,
 			CgroupParent: cfg.SandboxCgroup + "/" + name, ParentLimits: sandbox.ParentLimits{MemoryBytes: cfg.SandboxesMemoryBytes, Pids: cfg.SandboxesPids}, PoolSize: cfg.SandboxPool, LaunchAhead: cfg.LaunchAhead(), Logger: p.log,
 			Seccomp: filter, TracerProvider: p.tel.TracerProvider(),
 		})

@@ -149,30 +149,44 @@ func imageMounts(img *ImageRoot, etc string) ([]mount, error) {
 }
 
 // layerDir is where, in a sandbox's state, its workdir's writable layer
-// is: a tmpfs holding the overlay's upper and work directories, and the
-// overlay itself.
+// is: a tmpfs (a subvolume on storage) holding the overlay's upper and
+// work directories, and the overlay itself.
 const (
 	layerDir   = "layer"
 	workdirDir = "workdir"
 )
 
-// makeLayer mounts the writable layer of s's workdir: a tmpfs of the
-// workspace's size, and over the image's copy of the workdir (or an empty
-// directory) an overlay whose changes go to it, its files the sandbox
-// user's.
+// makeLayer mounts the writable layer of s's workdir: a tmpfs (a
+// subvolume on storage) of the workspace's size, and over the image's
+// copy of the workdir (or an empty directory) an overlay whose changes go
+// to it, its files the sandbox user's.
 func (s *Sandbox) makeLayer(img *ImageRoot, workdir string, cleanups *[]func()) error {
-	layer := filepath.Join(s.dir, layerDir)
-	if err := os.Mkdir(layer, 0o700); err != nil {
-		return fmt.Errorf("sandbox: workdir layer: %w", err)
+	var layer string
+	if s.vol != "" {
+		// On storage, a subvolume (that makeVolumes' cleanup removes);
+		// a copy's is a snapshot of its source's layer, whose files the
+		// walk below makes its own.
+		layer = filepath.Join(s.vol, layerDir)
+		if err := volume(layer, fromPath(s.spec.From, func(f *Sandbox) string { return filepath.Join(f.vol, layerDir) }), 0, 0, s.spec.Limits.WorkspaceBytes); err != nil {
+			return err
+		}
+		if err := os.Chmod(layer, 0o700); err != nil {
+			return fmt.Errorf("sandbox: workdir layer: %w", err)
+		}
+	} else {
+		layer = filepath.Join(s.dir, layerDir)
+		if err := os.Mkdir(layer, 0o700); err != nil {
+			return fmt.Errorf("sandbox: workdir layer: %w", err)
+		}
+		opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", s.spec.Limits.WorkspaceBytes, s.spec.Limits.WorkspaceFiles)
+		if err := unix.Mount("tmpfs", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("sandbox: mount workdir layer: %w", err)
+		}
+		*cleanups = append(*cleanups, func() { _ = unix.Unmount(layer, unix.MNT_DETACH) })
+		s.hostMounts = append(s.hostMounts, layer)
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", s.spec.Limits.WorkspaceBytes, s.spec.Limits.WorkspaceFiles)
-	if err := unix.Mount("tmpfs", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("sandbox: mount workdir layer: %w", err)
-	}
-	*cleanups = append(*cleanups, func() { _ = unix.Unmount(layer, unix.MNT_DETACH) })
-	s.hostMounts = append(s.hostMounts, layer)
 	for _, d := range []string{"upper", "work", "empty"} {
-		if err := os.Mkdir(filepath.Join(layer, d), 0o755); err != nil {
+		if err := os.Mkdir(filepath.Join(layer, d), 0o755); err != nil && !(s.spec.From != nil && errors.Is(err, fs.ErrExist)) {
 			return fmt.Errorf("sandbox: workdir layer: %w", err)
 		}
 	}

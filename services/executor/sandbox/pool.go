@@ -160,9 +160,15 @@ func (s *Sandbox) fit(spec Spec) error {
 	if err := s.cg.setLimits(spec.Limits); err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d", spec.Limits.WorkspaceBytes, spec.Limits.WorkspaceFiles)
-	if err := unix.Mount("tmpfs", s.workspace, "tmpfs", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("sandbox: resize workspace: %w", err)
+	if s.vol != "" {
+		if err := limitVolume(s.workspace, spec.Limits.WorkspaceBytes); err != nil {
+			return err
+		}
+	} else {
+		opts := fmt.Sprintf("size=%d,nr_inodes=%d", spec.Limits.WorkspaceBytes, spec.Limits.WorkspaceFiles)
+		if err := unix.Mount("tmpfs", s.workspace, "tmpfs", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("sandbox: resize workspace: %w", err)
+		}
 	}
 	s.mu.Lock()
 	s.spec = spec

@@ -59,6 +59,13 @@ var DefaultLimits = Limits{
 
 // Config configures a Runtime.
 type Config struct {
+	// Storage, when set, is a directory on btrfs where sandboxes' writable
+	// state (workspace, /tmp, a template workdir's layer) is kept, each
+	// part a subvolume held to its size by a quota, instead of in
+	// memory: forks and previews are then copy-on-write snapshots, and
+	// idle sandboxes' files can leave memory. The executors of a host may
+	// share it; each keeps a directory of its own there.
+	Storage string
 	// StateDir holds per-sandbox state on the host (workspace mounts). The
 	// runtime mounts a tmpfs of its own there, so that what sandboxes are
 	// given from it is seen inside by its path in that tmpfs, never by the
@@ -133,6 +140,10 @@ type Runtime struct {
 
 	// template is the view of a new sandbox, made on first use.
 	template func() (*fsview.View, error)
+
+	// store is Config.Storage's instance; nil keeps writable state in
+	// tmpfs.
+	store *storage
 
 	etc *etcCopy
 	// imageEtc are the /etc copies of template roots.
@@ -247,6 +258,12 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		dead:    (*launch).exited,
 		discard: (*launch).close,
 	})
+	if cfg.Storage != "" {
+		if r.store, err = openStorage(cfg.Storage); err != nil {
+			r.removeState()
+			return nil, err
+		}
+	}
 	r.pool = newPool(r, cfg.PoolSize)
 	go r.etc.watch(r.stop, func(err error) { r.log.Warn("sandbox: /etc not refreshed", "error", err) })
 	return r, nil
@@ -307,7 +324,25 @@ type Spec struct {
 	// nothing when the image has none) whose changes go to a tmpfs of the
 	// sandbox's own as large as its workspace.
 	Workdir string
+	// From, when set, is a sandbox of the same runtime whose writable
+	// state (workspace, /tmp, workdir layer) the new one starts with, as
+	// a copy-on-write snapshot taken while From runs on: it needs the
+	// runtime's Storage (CopyOnWrite). From's image and workdir must be
+	// the new one's.
+	From *Sandbox
 }
+
+// rootOf is img's root, "" for the runtime's.
+func rootOf(img *ImageRoot) string {
+	if img == nil {
+		return ""
+	}
+	return img.Dir
+}
+
+// CopyOnWrite reports whether Spec.From can be used: whether sandboxes'
+// writable state is on Storage.
+func (r *Runtime) CopyOnWrite() bool { return r.store != nil }
 
 func (s *Spec) withDefaults() {
 	d := DefaultLimits
@@ -351,6 +386,9 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if spec.Image == nil && OwnWorkdir(spec.Workdir) {
 		return nil, fmt.Errorf("sandbox: workdir %s: outside %s and /tmp, a workdir needs a template image", spec.Workdir, wire.WorkspaceDir)
 	}
+	if f := spec.From; f != nil && (r.store == nil || f.rt != r || rootOf(f.spec.Image) != rootOf(spec.Image) || f.spec.Workdir != spec.Workdir) {
+		return nil, fmt.Errorf("sandbox: a copy needs storage on btrfs, and its source's runtime, image and workdir: %w", ErrUnsupported)
+	}
 	r.quiet.mark()
 	for _, d := range spec.PathPrepend {
 		if !filepath.IsAbs(d) || strings.ContainsAny(d, ":\x00") {
@@ -358,7 +396,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		}
 	}
 	// Warm sandboxes have no egress socket, and the runtime's root.
-	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network && spec.Image == nil && spec.Workdir == "" {
+	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network && spec.Image == nil && spec.Workdir == "" && spec.From == nil {
 		if s, ok := r.pool.take(); ok {
 			if err := s.fit(spec); err == nil {
 				return s, nil
@@ -449,18 +487,24 @@ func (s *Sandbox) makeState(ctx context.Context, spec Spec, name string, cleanup
 	if err := r.makeRunDir(s.dir); err != nil {
 		return err
 	}
-	// The workspace is a tmpfs of its own so that its size and file count
-	// are enforced by the kernel, and so that the host can hydrate and
-	// flush it without entering the sandbox.
-	s.workspace = filepath.Join(s.dir, "workspace")
-	if err := os.Mkdir(s.workspace, 0o700); err != nil {
-		return fmt.Errorf("sandbox: workspace dir: %w", err)
+	// The workspace is a filesystem of its own (a tmpfs, or a subvolume
+	// on Storage) so that its size is enforced by the kernel, and so that
+	// the host can hydrate and flush it without entering the sandbox.
+	if r.store != nil {
+		if err := s.makeVolumes(spec, name, cleanups); err != nil {
+			return err
+		}
+	} else {
+		s.workspace = filepath.Join(s.dir, "workspace")
+		if err := os.Mkdir(s.workspace, 0o700); err != nil {
+			return fmt.Errorf("sandbox: workspace dir: %w", err)
+		}
+		opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", spec.Limits.WorkspaceBytes, spec.Limits.WorkspaceFiles, s.uid, s.uid)
+		if err := unix.Mount("tmpfs", s.workspace, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("sandbox: mount workspace: %w", err)
+		}
+		*cleanups = append(*cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", spec.Limits.WorkspaceBytes, spec.Limits.WorkspaceFiles, s.uid, s.uid)
-	if err := unix.Mount("tmpfs", s.workspace, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("sandbox: mount workspace: %w", err)
-	}
-	*cleanups = append(*cleanups, func() { _ = unix.Unmount(s.workspace, unix.MNT_DETACH) })
 	if img := spec.Image; img != nil {
 		etc, err := r.imageEtc.get(img.Dir)
 		if err != nil {
@@ -694,7 +738,7 @@ func (r *Runtime) mounts(s *Sandbox) []mount {
 	ms = append(ms,
 		mount{op: "--proc", dst: "/proc"},
 		mount{op: "--dev", dst: "/dev"},
-		mount{op: "--tmpfs", dst: "/tmp", size: s.spec.Limits.TmpBytes},
+		s.tmpMount(),
 		// The agent, the tool binary, the tools and the egress socket in
 		// one read-only bind: each mount is work for every cold create.
 		mount{op: "--ro-bind", src: runDir(s.dir), dst: wire.AgentDir},
@@ -1011,6 +1055,11 @@ func (r *Runtime) Close() {
 	r.pool.close()
 	r.launches.close()
 	r.uids.close()
+	if r.store != nil {
+		if err := r.store.close(); err != nil {
+			r.log.Warn("sandbox: storage not removed", "error", err)
+		}
+	}
 	r.removeState()
 	if r.cgroups.v2 {
 		_ = unix.Rmdir(filepath.Join(r.cfg.CgroupMount, r.cfg.CgroupParent))

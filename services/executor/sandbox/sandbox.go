@@ -43,7 +43,11 @@ type Sandbox struct {
 	uid       int
 	dir       string
 	workspace string
-	cg        *cgroup
+	// vol, with the runtime's Storage, holds the sandbox's subvolumes:
+	// its workspace, its /tmp (tmp, the host path bound there) and its
+	// workdir's layer.
+	vol, tmp string
+	cg       *cgroup
 	cmd       *exec.Cmd
 	in        *wire.Writer
 	stdin     io.WriteCloser
@@ -530,6 +534,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		}
 		if err := unix.Unmount(s.workspace, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("sandbox: unmount workspace: %w", err))
+		}
+		if s.vol != "" {
+			if err := removeVolumes(s.vol); err != nil {
+				errs = append(errs, fmt.Errorf("sandbox: remove storage: %w", err))
+			}
 		}
 		if err := os.RemoveAll(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox: remove state: %w", err))

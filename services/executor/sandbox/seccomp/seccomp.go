@@ -223,7 +223,7 @@ func seccompFilter() ([]bpf.Instruction, error) {
 		// clone3 passes its flags in memory, where a filter cannot look;
 		// ENOSYS makes libc and Go fall back to clone, which is checked.
 		{"clone3", []bpf.Instruction{retENOSYS}},
-		{"ioctl", refuseValues(1, unix.TIOCSTI, unix.TIOCLINUX)},
+		{"ioctl", refuseIoctls(btrfsIoctlType, unix.TIOCSTI, unix.TIOCLINUX)},
 		{"personality", allowValues(0, retEPERM, allowedPersonalities...)},
 		{"socket", allowValues(0, retErrno(unix.EAFNOSUPPORT), allowedSocketFamilies...)},
 	} {
@@ -302,6 +302,24 @@ func refuseBits(arg int, bits uint32) []bpf.Instruction {
 		retEPERM,
 		retAllow,
 	}
+}
+
+// btrfsIoctlType is the type byte of every btrfs ioctl request
+// (BTRFS_IOCTL_MAGIC). A sandbox on btrfs storage that made a subvolume
+// or a snapshot would have a quota group of its own, limited by nothing;
+// cloning a file within its subvolume would grow what it holds past its
+// size, which counts the shared blocks once.
+const btrfsIoctlType = 0x94
+
+// refuseIoctls refuses an ioctl with EPERM when its request is of type
+// typ (bits 8 to 15) or one of requests.
+func refuseIoctls(typ uint32, requests ...uint32) []bpf.Instruction {
+	return append([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: seccompArgLow(1), Size: 4},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xff00},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: typ << 8, SkipFalse: 1},
+		retEPERM,
+	}, refuseValues(1, requests...)...)
 }
 
 // refuseValues refuses the call with EPERM when argument arg is one of

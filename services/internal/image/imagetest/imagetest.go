@@ -23,7 +23,7 @@ import (
 
 // Programs are the host programs a minimal image holds: enough for a
 // shell, the tests' commands and the snapshots' tar.
-var Programs = []string{"sh", "cat", "ls", "id", "env", "echo", "sleep", "touch", "test", "true", "false", "mkdir", "rm", "tar", "pwd", "stat"}
+var Programs = []string{"sh", "cat", "ls", "id", "env", "echo", "sleep", "touch", "test", "true", "false", "mkdir", "rm", "tar", "pwd", "stat", "head", "sha256sum", "cut", "ln", "readlink"}
 
 // File is a file a test adds to an image.
 type File struct {
