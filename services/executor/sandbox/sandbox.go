@@ -48,11 +48,11 @@ type Sandbox struct {
 	// workdir's layer.
 	vol, tmp string
 	cg       *cgroup
-	cmd       *exec.Cmd
-	in        *wire.Writer
-	stdin     io.WriteCloser
-	mounts    []mount
-	view      *fsview.View
+	cmd      *exec.Cmd
+	in       *wire.Writer
+	stdin    io.WriteCloser
+	mounts   []mount
+	view     *fsview.View
 	// system is the read-only system of a sandbox on an image root
 	// (imageMounts); hostMounts are the mounts its state holds besides
 	// the workspace (its workdir's layer), unmounted when it ends.
