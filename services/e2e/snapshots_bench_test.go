@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/conch-sh/conch/services/internal/conchtest"
 	"github.com/conch-sh/conch/services/internal/store/miniotest"
 )
 
@@ -130,4 +132,71 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 	b.ReportMetric(p50(cp), "cp-p50-ms")
 	b.Logf("snapshot+restore %.0f ms (snapshot %.0f, restore %.0f), MinIO put+get of the same %s %.0f ms; fork %.0f ms, cp %.0f ms",
 		p50(conch), p50(snap), p50(restore), fmt.Sprintf("%.1f MB", float64(size)/1e6), p50(floor), p50(fork), p50(cp))
+}
+
+// BenchmarkForkCopyOnWrite forks a sandbox holding 100 MB of files on
+// btrfs storage (--sandbox-storage), through conch dev's REST API; its
+// floor, in the same iterations, is cp --reflink=never -a of the same
+// files inside the source sandbox, timed inside it. The first fork after
+// the files are written also writes them out to the filesystem (a
+// snapshot needs its source's data on disk), so it is reported on its
+// own; the p50 is that of forks of settled files, as a sandbox's are
+// seconds after it wrote them.
+func BenchmarkForkCopyOnWrite(b *testing.B) {
+	storage := filepath.Join(conchtest.Btrfs(b, 4<<30), "storage")
+	d := startDev(b, "CONCH_SANDBOX_STORAGE="+storage, "CONCH_LOG_LEVEL=warn")
+	post := func(path string, body any, out any) {
+		b.Helper()
+		status, resp := d.call("POST", path, d.Key, body)
+		if status != 200 {
+			b.Fatalf("POST %s = %d %s", path, status, resp)
+		}
+		if out != nil {
+			if err := json.Unmarshal(resp, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var src struct{ ID string }
+	post("/api/v1/sandboxes", map[string]any{}, &src)
+	post("/api/v1/sandboxes/"+src.ID+"/commands", map[string]any{"command": "for i in 0 1 2 3 4 5 6 7 8 9; do head -c 10000000 /dev/urandom > f$i; done", "timeout_seconds": 120}, nil)
+	fork := func() (time.Duration, string) {
+		start := time.Now()
+		var forked struct{ Sandboxes []struct{ ID string } }
+		post("/api/v1/sandboxes/"+src.ID+":fork", map[string]any{"count": 1}, &forked)
+		return time.Since(start), forked.Sandboxes[0].ID
+	}
+	first, id := fork()
+	var out struct{ Stdout string }
+	post("/api/v1/sandboxes/"+id+"/commands", map[string]any{"command": "cat f* | wc -c"}, &out)
+	if strings.TrimSpace(out.Stdout) != "100000000" {
+		b.Fatalf("the copy holds %q bytes, want the 100 MB written", out.Stdout)
+	}
+	d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil)
+
+	var forks, cps []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		took, id := fork()
+		forks = append(forks, took)
+		post("/api/v1/sandboxes/"+src.ID+"/commands", map[string]any{"command": "s=$(date +%s%N); cp --reflink=never -a /home/workspace /tmp/copy; e=$(date +%s%N); rm -rf /tmp/copy; echo $((e-s))", "timeout_seconds": 120}, &out)
+		ns, err := strconv.ParseInt(strings.TrimSpace(out.Stdout), 10, 64)
+		if err != nil {
+			b.Fatalf("cp timing %q: %v", out.Stdout, err)
+		}
+		cps = append(cps, time.Duration(ns))
+		b.StopTimer()
+		d.call("DELETE", "/api/v1/sandboxes/"+id, d.Key, nil)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	p50 := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(p50(forks), "fork-p50-ms")
+	b.ReportMetric(p50(cps), "cp-p50-ms")
+	b.ReportMetric(float64(first.Microseconds())/1000, "first-fork-ms")
+	b.Logf("fork on btrfs %.1f ms (the first, writing the files out, %.0f ms), cp %.1f ms", p50(forks), float64(first.Microseconds())/1000, p50(cps))
 }

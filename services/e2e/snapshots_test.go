@@ -2,14 +2,26 @@ package e2e
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/conch-sh/conch/services/internal/conchtest"
 )
 
 // A snapshot saves a sandbox's files in the object store; a sandbox
-// started from it has them, through the REST API and the CLI.
+// started from it has them, through the REST API and the CLI; a fork
+// copies them. The same holds whether sandboxes keep their files in
+// memory or on btrfs storage, where a fork is a copy-on-write snapshot.
 func TestSnapshots(t *testing.T) {
-	d := startDev(t)
+	t.Run("tmpfs", func(t *testing.T) { testSnapshots(t, startDev(t)) })
+	t.Run("btrfs", func(t *testing.T) {
+		storage := filepath.Join(conchtest.Btrfs(t, 2<<30), "storage")
+		testSnapshots(t, startDev(t, "CONCH_SANDBOX_STORAGE="+storage))
+	})
+}
+
+func testSnapshots(t *testing.T, d *dev) {
 	env := []string{"CONCH_URL=" + d.URL, "CONCH_API_KEY=" + d.Key}
 	conch := func(args ...string) string {
 		t.Helper()

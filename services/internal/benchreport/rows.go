@@ -461,12 +461,24 @@ var Rows = []Row{
 		Value: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkIdleDensity", Unit: "MiB/idle-sandbox"},
 	},
 	{
-		// A copy, not copy-on-write: a workspace is a tmpfs, which has
-		// no reflinks (docs/reference/sandboxes.md#fork).
-		Service: "executor", Metric: "fork of a sandbox with 100 MB written, p50", Unit: "ms",
+		// In memory, a copy: a tmpfs has no reflinks
+		// (docs/reference/sandboxes.md#fork).
+		Service: "executor", Metric: "fork of a sandbox with 100 MB written, in memory, p50", Unit: "ms",
 		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkSnapshotRestore", Unit: "fork-p50-ms"},
 		Anchor: &Anchor{Name: "cp -a of the same files inside a sandbox, same iterations", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkSnapshotRestore", Unit: "cp-p50-ms"}},
+	},
+	{
+		// On btrfs storage, snapshots: a sandbox create plus a few
+		// milliseconds, whatever the size.
+		Service: "executor", Metric: "fork of a sandbox with 100 MB written, on btrfs storage, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkForkCopyOnWrite", Unit: "fork-p50-ms"},
+		Anchor: &Anchor{Name: "cp --reflink=never -a of the same files inside the source, same iterations", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkForkCopyOnWrite", Unit: "cp-p50-ms"}},
 		Target: Target{MaxRatio: 0.25},
+	},
+	{
+		Service: "executor", Metric: "copy of a sandbox with 100 MB on btrfs storage (Spec.From), p50", Unit: "ms",
+		Value:  Ref{Pkg: "executor/sandbox", Bench: "BenchmarkCopyOnWrite", Unit: "copy-p50-ms"},
+		Anchor: &Anchor{Name: "a cold create of an empty sandbox on the same storage, alternated", Ref: Ref{Pkg: "executor/sandbox", Bench: "BenchmarkCopyOnWrite", Unit: "cold-p50-ms"}},
 	},
 	{
 		Service: "router", Metric: "Anthropic Messages API with one code execution call, p50", Unit: "ms",

@@ -34,7 +34,7 @@ func Btrfs(t testing.TB, size int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range [][]string{{"mkfs.btrfs", "-q", img}, {"mount", "-o", "loop,nosuid,nodev", img, mnt}} {
+	for _, c := range [][]string{{"mkfs.btrfs", "-q", img}, {"mount", "-o", "loop,nosuid,nodev,nobarrier", img, mnt}} {
 		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v\n%s", c, err, out)
 		}

@@ -305,10 +305,10 @@ func refuseBits(arg int, bits uint32) []bpf.Instruction {
 }
 
 // btrfsIoctlType is the type byte of every btrfs ioctl request
-// (BTRFS_IOCTL_MAGIC). A sandbox on btrfs storage that made a subvolume
-// or a snapshot would have a quota group of its own, limited by nothing;
-// cloning a file within its subvolume would grow what it holds past its
-// size, which counts the shared blocks once.
+// (BTRFS_IOCTL_MAGIC), and of the file clone ioctls, which share it. A
+// sandbox on btrfs storage that made a subvolume or a snapshot would have
+// a quota group of its own, limited by nothing; no btrfs ioctl is needed
+// by a command (cp falls back to copying).
 const btrfsIoctlType = 0x94
 
 // refuseIoctls refuses an ioctl with EPERM when its request is of type
