@@ -21,8 +21,19 @@ func storageRuntime(t *testing.T) (*Runtime, string) {
 }
 
 func TestStorageHoldsLimits(t *testing.T) {
-	r, _ := storageRuntime(t)
+	root := filepath.Join(conchtest.Btrfs(t, 2<<30), "storage")
+	r := ownRuntime(t, Config{Storage: root, PoolSize: 1})
+	waitPool(t, r, 1)
 	ctx := context.Background()
+	// A warm sandbox is fitted to its workspace's size.
+	pooled, err := r.Create(ctx, Spec{ID: "storage-pooled", Limits: Limits{WorkspaceBytes: 8 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pooled.Destroy(ctx)
+	if res := sh(t, pooled, "head -c 9000000 /dev/zero > /home/workspace/b; echo $?"); strings.TrimSpace(res.stdout) != "1" {
+		t.Fatalf("a pooled sandbox wrote past its workspace's size: %q %q", res.stdout, res.stderr)
+	}
 	sb, err := r.Create(ctx, Spec{ID: "storage-limits", Limits: Limits{WorkspaceBytes: 8 << 20, TmpBytes: 4 << 20}})
 	if err != nil {
 		t.Fatal(err)
