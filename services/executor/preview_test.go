@@ -1,11 +1,13 @@
 package executor
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/internal/conchtest"
 )
 
 func TestDiffFiles(t *testing.T) {
@@ -72,8 +74,17 @@ func TestClip(t *testing.T) {
 
 // A preview runs on a copy: the sandbox itself is untouched, the copy is
 // gone afterwards, and a command past the preview's time is stopped.
+// The copy is streamed through tar in memory, and a snapshot on btrfs
+// storage.
 func TestPreviewRunsOnACopy(t *testing.T) {
-	x := startExecutor(t)
+	t.Run("tmpfs", func(t *testing.T) { testPreviewRunsOnACopy(t, newRuntime(t)) })
+	t.Run("btrfs", func(t *testing.T) {
+		testPreviewRunsOnACopy(t, newRuntimeOn(t, filepath.Join(conchtest.Btrfs(t, 1<<30), "storage")))
+	})
+}
+
+func testPreviewRunsOnACopy(t *testing.T, rt Runtime) {
+	x := startExecutorOn(t, rt)
 	ctx := as(t, "acme")
 	id := createSandbox(t, x, "acme")
 	if _, err := x.client.RunCommand(ctx, &executorv1.RunCommandRequest{SandboxId: id, Command: "echo old > /home/workspace/old; echo keep > /home/workspace/kept"}); err != nil {
