@@ -237,3 +237,56 @@ func dig(m map[string]any, keys ...string) any {
 	}
 	return cur
 }
+
+// TestHelmSandboxStorage: executor.storage.hostPath gives the executor
+// its sandboxes' btrfs storage from the node; without it, nothing of it
+// is rendered and sandboxes keep their files in memory.
+func TestHelmSandboxStorage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, hostPath string
+	}{{"in memory", ""}, {"on btrfs", "/var/lib/conch-sandboxes"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m, err := render(overlay{name: "helm/storage", chartValues: map[string]any{
+				"secrets":  chartSecrets,
+				"executor": map[string]any{"storage": map[string]any{"hostPath": tc.hostPath}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := m.workload("Deployment", "executor")
+			if w == nil {
+				t.Fatal("no executor Deployment")
+			}
+			var env, mount string
+			for _, c := range w.template.Spec.Containers {
+				for _, e := range c.Env {
+					if e.Name == "CONCH_SANDBOX_STORAGE" {
+						env = e.Value
+					}
+				}
+				for _, vm := range c.VolumeMounts {
+					if vm.Name == "storage" {
+						mount = vm.MountPath
+					}
+				}
+			}
+			var host string
+			for _, v := range w.template.Spec.Volumes {
+				if v.Name == "storage" && v.HostPath != nil {
+					host = v.HostPath.Path
+				}
+			}
+			if tc.hostPath == "" {
+				if env != "" || mount != "" || host != "" {
+					t.Fatalf("storage rendered without a hostPath: env %q, mount %q, volume %q", env, mount, host)
+				}
+				return
+			}
+			if host != tc.hostPath || mount == "" || env != mount {
+				t.Fatalf("env %q, mount %q, volume %q; want the node's %s mounted where the executor's storage is", env, mount, host, tc.hostPath)
+			}
+		})
+	}
+}
