@@ -842,14 +842,11 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	if e.tools != nil {
 		e.tools.Close()
 	}
-	err = e.sb.Destroy(ctx)
-	if e.template != nil {
-		e.template.release()
-	}
+	err = e.sb.Stop(ctx)
 	if e.persistent {
-		// Every command is gone and the workspace unmounted, but its
-		// filesystem lives on through the open root: the last changes,
-		// the killed commands' included, are read there and kept.
+		// Every command is gone; the workspace's files are still there,
+		// read through the open root: the last changes, the killed
+		// commands' included, are kept before the files go.
 		e.syncMu.Lock()
 		if _, ferr := s.flushLocked(ctx, e); ferr != nil {
 			err = errors.Join(ferr, err)
@@ -859,6 +856,10 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 			e.root = nil
 		}
 		e.syncMu.Unlock()
+	}
+	err = errors.Join(err, e.sb.Destroy(ctx))
+	if e.template != nil {
+		e.template.release()
 	}
 	s.procs.DropSandbox(id)
 	if _, derr := s.etcd.Delete(ctx, placement.SandboxKey(id)); derr != nil {

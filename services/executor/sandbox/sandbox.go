@@ -68,6 +68,8 @@ type Sandbox struct {
 	dead   error
 	done   chan struct{}
 
+	stopOnce    sync.Once
+	stopErr     error
 	destroyOnce sync.Once
 	destroyErr  error
 }
@@ -510,9 +512,11 @@ func (s *Sandbox) markDead(cause error) {
 	}
 }
 
-// Destroy kills everything in the sandbox and removes it from the host.
-func (s *Sandbox) Destroy(ctx context.Context) error {
-	s.destroyOnce.Do(func() {
+// Stop kills everything in the sandbox, its agent included, and leaves
+// its files on the host until Destroy: what its last processes wrote can
+// still be read (a persistent workspace's final save).
+func (s *Sandbox) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
 		_ = s.stdin.Close() // the agent kills its commands when its input ends
 		var errs []error
 		if err := s.cg.kill(10 * time.Second); err != nil {
@@ -527,6 +531,18 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 			_ = s.egress.Close()
 		}
 		if err := s.cg.remove(); err != nil {
+			errs = append(errs, err)
+		}
+		s.stopErr = errors.Join(errs...)
+	})
+	return s.stopErr
+}
+
+// Destroy stops the sandbox and removes it from the host.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.destroyOnce.Do(func() {
+		var errs []error
+		if err := s.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
 		if err := s.unmountHost(); err != nil {
