@@ -194,7 +194,7 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 	}
 	if err == nil && res != nil && inSandbox && t.e.persistent {
 		// A result is only returned once its writes are durable.
-		notes, ferr := s.flush(ctx, t.e)
+		notes, ferr := t.e.ws.Flush(ctx)
 		if ferr != nil {
 			s.log.Warn("workspace flush failed", "sandbox", p.SandboxID, "error", ferr)
 			return &Result{Outcome: OutcomeError, Error: "the command ran but its workspace changes could not be saved: " + ferr.Error(), Duration: res.Duration, Egress: res.Egress, EgressOmitted: res.EgressOmitted}, nil
@@ -456,7 +456,7 @@ func (s *Service) finishInBackground(started trace.Link, e *entry, proc proc, r 
 		// request that ended long ago.
 		ctx, span := tracer.Start(context.Background(), "executor.background.flush", trace.WithLinks(started),
 			trace.WithAttributes(attribute.String("conch.sandbox", r.SandboxID), attribute.String("conch.process", r.ID)))
-		if _, err := s.flush(ctx, e); err != nil {
+		if _, err := e.ws.Flush(ctx); err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 			s.log.WarnContext(ctx, "workspace flush failed", "sandbox", r.SandboxID, "error", err)

@@ -135,7 +135,7 @@ func (s *Service) save(ctx context.Context, e *entry, p string) error {
 	if !e.persistent {
 		return nil
 	}
-	if _, err := s.flush(ctx, e); err != nil {
+	if _, err := e.ws.Flush(ctx); err != nil {
 		return fmt.Errorf("executor: save %s to the persistent workspace: %w", p, err)
 	}
 	return nil

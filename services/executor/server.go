@@ -201,10 +201,10 @@ func (s *Server) sandboxPB(id string, e *entry) *executorv1.Sandbox {
 		state = executorv1.SandboxState_SANDBOX_STATE_GONE
 	default:
 	}
-	unsaved, omitted := e.unsaved.list(maxUnsavedShown)
+	unsaved, omitted := e.ws.Unsaved()
 	upb := make([]*executorv1.UnsavedPath, 0, len(unsaved))
 	for _, u := range unsaved {
-		upb = append(upb, &executorv1.UnsavedPath{Path: u.display(), Reason: u.reason})
+		upb = append(upb, &executorv1.UnsavedPath{Path: u.Display(), Reason: u.Reason})
 	}
 	var expires *timestamppb.Timestamp
 	if end := e.expiresAt(); !end.IsZero() {

@@ -27,17 +27,16 @@ import (
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/nodes"
+	"github.com/conch-sh/conch/services/executor/persist"
 	"github.com/conch-sh/conch/services/executor/process"
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/executor/sandbox/fsview"
 	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/executor/templatecache"
 	"github.com/conch-sh/conch/services/executor/toolshim"
-	"github.com/conch-sh/conch/services/executor/wsclient"
 	"github.com/conch-sh/conch/services/executor/wsync"
 	"github.com/conch-sh/conch/services/internal/ceiling"
 	"github.com/conch-sh/conch/services/internal/contract"
-	"github.com/conch-sh/conch/services/internal/display"
 	"github.com/conch-sh/conch/services/internal/placement"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -45,7 +44,6 @@ import (
 	"github.com/conch-sh/conch/services/internal/quotas"
 	"github.com/conch-sh/conch/services/internal/skillfs"
 	"github.com/conch-sh/conch/services/router/accounts"
-	"github.com/conch-sh/conch/services/workspace/files"
 )
 
 // Limits of commands (package contract owns those other surfaces share).
@@ -58,11 +56,9 @@ const (
 	DefaultExecTimeout = contract.ExecTimeout
 	MaxExecTimeout     = contract.ExecTimeout
 	ProcessRetention   = 30 * time.Minute
-	// PersistentWorkspaceBytes and PersistentWorkspaceFiles are the default
-	// quota of a persistent workspace (docs/how-to/workspace-files.md), owned
-	// by package quota.
+	// PersistentWorkspaceBytes is the default quota of a persistent
+	// workspace (docs/how-to/workspace-files.md), owned by package quota.
 	PersistentWorkspaceBytes = quota.DefaultBytes
-	PersistentWorkspaceFiles = quota.DefaultFiles
 	// MaxNameChars bounds a sandbox's name.
 	MaxNameChars        = 256
 	backgroundBudget    = 64 << 20
@@ -98,8 +94,8 @@ type Service struct {
 	creating int  // sandboxes being built, under mu
 	draining bool // no new sandboxes or nodes, under mu
 
-	ws    Workspaces // nil: persistent workspaces are refused
-	snaps Snapshots  // nil: snapshots are refused
+	ws    persist.Store // nil: persistent workspaces are refused
+	snaps Snapshots     // nil: snapshots are refused
 	// templates are the accounts' templates, their roots kept in
 	// templateRoots; nil: templates are refused.
 	templates     Templates
@@ -137,7 +133,7 @@ type Service struct {
 type Option func(*Service)
 
 // WithWorkspaces lets sandboxes mount persistent workspaces from ws.
-func WithWorkspaces(ws Workspaces) Option { return func(s *Service) { s.ws = ws } }
+func WithWorkspaces(ws persist.Store) Option { return func(s *Service) { s.ws = ws } }
 
 // WithSnapshots keeps sandboxes' snapshots in snaps.
 func WithSnapshots(snaps Snapshots) Option { return func(s *Service) { s.snaps = snaps } }
@@ -234,24 +230,8 @@ type entry struct {
 	// written are the files WriteFile wrote, path → as written, under mu.
 	written map[string]wsync.Meta
 
-	// Persistent workspace sync state, under syncMu. ending is set once
-	// the sandbox is being destroyed: only the destroy's own last flush
-	// runs after that.
-	ending   bool
-	syncMu   sync.Mutex
-	root     *wsync.Root
-	revision int64
-	synced   map[string]wsync.Meta
-	// etags of the files as last synced, path → etag.
-	etags map[string]string
-	// quota is the persistent workspace's, from the gateway's limits: the
-	// workspace service holds every flush to it. The filesystem's size
-	// in limits may be larger, to open a workspace already over it.
-	quota quota.Limits
-	// unsaved is what of the workspace the store cannot hold, for the
-	// sandbox's status; it has a lock of its own so that a status never
-	// waits for a flush.
-	unsaved unsavedPaths
+	// ws is its persistent workspace; nil for none.
+	ws *persist.Workspace
 }
 
 func (e *entry) touch() {
@@ -554,7 +534,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 			p.Limits.WorkspaceBytes = PersistentWorkspaceBytes
 		}
 		q = quota.Limits{Bytes: p.Limits.WorkspaceBytes, Files: p.Limits.WorkspaceFiles}.OrDefault()
-		if err := s.roomForStored(ctx, account, &p); err != nil {
+		if err := persist.Room(ctx, s.ws, account, p.User, &p.Limits); err != nil {
 			return nil, "", err
 		}
 	}
@@ -648,7 +628,7 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		return nil, "", fmt.Errorf("executor: create sandbox: %w", err)
 	}
 	now := time.Now()
-	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, quota: q, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, params: p, created: cmp.Or(p.Created, now), lastUsed: now, network: p.Network, claim: claim, template: tpl}
+	e := &entry{sb: sb, account: account, user: p.User, session: p.Session, persistent: p.Persistent, name: p.Name, limits: p.Limits, idle: p.Idle, ttl: p.TTL, labels: maps.Clone(p.Labels), snapshot: p.Snapshot, params: p, created: cmp.Or(p.Created, now), lastUsed: now, network: p.Network, claim: claim, template: tpl}
 	for _, sk := range p.Skills {
 		e.skills = append(e.skills, &executorv1.SkillBundle{Name: sk.Name, Id: sk.ID, Version: sk.Version})
 	}
@@ -701,7 +681,11 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 		}
 	}
 	if p.Persistent {
-		if err := s.hydrate(ctx, e); err != nil {
+		e.ws, err = persist.Open(ctx, s.ws, persist.Options{
+			Account: account, User: p.User, Path: sb.WorkspacePath(), UID: sb.HostUID(),
+			Quota: q, Files: p.Limits.WorkspaceFiles, FlushTimeout: s.flushTimeout,
+		})
+		if err != nil {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			return nil, "", err
 		}
@@ -831,33 +815,17 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	if e == nil {
 		return nil
 	}
-	var err error
-	if e.persistent {
-		// Waits for a flush in progress; none starts after it but the
-		// last one below.
-		e.syncMu.Lock()
-		e.ending = true
-		e.syncMu.Unlock()
-	}
+	// Waits for a flush in progress; none starts after it but the last
+	// one below.
+	e.ws.End()
 	if e.tools != nil {
 		e.tools.Close()
 	}
-	err = e.sb.Stop(ctx)
-	if e.persistent {
-		// Every command is gone; the workspace's files are still there,
-		// read through the open root: the last changes, the killed
-		// commands' included, are kept before the files go.
-		e.syncMu.Lock()
-		if _, ferr := s.flushLocked(ctx, e); ferr != nil {
-			err = errors.Join(ferr, err)
-		}
-		if e.root != nil {
-			_ = e.root.Close()
-			e.root = nil
-		}
-		e.syncMu.Unlock()
-	}
-	err = errors.Join(err, e.sb.Destroy(ctx))
+	err := e.sb.Stop(ctx)
+	// Every command is gone; the workspace's files are still there: the
+	// last changes, the killed commands' included, are kept before the
+	// files go.
+	err = errors.Join(err, e.ws.Close(ctx), e.sb.Destroy(ctx))
 	if e.template != nil {
 		e.template.release()
 	}
@@ -889,176 +857,4 @@ func sortedIDs(m map[string]*entry) []string {
 	}
 	sort.Strings(ids)
 	return ids
-}
-
-// roomForStored grows a persistent sandbox's workspace filesystem to hold
-// what the workspace already stores. A workspace over its quota (stored
-// under a larger one, or before sparse files counted whole) must still
-// open, so that its user can delete files; the workspace service refuses
-// it any growth.
-func (s *Service) roomForStored(ctx context.Context, account string, p *CreateParams) error {
-	bytes, entries, err := s.ws.Usage(ctx, account, p.User)
-	if err != nil {
-		// Like a failed hydrate: the workspace cannot be opened now.
-		return errs.Wrap(errs.Unavailable, err, "persistent: read the usage of the workspace of %q", p.User)
-	}
-	// The filesystem gives every file whole pages; the stored bytes don't.
-	const page = 4096
-	if need := bytes + entries*page; need > p.Limits.WorkspaceBytes {
-		p.Limits.WorkspaceBytes = need
-	}
-	if p.Limits.WorkspaceFiles == 0 {
-		p.Limits.WorkspaceFiles = PersistentWorkspaceFiles
-	}
-	// One more for the workspace's own root directory.
-	p.Limits.WorkspaceFiles = max(p.Limits.WorkspaceFiles, entries+1)
-	return nil
-}
-
-// scanLimit is how many entries a scan of e's workspace may find: what
-// its filesystem can hold, and one more to tell a full one.
-func (e *entry) scanLimit() int {
-	return int(max(e.limits.WorkspaceFiles, PersistentWorkspaceFiles)) + 1
-}
-
-// hydrate fills a new sandbox's workspace from the workspace service.
-func (s *Service) hydrate(ctx context.Context, e *entry) error {
-	root, err := wsync.OpenRoot(e.sb.WorkspacePath(), e.sb.HostUID())
-	if err != nil {
-		return err
-	}
-	e.syncMu.Lock()
-	defer e.syncMu.Unlock()
-	e.root = root
-	if e.revision, e.etags, err = s.ws.Hydrate(ctx, e.account, e.user, root); err != nil {
-		_ = root.Close()
-		e.root = nil
-		return errs.Wrap(errs.Unavailable, err, "persistent: hydrate the workspace of %q", e.user)
-	}
-	if e.synced, err = root.Scan(e.scanLimit()); err != nil {
-		return fmt.Errorf("executor: scan hydrated workspace: %w", err)
-	}
-	return nil
-}
-
-// flush sends a persistent workspace's changes since the last sync. It
-// returns a note for each changed path the workspace store cannot hold,
-// which is left out and the rest saved, and for each deleted path the
-// workspace service kept because it changed since this sandbox's copy.
-func (s *Service) flush(ctx context.Context, e *entry) ([]string, error) {
-	e.syncMu.Lock()
-	defer e.syncMu.Unlock()
-	if e.ending {
-		// The sandbox's destroy flushes last, once its commands are gone.
-		return nil, nil
-	}
-	return s.flushLocked(ctx, e)
-}
-
-// flushLocked is flush under e.syncMu. It reads the workspace through its
-// open root, never by path: a path whose mount went away would read as a
-// workspace whose every file was removed.
-func (s *Service) flushLocked(ctx context.Context, e *entry) ([]string, error) {
-	if e.root == nil {
-		return nil, nil
-	}
-	scan, err := e.root.Scan(e.scanLimit())
-	if err != nil {
-		return nil, errs.Wrap(errs.ResourceExhausted, err, "workspace: scan")
-	}
-	c := wsync.Diff(e.synced, scan)
-	unsaved := leaveUnstorable(files.Workspace{Account: e.account, User: e.user}, &c, scan)
-	e.unsaved.note(unsaved)
-	notes := make([]string, 0, len(unsaved))
-	for _, u := range unsaved {
-		notes = append(notes, "conch: "+u.display()+": not saved: "+u.reason)
-	}
-	if len(c.Changed) == 0 && len(c.Removed) == 0 {
-		// Nothing to send; what could not be stored is noted once, not
-		// at every command.
-		e.synced = scan
-		e.unsaved.forget(nil, scan)
-		return notes, nil
-	}
-	// Not canceled with the caller (a result is only returned once its
-	// writes are durable) but bounded: the lock held here serializes every
-	// command of the sandbox.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.flushTimeout)
-	defer cancel()
-	res, err := s.ws.Flush(fctx, e.account, e.user, wsclient.FlushInput{Base: e.revision, Quota: e.quota, Root: e.root, Scan: scan, Synced: e.synced, Changes: c, ETags: e.etags})
-	if err != nil {
-		// The service has the same deadline and may end the call a moment
-		// before this side's timer marks fctx: the clock decides.
-		if dl, _ := fctx.Deadline(); fctx.Err() != nil || !time.Now().Before(dl) {
-			// Said in words the model reads; the service's own error
-			// would only say that a context ended.
-			return notes, errs.New(errs.DeadlineExceeded, "flush timed out after %s", s.flushTimeout)
-		}
-		return notes, err
-	}
-	for _, p := range res.Unsent {
-		if m, ok := e.synced[p]; ok {
-			scan[p] = m // as stored: still differs from the disk
-		} else {
-			delete(scan, p)
-		}
-	}
-	for _, p := range c.Removed {
-		delete(e.etags, p)
-	}
-	for _, p := range c.Changed {
-		if scan[p].Type != wsync.File {
-			delete(e.etags, p)
-		}
-	}
-	if e.etags == nil {
-		e.etags = map[string]string{}
-	}
-	maps.Copy(e.etags, res.ETags)
-	for _, k := range res.Conflicts {
-		// What the service kept is not in this sandbox; the model is told
-		// where its own errors are, like an unsaved path.
-		notes = append(notes, "conch: "+display.Escape(wire.WorkspaceDir+k.Path)+": kept: "+display.Escape(k.Reason))
-	}
-	e.revision, e.synced = res.Revision, scan
-	e.unsaved.forget(c.Changed, scan)
-	return notes, nil
-}
-
-// leaveUnstorable takes out of c the paths the workspace store would
-// refuse, so that one such name never keeps the rest of the workspace from
-// being saved, and returns each changed one with the reason. The rules are
-// the file API's own (files.Workspace.CleanPath).
-func leaveUnstorable(ws files.Workspace, c *wsync.Changes, scan map[string]wsync.Meta) []unsavedPath {
-	var notes []unsavedPath
-	keep := c.Changed[:0]
-	for _, p := range c.Changed {
-		why := unstorable(ws, p, scan[p])
-		if why == "" {
-			keep = append(keep, p)
-			continue
-		}
-		notes = append(notes, unsavedPath{path: p, reason: why})
-	}
-	c.Changed = keep
-	removed := c.Removed[:0]
-	for _, p := range c.Removed {
-		// Never stored, so there is nothing to remove.
-		if unstorable(ws, p, wsync.Meta{}) == "" {
-			removed = append(removed, p)
-		}
-	}
-	c.Removed = removed
-	return notes
-}
-
-// unstorable says why the store cannot hold p, or "".
-func unstorable(ws files.Workspace, p string, m wsync.Meta) string {
-	if _, err := ws.CleanPath("path", p); err != nil {
-		return strings.TrimPrefix(err.Error(), "path: ")
-	}
-	if m.Type == wsync.Symlink && len(m.Target) > files.MaxLinkLen {
-		return fmt.Sprintf("a symlink target longer than %d bytes", files.MaxLinkLen)
-	}
-	return ""
 }

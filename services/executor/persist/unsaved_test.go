@@ -1,4 +1,4 @@
-package executor
+package persist
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func TestLeaveUnstorable(t *testing.T) {
 	notes := leaveUnstorable(ws, &c, scan)
 	got := map[string]string{}
 	for _, n := range notes {
-		got[n.path] = n.reason
+		got[n.path] = n.Reason
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,29 +60,29 @@ func TestUnsavedPaths(t *testing.T) {
 	t.Parallel()
 	var u unsavedPaths
 	scan := map[string]wsync.Meta{}
-	var notes []unsavedPath
-	for i := range maxUnsavedShown + 5 {
+	var notes []Unsaved
+	for i := range MaxUnsavedShown + 5 {
 		p := fmt.Sprintf("/bad%03d\xff", i)
 		scan[p] = wsync.Meta{}
-		notes = append(notes, unsavedPath{path: p, reason: "not valid UTF-8"})
+		notes = append(notes, Unsaved{path: p, Reason: "not valid UTF-8"})
 	}
 	u.note(notes)
-	shown, more := u.list(maxUnsavedShown)
-	if len(shown) != maxUnsavedShown || more != 5 {
-		t.Fatalf("list = %d shown, %d more; want %d and 5", len(shown), more, maxUnsavedShown)
+	shown, more := u.list(MaxUnsavedShown)
+	if len(shown) != MaxUnsavedShown || more != 5 {
+		t.Fatalf("list = %d shown, %d more; want %d and 5", len(shown), more, MaxUnsavedShown)
 	}
-	if d := shown[0].display(); d != `/home/workspace/bad000\xff` {
+	if d := shown[0].Display(); d != `/home/workspace/bad000\xff` {
 		t.Errorf("display = %q", d)
 	}
 	// Saved (a link made short again) or gone: no longer listed.
 	delete(scan, "/bad001\xff")
 	u.forget([]string{"/bad000\xff"}, scan)
-	shown, more = u.list(maxUnsavedShown)
-	if shown[0].path != "/bad002\xff" || len(shown)+more != maxUnsavedShown+3 {
+	shown, more = u.list(MaxUnsavedShown)
+	if shown[0].path != "/bad002\xff" || len(shown)+more != MaxUnsavedShown+3 {
 		t.Errorf("after forget: first %q, %d in all", shown[0].path, len(shown)+more)
 	}
 	u.forget(nil, map[string]wsync.Meta{})
-	if shown, more = u.list(maxUnsavedShown); len(shown) != 0 || more != 0 {
+	if shown, more = u.list(MaxUnsavedShown); len(shown) != 0 || more != 0 {
 		t.Errorf("after every path went: %d shown, %d more", len(shown), more)
 	}
 }

@@ -1,4 +1,4 @@
-package executor
+package persist
 
 import (
 	"maps"
@@ -10,20 +10,20 @@ import (
 	"github.com/conch-sh/conch/services/internal/display"
 )
 
-// maxUnsavedShown is how many unsaved paths a sandbox's status lists; the
+// MaxUnsavedShown is how many unsaved paths a sandbox's status lists; the
 // rest are counted, so that a command making thousands of bad names
 // cannot blow up every status.
-const maxUnsavedShown = 100
+const MaxUnsavedShown = 100
 
-// unsavedPath is a path of a persistent workspace the store cannot hold.
-type unsavedPath struct {
+// Unsaved is a path of a persistent workspace the store cannot hold.
+type Unsaved struct {
 	path   string // workspace-absolute, as on disk (maybe not UTF-8)
-	reason string
+	Reason string
 }
 
-// display is the path as the sandbox sees it, escaped so that any bytes
+// Display is the path as the sandbox sees it, escaped so that any bytes
 // can be shown (and sent in a proto string).
-func (u unsavedPath) display() string {
+func (u Unsaved) Display() string {
 	return display.Escape(wire.WorkspaceDir + u.path)
 }
 
@@ -35,7 +35,7 @@ type unsavedPaths struct {
 }
 
 // note records paths a flush left out.
-func (u *unsavedPaths) note(ps []unsavedPath) {
+func (u *unsavedPaths) note(ps []Unsaved) {
 	if len(ps) == 0 {
 		return
 	}
@@ -45,7 +45,7 @@ func (u *unsavedPaths) note(ps []unsavedPath) {
 		u.m = make(map[string]string, len(ps))
 	}
 	for _, p := range ps {
-		u.m[p.path] = p.reason
+		u.m[p.path] = p.Reason
 	}
 }
 
@@ -69,12 +69,12 @@ func (u *unsavedPaths) forget(saved []string, scan map[string]wsync.Meta) {
 
 // list returns up to limit unsaved paths, sorted, and how many more there
 // are.
-func (u *unsavedPaths) list(limit int) (shown []unsavedPath, more int) {
+func (u *unsavedPaths) list(limit int) (shown []Unsaved, more int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	paths := slices.Sorted(maps.Keys(u.m))
 	for _, p := range paths[:min(limit, len(paths))] {
-		shown = append(shown, unsavedPath{path: p, reason: u.m[p]})
+		shown = append(shown, Unsaved{path: p, Reason: u.m[p]})
 	}
 	return shown, len(paths) - len(shown)
 }
