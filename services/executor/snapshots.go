@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/conch-sh/conch/services/executor/sandbox"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/quotas"
-	"github.com/conch-sh/conch/services/internal/shellquote"
 	"github.com/conch-sh/conch/services/router/accounts"
 )
 
@@ -35,28 +33,9 @@ type Snapshots interface {
 	Delete(ctx context.Context, account, id string) (bool, error)
 }
 
-// A snapshot is an archive of what a sandbox may write: its workspace,
-// /tmp and its template's workdir. The sandbox's own tar makes and restores it, as the sandbox's
-// user inside the sandbox, so that an archive can neither read nor write
-// anything the sandbox could not; the executor only carries its bytes.
-// TAR_OPTIONS, which a sandbox's environment could set, is cleared;
-// GNU tar refuses members with ".." and strips a leading "/" besides.
-const (
-	snapshotMembers = "home/workspace tmp"
-	archiveCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --create --file=- " + tarRecords + " --format=posix --numeric-owner --sparse --directory=/ "
-	restoreCommand  = "unset TAR_OPTIONS; LC_ALL=C exec /bin/tar --extract --file=- " + tarRecords + " --read-full-records --no-same-owner --preserve-permissions --no-overwrite-dir --directory=/ "
-	// tarRecords makes tar move 256 KiB at a time rather than its 10 KiB
-	// default: a tenth of the writes, frames and hand-offs on the way.
-	tarRecords = "--blocking-factor=512"
-	// tarChanged is GNU tar's exit status when a file changed while it
-	// read it: the archive is whole, with that file as tar found it.
-	tarChanged = 1
-	// snapshotTimeout bounds the making or restoring of one snapshot.
-	snapshotTimeout = 30 * time.Minute
-	// restoreBlock is what one write to a restoring tar carries: the
-	// agent holds a few of them, in the sandbox's memory.
-	restoreBlock = 64 << 10
-)
+// snapshotTimeout bounds the making or restoring of one snapshot
+// (sandbox.Sandbox.Archive, Restore).
+const snapshotTimeout = 30 * time.Minute
 
 // needSnapshots is the refusal of an executor without snapshot storage.
 func (s *Service) needSnapshots(field string) error {
@@ -88,7 +67,7 @@ func (s *Service) Snapshot(ctx context.Context, account, id, name string) (*work
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
-	ar, err := s.archive(ctx, e)
+	ar, err := e.sb.Archive(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -97,9 +76,9 @@ func (s *Service) Snapshot(ctx context.Context, account, id, name string) (*work
 		Id: snapID, Name: name, SandboxId: id, CreatedAt: timestamppb.Now(), Template: e.params.Template,
 	}, ar, room)
 	if err != nil {
-		var failed *tarError
+		var failed *sandbox.ArchiveError
 		if errors.As(err, &failed) {
-			return nil, errs.New(errs.FailedPrecondition, "snapshot of %s: %s", id, failed.msg)
+			return nil, errs.New(errs.FailedPrecondition, "snapshot of %s: %s", id, failed.Msg)
 		}
 		return nil, err
 	}
@@ -151,121 +130,24 @@ func (s *Service) restore(ctx context.Context, e *entry, account, id string) err
 	return s.extract(ctx, e, rc, "snapshot "+id)
 }
 
-// snapshotMembers are the directories a snapshot of e holds, relative to
-// /: its workspace, /tmp, and a template's workdir when that is writable
-// on its own. The workdir was checked when the template was made, and is
-// quoted all the same.
-func (e *entry) snapshotMembers() string {
-	m := snapshotMembers
-	if w := e.params.Workdir; e.template != nil && e.template.image != nil && sandbox.OwnWorkdir(w) {
-		m += " " + shellquote.Quote(strings.TrimPrefix(w, "/"))
-	}
-	return m
-}
-
-// archive starts tar in e's sandbox and returns the archive it writes, at
-// the pace the caller reads it. The stream fails with a *tarError when
-// tar does, and with ctx's error when ctx ends first; closing it kills
-// tar.
-func (s *Service) archive(ctx context.Context, e *entry) (io.ReadCloser, error) {
-	pr, pw := io.Pipe()
-	stderr := head(4 << 10)
-	p, err := e.sb.Start(sandbox.Options{
-		Command: archiveCommand + e.snapshotMembers(), Workdir: "/", Budget: -1,
-		OnOutput: func(st sandbox.Stream, b []byte) {
-			if st == sandbox.Stderr {
-				stderr.write(b)
-				return
-			}
-			// A reader that stopped closed the pipe; the rest is
-			// dropped.
-			_, _ = pw.Write(b)
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("executor: start archive: %w", err)
-	}
-	go func() {
-		select {
-		case <-p.Done():
-			if x := p.Exit(); x.Err != nil || (x.Code != 0 && x.Code != tarChanged) {
-				pw.CloseWithError(archiveFailed(x, stderr.String()))
-				return
-			}
-			pw.Close()
-		case <-ctx.Done():
-			_ = p.Kill()
-			pw.CloseWithError(ctx.Err())
-		}
-	}()
-	return &archiveReader{PipeReader: pr, p: p}, nil
-}
-
-// archiveReader is an archive's stream; closing it ends its tar.
-type archiveReader struct {
-	*io.PipeReader
-	p *sandbox.Process
-}
-
-func (a *archiveReader) Close() error {
-	_ = a.p.Kill()
-	return a.PipeReader.Close()
-}
-
-// extract runs tar in e's sandbox on the archive r (what names it in
-// errors), at the pace tar reads it.
+// extract restores the archive r (what names it in errors) into e's
+// sandbox.
 func (s *Service) extract(ctx context.Context, e *entry, r io.Reader, what string) error {
-	stderr := head(4 << 10)
-	p, err := e.sb.Start(sandbox.Options{
-		Command: restoreCommand + e.snapshotMembers(), Workdir: "/", Budget: -1,
-		OnOutput: func(st sandbox.Stream, b []byte) {
-			if st == sandbox.Stderr {
-				stderr.write(b)
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("executor: start restore of %s: %w", what, err)
-	}
-	buf := make([]byte, restoreBlock)
-	var sendErr error
-	for sendErr == nil {
-		n, rerr := io.ReadFull(r, buf)
-		if n > 0 {
-			sendErr = p.Write(buf[:n], false)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			sendErr = p.Write(nil, true)
-			break
-		}
-		if rerr != nil {
-			sendErr = fmt.Errorf("read %s: %w", what, rerr)
-		}
-	}
-	if sendErr != nil {
-		_ = p.Kill()
-	}
-	select {
-	case <-p.Done():
-	case <-ctx.Done():
-		_ = p.Kill()
-		<-p.Done()
-		return errs.New(errs.DeadlineExceeded, "restoring %s took longer than %v", what, snapshotTimeout)
-	}
-	x := p.Exit()
-	if x.Err == nil && x.Code == 0 {
-		// tar may end before the last record's padding is sent.
-		if sendErr != nil && !errors.Is(sendErr, sandbox.ErrGone) {
-			return fmt.Errorf("executor: restore %s: %w", what, sendErr)
-		}
+	err := e.sb.Restore(ctx, r)
+	var failed *sandbox.ArchiveError
+	switch {
+	case err == nil:
 		return nil
+	case ctx.Err() != nil:
+		return errs.New(errs.DeadlineExceeded, "restoring %s took longer than %v", what, snapshotTimeout)
+	case errors.As(err, &failed) && failed.Restore:
+		return errs.New(errs.FailedPrecondition, "restoring %s failed: %s", what, failed.Msg)
+	case errors.As(err, &failed):
+		// The archive failed first: the restoring tar's complaint is
+		// only its end.
+		return errs.New(errs.FailedPrecondition, "%s: %s", what, failed.Msg)
 	}
-	var failed *tarError
-	if errors.As(sendErr, &failed) {
-		// The archive failed first: tar's complaint is only its end.
-		return errs.New(errs.FailedPrecondition, "%s: %s", what, failed.msg)
-	}
-	return errs.New(errs.FailedPrecondition, "restoring %s failed: %s", what, archiveFailed(x, stderr.String()).msg)
+	return fmt.Errorf("executor: restore %s: %w", what, err)
 }
 
 // MaxForks bounds the copies one fork makes.
@@ -326,7 +208,7 @@ func (s *Service) copies(ctx context.Context, account, id string, src *entry, co
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
-	ar, err := s.archive(ctx, src)
+	ar, err := src.sb.Archive(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -360,26 +242,6 @@ func (s *Service) copies(ctx context.Context, account, id string, src *entry, co
 	done = true
 	s.log.Info("sandbox copied", "sandbox", id, "copies", ids)
 	return entries, ids, nil
-}
-
-// tarError is tar's failure, in its own words.
-type tarError struct{ msg string }
-
-func (e *tarError) Error() string { return e.msg }
-
-func archiveFailed(x sandbox.Exit, stderr string) *tarError {
-	msg := strings.TrimSpace(stderr)
-	switch {
-	case x.OOMKilled:
-		msg = "tar ran out of the sandbox's memory"
-	case x.Err != nil:
-		msg = x.Err.Error()
-	case x.Code == 127:
-		msg = "the sandbox's root has no /bin/tar"
-	case msg == "":
-		msg = fmt.Sprintf("tar exited with status %d", x.Code)
-	}
-	return &tarError{msg: msg}
 }
 
 // ListSnapshots returns account's snapshots, newest first.
