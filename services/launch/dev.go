@@ -32,7 +32,7 @@ import (
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace"
-	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/internal/signing"
 )
 
 // DevAccount is the account of the dev-mode API key.

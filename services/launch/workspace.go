@@ -17,7 +17,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/store/s3store"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
 	"github.com/conch-sh/conch/services/workspace/templates"
 )

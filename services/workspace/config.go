@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"github.com/conch-sh/conch/services/internal/platform/config"
-	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/internal/signing"
 )
 
 // Config is the workspace service's own configuration: the settings of

@@ -20,7 +20,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/workspace/signing"
+	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
 	"github.com/conch-sh/conch/services/workspace/templates"
 )

@@ -89,3 +89,41 @@ func TestTTLAndKeys(t *testing.T) {
 		t.Fatalf("ParseKeys = %v, %v", keys, err)
 	}
 }
+
+type testClaims struct {
+	Sandbox string `json:"s"`
+	Expires int64  `json:"x"`
+}
+
+func (c testClaims) ExpiresAt() int64 { return c.Expires }
+
+// A token is good for its purpose only: the same key and claims signed
+// for another purpose do not verify, nor do keys derived for another.
+func TestPurposes(t *testing.T) {
+	t.Parallel()
+	secret := []byte(strings.Repeat("i", 32))
+	term, _ := NewFor(Terminal, []Key{DerivedKey(Terminal, secret)})
+	files, _ := NewFor(PublicFile, []Key{DerivedKey(Terminal, secret)})
+	filesOwnKey, _ := NewFor(Terminal, []Key{DerivedKey(PublicFile, secret)})
+	c := testClaims{Sandbox: "sb-1", Expires: time.Now().Add(time.Minute).Unix()}
+	tok, err := term.Sign(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got testClaims
+	if err := term.VerifyInto(tok, &got); err != nil || got != c {
+		t.Fatalf("verify = %+v, %v", got, err)
+	}
+	for name, s := range map[string]*Signer{"another purpose": files, "a key derived for another purpose": filesOwnKey} {
+		err := s.VerifyInto(tok, &got)
+		if errs.KindOf(err) != errs.PermissionDenied {
+			t.Errorf("%s: %v, want PermissionDenied", name, err)
+		}
+	}
+	if err := files.VerifyInto(tok, &got); !strings.Contains(err.Error(), "public URL is not valid") {
+		t.Errorf("refusal names the wrong thing: %v", err)
+	}
+	if err := term.VerifyInto("d.e30.x", &got); !strings.Contains(err.Error(), "terminal token is not valid") {
+		t.Errorf("refusal names the wrong thing: %v", err)
+	}
+}

@@ -1,7 +1,8 @@
-// Package signing makes and checks the tokens of temporary public file
-// URLs: an HMAC-SHA256 over the account, user, path, content hash and
-// expiry, with a key id so keys can be rotated (the first key signs, every
-// configured key verifies).
+// Package signing makes and checks short-lived tokens: an HMAC-SHA256
+// over JSON claims that expire, with a key id so keys can be rotated (the
+// first key signs, every configured key verifies), for one purpose each
+// (a token signed for one never verifies for another): temporary public
+// file URLs, and terminals opened from a browser.
 package signing
 
 import (
@@ -27,7 +28,21 @@ const DefaultTTL = time.Hour
 // maxToken bounds what is parsed.
 const maxToken = 4096
 
-// Claims is what a token grants: reading one exact file until Expires.
+// Purpose is what a signer's tokens are for: its name goes into every
+// MAC, and its noun into every refusal.
+type Purpose struct{ name, noun string }
+
+// The purposes.
+var (
+	PublicFile = Purpose{"conch-public-file-v1", "public URL"}
+	Terminal   = Purpose{"conch-terminal-v1", "terminal token"}
+)
+
+// Expiring claims say when they end, in Unix seconds.
+type Expiring interface{ ExpiresAt() int64 }
+
+// Claims is what a public file token grants: reading one exact file until
+// Expires.
 type Claims struct {
 	Account string `json:"a"`
 	User    string `json:"u"`
@@ -37,6 +52,9 @@ type Claims struct {
 	Expires int64  `json:"x"`
 }
 
+// ExpiresAt is when the claims end.
+func (c Claims) ExpiresAt() int64 { return c.Expires }
+
 // Key is one signing key.
 type Key struct {
 	ID     string
@@ -45,8 +63,9 @@ type Key struct {
 
 // Signer signs with its first key and verifies with all.
 type Signer struct {
-	keys []Key
-	now  func() time.Time
+	keys    []Key
+	purpose Purpose
+	now     func() time.Time
 }
 
 var keyID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
@@ -80,36 +99,60 @@ func ParseKeys(s string) ([]Key, error) {
 	return keys, nil
 }
 
-// New returns a signer; keys[0] signs.
-func New(keys []Key) (*Signer, error) {
+// New returns a signer of public file tokens; keys[0] signs.
+func New(keys []Key) (*Signer, error) { return NewFor(PublicFile, keys) }
+
+// NewFor returns a signer of tokens for p; keys[0] signs.
+func NewFor(p Purpose, keys []Key) (*Signer, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("signing: no keys")
 	}
-	return &Signer{keys: keys, now: time.Now}, nil
+	return &Signer{keys: keys, purpose: p, now: time.Now}, nil
+}
+
+// DerivedKey is a key for purpose p made from a secret every process of
+// the cluster holds (the internal secret), for tokens whose signer and
+// verifier are processes of one kind (routers): nothing to configure, and
+// a token signed with it is no other purpose's.
+func DerivedKey(p Purpose, secret []byte) Key {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("conch-derived-key\x00" + p.name))
+	return Key{ID: "d", Secret: m.Sum(nil)}
 }
 
 // Sign returns a token for c.
-func (s *Signer) Sign(c Claims) (string, error) {
+func (s *Signer) Sign(c Expiring) (string, error) {
 	payload, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("signing: %w", err)
 	}
 	k := s.keys[0]
 	p := base64.RawURLEncoding.EncodeToString(payload)
-	return k.ID + "." + p + "." + mac(k, p), nil
+	return k.ID + "." + p + "." + s.mac(k, p), nil
 }
 
-func mac(k Key, payload string) string {
+func (s *Signer) mac(k Key, payload string) string {
 	m := hmac.New(sha256.New, k.Secret)
-	m.Write([]byte("conch-public-file-v1\x00" + k.ID + "\x00" + payload))
+	m.Write([]byte(s.purpose.name + "\x00" + k.ID + "\x00" + payload))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// Verify checks a token and returns its claims. Any change to the token, an
-// unknown key or an expired token is PermissionDenied.
+// Verify checks a public file token and returns its claims. Any change
+// to the token, an unknown key or an expired token is PermissionDenied.
 func (s *Signer) Verify(token string) (Claims, error) {
-	denied := func(why string) (Claims, error) {
-		return Claims{}, errs.New(errs.PermissionDenied, "public URL %s", why)
+	var c Claims
+	if err := s.VerifyInto(token, &c); err != nil {
+		return Claims{}, err
+	}
+	return c, nil
+}
+
+// VerifyInto checks a token and decodes its claims into c. Any change to
+// the token, an unknown key, another purpose's token or an expired one is
+// PermissionDenied.
+func (s *Signer) VerifyInto(token string, c Expiring) error {
+	denied := func(why string) error {
+		return errs.New(errs.PermissionDenied, "%s %s", s.purpose.noun, why)
 	}
 	if len(token) > maxToken {
 		return denied("is not valid")
@@ -125,21 +168,20 @@ func (s *Signer) Verify(token string) (Claims, error) {
 			key = &s.keys[i]
 		}
 	}
-	if key == nil || !hmac.Equal([]byte(sig), []byte(mac(*key, payload))) {
+	if key == nil || !hmac.Equal([]byte(sig), []byte(s.mac(*key, payload))) {
 		return denied("is not valid")
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(payload)
 	if err != nil {
 		return denied("is not valid")
 	}
-	var c Claims
-	if err := json.Unmarshal(b, &c); err != nil {
+	if err := json.Unmarshal(b, c); err != nil {
 		return denied("is not valid")
 	}
-	if s.now().Unix() >= c.Expires {
+	if s.now().Unix() >= c.ExpiresAt() {
 		return denied("has expired")
 	}
-	return c, nil
+	return nil
 }
 
 // TTL returns the lifetime for a request of seconds (0: the default).
