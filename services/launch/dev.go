@@ -29,10 +29,10 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/pki"
 	"github.com/conch-sh/conch/services/internal/platform/seal"
 	"github.com/conch-sh/conch/services/internal/quotas"
+	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/router"
 	"github.com/conch-sh/conch/services/router/accounts"
 	"github.com/conch-sh/conch/services/workspace"
-	"github.com/conch-sh/conch/services/internal/signing"
 )
 
 // DevAccount is the account of the dev-mode API key.

@@ -12,12 +12,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/conch-sh/conch/services/internal/platform/config"
+	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/internal/store"
 	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/internal/store/s3store"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
 	"github.com/conch-sh/conch/services/workspace/templates"
 )

@@ -8,8 +8,8 @@ import (
 
 	workspacev1 "github.com/conch-sh/conch/gen/go/conch/workspace/v1"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
-	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/internal/signing"
+	"github.com/conch-sh/conch/services/workspace/files"
 )
 
 // List lists a directory.

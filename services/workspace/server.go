@@ -19,8 +19,8 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
-	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/internal/signing"
+	"github.com/conch-sh/conch/services/workspace/files"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
 )
 

@@ -17,10 +17,10 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/internal/store/fsstore"
 	"github.com/conch-sh/conch/services/workspace"
 	"github.com/conch-sh/conch/services/workspace/files"
-	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/workspace/snapshots"
 	"github.com/conch-sh/conch/services/workspace/templates"
 )
