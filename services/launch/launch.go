@@ -464,6 +464,7 @@ func (p *process) serveHTTP(ctx context.Context, addr string, svc *router.Servic
 		Service: svc, Etcd: p.etcd, Conns: conns, Metrics: p.tel.MetricsHandler(), PublicURL: publicURL, Logger: p.log,
 		UploadIdleTimeout: hc.UploadIdleTimeout, MaxConcurrentCompletions: hc.MaxConcurrentCompletions,
 		ResponseRetention: hc.ResponseRetention, ApprovalPause: hc.ApprovalPause, Space: space, ResponseObjects: objects,
+		InternalSecret: c.InternalSecret,
 	})
 	if err != nil {
 		return err

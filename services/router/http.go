@@ -89,6 +89,11 @@ type HTTPOptions struct {
 	Space EtcdSpace
 	// Logger receives request errors.
 	Logger *slog.Logger
+	// InternalSecret is the cluster's, from which the key of the tokens
+	// routers sign for each other (terminals opened from a browser) is
+	// derived; empty: a random one, and a token verifies only at the
+	// router that signed it.
+	InternalSecret string
 }
 
 // NewHTTPHandler returns the router's public HTTP handler: /healthz, /readyz,
@@ -207,7 +212,10 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 	}
 	files := &fileRoutes{ws: workspacev1.NewWorkspaceServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
 	files.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) }, gw)
-	term := &terminalRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), gateways: opts.Service.Gateways(), log: opts.Logger}
+	term, err := newTerminalRoutes(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), opts.Service.Gateways(), opts.Service.Accounts(), opts.InternalSecret, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
 	term.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	cmds := &commandRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), gw: gw, log: opts.Logger}
 	cmds.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })

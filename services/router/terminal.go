@@ -1,12 +1,17 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -14,6 +19,7 @@ import (
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
+	"github.com/conch-sh/conch/services/internal/signing"
 	"github.com/conch-sh/conch/services/router/apierror"
 )
 
@@ -22,14 +28,143 @@ import (
 // both ways; text frames carry JSON: {"type": "resize", "rows", "cols"}
 // from the client, {"type": "approval_pending", "approval"} and
 // {"type": "exit", "exit_code", "reason"} to it.
+//
+// A browser cannot set a WebSocket's headers: it opens the terminal with
+// ?token=, a short-lived token for that one sandbox that a key asked for
+// (POST /api/v1/sandboxes/{id}/terminal:token), good while the key is.
 type terminalRoutes struct {
 	exec     executorv1.ExecutorServiceClient
 	gateways gatewayGetter
+	keys     keyChecker
+	tokens   *signing.Signer
 	log      *slog.Logger
 }
 
+// keyChecker says whether a key still authenticates.
+type keyChecker interface {
+	KeyLive(ctx context.Context, account, keyID string) (bool, error)
+}
+
+// Terminal tokens' lifetimes (docs/reference/sandboxes.md#terminal).
+const (
+	DefaultTerminalTokenTTL = time.Minute
+	MaxTerminalTokenTTL     = 10 * time.Minute
+)
+
+// terminalClaims are what a terminal token grants: opening the terminal
+// of one sandbox, as the key that asked for it, with its scope.
+type terminalClaims struct {
+	Account string `json:"a"`
+	Key     string `json:"k"`
+	Admin   bool   `json:"adm,omitempty"`
+	User    string `json:"u,omitempty"`
+	Session string `json:"ses,omitempty"`
+	Sandbox string `json:"s"`
+	Expires int64  `json:"x"`
+}
+
+func (c terminalClaims) ExpiresAt() int64 { return c.Expires }
+
+func newTerminalRoutes(exec executorv1.ExecutorServiceClient, gateways gatewayGetter, keys keyChecker, internalSecret string, log *slog.Logger) (*terminalRoutes, error) {
+	secret := []byte(internalSecret)
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret)
+	}
+	tokens, err := signing.NewFor(signing.Terminal, []signing.Key{signing.DerivedKey(signing.Terminal, secret)})
+	if err != nil {
+		return nil, err
+	}
+	return &terminalRoutes{exec: exec, gateways: gateways, keys: keys, tokens: tokens, log: log}, nil
+}
+
 func (t *terminalRoutes) register(mux *http.ServeMux, auth func(http.Handler) http.Handler) {
-	mux.Handle("GET /api/v1/sandboxes/{sandbox_id}/terminal", auth(http.HandlerFunc(t.serve)))
+	byKey := auth(http.HandlerFunc(t.serve))
+	mux.Handle("GET /api/v1/sandboxes/{sandbox_id}/terminal", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("token") && r.Header.Get("Authorization") == "" {
+			t.serveToken(w, r)
+			return
+		}
+		byKey.ServeHTTP(w, r)
+	}))
+	mux.Handle("POST /api/v1/sandboxes/{sandbox_id}/terminal:token", auth(http.HandlerFunc(t.mint)))
+}
+
+// mint answers a token that opens the terminal of the sandbox, for
+// expires_in_seconds (default 60, at most 600), and its URL.
+func (t *terminalRoutes) mint(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var req struct {
+		ExpiresInSeconds int64 `json:"expires_in_seconds"`
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
+	if err != nil {
+		apiErrors(w, errs.New(errs.InvalidArgument, "body: at most 4 KiB of JSON"))
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			apiErrors(w, errs.New(errs.InvalidArgument, "body: want {\"expires_in_seconds\": N}: %v", err))
+			return
+		}
+	}
+	ttl := DefaultTerminalTokenTTL
+	if req.ExpiresInSeconds != 0 {
+		if req.ExpiresInSeconds < 0 || req.ExpiresInSeconds > int64(MaxTerminalTokenTTL/time.Second) {
+			apiErrors(w, errs.Invalid("expires_in_seconds", "must be 1-%d, got %d", int64(MaxTerminalTokenTTL/time.Second), req.ExpiresInSeconds))
+			return
+		}
+		ttl = time.Duration(req.ExpiresInSeconds) * time.Second
+	}
+	scope, ok := tenant.From(ctx)
+	if !ok {
+		apierror.Write(ctx, t.log, w, errs.New(errs.Unauthenticated, "no scope"))
+		return
+	}
+	id := r.PathValue("sandbox_id")
+	// Only for a sandbox the key may see.
+	if _, err := t.exec.GetSandbox(ctx, &executorv1.GetSandboxRequest{Id: id}); err != nil {
+		apierror.Write(ctx, t.log, w, err)
+		return
+	}
+	exp := time.Now().Add(ttl).Truncate(time.Second)
+	tok, err := t.tokens.Sign(terminalClaims{Account: scope.Account, Key: scope.Key, Admin: scope.Admin, User: scope.User, Session: scope.Session, Sandbox: id, Expires: exp.Unix()})
+	if err != nil {
+		apierror.Write(ctx, t.log, w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{
+		"token":      tok,
+		"url":        "/api/v1/sandboxes/" + url.PathEscape(id) + "/terminal?token=" + url.QueryEscape(tok),
+		"expires_at": exp.UTC().Format(time.RFC3339),
+	})
+}
+
+// serveToken opens a terminal with a token instead of a key: the token's
+// sandbox only, while it has not expired and its key still authenticates.
+func (t *terminalRoutes) serveToken(w http.ResponseWriter, r *http.Request) {
+	var c terminalClaims
+	if err := t.tokens.VerifyInto(r.URL.Query().Get("token"), &c); err != nil {
+		apiErrors(w, errs.NewReason(errs.Unauthenticated, errs.ReasonInvalidAPIKey, "%s", errs.Public(err).Message))
+		return
+	}
+	if c.Sandbox != r.PathValue("sandbox_id") {
+		apiErrors(w, errs.New(errs.PermissionDenied, "terminal token is for another sandbox"))
+		return
+	}
+	live, err := t.keys.KeyLive(r.Context(), c.Account, c.Key)
+	if err != nil {
+		apierror.Write(r.Context(), t.log, w, errs.New(errs.Unavailable, "authentication is unavailable; try again"))
+		return
+	}
+	if !live {
+		apiErrors(w, errs.NewReason(errs.Unauthenticated, errs.ReasonInvalidAPIKey, "terminal token's key was revoked"))
+		return
+	}
+	scope := tenant.Scope{Account: c.Account, Key: c.Key, Admin: c.Admin, User: c.User, Session: c.Session, PublicURL: requestBaseURL(r)}
+	t.serve(w, r.WithContext(tenant.With(r.Context(), scope)))
 }
 
 // terminalMessage is a text frame's JSON.

@@ -403,3 +403,19 @@ func randomID(n int) string {
 	_, _ = rand.Read(b) // never fails: crypto/rand.Read panics rather than return an error
 	return lowerBase32.EncodeToString(b)[:n]
 }
+
+// KeyLive reports whether account's key keyID still authenticates: a
+// token it minted (a terminal's) is good only as long as it is.
+func (s *Store) KeyLive(ctx context.Context, account, keyID string) (bool, error) {
+	if keyID == AdminKeyID {
+		return s.adminAccount != "" && account == s.adminAccount, nil
+	}
+	if !idPattern.MatchString(account) || !idPattern.MatchString(keyID) {
+		return false, nil
+	}
+	resp, err := s.cli.Get(ctx, indexPrefix+account+"/"+keyID, clientv3.WithCountOnly())
+	if err != nil {
+		return false, fmt.Errorf("accounts: look up key: %w", err)
+	}
+	return resp.Count > 0, nil
+}
