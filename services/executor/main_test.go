@@ -30,8 +30,8 @@ func TestMain(m *testing.M) {
 	if name, ok := toolshim.Command(os.Args[0], wire.ToolsDir); ok {
 		os.Exit(toolshim.Run(wire.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
 	}
-	if len(os.Args) > 1 && os.Args[1] == wire.AgentCommand {
-		if err := agent.Run(); err != nil {
+	if served, err := agent.Serve(os.Args[1:]); served {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

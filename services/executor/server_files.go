@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 	"github.com/conch-sh/conch/services/internal/platform/chunks"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/tenant"
@@ -134,4 +136,16 @@ func (s *Server) DeleteFile(ctx context.Context, req *executorv1.DeleteFileReque
 		return nil, err
 	}
 	return &executorv1.DeleteFileResponse{}, nil
+}
+
+// WatchFiles streams the changes under a directory of a sandbox.
+func (s *Server) WatchFiles(req *executorv1.WatchFilesRequest, stream executorv1.ExecutorService_WatchFilesServer) error {
+	ctx := stream.Context()
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return err
+	}
+	return s.svc.WatchFiles(ctx, account, req.GetSandboxId(), req.GetPath(), req.GetRecursive(), func(ev wire.WatchEvent) error {
+		return stream.Send(&executorv1.WatchFilesResponse{Op: ev.Op, Path: ev.Path, Dropped: int32(min(ev.Dropped, math.MaxInt32)), Overflow: ev.Overflow})
+	})
 }

@@ -15,11 +15,12 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 || os.Args[1] != wire.AgentCommand {
+	served, err := agent.Serve(os.Args[1:])
+	if !served {
 		fmt.Fprintf(os.Stderr, "%s runs only as the agent of a conch sandbox, started by the executor\n", wire.AgentBinaryName)
 		os.Exit(2)
 	}
-	if err := agent.Run(); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -175,6 +175,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case wire.AgentCommand:
 		// Hidden: the resident agent inside each sandbox.
 		return agent.Run()
+	case wire.WatchCommand:
+		// Hidden: a file watch inside a sandbox.
+		return agent.RunWatch(args)
 	case "approval":
 		var cfg launch.ApprovalConfig
 		if err := load(cmd, args, &cfg, stdout); err != nil {

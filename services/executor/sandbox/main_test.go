@@ -12,14 +12,13 @@ import (
 
 	"github.com/conch-sh/conch/services/executor/sandbox/agent"
 	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
-	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 )
 
 // TestMain lets the test binary serve as the sandbox agent, as the conch
 // binary does in production.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == wire.AgentCommand {
-		if err := agent.Run(); err != nil {
+	if served, err := agent.Serve(os.Args[1:]); served {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

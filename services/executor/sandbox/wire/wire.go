@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/conch-sh/conch/services/internal/contract"
 )
@@ -145,6 +146,42 @@ func ReadFrame(r *bufio.Reader, limit uint32) (Frame, error) {
 // one of conch-sandbox-agent) that runs as the resident agent inside each
 // sandbox.
 const AgentCommand = "sandbox-agent"
+
+// WatchCommand is the agent binary's file watcher subcommand, run as a
+// process of its own in a sandbox: `sandbox-watch [-r] -- DIR`. It writes
+// one WatchEvent of JSON per line.
+const WatchCommand = "sandbox-watch"
+
+// A file watch's bounds: the directories one watches, and the events it
+// tells per window (the same path's changes of one kind told once).
+const (
+	WatchMaxDirs   = 4096
+	WatchMaxEvents = 256
+	WatchWindow    = 50 * time.Millisecond
+	// WatchMaxLine bounds a line the host reads from a watcher: a path
+	// of PATH_MAX escaped, and its envelope.
+	WatchMaxLine = 4*4096 + 256
+)
+
+// A file watch's operations: WatchReady first, once the directory is
+// watched; WatchCoalesced says how many events a window left out
+// (Dropped), or that the kernel's queue overflowed (Overflow).
+const (
+	WatchReady     = "ready"
+	WatchCreate    = "create"
+	WatchWrite     = "write"
+	WatchRemove    = "remove"
+	WatchRename    = "rename"
+	WatchCoalesced = "coalesced"
+)
+
+// WatchEvent is one line of a file watch.
+type WatchEvent struct {
+	Op       string `json:"op"`
+	Path     string `json:"path,omitempty"`
+	Dropped  int    `json:"dropped,omitempty"`
+	Overflow bool   `json:"overflow,omitempty"`
+}
 
 // AgentBinaryName is the agent-only binary the executor prefers, found
 // beside its own.

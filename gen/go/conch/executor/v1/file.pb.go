@@ -616,6 +616,144 @@ func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
 	return file_conch_executor_v1_file_proto_rawDescGZIP(), []int{10}
 }
 
+// WatchFilesRequest names the directory to watch.
+type WatchFilesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// An absolute directory as the sandbox sees it; empty is
+	// /home/workspace.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Every directory below it too (at most 4096 in all).
+	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchFilesRequest) Reset() {
+	*x = WatchFilesRequest{}
+	mi := &file_conch_executor_v1_file_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchFilesRequest) ProtoMessage() {}
+
+func (x *WatchFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_file_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchFilesRequest.ProtoReflect.Descriptor instead.
+func (*WatchFilesRequest) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_file_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WatchFilesRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *WatchFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchFilesRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+// WatchFilesResponse is one event of a watch.
+type WatchFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ready (once, first: the watch holds), create, write, remove, rename,
+	// or coalesced (dropped events left out of a flood; overflow when the
+	// kernel's queue overflowed and their number is unknown).
+	Op string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	// The path, absolute, as the sandbox sees it, with bytes that are not
+	// UTF-8 or are control characters escaped as \xNN.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Dropped       int32  `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Overflow      bool   `protobuf:"varint,4,opt,name=overflow,proto3" json:"overflow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchFilesResponse) Reset() {
+	*x = WatchFilesResponse{}
+	mi := &file_conch_executor_v1_file_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchFilesResponse) ProtoMessage() {}
+
+func (x *WatchFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_conch_executor_v1_file_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchFilesResponse.ProtoReflect.Descriptor instead.
+func (*WatchFilesResponse) Descriptor() ([]byte, []int) {
+	return file_conch_executor_v1_file_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WatchFilesResponse) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *WatchFilesResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchFilesResponse) GetDropped() int32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *WatchFilesResponse) GetOverflow() bool {
+	if x != nil {
+		return x.Overflow
+	}
+	return false
+}
+
 var File_conch_executor_v1_file_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_file_proto_rawDesc = "" +
@@ -656,7 +794,17 @@ const file_conch_executor_v1_file_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"\x14\n" +
-	"\x12DeleteFileResponseB?Z=github.com/conch-sh/conch/gen/go/conch/executor/v1;executorv1b\x06proto3"
+	"\x12DeleteFileResponse\"d\n" +
+	"\x11WatchFilesRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"n\n" +
+	"\x12WatchFilesResponse\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\x05R\adropped\x12\x1a\n" +
+	"\boverflow\x18\x04 \x01(\bR\boverflowB?Z=github.com/conch-sh/conch/gen/go/conch/executor/v1;executorv1b\x06proto3"
 
 var (
 	file_conch_executor_v1_file_proto_rawDescOnce sync.Once
@@ -670,7 +818,7 @@ func file_conch_executor_v1_file_proto_rawDescGZIP() []byte {
 	return file_conch_executor_v1_file_proto_rawDescData
 }
 
-var file_conch_executor_v1_file_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_conch_executor_v1_file_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_conch_executor_v1_file_proto_goTypes = []any{
 	(*SandboxFile)(nil),           // 0: conch.executor.v1.SandboxFile
 	(*WriteFileRequest)(nil),      // 1: conch.executor.v1.WriteFileRequest
@@ -683,10 +831,12 @@ var file_conch_executor_v1_file_proto_goTypes = []any{
 	(*ListFilesResponse)(nil),     // 8: conch.executor.v1.ListFilesResponse
 	(*DeleteFileRequest)(nil),     // 9: conch.executor.v1.DeleteFileRequest
 	(*DeleteFileResponse)(nil),    // 10: conch.executor.v1.DeleteFileResponse
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*WatchFilesRequest)(nil),     // 11: conch.executor.v1.WatchFilesRequest
+	(*WatchFilesResponse)(nil),    // 12: conch.executor.v1.WatchFilesResponse
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_conch_executor_v1_file_proto_depIdxs = []int32{
-	11, // 0: conch.executor.v1.SandboxFile.modified:type_name -> google.protobuf.Timestamp
+	13, // 0: conch.executor.v1.SandboxFile.modified:type_name -> google.protobuf.Timestamp
 	0,  // 1: conch.executor.v1.WriteFileResponse.file:type_name -> conch.executor.v1.SandboxFile
 	0,  // 2: conch.executor.v1.ReadFileResponse.file:type_name -> conch.executor.v1.SandboxFile
 	0,  // 3: conch.executor.v1.StatFileResponse.file:type_name -> conch.executor.v1.SandboxFile
@@ -709,7 +859,7 @@ func file_conch_executor_v1_file_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_conch_executor_v1_file_proto_rawDesc), len(file_conch_executor_v1_file_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

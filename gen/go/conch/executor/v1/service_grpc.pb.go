@@ -46,6 +46,7 @@ const (
 	ExecutorService_StatFile_FullMethodName           = "/conch.executor.v1.ExecutorService/StatFile"
 	ExecutorService_ListFiles_FullMethodName          = "/conch.executor.v1.ExecutorService/ListFiles"
 	ExecutorService_DeleteFile_FullMethodName         = "/conch.executor.v1.ExecutorService/DeleteFile"
+	ExecutorService_WatchFiles_FullMethodName         = "/conch.executor.v1.ExecutorService/WatchFiles"
 	ExecutorService_AttachNode_FullMethodName         = "/conch.executor.v1.ExecutorService/AttachNode"
 )
 
@@ -130,6 +131,11 @@ type ExecutorServiceClient interface {
 	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
 	// DeleteFile deletes a regular file of a sandbox's workspace.
 	DeleteFile(ctx context.Context, in *DeleteFileRequest, opts ...grpc.CallOption) (*DeleteFileResponse, error)
+	// WatchFiles streams the changes under a directory of a sandbox, seen
+	// by inotify inside it, as its user, until the caller leaves or the
+	// sandbox ends: ready first, then created, written, removed and renamed
+	// paths, and how many a flood left out.
+	WatchFiles(ctx context.Context, in *WatchFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchFilesResponse], error)
 	// AttachNode is the long-lived stream of a paired node: the node says
 	// hello, then receives commands and sends their events.
 	AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error)
@@ -455,9 +461,28 @@ func (c *executorServiceClient) DeleteFile(ctx context.Context, in *DeleteFileRe
 	return out, nil
 }
 
+func (c *executorServiceClient) WatchFiles(ctx context.Context, in *WatchFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchFilesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[6], ExecutorService_WatchFiles_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchFilesRequest, WatchFilesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WatchFilesClient = grpc.ServerStreamingClient[WatchFilesResponse]
+
 func (c *executorServiceClient) AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[6], ExecutorService_AttachNode_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[7], ExecutorService_AttachNode_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -549,6 +574,11 @@ type ExecutorServiceServer interface {
 	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
 	// DeleteFile deletes a regular file of a sandbox's workspace.
 	DeleteFile(context.Context, *DeleteFileRequest) (*DeleteFileResponse, error)
+	// WatchFiles streams the changes under a directory of a sandbox, seen
+	// by inotify inside it, as its user, until the caller leaves or the
+	// sandbox ends: ready first, then created, written, removed and renamed
+	// paths, and how many a flood left out.
+	WatchFiles(*WatchFilesRequest, grpc.ServerStreamingServer[WatchFilesResponse]) error
 	// AttachNode is the long-lived stream of a paired node: the node says
 	// hello, then receives commands and sends their events.
 	AttachNode(grpc.BidiStreamingServer[AttachNodeRequest, AttachNodeResponse]) error
@@ -642,6 +672,9 @@ func (UnimplementedExecutorServiceServer) ListFiles(context.Context, *ListFilesR
 }
 func (UnimplementedExecutorServiceServer) DeleteFile(context.Context, *DeleteFileRequest) (*DeleteFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteFile not implemented")
+}
+func (UnimplementedExecutorServiceServer) WatchFiles(*WatchFilesRequest, grpc.ServerStreamingServer[WatchFilesResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchFiles not implemented")
 }
 func (UnimplementedExecutorServiceServer) AttachNode(grpc.BidiStreamingServer[AttachNodeRequest, AttachNodeResponse]) error {
 	return status.Error(codes.Unimplemented, "method AttachNode not implemented")
@@ -1103,6 +1136,17 @@ func _ExecutorService_DeleteFile_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_WatchFiles_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchFilesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServiceServer).WatchFiles(m, &grpc.GenericServerStream[WatchFilesRequest, WatchFilesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WatchFilesServer = grpc.ServerStreamingServer[WatchFilesResponse]
+
 func _ExecutorService_AttachNode_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(ExecutorServiceServer).AttachNode(&grpc.GenericServerStream[AttachNodeRequest, AttachNodeResponse]{ServerStream: stream})
 }
@@ -1232,6 +1276,11 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ReadFile",
 			Handler:       _ExecutorService_ReadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchFiles",
+			Handler:       _ExecutorService_WatchFiles_Handler,
 			ServerStreams: true,
 		},
 		{
