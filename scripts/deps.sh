@@ -19,6 +19,8 @@ if [ "${1:-}" = "--test" ]; then
 	command -v chromium >/dev/null || need+=(chromium)
 	command -v node >/dev/null || need+=(nodejs)
 	command -v npm >/dev/null || need+=(npm)
+	# The file watch test reads its server-sent events with curl.
+	command -v curl >/dev/null || need+=(curl)
 	# The sandbox storage tests make btrfs filesystems on loop devices.
 	command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 fi

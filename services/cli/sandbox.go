@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -18,6 +19,7 @@ Commands:
   create [flags]                       create a sandbox and print its id
   exec [flags] <id> [--] <command...>  run a command, printing its output as it comes; its exit code becomes conch's
   attach <id>                          a login shell in the sandbox on this terminal (Ctrl-] detaches)
+  watch [-r] <id> [dir]                print each change under a directory (default /home/workspace) as it happens
   list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
   snapshot [--name NAME] <id>          save a sandbox's /home/workspace, /tmp and template workdir; print the snapshot's id
@@ -44,7 +46,7 @@ flags need no quoting:
   conch sandbox exec ID -- ls -la
 `,
 	},
-	args:  map[string]arity{"attach": {1, 1}, "exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}, "pause": {1, -1}, "resume": {1, -1}},
+	args:  map[string]arity{"attach": {1, 1}, "watch": {1, 2}, "exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}, "pause": {1, -1}, "resume": {1, -1}},
 	flags: func(cmd string) *flag.FlagSet { return new(sandboxFlags).flagSet(cmd) },
 }
 
@@ -54,6 +56,7 @@ type sandboxFlags struct {
 	user, workdir, name   string
 	snapshot, template    string
 	persistent, idlePause bool
+	recursive             bool
 	timeout, maxOutput    int
 	count                 int
 	ttl, idle             int
@@ -81,6 +84,8 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 		fs.StringVar(&f.name, "name", "", "a `NAME` for the snapshot")
 	case "fork":
 		fs.IntVar(&f.count, "count", 1, "how many copies, 1 to 16")
+	case "watch":
+		fs.BoolVar(&f.recursive, "r", false, "every directory below it too (at most 4096 in all)")
 	case "list":
 		fs.StringVar(&f.user, "user", "", "only the sandboxes of the end `USER`")
 		fs.Var(&f.labels, "label", "only sandboxes labelled `K=V`, or with label K at all (repeatable; all must hold)")
@@ -186,6 +191,12 @@ func RunSandbox(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return nil
 	case "attach":
 		return attach(ctx, c, pos[0], stdin, stdout, stderr)
+	case "watch":
+		q := url.Values{"recursive": {strconv.FormatBool(f.recursive)}}
+		if len(pos) > 1 {
+			q.Set("path", pos[1])
+		}
+		return watchFiles(ctx, c, "/api/v1/sandboxes/"+url.PathEscape(pos[0])+"/watch?"+q.Encode(), o.JSON(), stdout, stderr)
 	case "exec":
 		body := map[string]any{"command": strings.Join(pos[1:], " "), "timeout_seconds": f.timeout, "max_output_length": f.maxOutput, "workdir": f.workdir}
 		if len(f.env) > 0 {

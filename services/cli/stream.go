@@ -107,3 +107,52 @@ func readEvents(r io.Reader, fn func(name string, data []byte) error) error {
 	}
 	return sc.Err()
 }
+
+// watchFiles prints a sandbox's file changes as the watch's server-sent
+// events bring them, one line each ("create /home/workspace/a"; with
+// asJSON the events' JSON), until the watch or the sandbox ends. What a
+// flood left out is said on stderr.
+func watchFiles(ctx context.Context, c *Client, path string, asJSON bool, stdout, stderr io.Writer) error {
+	req, err := c.Request(ctx, "GET", path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return readEvents(resp.Body, func(name string, data []byte) error {
+		var e struct {
+			Path     string                   `json:"path"`
+			Op       string                   `json:"op"`
+			Dropped  int                      `json:"dropped"`
+			Overflow bool                     `json:"overflow"`
+			Error    struct{ Message string } `json:"error"`
+		}
+		if err := json.Unmarshal(data, &e); err != nil {
+			return fmt.Errorf("%s event: %w", name, err)
+		}
+		switch name {
+		case "change":
+			if asJSON {
+				_, err := fmt.Fprintf(stdout, "%s\n", data)
+				return err
+			}
+			_, err := fmt.Fprintf(stdout, "%s %s\n", e.Op, e.Path)
+			return err
+		case "ready":
+			fmt.Fprintf(stderr, "watching %s\n", e.Path)
+		case "coalesced":
+			if e.Overflow {
+				fmt.Fprintln(stderr, "conch: the sandbox's kernel queue overflowed: some changes were not told")
+			} else {
+				fmt.Fprintf(stderr, "conch: %d changes not told (a flood)\n", e.Dropped)
+			}
+		case "error":
+			return fmt.Errorf("%s", e.Error.Message)
+		}
+		return nil
+	})
+}

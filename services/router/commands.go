@@ -142,20 +142,38 @@ func (e *eventWriter) send(name string, data any) {
 	if e.err != nil {
 		return
 	}
-	if !e.started {
-		h := e.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no")
-		e.w.WriteHeader(http.StatusOK)
-		e.started = true
-	}
+	e.start()
 	b, err := json.Marshal(data)
 	if err != nil {
 		e.err = err
 		return
 	}
 	if _, e.err = io.WriteString(e.w, "event: "+name+"\ndata: "+string(b)+"\n\n"); e.err == nil {
+		e.err = e.rc.Flush()
+	}
+}
+
+// start writes the headers, once.
+func (e *eventWriter) start() {
+	if e.started {
+		return
+	}
+	h := e.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	e.w.WriteHeader(http.StatusOK)
+	e.started = true
+}
+
+// comment writes a comment line, which clients ignore: it keeps an idle
+// stream's connection.
+func (e *eventWriter) comment(text string) {
+	if e.err != nil {
+		return
+	}
+	e.start()
+	if _, e.err = io.WriteString(e.w, ": "+text+"\n\n"); e.err == nil {
 		e.err = e.rc.Flush()
 	}
 }

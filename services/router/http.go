@@ -217,6 +217,8 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		return nil, err
 	}
 	term.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
+	watch := &watchRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), log: opts.Logger}
+	watch.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	cmds := &commandRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), gw: gw, log: opts.Logger}
 	cmds.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	tpl := &templateRoutes{t: workspacev1.NewTemplateServiceClient(opts.Conns["workspace"]), log: opts.Logger, idle: opts.UploadIdleTimeout}
