@@ -60,6 +60,10 @@ type Sandbox struct {
 	hostMounts []string
 	// egress is the socket of the host's proxy, for a sandbox with network.
 	egress *net.UnixListener
+	// ns is its network namespace, opened on first use (netns), under
+	// nsMu; closed when it is destroyed.
+	nsMu sync.Mutex
+	ns   *os.File
 
 	mu     sync.Mutex
 	procs  map[uint32]*Process
@@ -545,6 +549,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		if err := s.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+		s.nsMu.Lock()
+		if s.ns != nil {
+			_ = s.ns.Close()
+		}
+		s.nsMu.Unlock()
 		if err := s.unmountHost(); err != nil {
 			errs = append(errs, err)
 		}
