@@ -149,3 +149,95 @@ func (s *Server) WatchFiles(req *executorv1.WatchFilesRequest, stream executorv1
 		return stream.Send(&executorv1.WatchFilesResponse{Op: ev.Op, Path: ev.Path, Dropped: int32(min(ev.Dropped, math.MaxInt32)), Overflow: ev.Overflow})
 	})
 }
+
+// ExposePort exposes a port of a sandbox.
+func (s *Server) ExposePort(ctx context.Context, req *executorv1.ExposePortRequest) (*executorv1.ExposePortResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.svc.ExposePort(ctx, account, req.GetSandboxId(), req.GetPort(), req.GetPublic(), req.GetExpiresInSeconds())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.ExposePortResponse{Port: p}, nil
+}
+
+// ListPorts lists a sandbox's exposed ports.
+func (s *Server) ListPorts(ctx context.Context, req *executorv1.ListPortsRequest) (*executorv1.ListPortsResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := s.svc.ListPorts(ctx, account, req.GetSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &executorv1.ListPortsResponse{Ports: ps}, nil
+}
+
+// ClosePort closes an exposed port.
+func (s *Server) ClosePort(ctx context.Context, req *executorv1.ClosePortRequest) (*executorv1.ClosePortResponse, error) {
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.svc.ClosePort(ctx, account, req.GetSandboxId(), req.GetPort()); err != nil {
+		return nil, err
+	}
+	return &executorv1.ClosePortResponse{}, nil
+}
+
+// ConnectPort carries one connection to an exposed port: an empty message
+// once connected, then bytes both ways.
+func (s *Server) ConnectPort(stream executorv1.ExecutorService_ConnectPortServer) error {
+	ctx := stream.Context()
+	account, err := tenant.Account(ctx)
+	if err != nil {
+		return err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	conn, release, err := s.svc.ConnectPort(ctx, account, first.GetSandboxId(), first.GetPort(), first.GetPublic())
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := stream.Send(&executorv1.ConnectPortResponse{}); err != nil {
+		return err
+	}
+	go func() {
+		data := first.GetData()
+		for {
+			if len(data) > 0 {
+				if _, err := conn.Write(data); err != nil {
+					_ = conn.Close()
+					return
+				}
+			}
+			m, err := stream.Recv()
+			if err != nil {
+				// The client is done sending: the port reads its end.
+				if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+					_ = cw.CloseWrite()
+				}
+				return
+			}
+			data = m.GetData()
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := conn.Read(buf)
+		if n > 0 {
+			if serr := stream.Send(&executorv1.ConnectPortResponse{Data: buf[:n]}); serr != nil {
+				return nil
+			}
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}

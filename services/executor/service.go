@@ -229,6 +229,8 @@ type entry struct {
 	running  map[spanKey]int // trace contexts of the commands running, under mu
 	// written are the files WriteFile wrote, path → as written, under mu.
 	written map[string]wsync.Meta
+	// ports are its exposed ports, under mu.
+	ports map[int32]*exposedPort
 
 	// ws is its persistent workspace; nil for none.
 	ws *persist.Workspace
@@ -821,6 +823,7 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	if e.tools != nil {
 		e.tools.Close()
 	}
+	e.closePorts()
 	err := e.sb.Stop(ctx)
 	// Every command is gone; the workspace's files are still there: the
 	// last changes, the killed commands' included, are kept before the

@@ -24,7 +24,7 @@ var File_conch_executor_v1_service_proto protoreflect.FileDescriptor
 
 const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/file.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a conch/executor/v1/snapshot.proto\x1a conch/executor/v1/terminal.proto2\xef\x15\n" +
+	"\x1fconch/executor/v1/service.proto\x12\x11conch.executor.v1\x1a\x1cconch/executor/v1/exec.proto\x1a\x1cconch/executor/v1/file.proto\x1a\x1cconch/executor/v1/node.proto\x1a\x1cconch/executor/v1/port.proto\x1a\x1fconch/executor/v1/process.proto\x1a\x1fconch/executor/v1/sandbox.proto\x1a conch/executor/v1/snapshot.proto\x1a conch/executor/v1/terminal.proto2\xdc\x18\n" +
 	"\x0fExecutorService\x12b\n" +
 	"\rCreateSandbox\x12'.conch.executor.v1.CreateSandboxRequest\x1a(.conch.executor.v1.CreateSandboxResponse\x12Y\n" +
 	"\n" +
@@ -57,7 +57,12 @@ const file_conch_executor_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"DeleteFile\x12$.conch.executor.v1.DeleteFileRequest\x1a%.conch.executor.v1.DeleteFileResponse\x12[\n" +
 	"\n" +
-	"WatchFiles\x12$.conch.executor.v1.WatchFilesRequest\x1a%.conch.executor.v1.WatchFilesResponse0\x01\x12]\n" +
+	"WatchFiles\x12$.conch.executor.v1.WatchFilesRequest\x1a%.conch.executor.v1.WatchFilesResponse0\x01\x12Y\n" +
+	"\n" +
+	"ExposePort\x12$.conch.executor.v1.ExposePortRequest\x1a%.conch.executor.v1.ExposePortResponse\x12V\n" +
+	"\tListPorts\x12#.conch.executor.v1.ListPortsRequest\x1a$.conch.executor.v1.ListPortsResponse\x12V\n" +
+	"\tClosePort\x12#.conch.executor.v1.ClosePortRequest\x1a$.conch.executor.v1.ClosePortResponse\x12`\n" +
+	"\vConnectPort\x12%.conch.executor.v1.ConnectPortRequest\x1a&.conch.executor.v1.ConnectPortResponse(\x010\x01\x12]\n" +
 	"\n" +
 	"AttachNode\x12$.conch.executor.v1.AttachNodeRequest\x1a%.conch.executor.v1.AttachNodeResponse(\x010\x01B?Z=github.com/conch-sh/conch/gen/go/conch/executor/v1;executorv1b\x06proto3"
 
@@ -90,36 +95,44 @@ var file_conch_executor_v1_service_proto_goTypes = []any{
 	(*ListFilesRequest)(nil),           // 25: conch.executor.v1.ListFilesRequest
 	(*DeleteFileRequest)(nil),          // 26: conch.executor.v1.DeleteFileRequest
 	(*WatchFilesRequest)(nil),          // 27: conch.executor.v1.WatchFilesRequest
-	(*AttachNodeRequest)(nil),          // 28: conch.executor.v1.AttachNodeRequest
-	(*CreateSandboxResponse)(nil),      // 29: conch.executor.v1.CreateSandboxResponse
-	(*GetSandboxResponse)(nil),         // 30: conch.executor.v1.GetSandboxResponse
-	(*ListSandboxesResponse)(nil),      // 31: conch.executor.v1.ListSandboxesResponse
-	(*DestroySandboxResponse)(nil),     // 32: conch.executor.v1.DestroySandboxResponse
-	(*SnapshotSandboxResponse)(nil),    // 33: conch.executor.v1.SnapshotSandboxResponse
-	(*ForkSandboxResponse)(nil),        // 34: conch.executor.v1.ForkSandboxResponse
-	(*PauseSandboxResponse)(nil),       // 35: conch.executor.v1.PauseSandboxResponse
-	(*ResumeSandboxResponse)(nil),      // 36: conch.executor.v1.ResumeSandboxResponse
-	(*ListSnapshotsResponse)(nil),      // 37: conch.executor.v1.ListSnapshotsResponse
-	(*GetSnapshotResponse)(nil),        // 38: conch.executor.v1.GetSnapshotResponse
-	(*DeleteSnapshotResponse)(nil),     // 39: conch.executor.v1.DeleteSnapshotResponse
-	(*ExecResponse)(nil),               // 40: conch.executor.v1.ExecResponse
-	(*RunCommandResponse)(nil),         // 41: conch.executor.v1.RunCommandResponse
-	(*StreamCommandResponse)(nil),      // 42: conch.executor.v1.StreamCommandResponse
-	(*TerminalResponse)(nil),           // 43: conch.executor.v1.TerminalResponse
-	(*ResolveCommandResponse)(nil),     // 44: conch.executor.v1.ResolveCommandResponse
-	(*ListProcessesResponse)(nil),      // 45: conch.executor.v1.ListProcessesResponse
-	(*PollProcessResponse)(nil),        // 46: conch.executor.v1.PollProcessResponse
-	(*ReadProcessLogResponse)(nil),     // 47: conch.executor.v1.ReadProcessLogResponse
-	(*WriteProcessResponse)(nil),       // 48: conch.executor.v1.WriteProcessResponse
-	(*KillProcessResponse)(nil),        // 49: conch.executor.v1.KillProcessResponse
-	(*WatchSandboxEventsResponse)(nil), // 50: conch.executor.v1.WatchSandboxEventsResponse
-	(*WriteFileResponse)(nil),          // 51: conch.executor.v1.WriteFileResponse
-	(*ReadFileResponse)(nil),           // 52: conch.executor.v1.ReadFileResponse
-	(*StatFileResponse)(nil),           // 53: conch.executor.v1.StatFileResponse
-	(*ListFilesResponse)(nil),          // 54: conch.executor.v1.ListFilesResponse
-	(*DeleteFileResponse)(nil),         // 55: conch.executor.v1.DeleteFileResponse
-	(*WatchFilesResponse)(nil),         // 56: conch.executor.v1.WatchFilesResponse
-	(*AttachNodeResponse)(nil),         // 57: conch.executor.v1.AttachNodeResponse
+	(*ExposePortRequest)(nil),          // 28: conch.executor.v1.ExposePortRequest
+	(*ListPortsRequest)(nil),           // 29: conch.executor.v1.ListPortsRequest
+	(*ClosePortRequest)(nil),           // 30: conch.executor.v1.ClosePortRequest
+	(*ConnectPortRequest)(nil),         // 31: conch.executor.v1.ConnectPortRequest
+	(*AttachNodeRequest)(nil),          // 32: conch.executor.v1.AttachNodeRequest
+	(*CreateSandboxResponse)(nil),      // 33: conch.executor.v1.CreateSandboxResponse
+	(*GetSandboxResponse)(nil),         // 34: conch.executor.v1.GetSandboxResponse
+	(*ListSandboxesResponse)(nil),      // 35: conch.executor.v1.ListSandboxesResponse
+	(*DestroySandboxResponse)(nil),     // 36: conch.executor.v1.DestroySandboxResponse
+	(*SnapshotSandboxResponse)(nil),    // 37: conch.executor.v1.SnapshotSandboxResponse
+	(*ForkSandboxResponse)(nil),        // 38: conch.executor.v1.ForkSandboxResponse
+	(*PauseSandboxResponse)(nil),       // 39: conch.executor.v1.PauseSandboxResponse
+	(*ResumeSandboxResponse)(nil),      // 40: conch.executor.v1.ResumeSandboxResponse
+	(*ListSnapshotsResponse)(nil),      // 41: conch.executor.v1.ListSnapshotsResponse
+	(*GetSnapshotResponse)(nil),        // 42: conch.executor.v1.GetSnapshotResponse
+	(*DeleteSnapshotResponse)(nil),     // 43: conch.executor.v1.DeleteSnapshotResponse
+	(*ExecResponse)(nil),               // 44: conch.executor.v1.ExecResponse
+	(*RunCommandResponse)(nil),         // 45: conch.executor.v1.RunCommandResponse
+	(*StreamCommandResponse)(nil),      // 46: conch.executor.v1.StreamCommandResponse
+	(*TerminalResponse)(nil),           // 47: conch.executor.v1.TerminalResponse
+	(*ResolveCommandResponse)(nil),     // 48: conch.executor.v1.ResolveCommandResponse
+	(*ListProcessesResponse)(nil),      // 49: conch.executor.v1.ListProcessesResponse
+	(*PollProcessResponse)(nil),        // 50: conch.executor.v1.PollProcessResponse
+	(*ReadProcessLogResponse)(nil),     // 51: conch.executor.v1.ReadProcessLogResponse
+	(*WriteProcessResponse)(nil),       // 52: conch.executor.v1.WriteProcessResponse
+	(*KillProcessResponse)(nil),        // 53: conch.executor.v1.KillProcessResponse
+	(*WatchSandboxEventsResponse)(nil), // 54: conch.executor.v1.WatchSandboxEventsResponse
+	(*WriteFileResponse)(nil),          // 55: conch.executor.v1.WriteFileResponse
+	(*ReadFileResponse)(nil),           // 56: conch.executor.v1.ReadFileResponse
+	(*StatFileResponse)(nil),           // 57: conch.executor.v1.StatFileResponse
+	(*ListFilesResponse)(nil),          // 58: conch.executor.v1.ListFilesResponse
+	(*DeleteFileResponse)(nil),         // 59: conch.executor.v1.DeleteFileResponse
+	(*WatchFilesResponse)(nil),         // 60: conch.executor.v1.WatchFilesResponse
+	(*ExposePortResponse)(nil),         // 61: conch.executor.v1.ExposePortResponse
+	(*ListPortsResponse)(nil),          // 62: conch.executor.v1.ListPortsResponse
+	(*ClosePortResponse)(nil),          // 63: conch.executor.v1.ClosePortResponse
+	(*ConnectPortResponse)(nil),        // 64: conch.executor.v1.ConnectPortResponse
+	(*AttachNodeResponse)(nil),         // 65: conch.executor.v1.AttachNodeResponse
 }
 var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	0,  // 0: conch.executor.v1.ExecutorService.CreateSandbox:input_type -> conch.executor.v1.CreateSandboxRequest
@@ -150,38 +163,46 @@ var file_conch_executor_v1_service_proto_depIdxs = []int32{
 	25, // 25: conch.executor.v1.ExecutorService.ListFiles:input_type -> conch.executor.v1.ListFilesRequest
 	26, // 26: conch.executor.v1.ExecutorService.DeleteFile:input_type -> conch.executor.v1.DeleteFileRequest
 	27, // 27: conch.executor.v1.ExecutorService.WatchFiles:input_type -> conch.executor.v1.WatchFilesRequest
-	28, // 28: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
-	29, // 29: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
-	30, // 30: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
-	31, // 31: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
-	32, // 32: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
-	33, // 33: conch.executor.v1.ExecutorService.SnapshotSandbox:output_type -> conch.executor.v1.SnapshotSandboxResponse
-	34, // 34: conch.executor.v1.ExecutorService.ForkSandbox:output_type -> conch.executor.v1.ForkSandboxResponse
-	35, // 35: conch.executor.v1.ExecutorService.PauseSandbox:output_type -> conch.executor.v1.PauseSandboxResponse
-	36, // 36: conch.executor.v1.ExecutorService.ResumeSandbox:output_type -> conch.executor.v1.ResumeSandboxResponse
-	37, // 37: conch.executor.v1.ExecutorService.ListSnapshots:output_type -> conch.executor.v1.ListSnapshotsResponse
-	38, // 38: conch.executor.v1.ExecutorService.GetSnapshot:output_type -> conch.executor.v1.GetSnapshotResponse
-	39, // 39: conch.executor.v1.ExecutorService.DeleteSnapshot:output_type -> conch.executor.v1.DeleteSnapshotResponse
-	40, // 40: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
-	41, // 41: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
-	42, // 42: conch.executor.v1.ExecutorService.StreamCommand:output_type -> conch.executor.v1.StreamCommandResponse
-	43, // 43: conch.executor.v1.ExecutorService.Terminal:output_type -> conch.executor.v1.TerminalResponse
-	44, // 44: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
-	45, // 45: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
-	46, // 46: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
-	47, // 47: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
-	48, // 48: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
-	49, // 49: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
-	50, // 50: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
-	51, // 51: conch.executor.v1.ExecutorService.WriteFile:output_type -> conch.executor.v1.WriteFileResponse
-	52, // 52: conch.executor.v1.ExecutorService.ReadFile:output_type -> conch.executor.v1.ReadFileResponse
-	53, // 53: conch.executor.v1.ExecutorService.StatFile:output_type -> conch.executor.v1.StatFileResponse
-	54, // 54: conch.executor.v1.ExecutorService.ListFiles:output_type -> conch.executor.v1.ListFilesResponse
-	55, // 55: conch.executor.v1.ExecutorService.DeleteFile:output_type -> conch.executor.v1.DeleteFileResponse
-	56, // 56: conch.executor.v1.ExecutorService.WatchFiles:output_type -> conch.executor.v1.WatchFilesResponse
-	57, // 57: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
-	29, // [29:58] is the sub-list for method output_type
-	0,  // [0:29] is the sub-list for method input_type
+	28, // 28: conch.executor.v1.ExecutorService.ExposePort:input_type -> conch.executor.v1.ExposePortRequest
+	29, // 29: conch.executor.v1.ExecutorService.ListPorts:input_type -> conch.executor.v1.ListPortsRequest
+	30, // 30: conch.executor.v1.ExecutorService.ClosePort:input_type -> conch.executor.v1.ClosePortRequest
+	31, // 31: conch.executor.v1.ExecutorService.ConnectPort:input_type -> conch.executor.v1.ConnectPortRequest
+	32, // 32: conch.executor.v1.ExecutorService.AttachNode:input_type -> conch.executor.v1.AttachNodeRequest
+	33, // 33: conch.executor.v1.ExecutorService.CreateSandbox:output_type -> conch.executor.v1.CreateSandboxResponse
+	34, // 34: conch.executor.v1.ExecutorService.GetSandbox:output_type -> conch.executor.v1.GetSandboxResponse
+	35, // 35: conch.executor.v1.ExecutorService.ListSandboxes:output_type -> conch.executor.v1.ListSandboxesResponse
+	36, // 36: conch.executor.v1.ExecutorService.DestroySandbox:output_type -> conch.executor.v1.DestroySandboxResponse
+	37, // 37: conch.executor.v1.ExecutorService.SnapshotSandbox:output_type -> conch.executor.v1.SnapshotSandboxResponse
+	38, // 38: conch.executor.v1.ExecutorService.ForkSandbox:output_type -> conch.executor.v1.ForkSandboxResponse
+	39, // 39: conch.executor.v1.ExecutorService.PauseSandbox:output_type -> conch.executor.v1.PauseSandboxResponse
+	40, // 40: conch.executor.v1.ExecutorService.ResumeSandbox:output_type -> conch.executor.v1.ResumeSandboxResponse
+	41, // 41: conch.executor.v1.ExecutorService.ListSnapshots:output_type -> conch.executor.v1.ListSnapshotsResponse
+	42, // 42: conch.executor.v1.ExecutorService.GetSnapshot:output_type -> conch.executor.v1.GetSnapshotResponse
+	43, // 43: conch.executor.v1.ExecutorService.DeleteSnapshot:output_type -> conch.executor.v1.DeleteSnapshotResponse
+	44, // 44: conch.executor.v1.ExecutorService.Exec:output_type -> conch.executor.v1.ExecResponse
+	45, // 45: conch.executor.v1.ExecutorService.RunCommand:output_type -> conch.executor.v1.RunCommandResponse
+	46, // 46: conch.executor.v1.ExecutorService.StreamCommand:output_type -> conch.executor.v1.StreamCommandResponse
+	47, // 47: conch.executor.v1.ExecutorService.Terminal:output_type -> conch.executor.v1.TerminalResponse
+	48, // 48: conch.executor.v1.ExecutorService.ResolveCommand:output_type -> conch.executor.v1.ResolveCommandResponse
+	49, // 49: conch.executor.v1.ExecutorService.ListProcesses:output_type -> conch.executor.v1.ListProcessesResponse
+	50, // 50: conch.executor.v1.ExecutorService.PollProcess:output_type -> conch.executor.v1.PollProcessResponse
+	51, // 51: conch.executor.v1.ExecutorService.ReadProcessLog:output_type -> conch.executor.v1.ReadProcessLogResponse
+	52, // 52: conch.executor.v1.ExecutorService.WriteProcess:output_type -> conch.executor.v1.WriteProcessResponse
+	53, // 53: conch.executor.v1.ExecutorService.KillProcess:output_type -> conch.executor.v1.KillProcessResponse
+	54, // 54: conch.executor.v1.ExecutorService.WatchSandboxEvents:output_type -> conch.executor.v1.WatchSandboxEventsResponse
+	55, // 55: conch.executor.v1.ExecutorService.WriteFile:output_type -> conch.executor.v1.WriteFileResponse
+	56, // 56: conch.executor.v1.ExecutorService.ReadFile:output_type -> conch.executor.v1.ReadFileResponse
+	57, // 57: conch.executor.v1.ExecutorService.StatFile:output_type -> conch.executor.v1.StatFileResponse
+	58, // 58: conch.executor.v1.ExecutorService.ListFiles:output_type -> conch.executor.v1.ListFilesResponse
+	59, // 59: conch.executor.v1.ExecutorService.DeleteFile:output_type -> conch.executor.v1.DeleteFileResponse
+	60, // 60: conch.executor.v1.ExecutorService.WatchFiles:output_type -> conch.executor.v1.WatchFilesResponse
+	61, // 61: conch.executor.v1.ExecutorService.ExposePort:output_type -> conch.executor.v1.ExposePortResponse
+	62, // 62: conch.executor.v1.ExecutorService.ListPorts:output_type -> conch.executor.v1.ListPortsResponse
+	63, // 63: conch.executor.v1.ExecutorService.ClosePort:output_type -> conch.executor.v1.ClosePortResponse
+	64, // 64: conch.executor.v1.ExecutorService.ConnectPort:output_type -> conch.executor.v1.ConnectPortResponse
+	65, // 65: conch.executor.v1.ExecutorService.AttachNode:output_type -> conch.executor.v1.AttachNodeResponse
+	33, // [33:66] is the sub-list for method output_type
+	0,  // [0:33] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -195,6 +216,7 @@ func file_conch_executor_v1_service_proto_init() {
 	file_conch_executor_v1_exec_proto_init()
 	file_conch_executor_v1_file_proto_init()
 	file_conch_executor_v1_node_proto_init()
+	file_conch_executor_v1_port_proto_init()
 	file_conch_executor_v1_process_proto_init()
 	file_conch_executor_v1_sandbox_proto_init()
 	file_conch_executor_v1_snapshot_proto_init()

@@ -47,6 +47,10 @@ const (
 	ExecutorService_ListFiles_FullMethodName          = "/conch.executor.v1.ExecutorService/ListFiles"
 	ExecutorService_DeleteFile_FullMethodName         = "/conch.executor.v1.ExecutorService/DeleteFile"
 	ExecutorService_WatchFiles_FullMethodName         = "/conch.executor.v1.ExecutorService/WatchFiles"
+	ExecutorService_ExposePort_FullMethodName         = "/conch.executor.v1.ExecutorService/ExposePort"
+	ExecutorService_ListPorts_FullMethodName          = "/conch.executor.v1.ExecutorService/ListPorts"
+	ExecutorService_ClosePort_FullMethodName          = "/conch.executor.v1.ExecutorService/ClosePort"
+	ExecutorService_ConnectPort_FullMethodName        = "/conch.executor.v1.ExecutorService/ConnectPort"
 	ExecutorService_AttachNode_FullMethodName         = "/conch.executor.v1.ExecutorService/AttachNode"
 )
 
@@ -136,6 +140,17 @@ type ExecutorServiceClient interface {
 	// sandbox ends: ready first, then created, written, removed and renamed
 	// paths, and how many a flood left out.
 	WatchFiles(ctx context.Context, in *WatchFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchFilesResponse], error)
+	// ExposePort makes a TCP port of a sandbox's own loopback reachable
+	// through ConnectPort until it is closed, it expires or the sandbox
+	// ends; exposing it again replaces its settings.
+	ExposePort(ctx context.Context, in *ExposePortRequest, opts ...grpc.CallOption) (*ExposePortResponse, error)
+	// ListPorts lists a sandbox's exposed ports.
+	ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error)
+	// ClosePort closes an exposed port and ends its connections.
+	ClosePort(ctx context.Context, in *ClosePortRequest, opts ...grpc.CallOption) (*ClosePortResponse, error)
+	// ConnectPort is one TCP connection to an exposed port: the first
+	// message names it, then bytes flow both ways until either side ends.
+	ConnectPort(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectPortRequest, ConnectPortResponse], error)
 	// AttachNode is the long-lived stream of a paired node: the node says
 	// hello, then receives commands and sends their events.
 	AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error)
@@ -480,9 +495,52 @@ func (c *executorServiceClient) WatchFiles(ctx context.Context, in *WatchFilesRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchFilesClient = grpc.ServerStreamingClient[WatchFilesResponse]
 
+func (c *executorServiceClient) ExposePort(ctx context.Context, in *ExposePortRequest, opts ...grpc.CallOption) (*ExposePortResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExposePortResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ExposePort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPortsResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListPorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ClosePort(ctx context.Context, in *ClosePortRequest, opts ...grpc.CallOption) (*ClosePortResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClosePortResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ClosePort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ConnectPort(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectPortRequest, ConnectPortResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[7], ExecutorService_ConnectPort_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ConnectPortRequest, ConnectPortResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_ConnectPortClient = grpc.BidiStreamingClient[ConnectPortRequest, ConnectPortResponse]
+
 func (c *executorServiceClient) AttachNode(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachNodeRequest, AttachNodeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[7], ExecutorService_AttachNode_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[8], ExecutorService_AttachNode_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -579,6 +637,17 @@ type ExecutorServiceServer interface {
 	// sandbox ends: ready first, then created, written, removed and renamed
 	// paths, and how many a flood left out.
 	WatchFiles(*WatchFilesRequest, grpc.ServerStreamingServer[WatchFilesResponse]) error
+	// ExposePort makes a TCP port of a sandbox's own loopback reachable
+	// through ConnectPort until it is closed, it expires or the sandbox
+	// ends; exposing it again replaces its settings.
+	ExposePort(context.Context, *ExposePortRequest) (*ExposePortResponse, error)
+	// ListPorts lists a sandbox's exposed ports.
+	ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error)
+	// ClosePort closes an exposed port and ends its connections.
+	ClosePort(context.Context, *ClosePortRequest) (*ClosePortResponse, error)
+	// ConnectPort is one TCP connection to an exposed port: the first
+	// message names it, then bytes flow both ways until either side ends.
+	ConnectPort(grpc.BidiStreamingServer[ConnectPortRequest, ConnectPortResponse]) error
 	// AttachNode is the long-lived stream of a paired node: the node says
 	// hello, then receives commands and sends their events.
 	AttachNode(grpc.BidiStreamingServer[AttachNodeRequest, AttachNodeResponse]) error
@@ -675,6 +744,18 @@ func (UnimplementedExecutorServiceServer) DeleteFile(context.Context, *DeleteFil
 }
 func (UnimplementedExecutorServiceServer) WatchFiles(*WatchFilesRequest, grpc.ServerStreamingServer[WatchFilesResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchFiles not implemented")
+}
+func (UnimplementedExecutorServiceServer) ExposePort(context.Context, *ExposePortRequest) (*ExposePortResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExposePort not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPorts not implemented")
+}
+func (UnimplementedExecutorServiceServer) ClosePort(context.Context, *ClosePortRequest) (*ClosePortResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClosePort not implemented")
+}
+func (UnimplementedExecutorServiceServer) ConnectPort(grpc.BidiStreamingServer[ConnectPortRequest, ConnectPortResponse]) error {
+	return status.Error(codes.Unimplemented, "method ConnectPort not implemented")
 }
 func (UnimplementedExecutorServiceServer) AttachNode(grpc.BidiStreamingServer[AttachNodeRequest, AttachNodeResponse]) error {
 	return status.Error(codes.Unimplemented, "method AttachNode not implemented")
@@ -1147,6 +1228,67 @@ func _ExecutorService_WatchFiles_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchFilesServer = grpc.ServerStreamingServer[WatchFilesResponse]
 
+func _ExecutorService_ExposePort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExposePortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ExposePort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ExposePort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ExposePort(ctx, req.(*ExposePortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ListPorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListPorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListPorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListPorts(ctx, req.(*ListPortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ClosePort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClosePortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ClosePort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ClosePort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ClosePort(ctx, req.(*ClosePortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ConnectPort_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecutorServiceServer).ConnectPort(&grpc.GenericServerStream[ConnectPortRequest, ConnectPortResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_ConnectPortServer = grpc.BidiStreamingServer[ConnectPortRequest, ConnectPortResponse]
+
 func _ExecutorService_AttachNode_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(ExecutorServiceServer).AttachNode(&grpc.GenericServerStream[AttachNodeRequest, AttachNodeResponse]{ServerStream: stream})
 }
@@ -1245,6 +1387,18 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteFile",
 			Handler:    _ExecutorService_DeleteFile_Handler,
 		},
+		{
+			MethodName: "ExposePort",
+			Handler:    _ExecutorService_ExposePort_Handler,
+		},
+		{
+			MethodName: "ListPorts",
+			Handler:    _ExecutorService_ListPorts_Handler,
+		},
+		{
+			MethodName: "ClosePort",
+			Handler:    _ExecutorService_ClosePort_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1282,6 +1436,12 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "WatchFiles",
 			Handler:       _ExecutorService_WatchFiles_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ConnectPort",
+			Handler:       _ExecutorService_ConnectPort_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "AttachNode",
