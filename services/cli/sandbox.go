@@ -20,6 +20,9 @@ Commands:
   exec [flags] <id> [--] <command...>  run a command, printing its output as it comes; its exit code becomes conch's
   attach <id>                          a login shell in the sandbox on this terminal (Ctrl-] detaches)
   watch [-r] <id> [dir]                print each change under a directory (default /home/workspace) as it happens
+  expose [flags] <id> <port>           make a port of the sandbox's loopback a URL; print it
+  ports <id>                           list a sandbox's exposed ports: port, public or private, expiry, URL
+  unexpose <id> <port>                 close an exposed port and its connections
   list [flags]                         list the account's sandboxes: id, state, working directory, user, labels
   rm <id>...                           destroy sandboxes
   snapshot [--name NAME] <id>          save a sandbox's /home/workspace, /tmp and template workdir; print the snapshot's id
@@ -46,7 +49,7 @@ flags need no quoting:
   conch sandbox exec ID -- ls -la
 `,
 	},
-	args:  map[string]arity{"attach": {1, 1}, "watch": {1, 2}, "exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}, "pause": {1, -1}, "resume": {1, -1}},
+	args:  map[string]arity{"attach": {1, 1}, "watch": {1, 2}, "expose": {2, 2}, "ports": {1, 1}, "unexpose": {2, 2}, "exec": {2, -1}, "rm": {1, -1}, "snapshot": {1, 1}, "fork": {1, 1}, "pause": {1, -1}, "resume": {1, -1}},
 	flags: func(cmd string) *flag.FlagSet { return new(sandboxFlags).flagSet(cmd) },
 }
 
@@ -56,7 +59,8 @@ type sandboxFlags struct {
 	user, workdir, name   string
 	snapshot, template    string
 	persistent, idlePause bool
-	recursive             bool
+	recursive, public     bool
+	expires               int
 	timeout, maxOutput    int
 	count                 int
 	ttl, idle             int
@@ -86,6 +90,9 @@ func (f *sandboxFlags) flagSet(cmd string) *flag.FlagSet {
 		fs.IntVar(&f.count, "count", 1, "how many copies, 1 to 16")
 	case "watch":
 		fs.BoolVar(&f.recursive, "r", false, "every directory below it too (at most 4096 in all)")
+	case "expose":
+		fs.BoolVar(&f.public, "public", false, "a signed URL that needs no key (it expires: an hour by default)")
+		fs.IntVar(&f.expires, "expires", 0, "`SECONDS` until it closes, at most a day (0: with the sandbox; a public one, an hour)")
 	case "list":
 		fs.StringVar(&f.user, "user", "", "only the sandboxes of the end `USER`")
 		fs.Var(&f.labels, "label", "only sandboxes labelled `K=V`, or with label K at all (repeatable; all must hold)")
@@ -191,6 +198,8 @@ func RunSandbox(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return nil
 	case "attach":
 		return attach(ctx, c, pos[0], stdin, stdout, stderr)
+	case "expose", "ports", "unexpose":
+		return ports(ctx, c, cmd, pos, &f, o.JSON(), stdout)
 	case "watch":
 		q := url.Values{"recursive": {strconv.FormatBool(f.recursive)}}
 		if len(pos) > 1 {

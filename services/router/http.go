@@ -217,6 +217,11 @@ func NewHTTPHandler(ctx context.Context, opts HTTPOptions) (http.Handler, error)
 		return nil, err
 	}
 	term.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
+	ports, err := newPortRoutes(executorv1.NewExecutorServiceClient(opts.Conns["executor"]), tokenSecret(opts.InternalSecret), opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	ports.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	watch := &watchRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), log: opts.Logger}
 	watch.register(mux, func(h http.Handler) http.Handler { return a.wrap(apiErrors, h) })
 	cmds := &commandRoutes{exec: executorv1.NewExecutorServiceClient(opts.Conns["executor"]), gw: gw, log: opts.Logger}

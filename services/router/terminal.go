@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -65,13 +66,25 @@ type terminalClaims struct {
 
 func (c terminalClaims) ExpiresAt() int64 { return c.Expires }
 
-func newTerminalRoutes(exec executorv1.ExecutorServiceClient, gateways gatewayGetter, keys keyChecker, internalSecret string, log *slog.Logger) (*terminalRoutes, error) {
-	secret := []byte(internalSecret)
-	if len(secret) == 0 {
-		secret = make([]byte, 32)
-		_, _ = rand.Read(secret)
+// tokenSecret is the secret the keys of tokens routers sign for each other
+// are derived from: the cluster's internal secret, or, without one, a
+// random one, and a token then verifies only at the router that signed
+// it.
+var randomTokenSecret = sync.OnceValue(func() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return b
+})
+
+func tokenSecret(internalSecret string) []byte {
+	if internalSecret == "" {
+		return randomTokenSecret()
 	}
-	tokens, err := signing.NewFor(signing.Terminal, []signing.Key{signing.DerivedKey(signing.Terminal, secret)})
+	return []byte(internalSecret)
+}
+
+func newTerminalRoutes(exec executorv1.ExecutorServiceClient, gateways gatewayGetter, keys keyChecker, internalSecret string, log *slog.Logger) (*terminalRoutes, error) {
+	tokens, err := signing.NewFor(signing.Terminal, []signing.Key{signing.DerivedKey(signing.Terminal, tokenSecret(internalSecret))})
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ type Purpose struct{ name, noun string }
 var (
 	PublicFile = Purpose{"conch-public-file-v1", "public URL"}
 	Terminal   = Purpose{"conch-terminal-v1", "terminal token"}
+	Port       = Purpose{"conch-port-v1", "port URL"}
 )
 
 // Expiring claims say when they end, in Unix seconds.
