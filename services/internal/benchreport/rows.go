@@ -451,6 +451,13 @@ var Rows = []Row{
 		Value: Ref{Pkg: "e2e", Bench: "BenchmarkTerminalEcho", Unit: "p99-ms"},
 	},
 	{
+		// python's http.server answers HTTP/1.0 and closes: each request
+		// is a new connection both ways.
+		Service: "router", Metric: "GET of a small file through an exposed port's private URL, p50", Unit: "ms",
+		Value:  Ref{Pkg: "e2e", Bench: "BenchmarkPortProxy", Unit: "proxied-p50-ms"},
+		Anchor: &Anchor{Name: "the same server program on the host's loopback, alternated", Ref: Ref{Pkg: "e2e", Bench: "BenchmarkPortProxy", Unit: "direct-p50-ms"}},
+	},
+	{
 		// What an idle sandbox (after one command, its spare started)
 		// costs the machine, measured as the drop of MemAvailable.
 		Service: "executor", Metric: "idle sandboxes per GiB of memory", Unit: "sandboxes",
