@@ -259,9 +259,13 @@ func NewRuntime(cfg Config) (*Runtime, error) {
 		discard: (*launch).close,
 	})
 	if cfg.Storage != "" {
-		if r.store, err = openStorage(cfg.Storage); err != nil {
+		var stale error
+		if r.store, stale, err = openStorage(cfg.Storage); err != nil {
 			r.removeState()
 			return nil, err
+		}
+		if stale != nil {
+			r.log.Warn("sandbox: stale storage not removed", "error", stale)
 		}
 	}
 	r.pool = newPool(r, cfg.PoolSize)

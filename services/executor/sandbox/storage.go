@@ -68,35 +68,36 @@ type storage struct {
 // sizes are quota limits). A random name keeps the host's name and the
 // executor's pid out of sandboxes' mountinfo, which shows a bind's path
 // within its filesystem.
-func openStorage(root string) (*storage, error) {
+//
+// What executors that ended without cleaning up left there is removed;
+// what could not be is returned in stale, for the caller to log, and
+// tried again by the next executor to start.
+func openStorage(root string) (_ *storage, stale, _ error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
-		return nil, fmt.Errorf("sandbox: storage: %w", err)
+		return nil, nil, fmt.Errorf("sandbox: storage: %w", err)
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(root, &st); err != nil {
-		return nil, fmt.Errorf("sandbox: storage: %w", err)
+		return nil, nil, fmt.Errorf("sandbox: storage: %w", err)
 	}
 	if st.Type != unix.BTRFS_SUPER_MAGIC {
-		return nil, fmt.Errorf("sandbox: storage %s is not on btrfs (its filesystem's magic is %#x)", root, st.Type)
+		return nil, nil, fmt.Errorf("sandbox: storage %s is not on btrfs (its filesystem's magic is %#x)", root, st.Type)
 	}
 	d, err := os.Open(root)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: storage: %w", err)
+		return nil, nil, fmt.Errorf("sandbox: storage: %w", err)
 	}
 	args := btrfsQuotaCtlArgs{cmd: btrfsQuotaCtlEnable}
 	err = ioctl(d, btrfsIocQuotaCtl, unsafe.Pointer(&args))
 	d.Close()
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: storage %s: turn quotas on: %w", root, err)
+		return nil, nil, fmt.Errorf("sandbox: storage %s: turn quotas on: %w", root, err)
 	}
 	inst, stale, err := dirlock.TakeInstance(root, hostName(), removeVolumes)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: storage: %w", err)
+		return nil, nil, fmt.Errorf("sandbox: storage: %w", err)
 	}
-	if stale != nil {
-		return nil, errors.Join(inst.Close(), fmt.Errorf("sandbox: storage: stale sandboxes not removed: %w", stale))
-	}
-	return &storage{inst: inst}, nil
+	return &storage{inst: inst}, stale, nil
 }
 
 // dir is where the sandbox named name keeps its subvolumes.

@@ -151,7 +151,7 @@ func TestCopyNeedsStorage(t *testing.T) {
 func TestStorageSweepsTheDead(t *testing.T) {
 	mnt := conchtest.Btrfs(t, 1<<30)
 	root := filepath.Join(mnt, "storage")
-	first, err := openStorage(root)
+	first, _, err := openStorage(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestStorageSweepsTheDead(t *testing.T) {
 	if err := volume(filepath.Join(dir, "workspace"), "", 0, 0, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	second, err := openStorage(root)
+	second, _, err := openStorage(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,15 +171,15 @@ func TestStorageSweepsTheDead(t *testing.T) {
 		t.Fatalf("a live instance's storage was swept: %v", err)
 	}
 	first.inst.Close() // as a crash would: its storage is left
-	third, err := openStorage(root)
-	if err != nil {
+	third, stale, err := openStorage(root)
+	if err != nil || stale != nil {
 		t.Fatal(err)
 	}
 	defer third.close()
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a dead instance's storage is left: %v", err)
 	}
-	if _, err := openStorage(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not on btrfs") {
+	if _, _, err := openStorage(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not on btrfs") {
 		t.Fatalf("storage off btrfs: %v", err)
 	}
 }
