@@ -89,6 +89,10 @@ func TestPorts(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		// A sandbox's page is an origin of its own, never conch's.
+		if resp.StatusCode == 200 && !strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox allow-scripts") {
+			t.Errorf("%s: served without the sandbox policy: %v", u, resp.Header)
+		}
 		return resp.StatusCode, string(b)
 	}
 

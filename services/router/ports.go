@@ -60,6 +60,12 @@ type portTarget struct {
 
 type portTargetKey struct{}
 
+// portSandboxPolicy makes every response from a sandbox's port a page of
+// an opaque origin of its own (no allow-same-origin): its scripts run,
+// but cannot read conch's storage or call its API with the browser's
+// state.
+const portSandboxPolicy = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
 func newPortRoutes(exec executorv1.ExecutorServiceClient, internalSecret []byte, log *slog.Logger) (*portRoutes, error) {
 	tokens, err := signing.NewFor(signing.Port, []signing.Key{signing.DerivedKey(signing.Port, internalSecret)})
 	if err != nil {
@@ -90,6 +96,14 @@ func newPortRoutes(exec executorv1.ExecutorServiceClient, internalSecret []byte,
 			pr.SetXForwarded()
 		},
 		Transport: tr,
+		// What a sandbox serves comes from conch's own origin, where the
+		// approvals page keeps the user's key: it runs as an origin of
+		// its own, which reaches none of conch's storage or pages, with
+		// whatever policy of its own it sends besides.
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Add("Content-Security-Policy", portSandboxPolicy)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			apierror.Write(r.Context(), log, w, portError(err))
 		},
