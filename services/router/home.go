@@ -1,29 +1,23 @@
 package router
 
 import (
-	"html"
 	"net/http"
 	"strings"
 
 	"github.com/conch-sh/conch/services/internal/platform/errs"
+	"github.com/conch-sh/conch/services/router/console"
 )
 
-// home answers GET /: what this server is and where to go, for someone who
-// points a browser or curl at it. HTML for a browser, text otherwise.
+// home answers GET /: the console for a browser; for curl, what this
+// server is and where to go.
 func home(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/" {
 		apiErrors(w, errs.New(errs.NotFound, "unknown path %s %s: GET / lists the entry points", r.Method, r.URL.Path))
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "text/html") {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		var b strings.Builder
-		b.WriteString("<!doctype html><meta charset=utf-8><title>conch</title><h1>conch</h1><p>An OpenAI-compatible gateway that gives models a sandboxed shell.</p><ul>")
-		for _, l := range homeLinks {
-			b.WriteString("<li><a href=\"" + html.EscapeString(l.path) + "\">" + html.EscapeString(l.path) + "</a> — " + html.EscapeString(l.what) + "</li>")
-		}
-		b.WriteString("</ul><p>" + html.EscapeString(homeDocs) + "</p>\n")
-		_, _ = w.Write([]byte(b.String()))
+		// A browser gets the console.
+		console.Page(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

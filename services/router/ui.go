@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/conch-sh/conch/services/approval/ui"
+	"github.com/conch-sh/conch/services/router/console"
 )
 
 // registerUI adds the web pages to mux. The pages are static; they call
@@ -11,4 +12,5 @@ import (
 // their own.
 func registerUI(mux *http.ServeMux) {
 	ui.Register(mux)
+	console.Register(mux)
 }

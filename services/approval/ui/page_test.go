@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/approval"
 	"github.com/conch-sh/conch/services/approval/store"
+	"github.com/conch-sh/conch/services/internal/conchtest"
 	"github.com/conch-sh/conch/services/internal/display/displaytest"
 	"github.com/conch-sh/conch/services/internal/outbound"
 	"github.com/conch-sh/conch/services/internal/platform/etcdx/etcdxtest"
@@ -130,26 +130,7 @@ func (s *stack) resolvedBy(t *testing.T, id string) string {
 	return a.GetApproval().GetResolvedBy()
 }
 
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("chromium is not installed; scripts/deps.sh installs it")
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-dev-shm-usage", true),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
-	t.Cleanup(cancelAlloc)
-	bctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
-	t.Cleanup(cancelT)
-	return ctx
-}
+func browser(t *testing.T) context.Context { return conchtest.Browser(t) }
 
 // waitFor polls a JavaScript expression in the page until it is true.
 func waitFor(t *testing.T, ctx context.Context, expr string) {
