@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -114,4 +115,36 @@ func TestStreamedCommand(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// The same stream read by curl: each chunk of output an event as it
+// comes, the exit last.
+func TestStreamedCommandCurl(t *testing.T) {
+	d := startDev(t)
+	status, body := d.call("POST", "/api/v1/sandboxes", d.Key, map[string]any{})
+	var sb struct{ ID string }
+	if err := json.Unmarshal(body, &sb); status != 200 || err != nil {
+		t.Fatalf("create = %d %s", status, body)
+	}
+	out, err := exec.CommandContext(t.Context(), "curl", "-sSN", "-X", "POST",
+		"-H", "Authorization: Bearer "+d.Key, "-H", "Content-Type: application/json",
+		"-d", `{"command": "echo one; sleep 0.2; echo two >&2; exit 4", "stream": true}`,
+		d.URL+"/api/v1/sandboxes/"+sb.ID+"/commands").Output()
+	if err != nil {
+		t.Fatalf("curl: %v", err)
+	}
+	want := []string{
+		"event: stdout\ndata: {\"data\":\"one\\n\"}\n\n",
+		"event: stderr\ndata: {\"data\":\"two\\n\"}\n\n",
+		"event: exit\ndata: {",
+		`"exit_code":4`,
+	}
+	rest := string(out)
+	for _, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Fatalf("curl read %q; no %q after what came before", out, w)
+		}
+		rest = rest[i+len(w):]
+	}
 }
