@@ -92,6 +92,17 @@ func TestConsole(t *testing.T) {
 	wait(`[...document.querySelectorAll("#sandbox-table tbody tr")].some(r => r.textContent.includes(` + jsString(sb.ID) + `) && r.textContent.includes("team=infra"))`)
 	shot("sandboxes")
 
+	// Its files, from the keyboard.
+	if status, body := d.call("POST", "/api/v1/sandboxes/"+sb.ID+"/commands", d.Key, map[string]any{"command": "echo x > notes.txt"}); status != 200 {
+		t.Fatalf("command = %d %s", status, body)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelectorAll("#sandbox-table tbody tr button")[1].id = "first-files"`)); err != nil {
+		t.Fatal(err)
+	}
+	focus("#first-files")
+	keys(kb.Enter)
+	wait(`!document.querySelector("#files-pane").hidden && document.querySelector("#files-table tbody").textContent.includes("notes.txt")`)
+
 	// The terminal, opened from the keyboard, typed into and read back.
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#sandbox-table tbody tr button").id = "first-terminal"`)); err != nil {
 		t.Fatal(err)
