@@ -269,8 +269,8 @@ func RunDev(ctx context.Context, cfg DevConfig, banner io.Writer) error {
 	g.Go(func() error {
 		select {
 		case addr := <-ready:
-			fmt.Fprintf(banner, "conch dev is up on http://%s\n  data dir: %s\n  API key:  %s (account %q, also in %s)\n  approvals: http://%s/ui/approvals\n",
-				addr, cfg.DataDir, key, DevAccount, filepath.Join(cfg.DataDir, "api-key"), addr)
+			fmt.Fprintf(banner, "conch dev is up on http://%s\n  data dir: %s\n  API key:  %s (account %q, also in %s)\n  console:  http://%s/ (in a browser)\n  approvals: http://%s/ui/approvals\n",
+				addr, cfg.DataDir, key, DevAccount, filepath.Join(cfg.DataDir, "api-key"), addr, addr)
 		case <-gctx.Done():
 		}
 		return nil
