@@ -19,23 +19,17 @@ func streamCommand(ctx context.Context, c *Client, path string, body map[string]
 	if err != nil {
 		return err
 	}
-	req, err := c.Request(ctx, "POST", path, bytes.NewReader(b))
+	events, err := openEvents(ctx, c, "POST", path, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
+	defer events.Close()
 	var exit *struct {
 		ExitCode *int   `json:"exit_code"`
 		TimedOut bool   `json:"timed_out"`
 		Error    string `json:"error"`
 	}
-	err = readEvents(resp.Body, func(name string, data []byte) error {
+	err = readEvents(events, func(name string, data []byte) error {
 		switch name {
 		case "stdout", "stderr":
 			var d struct{ Data, Encoding string }
@@ -80,6 +74,24 @@ func streamCommand(ctx context.Context, c *Client, path string, body map[string]
 	return nil
 }
 
+// openEvents makes a request that answers server-sent events (body, if
+// any, is JSON) and returns the stream, which the caller closes.
+func openEvents(ctx context.Context, c *Client, method, path string, body io.Reader) (io.ReadCloser, error) {
+	req, err := c.Request(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
 // readEvents calls fn with each server-sent event's name and data.
 func readEvents(r io.Reader, fn func(name string, data []byte) error) error {
 	sc := bufio.NewScanner(r)
@@ -113,17 +125,12 @@ func readEvents(r io.Reader, fn func(name string, data []byte) error) error {
 // asJSON the events' JSON), until the watch or the sandbox ends. What a
 // flood left out is said on stderr.
 func watchFiles(ctx context.Context, c *Client, path string, asJSON bool, stdout, stderr io.Writer) error {
-	req, err := c.Request(ctx, "GET", path, nil)
+	events, err := openEvents(ctx, c, "GET", path, nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	return readEvents(resp.Body, func(name string, data []byte) error {
+	defer events.Close()
+	return readEvents(events, func(name string, data []byte) error {
 		var e struct {
 			Path     string                   `json:"path"`
 			Op       string                   `json:"op"`

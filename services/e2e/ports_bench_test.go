@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -30,18 +29,9 @@ func BenchmarkPortProxy(b *testing.B) {
 	}
 	base := "/api/v1/sandboxes/" + sb.ID
 	d.call("POST", base+"/commands", d.Key, map[string]any{"command": "mkdir site && echo hello > site/index.html"})
+	serveStreamed(b, d, sb.ID, "cd site && exec python3 -m http.server 8080 --bind 127.0.0.1")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cmd, _ := json.Marshal(map[string]any{"command": "cd site && exec python3 -m http.server 8080 --bind 127.0.0.1", "timeout_seconds": 300, "stream": true})
-	req, _ := http.NewRequestWithContext(ctx, "POST", d.URL+base+"/commands", bytes.NewReader(cmd))
-	req.Header.Set("Authorization", "Bearer "+d.Key)
-	req.Header.Set("Content-Type", "application/json")
-	go func() {
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
 	status, body = d.call("POST", base+"/ports", d.Key, map[string]any{"port": 8080})
 	var port struct{ URL string }
 	if err := json.Unmarshal(body, &port); status != 200 || err != nil {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -35,6 +36,27 @@ while True:
     c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
 `
 
+// serveStreamed runs cmd in sandbox id as a streamed command, up to the longest
+// timeout, until the test ends: a server for its ports.
+func serveStreamed(t testing.TB, d *dev, id, cmd string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	b, _ := json.Marshal(map[string]any{"command": cmd, "timeout_seconds": 300, "stream": true})
+	req, err := http.NewRequestWithContext(ctx, "POST", d.URL+"/api/v1/sandboxes/"+id+"/commands", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Key)
+	req.Header.Set("Content-Type", "application/json")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+}
+
 // A port of a sandbox as a URL: HTTP and WebSocket through the router and
 // the executor, private behind the key, public behind a signed URL, and
 // nothing once closed.
@@ -50,23 +72,8 @@ func TestPorts(t *testing.T) {
 		t.Fatalf("setup = %d %s", status, body)
 	}
 	// The servers run as streamed commands for as long as the test.
-	srvCtx, stopServers := context.WithCancel(context.Background())
-	defer stopServers()
-	for _, cmd := range []string{"cd site && exec python3 -m http.server 8080 --bind 127.0.0.1", "exec python3 ws.py"} {
-		b, _ := json.Marshal(map[string]any{"command": cmd, "timeout_seconds": 300, "stream": true})
-		req, err := http.NewRequestWithContext(srvCtx, "POST", d.URL+base+"/commands", strings.NewReader(string(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+d.Key)
-		req.Header.Set("Content-Type", "application/json")
-		go func() {
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
-	}
+	serveStreamed(t, d, sb.ID, "cd site && exec python3 -m http.server 8080 --bind 127.0.0.1")
+	serveStreamed(t, d, sb.ID, "exec python3 ws.py")
 	expose := func(body map[string]any) (int, map[string]any) {
 		t.Helper()
 		status, raw := d.call("POST", base+"/ports", d.Key, body)

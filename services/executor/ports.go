@@ -38,6 +38,11 @@ func (p *exposedPort) pb(port int32) *executorv1.Port {
 	return out
 }
 
+// live reports whether the port has not expired at now.
+func (p *exposedPort) live(now time.Time) bool {
+	return p.expires.IsZero() || now.Before(p.expires)
+}
+
 // close ends the port's connections; no new one is let in.
 func (p *exposedPort) close() {
 	p.mu.Lock()
@@ -100,7 +105,7 @@ func (s *Service) ListPorts(ctx context.Context, account, id string) ([]*executo
 	defer e.mu.Unlock()
 	var out []*executorv1.Port
 	for n, p := range e.ports {
-		if p.expires.IsZero() || now.Before(p.expires) {
+		if p.live(now) {
 			out = append(out, p.pb(n))
 		}
 	}
@@ -148,7 +153,7 @@ func (s *Service) ConnectPort(ctx context.Context, account, id string, port int3
 	e.mu.Lock()
 	p := e.ports[port]
 	e.mu.Unlock()
-	if p == nil || (public && !p.public) || (!p.expires.IsZero() && !time.Now().Before(p.expires)) {
+	if p == nil || (public && !p.public) || !p.live(time.Now()) {
 		return nil, nil, errs.New(errs.NotFound, "port %d of sandbox %s is not exposed", port, id)
 	}
 	c, err := e.sb.DialPort(ctx, int(port))

@@ -81,8 +81,7 @@ func (c *commandRoutes) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if !errors.Is(err, io.EOF) {
-				a := errs.Public(err)
-				ev.send("error", map[string]any{"error": apierror.Object{Type: a.Type, Code: a.Code, Message: a.Message}})
+				ev.sendError(err)
 			}
 			return
 		}
@@ -151,6 +150,13 @@ func (e *eventWriter) send(name string, data any) {
 	if _, e.err = io.WriteString(e.w, "event: "+name+"\ndata: "+string(b)+"\n\n"); e.err == nil {
 		e.err = e.rc.Flush()
 	}
+}
+
+// sendError sends err as the stream's last event, in the API's error
+// envelope: once a stream has begun, its status cannot say it.
+func (e *eventWriter) sendError(err error) {
+	a := errs.Public(err)
+	e.send("error", map[string]any{"error": apierror.Object{Type: a.Type, Code: a.Code, Message: a.Message}})
 }
 
 // start writes the headers, once.

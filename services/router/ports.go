@@ -1,11 +1,9 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,14 +143,8 @@ func (p *portRoutes) expose(w http.ResponseWriter, r *http.Request) {
 		Public           bool  `json:"public"`
 		ExpiresInSeconds int32 `json:"expires_in_seconds"`
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
-	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		err = dec.Decode(&req)
-	}
-	if err != nil {
-		apiErrors(w, errs.New(errs.InvalidArgument, "body: want {\"port\", \"public\", \"expires_in_seconds\"}: %v", err))
+	if err := decodeSmallBody(w, r, &req, false, `{"port", "public", "expires_in_seconds"}`); err != nil {
+		apiErrors(w, err)
 		return
 	}
 	id := r.PathValue("sandbox_id")

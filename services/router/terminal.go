@@ -1,12 +1,10 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -110,18 +108,9 @@ func (t *terminalRoutes) mint(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		ExpiresInSeconds int64 `json:"expires_in_seconds"`
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
-	if err != nil {
-		apiErrors(w, errs.New(errs.InvalidArgument, "body: at most 4 KiB of JSON"))
+	if err := decodeSmallBody(w, r, &req, true, `{"expires_in_seconds": N}`); err != nil {
+		apiErrors(w, err)
 		return
-	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			apiErrors(w, errs.New(errs.InvalidArgument, "body: want {\"expires_in_seconds\": N}: %v", err))
-			return
-		}
 	}
 	ttl := DefaultTerminalTokenTTL
 	if req.ExpiresInSeconds != 0 {

@@ -84,8 +84,7 @@ func (t *watchRoutes) serve(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				if !errors.Is(x.err, io.EOF) && ctx.Err() == nil {
-					a := errs.Public(x.err)
-					ev.send("error", map[string]any{"error": apierror.Object{Type: a.Type, Code: a.Code, Message: a.Message}})
+					ev.sendError(x.err)
 				}
 				return
 			}
