@@ -88,14 +88,32 @@ func (w *watcher) add(dir string) error {
 	return nil
 }
 
-// addBelow watches every directory under dir, links not followed.
+// addBelow watches every directory under dir, links not followed. Each
+// is watched before it is listed, so nothing made in it afterwards is
+// missed.
 func (w *watcher) addBelow(dir string) {
+	w.walk(dir, false)
+}
+
+// addNew watches a directory that appeared while the watch ran (made or
+// moved in), and every one under it: what they held before their
+// watches were added is told as created, as nothing else would tell it
+// (a path may then be told twice).
+func (w *watcher) addNew(dir string) {
+	_ = w.add(dir)
+	w.walk(dir, true)
+}
+
+func (w *watcher) walk(dir string, tell bool) {
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
 			return nil // gone or unreadable: nothing to watch there
 		}
 		if d.IsDir() {
 			_ = w.add(p)
+		}
+		if tell {
+			w.emit(wire.WatchEvent{Op: wire.WatchCreate, Path: display.Escape(p)})
 		}
 		return nil
 	})
@@ -174,8 +192,7 @@ func (w *watcher) parse(b []byte) {
 		case ev.Mask&unix.IN_CREATE != 0:
 			w.emit(wire.WatchEvent{Op: wire.WatchCreate, Path: shown})
 			if ev.Mask&unix.IN_ISDIR != 0 && w.recursive {
-				_ = w.add(p)
-				w.addBelow(p)
+				w.addNew(p)
 			}
 		case ev.Mask&unix.IN_MODIFY != 0:
 			w.emit(wire.WatchEvent{Op: wire.WatchWrite, Path: shown})
@@ -184,8 +201,7 @@ func (w *watcher) parse(b []byte) {
 		case ev.Mask&(unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_MOVE_SELF) != 0:
 			w.emit(wire.WatchEvent{Op: wire.WatchRename, Path: shown})
 			if ev.Mask&unix.IN_MOVED_TO != 0 && ev.Mask&unix.IN_ISDIR != 0 && w.recursive {
-				_ = w.add(p)
-				w.addBelow(p)
+				w.addNew(p)
 			}
 		}
 	}

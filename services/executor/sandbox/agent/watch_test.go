@@ -144,3 +144,27 @@ func TestWatchUsage(t *testing.T) {
 		}
 	}
 }
+
+// A directory made with files already in it before its watch is added
+// (moved in whole, or filled at once) has them told: nothing is missed
+// between its creation and its watch.
+func TestWatchNewDirectoryContents(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	events := startWatch(t, dir, true)
+	if err := os.MkdirAll(filepath.Join(outside, "moved", "deep"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "moved", "deep", "f"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(outside, "moved"), filepath.Join(dir, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	until(t, events, wire.WatchEvent{Op: wire.WatchCreate, Path: filepath.Join(dir, "moved", "deep", "f")})
+	// And it is watched: what is made in it later is told too.
+	if err := os.WriteFile(filepath.Join(dir, "moved", "deep", "g"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	until(t, events, wire.WatchEvent{Op: wire.WatchCreate, Path: filepath.Join(dir, "moved", "deep", "g")})
+}
