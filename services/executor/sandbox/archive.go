@@ -5,8 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/wire"
 
 	"github.com/conch-sh/conch/services/internal/shellquote"
 )
@@ -28,9 +33,8 @@ const (
 	// tarChanged is GNU tar's exit status when a file changed while it
 	// read it: the archive is whole, with that file as tar found it.
 	tarChanged = 1
-	// restoreBlock is what one write to a restoring tar carries: the
-	// agent holds a few of them, in the sandbox's memory.
-	restoreBlock = 64 << 10
+	// restoreBlock is what one write to a restoring tar's pipe carries.
+	restoreBlock = 256 << 10
 	// tarStderr is how much of tar's complaint is kept.
 	tarStderr = 4 << 10
 )
@@ -57,94 +61,122 @@ func (s *Sandbox) members() string {
 }
 
 // Archive starts tar in the sandbox and returns the archive it writes, at
-// the pace the caller reads it. The stream fails with an *ArchiveError
-// when tar does, and with ctx's error when ctx ends first; closing it
-// kills tar.
+// the pace the caller reads it, straight from tar's stdout (Options.Pipe).
+// The stream fails with an *ArchiveError when tar does, and with ctx's
+// error when ctx ends first; closing it kills tar.
 func (s *Sandbox) Archive(ctx context.Context) (io.ReadCloser, error) {
-	pr, pw := io.Pipe()
-	var stderr firstBytes
+	stderr := new(firstBytes)
 	p, err := s.Start(Options{
-		Command: archiveCommand + s.members(), Workdir: "/", Budget: -1,
-		OnOutput: func(st Stream, b []byte) {
-			if st == Stderr {
-				stderr.write(b)
-				return
-			}
-			// A reader that stopped closed the pipe; the rest is
-			// dropped.
-			_, _ = pw.Write(b)
-		},
+		Command: archiveCommand + s.members(), Workdir: "/", Budget: -1, Pipe: wire.PipeStdout,
+		OnOutput: func(_ Stream, b []byte) { stderr.write(b) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: start archive: %w", err)
 	}
-	go func() {
-		select {
-		case <-p.Done():
-			if x := p.Exit(); x.Err != nil || (x.Code != 0 && x.Code != tarChanged) {
-				pw.CloseWithError(tarFailed(x, stderr.String(), false))
-				return
-			}
-			pw.Close()
-		case <-ctx.Done():
-			_ = p.Kill()
-			pw.CloseWithError(ctx.Err())
-		}
-	}()
-	return &archiveReader{PipeReader: pr, p: p}, nil
+	pipe, err := p.Pipe()
+	if err != nil {
+		_ = p.Kill()
+		return nil, fmt.Errorf("sandbox: start archive: %w", err)
+	}
+	a := &archiveReader{f: pipe, p: p, ctx: ctx, stderr: stderr}
+	a.stop = context.AfterFunc(ctx, func() {
+		_ = p.Kill()
+		_ = pipe.SetReadDeadline(time.Now())
+	})
+	return a, nil
 }
 
 // archiveReader is an archive's stream; closing it ends its tar.
 type archiveReader struct {
-	*io.PipeReader
-	p *Process
+	f      *os.File
+	p      *Process
+	ctx    context.Context
+	stderr *firstBytes
+	stop   func() bool
+}
+
+// Read reads tar's output; at its end, it waits for tar's exit and fails
+// unless tar made the whole archive.
+func (a *archiveReader) Read(b []byte) (int, error) {
+	n, err := a.f.Read(b)
+	if err == nil {
+		return n, nil
+	}
+	if a.ctx.Err() != nil {
+		return n, a.ctx.Err()
+	}
+	if err != io.EOF {
+		return n, err
+	}
+	select {
+	case <-a.p.Done():
+	case <-a.ctx.Done():
+		return n, a.ctx.Err()
+	}
+	if x := a.p.Exit(); x.Err != nil || (x.Code != 0 && x.Code != tarChanged) {
+		return n, tarFailed(x, a.stderr.String(), false)
+	}
+	return n, io.EOF
 }
 
 func (a *archiveReader) Close() error {
+	a.stop()
 	_ = a.p.Kill()
-	return a.PipeReader.Close()
+	return a.f.Close()
 }
 
-// Restore runs tar in the sandbox on the archive r, at the pace tar reads
-// it. It returns ctx's error when ctx ends first; r's error when reading
-// it fails (an *ArchiveError when r is an archive whose tar failed); an
-// *ArchiveError with Restore set when this tar fails.
+// Restore runs tar in the sandbox on the archive r, written straight to
+// tar's stdin (Options.Pipe) at the pace tar reads it. It returns ctx's
+// error when ctx ends first; r's error when reading it fails (an
+// *ArchiveError when r is an archive whose tar failed); an *ArchiveError
+// with Restore set when this tar fails.
 func (s *Sandbox) Restore(ctx context.Context, r io.Reader) error {
 	var stderr firstBytes
 	p, err := s.Start(Options{
-		Command: restoreCommand + s.members(), Workdir: "/", Budget: -1,
-		OnOutput: func(st Stream, b []byte) {
-			if st == Stderr {
-				stderr.write(b)
-			}
-		},
+		Command: restoreCommand + s.members(), Workdir: "/", Budget: -1, Pipe: wire.PipeStdin,
+		OnOutput: func(_ Stream, b []byte) { stderr.write(b) },
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox: start restore: %w", err)
 	}
+	pipe, err := p.Pipe()
+	if err != nil {
+		_ = p.Kill()
+		return fmt.Errorf("sandbox: start restore: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		_ = p.Kill()
+		_ = pipe.SetWriteDeadline(time.Now())
+	})
+	defer stop()
 	buf := make([]byte, restoreBlock)
 	var readErr, sendErr error
-	for sendErr == nil && readErr == nil {
-		n, rerr := io.ReadFull(r, buf)
+	for {
+		n, rerr := r.Read(buf)
 		if n > 0 {
-			sendErr = p.Write(buf[:n], false)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			if sendErr == nil {
-				sendErr = p.Write(nil, true)
+			if _, sendErr = pipe.Write(buf[:n]); sendErr != nil {
+				break
 			}
+		}
+		if rerr == io.EOF {
 			break
 		}
-		readErr = rerr
+		if rerr != nil {
+			readErr = rerr
+			break
+		}
 	}
-	if readErr != nil || sendErr != nil {
+	pipe.Close()
+	if readErr != nil {
+		// A cut archive must not end as a whole one would.
 		_ = p.Kill()
 	}
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
-		_ = p.Kill()
 		<-p.Done()
+	}
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if readErr != nil {
@@ -153,8 +185,8 @@ func (s *Sandbox) Restore(ctx context.Context, r io.Reader) error {
 	}
 	x := p.Exit()
 	if x.Err == nil && x.Code == 0 {
-		// tar may end before the last record's padding is sent.
-		if sendErr != nil && !errors.Is(sendErr, ErrGone) {
+		// tar may end before the last record's padding is written.
+		if sendErr != nil && !errors.Is(sendErr, syscall.EPIPE) {
 			return fmt.Errorf("sandbox: restore: %w", sendErr)
 		}
 		return nil

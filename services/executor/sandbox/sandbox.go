@@ -166,6 +166,10 @@ type Options struct {
 	// PathPrepend are directories put in front of PATH for this command,
 	// after the sandbox's own.
 	PathPrepend []string
+	// Pipe, wire.PipeStdout or wire.PipeStdin, hands that stream to the
+	// caller as a pipe (Process.Pipe) instead of OnOutput or Write: the
+	// bytes do not pass through the agent. Not with Pty.
+	Pipe string
 }
 
 // Exit is how a process ended.
@@ -192,12 +196,39 @@ type Process struct {
 	oomBefore int64
 	// credit holds a token for each stdin frame the agent has room for.
 	credit chan struct{}
+	// piped is closed once pipe or pipeErr is set, for Options.Pipe.
+	piped   chan struct{}
+	pipe    *os.File
+	pipeErr error
 
 	// Owned by the sandbox's read loop: whether the agent reported the
 	// process started, and how much of each stream reached OnOutput.
 	running bool
 	sent    [2]int64
 	dropped [2]bool
+}
+
+// Pipe returns the stream the process was started to hand over
+// (Options.Pipe), once the agent has handed it: its stdout to read, or its
+// stdin to write and close. The caller closes it.
+func (p *Process) Pipe() (*os.File, error) {
+	if p.opts.Pipe == "" {
+		return nil, errors.New("sandbox: the process was started without a pipe")
+	}
+	select {
+	case <-p.piped:
+		return p.pipe, p.pipeErr
+	case <-p.done:
+		select {
+		case <-p.piped:
+			return p.pipe, p.pipeErr
+		default:
+		}
+		if e := p.exit; e.Err != nil {
+			return nil, e.Err
+		}
+		return nil, ErrGone
+	}
 }
 
 // Done is closed when the process has ended.
@@ -289,6 +320,9 @@ func (s *Sandbox) send(typ byte, id uint32, payload []byte) error {
 
 // Start starts a command in the sandbox.
 func (s *Sandbox) Start(opts Options) (*Process, error) {
+	if opts.Pipe != "" && (opts.Pty || (opts.Pipe != wire.PipeStdout && opts.Pipe != wire.PipeStdin)) {
+		return nil, errors.New("sandbox: a command's pipe is its stdout or stdin, and never a terminal")
+	}
 	s.mu.Lock()
 	if s.dead != nil {
 		s.mu.Unlock()
@@ -296,7 +330,7 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	}
 	s.nextID++
 	s.rt.quiet.mark()
-	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills(), credit: make(chan struct{}, wire.StdinWindow)}
+	p := &Process{sb: s, id: s.nextID, opts: opts, done: make(chan struct{}), oomBefore: s.cg.oomKills(), credit: make(chan struct{}, wire.StdinWindow), piped: make(chan struct{})}
 	for range wire.StdinWindow {
 		p.credit <- struct{}{}
 	}
@@ -324,7 +358,7 @@ func (s *Sandbox) Start(opts Options) (*Process, error) {
 	}
 	msg, err := json.Marshal(wire.StartMsg{
 		Command: opts.Command, Dir: dir, Env: env, Pty: opts.Pty, Rows: opts.Rows, Cols: opts.Cols,
-		Budget: opts.Budget, TrackCwd: opts.TrackCwd, FallbackDir: fallback,
+		Budget: opts.Budget, TrackCwd: opts.TrackCwd, FallbackDir: fallback, HostPipe: opts.Pipe,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode start: %w", err)
@@ -414,10 +448,13 @@ func (s *Sandbox) dispatch(f wire.Frame) error {
 	}
 	switch f.Type {
 	case wire.FrameStarted:
-		if p.running || len(f.Payload) != 0 {
-			return fmt.Errorf("process %d reported started twice or with a payload", f.ID)
+		if p.running || (p.opts.Pipe == "") != (len(f.Payload) == 0) {
+			return fmt.Errorf("process %d reported started twice, or with a payload it should not have", f.ID)
 		}
 		p.running = true
+		if p.opts.Pipe != "" {
+			return s.receivePipe(p, f.Payload)
+		}
 	case wire.FrameStdout, wire.FrameStderr:
 		if !p.running {
 			return fmt.Errorf("output from process %d before it started", f.ID)
@@ -444,6 +481,29 @@ func (s *Sandbox) dispatch(f wire.Frame) error {
 	default:
 		return fmt.Errorf("unexpected frame %q for process %d", f.Type, f.ID)
 	}
+	return nil
+}
+
+// receivePipe takes the pipe the agent reported for p (wire.StartedMsg).
+// An agent naming no pipe of its own breaks the protocol; a pipe the host
+// cannot take fails the process, which is killed.
+func (s *Sandbox) receivePipe(p *Process, payload []byte) error {
+	var m wire.StartedMsg
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return fmt.Errorf("process %d's start report: %w", p.id, err)
+	}
+	f, err := s.takePipe(m.PipeFD, p.opts.Pipe)
+	switch {
+	case errors.Is(err, errNotPipe) || errors.Is(err, unix.EBADF):
+		return fmt.Errorf("process %d's pipe: %w", p.id, err)
+	case err != nil:
+		p.pipeErr = fmt.Errorf("sandbox: the command's %s: %w", p.opts.Pipe, err)
+		_ = p.Kill()
+	default:
+		p.pipe = f
+		_ = s.send(wire.FrameTaken, p.id, nil)
+	}
+	close(p.piped)
 	return nil
 }
 

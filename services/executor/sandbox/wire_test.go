@@ -54,7 +54,7 @@ func newProtoSandbox(n int, budget int64) *protoSandbox {
 		out: make([][2]bytes.Buffer, n),
 	}
 	for i := range n {
-		p := &Process{sb: ps.Sandbox, id: uint32(i + 1), done: make(chan struct{})}
+		p := &Process{sb: ps.Sandbox, id: uint32(i + 1), done: make(chan struct{}), piped: make(chan struct{})}
 		p.opts = Options{Budget: budget, TrackCwd: true, OnOutput: func(st Stream, b []byte) {
 			ps.out[i][st-1].Write(b)
 		}}

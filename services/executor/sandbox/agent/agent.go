@@ -83,6 +83,9 @@ type agentProc struct {
 	cmd   *exec.Cmd
 	stdin chan []byte // nil entry closes stdin
 	tty   *os.File    // the terminal's master, for a process on one
+	// hostEnd is the agent's end of a pipe handed to the host
+	// (StartMsg.HostPipe), kept open until the host has taken it.
+	hostEnd *os.File
 }
 
 type spawnReq struct {
@@ -145,6 +148,13 @@ func (a *agent) serve(r *bufio.Reader) error {
 					// the input is dropped rather than the agent held.
 					_ = a.out.Write(wire.FrameStdinOK, f.ID, nil)
 				}
+			}
+			a.mu.Unlock()
+		case wire.FrameTaken:
+			a.mu.Lock()
+			if p := a.procs[f.ID]; p != nil && p.hostEnd != nil {
+				_ = p.hostEnd.Close()
+				p.hostEnd = nil
 			}
 			a.mu.Unlock()
 		case wire.FrameKill:
@@ -460,17 +470,28 @@ func (a *agent) newInit(sp initSpec) (*initProc, error) {
 		in.readers, in.closers, in.stdin = []io.Reader{ptmx}, []io.Closer{ptmx}, ptmx
 		return in, nil
 	}
-	stdin, err1 := cmd.StdinPipe()
+	// Input is a pipe of the agent's own, not exec's wrapper of one, so
+	// that it can be handed to the host (StartMsg.HostPipe).
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	cmd.Stdin = inR
 	outR, err2 := cmd.StdoutPipe()
 	errR, err3 := cmd.StderrPipe()
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err2, err3); err != nil {
+		inR.Close()
+		inW.Close()
 		return fail(err)
 	}
 	a.spawn <- req
-	if err := <-req.done; err != nil {
+	err = <-req.done
+	inR.Close()
+	if err != nil {
+		inW.Close()
 		return fail(err)
 	}
-	in.readers, in.stdin = []io.Reader{outR, errR}, stdin
+	in.readers, in.stdin = []io.Reader{outR, errR}, inW
 	return in, nil
 }
 
@@ -571,6 +592,10 @@ func (a *agent) start(id uint32, m wire.StartMsg) {
 		a.exitWith(id, wire.ExitMsg{Code: -1, Error: "start shell: a directory's name holds a NUL"})
 		return
 	}
+	if m.HostPipe != "" && (m.Pty || (m.HostPipe != wire.PipeStdout && m.HostPipe != wire.PipeStdin)) {
+		a.exitWith(id, wire.ExitMsg{Code: -1, Error: "start shell: a host pipe is stdout or stdin, and never a terminal"})
+		return
+	}
 	fromFile := len(m.Command) > inlineMax || strings.ContainsRune(m.Command, 0)
 	fail := func(what string, err error) {
 		a.end()
@@ -609,11 +634,23 @@ func (a *agent) start(id uint32, m wire.StartMsg) {
 	if m.Pty {
 		p.tty, _ = in.stdin.(*os.File)
 	}
+	var started []byte
+	switch m.HostPipe {
+	case wire.PipeStdout:
+		p.hostEnd, _ = in.readers[0].(*os.File)
+	case wire.PipeStdin:
+		p.hostEnd, _ = in.stdin.(*os.File)
+	}
+	if p.hostEnd != nil {
+		started, _ = json.Marshal(wire.StartedMsg{PipeFD: int(p.hostEnd.Fd())})
+	}
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
-	_ = a.out.Write(wire.FrameStarted, id, nil)
-	go feedStdin(in.stdin, p.stdin, m.Pty, func() { _ = a.out.Write(wire.FrameStdinOK, id, nil) })
+	_ = a.out.Write(wire.FrameStarted, id, started)
+	if m.HostPipe != wire.PipeStdin {
+		go feedStdin(in.stdin, p.stdin, m.Pty, func() { _ = a.out.Write(wire.FrameStdinOK, id, nil) })
+	}
 
 	dropped := make([]bool, len(in.readers))
 	var wg sync.WaitGroup
@@ -621,6 +658,8 @@ func (a *agent) start(id uint32, m wire.StartMsg) {
 		typ := wire.FrameStdout
 		if i == 1 {
 			typ = wire.FrameStderr
+		} else if m.HostPipe == wire.PipeStdout {
+			continue
 		}
 		wg.Go(func() { dropped[i] = a.forward(id, typ, r, m.Budget) })
 	}
@@ -633,6 +672,11 @@ func (a *agent) start(id uint32, m wire.StartMsg) {
 		a.mu.Lock()
 		delete(a.procs, id)
 		close(p.stdin)
+		if p.hostEnd != nil {
+			// Never taken: the host gave up on it.
+			_ = p.hostEnd.Close()
+			p.hostEnd = nil
+		}
 		a.mu.Unlock()
 		res := wire.ExitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
 		res.Code, res.Signal = exitStatus(in.cmd, err)

@@ -30,7 +30,8 @@ const (
 	FrameResize  byte = 'W' // host → agent: resize the process's terminal (4 bytes: rows, cols, big-endian uint16s)
 	FrameStdout  byte = 'O' // agent → host: stdout bytes
 	FrameStderr  byte = 'e' // agent → host: stderr bytes
-	FrameStarted byte = 's' // agent → host: the process started
+	FrameStarted byte = 's' // agent → host: the process started (JSON StartedMsg for a process with a host pipe, else empty)
+	FrameTaken   byte = 'T' // host → agent: the host holds the process's pipe; the agent closes its end
 	FrameExit    byte = 'X' // agent → host: the process ended (JSON ExitMsg)
 	FrameStdinOK byte = 'A' // agent → host: a stdin or EOF frame was handed to the process (or dropped: it reads no more)
 
@@ -73,6 +74,24 @@ type StartMsg struct {
 	// (the sandbox's current directory was deleted); empty means Dir must
 	// exist.
 	FallbackDir string `json:"fallback_dir,omitempty"`
+	// HostPipe, PipeStdout or PipeStdin, hands that stream of the process
+	// to the host as the pipe itself: the agent reports the fd of its end
+	// (StartedMsg), which the host takes from it (pidfd_getfd) and then
+	// confirms with FrameTaken, and the bytes no longer pass through the
+	// agent. Not with Pty.
+	HostPipe string `json:"host_pipe,omitempty"`
+}
+
+// The streams a process may hand to the host as a pipe.
+const (
+	PipeStdout = "stdout"
+	PipeStdin  = "stdin"
+)
+
+// StartedMsg is the payload of FrameStarted for a process started with a
+// HostPipe: the fd, in the agent, of the agent's end of that pipe.
+type StartedMsg struct {
+	PipeFD int `json:"pipe_fd"`
 }
 
 // ExitMsg reports how a process ended.
