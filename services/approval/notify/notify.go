@@ -20,6 +20,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/internal/display"
+	"github.com/conch-sh/conch/services/internal/display/previewpb"
 	"github.com/conch-sh/conch/services/internal/outbound"
 )
 
@@ -46,7 +47,7 @@ func Text(a *approvalv1.Approval) string {
 	if a.GetExpiresAt() != nil {
 		fmt.Fprintf(&b, "Expires: %s\n", a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
 	}
-	if p := display.PreviewFrom(a.GetPreview()); p != nil {
+	if p := previewpb.From(a.GetPreview()); p != nil {
 		b.WriteString(strings.Join(p.Lines(), "\n") + "\n")
 	}
 	b.WriteString("\nReply with:\n")

@@ -93,6 +93,16 @@ func BenchmarkSandboxCreateCold(b *testing.B) {
 	benchCreateCold(b, "", 0)
 }
 
+// benchAgent is the agent an executor runs, conch-sandbox-agent beside
+// $CONCH_BIN (make bench sets it), or "" (this test binary, whose start
+// runs every package initialiser it links) without it.
+func benchAgent() string {
+	if bin := os.Getenv("CONCH_BIN"); bin != "" {
+		return filepath.Join(filepath.Dir(bin), wire.AgentBinaryName)
+	}
+	return ""
+}
+
 // BenchmarkSandboxCreateColdAgent is BenchmarkSandboxCreateCold with the
 // agents an executor really runs ($CONCH_BIN, as make bench sets it)
 // rather than this package's test binary: conch-sandbox-agent beside it,
@@ -240,10 +250,7 @@ func BenchmarkTwoShells(b *testing.B) {
 //     binary): the host state, the agent's hello, and bubblewrap started
 //     ahead of it (Config.LaunchAhead) in its cgroup.
 func BenchmarkColdStartSteps(b *testing.B) {
-	agent := ""
-	if bin := os.Getenv("CONCH_BIN"); bin != "" {
-		agent = filepath.Join(filepath.Dir(bin), wire.AgentBinaryName)
-	}
+	agent := benchAgent()
 	r := ownRuntime(b, Config{AgentBinary: agent})
 
 	// One prepared sandbox, never started, lends its arguments to the

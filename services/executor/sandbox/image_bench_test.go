@@ -15,7 +15,7 @@ import (
 // round as benchCreateCold does.
 func BenchmarkSandboxCreateFromImage(b *testing.B) {
 	root := imageRoot(b, nil)
-	r := ownRuntime(b, Config{PoolSize: -1})
+	r := ownRuntime(b, Config{PoolSize: -1, AgentBinary: benchAgent()})
 	floorArgs := []string{"--unshare-all", "--ro-bind", filepath.Join(root, "usr"), "/usr", "--symlink", "usr/bin", "/bin",
 		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "/bin/true"}
 	floor := func() time.Duration {

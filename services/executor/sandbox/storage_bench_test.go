@@ -19,7 +19,7 @@ import (
 // the source. Teardown is not timed.
 func BenchmarkCopyOnWrite(b *testing.B) {
 	root := filepath.Join(conchtest.Btrfs(b, 4<<30), "storage")
-	r := ownRuntime(b, Config{Storage: root})
+	r := ownRuntime(b, Config{Storage: root, AgentBinary: benchAgent()})
 	src, err := r.Create(b.Context(), Spec{ID: fmt.Sprintf("cowsrc%d", os.Getpid())})
 	if err != nil {
 		b.Fatal(err)

@@ -2,9 +2,6 @@ package display
 
 import (
 	"fmt"
-	"strings"
-
-	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 )
 
 // Preview is an approval's preview as every surface shows it: what the
@@ -26,22 +23,6 @@ type PreviewChange struct {
 
 // PreviewCaveat is what every surface says of a preview: it is no promise.
 const PreviewCaveat = "what the command did on a copy of the sandbox, without network or secrets; not a promise: time, network and randomness differ when it runs"
-
-// PreviewFrom is p as surfaces show it; nil for none.
-func PreviewFrom(p *approvalv1.Preview) *Preview {
-	if p == nil {
-		return nil
-	}
-	out := &Preview{
-		ExitCode: int(p.GetExitCode()), TimedOut: p.GetTimedOut(), Stdout: p.GetStdout(), Stderr: p.GetStderr(),
-		ChangesOmitted: int(p.GetChangesOmitted()), Error: p.GetError(),
-	}
-	for _, c := range p.GetChanges() {
-		word := strings.ToLower(strings.TrimPrefix(c.GetChange().String(), "PREVIEW_CHANGE_KIND_"))
-		out.Changes = append(out.Changes, PreviewChange{Path: c.GetPath(), Change: word, SizeBytes: c.GetSizeBytes()})
-	}
-	return out
-}
 
 // Lines is the preview in plain text, one line each, every tenant-made
 // text escaped: the caveat, how the command ended, the heads of its

@@ -11,6 +11,7 @@ import (
 
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	"github.com/conch-sh/conch/services/internal/display"
+	"github.com/conch-sh/conch/services/internal/display/previewpb"
 	"github.com/conch-sh/conch/services/internal/execpolicy"
 	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/platform/restjson"
@@ -217,7 +218,7 @@ func approvalText(a *approvalv1.Approval) string {
 		fmt.Fprintf(&b, "Resolved: %s\n", display.Escape(strings.Join(paths, ", ")))
 	}
 	fmt.Fprintf(&b, "Host: %s", strings.ToLower(strings.TrimPrefix(a.GetHost().String(), "HOST_")))
-	if p := display.PreviewFrom(a.GetPreview()); p != nil {
+	if p := previewpb.From(a.GetPreview()); p != nil {
 		b.WriteString("\n" + strings.Join(p.Lines(), "\n"))
 	}
 	return b.String()
