@@ -399,10 +399,15 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 			return nil, fmt.Errorf("sandbox: path_prepend entry %q must be an absolute path without ':'", d)
 		}
 	}
-	// Warm sandboxes have no egress socket, and the runtime's root.
-	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network && spec.Image == nil && spec.Workdir == "" && spec.From == nil {
+	// Warm sandboxes have no egress socket, and the runtime's root; one
+	// takes a copy's files by adopting them.
+	if spec.Limits.TmpBytes == DefaultLimits.TmpBytes && !spec.Network && spec.Image == nil && spec.Workdir == "" {
 		if s, ok := r.pool.take(); ok {
-			if err := s.fit(spec); err == nil {
+			err := s.fit(spec)
+			if err == nil && spec.From != nil {
+				err = s.adopt(spec.From)
+			}
+			if err == nil {
 				return s, nil
 			}
 			_ = s.Destroy(context.WithoutCancel(ctx))

@@ -93,11 +93,33 @@ func openStorage(root string) (_ *storage, stale, _ error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: storage %s: turn quotas on: %w", root, err)
 	}
-	inst, stale, err := dirlock.TakeInstance(root, hostName(), removeVolumes)
+	inst, stale, err := dirlock.TakeInstance(root, hostName(), removeInstance)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: storage: %w", err)
 	}
+	// The instance is a shared mount of its own, so that a mount made
+	// over a sandbox's subvolume (adopt) propagates into the sandbox:
+	// bubblewrap makes every mount of a sandbox's namespace a slave, and
+	// a bind of a slave is a slave of the same group.
+	if err := unix.Mount(inst.Dir, inst.Dir, "", unix.MS_BIND, ""); err != nil {
+		inst.Close()
+		return nil, nil, fmt.Errorf("sandbox: storage: bind %s: %w", inst.Dir, err)
+	}
+	if err := unix.Mount("", inst.Dir, "", unix.MS_SHARED, ""); err != nil {
+		_ = removeInstance(inst.Dir)
+		inst.Close()
+		return nil, nil, fmt.Errorf("sandbox: storage: share %s: %w", inst.Dir, err)
+	}
 	return &storage{inst: inst}, stale, nil
+}
+
+// removeInstance removes an instance directory: its mount, and the mounts
+// over its sandboxes' subvolumes with it, then its subvolumes.
+func removeInstance(dir string) error {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmount: %w", err)
+	}
+	return removeVolumes(dir)
 }
 
 // dir is where the sandbox named name keeps its subvolumes.
@@ -105,7 +127,7 @@ func (st *storage) dir(name string) string { return filepath.Join(st.inst.Dir, n
 
 // close removes what is left and frees the instance.
 func (st *storage) close() error {
-	return errors.Join(removeVolumes(st.inst.Dir), st.inst.Close())
+	return errors.Join(removeInstance(st.inst.Dir), st.inst.Close())
 }
 
 // volume makes the subvolume path, a snapshot of from when from is not
@@ -279,6 +301,33 @@ func fromPath(f *Sandbox, path func(*Sandbox) string) string {
 		return ""
 	}
 	return path(f)
+}
+
+// adopt gives s, a warm sandbox of the pool whose workspace and /tmp are
+// empty subvolumes already bound into it, copies of from's: snapshots of
+// from's subvolumes, each mounted over s's own on the host. The mounts
+// propagate into s's namespace (openStorage), where they are locked to
+// the sandbox's user namespace, which cannot unmount them. A command
+// started afterwards finds the copies; s must not have run one yet (its
+// agent's directory stays on the empty workspace underneath).
+func (s *Sandbox) adopt(from *Sandbox) error {
+	for _, v := range []struct {
+		own, from string
+		limit     int64
+	}{
+		{s.workspace, from.workspace, s.spec.Limits.WorkspaceBytes},
+		{s.tmp, from.tmp, s.spec.Limits.TmpBytes},
+	} {
+		cp := v.own + "-copy"
+		if err := volume(cp, v.from, from.uid, s.uid, v.limit); err != nil {
+			return err
+		}
+		if err := unix.Mount(cp, v.own, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("sandbox: storage: mount a copy: %w", err)
+		}
+		s.hostMounts = append(s.hostMounts, v.own)
+	}
+	return nil
 }
 
 // tmpMount is s's /tmp: its subvolume on storage, else a tmpfs of its

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/conch-sh/conch/services/internal/conchtest"
 	"github.com/conch-sh/conch/services/internal/image/imagetest"
 )
@@ -128,6 +130,82 @@ func TestStorageCopyOnWrite(t *testing.T) {
 	}
 }
 
+// A copy of a sandbox on the runtime's own root is a warm sandbox of the
+// pool that adopts snapshots of its source's files: mounted over its own
+// empty subvolumes on the host, they reach it by propagation. It holds
+// what its source held, as its own user's; neither sees the other's
+// writes; the sandbox cannot unmount its copy to reach what is under it;
+// a copy of the copy is a copy too; nothing is left once all end.
+func TestStorageCopyAdoptsIntoAWarmSandbox(t *testing.T) {
+	root := filepath.Join(conchtest.Btrfs(t, 2<<30), "storage")
+	r := ownRuntime(t, Config{Storage: root, PoolSize: 2})
+	ctx := context.Background()
+	waitPool(t, r, 2)
+	src, err := r.Create(ctx, Spec{ID: "adopt-src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Destroy(ctx)
+	write := "head -c 20000000 /dev/urandom > /home/workspace/big && echo w > /home/workspace/f && mkdir /tmp/d && echo t > /tmp/d/g && ln -s /etc/passwd /home/workspace/link && sha256sum /home/workspace/big | cut -c1-64"
+	res := sh(t, src, write)
+	if res.exit.Code != 0 {
+		t.Fatalf("write: %+v %q", res.exit, res.stderr)
+	}
+	sum := strings.TrimSpace(res.stdout)
+	waitPool(t, r, 2)
+
+	cp, err := r.Create(ctx, Spec{ID: "adopt-copy", From: src, Limits: Limits{WorkspaceBytes: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Destroy(ctx)
+	if len(cp.hostMounts) != 2 {
+		t.Fatalf("the copy was not a warm sandbox's adoption (host mounts %q)", cp.hostMounts)
+	}
+	check := "sha256sum /home/workspace/big | cut -c1-64; cat /home/workspace/f /tmp/d/g; readlink /home/workspace/link; stat -c %U /home/workspace/big /tmp/d; pwd"
+	want := sum + "\nw\nt\n/etc/passwd\nuser\nuser\n/home/workspace\n"
+	if got := sh(t, cp, check); got.stdout != want {
+		t.Fatalf("the copy holds:\n%s(stderr %q)\nwant:\n%s", got.stdout, got.stderr, want)
+	}
+	// The copy is held to its own size.
+	if got := sh(t, cp, "head -c 50000000 /dev/zero > /home/workspace/z; echo $?"); strings.TrimSpace(got.stdout) != "1" {
+		t.Fatalf("the copy wrote past its size: %q %q", got.stdout, got.stderr)
+	}
+	if res := sh(t, cp, "rm /home/workspace/z; echo copy > /home/workspace/f && rm /tmp/d/g"); res.exit.Code != 0 {
+		t.Fatalf("write in the copy: %+v %q", res.exit, res.stderr)
+	}
+	if got := sh(t, src, "cat /home/workspace/f /tmp/d/g"); got.stdout != "w\nt\n" {
+		t.Fatalf("the copy's writes reached its source: %q %q", got.stdout, got.stderr)
+	}
+	if res := sh(t, src, "echo src > /home/workspace/f2"); res.exit.Code != 0 {
+		t.Fatal(res.stderr)
+	}
+	if got := sh(t, cp, "cat /home/workspace/f; test -e /home/workspace/f2 || echo no f2"); got.stdout != "copy\nno f2\n" {
+		t.Fatalf("the source's writes reached its copy: %q %q", got.stdout, got.stderr)
+	}
+	if got := sh(t, cp, "umount /home/workspace 2>&1; umount -l /tmp 2>&1; cat /home/workspace/f"); !strings.HasSuffix(got.stdout, "copy\n") {
+		t.Fatalf("the sandbox reached under its copy: %q", got.stdout)
+	}
+
+	waitPool(t, r, 2)
+	cp2, err := r.Create(ctx, Spec{ID: "adopt-copy2", From: cp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, cp2, "cat /home/workspace/f; sha256sum /home/workspace/big | cut -c1-64"); got.stdout != "copy\n"+sum+"\n" {
+		t.Fatalf("a copy of the copy holds %q %q", got.stdout, got.stderr)
+	}
+	for _, sb := range []*Sandbox{cp2, cp, src} {
+		dir := sb.vol
+		if err := sb.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a sandbox's storage is left: %v", err)
+		}
+	}
+}
+
 // A copy of a sandbox in tmpfs cannot be made copy-on-write: it is
 // refused, never made by another means here.
 func TestCopyNeedsStorage(t *testing.T) {
@@ -169,6 +247,13 @@ func TestStorageSweepsTheDead(t *testing.T) {
 	defer second.close()
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("a live instance's storage was swept: %v", err)
+	}
+	// A copy adopted by a warm sandbox is a mount over its subvolume.
+	if err := volume(filepath.Join(dir, "workspace-copy"), "", 0, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(filepath.Join(dir, "workspace-copy"), filepath.Join(dir, "workspace"), "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
 	}
 	first.inst.Close() // as a crash would: its storage is left
 	third, stale, err := openStorage(root)

@@ -9,9 +9,9 @@ import (
 
 // Btrfs mounts a new btrfs filesystem of size bytes, on a loop device
 // over a sparse file in the test's temp dir, for sandbox storage
-// (--sandbox-storage), and returns where; it is unmounted when the test
-// ends. It needs root and mkfs.btrfs (the btrfs-progs package, which
-// .ci/run installs).
+// (--sandbox-storage), and returns where; it is unmounted, with whatever
+// is mounted in it, when the test ends. It needs root and mkfs.btrfs
+// (the btrfs-progs package, which .ci/run installs).
 func Btrfs(t testing.TB, size int64) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -40,8 +40,10 @@ func Btrfs(t testing.TB, size int64) string {
 		}
 	}
 	// Cleanups run last first: this one before TempDir's removal.
+	// Recursively: an executor killed by the test leaves its storage's
+	// instance mounted, for the next executor there to remove.
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		if out, err := exec.Command("umount", "-R", mnt).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v\n%s", mnt, err, out)
 		}
 	})
