@@ -15,6 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/conch-sh/conch/services/executor/sandbox/seccomp"
 	"github.com/conch-sh/conch/services/internal/load"
 	"github.com/conch-sh/conch/services/internal/localcluster"
 )
@@ -27,10 +31,13 @@ func main() {
 	over := flag.Int("overload", 0, "clients of the overload phase (0: none)")
 	overDur := flag.Duration("overload-duration", 10*time.Second, "length of the overload phase")
 	out := flag.String("json", "", "also write the results as JSON to this file")
-	cluster := flag.String("cluster", "", "drive the cluster `make cluster` keeps in this directory (its routers and admin key)")
+	cluster := flag.String("cluster", "", "drive the cluster `make cluster` keeps in this directory (its routers and admin key); also report what each kind of its processes spent per completion, and the floor")
+	floorDur := flag.Duration("floor-duration", 20*time.Second, "with -cluster, how long the floor runs: the sustained phase's work with no conch, at its concurrency (0: no floor)")
 	flag.Parse()
+	var st *localcluster.State
 	if *cluster != "" {
-		st, err := localcluster.ReadState(*cluster)
+		var err error
+		st, err = localcluster.ReadState(*cluster)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "conchload:", err, "(is `make cluster` running?)")
 			os.Exit(2)
@@ -47,14 +54,27 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rs, err := load.Run(ctx, load.Options{URLs: strings.Split(*urls, ","), Key: *key, Phases: phases, Log: os.Stderr})
+	opts := load.Options{URLs: strings.Split(*urls, ","), Key: *key, Phases: phases, Log: os.Stderr}
+	if st != nil {
+		opts.CPU = st.CPU
+	}
+	rs, err := load.Run(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conchload:", err)
 		os.Exit(1)
 	}
-	load.Print(os.Stdout, rs)
+	report := load.Report{Phases: rs}
+	if st != nil && *floorDur > 0 {
+		f, err := floor(ctx, st, *conc, *floorDur)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conchload: floor:", err)
+			os.Exit(1)
+		}
+		report.Floor = &f
+	}
+	load.Print(os.Stdout, report)
 	if *out != "" {
-		b, _ := json.MarshalIndent(rs, "", "  ")
+		b, _ := json.MarshalIndent(report, "", "  ")
 		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "conchload:", err)
 			os.Exit(1)
@@ -65,6 +85,30 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// floor runs the floor (load.Floor) on the machine of the cluster st,
+// against its MinIO, in a bucket of its own.
+func floor(ctx context.Context, st *localcluster.State, clients int, d time.Duration) (load.FloorResult, error) {
+	mc, err := minio.New(st.S3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(st.S3.AccessKey, st.S3.SecretKey, "")})
+	if err != nil {
+		return load.FloorResult{}, err
+	}
+	const bucket = "conchload-floor"
+	if ok, err := mc.BucketExists(ctx, bucket); err != nil {
+		return load.FloorResult{}, err
+	} else if !ok {
+		if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
+			return load.FloorResult{}, err
+		}
+	}
+	prog, err := seccomp.Program()
+	if err != nil {
+		return load.FloorResult{}, err
+	}
+	fmt.Fprintf(os.Stderr, "floor: %d clients for %v\n", clients, d)
+	// Above the uids executors give sandboxes by default.
+	return load.Floor(ctx, load.FloorOptions{Concurrency: clients, Duration: d, Bwrap: "bwrap", Seccomp: prog, Store: mc, Bucket: bucket, UIDBase: 300000})
 }
 
 func envOr(k, def string) string {

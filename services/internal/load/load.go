@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +34,10 @@ type Options struct {
 	Client *http.Client
 	// Log receives progress; nil means none.
 	Log io.Writer
+	// CPU, when set, reads the CPU time the cluster's processes have
+	// used so far, by kind (localcluster.State.CPU): each phase reports
+	// what its completions cost each kind.
+	CPU func() (map[string]time.Duration, error)
 }
 
 // Phase is a steady number of clients, each sending one completion after
@@ -60,6 +66,17 @@ type Result struct {
 	Errors      int            `json:"errors"`
 	ErrorKinds  map[string]int `json:"error_kinds,omitempty"`
 	ByKind      map[string]int `json:"completions_by_kind"`
+	// Cores is the machine's; LoadAverage its 1-minute load average at
+	// the phase's end; Busy the share of its cores' time spent busy
+	// during the phase.
+	Cores       int     `json:"cores"`
+	LoadAverage float64 `json:"load_average_1m"`
+	Busy        float64 `json:"machine_busy"`
+	// CPUPerCompletion is the CPU time, in milliseconds per completion
+	// served, of each kind of the cluster's processes (Options.CPU), of
+	// this load client ("load client") and of whatever else ran on the
+	// machine meanwhile ("other").
+	CPUPerCompletion map[string]float64 `json:"cpu_ms_per_completion,omitempty"`
 }
 
 // The gateways a run uses, created when missing.
@@ -95,8 +112,21 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			fmt.Fprintf(opts.Log, "phase %s: %d clients for %v\n", ph.Name, ph.Concurrency, ph.Duration)
 		}
 		before := approved.get()
+		m0, err := readMachine()
+		if err != nil {
+			return nil, err
+		}
+		var c0 map[string]time.Duration
+		if opts.CPU != nil {
+			if c0, err = opts.CPU(); err != nil {
+				return nil, err
+			}
+		}
 		r := phase(ctx, clients, ph)
 		r.Approvals = approved.get() - before
+		if err := r.account(m0, c0, opts.CPU); err != nil {
+			return nil, err
+		}
 		out = append(out, r)
 	}
 	return out, nil
@@ -401,13 +431,71 @@ func phase(ctx context.Context, clients []*client, ph Phase) Result {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// Print writes results as a table.
-func Print(w io.Writer, rs []Result) {
+// account sets r's machine figures and CPU per completion from the
+// readings taken before its phase, m0 and c0 (from cpu, nil without).
+func (r *Result) account(m0 machine, c0 map[string]time.Duration, cpu func() (map[string]time.Duration, error)) error {
+	m1, err := readMachine()
+	if err != nil {
+		return err
+	}
+	r.Cores, r.LoadAverage = runtime.NumCPU(), loadAverage()
+	if t := m1.total - m0.total; t > 0 {
+		r.Busy = float64(m1.busy-m0.busy) / float64(t)
+	}
+	if cpu == nil || r.Completions == 0 {
+		return nil
+	}
+	c1, err := cpu()
+	if err != nil {
+		return err
+	}
+	per := func(d time.Duration) float64 { return ms(d) / float64(r.Completions) }
+	r.CPUPerCompletion = map[string]float64{}
+	known := m1.self - m0.self
+	for k, v := range c1 {
+		d := v - c0[k]
+		known += d
+		r.CPUPerCompletion[k] = per(d)
+	}
+	r.CPUPerCompletion["load client"] = per(m1.self - m0.self)
+	r.CPUPerCompletion["other"] = per(max(m1.busy-m0.busy-known, 0))
+	return nil
+}
+
+// Report is a run's: its phases and, when it ran, the floor.
+type Report struct {
+	Phases []Result     `json:"phases"`
+	Floor  *FloorResult `json:"floor,omitempty"`
+}
+
+// Print writes a report as a table, with each phase's machine and CPU
+// figures, and the floor's beside the phases'.
+func Print(w io.Writer, rep Report) {
+	rs := rep.Phases
 	fmt.Fprintf(w, "%-12s %7s %8s %11s %9s %9s %9s %9s %6s %7s\n", "phase", "clients", "seconds", "completions", "per sec", "p50 ms", "p99 ms", "commands", "shed", "errors")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%-12s %7d %8.1f %11d %9.1f %9.1f %9.1f %9d %6d %7d\n", r.Phase, r.Concurrency, r.Seconds, r.Completions, r.PerSecond, r.P50ms, r.P99ms, r.Commands, r.Shed, r.Errors)
 		for k, n := range r.ErrorKinds {
 			fmt.Fprintf(w, "    error %q: %d\n", k, n)
+		}
+		fmt.Fprintf(w, "    machine: %d cores, %.0f%% busy, load average %.1f\n", r.Cores, 100*r.Busy, r.LoadAverage)
+		if len(r.CPUPerCompletion) > 0 {
+			kinds := slices.Sorted(maps.Keys(r.CPUPerCompletion))
+			var parts []string
+			total := 0.0
+			for _, k := range kinds {
+				parts = append(parts, fmt.Sprintf("%s %.1f", k, r.CPUPerCompletion[k]))
+				total += r.CPUPerCompletion[k]
+			}
+			fmt.Fprintf(w, "    CPU ms per completion: %.1f (%s)\n", total, strings.Join(parts, ", "))
+		}
+	}
+	if f := rep.Floor; f != nil {
+		fmt.Fprintf(w, "%-12s %7d %8.1f %11d %9.1f %9s %9s %9d\n", "floor", f.Concurrency, f.Seconds, f.Completions, f.PerSecond, "", "", f.Commands)
+		for _, r := range rs {
+			if r.Concurrency == f.Concurrency && f.PerSecond > 0 {
+				fmt.Fprintf(w, "    %s: %.2f of the floor's completions per second\n", r.Phase, r.PerSecond/f.PerSecond)
+			}
 		}
 	}
 }

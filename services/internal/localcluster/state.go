@@ -212,22 +212,31 @@ func (m *MemberState) alive() bool {
 
 // procStat reads a process's start time and state from /proc.
 func procStat(pid int) (start uint64, state string, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := procStatFields(pid)
 	if err != nil {
 		return 0, "", err
 	}
-	// The command name, in parentheses, may hold spaces; the fields
-	// after it are space separated: state is the 3rd field of the line,
-	// starttime the 22nd.
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	return start, f[0], err
+}
+
+// procStatFields reads the fields of /proc/<pid>/stat after the command
+// name, which, in parentheses, may hold spaces: f[0] is the line's 3rd
+// field (state), f[11] and f[12] its 14th and 15th (user and system
+// time, in clock ticks), f[19] its 22nd (start time).
+func procStatFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, "", fmt.Errorf("localcluster: unreadable /proc/%d/stat", pid)
+		return nil, fmt.Errorf("localcluster: unreadable /proc/%d/stat", pid)
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return 0, "", fmt.Errorf("localcluster: unreadable /proc/%d/stat", pid)
+		return nil, fmt.Errorf("localcluster: unreadable /proc/%d/stat", pid)
 	}
-	start, err = strconv.ParseUint(f[19], 10, 64)
-	return start, f[0], err
+	return f, nil
 }
