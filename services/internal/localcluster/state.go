@@ -222,8 +222,9 @@ func procStat(pid int) (start uint64, state string, err error) {
 
 // procStatFields reads the fields of /proc/<pid>/stat after the command
 // name, which, in parentheses, may hold spaces: f[0] is the line's 3rd
-// field (state), f[11] and f[12] its 14th and 15th (user and system
-// time, in clock ticks), f[19] its 22nd (start time).
+// field (state), f[11] to f[14] its 14th to 17th (user and system time,
+// its own then its reaped children's, in clock ticks), f[19] its 22nd
+// (start time).
 func procStatFields(pid int) ([]string, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
