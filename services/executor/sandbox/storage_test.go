@@ -167,6 +167,11 @@ func TestStorageCopyAdoptsIntoAWarmSandbox(t *testing.T) {
 	if got := sh(t, cp, check); got.stdout != want {
 		t.Fatalf("the copy holds:\n%s(stderr %q)\nwant:\n%s", got.stdout, got.stderr, want)
 	}
+	// The host's path of the workspace (the file API's root) shows the
+	// copy too.
+	if b, err := os.ReadFile(filepath.Join(cp.WorkspacePath(), "f")); err != nil || string(b) != "w\n" {
+		t.Fatalf("the copy's workspace on the host holds %q, %v", b, err)
+	}
 	// The copy is held to its own size.
 	if got := sh(t, cp, "head -c 50000000 /dev/zero > /home/workspace/z; echo $?"); strings.TrimSpace(got.stdout) != "1" {
 		t.Fatalf("the copy wrote past its size: %q %q", got.stdout, got.stderr)
