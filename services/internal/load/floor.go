@@ -143,7 +143,7 @@ func floorOne(ctx context.Context, opts FloorOptions, uid int, k kind, n int) (i
 	bw := append([]string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup",
 		"--uid", "1000", "--gid", "1000", "--hostname", "sandbox",
-		"--die-with-parent", "--new-session", "--clearenv", "--seccomp", "3",
+		"--die-with-parent", "--new-session", "--clearenv", "--seccomp", "3", "--as-pid-1",
 		"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 	}, workspace...)
@@ -152,7 +152,11 @@ func floorOne(ctx context.Context, opts FloorOptions, uid int, k kind, n int) (i
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.CommandContext(ctx, opts.Bwrap, bw...)
+	// A completion started is done to its end: a sandbox killed midway
+	// (bubblewrap's monitor, not what it started) can leave its
+	// processes behind. The phase's end is checked between completions.
+	cmd := exec.Command(opts.Bwrap, bw...)
+	cmd.WaitDelay = 30 * time.Second
 	cmd.ExtraFiles = []*os.File{filter}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
 	var out bytes.Buffer

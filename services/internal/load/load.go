@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -266,8 +267,9 @@ type outcome struct {
 	kind    string
 	latency time.Duration
 	ok      bool
-	shed    bool   // refused with 429/503 and Retry-After
-	err     string // the class of a failure
+	shed    bool          // refused with 429/503 and Retry-After
+	retry   time.Duration // the Retry-After of a shed one
+	err     string        // the class of a failure
 }
 
 var seq struct {
@@ -303,7 +305,7 @@ func (c *client) one(ctx context.Context) outcome {
 		}
 		o.err = "transport: " + errClass(err)
 	case (code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) && h.Get("Retry-After") != "":
-		o.shed = true
+		o.shed, o.retry = true, retryAfter(h.Get("Retry-After"))
 	case code != http.StatusOK:
 		o.err = fmt.Sprintf("http %d", code)
 	default:
@@ -315,6 +317,19 @@ func (c *client) one(ctx context.Context) outcome {
 	}
 	return o
 }
+
+// retryAfter is a Retry-After in seconds, at most maxRetryWait; a value
+// it cannot read waits a second.
+func retryAfter(v string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return time.Second
+	}
+	return min(time.Duration(n)*time.Second, maxRetryWait)
+}
+
+// maxRetryWait bounds the wait of a shed client.
+const maxRetryWait = 10 * time.Second
 
 func errClass(err error) string {
 	switch {
@@ -386,10 +401,12 @@ func phase(ctx context.Context, clients []*client, ph Phase) Result {
 				all = append(all, o)
 				mu.Unlock()
 				if o.shed {
-					// A shed client backs off as Retry-After asks, briefly.
+					// A shed client waits as Retry-After asks, as the
+					// official SDKs do, with jitter so that clients shed
+					// together do not come back together.
 					select {
 					case <-pctx.Done():
-					case <-time.After(100 * time.Millisecond):
+					case <-time.After(o.retry/2 + rand.N(o.retry/2+1)):
 					}
 				}
 			}

@@ -108,3 +108,11 @@ func TestAccount(t *testing.T) {
 		t.Errorf("the report says:\n%s", b.String())
 	}
 }
+
+func TestRetryAfter(t *testing.T) {
+	for v, want := range map[string]time.Duration{"2": 2 * time.Second, " 0 ": 0, "600": maxRetryWait, "soon": time.Second, "-1": time.Second, "": time.Second} {
+		if got := retryAfter(v); got != want {
+			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
