@@ -10,6 +10,7 @@ import (
 
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/internal/ceiling"
+	"github.com/conch-sh/conch/services/internal/platform/errs"
 	"github.com/conch-sh/conch/services/internal/quotas"
 )
 
@@ -195,5 +196,53 @@ func TestSandboxQuota(t *testing.T) {
 	}
 	if _, err := x.client.CreateSandbox(ctx, &executorv1.CreateSandboxRequest{}); err != nil {
 		t.Fatalf("after a destroy: %v", err)
+	}
+}
+
+// TestAdmission: with its one work slot held by a command, the executor
+// turns a new sandbox away once it waited its while (ResourceExhausted,
+// marked so that the router tries elsewhere) rather than slowing what it
+// holds; a command of a sandbox it holds waits instead; once the slot is
+// free, creates go through again.
+func TestAdmission(t *testing.T) {
+	x := startExecutor(t, WithAdmission(1, 100*time.Millisecond))
+	ctx := as(t, "acme")
+	id := createSandbox(t, x, "acme")
+	run := func(cmd string) execEvents {
+		s, err := x.client.Exec(ctx, &executorv1.ExecRequest{SandboxId: id, Command: cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return collect(t, s)
+	}
+	// Within workHold: the command keeps its slot to its end.
+	long := make(chan execEvents, 1)
+	go func() { long <- run("sleep 0.8") }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		release, err := x.svc.admit.Admit(t.Context(), "probe", 0)
+		if err != nil {
+			break
+		}
+		release()
+		if time.Now().After(deadline) {
+			t.Fatal("the command never took the slot")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, err := x.client.CreateSandbox(as(t, "other"), &executorv1.CreateSandboxRequest{})
+	wantCode(t, err, codes.ResourceExhausted, "is busy: no work slot came free in 100ms")
+	if !errs.HasReason(err, codes.ResourceExhausted, "EXECUTOR_FULL") {
+		t.Errorf("the refusal is not marked for the router to try elsewhere: %v", err)
+	}
+	// A command waits for the slot.
+	if ev := run("echo after"); ev.stdout.String() != "after\n" {
+		t.Fatalf("a command behind the slot: %+v", ev)
+	}
+	if ev := <-long; ev.finished.GetOutcome().GetExitCode() != 0 {
+		t.Fatalf("the long command: %+v", ev)
+	}
+	if _, err := x.client.CreateSandbox(as(t, "other"), &executorv1.CreateSandboxRequest{}); err != nil {
+		t.Fatalf("a create once the slot is free: %v", err)
 	}
 }

@@ -40,6 +40,10 @@ type Config struct {
 	GatewayUID      int    `flag:"gateway-uid" env:"CONCH_GATEWAY_UID" default:"199999" usage:"the unprivileged uid (and gid) gateway-host commands run as; no other process should use it"`
 	GatewayHostFull bool   `flag:"gateway-host-full" env:"CONCH_GATEWAY_HOST_FULL" usage:"let gateways run gateway-host commands under security full (any command, no allowlist); off, they run under allowlist or deny only"`
 	MaxSandboxes    int    `flag:"max-sandboxes" env:"CONCH_MAX_SANDBOXES" default:"256" usage:"sandboxes this executor holds at most; beyond, creates are refused and the router places them elsewhere"`
+	// Past its capacity an executor turns new sandboxes away rather than
+	// slow every sandbox it holds (package admission).
+	WorkSlots int           `flag:"work-slots" env:"CONCH_WORK_SLOTS" usage:"commands and sandbox creates this executor runs at once, commands first (0: 4 per core it may use); a command holds its slot for its first second at most"`
+	AdmitWait time.Duration `flag:"admit-wait" env:"CONCH_ADMIT_WAIT" default:"1s" usage:"how long a new sandbox waits for a work slot before it is refused and the router places it elsewhere or answers 429"`
 	// A hung workspace service must not hold a sandbox's commands: a
 	// flush that takes longer fails and its command says so.
 	FlushTimeout time.Duration `flag:"flush-timeout" env:"CONCH_FLUSH_TIMEOUT" default:"60s" usage:"how long saving a persistent workspace after a command may take before the command is answered with an error"`
@@ -94,6 +98,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SandboxCgroup == "" || strings.Contains(c.SandboxCgroup, "..") || filepath.IsAbs(c.SandboxCgroup) {
 		return config.Invalid("--sandbox-cgroup", "must be a relative cgroup path without ..")
+	}
+	if c.WorkSlots < 0 || c.WorkSlots > 100000 {
+		return config.Invalid("--work-slots", "must be between 0 (4 per core) and 100000")
+	}
+	if c.AdmitWait < 0 || c.AdmitWait > time.Minute {
+		return config.Invalid("--admit-wait", "must be between 0 and 1m")
 	}
 	if c.MaxSandboxes < 1 || c.MaxSandboxes > 100000 {
 		return config.Invalid("--max-sandboxes", "must be between 1 and 100000")

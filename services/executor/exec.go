@@ -173,6 +173,18 @@ func (s *Service) Exec(ctx context.Context, account string, p ExecParams, ev Exe
 			return err
 		}
 	}
+	if inSandbox && s.admit != nil {
+		// Once judged: a command waiting for its approval holds no slot.
+		release, err := s.admit.Work(ctx)
+		if err != nil {
+			return nil, err
+		}
+		hold := time.AfterFunc(workHold, release)
+		defer func() {
+			hold.Stop()
+			release()
+		}()
+	}
 	res, err = s.run(ctx, t.e, t.start, p, ev, background)
 	var seen egressSeen
 	if !moved {

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	approvalv1 "github.com/conch-sh/conch/gen/go/conch/approval/v1"
 	executorv1 "github.com/conch-sh/conch/gen/go/conch/executor/v1"
 	"github.com/conch-sh/conch/services/approval/gate"
+	"github.com/conch-sh/conch/services/executor/admission"
 	"github.com/conch-sh/conch/services/executor/egressproxy"
 	"github.com/conch-sh/conch/services/executor/hostexec"
 	"github.com/conch-sh/conch/services/executor/nodes"
@@ -93,6 +95,10 @@ type Service struct {
 	max      int  // sandboxes this executor holds at most
 	creating int  // sandboxes being built, under mu
 	draining bool // no new sandboxes or nodes, under mu
+	// admit bounds the work done at once: commands, and the making of
+	// new sandboxes, which wait admitWait at most for a slot.
+	admit     *admission.Gate
+	admitWait time.Duration
 
 	ws    persist.Store // nil: persistent workspaces are refused
 	snaps Snapshots     // nil: snapshots are refused
@@ -146,6 +152,33 @@ const DefaultFlushTimeout = 60 * time.Second
 // workspace service; one that takes longer fails, and the command that
 // caused it is answered with an error saying its changes were not saved.
 func WithFlushTimeout(d time.Duration) Option { return func(s *Service) { s.flushTimeout = d } }
+
+// DefaultAdmitWait is how long a new sandbox waits for a work slot
+// before it is refused, unless WithAdmission says otherwise.
+const DefaultAdmitWait = time.Second
+
+// WorkSlotsPerCore is how many work slots an executor holds per core it
+// may use, unless WithAdmission says otherwise.
+const WorkSlotsPerCore = 4
+
+// workHold is how long a command holds its work slot at most: one that
+// runs longer (a build, a server) lets others start beside it.
+const workHold = time.Second
+
+// WithAdmission bounds the work this executor does at once to slots
+// (commands, and the making of sandboxes; 0: WorkSlotsPerCore per core
+// it may use), serving commands of the sandboxes it holds first; a new
+// sandbox that found no slot within wait (0: DefaultAdmitWait) is refused
+// with ResourceExhausted, and the router places it elsewhere or answers
+// that conch is at capacity.
+func WithAdmission(slots int, wait time.Duration) Option {
+	return func(s *Service) {
+		if slots <= 0 {
+			slots = WorkSlotsPerCore * runtime.GOMAXPROCS(0)
+		}
+		s.admit, s.admitWait = admission.New(slots), cmp.Or(wait, DefaultAdmitWait)
+	}
+}
 
 // ToolCaller runs a tool moved into a sandbox, on the router's tool host,
 // for the sandbox's account.
@@ -574,6 +607,16 @@ func (s *Service) Create(ctx context.Context, account string, p CreateParams) (*
 			tpl.release()
 		}
 	}()
+	if s.admit != nil {
+		release, err := s.admit.Admit(ctx, account, s.admitWait)
+		if errors.Is(err, admission.ErrBusy) {
+			return nil, "", placement.Busy(s.name, s.admitWait)
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		defer release()
+	}
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()

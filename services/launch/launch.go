@@ -132,7 +132,7 @@ func buildExecutor(cfg executor.Config, auditFlush time.Duration) builder {
 			return fmt.Errorf("executor: %w", err)
 		}
 		proxy := egressproxy.New(egressproxy.Config{Guard: guard, Log: p.log})
-		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithSnapshots(wsclient.NewSnapshots(wsClient)), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
+		opts := []executor.Option{executor.WithWorkspaces(ws), executor.WithSnapshots(wsclient.NewSnapshots(wsClient)), executor.WithToolCaller(callTool), executor.WithMaxSandboxes(cfg.MaxSandboxes), executor.WithAdmission(cfg.WorkSlots, cfg.AdmitWait), executor.WithFlushTimeout(cfg.FlushTimeout), executor.WithEgress(proxy), executor.WithCeilings(p.common.Ceilings), executor.WithQuotas(p.common.Quotas)}
 		if cfg.TemplateCacheDir != "" {
 			templates := wsclient.NewTemplates(workspacev1.NewTemplateServiceClient(wsConn))
 			// The workspace service bounded each root when it built it;

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -44,6 +45,14 @@ const reasonAtCapacity = "AT_CAPACITY"
 // them (atCapacity) without naming any.
 func Full(name string, max int) error {
 	return errs.WithReason(codes.ResourceExhausted, reasonFull, fmt.Sprintf("executor %s is full (%d sandboxes); retry in a few seconds", name, max), nil)
+}
+
+// Busy is an executor's answer to a sandbox it has no room to make now:
+// none of its work slots came free within wait. The router takes it as
+// Full: it tries the next executor and, when none has room, answers for
+// all of them.
+func Busy(name string, wait time.Duration) error {
+	return errs.WithReason(codes.ResourceExhausted, reasonFull, fmt.Sprintf("executor %s is busy: no work slot came free in %v; retry in a few seconds", name, wait), nil)
 }
 
 // isFull reports whether err is an executor's Full.
