@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/conch-sh/conch/services/executor/sandbox/wire"
-
 	"github.com/conch-sh/conch/services/internal/shellquote"
 )
 

@@ -22,9 +22,11 @@ import (
 // blocking mode set by the sandbox would hold a host thread). The agent
 // closes its end once told (wire.FrameTaken).
 //
-// What the host can reach this way is a pipe the agent held, whose other
-// end is in the sandbox or is the host's own: bytes the sandbox could have
-// sent or received as frames all the same.
+// What the host can reach this way is a FIFO the agent held, whose other
+// end is in the sandbox or is the host's own (an anonymous pipe, or a
+// named one the sandbox made, opened anew through the magic link, never
+// by its path): bytes the sandbox could have sent or received as frames
+// all the same.
 
 // pipeSize is the capacity a taken pipe is given.
 const pipeSize = 1 << 20
