@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,30 @@ func TestPipeStreams(t *testing.T) {
 		defer mu.Unlock()
 		if !strings.HasPrefix(stdout.String(), hex.EncodeToString(sum[:])) {
 			t.Fatalf("the command hashed %q, want %x", stdout.String(), sum)
+		}
+	})
+
+	// A command that has ended before the host takes its pipe leaves it
+	// to be taken all the same: the agent keeps its end until told.
+	t.Run("commands that end at once", func(t *testing.T) {
+		for i := range 100 {
+			p, err := sb.Start(Options{Command: "printf " + strconv.Itoa(i), Budget: -1, Pipe: wire.PipeStdout, OnOutput: func(Stream, []byte) {}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := p.Pipe()
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			b, err := io.ReadAll(f)
+			f.Close()
+			if err != nil || string(b) != strconv.Itoa(i) {
+				t.Fatalf("round %d: read %q, %v", i, b, err)
+			}
+			<-p.Done()
+			if x := p.Exit(); x.Code != 0 || x.Err != nil {
+				t.Fatalf("round %d: %+v", i, x)
+			}
 		}
 	})
 

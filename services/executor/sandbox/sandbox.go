@@ -501,8 +501,9 @@ func (s *Sandbox) receivePipe(p *Process, payload []byte) error {
 		_ = p.Kill()
 	default:
 		p.pipe = f
-		_ = s.send(wire.FrameTaken, p.id, nil)
 	}
+	// Taken or given up on: the agent closes its end either way.
+	_ = s.send(wire.FrameTaken, p.id, nil)
 	close(p.piped)
 	return nil
 }

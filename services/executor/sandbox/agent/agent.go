@@ -43,9 +43,10 @@ func Run() error {
 		return fmt.Errorf("agent: make non-dumpable: %w", err)
 	}
 	a := &agent{
-		out:   wire.NewWriter(os.Stdout),
-		procs: map[uint32]*agentProc{},
-		spawn: make(chan spawnReq),
+		out:    wire.NewWriter(os.Stdout),
+		procs:  map[uint32]*agentProc{},
+		handed: map[uint32]*os.File{},
+		spawn:  make(chan spawnReq),
 	}
 	go a.spawner()
 	if err := bridgeEgress(); err != nil {
@@ -77,15 +78,18 @@ type agent struct {
 	epoch  uint64 // commands ever started
 	spare  *spare
 	closed bool
+	// handed are the agent's ends of pipes handed to the host
+	// (StartMsg.HostPipe), by process, kept open until the host says it
+	// has taken them (FrameTaken), whether or not the process still
+	// runs: closed sooner, the fd could name another file by the time the
+	// host takes it.
+	handed map[uint32]*os.File
 }
 
 type agentProc struct {
 	cmd   *exec.Cmd
 	stdin chan []byte // nil entry closes stdin
 	tty   *os.File    // the terminal's master, for a process on one
-	// hostEnd is the agent's end of a pipe handed to the host
-	// (StartMsg.HostPipe), kept open until the host has taken it.
-	hostEnd *os.File
 }
 
 type spawnReq struct {
@@ -152,9 +156,9 @@ func (a *agent) serve(r *bufio.Reader) error {
 			a.mu.Unlock()
 		case wire.FrameTaken:
 			a.mu.Lock()
-			if p := a.procs[f.ID]; p != nil && p.hostEnd != nil {
-				_ = p.hostEnd.Close()
-				p.hostEnd = nil
+			if h := a.handed[f.ID]; h != nil {
+				_ = h.Close()
+				delete(a.handed, f.ID)
 			}
 			a.mu.Unlock()
 		case wire.FrameKill:
@@ -635,17 +639,27 @@ func (a *agent) start(id uint32, m wire.StartMsg) {
 		p.tty, _ = in.stdin.(*os.File)
 	}
 	var started []byte
+	var hostEnd *os.File
 	switch m.HostPipe {
 	case wire.PipeStdout:
-		p.hostEnd, _ = in.readers[0].(*os.File)
+		// A copy: exec closes the read end it made when the process
+		// ends, which may be before the host has taken it.
+		if out, ok := in.readers[0].(*os.File); ok {
+			if fd, err := unix.FcntlInt(out.Fd(), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+				hostEnd = os.NewFile(uintptr(fd), "host-pipe")
+			}
+		}
 	case wire.PipeStdin:
-		p.hostEnd, _ = in.stdin.(*os.File)
+		hostEnd, _ = in.stdin.(*os.File)
 	}
-	if p.hostEnd != nil {
-		started, _ = json.Marshal(wire.StartedMsg{PipeFD: int(p.hostEnd.Fd())})
+	if hostEnd != nil {
+		started, _ = json.Marshal(wire.StartedMsg{PipeFD: int(hostEnd.Fd())})
 	}
 	a.mu.Lock()
 	a.procs[id] = p
+	if hostEnd != nil {
+		a.handed[id] = hostEnd
+	}
 	a.mu.Unlock()
 	_ = a.out.Write(wire.FrameStarted, id, started)
 	if m.HostPipe != wire.PipeStdin {
@@ -672,11 +686,6 @@ func (a *agent) start(id uint32, m wire.StartMsg) {
 		a.mu.Lock()
 		delete(a.procs, id)
 		close(p.stdin)
-		if p.hostEnd != nil {
-			// Never taken: the host gave up on it.
-			_ = p.hostEnd.Close()
-			p.hostEnd = nil
-		}
 		a.mu.Unlock()
 		res := wire.ExitMsg{StdoutDropped: dropped[0], StderrDropped: len(dropped) > 1 && dropped[1]}
 		res.Code, res.Signal = exitStatus(in.cmd, err)

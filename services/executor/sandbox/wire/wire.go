@@ -31,7 +31,7 @@ const (
 	FrameStdout  byte = 'O' // agent → host: stdout bytes
 	FrameStderr  byte = 'e' // agent → host: stderr bytes
 	FrameStarted byte = 's' // agent → host: the process started (JSON StartedMsg for a process with a host pipe, else empty)
-	FrameTaken   byte = 'T' // host → agent: the host holds the process's pipe; the agent closes its end
+	FrameTaken   byte = 'T' // host → agent: the host has taken the process's pipe, or given up on it; the agent closes its end
 	FrameExit    byte = 'X' // agent → host: the process ended (JSON ExitMsg)
 	FrameStdinOK byte = 'A' // agent → host: a stdin or EOF frame was handed to the process (or dropped: it reads no more)
 
