@@ -49,14 +49,20 @@ func main() {
 	if name, ok := toolshim.Command(os.Args[0], wire.ToolsDir); ok {
 		os.Exit(toolshim.Run(wire.ToolsDir, name, os.Args[1:], os.Stdout, os.Stderr))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), stopSignals(os.Args[1:])...)
-	defer stop()
 	// The first signal asks for an orderly stop, bounded by each command's
 	// deadlines; then the signals' default action is back, so that a
-	// second one ends the process at once, whatever it is waiting on.
+	// second one ends the process at once, whatever it is waiting on. It
+	// is back before the context ends: once anything has reacted to the
+	// first signal (a server saying it drains), a second one ends it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := stopSignals(os.Args[1:])
+	first := make(chan os.Signal, 1)
+	signal.Notify(first, sigs...)
 	go func() {
-		<-ctx.Done()
-		stop()
+		<-first
+		signal.Reset(sigs...)
+		cancel()
 	}()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
