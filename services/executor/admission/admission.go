@@ -15,6 +15,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -57,7 +58,7 @@ func (g *Gate) Work(ctx context.Context) (release func(), err error) {
 	case <-w.granted:
 		return g.releaser(), nil
 	case <-ctx.Done():
-		if g.abandon(w, func() { g.work = remove(g.work, w) }) {
+		if g.abandon(w, func() { g.work = without(g.work, w) }) {
 			return nil, ctx.Err()
 		}
 		return g.releaser(), nil
@@ -89,10 +90,10 @@ func (g *Gate) Admit(ctx context.Context, account string, wait time.Duration) (r
 		cause = ErrBusy
 	}
 	if g.abandon(w, func() {
-		q := remove(g.admits[account], w)
+		q := without(g.admits[account], w)
 		if len(q) == 0 {
 			delete(g.admits, account)
-			g.turns = removeString(g.turns, account)
+			g.turns = without(g.turns, account)
 			return
 		}
 		g.admits[account] = q
@@ -168,20 +169,10 @@ func (g *Gate) grant(w *waiter) {
 	close(w.granted)
 }
 
-func remove(q []*waiter, w *waiter) []*waiter {
-	for i, x := range q {
-		if x == w {
-			return append(q[:i:i], q[i+1:]...)
-		}
-	}
-	return q
-}
-
-func removeString(q []string, s string) []string {
-	for i, x := range q {
-		if x == s {
-			return append(q[:i:i], q[i+1:]...)
-		}
+// without is q less its first v, if any.
+func without[T comparable](q []T, v T) []T {
+	if i := slices.Index(q, v); i >= 0 {
+		return slices.Delete(q, i, i+1)
 	}
 	return q
 }

@@ -217,18 +217,17 @@ func (p *Process) Pipe() (*os.File, error) {
 	}
 	select {
 	case <-p.piped:
-		return p.pipe, p.pipeErr
 	case <-p.done:
-		select {
-		case <-p.piped:
-			return p.pipe, p.pipeErr
-		default:
-		}
-		if e := p.exit; e.Err != nil {
-			return nil, e.Err
-		}
-		return nil, ErrGone
 	}
+	select {
+	case <-p.piped:
+		return p.pipe, p.pipeErr
+	default: // ended without handing it over
+	}
+	if e := p.exit; e.Err != nil {
+		return nil, e.Err
+	}
+	return nil, ErrGone
 }
 
 // Done is closed when the process has ended.
