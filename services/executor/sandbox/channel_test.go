@@ -267,14 +267,9 @@ func TestStdinIsNeverDropped(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	var out bytes.Buffer
-	var mu sync.Mutex
+	out := new(streams)
 	// The reader starts a second late, and reads slowly besides.
-	p, err := sb.Start(Options{Command: "sleep 1; dd bs=4096 2>/dev/null | sha256sum", Budget: -1, OnOutput: func(_ Stream, b []byte) {
-		mu.Lock()
-		out.Write(b)
-		mu.Unlock()
-	}})
+	p, err := sb.Start(Options{Command: "sleep 1; dd bs=4096 2>/dev/null | sha256sum", Budget: -1, OnOutput: out.add})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,10 +278,8 @@ func TestStdinIsNeverDropped(t *testing.T) {
 	}
 	<-p.Done()
 	sum := sha256.Sum256(data)
-	mu.Lock()
-	defer mu.Unlock()
-	if want := hex.EncodeToString(sum[:]) + "  -\n"; out.String() != want || p.Exit().Code != 0 {
-		t.Errorf("the process read input hashing to %q (exit %+v), want %q", out.String(), p.Exit(), want)
+	if got, _ := out.strings(); got != hex.EncodeToString(sum[:])+"  -\n" || p.Exit().Code != 0 {
+		t.Errorf("the process read input hashing to %q (exit %+v), want %q", got, p.Exit(), hex.EncodeToString(sum[:])+"  -\n")
 	}
 }
 

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -113,17 +112,16 @@ func TestPty(t *testing.T) {
 // program runs.
 func TestTerminalResize(t *testing.T) {
 	sb := newSandbox(t, Spec{ID: "resize"})
-	var mu sync.Mutex
-	var out strings.Builder
-	p, err := sb.Start(Options{Command: "stty size; read x; stty size", Pty: true, Rows: 40, Cols: 100, Budget: -1,
-		OnOutput: func(_ Stream, b []byte) { mu.Lock(); out.Write(b); mu.Unlock() }})
+	out := new(streams)
+	p, err := sb.Start(Options{Command: "stty size; read x; stty size", Pty: true, Rows: 40, Cols: 100, Budget: -1, OnOutput: out.add})
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := func(s string) bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(out.String(), s) }
+	shown := func() string { got, _ := out.strings(); return got }
+	seen := func(s string) bool { return strings.Contains(shown(), s) }
 	for deadline := time.Now().Add(10 * time.Second); !seen("40 100"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("first size: %q", out.String())
+			t.Fatalf("first size: %q", shown())
 		}
 	}
 	if err := p.Resize(50, 120); err != nil {
@@ -138,6 +136,6 @@ func TestTerminalResize(t *testing.T) {
 		t.Fatal("the command did not end")
 	}
 	if !seen("50 120") {
-		t.Errorf("after the resize: %q", out.String())
+		t.Errorf("after the resize: %q", shown())
 	}
 }

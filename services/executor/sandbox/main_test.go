@@ -154,20 +154,35 @@ type result struct {
 	exit           Exit
 }
 
+// streams keeps what a command sent to OnOutput (its add), which the
+// sandbox's read loop calls while the test reads.
+type streams struct {
+	mu             sync.Mutex
+	stdout, stderr bytes.Buffer
+}
+
+func (o *streams) add(s Stream, b []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if s == Stdout {
+		o.stdout.Write(b)
+	} else {
+		o.stderr.Write(b)
+	}
+}
+
+// strings returns what came on each stream so far.
+func (o *streams) strings() (stdout, stderr string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stdout.String(), o.stderr.String()
+}
+
 // run runs a command to its end or until timeout, then kills it.
 func run(t testing.TB, sb *Sandbox, opts Options, timeout time.Duration) (result, bool) {
 	t.Helper()
-	var mu sync.Mutex
-	var out, errb bytes.Buffer
-	opts.OnOutput = func(s Stream, b []byte) {
-		mu.Lock()
-		defer mu.Unlock()
-		if s == Stdout {
-			out.Write(b)
-		} else {
-			errb.Write(b)
-		}
-	}
+	out := new(streams)
+	opts.OnOutput = out.add
 	if opts.Budget == 0 {
 		opts.Budget = -1
 	}
@@ -185,9 +200,8 @@ func run(t testing.TB, sb *Sandbox, opts Options, timeout time.Duration) (result
 		}
 		<-p.Done()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return result{stdout: out.String(), stderr: errb.String(), exit: p.Exit()}, timedOut
+	stdout, stderr := out.strings()
+	return result{stdout: stdout, stderr: stderr, exit: p.Exit()}, timedOut
 }
 
 func sh(t testing.TB, sb *Sandbox, cmd string) result {

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,18 +26,10 @@ func TestPipeStreams(t *testing.T) {
 	sb := newSandbox(t, Spec{})
 
 	t.Run("stdout", func(t *testing.T) {
-		var stderr bytes.Buffer
-		var mu sync.Mutex
+		out := new(streams)
 		p, err := sb.Start(Options{
 			Command: "head -c 5000000 /dev/urandom | tee /tmp/sent; echo done >&2; exit 3", Budget: -1, Pipe: wire.PipeStdout,
-			OnOutput: func(st Stream, b []byte) {
-				if st != Stderr {
-					t.Errorf("stdout of a piped command reached OnOutput")
-				}
-				mu.Lock()
-				stderr.Write(b)
-				mu.Unlock()
-			},
+			OnOutput: out.add,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -56,11 +47,9 @@ func TestPipeStreams(t *testing.T) {
 		if x := p.Exit(); x.Code != 3 || x.Err != nil {
 			t.Fatalf("exit = %+v, want 3", x)
 		}
-		mu.Lock()
-		if stderr.String() != "done\n" {
-			t.Errorf("stderr = %q", stderr.String())
+		if stdout, stderr := out.strings(); stdout != "" || stderr != "done\n" {
+			t.Errorf("OnOutput had stdout %q (a piped command's must not reach it), stderr %q", stdout, stderr)
 		}
-		mu.Unlock()
 		sum := sha256.Sum256(got)
 		r := sh(t, sb, "sha256sum < /tmp/sent")
 		if len(got) != 5000000 || !strings.HasPrefix(r.stdout, hex.EncodeToString(sum[:])) {
@@ -70,16 +59,8 @@ func TestPipeStreams(t *testing.T) {
 
 	t.Run("stdin", func(t *testing.T) {
 		data := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
-		var stdout bytes.Buffer
-		var mu sync.Mutex
-		p, err := sb.Start(Options{
-			Command: "sha256sum", Budget: -1, Pipe: wire.PipeStdin,
-			OnOutput: func(st Stream, b []byte) {
-				mu.Lock()
-				stdout.Write(b)
-				mu.Unlock()
-			},
-		})
+		out := new(streams)
+		p, err := sb.Start(Options{Command: "sha256sum", Budget: -1, Pipe: wire.PipeStdin, OnOutput: out.add})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,10 +80,8 @@ func TestPipeStreams(t *testing.T) {
 			t.Fatal("the command never saw the end of its input")
 		}
 		sum := sha256.Sum256(data)
-		mu.Lock()
-		defer mu.Unlock()
-		if !strings.HasPrefix(stdout.String(), hex.EncodeToString(sum[:])) {
-			t.Fatalf("the command hashed %q, want %x", stdout.String(), sum)
+		if stdout, _ := out.strings(); !strings.HasPrefix(stdout, hex.EncodeToString(sum[:])) {
+			t.Fatalf("the command hashed %q, want %x", stdout, sum)
 		}
 	})
 
